@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# ci/deps.sh: installs what voxscale needs to build and test on a fresh Debian 12 machine, and nothing when it
+# is all there already (so `make run` and `make test` can call it every time).
+#   Debian packages: compiler, cJSON, OpenBLAS, cmocka, protobuf-c, libpng, zlib, PyTorch (the reference model)
+#   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest and tensorboard
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-dev protobuf-c-compiler
+              libprotobuf-c-dev libpng-dev zlib1g-dev python3-venv python3-torch python3-numpy)
+PIP_PACKAGES=(pytest tensorboard)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: installing Debian packages: ${missing[*]}"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+stamp=.venv/.voxscale-deps
+want="${PIP_PACKAGES[*]}"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "deps: creating .venv (system site packages) with: $want"
+    /usr/bin/python3 -m venv --system-site-packages .venv
+    .venv/bin/pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
+    echo "$want" > "$stamp"
+fi

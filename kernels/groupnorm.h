@@ -1,0 +1,19 @@
+/* groupnorm.h: GroupNorm over NDHWC activations, statistics in at least fp32.
+ *   x, y     [n][spatial][c]       spatial = d*h*w; channel c belongs to group c / (c/groups)
+ *   gamma, b [c]
+ *   mean, rstd [n][groups]         saved by forward for backward; rstd = 1/sqrt(var + eps), biased variance
+ * beta_dx / beta_dparam follow the conv3d.h convention (0 overwrite, 1 accumulate). */
+#pragma once
+
+typedef struct {
+    int n;
+    long spatial;
+    int c, groups;
+    float eps;
+} GroupNormShape;
+
+void groupnorm_forward_cpu(const GroupNormShape *s, const float *x, const float *gamma, const float *beta, float *y,
+                           float *mean, float *rstd);
+void groupnorm_backward_cpu(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
+                            const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
+                            float beta_dx, float beta_dparam);

@@ -1,0 +1,19 @@
+/* latent.h: the variational bottleneck: log-variance clamp, reparameterization and KL divergence.
+ *   mu, logvar_raw, eps, z, dz, dmu, dlogvar  [n][count_per_sample]
+ *   lv = clamp(logvar_raw, logvar_min, logvar_max)
+ *   z  = mu + exp(0.5*lv) * eps        (eps == NULL: z = mu, the deterministic path used for validation)
+ *   kl_out[0] = mean over the n samples of 0.5 * sum(mu^2 + exp(lv) - 1 - lv)
+ * Backward overwrites dmu and dlogvar with the gradient of  sum(dz*z) + kl_scale * kl ; the clamp passes no
+ * gradient outside [logvar_min, logvar_max]. */
+#pragma once
+
+typedef struct {
+    int n;
+    long count_per_sample;
+    float logvar_min, logvar_max;
+} LatentShape;
+
+void latent_forward_cpu(const LatentShape *s, const float *mu, const float *logvar_raw, const float *eps, float *z,
+                        float *kl_out);
+void latent_backward_cpu(const LatentShape *s, const float *mu, const float *logvar_raw, const float *eps,
+                         const float *dz, float kl_scale, float *dmu, float *dlogvar);

@@ -1,0 +1,17 @@
+/* optim.h: the optimizer ops over the flat parameter buffer.
+ *   p, g, m, v [count]   parameters, gradients, first and second moments (fp32)
+ * AdamW with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW:
+ *   g' = g * grad_scale                   (grad_scale folds clipping and loss-scale unscaling into the step)
+ *   p -= lr * weight_decay * p
+ *   m = b1*m + (1-b1)*g' ;  v = b2*v + (1-b2)*g'^2
+ *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+ * sumsq writes sum(x^2) to out[0], reduced in double in a fixed order, so it does not depend on thread count. */
+#pragma once
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    long step; /* t, 1-based */
+} AdamWParams;
+
+void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a);
+void sumsq_cpu(long count, const float *x, float *out);

@@ -1,0 +1,8 @@
+/* upsample.h: nearest-neighbour x2 upsampling in all three spatial axes, NDHWC.
+ *   x [n][d][h][w][c]  ->  y [n][2d][2h][2w][c]
+ * Backward sums the 8 output gradients that each input voxel fed. */
+#pragma once
+
+void upsample2x_forward_cpu(int n, int d, int h, int w, int c, const float *x, float *y);
+/* dx [n][d][h][w][c] = beta*dx + sum of the 2x2x2 block of dy */
+void upsample2x_backward_cpu(int n, int d, int h, int w, int c, const float *dy, float *dx, float beta);
