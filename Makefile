@@ -36,6 +36,7 @@ LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out src/main.c,$(C_SRCS))) \
 MAIN_OBJ := $(BUILD)/src/main.o
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 
+.DEFAULT_GOAL := all
 -include mk/*.mk
 
 .PHONY: all deps run test unit-test integration-test bench clean venv

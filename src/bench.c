@@ -1,0 +1,196 @@
+/* bench.c: benchmarks that write results/<device>/ (JSON for machines, Markdown for people).
+ *   bench step: full training steps (forward, backward, grad norm, AdamW) on one fixed batch, after warm-up;
+ *               median step time, samples/s, conv GFLOP/s, peak planned memory, against the GEMM ceiling.
+ *   bench gemm: the machine's sgemm rate at a large square shape and at the convolutions' GEMM shapes. */
+#include "bench.h"
+
+#include <cblas.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "data.h"
+#include "fsutil.h"
+#include "runtime.h"
+#include "util.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median GFLOP/s of C[m][n] = A[m][k] B[k][n]^T over a few repetitions after one warm-up. */
+static double sgemm_gflops(int m, int n, int k) {
+    float *A = vx_malloc((size_t)m * k * sizeof(float)), *B = vx_malloc((size_t)n * k * sizeof(float));
+    float *C = vx_malloc((size_t)m * n * sizeof(float));
+    for (long i = 0; i < (long)m * k; i++) A[i] = (float)((i * 7 % 13) - 6) * 0.01f;
+    for (long i = 0; i < (long)n * k; i++) B[i] = (float)((i * 5 % 11) - 5) * 0.01f;
+    double t[5];
+    for (int r = -1; r < 5; r++) {
+        double t0 = vx_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
+        if (r >= 0) t[r] = vx_now() - t0;
+    }
+    free(A);
+    free(B);
+    free(C);
+    return 2.0 * m * n * k / median(t, 5) * 1e-9;
+}
+
+/* "Intel(R) Xeon(R) Processor" + 2 cores -> "cpu-intel-xeon-processor-2c": a results/ folder name. */
+static void device_slug(const Runtime *rt, char *out, size_t len) {
+    char raw[300], *o = out;
+    if (strcmp(rt->be->name, "cpu") == 0) snprintf(raw, sizeof raw, "cpu-%s-%dc", rt->hw.cpu_model, rt->hw.cores);
+    else snprintf(raw, sizeof raw, "%s", rt->hw.n_gpus ? rt->hw.gpus[0].name : "gpu");
+    int dash = 0;
+    for (const char *p = raw; *p && (size_t)(o - out) < len - 1; p++) {
+        if (strncmp(p, "(R)", 3) == 0 || strncmp(p, "(TM)", 4) == 0) {
+            p += p[2] == ')' ? 2 : 3;
+            continue;
+        }
+        if (isalnum((unsigned char)*p)) {
+            *o++ = (char)tolower((unsigned char)*p);
+            dash = 0;
+        } else if (!dash && o != out) {
+            *o++ = '-';
+            dash = 1;
+        }
+    }
+    if (o > out && o[-1] == '-') o--;
+    *o = 0;
+}
+
+static void git_commit(char *out, size_t len) {
+    snprintf(out, len, "unknown");
+    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+    if (!p) return;
+    if (fgets(out, (int)len, p)) out[strcspn(out, "\n")] = 0;
+    pclose(p);
+}
+
+static const char *STEP_HELP =
+    "usage: voxscale bench step [--config FILE] [--iters N] [--warmup N] [--batch-size N] [--threads N]\n"
+    "                           [--device D] [--results DIR] [--set K=V]\n"
+    "  times full training steps on one fixed batch (default 5 timed after 1 warm-up) and writes\n"
+    "  DIR/<device>/step_<config>.json and .md (DIR defaults to results)\n";
+
+static int bench_step(int argc, char **argv) {
+    CliArgs a;
+    cli_parse(argc, argv, &a, STEP_HELP, ",config,iters,warmup,batch-size,threads,device,results,set,seed,");
+    int iters = a.iters > 0 ? a.iters : 5, warmup = a.warmup >= 0 ? a.warmup : 1;
+    Runtime rt;
+    runtime_open(&rt, &a.cfg, 1);
+    Model *m = rt.model;
+    model_allocate(m);
+    model_init_params(m, (uint64_t)a.cfg.seed);
+    Tensor *in = &m->tensors[m->t_input];
+    float *batch = vx_malloc((size_t)in->count * sizeof(float));
+    long vol = in->count / m->batch;
+    for (int b = 0; b < m->batch; b++)
+        phantom_generate((uint64_t)a.cfg.seed, (uint64_t)b, in->dims.d, in->dims.h, in->dims.w, in->dims.c,
+                         (float)a.cfg.data_noise, batch + b * vol);
+    rt.be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)in->count * sizeof(float));
+    double *t = vx_malloc((size_t)iters * sizeof(double));
+    for (int i = -warmup; i < iters; i++) {
+        double t0 = vx_now();
+        model_forward(m, 1, (uint64_t)(i + warmup));
+        model_backward(m, 1.0f, 0.0f);
+        model_grad_sumsq(m);
+        AdamWParams ap = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                          .grad_scale = 1.0f, .step = i + warmup + 1};
+        rt.be->adamw(m->param_count, m->param, m->grad, m->adam_m, m->adam_v, &ap);
+        rt.be->synchronize();
+        double dt = vx_now() - t0;
+        if (i >= 0) t[i] = dt;
+        vx_log("%s %d: %.1f ms\n", i < 0 ? "warm-up" : "step", i < 0 ? i + warmup + 1 : i + 1, dt * 1e3);
+    }
+    double tmin = t[0], tmax = t[0];
+    for (int i = 1; i < iters; i++) {
+        if (t[i] < tmin) tmin = t[i];
+        if (t[i] > tmax) tmax = t[i];
+    }
+    double med = median(t, iters);
+    double sps = m->batch / med, gflops = m->conv_flops_step / med * 1e-9;
+    /* Ceiling: the same BLAS on a large square GEMM, and on this model's largest conv GEMM shape. */
+    double gemm_square = sgemm_gflops(2048, 2048, 2048);
+    int c0 = a.cfg.channels[0];
+    double gemm_conv = sgemm_gflops(4096, c0, 27 * c0);
+
+    char slug[160], commit[64], stem[128], dir[512], path[1024];
+    device_slug(&rt, slug, sizeof slug);
+    git_commit(commit, sizeof commit);
+    snprintf(stem, sizeof stem, "%s", strrchr(a.config_path, '/') ? strrchr(a.config_path, '/') + 1 : a.config_path);
+    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
+    snprintf(dir, sizeof dir, "%s/%s", a.results_dir ? a.results_dir : "results", slug);
+    fs_mkdirs(dir);
+    int threads = a.cfg.threads ? a.cfg.threads : rt.hw.cores;
+    char json[4096];
+    int n = snprintf(json, sizeof json,
+                     "{\n  \"benchmark\": \"step\",\n  \"config\": \"%s\",\n  \"device\": \"%s\",\n  \"backend\": \"%s\",\n"
+                     "  \"cpu\": \"%s\",\n  \"cores\": %d,\n  \"threads\": %d,\n  \"blas\": \"%s\",\n  \"compiler\": \"gcc %s\",\n"
+                     "  \"commit\": \"%s\",\n  \"batch\": %d,\n  \"input_size\": [%d, %d, %d],\n  \"params\": %ld,\n"
+                     "  \"warmup\": %d,\n  \"iters\": %d,\n  \"step_ms_median\": %.3f,\n  \"step_ms_min\": %.3f,\n"
+                     "  \"step_ms_max\": %.3f,\n  \"samples_per_s\": %.4f,\n  \"conv_gflop_per_step\": %.4f,\n"
+                     "  \"conv_gflops\": %.3f,\n  \"peak_memory_mib\": %.2f,\n  \"ceiling_sgemm_2048_gflops\": %.3f,\n"
+                     "  \"ceiling_sgemm_conv_shape_gflops\": %.3f,\n  \"fraction_of_ceiling\": %.4f\n}\n",
+                     stem, slug, rt.be->name, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(), __VERSION__,
+                     commit, m->batch, a.cfg.input_size[0], a.cfg.input_size[1], a.cfg.input_size[2], m->param_count,
+                     warmup, iters, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops,
+                     model_device_bytes(m) / 1048576.0, gemm_square, gemm_conv, gflops / gemm_square);
+    snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
+    fs_write_atomic(path, json, (size_t)n);
+    char md[4096];
+    n = snprintf(md, sizeof md,
+                 "# bench step: %s on %s\n\n"
+                 "| metric | value |\n|---|---|\n"
+                 "| step time (median of %d, after %d warm-up) | %.1f ms (min %.1f, max %.1f) |\n"
+                 "| samples/s | %.3f |\n| batch | %d x %dx%dx%d |\n| conv work per step | %.2f GFLOP |\n"
+                 "| achieved conv rate | %.2f GFLOP/s |\n| ceiling: sgemm 2048^3, same BLAS, same threads | %.2f GFLOP/s |\n"
+                 "| ceiling: sgemm at the conv shape 4096x%dx%d | %.2f GFLOP/s |\n| fraction of the 2048^3 ceiling | %.1f%% |\n"
+                 "| peak planned memory | %.1f MiB |\n\n"
+                 "Environment: %s, %d cores, %d threads, backend %s, %s, gcc %s, commit %s.\n",
+                 stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, a.cfg.input_size[0],
+                 a.cfg.input_size[1], a.cfg.input_size[2], m->conv_flops_step * 1e-9, gflops, gemm_square, c0, 27 * c0,
+                 gemm_conv, 100 * gflops / gemm_square, model_device_bytes(m) / 1048576.0, rt.hw.cpu_model,
+                 rt.hw.cores, threads, rt.be->name, openblas_get_config(), __VERSION__, commit);
+    snprintf(path, sizeof path, "%s/step_%s.md", dir, stem);
+    fs_write_atomic(path, md, (size_t)n);
+    fputs(md, stdout);
+    printf("\nwritten: %s/step_%s.{json,md}\n", dir, stem);
+    free(t);
+    free(batch);
+    runtime_close(&rt);
+    return 0;
+}
+
+static int bench_gemm(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: voxscale bench gemm\n  sgemm GFLOP/s of this machine's BLAS at a square and at conv shapes\n");
+        return 0;
+    }
+    if (argc > 1) vx_usage_error("bench gemm: unexpected argument \"%s\" (see --help)", argv[1]);
+    printf("blas: %s\n", openblas_get_config());
+    int shapes[][3] = {{2048, 2048, 2048}, {4096, 32, 864}, {4096, 64, 1728}, {4096, 128, 3456}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        printf("sgemm %5d x %4d x %4d: %8.2f GFLOP/s\n", shapes[i][0], shapes[i][1], shapes[i][2],
+               sgemm_gflops(shapes[i][0], shapes[i][1], shapes[i][2]));
+    return 0;
+}
+
+int bench_main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs("usage: voxscale bench step|gemm [options]  (voxscale bench step --help)\n", argc < 2 ? stderr : stdout);
+        return argc < 2 ? VX_EXIT_USAGE : 0;
+    }
+    if (strcmp(argv[1], "step") == 0) return bench_step(argc - 1, argv + 1);
+    if (strcmp(argv[1], "gemm") == 0) return bench_gemm(argc - 1, argv + 1);
+    vx_usage_error("bench: unknown benchmark \"%s\"; choose step or gemm", argv[1]);
+}

@@ -1,0 +1,36 @@
+/* data.h: the training data: a synthetic 3D phantom generator and a background loader thread.
+ * A phantom volume is a pure function of (seed, index): random soft-edged ellipsoids of different intensities
+ * under a smooth multiplicative bias field, plus Gaussian noise; values roughly in [0, 1]. Because a batch is
+ * fully determined by its index, the loader's position is one number and resume is exact. */
+#pragma once
+#include <pthread.h>
+#include <stdint.h>
+
+#include "config.h"
+
+/* Writes volume `index` of stream `seed` into out [d][h][w][c] (NDHWC without N). */
+void phantom_generate(uint64_t seed, uint64_t index, int d, int h, int w, int c, float noise, float *out);
+
+typedef struct {
+    int batch, d, h, w, c;
+    long volume_count; /* floats per volume */
+    uint64_t seed;
+    float noise;
+    int slots;
+    float **buf;          /* slots x [batch][d][h][w][c], host memory */
+    int64_t *slot_batch;  /* which batch index each slot holds, -1 when empty */
+    int64_t next_produce, next_consume;
+    int stop;
+    double wait_seconds; /* time the consumer spent waiting for data */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} Loader;
+
+/* Starts the thread; the first batch it produces is batch index `start_batch` (batch k holds volumes
+ * k*batch .. k*batch+batch-1). */
+void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch);
+/* Blocks until the next batch is ready and returns it; valid until loader_release. */
+const float *loader_next(Loader *l);
+void loader_release(Loader *l);
+void loader_stop(Loader *l);
