@@ -1,0 +1,62 @@
+/* optim_cpu.c: float32 CPU optimizer ops (optim.h): AdamW over the flat parameter buffer, and the sum of squares
+ * used for gradient-norm clipping. AdamW follows torch.optim.AdamW's single-tensor path operation by operation
+ * (decay first, lerp for the first moment, scalar bias corrections in double) so the two agree to float rounding.
+ * sumsq reduces in double over fixed chunks added in order: the same bits whatever the thread count. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "optim.h"
+#include "util.h"
+
+#define SUMSQ_CHUNK 16384L
+#define SUMSQ_LANES 8 /* independent accumulators per chunk: a fixed order that still vectorizes */
+#define OPTIM_PARALLEL_MIN 16384L
+
+void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a) {
+    /* p, g, m, v [count] */
+    const double t = (double)a->step;
+    const double bc1 = 1.0 - pow((double)a->beta1, t), bc2 = 1.0 - pow((double)a->beta2, t);
+    const float decay = (float)(1.0 - (double)a->lr * a->weight_decay);
+    const float neg_step = (float)(-(double)a->lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const float w1 = (float)(1.0 - (double)a->beta1), w2 = (float)(1.0 - (double)a->beta2);
+    const float b2 = a->beta2, eps = a->eps, gs = a->grad_scale;
+#pragma omp parallel for simd schedule(static) if (count >= OPTIM_PARALLEL_MIN)
+    for (long i = 0; i < count; i++) {
+        const float gi = g[i] * gs;
+        const float pi = p[i] * decay; /* decoupled weight decay, before the Adam step */
+        /* m = b1*m + (1-b1)*g written as torch's lerp(m, g, 1-b1) */
+        const float mi = w1 < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
+        const float vi = v[i] * b2 + w2 * gi * gi;
+        const float denom = sqrtf(vi) / bc2_sqrt + eps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi + neg_step * mi / denom;
+    }
+}
+
+void sumsq_cpu(long count, const float *x, float *out) {
+    /* x [count]; out [1] = sum(x^2) */
+    if (count <= 0) {
+        out[0] = 0.0f;
+        return;
+    }
+    const long nb = (count + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double *part = vx_malloc(sizeof(double) * (size_t)nb);
+#pragma omp parallel for schedule(static)
+    for (long blk = 0; blk < nb; blk++) {
+        const long i0 = blk * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < count ? i0 + SUMSQ_CHUNK : count;
+        double acc[SUMSQ_LANES] = {0};
+        long i = i0;
+        for (; i + SUMSQ_LANES <= i1; i += SUMSQ_LANES)
+            for (int l = 0; l < SUMSQ_LANES; l++) acc[l] += (double)x[i + l] * x[i + l];
+        for (int l = 0; i < i1; i++, l++) acc[l] += (double)x[i] * x[i];
+        double s = 0.0;
+        for (int l = 0; l < SUMSQ_LANES; l++) s += acc[l];
+        part[blk] = s;
+    }
+    double total = 0.0;
+    for (long blk = 0; blk < nb; blk++) total += part[blk];
+    free(part);
+    out[0] = (float)total;
+}

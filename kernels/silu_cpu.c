@@ -1,0 +1,25 @@
+/* silu_cpu.c: float32 CPU SiLU (silu.h), y = x * sigmoid(x), and its backward from the saved input x.
+ * Elementwise over flat arrays of `count` floats; OpenMP splits them, there is no reduction. */
+#include <math.h>
+
+#include "silu.h"
+
+/* Below this many elements the OpenMP fork costs more than it saves. */
+#define SILU_PARALLEL_MIN 16384L
+
+void silu_forward_cpu(long count, const float *x, float *y) {
+    /* x, y [count] */
+#pragma omp parallel for schedule(static) if (count >= SILU_PARALLEL_MIN)
+    for (long i = 0; i < count; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void silu_backward_cpu(long count, const float *x, const float *dy, float *dx, float beta) {
+    /* x, dy, dx [count];  silu'(x) = s * (1 + x * (1 - s)), s = sigmoid(x) */
+#pragma omp parallel for schedule(static) if (count >= SILU_PARALLEL_MIN)
+    for (long i = 0; i < count; i++) {
+        const float s = 1.0f / (1.0f + expf(-x[i]));
+        const float g = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
+        /* beta 0 must overwrite (dx may hold NaN): never read dx then */
+        dx[i] = beta != 0.0f ? beta * dx[i] + g : g;
+    }
+}
