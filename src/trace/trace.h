@@ -1,0 +1,86 @@
+/* trace.h: a profiler trace in the Chrome trace event format, written the way PyTorch's profiler writes it
+ * (runs/<run>/traces/<host>_<pid>.<ms>.pt.trace.json.gz), so chrome://tracing, Perfetto and TensorBoard's
+ * profiler plugin open it.
+ *
+ * CPU work is recorded with nested ranges per thread (trace_range_push/pop, monotonic clock); device work
+ * measured elsewhere (CUDA events, later CUPTI) is added as complete events on the same time line
+ * (trace_now_us). Timestamps are microseconds since trace_begin; the file's baseTimeNanoseconds holds that
+ * moment in nanoseconds since the epoch, so traces of several ranks line up.
+ * When no trace is active, push and pop cost one predictable branch on a global flag.
+ * Threads: push/pop and trace_add_complete may be called from any thread; begin/end from one. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    TRACE_OK = 0,
+    TRACE_ERR_ARG = -1,   /* NULL or empty argument */
+    TRACE_ERR_STATE = -2, /* begin while a trace is active, or end/add without one */
+};
+
+/* Starts recording for this process; trace_end writes the file under run_dir/traces/. rank goes into the
+ * file's distributedInfo (with world size 1 and no backend unless trace_set_distributed says otherwise). */
+int trace_begin(const char *run_dir, int rank);
+/* Sets distributedInfo's world_size and backend (e.g. "nccl") for the active trace. */
+int trace_set_distributed(int world_size, const char *backend);
+
+/* One deviceProperties entry (the fields PyTorch writes from cudaDeviceProp); none are given on a CPU run. */
+typedef struct {
+    int id;
+    const char *name;
+    uint64_t total_global_mem;
+    int compute_major, compute_minor;
+    int num_sms;
+    int warp_size;
+    int max_threads_per_block;
+    uint64_t shared_mem_per_block;
+} TraceDevice;
+int trace_add_device(const TraceDevice *dev);
+
+/* Names the calling thread in the trace (thread_name metadata); default "thread <tid>". */
+int trace_set_thread_name(const char *name);
+
+/* Stops recording and writes the trace atomically (temporary file, fsync, rename). Ranges still open are
+ * dropped. I/O failures are fatal (vx_fatal). */
+int trace_end(void);
+/* Path of the file the last trace_end wrote ("" before any). */
+const char *trace_last_file(void);
+
+/* Microseconds since trace_begin on the trace's clock (0 when no trace is active). */
+double trace_now_us(void);
+
+/* A complete event measured elsewhere, e.g. a kernel: pid/tid as the caller wants them shown (PyTorch uses the
+ * device index and the stream), correlation links it to the CPU-side launch (-1: none). */
+int trace_add_complete(const char *name, const char *cat, double ts_us, double dur_us, int64_t pid, int64_t tid,
+                       int64_t correlation);
+
+/* ---- ranges: inline so that the inactive case is a flag test ---------------------------------------------- */
+extern int trace_active_flag; /* internal: read with __atomic builtins; written by begin/end */
+void trace_range_push_slow(const char *name, const char *cat);
+void trace_range_pop_slow(void);
+
+/* Opens a range on the calling thread. name and cat must stay valid until the matching pop (string literals
+ * are the usual case). Ranges nest; unmatched pops are ignored. */
+static inline void trace_range_push(const char *name, const char *cat) {
+#ifdef VX_CUDA
+    /* NVTX hook: nvtxRangePushA(name) goes here, outside the flag test, so Nsight Systems sees ranges even when
+     * this trace is off (NVTX calls are near free without a tool attached). */
+#endif
+    if (__builtin_expect(__atomic_load_n(&trace_active_flag, __ATOMIC_RELAXED), 0)) trace_range_push_slow(name, cat);
+}
+
+/* Closes the innermost open range of the calling thread. */
+static inline void trace_range_pop(void) {
+#ifdef VX_CUDA
+    /* NVTX hook: nvtxRangePop() goes here. */
+#endif
+    if (__builtin_expect(__atomic_load_n(&trace_active_flag, __ATOMIC_RELAXED), 0)) trace_range_pop_slow();
+}
+
+#ifdef __cplusplus
+}
+#endif
