@@ -36,15 +36,19 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
     int n = 0, opt;
     opterr = 0;
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", COMMON_OPTS, NULL)) != -1) {
+    static char flag_names[64][40]; /* "--steps": error messages name the flag, not its value */
+    int index = -1;
+    while ((opt = getopt_long(argc, argv, "h", COMMON_OPTS, &index)) != -1) {
         const char *key = NULL;
         const char *flag = argv[optind - 1];
-        if (opt != '?' && opt != 'h' && opt != OPT_HELP && opt != ':') {
-            char name[32] = "";
-            for (const struct option *o = COMMON_OPTS; o->name; o++)
-                if (o->val == opt) snprintf(name, sizeof name, ",%s,", o->name);
-            if (!strstr(allowed, name)) vx_usage_error("%s: unknown option %s (see --help)", argv[0], flag);
+        if (opt != '?' && opt != 'h' && opt != OPT_HELP && opt != ':' && index >= 0) {
+            char name[40];
+            snprintf(name, sizeof name, ",%s,", COMMON_OPTS[index].name);
+            snprintf(flag_names[n < 64 ? n : 63], sizeof flag_names[0], "--%s", COMMON_OPTS[index].name);
+            flag = flag_names[n < 64 ? n : 63];
+            if (!strstr(allowed, name)) vx_usage_error("%s: option %s is not one of this command's (see --help)", argv[0], flag);
         }
+        index = -1;
         switch (opt) {
         case 'h':
         case OPT_HELP: fputs(help, stdout); exit(0);

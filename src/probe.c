@@ -16,10 +16,16 @@
 static const char *HELP = "usage: voxscale probe --config FILE --out PREFIX [--seed N] [--batch-size N] [--set K=V]\n"
                           "  runs one forward/backward on batch 0 and writes PREFIX.json and PREFIX.bin\n";
 
-static long append(FILE *f, const Backend *be, const float *src, long count) {
-    long at = ftell(f) / (long)sizeof(float);
+/* A host copy of `count` floats of backend memory. */
+static float *to_host(const Backend *be, const float *src, long count) {
     float *host = vx_malloc((size_t)count * sizeof(float));
     be->copy_to_host(host, src, (size_t)count * sizeof(float));
+    return host;
+}
+
+/* Appends a host array to the .bin, frees it, and returns its offset in floats. */
+static long append(FILE *f, float *host, long count) {
+    long at = ftell(f) / (long)sizeof(float);
     if (fwrite(host, sizeof(float), (size_t)count, f) != (size_t)count) vx_fatal("cannot write the probe file");
     free(host);
     return at;
@@ -44,6 +50,10 @@ int probe_main(int argc, char **argv) {
                          (float)a.cfg.data_noise, batch + b * vol);
     rt.be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)in->count * sizeof(float));
     model_forward(m, 1, 0);
+    /* The arena reuses the output's and the noise's memory during backward: copy them out first. */
+    Tensor *z = &m->tensors[m->t_z];
+    float *recon = to_host(rt.be, model_tensor(m, m->t_recon), in->count);
+    float *eps = to_host(rt.be, (const float *)(m->arena + m->plan.items[m->eps_item].offset), z->count);
     model_backward(m, 1.0f, 0.0f);
     Losses l = model_read_losses(m);
 
@@ -52,13 +62,11 @@ int probe_main(int argc, char **argv) {
     FILE *f = fopen(path, "wb");
     if (!f) vx_usage_error("probe: cannot create %s", path);
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "input", (double)append(f, rt.be, model_tensor(m, m->t_input), in->count));
-    /* eps lives in the arena item planned for it: the noise the latent node drew this step. */
-    Tensor *z = &m->tensors[m->t_z];
-    cJSON_AddNumberToObject(j, "eps", (double)append(f, rt.be, (const float *)(m->arena + m->plan.items[m->eps_item].offset), z->count));
-    cJSON_AddNumberToObject(j, "recon", (double)append(f, rt.be, model_tensor(m, m->t_recon), in->count));
-    cJSON_AddNumberToObject(j, "param_values", (double)append(f, rt.be, m->param, m->param_count));
-    cJSON_AddNumberToObject(j, "grad_values", (double)append(f, rt.be, m->grad, m->param_count));
+    cJSON_AddNumberToObject(j, "input", (double)append(f, batch, in->count));
+    cJSON_AddNumberToObject(j, "eps", (double)append(f, eps, z->count));
+    cJSON_AddNumberToObject(j, "recon", (double)append(f, recon, in->count));
+    cJSON_AddNumberToObject(j, "param_values", (double)append(f, to_host(rt.be, m->param, m->param_count), m->param_count));
+    cJSON_AddNumberToObject(j, "grad_values", (double)append(f, to_host(rt.be, m->grad, m->param_count), m->param_count));
     fclose(f);
     cJSON_AddItemToObject(j, "input_shape", dims_json(in->dims));
     cJSON_AddItemToObject(j, "latent_shape", dims_json(z->dims));
@@ -84,7 +92,6 @@ int probe_main(int argc, char **argv) {
     printf("probe: loss %.9g (recon %.9g kl %.9g), %ld parameters -> %s\n", l.total, l.recon, l.kl, m->param_count, path);
     free(text);
     cJSON_Delete(j);
-    free(batch);
     runtime_close(&rt);
     return 0;
 }

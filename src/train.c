@@ -121,6 +121,13 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     long window_steps = 0;
     int exit_code = 0;
     ValResult vr = {0};
+    if (cfg->val_samples > 0 && st.step == 0) { /* the untrained baseline that later validations improve on */
+        vr = validate(m, val, cfg->val_samples);
+        vx_log("val  %5d | l1 %.6f | psnr %.2f dB (%d held-out volumes, before training)\n", 0, vr.l1, vr.psnr, cfg->val_samples);
+        fprintf(metrics, "{\"step\": 0, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", vr.l1, vr.psnr);
+        fflush(metrics);
+        t_window = vx_now();
+    }
     while (st.step < cfg->steps) {
         double lr = schedule_lr(cfg, st.step);
         double loss = 0, recon = 0, kl = 0;
