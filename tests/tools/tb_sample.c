@@ -19,13 +19,20 @@ static void check(int rc, const char *what) {
     if (rc < 0) vx_fatal("%s failed: %s", what, tb_status_str(rc));
 }
 
+/* A JSON number that reads back as exactly v (cJSON's own printing only round-trips approximately). */
+static cJSON *exact_number(double v) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    return cJSON_CreateRaw(buf);
+}
+
 /* Appends [step, value] to out.scalars[tag], with value rounded to float32 as TensorBoard stores it. */
 static void note_scalar(cJSON *scalars, const char *tag, long step, double value) {
     cJSON *series = cJSON_GetObjectItemCaseSensitive(scalars, tag);
     if (!series) series = cJSON_AddArrayToObject(scalars, tag);
     cJSON *point = cJSON_CreateArray();
     cJSON_AddItemToArray(point, cJSON_CreateNumber((double)step));
-    cJSON_AddItemToArray(point, cJSON_CreateNumber((double)(float)value));
+    cJSON_AddItemToArray(point, exact_number((double)(float)value));
     cJSON_AddItemToArray(series, point);
 }
 
@@ -72,8 +79,8 @@ static void histogram(TbWriter *w, cJSON *histos, cJSON *scalars, const char *ta
     cJSON_AddNumberToObject(o, "step", (double)step);
     cJSON_AddNumberToObject(o, "count", N);
     cJSON_AddNumberToObject(o, "nonfinite", (double)nonfinite);
-    cJSON_AddNumberToObject(o, "min", lo);
-    cJSON_AddNumberToObject(o, "max", hi);
+    cJSON_AddItemToObject(o, "min", exact_number(lo));
+    cJSON_AddItemToObject(o, "max", exact_number(hi));
     cJSON_AddItemToArray(histos, o);
     /* Mirrors the writer's documented rule: "<tag>/nonfinite" from the first non-finite value on. */
     char nf[256];
@@ -123,7 +130,7 @@ static int cmd_write(const char *logdir) {
     check(tb_writer_add_hparams(w, hp, sizeof hp / sizeof hp[0], metrics, 2), "add_hparams");
     cJSON *hj = cJSON_AddObjectToObject(out, "hparams");
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) {
-        if (hp[i].type == TB_HPARAM_NUMBER) cJSON_AddNumberToObject(hj, hp[i].name, hp[i].number);
+        if (hp[i].type == TB_HPARAM_NUMBER) cJSON_AddItemToObject(hj, hp[i].name, exact_number(hp[i].number));
         else if (hp[i].type == TB_HPARAM_STRING) cJSON_AddStringToObject(hj, hp[i].name, hp[i].string);
         else cJSON_AddBoolToObject(hj, hp[i].name, hp[i].boolean);
     }
