@@ -113,7 +113,8 @@ int event_file_open(EventFile **out, const char *run_dir, double flush_secs) {
         vx_fatal("cannot create run directory %s; check the path and its permissions", run_dir);
     int dir_fd = open(run_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd < 0) vx_fatal("cannot open run directory %s", run_dir);
-    if (flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
+    /* Some network file systems cannot lock; O_EXCL still keeps writers off each other's files there. */
+    if (flock(dir_fd, LOCK_EX | LOCK_NB) != 0 && errno != ENOLCK && errno != EOPNOTSUPP) {
         int e = errno;
         close(dir_fd);
         if (e == EWOULDBLOCK) return TB_ERR_BUSY;
@@ -121,6 +122,7 @@ int event_file_open(EventFile **out, const char *run_dir, double flush_secs) {
         vx_fatal("cannot lock run directory %s", run_dir);
     }
     EventFile *f = vx_calloc(1, sizeof *f);
+    f->fd = -1; /* registered before the file exists: with nothing buffered, a signal flush skips it */
     f->dir_fd = dir_fd;
     f->owner = getpid();
     f->flush_secs = flush_secs;

@@ -19,15 +19,15 @@ static uint8_t *pack_plugin_data(const Vxtb__HParamsPluginData *pd, size_t *len)
 static void hparam_value(const TbHParam *p, Vxtb__Value *v) {
     vxtb__value__init(v);
     switch (p->type) {
-    case TB_HPARAM_NUMBER:
+    case TB_HPARAM_TYPE_NUMBER:
         v->kind_case = VXTB__VALUE__KIND_NUMBER_VALUE;
         v->number_value = p->number;
         break;
-    case TB_HPARAM_STRING:
+    case TB_HPARAM_TYPE_STRING:
         v->kind_case = VXTB__VALUE__KIND_STRING_VALUE;
         v->string_value = (char *)p->string;
         break;
-    case TB_HPARAM_BOOL:
+    case TB_HPARAM_TYPE_BOOL:
         v->kind_case = VXTB__VALUE__KIND_BOOL_VALUE;
         v->bool_value = p->boolean;
         break;
@@ -59,8 +59,8 @@ uint8_t *hparams_pack_experiment(const TbHParam *params, size_t n_params, const 
         vxtb__hparam_info__init(h);
         h->name = (char *)params[i].name;
         switch (params[i].type) {
-        case TB_HPARAM_NUMBER: h->type = VXTB__HPARAM_DATA_TYPE__DATA_TYPE_FLOAT64; break;
-        case TB_HPARAM_STRING:
+        case TB_HPARAM_TYPE_NUMBER: h->type = VXTB__HPARAM_DATA_TYPE__DATA_TYPE_FLOAT64; break;
+        case TB_HPARAM_TYPE_STRING:
             h->type = VXTB__HPARAM_DATA_TYPE__DATA_TYPE_STRING;
             hparam_value(&params[i], &str_values[i]);
             str_ptrs[i] = &str_values[i];
@@ -70,7 +70,7 @@ uint8_t *hparams_pack_experiment(const TbHParam *params, size_t n_params, const 
             h->domain_case = VXTB__HPARAM_INFO__DOMAIN_DOMAIN_DISCRETE;
             h->domain_discrete = &str_domains[i];
             break;
-        case TB_HPARAM_BOOL:
+        case TB_HPARAM_TYPE_BOOL:
             h->type = VXTB__HPARAM_DATA_TYPE__DATA_TYPE_BOOL;
             h->domain_case = VXTB__HPARAM_INFO__DOMAIN_DOMAIN_DISCRETE;
             h->domain_discrete = &bool_domain;

@@ -242,9 +242,9 @@ int tb_writer_add_hparams(TbWriter *w, const TbHParam *params, size_t n_params, 
     for (size_t i = 0; i < n_params; i++) {
         const TbHParam *p = &params[i];
         if (!tag_ok(p->name)) return TB_ERR_ARG;
-        if (p->type != TB_HPARAM_NUMBER && p->type != TB_HPARAM_STRING && p->type != TB_HPARAM_BOOL)
+        if (p->type != TB_HPARAM_TYPE_NUMBER && p->type != TB_HPARAM_TYPE_STRING && p->type != TB_HPARAM_TYPE_BOOL)
             return TB_ERR_ARG;
-        if (p->type == TB_HPARAM_STRING && !p->string) return TB_ERR_ARG;
+        if (p->type == TB_HPARAM_TYPE_STRING && !p->string) return TB_ERR_ARG;
         for (size_t j = 0; j < i; j++)
             if (strcmp(params[j].name, p->name) == 0) return TB_ERR_ARG;
     }

@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     TB_OK = 0,
     TB_ERR_ARG = -1,   /* NULL pointer, empty tag, zero size, unsupported channel count, duplicate hparam... */
@@ -68,17 +72,17 @@ int64_t tb_writer_add_histogram(TbWriter *w, const char *tag, int64_t step, cons
 int tb_writer_add_text(TbWriter *w, const char *tag, int64_t step, const char *markdown);
 
 /* Hyperparameters: numbers, strings or booleans. */
-typedef enum { TB_HPARAM_NUMBER, TB_HPARAM_STRING, TB_HPARAM_BOOL } TbHParamType;
+typedef enum { TB_HPARAM_TYPE_NUMBER, TB_HPARAM_TYPE_STRING, TB_HPARAM_TYPE_BOOL } TbHParamType;
 typedef struct {
     const char *name;
     TbHParamType type;
-    double number;      /* TB_HPARAM_NUMBER */
-    const char *string; /* TB_HPARAM_STRING */
-    bool boolean;       /* TB_HPARAM_BOOL */
+    double number;      /* TB_HPARAM_TYPE_NUMBER */
+    const char *string; /* TB_HPARAM_TYPE_STRING */
+    bool boolean;       /* TB_HPARAM_TYPE_BOOL */
 } TbHParam;
-#define TB_HPARAM_NUM(n, v) ((TbHParam){.name = (n), .type = TB_HPARAM_NUMBER, .number = (v)})
-#define TB_HPARAM_STR(n, v) ((TbHParam){.name = (n), .type = TB_HPARAM_STRING, .string = (v)})
-#define TB_HPARAM_BOOL(n, v) ((TbHParam){.name = (n), .type = TB_HPARAM_BOOL, .boolean = (v)})
+#define TB_HPARAM_NUM(n, v) ((TbHParam){.name = (n), .type = TB_HPARAM_TYPE_NUMBER, .number = (v)})
+#define TB_HPARAM_STR(n, v) ((TbHParam){.name = (n), .type = TB_HPARAM_TYPE_STRING, .string = (v)})
+#define TB_HPARAM_BOOL(n, v) ((TbHParam){.name = (n), .type = TB_HPARAM_TYPE_BOOL, .boolean = (v)})
 
 /* Makes this run a session of the HParams dashboard: writes the hparams plugin's experiment (the hparams and
  * the metric tags, i.e. scalar tags of this run to show next to them) and session_start_info (this run's
@@ -98,3 +102,7 @@ void tb_writer_install_signal_handlers(void);
 /* For programs with signal handlers of their own: writes out every open writer's buffered whole records.
  * Async-signal-safe; call it from the handler. */
 void tb_writer_flush_all_on_signal(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -130,8 +130,8 @@ static int cmd_write(const char *logdir) {
     check(tb_writer_add_hparams(w, hp, sizeof hp / sizeof hp[0], metrics, 2), "add_hparams");
     cJSON *hj = cJSON_AddObjectToObject(out, "hparams");
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) {
-        if (hp[i].type == TB_HPARAM_NUMBER) cJSON_AddItemToObject(hj, hp[i].name, exact_number(hp[i].number));
-        else if (hp[i].type == TB_HPARAM_STRING) cJSON_AddStringToObject(hj, hp[i].name, hp[i].string);
+        if (hp[i].type == TB_HPARAM_TYPE_NUMBER) cJSON_AddItemToObject(hj, hp[i].name, exact_number(hp[i].number));
+        else if (hp[i].type == TB_HPARAM_TYPE_STRING) cJSON_AddStringToObject(hj, hp[i].name, hp[i].string);
         else cJSON_AddBoolToObject(hj, hp[i].name, hp[i].boolean);
     }
     cJSON *mj = cJSON_AddArrayToObject(out, "metrics");
