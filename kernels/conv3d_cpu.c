@@ -11,23 +11,34 @@
  * everywhere, so each class gathers only its own taps (about k^3/s^3 of them) and no multiply-by-zero is done.
  * Taps are ordered from the highest kernel index down, which makes the dy positions they read ascend by one:
  * every (kd, kh) line of taps is then one contiguous run of dy, exactly like a forward im2col line.
+ * 1x1x1 stride-1 pad-0 convolutions skip the gathers: x and dy are already the [P][c] matrices.
  *
- * Rows are processed in chunks sized from the shape alone (conv_chunk_rows), so the workspace stays a few MB and
- * every reduction (dw over chunks, dbias over fixed row blocks) runs in the same order whatever the thread count.
- * The gathers use OpenMP; the GEMMs use OpenBLAS's own threads. 1x1x1 stride-1 pad-0 convolutions skip the
- * gathers: x and dy are already the [P][c] matrices. */
+ * Threading: the rows are cut into chunks sized from the shape alone (conv_chunk_rows, about 1 MB of column
+ * matrix, so it stays in the core's L2 between the gather and the GEMM). OpenMP threads take whole chunks: each
+ * gathers its chunk into its own slice of the workspace and runs a single-threaded sgemm on it. Measured on the
+ * 2-core machine this is several times faster than alternating OpenMP gathers with OpenBLAS-threaded GEMMs,
+ * whose two spinning thread pools fight over the cores (by 10x when another process is running). OpenBLAS is
+ * switched to one thread for the duration of each call and restored after.
+ * Determinism: a chunk's result does not depend on which thread computes it, dw is summed per fixed group of
+ * chunks and the groups are added in order, dbias over fixed row blocks: every output is bit-identical for any
+ * thread count. */
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
 
 #include "conv3d.h"
 #include "util.h"
 
-/* Target size of one chunk's column matrix: small enough to stay in the 2 MB L2 plus L3, large enough for GEMMs
- * of thousands of rows. The row count is clamped to [CONV_CHUNK_MIN_ROWS, CONV_CHUNK_MAX_ROWS]; the unit test
- * uses shapes with more than CONV_CHUNK_MAX_ROWS rows to reach the multi-chunk path whatever the width. */
-#define CONV_CHUNK_TARGET_BYTES ((long)4 << 20)
-#define CONV_CHUNK_MAX_ROWS 8192L
-#define CONV_CHUNK_MIN_ROWS 64L
+/* Column matrix per chunk: about this many bytes (L2-resident), rows clamped to [MIN_ROWS, MAX_ROWS]. The unit
+ * test's "chunked" shapes have far more rows than CONV_CHUNK_MAX_ROWS, so they run many chunks. */
+#define CONV_CHUNK_TARGET_BYTES (1L << 20)
+#define CONV_CHUNK_MAX_ROWS 1024L
+#define CONV_CHUNK_MIN_ROWS 16L
+/* Backward filter: chunks are summed into at most CONV_FILTER_MAX_GROUPS partial dw's (fewer for big filters,
+ * keeping them under CONV_FILTER_PARTIAL_BYTES, but at least CONV_FILTER_MIN_GROUPS for parallelism). */
+#define CONV_FILTER_MAX_GROUPS 64L
+#define CONV_FILTER_MIN_GROUPS 4L
+#define CONV_FILTER_PARTIAL_BYTES (32L << 20)
 /* Rows per partial sum of dbias: fixed, so the sum's order does not depend on the thread count. */
 #define CONV_BIAS_BLOCK_ROWS 1024L
 
@@ -58,15 +69,31 @@ double conv3d_forward_flops(const Conv3dShape *s) {
 
 static int is_pointwise(const Conv3dShape *s) { return s->k == 1 && s->stride == 1 && s->pad == 0; }
 static long out_positions(const Conv3dShape *s) { return (long)s->n * s->od * s->oh * s->ow; }
-static long in_positions(const Conv3dShape *s) { return (long)s->n * s->d * s->h * s->w; }
 static long min_l(long a, long b) { return a < b ? a : b; }
+static long max_l(long a, long b) { return a > b ? a : b; }
+static long ceil_div(long a, long b) { return (a + b - 1) / b; }
+
+/* Per-thread slices of workspace: one per processor, a number that cannot change while the process runs, so
+ * the size conv3d_workspace_bytes_cpu reports at planning time still holds at every call. A thread count set
+ * above the processor count is clamped to it here (oversubscribing cores gains nothing for GEMMs). */
+static long conv_slots(void) { return omp_get_num_procs(); }
+static int conv_threads(void) { return (int)min_l(omp_get_max_threads(), conv_slots()); }
 
 /* Rows per chunk for a column matrix `width` floats wide over `total` rows: a function of the shape only. */
 static long conv_chunk_rows(long width, long total) {
-    long r = CONV_CHUNK_TARGET_BYTES / (width * (long)sizeof(float));
-    if (r < CONV_CHUNK_MIN_ROWS) r = CONV_CHUNK_MIN_ROWS;
-    if (r > CONV_CHUNK_MAX_ROWS) r = CONV_CHUNK_MAX_ROWS;
-    return min_l(r, total > 0 ? total : 1);
+    long r = CONV_CHUNK_TARGET_BYTES / (max_l(width, 1) * (long)sizeof(float));
+    r = min_l(max_l(r, CONV_CHUNK_MIN_ROWS), CONV_CHUNK_MAX_ROWS);
+    return min_l(r, max_l(total, 1));
+}
+
+/* The GEMMs run inside our OpenMP threads, so OpenBLAS must not start its own for them. */
+static int blas_serial_begin(void) {
+    const int saved = openblas_get_num_threads();
+    if (saved != 1) openblas_set_num_threads(1);
+    return saved;
+}
+static void blas_serial_end(int saved) {
+    if (saved != 1) openblas_set_num_threads(saved);
 }
 
 /* One row of a column matrix: the tz x ty x tx block of source positions starting at (z0, y0, x0) of one sample
@@ -98,11 +125,10 @@ static void gather_row(float *restrict dst, const float *restrict src, int sd, i
     }
 }
 
-/* Forward im2col of output rows [p0, p0 + rows): col [rows][k^3*c_in]. */
+/* Forward im2col of output rows [p0, p0 + rows): col [rows][k^3*c_in]. Runs inside one thread. */
 static void im2col(const Conv3dShape *s, const float *x, long p0, long rows, float *col) {
     const long K = (long)s->k * s->k * s->k * s->c_in;
     const long sample = (long)s->d * s->h * s->w * s->c_in;
-#pragma omp parallel for schedule(static)
     for (long r = 0; r < rows; r++) {
         long p = p0 + r;
         const int ox = (int)(p % s->ow);
@@ -116,19 +142,107 @@ static void im2col(const Conv3dShape *s, const float *x, long p0, long rows, flo
     }
 }
 
-/* y rows [0, rows) = bias (or 0), so the GEMM can add into them with beta 1. */
-static void fill_bias(float *y, long rows, int c, const float *bias) {
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < rows; r++) {
-        float *yr = y + r * c;
-        if (bias)
-            for (int j = 0; j < c; j++) yr[j] = bias[j];
-        else
-            for (int j = 0; j < c; j++) yr[j] = 0.0f;
-    }
+/* ---- forward ---------------------------------------------------------------------------------------------- */
+
+/* Forward and backward filter share the chunking: rows of the [P][K] column matrix (x itself when pointwise). */
+static long fwd_chunk_rows(const Conv3dShape *s) {
+    return conv_chunk_rows((long)s->k * s->k * s->k * s->c_in, out_positions(s));
 }
 
-/* ---- backward data: residue classes ----------------------------------------------------------------------- */
+void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, const float *bias, float *y,
+                        void *workspace) {
+    const long P = out_positions(s), K = (long)s->k * s->k * s->k * s->c_in;
+    const int co = s->c_out, pw = is_pointwise(s);
+    const long R = fwd_chunk_rows(s), nch = ceil_div(P, R);
+    const int saved = blas_serial_begin();
+#pragma omp parallel num_threads(conv_threads())
+    {
+        float *col = pw ? NULL : (float *)workspace + omp_get_thread_num() * R * K; /* [R][K] */
+#pragma omp for schedule(dynamic, 1)
+        for (long c = 0; c < nch; c++) {
+            const long p0 = c * R, rows = min_l(R, P - p0);
+            if (!pw) im2col(s, x, p0, rows, col);
+            float *yc = y + p0 * co; /* [rows][c_out] */
+            for (long r = 0; r < rows; r++)
+                for (int j = 0; j < co; j++) yc[r * co + j] = bias ? bias[j] : 0.0f;
+            /* y [rows][c_out] += col [rows][K] x wt [c_out][K]^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, co, (int)K, 1.0f, pw ? x + p0 * K : col,
+                        (int)K, wt, (int)K, 1.0f, yc, co);
+        }
+    }
+    blas_serial_end(saved);
+}
+
+/* ---- backward filter -------------------------------------------------------------------------------------- */
+
+/* dbias [c] = beta*dbias + sum over the P rows of dy [P][c], summed in double over fixed blocks of rows. */
+static void bias_grad(long P, int c, const float *dy, float *dbias, float beta) {
+    const long nb = ceil_div(P, CONV_BIAS_BLOCK_ROWS);
+    double *part = vx_calloc((size_t)nb * c, sizeof(double)); /* [nb][c] */
+#pragma omp parallel for schedule(static)
+    for (long blk = 0; blk < nb; blk++) {
+        double *acc = part + blk * c;
+        const long r1 = min_l(P, (blk + 1) * CONV_BIAS_BLOCK_ROWS);
+        for (long r = blk * CONV_BIAS_BLOCK_ROWS; r < r1; r++)
+            for (int j = 0; j < c; j++) acc[j] += dy[r * c + j];
+    }
+    for (int j = 0; j < c; j++) {
+        double sum = 0.0;
+        for (long blk = 0; blk < nb; blk++) sum += part[blk * c + j];
+        dbias[j] = beta != 0.0f ? beta * dbias[j] + (float)sum : (float)sum;
+    }
+    free(part);
+}
+
+/* Number of partial dw's: a function of the shape only (it fixes the summation order). */
+static long filter_groups(const Conv3dShape *s) {
+    const long nch = ceil_div(out_positions(s), fwd_chunk_rows(s));
+    const long g = CONV_FILTER_PARTIAL_BYTES / (conv3d_weight_count(s) * (long)sizeof(float));
+    return min_l(nch, min_l(max_l(g, CONV_FILTER_MIN_GROUPS), CONV_FILTER_MAX_GROUPS));
+}
+
+void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
+                                float beta, void *workspace) {
+    const long P = out_positions(s), K = (long)s->k * s->k * s->k * s->c_in, nw = conv3d_weight_count(s);
+    const int co = s->c_out, pw = is_pointwise(s);
+    if (dbias) bias_grad(P, co, dy, dbias, beta);
+    const long R = fwd_chunk_rows(s), nch = ceil_div(P, R), ng = filter_groups(s);
+    /* workspace: per-thread column matrices [slots][R][K], then the partial dw's [ng][c_out][K] */
+    float *cols = workspace;
+    float *part = cols + (pw ? 0 : conv_slots() * R * K);
+    const int saved = blas_serial_begin();
+#pragma omp parallel num_threads(conv_threads())
+    {
+        float *col = pw ? NULL : cols + omp_get_thread_num() * R * K;
+        /* group g sums chunks [g*nch/ng, (g+1)*nch/ng) in order, on one thread */
+#pragma omp for schedule(dynamic, 1)
+        for (long g = 0; g < ng; g++) {
+            float *dwg = ng == 1 ? dw : part + g * nw;
+            for (long c = g * nch / ng; c < (g + 1) * nch / ng; c++) {
+                const long p0 = c * R, rows = min_l(R, P - p0);
+                if (!pw) im2col(s, x, p0, rows, col);
+                /* dwg [c_out][K] (+)= dy_chunk [rows][c_out]^T x col [rows][K]; BLAS with beta 0 overwrites without
+                 * reading, so the first chunk of a group needs no zeroing (and ng == 1 writes dw with the caller's
+                 * beta) */
+                const float b = c > g * nch / ng ? 1.0f : ng == 1 ? beta : 0.0f;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, co, (int)K, (int)rows, 1.0f, dy + p0 * co, co,
+                            pw ? x + p0 * K : col, (int)K, b, dwg, (int)K);
+            }
+        }
+        /* dw = beta*dw + the groups' partials, added in group order (in double) */
+        if (ng > 1) {
+#pragma omp for schedule(static)
+            for (long i = 0; i < nw; i++) {
+                double sum = 0.0;
+                for (long g = 0; g < ng; g++) sum += part[g * nw + i];
+                dw[i] = beta != 0.0f ? beta * dw[i] + (float)sum : (float)sum;
+            }
+        }
+    }
+    blas_serial_end(saved);
+}
+
+/* ---- backward data ---------------------------------------------------------------------------------------- */
 
 /* Along one axis, the input positions z = r, r + s, r + 2s, ... of residue r read kernel taps kd with
  * (r + pad - kd) % s == 0, at output position (z + pad - kd) / s. */
@@ -148,222 +262,178 @@ static AxisClass axis_class(int r, int size, int k, int stride, int pad) {
     return a;
 }
 
-/* The widest gathered row (taps*c_out) and the most positions over the s^3 classes: they size the workspace. */
-static void data_class_extent(const Conv3dShape *s, long *max_width, long *max_rows) {
+/* The s^3 residue classes of input positions: their taps, positions, and where their filter and rows start. */
+typedef struct {
+    int r[3];            /* residue along z, y, x */
+    AxisClass a[3];      /* per axis: positions, taps, first tap */
+    long rows;           /* input positions in the class (all samples) */
+    long width;          /* gathered floats per position: taps * c_out */
+    long wr_offset;      /* the class's rearranged filter [c_in][width] in the filter area */
+} DataClass;
+
+/* Fills cls[st^3]; returns the widest row and the most positions of a class via max_width, max_rows. */
+static void data_classes(const Conv3dShape *s, DataClass *cls, long *max_width, long *max_rows) {
+    const int st = s->stride;
+    const int size[3] = {s->d, s->h, s->w};
+    long off = 0;
     *max_width = 0;
     *max_rows = 0;
-    for (int rz = 0; rz < s->stride; rz++)
-        for (int ry = 0; ry < s->stride; ry++)
-            for (int rx = 0; rx < s->stride; rx++) {
-                AxisClass az = axis_class(rz, s->d, s->k, s->stride, s->pad);
-                AxisClass ay = axis_class(ry, s->h, s->k, s->stride, s->pad);
-                AxisClass ax = axis_class(rx, s->w, s->k, s->stride, s->pad);
-                long width = (long)az.taps * ay.taps * ax.taps * s->c_out;
-                long rows = (long)s->n * az.count * ay.count * ax.count;
-                if (width > *max_width) *max_width = width;
-                if (rows > *max_rows) *max_rows = rows;
-            }
-}
-
-/* Floats of workspace each path needs; conv3d_workspace_bytes_cpu is their maximum. */
-static long forward_ws_floats(const Conv3dShape *s) {
-    if (is_pointwise(s)) return 0;
-    const long K = (long)s->k * s->k * s->k * s->c_in;
-    return conv_chunk_rows(K, out_positions(s)) * K;
-}
-
-static long data_ws_floats(const Conv3dShape *s) {
-    if (is_pointwise(s)) return 0;
-    long width, rows;
-    data_class_extent(s, &width, &rows);
-    long total = conv3d_weight_count(s); /* the rearranged filter of one class (all taps when stride 1) */
-    if (width > 0) {
-        long chunk = conv_chunk_rows(width, rows);
-        total += chunk * width;                      /* gathered dy */
-        if (s->stride > 1) total += chunk * s->c_in; /* GEMM result before it is scattered into dx */
-    }
-    return total;
-}
-
-size_t conv3d_workspace_bytes_cpu(const Conv3dShape *s) {
-    long f = forward_ws_floats(s), d = data_ws_floats(s);
-    return sizeof(float) * (size_t)(f > d ? f : d); /* backward filter uses the forward's column matrix */
-}
-
-/* ---- forward ---------------------------------------------------------------------------------------------- */
-
-void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, const float *bias, float *y,
-                        void *workspace) {
-    const long P = out_positions(s);
-    const int ci = s->c_in, co = s->c_out;
-    if (is_pointwise(s)) {
-        /* y [P][c_out] = x [P][c_in] x wt [c_out][c_in]^T + bias */
-        fill_bias(y, P, co, bias);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)P, co, ci, 1.0f, x, ci, wt, ci, 1.0f, y, co);
-        return;
-    }
-    const long K = (long)s->k * s->k * s->k * ci;
-    const long R = conv_chunk_rows(K, P);
-    float *col = workspace; /* [R][K] */
-    for (long p0 = 0; p0 < P; p0 += R) {
-        const long rows = min_l(R, P - p0);
-        im2col(s, x, p0, rows, col);
-        fill_bias(y + p0 * co, rows, co, bias);
-        /* y [rows][c_out] += col [rows][K] x wt [c_out][K]^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, co, (int)K, 1.0f, col, (int)K, wt, (int)K,
-                    1.0f, y + p0 * co, co);
+    for (int i = 0; i < st * st * st; i++) {
+        DataClass *c = &cls[i];
+        c->r[0] = i / (st * st), c->r[1] = i / st % st, c->r[2] = i % st;
+        long taps = 1;
+        c->rows = s->n;
+        for (int ax = 0; ax < 3; ax++) {
+            c->a[ax] = axis_class(c->r[ax], size[ax], s->k, st, s->pad);
+            taps *= c->a[ax].taps;
+            c->rows *= c->a[ax].count;
+        }
+        c->width = taps * s->c_out;
+        c->wr_offset = off;
+        off += c->width * s->c_in; /* the classes partition the taps: off ends at k^3*c_out*c_in */
+        *max_width = max_l(*max_width, c->width);
+        *max_rows = max_l(*max_rows, c->rows);
     }
 }
 
-/* ---- backward filter -------------------------------------------------------------------------------------- */
-
-/* dbias [c] = beta*dbias + sum over the P rows of dy [P][c], summed in double over fixed blocks of rows. */
-static void bias_grad(long P, int c, const float *dy, float *dbias, float beta) {
-    const long nb = (P + CONV_BIAS_BLOCK_ROWS - 1) / CONV_BIAS_BLOCK_ROWS;
-    double *part = vx_calloc((size_t)nb * c, sizeof(double)); /* [nb][c] */
-#pragma omp parallel for schedule(static)
-    for (long blk = 0; blk < nb; blk++) {
-        double *acc = part + blk * c;
-        const long r1 = min_l(P, (blk + 1) * CONV_BIAS_BLOCK_ROWS);
-        for (long r = blk * CONV_BIAS_BLOCK_ROWS; r < r1; r++)
-            for (int j = 0; j < c; j++) acc[j] += dy[r * c + j];
-    }
-    for (int j = 0; j < c; j++) {
-        double sum = 0.0;
-        for (long blk = 0; blk < nb; blk++) sum += part[blk * c + j];
-        dbias[j] = beta != 0.0f ? beta * dbias[j] + (float)sum : (float)sum;
-    }
-    free(part);
+/* Input position of row q of class c: (b, r_z + j_z*s, r_y + j_y*s, r_x + j_x*s), as a flat position index;
+ * j[] receives (j_z, j_y, j_x) and *b the sample. */
+static long class_position(const Conv3dShape *s, const DataClass *c, long q, int j[3], long *b) {
+    j[2] = (int)(q % c->a[2].count);
+    q /= c->a[2].count;
+    j[1] = (int)(q % c->a[1].count);
+    q /= c->a[1].count;
+    j[0] = (int)(q % c->a[0].count);
+    *b = q / c->a[0].count;
+    const int st = s->stride;
+    return ((*b * s->d + c->r[0] + (long)j[0] * st) * s->h + c->r[1] + (long)j[1] * st) * s->w + c->r[2] +
+           (long)j[2] * st;
 }
 
-void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
-                                float beta, void *workspace) {
-    const long P = out_positions(s);
-    const int ci = s->c_in, co = s->c_out;
-    if (dbias) bias_grad(P, co, dy, dbias, beta);
-    if (is_pointwise(s)) {
-        /* dw [c_out][c_in] = beta*dw + dy [P][c_out]^T x x [P][c_in] */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, co, ci, (int)P, 1.0f, dy, co, x, ci, beta, dw, ci);
-        return;
-    }
-    const long K = (long)s->k * s->k * s->k * ci;
-    const long R = conv_chunk_rows(K, P);
-    float *col = workspace; /* [R][K] */
-    for (long p0 = 0; p0 < P; p0 += R) {
-        const long rows = min_l(R, P - p0);
-        im2col(s, x, p0, rows, col);
-        /* dw [c_out][K] = b*dw + dy_chunk [rows][c_out]^T x col [rows][K]; the caller's beta on the first chunk
-         * only (BLAS with beta 0 overwrites without reading dw), then the chunks accumulate in a fixed order. */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, co, (int)K, (int)rows, 1.0f, dy + p0 * co, co, col,
-                    (int)K, p0 == 0 ? beta : 1.0f, dw, (int)K);
-    }
+/* Rows per backward-data chunk, from the widest class. */
+static long data_chunk_rows(const Conv3dShape *s, long max_width, long max_rows) {
+    return conv_chunk_rows(max_width, max_rows);
 }
-
-/* ---- backward data ---------------------------------------------------------------------------------------- */
 
 void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float *wt, float *dx, float beta,
                               void *workspace) {
     const int ci = s->c_in, co = s->c_out, k = s->k, st = s->stride;
+    const long k3 = (long)k * k * k;
     if (is_pointwise(s)) {
-        /* dx [P][c_in] = beta*dx + dy [P][c_out] x wt [c_out][c_in] */
-        const long P = in_positions(s);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)P, ci, co, 1.0f, dy, co, wt, ci, beta, dx, ci);
+        /* dx [P][c_in] = beta*dx + dy [P][c_out] x wt [c_out][c_in], by chunks of rows */
+        const long P = out_positions(s), R = conv_chunk_rows(co, P), nch = ceil_div(P, R);
+        const int saved = blas_serial_begin();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(conv_threads())
+        for (long c = 0; c < nch; c++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)min_l(R, P - c * R), ci, co, 1.0f,
+                        dy + c * R * co, co, wt, ci, beta, dx + c * R * ci, ci);
+        blas_serial_end(saved);
         return;
     }
+    const int ncls = st * st * st;
+    DataClass *cls = vx_malloc(sizeof(DataClass) * (size_t)ncls);
     long max_width, max_rows;
-    data_class_extent(s, &max_width, &max_rows);
-    const long R = conv_chunk_rows(max_width > 0 ? max_width : 1, max_rows);
-    const long k3 = (long)k * k * k;
-    float *wr = workspace;              /* one class's rearranged filter, at most k^3*c_out*c_in floats */
-    float *col = wr + k3 * co * ci;     /* [R][taps*c_out] gathered dy */
-    float *tmp = col + R * max_width;   /* [R][c_in] GEMM result (stride > 1 only) */
+    data_classes(s, cls, &max_width, &max_rows);
+    const long R = data_chunk_rows(s, max_width, max_rows);
+    /* work items: (class, first row) for every chunk of every class; classes with no tap only need zeroing */
+    long nitems = 0;
+    for (int i = 0; i < ncls; i++) nitems += cls[i].width > 0 ? ceil_div(cls[i].rows, R) : beta == 0.0f;
+    long *items = vx_malloc(sizeof(long) * 2 * (size_t)(nitems > 0 ? nitems : 1)); /* [nitems][class, q0] */
+    nitems = 0;
+    for (int i = 0; i < ncls; i++) {
+        const long n_i = cls[i].width > 0 ? ceil_div(cls[i].rows, R) : (beta == 0.0f && cls[i].rows > 0);
+        for (long c = 0; c < n_i; c++, nitems++) items[2 * nitems] = i, items[2 * nitems + 1] = c * R;
+    }
+
+    /* workspace: the classes' rearranged filters (k^3*c_out*c_in floats), then per thread [R][max_width] gathered
+     * dy and, for stride > 1, [R][c_in] GEMM results to scatter */
+    float *wr_all = workspace;
+    float *bufs = wr_all + k3 * co * ci;
+    const long per_thread = R * max_width + (st > 1 ? R * ci : 0);
     const long dy_sample = (long)s->od * s->oh * s->ow * co;
-
-    for (int rz = 0; rz < st; rz++)
-        for (int ry = 0; ry < st; ry++)
-            for (int rx = 0; rx < st; rx++) {
-                const AxisClass az = axis_class(rz, s->d, k, st, s->pad);
-                const AxisClass ay = axis_class(ry, s->h, k, st, s->pad);
-                const AxisClass ax = axis_class(rx, s->w, k, st, s->pad);
-                const long rows_total = (long)s->n * az.count * ay.count * ax.count;
-                const long taps = (long)az.taps * ay.taps * ax.taps;
-                const long W = taps * co;
-                if (rows_total == 0) continue;
-                if (W == 0) {
-                    /* no tap reads these positions (k < stride): their gradient is 0 */
-                    if (beta != 0.0f) continue;
-#pragma omp parallel for schedule(static)
-                    for (long q = 0; q < rows_total; q++) {
-                        long t = q;
-                        const int jx = (int)(t % ax.count);
-                        t /= ax.count;
-                        const int jy = (int)(t % ay.count);
-                        t /= ay.count;
-                        const int jz = (int)(t % az.count);
-                        const long b = t / az.count;
-                        const long pos = ((b * s->d + rz + (long)jz * st) * s->h + ry + (long)jy * st) * s->w + rx +
-                                         (long)jx * st;
-                        memset(dx + pos * ci, 0, sizeof(float) * ci);
+    const int saved = blas_serial_begin();
+#pragma omp parallel num_threads(conv_threads())
+    {
+        /* wr [c_in][taps][c_out] per class: tap (a, b, c) is kernel index (kd_max - a*s, kh_max - b*s, kw_max - c*s) */
+#pragma omp for schedule(static)
+        for (long t = 0; t < (long)ncls * ci; t++) {
+            const DataClass *c = &cls[t / ci];
+            const int i = (int)(t % ci);
+            const AxisClass *az = &c->a[0], *ay = &c->a[1], *ax = &c->a[2];
+            for (int a = 0; a < az->taps; a++)
+                for (int bb = 0; bb < ay->taps; bb++)
+                    for (int cc = 0; cc < ax->taps; cc++) {
+                        const long kidx = ((long)(az->kd_max - a * st) * k + (ay->kd_max - bb * st)) * k +
+                                          (ax->kd_max - cc * st);
+                        float *dst = wr_all + c->wr_offset + (long)i * c->width +
+                                     (((long)a * ay->taps + bb) * ax->taps + cc) * co;
+                        for (int o = 0; o < co; o++) dst[o] = wt[((long)o * k3 + kidx) * ci + i];
                     }
-                    continue;
-                }
-                /* wr [c_in][taps][c_out]: tap (a, b, c) is kernel index (kd_max - a*s, kh_max - b*s, kw_max - c*s) */
-#pragma omp parallel for schedule(static)
-                for (int i = 0; i < ci; i++)
-                    for (int a = 0; a < az.taps; a++)
-                        for (int bb = 0; bb < ay.taps; bb++)
-                            for (int c = 0; c < ax.taps; c++) {
-                                const long kidx = ((long)(az.kd_max - a * st) * k + (ay.kd_max - bb * st)) * k +
-                                                  (ax.kd_max - c * st);
-                                float *dst = wr + (long)i * W + (((long)a * ay.taps + bb) * ax.taps + c) * co;
-                                for (int o = 0; o < co; o++) dst[o] = wt[((long)o * k3 + kidx) * ci + i];
-                            }
-
-                for (long q0 = 0; q0 < rows_total; q0 += R) {
-                    const long rows = min_l(R, rows_total - q0);
-                    /* gather: row q is the class's q-th input position (b, rz + jz*s, ry + jy*s, rx + jx*s);
-                     * its first tap kd_max reads output z (z + pad - kd_max)/s, the next ones ascend by 1 */
-#pragma omp parallel for schedule(static)
-                    for (long r = 0; r < rows; r++) {
-                        long t = q0 + r;
-                        const int jx = (int)(t % ax.count);
-                        t /= ax.count;
-                        const int jy = (int)(t % ay.count);
-                        t /= ay.count;
-                        const int jz = (int)(t % az.count);
-                        const long b = t / az.count;
-                        const int z = rz + jz * st, y = ry + jy * st, xx = rx + jx * st;
-                        gather_row(col + r * W, dy + b * dy_sample, s->od, s->oh, s->ow, co,
-                                   (z + s->pad - az.kd_max) / st, az.taps, (y + s->pad - ay.kd_max) / st, ay.taps,
-                                   (xx + s->pad - ax.kd_max) / st, ax.taps);
-                    }
-                    if (st == 1) {
-                        /* one class holding every position in order: write straight into dx */
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, ci, (int)W, 1.0f, col,
-                                    (int)W, wr, (int)W, beta, dx + q0 * ci, ci);
-                        continue;
-                    }
-                    /* tmp [rows][c_in] = col [rows][W] x wr [c_in][W]^T, then scattered to the class positions */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, ci, (int)W, 1.0f, col, (int)W,
-                                wr, (int)W, 0.0f, tmp, ci);
-#pragma omp parallel for schedule(static)
-                    for (long r = 0; r < rows; r++) {
-                        long t = q0 + r;
-                        const int jx = (int)(t % ax.count);
-                        t /= ax.count;
-                        const int jy = (int)(t % ay.count);
-                        t /= ay.count;
-                        const int jz = (int)(t % az.count);
-                        const long b = t / az.count;
-                        const long pos = ((b * s->d + rz + (long)jz * st) * s->h + ry + (long)jy * st) * s->w + rx +
-                                         (long)jx * st;
-                        float *d = dx + pos * ci;
-                        const float *src = tmp + r * ci;
-                        if (beta != 0.0f)
-                            for (int i = 0; i < ci; i++) d[i] = beta * d[i] + src[i];
-                        else
-                            for (int i = 0; i < ci; i++) d[i] = src[i];
-                    }
-                }
+        }
+        float *col = bufs + omp_get_thread_num() * per_thread; /* [R][width] */
+        float *tmp = col + R * max_width;                       /* [R][c_in] */
+#pragma omp for schedule(dynamic, 1)
+        for (long it = 0; it < nitems; it++) {
+            const DataClass *c = &cls[items[2 * it]];
+            const long q0 = items[2 * it + 1], rows = min_l(R, c->rows - q0), W = c->width;
+            int j[3];
+            long b;
+            if (W == 0) {
+                /* no tap reads these positions (k < stride): their gradient is 0 */
+                for (long q = 0; q < c->rows; q++) memset(dx + class_position(s, c, q, j, &b) * ci, 0, sizeof(float) * ci);
+                continue;
             }
+            /* gather: row q's first tap kd_max reads output z (z + pad - kd_max)/s, the next ones ascend by 1 */
+            for (long r = 0; r < rows; r++) {
+                class_position(s, c, q0 + r, j, &b);
+                int start[3];
+                for (int ax = 0; ax < 3; ax++)
+                    start[ax] = (c->r[ax] + j[ax] * st + s->pad - c->a[ax].kd_max) / st; /* exact: the tap is valid */
+                gather_row(col + r * W, dy + b * dy_sample, s->od, s->oh, s->ow, co, start[0], c->a[0].taps, start[1],
+                           c->a[1].taps, start[2], c->a[2].taps);
+            }
+            const float *wr = wr_all + c->wr_offset;
+            if (st == 1) {
+                /* a single class holding every position in order: write straight into dx rows */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, ci, (int)W, 1.0f, col, (int)W, wr,
+                            (int)W, beta, dx + q0 * ci, ci);
+                continue;
+            }
+            /* tmp [rows][c_in] = col [rows][W] x wr [c_in][W]^T, then scattered to the class positions */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, ci, (int)W, 1.0f, col, (int)W, wr, (int)W,
+                        0.0f, tmp, ci);
+            for (long r = 0; r < rows; r++) {
+                float *d = dx + class_position(s, c, q0 + r, j, &b) * ci;
+                const float *src = tmp + r * ci;
+                if (beta != 0.0f)
+                    for (int i = 0; i < ci; i++) d[i] = beta * d[i] + src[i];
+                else
+                    for (int i = 0; i < ci; i++) d[i] = src[i];
+            }
+        }
+    }
+    blas_serial_end(saved);
+    free(items);
+    free(cls);
+}
+
+/* ---- workspace -------------------------------------------------------------------------------------------- */
+
+size_t conv3d_workspace_bytes_cpu(const Conv3dShape *s) {
+    const long K = (long)s->k * s->k * s->k * s->c_in;
+    /* forward: per-thread column matrices; backward filter: those plus the partial dw's */
+    const long cols = is_pointwise(s) ? 0 : conv_slots() * fwd_chunk_rows(s) * K;
+    const long ng = filter_groups(s);
+    const long filt = cols + (ng > 1 ? ng * conv3d_weight_count(s) : 0);
+    long data = 0;
+    if (!is_pointwise(s)) {
+        const int ncls = s->stride * s->stride * s->stride;
+        DataClass *cls = vx_malloc(sizeof(DataClass) * (size_t)ncls);
+        long max_width, max_rows;
+        data_classes(s, cls, &max_width, &max_rows);
+        free(cls);
+        const long R = data_chunk_rows(s, max_width, max_rows);
+        data = conv3d_weight_count(s) + conv_slots() * (R * max_width + (s->stride > 1 ? R * s->c_in : 0));
+    }
+    return sizeof(float) * (size_t)max_l(filt, data);
 }
