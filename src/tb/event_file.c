@@ -43,6 +43,7 @@ struct EventFile {
 };
 
 static _Atomic(EventFile *) open_files[TB_MAX_OPEN_WRITERS];
+static atomic_int flushes_running; /* signal/exit flushes in progress: close waits for them before freeing */
 static pthread_once_t atexit_once = PTHREAD_ONCE_INIT;
 
 static void file_acquire(EventFile *f) {
@@ -67,6 +68,7 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 void event_file_flush_all_signal_safe(void) {
     int saved_errno = errno; /* a handler must not change errno under the code it interrupted */
     pid_t me = getpid();
+    atomic_fetch_add(&flushes_running, 1);
     for (int i = 0; i < TB_MAX_OPEN_WRITERS; i++) {
         EventFile *f = atomic_load(&open_files[i]);
         if (!f || f->owner != me) continue;
@@ -75,6 +77,7 @@ void event_file_flush_all_signal_safe(void) {
         if (f->len && write_all(f->fd, f->buf, f->len) == 0) f->len = 0;
         file_release(f);
     }
+    atomic_fetch_sub(&flushes_running, 1);
     errno = saved_errno;
 }
 
@@ -186,9 +189,12 @@ void event_file_flush(EventFile *f) {
 
 void event_file_close(EventFile *f) {
     event_file_flush(f);
-    /* Leave the registry first so no handler can pick f up while it is being freed. */
+    /* Leave the registry, then wait for flushes that may have picked f up before that (on other threads; one
+     * on this thread never waits, so it has finished by the time we get here). Both sides use sequentially
+     * consistent atomics: a flush either counted itself before we looked, or finds the slot empty. */
     atomic_store(&open_files[f->slot], NULL);
-    file_acquire(f); /* waits out a signal flush running on another thread */
+    while (atomic_load(&flushes_running)) sched_yield();
+    file_acquire(f);
     if (fsync(f->fd) != 0 && errno != EINVAL)
         vx_fatal("cannot fsync TensorBoard event file %s; is the disk full?", f->path);
     if (close(f->fd) != 0) vx_fatal("cannot close TensorBoard event file %s", f->path);
