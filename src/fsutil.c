@@ -1,9 +1,9 @@
-/* fsutil.c: whole-file reads, atomic writes and mkdir -p (see fsutil.h). */
+/* fsutil.c: whole-file reads, atomic writes, mkdir -p and directory fsync (see fsutil.h). */
 #include "fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,27 +54,56 @@ void fs_write_atomic(const char *path, const void *data, size_t len) {
     if (close(fd) != 0) vx_fatal("cannot close %s", tmp);
     if (rename(tmp, path) != 0) vx_fatal("cannot rename %s to %s", tmp, path);
     /* The rename itself is durable only once the directory entry is on disk. */
-    char *dir_copy = strdup(path);
-    int dfd = open(dirname(dir_copy), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    free(dir_copy);
+    (void)fs_fsync_parent(path);
     free(tmp);
 }
 
-void fs_mkdirs(const char *path) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) vx_usage_error("path too long: %s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                vx_usage_error("cannot create directory %s (%s); choose another --out", buf, strerror(errno));
-            *p = c;
-            if (c == 0) break;
-        }
+int fs_mkdir_p(const char *path) {
+    char buf[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) {
+        errno = n ? ENAMETOOLONG : ENOENT;
+        return -1;
     }
+    memcpy(buf, path, n + 1);
+    /* Create each prefix in turn; EEXIST is fine as long as what exists is a directory (checked at the end). */
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(buf, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+int fs_fsync_parent(const char *path) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof dir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (slash == path) n = 1; /* a file directly under / */
+    if (n) memcpy(dir, path, n);
+    else dir[n++] = '.';
+    dir[n] = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+void fs_mkdirs(const char *path) {
+    if (fs_mkdir_p(path) != 0) vx_usage_error("cannot create directory %s (%s); choose another --out", path, strerror(errno));
 }

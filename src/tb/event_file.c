@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tb/fs_util.h"
+#include "fsutil.h"
 #include "tb/tb_writer.h"
 #include "tb/tfrecord.h"
 #include "util.h"
@@ -112,7 +112,7 @@ static int create_unique_file(EventFile *f, const char *run_dir) {
 
 int event_file_open(EventFile **out, const char *run_dir, double flush_secs) {
     pthread_once(&atexit_once, register_atexit);
-    if (fs_util_mkdir_p(run_dir) != 0)
+    if (fs_mkdir_p(run_dir) != 0)
         vx_fatal("cannot create run directory %s; check the path and its permissions", run_dir);
     int dir_fd = open(run_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd < 0) vx_fatal("cannot open run directory %s", run_dir);
@@ -142,7 +142,7 @@ int event_file_open(EventFile **out, const char *run_dir, double flush_secs) {
     }
     f->fd = create_unique_file(f, run_dir);
     /* Make the new file's name durable too: TensorBoard finds files by listing the directory. */
-    (void)fs_util_fsync_parent(f->path);
+    (void)fs_fsync_parent(f->path);
     *out = f;
     return TB_OK;
 }

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tb/fs_util.h"
+#include "fsutil.h"
 #include "trace/trace_file.h"
 #include "util.h"
 
@@ -253,7 +253,7 @@ int trace_end(void) {
 
     char dir[PATH_MAX + 8], host[256];
     snprintf(dir, sizeof dir, "%s/traces", run_dir);
-    if (fs_util_mkdir_p(dir) != 0) vx_fatal("cannot create trace directory %s; check the run directory", dir);
+    if (fs_mkdir_p(dir) != 0) vx_fatal("cannot create trace directory %s; check the run directory", dir);
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = '\0';
     /* <host>_<pid>.<ms>.pt.trace.json.gz, as torch.profiler.tensorboard_trace_handler names its files. */

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "tb/fs_util.h"
+#include "fsutil.h"
 #include "util.h"
 
 #define CHUNK (64 * 1024)
@@ -156,5 +156,5 @@ void trace_file_write(const char *path, const TraceContents *t) {
     if (fsync(fd) != 0) vx_fatal("cannot fsync trace file %s", tmp);
     if (close(fd) != 0) vx_fatal("cannot close trace file %s", tmp);
     if (rename(tmp, path) != 0) vx_fatal("cannot rename %s to %s", tmp, path);
-    (void)fs_util_fsync_parent(path);
+    (void)fs_fsync_parent(path);
 }
