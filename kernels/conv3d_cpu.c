@@ -13,8 +13,8 @@
  * every (kd, kh) line of taps is then one contiguous run of dy, exactly like a forward im2col line.
  * 1x1x1 stride-1 pad-0 convolutions skip the gathers: x and dy are already the [P][c] matrices.
  *
- * Threading: the rows are cut into chunks sized from the shape alone (conv_chunk_rows, about 1 MB of column
- * matrix, so it stays in the core's L2 between the gather and the GEMM). OpenMP threads take whole chunks: each
+ * Threading: the rows are cut into chunks sized from the shape alone (conv_chunk_rows, about 2 MB of column
+ * matrix, so it is still cache-hot when the GEMM reads it). OpenMP threads take whole chunks: each
  * gathers its chunk into its own slice of the workspace and runs a single-threaded sgemm on it. Measured on the
  * 2-core machine this is several times faster than alternating OpenMP gathers with OpenBLAS-threaded GEMMs,
  * whose two spinning thread pools fight over the cores (by 10x when another process is running). OpenBLAS is
@@ -29,16 +29,18 @@
 #include "conv3d.h"
 #include "util.h"
 
-/* Column matrix per chunk: about this many bytes (L2-resident), rows clamped to [MIN_ROWS, MAX_ROWS]. The unit
- * test's "chunked" shapes have far more rows than CONV_CHUNK_MAX_ROWS, so they run many chunks. */
-#define CONV_CHUNK_TARGET_BYTES (1L << 20)
-#define CONV_CHUNK_MAX_ROWS 1024L
+/* Column matrix per chunk: about this many bytes, rows clamped to [MIN_ROWS, MAX_ROWS]. Measured on the 2-core
+ * Xeon (2 MB L2 per core), 0.5 to 2 MB per chunk perform alike for k=3, and 2048-row chunks help the pointwise
+ * GEMMs (K = c_in is short there). The unit test's "chunked" shapes have several times CONV_CHUNK_MAX_ROWS rows,
+ * so they run many chunks whatever the width. */
+#define CONV_CHUNK_TARGET_BYTES (2L << 20)
+#define CONV_CHUNK_MAX_ROWS 2048L
 #define CONV_CHUNK_MIN_ROWS 16L
 /* Backward filter: chunks are summed into at most CONV_FILTER_MAX_GROUPS partial dw's (fewer for big filters,
  * keeping them under CONV_FILTER_PARTIAL_BYTES, but at least CONV_FILTER_MIN_GROUPS for parallelism). */
-#define CONV_FILTER_MAX_GROUPS 64L
+#define CONV_FILTER_MAX_GROUPS 32L
 #define CONV_FILTER_MIN_GROUPS 4L
-#define CONV_FILTER_PARTIAL_BYTES (32L << 20)
+#define CONV_FILTER_PARTIAL_BYTES (16L << 20)
 /* Rows per partial sum of dbias: fixed, so the sum's order does not depend on the thread count. */
 #define CONV_BIAS_BLOCK_ROWS 1024L
 
@@ -337,13 +339,15 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
     const long R = data_chunk_rows(s, max_width, max_rows);
     /* work items: (class, first row) for every chunk of every class; classes with no tap only need zeroing */
     long nitems = 0;
-    for (int i = 0; i < ncls; i++) nitems += cls[i].width > 0 ? ceil_div(cls[i].rows, R) : beta == 0.0f;
-    long *items = vx_malloc(sizeof(long) * 2 * (size_t)(nitems > 0 ? nitems : 1)); /* [nitems][class, q0] */
-    nitems = 0;
+    long *n_items = vx_malloc(sizeof(long) * (size_t)ncls);
     for (int i = 0; i < ncls; i++) {
-        const long n_i = cls[i].width > 0 ? ceil_div(cls[i].rows, R) : (beta == 0.0f && cls[i].rows > 0);
-        for (long c = 0; c < n_i; c++, nitems++) items[2 * nitems] = i, items[2 * nitems + 1] = c * R;
+        n_items[i] = cls[i].width > 0 ? ceil_div(cls[i].rows, R) : (beta == 0.0f && cls[i].rows > 0);
+        nitems += n_items[i];
     }
+    long *items = vx_malloc(sizeof(long) * 2 * (size_t)max_l(nitems, 1)); /* [nitems][class, q0] */
+    for (int i = 0, it = 0; i < ncls; i++)
+        for (long c = 0; c < n_items[i]; c++, it++) items[2 * it] = i, items[2 * it + 1] = c * R;
+    free(n_items);
 
     /* workspace: the classes' rearranged filters (k^3*c_out*c_in floats), then per thread [R][max_width] gathered
      * dy and, for stride > 1, [R][c_in] GEMM results to scatter */
