@@ -1,6 +1,7 @@
 /* loss_cpu.c: float32 CPU reconstruction loss (loss.h): the mean L1 or MSE over all elements and its gradient
  * in one pass. The mean is summed in double over fixed chunks of LOSS_CHUNK elements whose partial sums are
  * added in chunk order, so the value does not depend on the OpenMP thread count. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "loss.h"
@@ -28,12 +29,24 @@ void recon_loss_cpu(ReconLoss kind, long count, const float *pred, const float *
     for (long blk = 0; blk < nb; blk++) {
         const long i0 = blk * LOSS_CHUNK, i1 = i0 + LOSS_CHUNK < count ? i0 + LOSS_CHUNK : count;
         double acc[LOSS_LANES] = {0};
-        for (long i = i0; i < i1; i += LOSS_LANES)
-            for (int l = 0; l < LOSS_LANES && i + l < i1; l++) {
+        /* element i goes to lane (i - i0) % LOSS_LANES: a fixed order; the branches are loop-invariant and the
+         * sign is computed branch-free (a data-dependent branch mispredicts on every other element) */
+        for (long i = i0; i < i1; i += LOSS_LANES) {
+            const int n = i + LOSS_LANES <= i1 ? LOSS_LANES : (int)(i1 - i);
+            for (int l = 0; l < n; l++) {
                 const float d = pred[i + l] - target[i + l];
-                acc[l] += l1 ? (double)(d < 0.0f ? -d : d) : (double)d * d;
-                if (dpred) dpred[i + l] = l1 ? (d > 0.0f ? g1 : d < 0.0f ? -g1 : 0.0f) : g2 * d;
+                acc[l] += l1 ? (double)fabsf(d) : (double)d * d;
             }
+            if (dpred) {
+                if (l1)
+                    for (int l = 0; l < n; l++) {
+                        const float d = pred[i + l] - target[i + l];
+                        dpred[i + l] = g1 * (float)((d > 0.0f) - (d < 0.0f)); /* sign, 0 at d == 0 */
+                    }
+                else
+                    for (int l = 0; l < n; l++) dpred[i + l] = g2 * (pred[i + l] - target[i + l]);
+            }
+        }
         double s = 0.0;
         for (int l = 0; l < LOSS_LANES; l++) s += acc[l];
         part[blk] = s;

@@ -483,6 +483,18 @@ static void test_silu(void **state) {
     float *xb = frand(big, -10, 10), *yb = fnew(big);
     silu_forward_cpu(big, xb, yb);
     for (long i = 0; i < big; i += 997) assert_true(fabsf(yb[i] - xb[i] / (1.0f + expf(-xb[i]))) <= 1e-6f);
+    /* saturation: no overflow to inf or NaN far out */
+    const float ext[6] = {-1000.0f, -100.0f, -88.5f, 0.0f, 90.0f, 1000.0f};
+    float ey[6], edx[6];
+    const float ones[6] = {1, 1, 1, 1, 1, 1};
+    silu_forward_cpu(6, ext, ey);
+    silu_backward_cpu(6, ext, ones, edx, 0.0f);
+    for (int i = 0; i < 6; i++) {
+        const double ref = ext[i] / (1.0 + exp(-(double)ext[i]));
+        assert_true(isfinite(ey[i]) && isfinite(edx[i]));
+        assert_true(fabs(ey[i] - ref) <= 1e-6 * fabs(ref) + 1e-30);
+    }
+    assert_true(fabsf(edx[0]) < 1e-30f && edx[5] == 1.0f && edx[3] == 0.5f);
     free(x), free(r), free(c.x), free(c.r), free(ry), free(y), free(dx), free(fd), free(dx1), free(dx0), free(xb);
     free(yb);
 }
