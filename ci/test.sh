@@ -7,10 +7,20 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 passed=0; failed=0; failed_names=()
 
+# Each cmocka binary prints "[  PASSED  ] N test(s)." and, on failure, "[  FAILED  ] N test(s)..."; count the
+# test cases, and count a binary that dies before its summary as one failure.
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
     echo "=== $t"
-    if "$t"; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("$t"); fi
+    out=$("$t" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -1)
+    f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -1)
+    passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
+    if [ $rc -ne 0 ]; then
+        failed_names+=("$t")
+        [ -n "$f" ] && [ "$f" -gt 0 ] || failed=$((failed + 1))
+    fi
 done
 
 echo "=== pytest tests/integration"
