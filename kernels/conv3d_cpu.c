@@ -98,6 +98,37 @@ static void blas_serial_end(int saved) {
     if (saved != 1) openblas_set_num_threads(saved);
 }
 
+/* The three GEMM forms the convolution needs, row-major, alpha 1, beta 0 (overwrite) or 1 (accumulate). With a
+ * single output column OpenBLAS's sgemm still runs its packing path (3 GFLOP/s for a 16->1 output conv), so
+ * that case goes to sgemv. sgemv's beta 0 is not relied on to ignore NaN (it scales y by beta in some OpenBLAS
+ * versions): y is zeroed first and accumulated into. */
+static void gemv_rows(CBLAS_TRANSPOSE t, int m, int n, const float *A, int lda, const float *xv, int incx, float beta,
+                      float *yv, long ylen) {
+    if (beta == 0.0f) memset(yv, 0, sizeof(float) * (size_t)ylen);
+    cblas_sgemv(CblasRowMajor, t, m, n, 1.0f, A, lda, xv, incx, beta == 0.0f ? 1.0f : beta, yv, 1);
+}
+
+/* C [m][n] = beta*C + A [m][k] x B [n][k]^T */
+static void gemm_nt(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc) {
+    if (n == 1 && ldc == 1) gemv_rows(CblasNoTrans, m, k, A, lda, B, 1, beta, C, m);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* C [m][n] = beta*C + A [k][m]^T x B [k][n] */
+static void gemm_tn(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc) {
+    if (m == 1 && lda == 1) gemv_rows(CblasTrans, k, n, B, ldb, A, 1, beta, C, n);
+    else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* C [m][n] = beta*C + A [m][k] x B [k][n] */
+static void gemm_nn(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc) {
+    if (n == 1 && ldb == 1 && ldc == 1) gemv_rows(CblasNoTrans, m, k, A, lda, B, 1, beta, C, m);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* One row of a column matrix: the tz x ty x tx block of source positions starting at (z0, y0, x0) of one sample
  * src [sd][sh][sw][c], in row-major tap order, c floats per tap, zeros where the position is outside the source.
  * Each (tz, ty) line is one contiguous run of the source, copied with a single memcpy. */
@@ -168,8 +199,7 @@ void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, c
             for (long r = 0; r < rows; r++)
                 for (int j = 0; j < co; j++) yc[r * co + j] = bias ? bias[j] : 0.0f;
             /* y [rows][c_out] += col [rows][K] x wt [c_out][K]^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, co, (int)K, 1.0f, pw ? x + p0 * K : col,
-                        (int)K, wt, (int)K, 1.0f, yc, co);
+            gemm_nt((int)rows, co, (int)K, pw ? x + p0 * K : col, (int)K, wt, (int)K, 1.0f, yc, co);
         }
     }
     blas_serial_end(saved);
@@ -227,8 +257,7 @@ void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const floa
                  * reading, so the first chunk of a group needs no zeroing (and ng == 1 writes dw with the caller's
                  * beta) */
                 const float b = c > g * nch / ng ? 1.0f : ng == 1 ? beta : 0.0f;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, co, (int)K, (int)rows, 1.0f, dy + p0 * co, co,
-                            pw ? x + p0 * K : col, (int)K, b, dwg, (int)K);
+                gemm_tn(co, (int)K, (int)rows, dy + p0 * co, co, pw ? x + p0 * K : col, (int)K, b, dwg, (int)K);
             }
         }
         /* dw = beta*dw + the groups' partials, added in group order (in double) */
@@ -327,8 +356,7 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
         const int saved = blas_serial_begin();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(conv_threads())
         for (long c = 0; c < nch; c++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)min_l(R, P - c * R), ci, co, 1.0f,
-                        dy + c * R * co, co, wt, ci, beta, dx + c * R * ci, ci);
+            gemm_nn((int)min_l(R, P - c * R), ci, co, dy + c * R * co, co, wt, ci, beta, dx + c * R * ci, ci);
         blas_serial_end(saved);
         return;
     }
@@ -399,13 +427,11 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
             const float *wr = wr_all + c->wr_offset;
             if (st == 1) {
                 /* a single class holding every position in order: write straight into dx rows */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, ci, (int)W, 1.0f, col, (int)W, wr,
-                            (int)W, beta, dx + q0 * ci, ci);
+                gemm_nt((int)rows, ci, (int)W, col, (int)W, wr, (int)W, beta, dx + q0 * ci, ci);
                 continue;
             }
             /* tmp [rows][c_in] = col [rows][W] x wr [c_in][W]^T, then scattered to the class positions */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, ci, (int)W, 1.0f, col, (int)W, wr, (int)W,
-                        0.0f, tmp, ci);
+            gemm_nt((int)rows, ci, (int)W, col, (int)W, wr, (int)W, 0.0f, tmp, ci);
             for (long r = 0; r < rows; r++) {
                 float *d = dx + class_position(s, c, q0 + r, j, &b) * ci;
                 const float *src = tmp + r * ci;

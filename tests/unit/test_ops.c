@@ -282,6 +282,16 @@ static void test_conv_k1s2(void **state) { check_conv((ConvCase){2, 5, 4, 3, 3, 
 static void test_conv_k3p0(void **state) { check_conv((ConvCase){2, 5, 4, 6, 3, 2, 3, 1, 0}, 1); }
 static void test_conv_k3s3(void **state) { check_conv((ConvCase){1, 7, 5, 6, 2, 3, 3, 3, 2}, 1); }
 
+/* one input or one output channel: the GEMMs with a single output column go through sgemv */
+static void test_conv_c1(void **state) {
+    check_conv((ConvCase){2, 5, 6, 7, 1, 4, 3, 1, 1}, 1); /* backward data: dx has one column */
+    check_conv((ConvCase){2, 5, 6, 7, 6, 1, 3, 1, 1}, 1); /* forward and backward filter: one output channel */
+    check_conv((ConvCase){2, 5, 6, 7, 1, 1, 3, 2, 1}, 1); /* both, stride 2 */
+    check_conv((ConvCase){2, 5, 6, 7, 1, 3, 1, 1, 0}, 1); /* pointwise */
+    check_conv((ConvCase){2, 5, 6, 7, 3, 1, 1, 1, 0}, 1);
+    check_conv((ConvCase){2, 19, 18, 17, 1, 1, 3, 1, 1}, 0); /* many chunks */
+}
+
 /* Far more output rows than one chunk (at most 2048 rows), so forward, backward filter (several partial-dw
  * groups of several chunks each) and backward data run many chunks; chunk boundaries fall inside samples. */
 static void test_conv_chunked_s1(void **state) { check_conv((ConvCase){2, 17, 17, 17, 3, 5, 3, 1, 1}, 0); }
@@ -828,6 +838,7 @@ int main(void) {
         cmocka_unit_test(test_conv_k3s2_even),    cmocka_unit_test(test_conv_k1),
         cmocka_unit_test(test_conv_k2s2),         cmocka_unit_test(test_conv_k1s2),
         cmocka_unit_test(test_conv_k3p0),         cmocka_unit_test(test_conv_k3s3),
+        cmocka_unit_test(test_conv_c1),
         cmocka_unit_test(test_conv_chunked_s1),   cmocka_unit_test(test_conv_chunked_s2),
         cmocka_unit_test(test_conv_chunked_wide), cmocka_unit_test(test_conv_chunked_groups),
         cmocka_unit_test(test_conv_threads),
