@@ -28,7 +28,7 @@
 #define FWD_TOL 1e-5   /* float32 forward vs float64 reference, relative L2 error */
 #define GRAD_TOL 1e-4  /* float32 gradient vs finite differences, relative L2 error */
 #define FD_H 1e-6      /* central-difference step (in double) */
-#define FD_MAX 300     /* at most this many finite-difference elements per tensor (a random subset beyond) */
+#define FD_MAX 4000    /* finite differences over every element up to this size, a random subset beyond */
 
 static uint64_t test_rng = 0x1234567ull;
 
