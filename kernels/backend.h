@@ -11,6 +11,9 @@
 #include "latent.h"
 #include "loss.h"
 #include "optim.h"
+#include "rng.h"
+#include "silu.h"
+#include "upsample.h"
 
 typedef struct Backend {
     const char *name; /* "cpu" or "cuda" */
