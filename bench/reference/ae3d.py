@@ -12,6 +12,7 @@ Use as a library (build_model, load_probe, step_loss) or as a benchmark:
 """
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -165,6 +166,8 @@ def bench(args):
                  "loss": "l1", "logvar_min": -30.0, "logvar_max": 20.0, "norm_eps": 1e-6, **cfg["model"]}
     batch = args.batch_size or cfg.get("train", {}).get("batch_size", 2)
     dev = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model = AE3D(model_cfg).to(dev)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last_3d)
@@ -173,7 +176,6 @@ def bench(args):
     D, H, W = model_cfg["input_size"]
     x = torch.rand(batch, model_cfg["in_channels"], D, H, W, device=dev)
     amp = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    step = lambda: None
 
     def step():
         with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
@@ -203,6 +205,10 @@ def bench(args):
     if dev.type == "cuda":
         out["peak_memory_mib"] = torch.cuda.max_memory_allocated() / 2**20
     print(json.dumps(out, indent=2))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=2)
+            f.write("\n")
 
 
 if __name__ == "__main__":
@@ -216,6 +222,8 @@ if __name__ == "__main__":
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
+    ap.add_argument("--out", help="also write the JSON result to this file")
     a = ap.parse_args()
     if not a.bench:
         ap.error("nothing to do: pass --bench")
