@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "data.h"
 #include "fsutil.h"
 #include "runtime.h"
 #include "util.h"
@@ -91,13 +90,7 @@ static int bench_step(int argc, char **argv) {
     Model *m = rt.model;
     model_allocate(m);
     model_init_params(m, (uint64_t)a.cfg.seed);
-    Tensor *in = &m->tensors[m->t_input];
-    float *batch = vx_malloc((size_t)in->count * sizeof(float));
-    long vol = in->count / m->batch;
-    for (int b = 0; b < m->batch; b++)
-        phantom_generate((uint64_t)a.cfg.seed, (uint64_t)b, in->dims.d, in->dims.h, in->dims.w, in->dims.c,
-                         (float)a.cfg.data_noise, batch + b * vol);
-    rt.be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)in->count * sizeof(float));
+    float *batch = runtime_load_phantom_batch(&rt, &a.cfg, 0);
     double *t = vx_malloc((size_t)iters * sizeof(double));
     for (int i = -warmup; i < iters; i++) {
         double t0 = vx_now();

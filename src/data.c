@@ -82,10 +82,10 @@ void phantom_generate(uint64_t seed, uint64_t index, int d, int h, int w, int c,
     }
 }
 
-static void produce(Loader *l, int64_t batch_index, float *dst) {
-    for (int b = 0; b < l->batch; b++)
-        phantom_generate(l->seed, (uint64_t)(batch_index * l->batch + b), l->d, l->h, l->w, l->c, l->noise,
-                         dst + (long)b * l->volume_count);
+void phantom_batch(uint64_t seed, const Config *cfg, int count, int64_t first, float *out) {
+    int d = cfg->input_size[0], h = cfg->input_size[1], w = cfg->input_size[2], c = cfg->in_channels;
+    for (int b = 0; b < count; b++)
+        phantom_generate(seed, (uint64_t)(first + b), d, h, w, c, (float)cfg->data_noise, out + (long)b * d * h * w * c);
 }
 
 static void *loader_main(void *arg) {
@@ -99,7 +99,7 @@ static void *loader_main(void *arg) {
         }
         int64_t k = l->next_produce++;
         pthread_mutex_unlock(&l->mu);
-        produce(l, k, l->buf[slot]);
+        phantom_batch(l->seed, &l->cfg, l->batch, k * l->batch, l->buf[slot]);
         pthread_mutex_lock(&l->mu);
         l->slot_batch[slot] = k;
         pthread_cond_broadcast(&l->cv);
@@ -110,14 +110,10 @@ static void *loader_main(void *arg) {
 
 void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch) {
     memset(l, 0, sizeof *l);
+    l->cfg = *cfg;
     l->batch = batch;
-    l->d = cfg->input_size[0];
-    l->h = cfg->input_size[1];
-    l->w = cfg->input_size[2];
-    l->c = cfg->in_channels;
-    l->volume_count = (long)l->d * l->h * l->w * l->c;
+    l->volume_count = (long)cfg->input_size[0] * cfg->input_size[1] * cfg->input_size[2] * cfg->in_channels;
     l->seed = (uint64_t)cfg->seed;
-    l->noise = (float)cfg->data_noise;
     l->slots = cfg->prefetch;
     l->buf = vx_calloc((size_t)l->slots, sizeof *l->buf);
     l->slot_batch = vx_calloc((size_t)l->slots, sizeof *l->slot_batch);

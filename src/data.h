@@ -10,12 +10,14 @@
 
 /* Writes volume `index` of stream `seed` into out [d][h][w][c] (NDHWC without N). */
 void phantom_generate(uint64_t seed, uint64_t index, int d, int h, int w, int c, float noise, float *out);
+/* Writes volumes first .. first+count-1 of stream `seed`, shaped by cfg, into out [count][D][H][W][C]. */
+void phantom_batch(uint64_t seed, const Config *cfg, int count, int64_t first, float *out);
 
 typedef struct {
-    int batch, d, h, w, c;
+    Config cfg;        /* shapes and noise of the volumes */
+    int batch;
     long volume_count; /* floats per volume */
     uint64_t seed;
-    float noise;
     int slots;
     float **buf;          /* slots x [batch][d][h][w][c], host memory */
     int64_t *slot_batch;  /* which batch index each slot holds, -1 when empty */

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "data.h"
 #include "fsutil.h"
 #include "runtime.h"
 #include "util.h"
@@ -43,12 +42,7 @@ int probe_main(int argc, char **argv) {
     model_allocate(m);
     model_init_params(m, (uint64_t)a.cfg.seed);
     Tensor *in = &m->tensors[m->t_input];
-    float *batch = vx_malloc((size_t)in->count * sizeof(float));
-    long vol = in->count / m->batch;
-    for (int b = 0; b < m->batch; b++)
-        phantom_generate((uint64_t)a.cfg.seed, (uint64_t)b, in->dims.d, in->dims.h, in->dims.w, in->dims.c,
-                         (float)a.cfg.data_noise, batch + b * vol);
-    rt.be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)in->count * sizeof(float));
+    float *batch = runtime_load_phantom_batch(&rt, &a.cfg, 0);
     model_forward(m, 1, 0);
     /* The arena reuses the output's and the noise's memory during backward: copy them out first. */
     Tensor *z = &m->tensors[m->t_z];

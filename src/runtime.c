@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "data.h"
 #include "util.h"
 
 #define AUTO_BATCH_CAP_GPU 64
@@ -31,6 +32,15 @@ void runtime_open(Runtime *rt, Config *cfg, int verbose) {
                m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
                4.0 * m->param_count * sizeof(float) / 1048576.0, model_device_bytes(m) / 1048576.0);
     }
+}
+
+float *runtime_load_phantom_batch(Runtime *rt, const Config *cfg, int64_t first) {
+    Model *m = rt->model;
+    const Tensor *in = &m->tensors[m->t_input];
+    float *batch = vx_malloc((size_t)in->count * sizeof(float));
+    phantom_batch((uint64_t)cfg->seed, cfg, m->batch, first, batch);
+    rt->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)in->count * sizeof(float));
+    return batch;
 }
 
 void runtime_close(Runtime *rt) {

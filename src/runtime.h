@@ -15,3 +15,6 @@ typedef struct {
  * The model is built but not allocated: callers that run it call model_allocate(rt->model). */
 void runtime_open(Runtime *rt, Config *cfg, int verbose);
 void runtime_close(Runtime *rt);
+/* Generates training volumes first .. first+batch-1 of cfg's phantom stream, copies them to the model's input and
+ * returns the host copy (caller frees): the fixed batch of `bench step` and `probe`. */
+float *runtime_load_phantom_batch(Runtime *rt, const Config *cfg, int64_t first);

@@ -107,9 +107,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
 
     long vol = m->tensors[m->t_input].count / m->batch;
     float *val = vx_malloc((size_t)(cfg->val_samples ? cfg->val_samples : 1) * vol * sizeof(float));
-    for (int i = 0; i < cfg->val_samples; i++)
-        phantom_generate((uint64_t)cfg->seed ^ VAL_SEED_SALT, (uint64_t)i, cfg->input_size[0], cfg->input_size[1],
-                         cfg->input_size[2], cfg->in_channels, (float)cfg->data_noise, val + (long)i * vol);
+    phantom_batch((uint64_t)cfg->seed ^ VAL_SEED_SALT, cfg, cfg->val_samples, 0, val);
 
     Loader loader;
     loader_start(&loader, cfg, m->batch, st.next_sample / m->batch);
