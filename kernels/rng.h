@@ -1,6 +1,8 @@
-/* rng.h: counter-based random numbers that the CPU and the GPU compute identically.
+/* rng.h: counter-based random numbers shared by the CPU and the GPU code.
  * Every value is a pure function of (seed, stream, index), so a step's noise does not depend on how many values
- * were drawn before it, on thread count or on the backend: what makes resume exact and CPU/GPU comparable. */
+ * were drawn before it or on thread count: what makes resume exact. The integer hash and the uniforms are
+ * bit-identical on both backends; normals go through logf/cosf/sqrtf, so CPU and GPU agree to their rounding
+ * (a few ulp) unless the CUDA side is built without fast-math intrinsics for them. */
 #pragma once
 #include <math.h>
 #include <stdint.h>
