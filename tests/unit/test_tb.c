@@ -21,6 +21,8 @@
 
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "tb/crc32c.h"
 #include "tb/histogram.h"
 #include "tb/png_encode.h"
@@ -30,27 +32,6 @@
 #include "tb/tfrecord.h"
 
 /* ---- helpers ------------------------------------------------------------------------------------------------ */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-/* Each test gets a fresh temporary directory as its state, removed afterwards. */
-static int tmpdir_setup(void **state) {
-    char *dir = strdup("/tmp/test_tb.XXXXXX");
-    if (!mkdtemp(dir)) return -1;
-    *state = dir;
-    return 0;
-}
-
-static int tmpdir_teardown(void **state) {
-    nftw(*state, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(*state);
-    return 0;
-}
 
 static char *path_join(const char *a, const char *b) {
     size_t n = strlen(a) + strlen(b) + 2;

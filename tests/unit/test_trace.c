@@ -19,27 +19,9 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
+#include "tmpdir.h"
+
 #include "trace/trace.h"
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static int tmpdir_setup(void **state) {
-    char *dir = strdup("/tmp/test_trace.XXXXXX");
-    if (!mkdtemp(dir)) return -1;
-    *state = dir;
-    return 0;
-}
-
-static int tmpdir_teardown(void **state) {
-    nftw(*state, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(*state);
-    return 0;
-}
 
 /* Gunzips and parses a trace file. */
 static cJSON *load_trace(const char *path) {
