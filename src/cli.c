@@ -36,19 +36,16 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
     int n = 0, opt;
     opterr = 0;
     optind = 1;
-    static char flag_names[64][40]; /* "--steps": error messages name the flag, not its value */
-    int index = -1;
-    while ((opt = getopt_long(argc, argv, "h", COMMON_OPTS, &index)) != -1) {
+    int index;
+    while ((index = -1, opt = getopt_long(argc, argv, "h", COMMON_OPTS, &index)) != -1) {
         const char *key = NULL;
-        const char *flag = argv[optind - 1];
-        if (opt != '?' && opt != 'h' && opt != OPT_HELP && opt != ':' && index >= 0) {
+        /* getopt_long sets index only for long options; the allowed list names those (--help is everyone's). */
+        if (index >= 0 && opt != OPT_HELP) {
             char name[40];
             snprintf(name, sizeof name, ",%s,", COMMON_OPTS[index].name);
-            snprintf(flag_names[n < 64 ? n : 63], sizeof flag_names[0], "--%s", COMMON_OPTS[index].name);
-            flag = flag_names[n < 64 ? n : 63];
-            if (!strstr(allowed, name)) vx_usage_error("%s: option %s is not one of this command's (see --help)", argv[0], flag);
+            if (!strstr(allowed, name))
+                vx_usage_error("%s: option --%s is not one of this command's (see --help)", argv[0], COMMON_OPTS[index].name);
         }
-        index = -1;
         switch (opt) {
         case 'h':
         case OPT_HELP: fputs(help, stdout); exit(0);
@@ -80,10 +77,13 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
             vx_usage_error("%s: unknown option or missing value: %s (see --help)", argv[0], argv[optind - 1]);
         }
         if (key) {
+            static char flag_names[64][40]; /* "--steps": error messages name the flag, not its value */
             if (n >= 64) vx_usage_error("too many options");
+            snprintf(flag_names[n], sizeof flag_names[n], "--%s", COMMON_OPTS[index].name);
             keys[n] = key;
             vals[n] = optarg;
-            flags[n++] = flag;
+            flags[n] = flag_names[n];
+            n++;
         }
     }
     if (optind < argc) vx_usage_error("%s: unexpected argument \"%s\" (see --help)", argv[0], argv[optind]);
