@@ -48,6 +48,8 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, text, needles):
     (["train", "--config", "configs/test/tiny.json", "--device", "cuda"], ["--device cuda"]),
     (["frobnicate"], ["unknown command"]),
     (["bench", "warp"], ["unknown benchmark"]),
+    (["bench", "step", "--resume", "x.ckpt"], ["--resume", "not one of this command's"]),
+    (["probe", "--config", "configs/test/tiny.json"], ["--out PREFIX is required"]),
 ])
 def test_bad_command_line_is_one_line_and_exit_2(tmp_path, args, needles):
     assert_usage_error(run(*args, "--out", tmp_path / "r", check=False) if args[0] == "train" else run(*args, check=False), *needles)
