@@ -56,6 +56,15 @@ static ValResult validate(Model *m, const float *val_host, int count) {
     return (ValResult){.l1 = (float)(l1 / (double)n), .psnr = (float)(10.0 * log10(1.0 / (mse > 1e-20 ? mse : 1e-20)))};
 }
 
+/* Validates after `step` optimizer steps and reports it on stdout and in metrics.jsonl. */
+static void validate_and_log(Model *m, const float *val_host, int count, int64_t step, FILE *metrics) {
+    ValResult vr = validate(m, val_host, count);
+    vx_log("val  %5ld | l1 %.6f | psnr %.2f dB (%d held-out volumes%s)\n", (long)step, vr.l1, vr.psnr, count,
+           step == 0 ? ", before training" : "");
+    fprintf(metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
+    fflush(metrics);
+}
+
 static void format_eta(double seconds, char *out, size_t len) {
     long s = (long)(seconds + 0.5);
     if (s >= 3600) snprintf(out, len, "%ldh%02ldm", s / 3600, (s / 60) % 60);
@@ -118,12 +127,8 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     double t_start = vx_now(), t_window = t_start, wait_window = 0;
     long window_steps = 0;
     int exit_code = 0;
-    ValResult vr = {0};
     if (cfg->val_samples > 0 && st.step == 0) { /* the untrained baseline that later validations improve on */
-        vr = validate(m, val, cfg->val_samples);
-        vx_log("val  %5d | l1 %.6f | psnr %.2f dB (%d held-out volumes, before training)\n", 0, vr.l1, vr.psnr, cfg->val_samples);
-        fprintf(metrics, "{\"step\": 0, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", vr.l1, vr.psnr);
-        fflush(metrics);
+        validate_and_log(m, val, cfg->val_samples, 0, metrics);
         t_window = vx_now();
     }
     while (st.step < cfg->steps) {
@@ -177,11 +182,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
             window_steps = 0;
         }
         if (cfg->val_samples > 0 && ((cfg->val_every && st.step % cfg->val_every == 0) || last)) {
-            vr = validate(m, val, cfg->val_samples);
-            vx_log("val  %5ld | l1 %.6f | psnr %.2f dB (%d held-out volumes)\n", (long)st.step, vr.l1, vr.psnr,
-                   cfg->val_samples);
-            fprintf(metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)st.step, vr.l1, vr.psnr);
-            fflush(metrics);
+            validate_and_log(m, val, cfg->val_samples, st.step, metrics);
             t_window = vx_now(); /* keep validation out of the step time */
         }
         if ((cfg->ckpt_every && st.step % cfg->ckpt_every == 0) || last) save_checkpoint(cfg, m, &st);
