@@ -93,6 +93,7 @@ void model_init_params(Model *m, uint64_t seed);
 
 float *model_tensor(const Model *m, int tensor);      /* activation pointer (backend memory) */
 float *model_tensor_grad(const Model *m, int tensor); /* gradient pointer, NULL when none */
+float *model_noise(const Model *m); /* eps of the last sampled forward, shaped like z; valid until backward ends */
 
 /* Forward over the batch already copied to model_tensor(m, m->t_input). noise_stream selects the
  * reparameterization noise (vx_normal(seed, noise_stream, i)); sample_noise = 0 uses z = mu (validation). */

@@ -17,6 +17,7 @@ float *model_tensor(const Model *m, int t) { return (float *)item_ptr(m, m->tens
 float *model_tensor_grad(const Model *m, int t) {
     return m->tensors[t].grad < 0 ? NULL : (float *)item_ptr(m, m->tensors[t].grad);
 }
+float *model_noise(const Model *m) { return (float *)item_ptr(m, m->eps_item); }
 static float *param_ptr(const Model *m, float *flat, int view) { return view < 0 ? NULL : flat + m->params[view].offset; }
 static float *scalars(const Model *m) { return (float *)item_ptr(m, m->scalars_item); }
 
@@ -90,7 +91,7 @@ void model_forward(Model *m, int sample_noise, uint64_t noise_stream) {
             LatentShape s = latent_shape(m);
             float *eps = NULL;
             if (sample_noise) {
-                eps = (float *)item_ptr(m, m->eps_item);
+                eps = model_noise(m);
                 be->normal_fill(tx->count, (uint64_t)m->cfg.seed, noise_stream, 0, eps);
             }
             be->latent_forward(&s, x, model_tensor(m, nd->in[1]), eps, y, scalars(m) + SCALAR_KL);
@@ -142,7 +143,7 @@ void model_backward(Model *m, float grad_scale, float param_beta) {
         case OP_LATENT: {
             /* mu and logvar feed only this node, so their gradients are overwritten here (dx_beta is 0). */
             LatentShape s = latent_shape(m);
-            be->latent_backward(&s, x, model_tensor(m, nd->in[1]), (const float *)item_ptr(m, m->eps_item), dy,
+            be->latent_backward(&s, x, model_tensor(m, nd->in[1]), model_noise(m), dy,
                                 (float)m->cfg.kl_weight * grad_scale, dx, model_tensor_grad(m, nd->in[1]));
             break;
         }

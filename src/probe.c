@@ -47,7 +47,7 @@ int probe_main(int argc, char **argv) {
     /* The arena reuses the output's and the noise's memory during backward: copy them out first. */
     Tensor *z = &m->tensors[m->t_z];
     float *recon = to_host(rt.be, model_tensor(m, m->t_recon), in->count);
-    float *eps = to_host(rt.be, (const float *)(m->arena + m->plan.items[m->eps_item].offset), z->count);
+    float *eps = to_host(rt.be, model_noise(m), z->count);
     model_backward(m, 1.0f, 0.0f);
     Losses l = model_read_losses(m);
 
