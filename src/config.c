@@ -54,10 +54,23 @@ static const KeySpec SCHEMA[] = {
     {"train", "ckpt_every", T_INT, OFF(ckpt_every), 0, 1e9, NULL, "0", "steps between checkpoints; 0 = only at the end"},
     {"train", "device", T_STRING, OFF(device), 0, 0, "auto|cpu|cuda", "\"auto\"", "where to train"},
     {"train", "threads", T_INT, OFF(threads), 0, 4096, NULL, "0", "CPU threads; 0 = all cores"},
+    {"train", "deterministic", T_INT, OFF(deterministic), 0, 1, NULL, "0",
+     "1 = only deterministic GPU algorithms (bit-identical reruns, slower convolutions)"},
+    {"train", "tf32", T_INT, OFF(tf32), 0, 1, NULL, "1",
+     "1 = let cuDNN use TF32 tensor cores for float32 convolutions (PyTorch's default), 0 = strict FP32"},
     {"data", "source", T_STRING, OFF(data_source), 0, 0, "phantom", "\"phantom\"", "where volumes come from"},
     {"data", "noise", T_DOUBLE, OFF(data_noise), 0, 1, NULL, "0.02", "std of the phantom's Gaussian noise"},
     {"data", "prefetch", T_INT, OFF(prefetch), 1, 64, NULL, "2", "batches the loader thread prepares ahead"},
     {"output", "dir", T_STRING, OFF(out_dir), 0, 0, NULL, "\"\"", "run directory; empty = runs/<config>-<time>"},
+    {"output", "tensorboard", T_INT, OFF(tensorboard), 0, 1, NULL, "1", "1 = write TensorBoard event files into the run directory"},
+    {"output", "image_every", T_INT, OFF(image_every), 0, 1e9, NULL, "50",
+     "steps between TensorBoard images (mid-slices of inputs, reconstructions, errors); 0 = off"},
+    {"output", "image_samples", T_INT, OFF(image_samples), 1, 64, NULL, "2", "held-out volumes shown per image step"},
+    {"output", "hist_every", T_INT, OFF(hist_every), 0, 1e9, NULL, "100",
+     "steps between weight and gradient histograms per layer group; 0 = off"},
+    {"output", "flush_secs", T_DOUBLE, OFF(flush_secs), 0.1, 3600, NULL, "5", "longest time TensorBoard records stay buffered"},
+    {"output", "profile", T_STRING, OFF(profile), 0, 0, NULL, "\"\"",
+     "START:END records a profiler trace of optimizer steps START..END (1-based, inclusive); empty = off"},
 };
 #define NKEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))
 
@@ -226,6 +239,10 @@ void config_validate(const Config *cfg, const char *origin) {
                            cfg->norm_groups, cfg->channels[l]);
     if (cfg->min_lr > cfg->lr)
         vx_usage_error("%s: train.min_lr = %g must not exceed train.lr = %g", origin, cfg->min_lr, cfg->lr);
+    int p0, p1;
+    if (cfg->profile[0] && !config_profile_window(cfg, &p0, &p1))
+        vx_usage_error("%s: output.profile = \"%s\" must be START:END with 1 <= START <= END, e.g. 10:12", origin,
+                       cfg->profile);
     if (cfg->logvar_min >= cfg->logvar_max)
         vx_usage_error("%s: model.logvar_min must be below model.logvar_max", origin);
 }
@@ -262,6 +279,12 @@ void config_write(const Config *cfg, const char *path) {
     s[n] = '\n';
     fs_write_atomic(path, s, n + 1);
     free(s);
+}
+
+int config_profile_window(const Config *cfg, int *start, int *end) {
+    char tail;
+    if (sscanf(cfg->profile, "%d:%d%c", start, end, &tail) != 2) return 0;
+    return *start >= 1 && *end >= *start;
 }
 
 ReconLoss config_recon_loss(const Config *cfg) { return strcmp(cfg->loss, "mse") == 0 ? LOSS_MSE : LOSS_L1; }

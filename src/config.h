@@ -36,12 +36,18 @@ typedef struct {
     int log_every, val_every, val_samples, ckpt_every;
     char device[CONFIG_STR]; /* "auto" | "cpu" | "cuda" */
     int threads;             /* CPU threads, 0 = all cores */
+    int deterministic;       /* GPU: deterministic algorithms only */
+    int tf32;                /* GPU: TF32 tensor cores allowed in float32 convolutions */
     /* data */
     char data_source[CONFIG_STR]; /* "phantom" */
     double data_noise;
     int prefetch;
     /* output */
     char out_dir[CONFIG_STR]; /* the run directory; "" = runs/<config name>-<time> */
+    int tensorboard;          /* write event files */
+    int image_every, image_samples, hist_every; /* TensorBoard intervals (0 = off) */
+    double flush_secs;
+    char profile[CONFIG_STR]; /* "START:END" or "" */
 } Config;
 
 /* Loads and validates `path` (defaults first, then the file). Exits 2 on any bad input. */
@@ -59,6 +65,8 @@ char *config_to_json(const Config *cfg);
 /* Writes config_to_json to path (atomically). */
 void config_write(const Config *cfg, const char *path);
 ReconLoss config_recon_loss(const Config *cfg);
+/* Parses output.profile "START:END" (1-based optimizer steps, inclusive); 0 when empty or malformed. */
+int config_profile_window(const Config *cfg, int *start, int *end);
 /* A hash of the keys that decide the parameter layout, stored in checkpoints to refuse another model. */
 uint64_t config_model_fingerprint(const Config *cfg);
 /* Lists every key with its default and meaning (for --help-config). */

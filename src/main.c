@@ -35,6 +35,8 @@ static const char *TRAIN_HELP =
     "  --threads N         CPU threads, 0 = all cores (train.threads)\n"
     "  --out DIR           run directory (output.dir); default runs/<config>-<time>\n"
     "  --resume CKPT       continue exactly from a checkpoint written by train\n"
+    "  --profile A:B       write a profiler trace of optimizer steps A..B to <run>/traces/ (output.profile)\n"
+    "  --deterministic     deterministic GPU algorithms only (train.deterministic=1)\n"
     "  --set KEY=VALUE     set any config key, e.g. --set train.ckpt_every=100 (repeatable)\n"
     "  --help-config       list every config key with its default\n";
 
@@ -49,7 +51,7 @@ static void config_stem(const char *path, char *out, size_t len) {
 
 static int cmd_train(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, TRAIN_HELP, ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,");
+    cli_parse(argc, argv, &a, TRAIN_HELP, ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,");
     char stem[128];
     config_stem(a.config_path, stem, sizeof stem);
     return train_run(&a.cfg, stem, a.resume);
