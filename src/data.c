@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rng.h"
+#include "trace/trace.h"
 #include "util.h"
 
 #define MAX_ELLIPSOIDS 8
@@ -99,7 +100,10 @@ static void *loader_main(void *arg) {
         }
         int64_t k = l->next_produce++;
         pthread_mutex_unlock(&l->mu);
+        trace_set_thread_name("data loader"); /* fails harmlessly when no trace is recording */
+        trace_range_push("generate batch", "dataloader");
         phantom_batch(l->seed, &l->cfg, l->batch, k * l->batch, l->buf[slot]);
+        trace_range_pop();
         pthread_mutex_lock(&l->mu);
         l->slot_batch[slot] = k;
         pthread_cond_broadcast(&l->cv);

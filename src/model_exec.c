@@ -5,6 +5,7 @@
 
 #include "model.h"
 #include "rng.h"
+#include "trace/trace.h"
 #include "util.h"
 
 #define RNG_STREAM_INIT 0x1A17ull /* parameter init: stream = this + parameter index */
@@ -69,10 +70,12 @@ static LatentShape latent_shape(const Model *m) {
 void model_forward(Model *m, int sample_noise, uint64_t noise_stream) {
     const Backend *be = m->be;
     void *ws = item_ptr(m, m->workspace_item);
+    trace_range_push("forward", "user_annotation");
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         const float *x = model_tensor(m, nd->in[0]);
         float *y = model_tensor(m, nd->out);
+        trace_range_push(nd->name, "cpu_op"); /* one range per layer; NVTX too in CUDA builds */
         const Tensor *tx = &m->tensors[nd->in[0]];
         switch (nd->kind) {
         case OP_CONV:
@@ -98,7 +101,9 @@ void model_forward(Model *m, int sample_noise, uint64_t noise_stream) {
             break;
         }
         }
+        trace_range_pop();
     }
+    trace_range_pop();
 }
 
 void model_loss(Model *m) {
@@ -111,10 +116,14 @@ void model_backward(Model *m, float grad_scale, float param_beta) {
     const Backend *be = m->be;
     void *ws = item_ptr(m, m->workspace_item);
     const Tensor *r = &m->tensors[m->t_recon];
+    trace_range_push("loss", "cpu_op");
     be->recon_loss(config_recon_loss(&m->cfg), r->count, model_tensor(m, m->t_recon), model_tensor(m, m->t_input),
                    scalars(m) + SCALAR_RECON, model_tensor_grad(m, m->t_recon), grad_scale);
+    trace_range_pop();
+    trace_range_push("backward", "user_annotation");
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         const Node *nd = &m->nodes[i];
+        trace_range_push(nd->name, "cpu_op");
         const float *x = model_tensor(m, nd->in[0]);
         float *dx = model_tensor_grad(m, nd->in[0]); /* NULL for the input volume */
         const float *dy = model_tensor_grad(m, nd->out);
@@ -148,7 +157,9 @@ void model_backward(Model *m, float grad_scale, float param_beta) {
             break;
         }
         }
+        trace_range_pop();
     }
+    trace_range_pop();
 }
 
 Losses model_read_losses(const Model *m) {

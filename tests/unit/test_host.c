@@ -15,6 +15,8 @@
 #include "model.h"
 #include "plan.h"
 #include "schedule.h"
+#include "train_log.h"
+#include "volume_tiles.h"
 
 /* No two items whose live intervals overlap may share bytes. */
 static void assert_plan_valid(const Plan *p) {
@@ -151,6 +153,60 @@ static void test_loader_delivers_batches_in_order_from_any_start(void **state) {
     free(want);
 }
 
+/* The picture of a 3x4x5 volume: every tile at its place, slices through the middle, error = |in-rec| x gain. */
+static void test_tiles_show_the_mid_slices(void **state) {
+    (void)state;
+    enum { D = 3, H = 4, W = 5, C = 2 };
+    float in[D * H * W * C], rec[D * H * W * C];
+    for (int i = 0; i < D * H * W * C; i++) {
+        in[i] = (float)(i % 37) / 40.0f;
+        rec[i] = in[i] * 0.9f;
+    }
+    int width, height;
+    tiles_size(D, H, W, &width, &height);
+    assert_int_equal(width, W + W + H + 2 * TILES_GAP);
+    assert_int_equal(height, 3 * H + 2 * TILES_GAP);
+    uint8_t *px = malloc((size_t)width * height);
+    tiles_mid_slices(in, rec, D, H, W, C, px);
+#define AT(z, y, x) ((((z) * H + (y)) * W + (x)) * C)
+#define BYTE(v) ((v) <= 0 ? 0 : (v) >= 1 ? 255 : (int)lrintf((v) * 255.0f))
+    int row = H + TILES_GAP;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) { /* axial: z = D/2 */
+            assert_int_equal(px[y * width + x], BYTE(in[AT(D / 2, y, x)]));
+            assert_int_equal(px[(row + y) * width + x], BYTE(rec[AT(D / 2, y, x)]));
+            float err = fabsf(in[AT(D / 2, y, x)] - rec[AT(D / 2, y, x)]) * TILES_ERROR_GAIN;
+            assert_int_equal(px[(2 * row + y) * width + x], BYTE(err));
+        }
+    for (int z = 0; z < D; z++) {
+        for (int x = 0; x < W; x++) /* coronal: y = H/2 */
+            assert_int_equal(px[z * width + W + TILES_GAP + x], BYTE(in[AT(z, H / 2, x)]));
+        for (int y = 0; y < H; y++) /* sagittal: x = W/2 */
+            assert_int_equal(px[z * width + 2 * (W + TILES_GAP) + y], BYTE(in[AT(z, y, W / 2)]));
+    }
+    for (int x = 0; x < W; x++) assert_int_equal(px[D * width + W + TILES_GAP + x], 0); /* D < H: padded black */
+    for (int y = 0; y < height; y++) assert_int_equal(px[y * width + W], TILES_GAP_VALUE); /* column gap */
+    for (int x = 0; x < width; x++) assert_int_equal(px[H * width + x], TILES_GAP_VALUE);   /* row gap */
+#undef BYTE
+#undef AT
+    free(px);
+}
+
+static void test_param_groups_are_levels_and_heads(void **state) {
+    (void)state;
+    char g[96];
+    train_log_param_group("encoder.down.0.res.0.conv1.weight", g, sizeof g);
+    assert_string_equal(g, "encoder.down.0");
+    train_log_param_group("decoder.up.12.upsample.bias", g, sizeof g);
+    assert_string_equal(g, "decoder.up.12");
+    train_log_param_group("decoder.conv_out.bias", g, sizeof g);
+    assert_string_equal(g, "decoder.conv_out");
+    train_log_param_group("encoder.mu.weight", g, sizeof g);
+    assert_string_equal(g, "encoder.mu");
+    train_log_param_group("encoder.down.1.res.0.shortcut.weight", g, 8);
+    assert_string_equal(g, "encoder"); /* truncated to the buffer, never overrun */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_reuses_dead_memory),
@@ -159,6 +215,8 @@ int main(void) {
         cmocka_unit_test(test_schedule_warmup_then_cosine),
         cmocka_unit_test(test_phantom_is_a_function_of_seed_and_index),
         cmocka_unit_test(test_loader_delivers_batches_in_order_from_any_start),
+        cmocka_unit_test(test_tiles_show_the_mid_slices),
+        cmocka_unit_test(test_param_groups_are_levels_and_heads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
