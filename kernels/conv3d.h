@@ -8,6 +8,10 @@
 #pragma once
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int n, d, h, w, c_in;
     int c_out, k, stride, pad;
@@ -29,3 +33,17 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
 /* dbias may be NULL. beta applies to both dw and dbias. */
 void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
                                 float beta, void *workspace);
+
+/* CUDA (kernels/conv3d_cuda.cu, CUDA builds only): the same semantics on device pointers,
+ * enqueued on the CUDA backend's compute stream (backend.h). */
+size_t conv3d_workspace_bytes_cuda(const Conv3dShape *s);
+void conv3d_forward_cuda(const Conv3dShape *s, const float *x, const float *wt, const float *bias, float *y,
+                         void *workspace);
+void conv3d_backward_data_cuda(const Conv3dShape *s, const float *dy, const float *wt, float *dx, float beta,
+                               void *workspace);
+void conv3d_backward_filter_cuda(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
+                                 float beta, void *workspace);
+
+#ifdef __cplusplus
+}
+#endif

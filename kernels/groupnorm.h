@@ -5,6 +5,10 @@
  * beta_dx / beta_dparam follow the conv3d.h convention (0 overwrite, 1 accumulate). */
 #pragma once
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int n;
     long spatial;
@@ -17,3 +21,15 @@ void groupnorm_forward_cpu(const GroupNormShape *s, const float *x, const float 
 void groupnorm_backward_cpu(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
                             const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
                             float beta_dx, float beta_dparam);
+
+/* CUDA (kernels/groupnorm_cuda.cu, CUDA builds only): the same semantics on device pointers,
+ * enqueued on the CUDA backend's compute stream (backend.h). */
+void groupnorm_forward_cuda(const GroupNormShape *s, const float *x, const float *gamma, const float *beta,
+                            float *y, float *mean, float *rstd);
+void groupnorm_backward_cuda(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
+                             const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
+                             float beta_dx, float beta_dparam);
+
+#ifdef __cplusplus
+}
+#endif

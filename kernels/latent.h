@@ -7,6 +7,10 @@
  * gradient outside [logvar_min, logvar_max]. */
 #pragma once
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int n;
     long count_per_sample;
@@ -17,3 +21,14 @@ void latent_forward_cpu(const LatentShape *s, const float *mu, const float *logv
                         float *kl_out);
 void latent_backward_cpu(const LatentShape *s, const float *mu, const float *logvar_raw, const float *eps,
                          const float *dz, float kl_scale, float *dmu, float *dlogvar);
+
+/* CUDA (kernels/latent_cuda.cu, CUDA builds only): the same semantics on device pointers,
+ * enqueued on the CUDA backend's compute stream (backend.h). */
+void latent_forward_cuda(const LatentShape *s, const float *mu, const float *logvar_raw, const float *eps, float *z,
+                         float *kl_out);
+void latent_backward_cuda(const LatentShape *s, const float *mu, const float *logvar_raw, const float *eps,
+                          const float *dz, float kl_scale, float *dmu, float *dlogvar);
+
+#ifdef __cplusplus
+}
+#endif

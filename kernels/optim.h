@@ -8,6 +8,10 @@
  * sumsq writes sum(x^2) to out[0], reduced in double in a fixed order, so it does not depend on thread count. */
 #pragma once
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay, grad_scale;
     long step; /* t, 1-based */
@@ -15,3 +19,12 @@ typedef struct {
 
 void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a);
 void sumsq_cpu(long count, const float *x, float *out);
+
+/* CUDA (kernels/optim_cuda.cu, CUDA builds only): the same semantics on device pointers,
+ * enqueued on the CUDA backend's compute stream (backend.h). */
+void adamw_cuda(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a);
+void sumsq_cuda(long count, const float *x, float *out);
+
+#ifdef __cplusplus
+}
+#endif

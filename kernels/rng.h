@@ -36,5 +36,13 @@ VX_HD float vx_normal(uint64_t seed, uint64_t stream, uint64_t index) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
 }
 
+#ifdef __cplusplus
+extern "C" {
+#endif
 /* Fills out[i] = vx_normal(seed, stream, offset + i) for i < count. */
 void normal_fill_cpu(long count, uint64_t seed, uint64_t stream, uint64_t offset, float *out);
+/* CUDA (kernels/rng_cuda.cu, CUDA builds only): the same values on the device (to libm rounding, see above). */
+void normal_fill_cuda(long count, uint64_t seed, uint64_t stream, uint64_t offset, float *out);
+#ifdef __cplusplus
+}
+#endif

@@ -3,6 +3,19 @@
  * Backward sums the 8 output gradients that each input voxel fed. */
 #pragma once
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void upsample2x_forward_cpu(int n, int d, int h, int w, int c, const float *x, float *y);
 /* dx [n][d][h][w][c] = beta*dx + sum of the 2x2x2 block of dy */
 void upsample2x_backward_cpu(int n, int d, int h, int w, int c, const float *dy, float *dx, float beta);
+
+/* CUDA (kernels/upsample_cuda.cu, CUDA builds only): the same semantics on device pointers,
+ * enqueued on the CUDA backend's compute stream (backend.h). */
+void upsample2x_forward_cuda(int n, int d, int h, int w, int c, const float *x, float *y);
+void upsample2x_backward_cuda(int n, int d, int h, int w, int c, const float *dy, float *dx, float beta);
+
+#ifdef __cplusplus
+}
+#endif
