@@ -1,6 +1,9 @@
-/* backend.h: the op table the training loop calls. One instance per backend (cpu now, cuda next); the model and
+/* backend.h: the op table the training loop calls. One instance per backend ("cpu" and "cuda"); the model and
  * the loop only ever see a `const Backend *`, never which one runs. Pointers passed to ops are backend memory
- * (host memory for the CPU backend, device memory for CUDA), allocated through the table's alloc. */
+ * (host memory for the CPU backend, device memory for CUDA), allocated through the table's alloc.
+ * On CUDA every op is enqueued on one compute stream and returns before the GPU has finished: results written to
+ * backend memory (including the single floats of recon_loss, latent_forward and sumsq) are read back with
+ * copy_to_host, which waits for the work enqueued before it. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +18,13 @@
 #include "silu.h"
 #include "upsample.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Timer slots of timer_mark / timer_elapsed_ms. */
+#define BACKEND_TIMER_SLOTS 8
+
 typedef struct Backend {
     const char *name; /* "cpu" or "cuda" */
 
@@ -24,7 +34,30 @@ typedef struct Backend {
     void (*copy_to_device)(void *dst, const void *src, size_t bytes);
     void (*copy_to_host)(void *dst, const void *src, size_t bytes);
     void (*zero)(void *ptr, size_t bytes);
-    void (*synchronize)(void);
+    void (*synchronize)(void); /* waits for all enqueued work (compute and uploads) */
+
+    /* Host staging buffers (the data loader's ring slots): pinned (page-locked) memory on CUDA, so uploads from
+     * them are true asynchronous DMA; 64-byte aligned malloc on the CPU. Released with release_host only. */
+    void *(*alloc_host)(size_t bytes);
+    void (*release_host)(void *ptr);
+    /* Asynchronous upload of host memory to backend memory. CUDA: the copy runs on a separate copy stream; it
+     * starts after the compute work enqueued before this call (so dst may still be in use by it), and compute
+     * work enqueued after this call waits for the copy (so it sees the data). The host buffer must stay untouched
+     * until upload_wait returns. CPU: memcpy. */
+    void (*upload_async)(void *dst_device, const void *src_host, size_t bytes);
+    /* Blocks the host until the last upload_async has finished reading its host buffer. CPU: nothing to wait for. */
+    void (*upload_wait)(void);
+
+    /* Step timing: timer_mark records a point on the compute stream's timeline in slot 0..BACKEND_TIMER_SLOTS-1
+     * (CUDA: an event; CPU: the wall clock); timer_elapsed_ms waits until to_slot's point has been reached and
+     * returns the milliseconds between the two marks. Both slots must have been marked. */
+    void (*timer_mark)(int slot);
+    double (*timer_elapsed_ms)(int from_slot, int to_slot);
+
+    /* Bytes currently allocated through alloc (not alloc_host, not the backend's internal buffers), and the
+     * most there have been at once since the process started. */
+    size_t (*bytes_in_use)(void);
+    size_t (*peak_bytes)(void);
 
     /* ops: see each header for shapes and semantics */
     size_t (*conv3d_workspace_bytes)(const Conv3dShape *s);
@@ -61,3 +94,35 @@ typedef struct Backend {
 const Backend *backend_cpu(void);
 /* Sets the CPU backend's OpenMP thread count (0 = all cores). */
 void backend_cpu_set_threads(int threads);
+
+/* ---- CUDA backend (float32, cuDNN convolutions, own kernels) ------------------------------------------------
+ * In a build without CUDA (make CUDA=0) backend_cuda_init always returns 0 with the reason and backend_cuda
+ * returns NULL. */
+typedef struct {
+    int deterministic; /* 1: only algorithms whose results are bitwise reproducible run to run (convolutions;
+                          every own kernel is deterministic anyway) */
+    int allow_tf32;    /* 1: cuDNN may use TF32 tensor cores in float32 convolutions (Ampere and newer; about 1e-3
+                          relative error); 0: full float32 FMA math */
+} BackendOptions;
+/* Sets the CUDA backend's options; the defaults are {deterministic 0, allow_tf32 1} (PyTorch's for
+ * convolutions). Call it before building the model: the convolution algorithms, and so the workspace sizes
+ * that conv3d_workspace_bytes reports to the planner, are chosen under the options in force when a shape is
+ * first seen (a shape is cached per options, so a later change plans new shapes and leaves old ones alone).
+ * May be called before backend_cuda_init. */
+void backend_cuda_set_options(const BackendOptions *o);
+/* Makes GPU `device` the backend's device: sets it, creates the compute and copy streams, the cuDNN handle,
+ * the timer events and the reduction scratch buffer. Returns 1 when the GPU is usable, else 0 with a one-line
+ * reason in reason[reason_len] (no driver, no such device, compute capability below 8.0, cuDNN failed to
+ * initialise, ...). Calling it again after success returns 1 and changes nothing. Registers
+ * backend_cuda_shutdown with atexit. */
+int backend_cuda_init(int device, char *reason, size_t reason_len);
+/* The CUDA op table; NULL before a successful backend_cuda_init. */
+const Backend *backend_cuda(void);
+/* Frees everything the backend holds (streams, events, cuDNN handle and descriptors, scratch, and any alloc'd
+ * buffer still live), so leak checkers stay quiet. Safe to call more than once and without init; after it,
+ * backend_cuda() is NULL until the next init. */
+void backend_cuda_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -830,6 +830,43 @@ static void test_backend_table(void **state) {
     assert_int_equal(omp_get_max_threads(), omp_get_num_procs());
 }
 
+/* The entries every backend has beside the ops: pinned-or-aligned host buffers, uploads, timers, accounting. */
+static void test_backend_extras(void **state) {
+    const Backend *be = backend_cpu();
+    const size_t before = be->bytes_in_use();
+    float *a = be->alloc(1000 * sizeof(float)), *b = be->alloc(3);
+    assert_true(((uintptr_t)a & 63) == 0 && ((uintptr_t)b & 63) == 0);
+    assert_int_equal(be->bytes_in_use(), before + 1000 * sizeof(float) + 3);
+    assert_true(be->peak_bytes() >= before + 1000 * sizeof(float) + 3);
+    be->release(b);
+    assert_int_equal(be->bytes_in_use(), before + 1000 * sizeof(float));
+    float *h = be->alloc_host(1000 * sizeof(float));
+    assert_true(((uintptr_t)h & 63) == 0);
+    assert_int_equal(be->bytes_in_use(), before + 1000 * sizeof(float)); /* host buffers are not counted */
+    for (int i = 0; i < 1000; i++) h[i] = (float)i;
+    be->upload_async(a, h, 1000 * sizeof(float));
+    be->upload_wait();
+    assert_memory_equal(a, h, 1000 * sizeof(float));
+    be->release_host(h);
+    be->release(a);
+    be->release(NULL);
+    assert_int_equal(be->bytes_in_use(), before);
+    be->timer_mark(0);
+    double s = 0.0;
+    for (int i = 0; i < 1000000; i++) s += sqrt((double)i);
+    be->timer_mark(7);
+    const double ms = be->timer_elapsed_ms(0, 7);
+    assert_true(s > 0.0 && ms >= 0.0 && ms < 60000.0);
+    char reason[128];
+#ifndef VX_CUDA
+    assert_int_equal(backend_cuda_init(0, reason, sizeof reason), 0); /* the CPU-only build's stub */
+    assert_non_null(strstr(reason, "no CUDA"));
+    assert_null(backend_cuda());
+#else
+    (void)reason;
+#endif
+}
+
 int main(void) {
     set_threads(2 < omp_get_num_procs() ? 2 : omp_get_num_procs());
     const struct CMUnitTest tests[] = {
@@ -851,7 +888,7 @@ int main(void) {
         cmocka_unit_test(test_latent),            cmocka_unit_test(test_latent_no_eps),
         cmocka_unit_test(test_latent_hand),       cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_sumsq),             cmocka_unit_test(test_normal_fill),
-        cmocka_unit_test(test_backend_table),
+        cmocka_unit_test(test_backend_table),     cmocka_unit_test(test_backend_extras),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
