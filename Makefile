@@ -25,8 +25,9 @@ ifeq ($(CUDA),1)
                -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 -MMD -MP
   CFLAGS    += -DVX_CUDA=1 -I$(CUDA_HOME)/include
-  # cudart is linked statically so the binary needs only the driver (and cuDNN) at run time.
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+  # cudart is linked statically so the binary needs only the driver and cuDNN (libcudnn.so.9, found through the
+  # rpath) at run time.
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcudart_static -ldl -lrt -lstdc++
   CU_SRCS   := $(wildcard src/*.cu kernels/*.cu)
 endif
 
@@ -35,6 +36,11 @@ LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out src/main.c,$(C_SRCS))) \
             $(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRCS))
 MAIN_OBJ := $(BUILD)/src/main.o
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+
+# Objects depend on the CUDA setting they were built with: switching between CUDA=0 and CUDA=1 in the same BUILD
+# rebuilds them (C files compile differently with VX_CUDA, and the archive's member list changes).
+BUILD_MODE := $(BUILD)/.build-mode
+$(shell mkdir -p $(BUILD) && echo "CUDA=$(CUDA)" | cmp -s - $(BUILD_MODE) || echo "CUDA=$(CUDA)" > $(BUILD_MODE))
 
 .DEFAULT_GOAL := all
 -include mk/*.mk
@@ -45,15 +51,15 @@ all: $(BUILD)/voxscale
 $(BUILD)/voxscale: $(MAIN_OBJ) $(BUILD)/libvoxscale.a
 	$(CC) $(LDFLAGS) -o $@ $(MAIN_OBJ) $(BUILD)/libvoxscale.a $(LDLIBS)
 
-$(BUILD)/libvoxscale.a: $(LIB_OBJS)
+$(BUILD)/libvoxscale.a: $(LIB_OBJS) $(BUILD_MODE)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(filter %.o,$^)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(BUILD_MODE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(BUILD_MODE)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
