@@ -1,0 +1,89 @@
+/* optim_cuda.cu: the optimizer ops of optim.h on the GPU, over the flat parameter buffer.
+ *   p, g, m, v [count]   float4 when count % 4 == 0 and all four pointers are 16-byte aligned
+ *   out [1]              device float
+ * adamw follows adamw_cpu operation by operation (decay first, lerp for the first moment, the scalar constants
+ * computed on the host in double exactly as there), so the two agree to float rounding (the GPU may contract
+ * a multiply and an add into one FMA). sumsq reduces sum(x^2) in double in a fixed order: pass 1 has
+ * vx_red_blocks(count) blocks writing partial sums to the scratch, pass 2 adds them in order. */
+#include <math.h>
+
+#include "cuda_check.h"
+#include "optim.h"
+
+typedef struct {
+    float decay, neg_step, bc2_sqrt, w1, w2, b2, eps, gs;
+} AdamWConsts;
+
+template <int V>
+__global__ void adamw_kernel(size_t nvec, float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
+                             float *__restrict__ v, AdamWConsts c) {
+    for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
+        float pp[V], gg[V], mm[V], vv[V];
+        vx_load<V>(p, i, pp);
+        vx_load<V>(g, i, gg);
+        vx_load<V>(m, i, mm);
+        vx_load<V>(v, i, vv);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const float gi = gg[k] * c.gs;
+            const float pi = pp[k] * c.decay; /* decoupled weight decay, before the Adam step */
+            /* m = b1*m + (1-b1)*g as torch's lerp(m, g, 1-b1) */
+            const float mi = c.w1 < 0.5f ? mm[k] + c.w1 * (gi - mm[k]) : gi - (gi - mm[k]) * (1.0f - c.w1);
+            const float vi = vv[k] * c.b2 + c.w2 * gi * gi;
+            const float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+            mm[k] = mi;
+            vv[k] = vi;
+            pp[k] = pi + c.neg_step * mi / denom;
+        }
+        vx_store<V>(p, i, pp);
+        vx_store<V>(m, i, mm);
+        vx_store<V>(v, i, vv);
+    }
+}
+
+extern "C" void adamw_cuda(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a) {
+    if (count <= 0) return;
+    const size_t n = (size_t)count;
+    const double t = (double)a->step;
+    const double bc1 = 1.0 - pow((double)a->beta1, t), bc2 = 1.0 - pow((double)a->beta2, t);
+    AdamWConsts c;
+    c.decay = (float)(1.0 - (double)a->lr * a->weight_decay);
+    c.neg_step = (float)(-(double)a->lr / bc1);
+    c.bc2_sqrt = (float)sqrt(bc2);
+    c.w1 = (float)(1.0 - (double)a->beta1);
+    c.w2 = (float)(1.0 - (double)a->beta2);
+    c.b2 = a->beta2;
+    c.eps = a->eps;
+    c.gs = a->grad_scale;
+    if (vx_vec4_ok(n, p, g, m, v))
+        adamw_kernel<4><<<vx_ew_blocks(n / 4), VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, p, g, m, v, c);
+    else adamw_kernel<1><<<vx_ew_blocks(n), VX_THREADS, 0, vx_cuda_stream()>>>(n, p, g, m, v, c);
+    LAUNCH_CHECK("adamw_kernel");
+}
+
+template <int V> __global__ void sumsq_kernel(size_t nvec, const float *__restrict__ x, double *__restrict__ partials) {
+    __shared__ double sh[VX_THREADS / 32];
+    double acc = 0.0;
+    for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
+        float u[V];
+        vx_load<V>(x, i, u);
+#pragma unroll
+        for (int k = 0; k < V; k++) acc += (double)u[k] * u[k];
+    }
+    acc = vx_block_sum(acc, sh);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+extern "C" void sumsq_cuda(long count, const float *x, float *out) {
+    if (count <= 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float), vx_cuda_stream())); /* 0.0f, as sumsq_cpu */
+        return;
+    }
+    const size_t n = (size_t)count;
+    double *partials = (double *)vx_cuda_scratch();
+    const int blocks = vx_red_blocks(n);
+    if (vx_vec4_ok(n, x)) sumsq_kernel<4><<<blocks, VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, x, partials);
+    else sumsq_kernel<1><<<blocks, VX_THREADS, 0, vx_cuda_stream()>>>(n, x, partials);
+    LAUNCH_CHECK("sumsq_kernel");
+    vx_reduce_finalize(partials, blocks, 1.0, out);
+}
