@@ -114,13 +114,15 @@ void backend_cuda_set_options(const BackendOptions *o);
  * the timer events and the reduction scratch buffer. Returns 1 when the GPU is usable, else 0 with a one-line
  * reason in reason[reason_len] (no driver, no such device, compute capability below 8.0, cuDNN failed to
  * initialise, ...). Calling it again after success returns 1 and changes nothing. Registers
- * backend_cuda_shutdown with atexit. */
+ * backend_cuda_shutdown with atexit. The ops are to be called from the thread that called init (the device is
+ * per host thread); alloc/release, alloc_host/release_host and the uploads select the device themselves and may
+ * be called from any thread (the data loader's). */
 int backend_cuda_init(int device, char *reason, size_t reason_len);
 /* The CUDA op table; NULL before a successful backend_cuda_init. */
 const Backend *backend_cuda(void);
 /* Frees everything the backend holds (streams, events, cuDNN handle and descriptors, scratch, and any alloc'd
  * buffer still live), so leak checkers stay quiet. Safe to call more than once and without init; after it,
- * backend_cuda() is NULL until the next init. */
+ * backend_cuda() is NULL until the next init, and release / release_host of older buffers do nothing more. */
 void backend_cuda_shutdown(void);
 
 #ifdef __cplusplus

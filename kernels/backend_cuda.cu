@@ -39,6 +39,13 @@ static void require_ready(const char *what) {
     if (!g.ready) vx_fatal("CUDA backend used (%s) before a successful backend_cuda_init", what);
 }
 
+/* The current device is per host thread. The entries a data-loader thread may call (memory, host buffers,
+ * uploads) select the backend's device first; the ops are meant for the thread that called backend_cuda_init. */
+static void bind_thread(const char *what) {
+    require_ready(what);
+    CUDA_CHECK(cudaSetDevice(g.device));
+}
+
 cudaStream_t vx_cuda_stream(void) { return g.compute; }
 cudnnHandle_t vx_cudnn_handle(void) {
     require_ready("cuDNN");
@@ -113,7 +120,7 @@ void vx_reduce_finalize(const double *partials, int count, double divisor, float
 /* ---- memory ----------------------------------------------------------------------------------------------- */
 
 static void *cuda_alloc(size_t bytes) {
-    require_ready("alloc");
+    bind_thread("alloc");
     void *p = NULL;
     const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
     if (e != cudaSuccess) {
@@ -139,7 +146,7 @@ static void *cuda_alloc(size_t bytes) {
 }
 
 static void cuda_release(void *ptr) {
-    if (!ptr) return;
+    if (!ptr || !g.ready) return; /* after backend_cuda_shutdown every buffer has been freed already */
     pthread_mutex_lock(&g.mu);
     size_t i = 0;
     while (i < g.n_allocs && g.allocs[i].ptr != ptr) i++;
@@ -150,6 +157,7 @@ static void cuda_release(void *ptr) {
     g.in_use -= g.allocs[i].bytes;
     g.allocs[i] = g.allocs[--g.n_allocs];
     pthread_mutex_unlock(&g.mu);
+    bind_thread("release");
     CUDA_CHECK(cudaFree(ptr)); /* waits for the work still using it */
 }
 
@@ -167,19 +175,25 @@ static size_t cuda_peak_bytes(void) {
 }
 
 static void *cuda_alloc_host(size_t bytes) {
-    require_ready("alloc_host");
+    bind_thread("alloc_host");
     void *p = NULL;
-    const cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 64);
+    const cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocPortable);
     if (e != cudaSuccess) {
         cudaGetLastError();
         errno = 0;
-        vx_fatal("cudaMallocHost of %zu bytes (pinned host memory) failed: %s; lower batch_size or data.prefetch",
+        vx_fatal("cudaHostAlloc of %zu bytes (pinned host memory) failed: %s; lower batch_size or data.prefetch",
                  bytes, cudaGetErrorName(e));
     }
     return p;
 }
 static void cuda_release_host(void *ptr) {
-    if (ptr) CUDA_CHECK(cudaFreeHost(ptr));
+    if (!ptr) return;
+    if (!g.ready) { /* after shutdown (at exit, say): the context is still there, errors no longer matter */
+        cudaFreeHost(ptr);
+        return;
+    }
+    bind_thread("release_host");
+    CUDA_CHECK(cudaFreeHost(ptr));
 }
 
 static void cuda_copy_to_device(void *dst, const void *src, size_t bytes) {
@@ -204,13 +218,17 @@ static void cuda_synchronize(void) {
  * enqueued from now on */
 static void cuda_upload_async(void *dst_device, const void *src_host, size_t bytes) {
     if (!bytes) return;
+    bind_thread("upload_async");
     CUDA_CHECK(cudaEventRecord(g.compute_mark, g.compute));
     CUDA_CHECK(cudaStreamWaitEvent(g.copy, g.compute_mark, 0));
     CUDA_CHECK(cudaMemcpyAsync(dst_device, src_host, bytes, cudaMemcpyHostToDevice, g.copy));
     CUDA_CHECK(cudaEventRecord(g.upload_done, g.copy));
     CUDA_CHECK(cudaStreamWaitEvent(g.compute, g.upload_done, 0));
 }
-static void cuda_upload_wait(void) { CUDA_CHECK(cudaEventSynchronize(g.upload_done)); }
+static void cuda_upload_wait(void) {
+    bind_thread("upload_wait");
+    CUDA_CHECK(cudaEventSynchronize(g.upload_done));
+}
 
 /* ---- timers ----------------------------------------------------------------------------------------------- */
 
