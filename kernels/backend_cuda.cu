@@ -305,13 +305,15 @@ extern "C" const Backend *backend_cuda(void) { return g.ready ? &cuda_backend : 
 static void teardown(void) {
     if (g.compute) cudaStreamSynchronize(g.compute);
     if (g.copy) cudaStreamSynchronize(g.copy);
-    pthread_mutex_lock(&g.mu);
-    for (size_t i = 0; i < g.n_allocs; i++) cudaFree(g.allocs[i].ptr);
-    free(g.allocs);
-    g.allocs = NULL;
-    g.n_allocs = g.cap_allocs = 0;
-    g.in_use = 0;
-    pthread_mutex_unlock(&g.mu);
+    /* trylock: shutdown may run from atexit after a fatal error raised with the lock held (see conv3d_cuda.cu) */
+    if (pthread_mutex_trylock(&g.mu) == 0) {
+        for (size_t i = 0; i < g.n_allocs; i++) cudaFree(g.allocs[i].ptr);
+        free(g.allocs);
+        g.allocs = NULL;
+        g.n_allocs = g.cap_allocs = 0;
+        g.in_use = 0;
+        pthread_mutex_unlock(&g.mu);
+    }
     conv3d_cuda_cache_clear();
     if (g.cudnn) cudnnDestroy(g.cudnn);
     g.cudnn = NULL;

@@ -240,7 +240,9 @@ static ConvPlan *plan_get(const Conv3dShape *s) {
 }
 
 void conv3d_cuda_cache_clear(void) {
-    pthread_mutex_lock(&cache_mu);
+    /* A fatal error inside plan_create exits with cache_mu held, and shutdown then runs from atexit on the same
+     * thread: locking again would hang the exit, so a held lock means "exiting, leave it". */
+    if (pthread_mutex_trylock(&cache_mu) != 0) return;
     for (size_t i = 0; i < cache_n; i++) {
         ConvPlan *p = cache[i];
         for (int dir = 0; dir < 3; dir++)
