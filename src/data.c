@@ -112,8 +112,9 @@ static void *loader_main(void *arg) {
     return NULL;
 }
 
-void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch) {
+void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch, const Backend *be) {
     memset(l, 0, sizeof *l);
+    l->be = be;
     l->cfg = *cfg;
     l->batch = batch;
     l->volume_count = (long)cfg->input_size[0] * cfg->input_size[1] * cfg->input_size[2] * cfg->in_channels;
@@ -122,7 +123,7 @@ void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch) 
     l->buf = vx_calloc((size_t)l->slots, sizeof *l->buf);
     l->slot_batch = vx_calloc((size_t)l->slots, sizeof *l->slot_batch);
     for (int s = 0; s < l->slots; s++) {
-        l->buf[s] = vx_malloc((size_t)batch * l->volume_count * sizeof(float));
+        l->buf[s] = be->alloc_host((size_t)batch * l->volume_count * sizeof(float));
         l->slot_batch[s] = -1;
     }
     l->next_produce = l->next_consume = start_batch;
@@ -156,7 +157,7 @@ void loader_stop(Loader *l) {
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->thread, NULL);
-    for (int s = 0; s < l->slots; s++) free(l->buf[s]);
+    for (int s = 0; s < l->slots; s++) l->be->release_host(l->buf[s]);
     free(l->buf);
     free(l->slot_batch);
     pthread_mutex_destroy(&l->mu);

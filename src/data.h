@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "config.h"
 
 /* Writes volume `index` of stream `seed` into out [d][h][w][c] (NDHWC without N). */
@@ -19,6 +20,7 @@ typedef struct {
     long volume_count; /* floats per volume */
     uint64_t seed;
     int slots;
+    const Backend *be;    /* whose alloc_host makes the slots (pinned memory on CUDA, for asynchronous uploads) */
     float **buf;          /* slots x [batch][d][h][w][c], host memory */
     int64_t *slot_batch;  /* which batch index each slot holds, -1 when empty */
     int64_t next_produce, next_consume;
@@ -30,8 +32,8 @@ typedef struct {
 } Loader;
 
 /* Starts the thread; the first batch it produces is batch index `start_batch` (batch k holds volumes
- * k*batch .. k*batch+batch-1). */
-void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch);
+ * k*batch .. k*batch+batch-1). The ring's slots are be->alloc_host memory. */
+void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch, const Backend *be);
 /* Blocks until the next batch is ready and returns it; valid until loader_release. */
 const float *loader_next(Loader *l);
 void loader_release(Loader *l);

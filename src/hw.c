@@ -82,20 +82,52 @@ void hw_print(const HwInfo *hw) {
     }
 }
 
+/* Starts the CUDA backend on GPU 0 under the config's options; 0 with a reason when it cannot run. */
+static int start_cuda(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
+    if (hw->n_gpus == 0) {
+        snprintf(reason, reason_len, "no usable GPU: %s", hw->gpu_reason);
+        return 0;
+    }
+    BackendOptions o = {.deterministic = cfg->deterministic, .allow_tf32 = cfg->tf32};
+    backend_cuda_set_options(&o);
+    char why[160];
+    if (!backend_cuda_init(0, why, sizeof why)) {
+        snprintf(reason, reason_len, "GPU 0 (%.100s) cannot be used: %s", hw->gpus[0].name, why);
+        return 0;
+    }
+    return 1;
+}
+
+/* 1 when the model at the config's batch size (1 when automatic) fits in 90% of the GPU's free memory. */
+static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
+    Model *m = model_build(cfg, cfg->batch_size > 0 ? cfg->batch_size : 1, backend_cuda());
+    size_t need = model_device_bytes(m), have = hw->gpus[0].free_bytes;
+    model_free(m);
+    if ((double)need <= 0.9 * (double)have) return 1;
+    snprintf(reason, reason_len, "too little GPU memory: the model needs %.2f GiB, GPU 0 has %.2f GiB free",
+             need / 1073741824.0, have / 1073741824.0);
+    return 0;
+}
+
 const Backend *hw_choose_backend(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
     const char *dev = cfg->device;
     if (strcmp(dev, "cpu") == 0) {
         snprintf(reason, reason_len, "requested (device cpu)");
         return backend_cpu();
     }
-    /* The CUDA backend lands with its own issue; until then a visible GPU still trains on the CPU. */
+    char why[300];
+    int cuda_ok = start_cuda(cfg, hw, why, sizeof why) && fits_on_gpu(cfg, hw, why, sizeof why);
     if (strcmp(dev, "cuda") == 0) {
-        if (hw->n_gpus == 0) vx_usage_error("--device cuda: no usable GPU (%s); use --device cpu or auto", hw->gpu_reason);
-        vx_usage_error("--device cuda: this build has no CUDA backend yet; use --device cpu or auto");
+        if (!cuda_ok) vx_usage_error("--device cuda: %s; use --device cpu or auto", why);
+        snprintf(reason, reason_len, "requested (device cuda): GPU 0, %s", hw->gpus[0].name);
+        return backend_cuda();
     }
-    if (hw->n_gpus == 0) snprintf(reason, reason_len, "no usable GPU: %s", hw->gpu_reason);
-    else snprintf(reason, reason_len, "%d GPU(s) found, but this build has no CUDA training backend yet", hw->n_gpus);
-    return backend_cpu();
+    if (!cuda_ok) {
+        snprintf(reason, reason_len, "%s", why);
+        return backend_cpu();
+    }
+    snprintf(reason, reason_len, "automatic: GPU 0, %s", hw->gpus[0].name);
+    return backend_cuda();
 }
 
 size_t hw_available_bytes(const HwInfo *hw, const Backend *be) {

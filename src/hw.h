@@ -11,6 +11,8 @@ typedef struct {
     char name[256];
     size_t total_bytes, free_bytes;
     int sms, cc_major, cc_minor;
+    int warp_size, max_threads_per_block;
+    size_t shared_mem_per_block;
 } HwGpu;
 
 typedef struct {

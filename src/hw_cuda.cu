@@ -27,6 +27,9 @@ extern "C" int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_l
         gpus[i].sms = p.multiProcessorCount;
         gpus[i].cc_major = p.major;
         gpus[i].cc_minor = p.minor;
+        gpus[i].warp_size = p.warpSize;
+        gpus[i].max_threads_per_block = p.maxThreadsPerBlock;
+        gpus[i].shared_mem_per_block = p.sharedMemPerBlock;
         size_t free_b = 0, total_b = 0;
         if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) gpus[i].free_bytes = free_b;
     }

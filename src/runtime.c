@@ -25,6 +25,13 @@ void runtime_open(Runtime *rt, Config *cfg, int verbose) {
         int threads = cfg->threads ? cfg->threads : rt->hw.cores;
         vx_log("device: %s (%s)\n", rt->be->name, rt->device_reason);
         if (strcmp(rt->be->name, "cpu") == 0) vx_log("cpu: %s, %d threads\n", rt->hw.cpu_model, threads);
+        else {
+            const HwGpu *g = &rt->hw.gpus[0];
+            vx_log("gpu: %s, %.1f GiB (%.1f GiB free), %d SMs, compute capability %d.%d; TF32 convolutions %s, "
+                   "deterministic algorithms %s\n",
+                   g->name, g->total_bytes / 1073741824.0, g->free_bytes / 1073741824.0, g->sms, g->cc_major,
+                   g->cc_minor, cfg->tf32 ? "on" : "off", cfg->deterministic ? "on" : "off");
+        }
         vx_log("model: %ld parameters in %d tensors, %d nodes, %.2f GFLOP per micro-batch step\n", m->param_count,
                m->n_params, m->n_nodes, m->conv_flops_step * 1e-9);
         vx_log("memory: arena %.1f MiB planned (%.1f MiB without reuse) + %.1f MiB parameters, gradients and AdamW "

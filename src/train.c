@@ -112,10 +112,18 @@ typedef struct {
     int first, last, active;
 } ProfileWindow;
 
-static void profile_step_begin(ProfileWindow *p, const Config *cfg, int64_t step1) {
+static void profile_step_begin(ProfileWindow *p, const Config *cfg, const Runtime *rt, int64_t step1) {
     if (p->active || step1 < p->first || step1 > p->last) return;
     if (trace_begin(cfg->out_dir, 0) != TRACE_OK) vx_fatal("cannot start the profiler trace");
     trace_set_thread_name("train");
+    if (strcmp(rt->be->name, "cuda") == 0) {
+        const HwGpu *g = &rt->hw.gpus[0];
+        TraceDevice dev = {.id = 0, .name = g->name, .total_global_mem = g->total_bytes,
+                           .compute_major = g->cc_major, .compute_minor = g->cc_minor, .num_sms = g->sms,
+                           .warp_size = g->warp_size, .max_threads_per_block = g->max_threads_per_block,
+                           .shared_mem_per_block = g->shared_mem_per_block};
+        trace_add_device(&dev);
+    }
     p->active = 1;
     vx_log("profile: recording steps %d..%d\n", p->first, p->last);
 }
@@ -174,27 +182,27 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     phantom_batch((uint64_t)cfg->seed ^ VAL_SEED_SALT, cfg, n_held, 0, val);
 
     Loader loader;
-    loader_start(&loader, cfg, m->batch, st.next_sample / m->batch);
+    loader_start(&loader, cfg, m->batch, st.next_sample / m->batch, be);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
     ProfileWindow prof = {0};
     if (cfg->profile[0]) config_profile_window(cfg, &prof.first, &prof.last);
     size_t batch_bytes = (size_t)m->tensors[m->t_input].count * sizeof(float);
-    double t_start = vx_now(), t_window = t_start, wait_window = 0;
+    double t_start = vx_now(), ms_window = 0, wait_window = 0;
     long window_steps = 0;
     int exit_code = 0;
     if (st.step == 0) { /* the untrained baseline that later validations improve on */
         if (cfg->val_samples > 0) validate_and_log(m, val, cfg->val_samples, 0, metrics, tb);
         log_images(tb, m, cfg, val, n_shown, 0);
-        t_window = vx_now();
     }
     while (st.step < cfg->steps) {
         int64_t step1 = st.step + 1;
-        profile_step_begin(&prof, cfg, step1);
+        profile_step_begin(&prof, cfg, &rt, step1);
         char step_name[40];
         snprintf(step_name, sizeof step_name, "ProfilerStep#%ld", (long)step1); /* PyTorch's name for a step */
         trace_range_push(step_name, "user_annotation");
+        be->timer_mark(0); /* CUDA: an event on the compute stream; the step is timed on the device's clock */
         double lr = schedule_lr(cfg, st.step);
         double loss = 0, recon = 0, kl = 0;
         double wait_before = loader.wait_seconds;
@@ -202,14 +210,15 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
             trace_range_push("data wait", "dataloader");
             const float *batch = loader_next(&loader);
             trace_range_pop();
-            trace_range_push("copy batch to device", "memcpy");
-            be->copy_to_device(model_tensor(m, m->t_input), batch, batch_bytes);
-            loader_release(&loader);
+            trace_range_push("upload batch", "user_annotation");
+            be->upload_async(model_tensor(m, m->t_input), batch, batch_bytes); /* pinned slot, copy stream */
             trace_range_pop();
             /* The noise of micro-batch k is stream k: independent of where a run was resumed. */
             model_forward(m, 1, (uint64_t)(st.next_sample / m->batch));
             model_backward(m, 1.0f / (float)cfg->grad_accum, micro == 0 ? 0.0f : 1.0f);
-            Losses l = model_read_losses(m);
+            Losses l = model_read_losses(m); /* waits for this micro-batch's device work */
+            be->upload_wait();
+            loader_release(&loader); /* only now may the loader refill the slot */
             loss += l.total / cfg->grad_accum;
             recon += l.recon / cfg->grad_accum;
             kl += l.kl / cfg->grad_accum;
@@ -228,7 +237,8 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
                          .eps = (float)cfg->adam_eps, .weight_decay = (float)cfg->weight_decay, .grad_scale = clip,
                          .step = step1};
         be->adamw(m->param_count, m->param, m->grad, m->adam_m, m->adam_v, &a);
-        be->synchronize(); /* so the step range covers the device work too */
+        be->timer_mark(1);
+        ms_window += be->timer_elapsed_ms(0, 1); /* waits for the device: the step range covers its work */
         trace_range_pop();
         trace_range_pop(); /* ProfilerStep */
         st.step++;
@@ -237,7 +247,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
 
         int last = st.step == cfg->steps;
         if (st.step % cfg->log_every == 0 || last) {
-            double now = vx_now(), dt = (now - t_window) / window_steps;
+            double dt = ms_window / 1e3 / window_steps;
             double sps = (double)m->batch * cfg->grad_accum / dt, wait_ms = wait_window * 1e3 / window_steps;
             char eta[32];
             format_eta(dt * (cfg->steps - st.step), eta, sizeof eta);
@@ -251,7 +261,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
                                                "perf/samples_per_s", "perf/step_ms", "perf/data_wait_ms",
                                                "memory/peak_mib"};
             float values[] = {(float)loss, (float)recon, (float)kl, (float)lr, (float)gnorm, (float)sps,
-                              (float)(dt * 1e3), (float)wait_ms, (float)(model_device_bytes(m) / 1048576.0)};
+                              (float)(dt * 1e3), (float)wait_ms, (float)(be->peak_bytes() / 1048576.0)};
             fprintf(metrics, "{\"step\": %ld", (long)st.step);
             for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
                 fprintf(metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
@@ -259,19 +269,18 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
             }
             fprintf(metrics, "}\n");
             fflush(metrics);
-            t_window = now;
+            ms_window = 0;
             wait_window = 0;
             window_steps = 0;
         }
-        /* Validation, images, histograms, checkpoints and trace writing stay out of the step time. */
-        double side_start = vx_now();
+        /* Validation, images, histograms, checkpoints and trace writing happen between the timer marks, so they
+         * stay out of the step time. */
         if (cfg->val_samples > 0 && (every(cfg->val_every, st.step) || last))
             validate_and_log(m, val, cfg->val_samples, st.step, metrics, tb);
         if (every(cfg->image_every, st.step)) log_images(tb, m, cfg, val, n_shown, st.step);
         if (tb && every(cfg->hist_every, st.step)) train_log_histograms(tb, m, st.step);
         if (every(cfg->ckpt_every, st.step) || last) save_checkpoint(cfg, m, &st);
         profile_step_end(&prof, st.step, 0);
-        t_window += vx_now() - side_start;
         if (stop_requested && !last) {
             vx_log("stopping on signal %d after step %ld\n", (int)stop_requested, (long)st.step);
             if (!every(cfg->ckpt_every, st.step)) save_checkpoint(cfg, m, &st);

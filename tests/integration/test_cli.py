@@ -56,6 +56,8 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, text, needles):
     (["probe", "--config", "configs/test/tiny.json"], ["--out PREFIX is required"]),
 ])
 def test_bad_command_line_is_one_line_and_exit_2(tmp_path, args, needles):
+    if args[-2:] == ["--device", "cuda"] and "device: cuda" in run("detect", "--config", "configs/test/tiny.json").stdout:
+        pytest.skip("a usable GPU is present, so --device cuda is not an error here")
     assert_usage_error(run(*args, "--out", tmp_path / "r", check=False) if args[0] == "train" else run(*args, check=False), *needles)
 
 
@@ -100,5 +102,5 @@ def test_bench_step_writes_results(tmp_path):
     assert len(files) == 1
     r = json.loads(files[0].read_text())
     assert r["iters"] == 3 and r["step_ms_median"] > 0 and r["samples_per_s"] > 0
-    assert r["ceiling_sgemm_2048_gflops"] > 0 and 0 < r["fraction_of_ceiling"] < 1
+    assert r["ceiling_gflops"] > 0 and 0 < r["fraction_of_ceiling"] < 1
     assert (files[0].with_suffix(".md")).exists()
