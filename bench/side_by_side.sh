@@ -12,8 +12,10 @@ python=${PYTHON:-/usr/bin/python3}
 
 ./build/voxscale bench step --config "$config" --device "$device" --iters "$iters" --warmup "$warmup" > /tmp/vx_side.log
 ours=$(sed -n 's/^written: \(.*\)\/step_.*/\1/p' /tmp/vx_side.log)
+# The same batch and the same convolution math (TF32 on or off) as the voxscale run just measured.
+read -r batch tf32 < <("$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["batch"], r.get("tf32", 1))' "$ours/step_$stem.json")
 "$python" bench/reference/ae3d.py --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
-    --out "$ours/pytorch_step_$stem.json" > /dev/null
+    --batch-size "$batch" --tf32 "$tf32" --out "$ours/pytorch_step_$stem.json" > /dev/null
 "$python" - "$ours/step_$stem.json" "$ours/pytorch_step_$stem.json" "$ours/side_by_side_$stem.md" <<'PY'
 import json, sys
 vx, pt = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
@@ -22,10 +24,13 @@ with open(sys.argv[3], "w") as f:
     f.write("| | voxscale (%s, %d threads) | %s (%d threads) |\n|---|---|---|\n" % (vx["backend"], vx["threads"], pt["framework"], pt["threads"]))
     f.write("| step time, median of %d | %.1f ms | %.1f ms |\n" % (vx["iters"], vx["step_ms_median"], pt["step_ms_median"]))
     f.write("| samples/s | %.3f | %.3f |\n" % (vx["samples_per_s"], pt["samples_per_s"]))
+    if "peak_memory_mib" in pt:
+        f.write("| peak memory | %.0f MiB | %.0f MiB |\n" % (vx["peak_memory_mib"], pt["peak_memory_mib"]))
     f.write("| speed-up of voxscale | %.2fx | |\n\n" % (pt["step_ms_median"] / vx["step_ms_median"]))
-    f.write("Both: batch %d, fp32, one step = forward, L1+KL loss, backward, global-norm clip, AdamW. Device: %s. "
-            "Ceiling for voxscale: sgemm 2048^3 at %.1f GFLOP/s on the same BLAS; voxscale reached %.1f GFLOP/s "
-            "of convolution work. Commit %s.\n" % (vx["batch"], vx["device"], vx["ceiling_sgemm_2048_gflops"],
-                                                    vx["conv_gflops"], vx["commit"]))
+    f.write("Both: batch %d, fp32 (TF32 in convolutions %s), one step = forward, L1+KL loss, backward, global-norm "
+            "clip, AdamW. Device: %s. Ceiling for voxscale: %s at %.1f GFLOP/s; voxscale reached %.1f GFLOP/s of "
+            "convolution work. Commit %s.\n" % (vx["batch"], "on" if vx.get("tf32", 1) else "off",
+                                                 vx.get("device_detail", vx["device"]), vx["ceiling"],
+                                                 vx["ceiling_gflops"], vx["conv_gflops"], vx["commit"]))
 print(open(sys.argv[3]).read())
 PY

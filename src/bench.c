@@ -81,27 +81,57 @@ static const char *STEP_HELP =
     "  times full training steps on one fixed batch (default 5 timed after 1 warm-up) and writes\n"
     "  DIR/<device>/step_<config>.json and .md (DIR defaults to results)\n";
 
+#ifndef VX_CUDA
+double bench_cublas_sgemm_gflops(int n, int allow_tf32) {
+    (void)n;
+    (void)allow_tf32;
+    vx_fatal("bench_cublas_sgemm_gflops called in a build without CUDA");
+}
+#endif
+
+/* The step's ceiling, measured in this run: cuBLAS SGEMM on a GPU, the CPU BLAS sgemm otherwise. */
+typedef struct {
+    char what[160];
+    double gflops;      /* the ceiling the fraction is taken of */
+    double conv_shape;  /* CPU only: sgemm at the model's largest conv GEMM shape (0 on a GPU) */
+} Ceiling;
+
+static Ceiling measure_ceiling(const Runtime *rt, const Config *cfg) {
+    Ceiling c = {0};
+    if (strcmp(rt->be->name, "cuda") == 0) {
+        c.gflops = bench_cublas_sgemm_gflops(8192, cfg->tf32);
+        snprintf(c.what, sizeof c.what, "cuBLAS SGEMM 8192^3 (%s), same GPU, same run", cfg->tf32 ? "TF32 tensor cores" : "FP32");
+        return c;
+    }
+    c.gflops = sgemm_gflops(2048, 2048, 2048);
+    int c0 = cfg->channels[0];
+    c.conv_shape = sgemm_gflops(4096, c0, 27 * c0);
+    snprintf(c.what, sizeof c.what, "sgemm 2048^3, same BLAS, same threads, same run");
+    return c;
+}
+
 static int bench_step(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, STEP_HELP, ",config,iters,warmup,batch-size,threads,device,results,set,seed,");
+    cli_parse(argc, argv, &a, STEP_HELP, ",config,iters,warmup,batch-size,threads,device,results,set,seed,deterministic,");
     int iters = a.iters > 0 ? a.iters : 5, warmup = a.warmup >= 0 ? a.warmup : 1;
     Runtime rt;
     runtime_open(&rt, &a.cfg, 1);
     Model *m = rt.model;
+    const Backend *be = rt.be;
     model_allocate(m);
     model_init_params(m, (uint64_t)a.cfg.seed);
     float *batch = runtime_load_phantom_batch(&rt, &a.cfg, 0);
     double *t = vx_malloc((size_t)iters * sizeof(double));
     for (int i = -warmup; i < iters; i++) {
-        double t0 = vx_now();
+        be->timer_mark(0); /* CUDA events on a GPU, the wall clock on the CPU */
         model_forward(m, 1, (uint64_t)(i + warmup));
         model_backward(m, 1.0f, 0.0f);
         model_grad_sumsq(m);
         AdamWParams ap = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
                           .grad_scale = 1.0f, .step = i + warmup + 1};
-        rt.be->adamw(m->param_count, m->param, m->grad, m->adam_m, m->adam_v, &ap);
-        rt.be->synchronize();
-        double dt = vx_now() - t0;
+        be->adamw(m->param_count, m->param, m->grad, m->adam_m, m->adam_v, &ap);
+        be->timer_mark(1);
+        double dt = be->timer_elapsed_ms(0, 1) * 1e-3;
         if (i >= 0) t[i] = dt;
         vx_log("%s %d: %.1f ms\n", i < 0 ? "warm-up" : "step", i < 0 ? i + warmup + 1 : i + 1, dt * 1e3);
     }
@@ -112,12 +142,11 @@ static int bench_step(int argc, char **argv) {
     }
     double med = median(t, iters);
     double sps = m->batch / med, gflops = m->conv_flops_step / med * 1e-9;
-    /* Ceiling: the same BLAS on a large square GEMM, and on this model's largest conv GEMM shape. */
-    double gemm_square = sgemm_gflops(2048, 2048, 2048);
-    int c0 = a.cfg.channels[0];
-    double gemm_conv = sgemm_gflops(4096, c0, 27 * c0);
+    double peak_mib = be->peak_bytes() / 1048576.0;
+    Ceiling ceil = measure_ceiling(&rt, &a.cfg);
+    int gpu = strcmp(be->name, "cuda") == 0;
 
-    char slug[160], commit[64], stem[128], dir[512], path[1024];
+    char slug[160], commit[64], stem[128], dir[512], path[1024], device[600];
     device_slug(&rt, slug, sizeof slug);
     git_commit(commit, sizeof commit);
     snprintf(stem, sizeof stem, "%s", strrchr(a.config_path, '/') ? strrchr(a.config_path, '/') + 1 : a.config_path);
@@ -125,35 +154,45 @@ static int bench_step(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/%s", a.results_dir ? a.results_dir : "results", slug);
     fs_mkdirs(dir);
     int threads = a.cfg.threads ? a.cfg.threads : rt.hw.cores;
-    char json[4096];
+    if (gpu)
+        snprintf(device, sizeof device, "%s, %.0f GiB, compute capability %d.%d, TF32 %s, deterministic %s",
+                 rt.hw.gpus[0].name, rt.hw.gpus[0].total_bytes / 1073741824.0, rt.hw.gpus[0].cc_major,
+                 rt.hw.gpus[0].cc_minor, a.cfg.tf32 ? "on" : "off", a.cfg.deterministic ? "on" : "off");
+    else
+        snprintf(device, sizeof device, "%s, %d cores, %d threads, %s", rt.hw.cpu_model, rt.hw.cores, threads,
+                 openblas_get_config());
+    char json[8192];
     int n = snprintf(json, sizeof json,
                      "{\n  \"benchmark\": \"step\",\n  \"config\": \"%s\",\n  \"device\": \"%s\",\n  \"backend\": \"%s\",\n"
-                     "  \"cpu\": \"%s\",\n  \"cores\": %d,\n  \"threads\": %d,\n  \"blas\": \"%s\",\n  \"compiler\": \"gcc %s\",\n"
+                     "  \"device_detail\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %d,\n  \"threads\": %d,\n"
+                     "  \"blas\": \"%s\",\n  \"compiler\": \"gcc %s\",\n  \"tf32\": %d,\n  \"deterministic\": %d,\n"
                      "  \"commit\": \"%s\",\n  \"batch\": %d,\n  \"input_size\": [%d, %d, %d],\n  \"params\": %ld,\n"
                      "  \"warmup\": %d,\n  \"iters\": %d,\n  \"step_ms_median\": %.3f,\n  \"step_ms_min\": %.3f,\n"
                      "  \"step_ms_max\": %.3f,\n  \"samples_per_s\": %.4f,\n  \"conv_gflop_per_step\": %.4f,\n"
-                     "  \"conv_gflops\": %.3f,\n  \"peak_memory_mib\": %.2f,\n  \"ceiling_sgemm_2048_gflops\": %.3f,\n"
-                     "  \"ceiling_sgemm_conv_shape_gflops\": %.3f,\n  \"fraction_of_ceiling\": %.4f\n}\n",
-                     stem, slug, rt.be->name, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(), __VERSION__,
-                     commit, m->batch, a.cfg.input_size[0], a.cfg.input_size[1], a.cfg.input_size[2], m->param_count,
-                     warmup, iters, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops,
-                     model_device_bytes(m) / 1048576.0, gemm_square, gemm_conv, gflops / gemm_square);
+                     "  \"conv_gflops\": %.3f,\n  \"peak_memory_mib\": %.2f,\n  \"ceiling\": \"%s\",\n"
+                     "  \"ceiling_gflops\": %.3f,\n  \"ceiling_sgemm_conv_shape_gflops\": %.3f,\n"
+                     "  \"fraction_of_ceiling\": %.4f\n}\n",
+                     stem, slug, be->name, device, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
+                     __VERSION__, a.cfg.tf32, a.cfg.deterministic, commit, m->batch, a.cfg.input_size[0],
+                     a.cfg.input_size[1], a.cfg.input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
+                     tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, peak_mib, ceil.what, ceil.gflops,
+                     ceil.conv_shape, gflops / ceil.gflops);
     snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
     fs_write_atomic(path, json, (size_t)n);
-    char md[4096];
+    char md[8192];
     n = snprintf(md, sizeof md,
                  "# bench step: %s on %s\n\n"
                  "| metric | value |\n|---|---|\n"
                  "| step time (median of %d, after %d warm-up) | %.1f ms (min %.1f, max %.1f) |\n"
                  "| samples/s | %.3f |\n| batch | %d x %dx%dx%d |\n| conv work per step | %.2f GFLOP |\n"
-                 "| achieved conv rate | %.2f GFLOP/s |\n| ceiling: sgemm 2048^3, same BLAS, same threads | %.2f GFLOP/s |\n"
-                 "| ceiling: sgemm at the conv shape 4096x%dx%d | %.2f GFLOP/s |\n| fraction of the 2048^3 ceiling | %.1f%% |\n"
-                 "| peak planned memory | %.1f MiB |\n\n"
-                 "Environment: %s, %d cores, %d threads, backend %s, %s, gcc %s, commit %s.\n",
+                 "| achieved conv rate | %.2f GFLOP/s |\n| ceiling: %s | %.2f GFLOP/s |\n"
+                 "| fraction of the ceiling | %.1f%% |\n| peak memory (all backend allocations) | %.1f MiB |\n\n"
+                 "Device: %s. Backend %s, gcc %s, commit %s. One step = forward, L1+KL loss, backward, global "
+                 "gradient norm, AdamW, timed with %s.\n",
                  stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, a.cfg.input_size[0],
-                 a.cfg.input_size[1], a.cfg.input_size[2], m->conv_flops_step * 1e-9, gflops, gemm_square, c0, 27 * c0,
-                 gemm_conv, 100 * gflops / gemm_square, model_device_bytes(m) / 1048576.0, rt.hw.cpu_model,
-                 rt.hw.cores, threads, rt.be->name, openblas_get_config(), __VERSION__, commit);
+                 a.cfg.input_size[1], a.cfg.input_size[2], m->conv_flops_step * 1e-9, gflops, ceil.what, ceil.gflops,
+                 100 * gflops / ceil.gflops, peak_mib, device, be->name, __VERSION__, commit,
+                 gpu ? "CUDA events" : "the wall clock");
     snprintf(path, sizeof path, "%s/step_%s.md", dir, stem);
     fs_write_atomic(path, md, (size_t)n);
     fputs(md, stdout);

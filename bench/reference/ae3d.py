@@ -166,6 +166,10 @@ def bench(args):
                  "loss": "l1", "logvar_min": -30.0, "logvar_max": 20.0, "norm_eps": 1e-6, **cfg["model"]}
     batch = args.batch_size or cfg.get("train", {}).get("batch_size", 2)
     dev = torch.device(args.device)
+    # TF32 in convolutions is PyTorch's default on Ampere and newer; voxscale's train.tf32 mirrors it, and the
+    # side-by-side passes voxscale's setting here so both run the same math.
+    torch.backends.cudnn.allow_tf32 = bool(args.tf32)
+    torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
     if args.threads:
         torch.set_num_threads(args.threads)
     model = AE3D(model_cfg).to(dev)
@@ -199,9 +203,9 @@ def bench(args):
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
     med = float(np.median(times))
-    out = {"framework": "pytorch " + torch.__version__, "config": args.config, "device": str(dev), "dtype": args.dtype,
+    out = {"framework": "pytorch " + torch.__version__, "cudnn": torch.backends.cudnn.version(), "config": args.config, "device": str(dev), "dtype": args.dtype,
            "batch": batch, "iters": args.iters, "warmup": args.warmup, "step_ms_median": med * 1e3,
-           "samples_per_s": batch / med, "threads": torch.get_num_threads()}
+           "samples_per_s": batch / med, "threads": torch.get_num_threads(), "tf32": int(args.tf32)}
     if dev.type == "cuda":
         out["peak_memory_mib"] = torch.cuda.max_memory_allocated() / 2**20
     print(json.dumps(out, indent=2))
@@ -222,6 +226,7 @@ if __name__ == "__main__":
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--tf32", type=int, default=1, choices=[0, 1], help="allow TF32 in cuDNN convolutions (default 1)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     ap.add_argument("--out", help="also write the JSON result to this file")
     a = ap.parse_args()
