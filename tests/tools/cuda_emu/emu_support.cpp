@@ -1,0 +1,31 @@
+// emu_support.cpp: the backend state the kernels reach (stream, scratch, reduction second pass) for the host
+// emulation of tests/tools/cuda_emu/run.sh.
+#include "cuda_check.h"
+#include <cstring>
+int vx_cuda_sync_launches = 0;
+static BackendOptions opts = {0, 0};
+static void *scratch;
+cudaStream_t vx_cuda_stream(void) { return 0; }
+cudnnHandle_t vx_cudnn_handle(void) { return 0; }
+const BackendOptions *vx_cuda_options(void) { return &opts; }
+void *vx_cuda_scratch(void);
+void emu_poison_scratch(void) { memset(vx_cuda_scratch(), 0xFF, VX_SCRATCH_BYTES); }
+void *vx_cuda_scratch(void) {
+    if (!scratch) { scratch = aligned_alloc(256, VX_SCRATCH_BYTES); emu_poison_scratch(); }
+    return scratch;
+}
+const char *vx_cuda_hint(cudaError_t) { return ""; }
+const char *vx_cudnn_hint(cudnnStatus_t) { return ""; }
+void vx_cuda_fail(const char *file, int line, const char *what, const char *, const char *, const char *) {
+    fprintf(stderr, "fail %s:%d %s\n", file, line, what); abort();
+}
+__global__ void reduce_finalize_kernel(const double *__restrict__ partials, int count, double divisor, float *__restrict__ out) {
+    __shared__ double sh[VX_THREADS / 32];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < count; i += VX_THREADS) s += partials[i];
+    s = vx_block_sum(s, sh);
+    if (threadIdx.x == 0) out[0] = (float)(s / divisor);
+}
+void vx_reduce_finalize(const double *partials, int count, double divisor, float *out) {
+    emu_launch(dim3(1), dim3(VX_THREADS), [&] { reduce_finalize_kernel(partials, count, divisor, out); });
+}

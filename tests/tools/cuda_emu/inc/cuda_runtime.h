@@ -1,0 +1,67 @@
+// inc/cuda_runtime.h: a host emulation of the CUDA runtime pieces the kernels use, for run.sh: kernels run as
+// std::threads (one pool of blockDim threads per launch, blocks in order), __shared__ is static, __syncthreads a
+// barrier. Not a CUDA implementation; just enough to execute this project's kernels on the CPU.
+#pragma once
+#include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+typedef int cudaError_t;
+enum { cudaSuccess = 0 };
+typedef void *cudaStream_t;
+inline const char *cudaGetErrorName(cudaError_t) { return "?"; }
+inline const char *cudaGetErrorString(cudaError_t) { return "?"; }
+inline cudaError_t cudaGetLastError() { return 0; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
+inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return 0; }
+struct float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
+inline thread_local dim3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+inline std::barrier<> *emu_block_bar;
+inline std::barrier<> *emu_warp_bar[32];
+inline double emu_warp_buf[32][32];
+#define __syncthreads() emu_block_bar->arrive_and_wait()
+inline double __shfl_down_sync(unsigned, double v, int o) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    emu_warp_buf[w][l] = v;
+    emu_warp_bar[w]->arrive_and_wait();
+    const double r = l + o < 32 ? emu_warp_buf[w][l + o] : v;
+    emu_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+inline long emu_launches = 0;
+template <class F> void emu_launch(dim3 grid, dim3 block, F f) {
+    emu_launches++;
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.x > 1024 || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "EMU: bad launch config grid (%u,%u,%u) block %u\n", grid.x, grid.y, grid.z, block.x);
+        abort();
+    }
+    gridDim = grid;
+    blockDim = block;
+    std::barrier<> bar((ptrdiff_t)block.x);
+    emu_block_bar = &bar;
+    for (unsigned w = 0; w < (block.x + 31) / 32; w++) emu_warp_bar[w] = new std::barrier<>(32);
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < block.x; t++)
+        ts.emplace_back([&, t] {
+            threadIdx = dim3(t, 0, 0);
+            for (unsigned by = 0; by < grid.y; by++)
+                for (unsigned bx = 0; bx < grid.x; bx++) {
+                    blockIdx = dim3(bx, by, 0);
+                    f();
+                    bar.arrive_and_wait();
+                }
+        });
+    for (auto &t : ts) t.join();
+    for (unsigned w = 0; w < (block.x + 31) / 32; w++) delete emu_warp_bar[w];
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# tests/tools/cuda_emu/run.sh: runs the CUDA backend's own kernels (kernels/*_cuda.cu, not the cuDNN calls) on
+# the CPU under a small host emulation of the CUDA execution model, against the CPU ops, for machines without a
+# GPU. Each kernel launch becomes 256 std::threads per block with real barriers for __syncthreads and per-warp
+# barriers for __shfl_down_sync; the reduction scratch is poisoned with NaN before every reducing op, so a partial
+# sum that is read before it is written shows up. It checks indexing, partitions, reductions, beta handling and
+# launch limits (grid.y <= 65535, block <= 1024); it cannot check float4 alignment faults, device math or timing.
+# Usage: bash tests/tools/cuda_emu/run.sh   (needs g++ with C++20 <barrier>, python3, OpenBLAS; about a minute)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+out=${BUILD:-$root/build}/cuda_emu
+mkdir -p "$out"
+cxx="g++ -std=c++20 -O1 -g -D__CUDACC__ -I$here/inc -I$root/kernels -I$root/src -pthread -w"
+cc="gcc -O2 -fopenmp -std=c11 -D_GNU_SOURCE -I$root/kernels -I$root/src $(pkg-config --cflags openblas 2>/dev/null)"
+objs=()
+for f in elementwise silu upsample rng loss optim latent groupnorm; do
+    python3 "$here/prep.py" "$root/kernels/${f}_cuda.cu" >"$out/${f}_emu.cpp"
+    $cxx -c "$out/${f}_emu.cpp" -o "$out/${f}_emu.o"
+    objs+=("$out/${f}_emu.o")
+done
+# conv3d_cuda.cu: only its bias kernels are ours (the rest is cuDNN)
+python3 - "$root/kernels/conv3d_cuda.cu" >"$out/bias_src.cu" <<'PY'
+import sys
+src = open(sys.argv[1]).read()
+a, b = src.index('/* ---- bias kernels'), src.index('/* ---- the three directions')
+defs = '\n'.join(l for l in src.split('\n') if l.startswith('#define CONV_BIAS'))
+print('#include "conv3d.h"\n#include "cuda_check.h"\n' + defs + '\n' + src[a:b])
+print('void emu_add_bias(const Conv3dShape *s, const float *bias, float *y) { add_bias(s, bias, y); }')
+print('void emu_bias_grad(const Conv3dShape *s, const float *dy, float *dbias, float beta) { bias_grad(s, dy, dbias, beta); }')
+PY
+python3 "$here/prep.py" "$out/bias_src.cu" >"$out/bias_emu.cpp"
+$cxx -c "$out/bias_emu.cpp" -o "$out/bias_emu.o"
+$cxx -c "$here/emu_support.cpp" -o "$out/emu_support.o"
+$cxx -c "$here/emu_test.cpp" -o "$out/emu_test.o"
+$cxx -c "$here/bias_test.cpp" -o "$out/bias_test.o"
+cpu=()
+for f in conv3d elementwise groupnorm latent loss optim rng silu upsample; do
+    $cc -c "$root/kernels/${f}_cpu.c" -o "$out/cpu_$f.o"
+    cpu+=("$out/cpu_$f.o")
+done
+$cc -c "$root/src/util.c" -o "$out/util.o"
+blas=$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+g++ -pthread -fopenmp -o "$out/emu_test" "${objs[@]}" "$out/emu_support.o" "$out/emu_test.o" "${cpu[@]}" "$out/util.o" $blas
+g++ -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/util.o" $blas
+"$out/emu_test" | grep -v '^ok '
+"$out/bias_test" | tail -1
