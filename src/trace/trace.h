@@ -8,7 +8,8 @@
  * moment in nanoseconds since the epoch, so traces of several ranks line up.
  * When no trace is active, push and pop cost one predictable branch on a global flag (and, in CUDA builds, the
  * NVTX call: a null function-pointer test when no tool is attached).
- * Threads: push/pop and trace_add_complete may be called from any thread; begin/end from one. */
+ * Threads: push/pop and the trace_add_* and trace_set_* functions may be called from any thread; begin/end from
+ * one. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,9 @@ int trace_end(void);
 /* Path of the file the last trace_end wrote ("" before any). */
 const char *trace_last_file(void);
 
+/* 1 while a trace is recording (between trace_begin and trace_end), else 0. */
+int trace_is_active(void);
+
 /* Microseconds since trace_begin on the trace's clock (0 when no trace is active). */
 double trace_now_us(void);
 
@@ -64,6 +68,30 @@ double trace_now_us(void);
  * device index and the stream), correlation links it to the CPU-side launch (-1: none). */
 int trace_add_complete(const char *name, const char *cat, double ts_us, double dur_us, int64_t pid, int64_t tid,
                        int64_t correlation);
+/* The same with more members for the event's "args" object: args_json is the inside of a JSON object, e.g.
+ * "\"stream\": 7, \"grid\": [40, 1, 1]", written after "correlation" as it is (it is not checked: the caller makes
+ * it valid JSON). NULL or "" adds nothing. */
+int trace_add_complete_args(const char *name, const char *cat, double ts_us, double dur_us, int64_t pid, int64_t tid,
+                            int64_t correlation, const char *args_json);
+/* An arrow from the slice that holds start_ts_us on track (start_pid, start_tid) to the slice that holds end_ts_us
+ * on (end_pid, end_tid): a flow start (ph "s") and a flow end (ph "f", bp "e") with this id, name = cat. PyTorch
+ * draws one from each kernel launch to its kernel: cat "ac2g", id = the correlation id. Ids are unique per cat. */
+int trace_add_flow(const char *cat, int64_t id, double start_ts_us, int64_t start_pid, int64_t start_tid,
+                   double end_ts_us, int64_t end_pid, int64_t end_tid);
+
+/* Names a process row (process_name metadata), e.g. pid 0 "GPU 0" for a device; the default for this process is
+ * "voxscale rank <rank>", and other pids have none. */
+int trace_set_process_name(int64_t pid, const char *name);
+/* Names the track (pid, tid) (thread_name metadata), e.g. (0, 7) "stream 7". NULL lists the track without
+ * renaming it: its name stays, or is "thread <tid>". */
+int trace_set_track_name(int64_t pid, int64_t tid, const char *name);
+
+/* The trace's clock: CLOCK_MONOTONIC in nanoseconds, with or without an active trace. trace_us_at converts a
+ * reading of it to trace time, of the active trace or, after trace_end, of the last one (meaningless before the
+ * first trace_begin): during a trace, trace_now_us() == trace_us_at(trace_clock_ns()). For timestamps taken
+ * elsewhere on this clock, e.g. CUPTI's once it is given trace_clock_ns. */
+int64_t trace_clock_ns(void);
+double trace_us_at(int64_t clock_ns);
 
 /* ---- ranges: inline so that the inactive case is a flag test ---------------------------------------------- */
 extern int trace_active_flag; /* internal: read with __atomic builtins; written by begin/end */

@@ -108,9 +108,16 @@ static void write_json(Out *o, const TraceContents *t) {
     out_fmt(o, "\"baseTimeNanoseconds\": %" PRId64 ",\n\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [", t->base_time_ns);
 
     bool first = true;
+    /* process_name: ours (named by the caller or "voxscale rank <r>"), then the other named ones (GPUs). */
     char pname[64];
     snprintf(pname, sizeof pname, "voxscale rank %d", t->rank);
-    write_metadata_event(o, "process_name", t->pid, 0, pname, &first);
+    const char *own = pname;
+    for (size_t i = 0; i < t->n_processes; i++)
+        if (t->processes[i].pid == t->pid) own = t->processes[i].name;
+    write_metadata_event(o, "process_name", t->pid, 0, own, &first);
+    for (size_t i = 0; i < t->n_processes; i++)
+        if (t->processes[i].pid != t->pid)
+            write_metadata_event(o, "process_name", t->processes[i].pid, 0, t->processes[i].name, &first);
     for (size_t i = 0; i < t->n_threads; i++) {
         char tname[64];
         const char *name = t->threads[i].name;
@@ -118,13 +125,25 @@ static void write_json(Out *o, const TraceContents *t) {
             snprintf(tname, sizeof tname, "thread %" PRId64, t->threads[i].tid);
             name = tname;
         }
-        write_metadata_event(o, "thread_name", t->pid, t->threads[i].tid, name, &first);
+        write_metadata_event(o, "thread_name", t->threads[i].pid, t->threads[i].tid, name, &first);
     }
     for (size_t i = 0; i < t->n_events; i++) {
         const TraceEvent *e = &t->events[i];
         if (first) OUT_LIT(o, "\n  ");
         else OUT_LIT(o, ",\n  ");
         first = false;
+        if (e->ph == 's' || e->ph == 'f') {
+            /* Flow events as Kineto writes them; "bp": "e" binds the end to the slice that holds ts. */
+            out_fmt(o, "{\"ph\": \"%c\", \"id\": %" PRId64 ", \"pid\": %" PRId64 ", \"tid\": %" PRId64 ", \"ts\": %.3f, ",
+                    e->ph, e->correlation, e->pid, e->tid, e->ts_us);
+            OUT_LIT(o, "\"cat\": ");
+            out_str(o, e->cat);
+            OUT_LIT(o, ", \"name\": ");
+            out_str(o, e->name);
+            if (e->ph == 'f') OUT_LIT(o, ", \"bp\": \"e\"");
+            OUT_LIT(o, "}");
+            continue;
+        }
         OUT_LIT(o, "{\"ph\": \"X\", \"name\": ");
         out_str(o, e->name);
         OUT_LIT(o, ", \"cat\": ");
@@ -133,6 +152,11 @@ static void write_json(Out *o, const TraceContents *t) {
         out_fmt(o, ", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %" PRId64 ", \"tid\": %" PRId64 ", \"args\": {", e->ts_us,
                 e->dur_us, e->pid, e->tid);
         if (e->correlation >= 0) out_fmt(o, "\"correlation\": %" PRId64, e->correlation);
+        if (e->args >= 0) {
+            const char *args = t->args_pool + e->args;
+            if (e->correlation >= 0) OUT_LIT(o, ", ");
+            out_raw(o, args, strlen(args));
+        }
         OUT_LIT(o, "}}");
     }
     out_fmt(o, "\n]\n}\n");

@@ -1,6 +1,7 @@
 /* test_trace.c: unit tests of the Chrome trace writer: nested ranges from several threads written, gunzipped
  * and parsed back with cJSON; the PyTorch-profiler top-level keys; per-thread nesting; naming and atomic
- * writing of the file; and that ranges outside a trace are ignored and cost next to nothing. */
+ * writing of the file; and that ranges outside a trace are ignored and cost next to nothing. Events for the
+ * GPU side: args, flows and track names. */
 #include <dirent.h>
 #include <ftw.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -277,11 +279,126 @@ static void test_trace_device_properties(void **state) {
     cJSON_Delete(root);
 }
 
+/* ---- events of the GPU side ------------------------------------------------------------------------------------------- */
+
+static const cJSON *args_of(const cJSON *e) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "args");
+    assert_true(cJSON_IsObject(a));
+    return a;
+}
+
+/* The only X event with this name (fails on none or several). */
+static const cJSON *find_x(const cJSON *events, const char *name) {
+    const cJSON *e, *found = NULL;
+    cJSON_ArrayForEach(e, events) {
+        if (strcmp(str(e, "ph"), "X") != 0 || strcmp(str(e, "name"), name) != 0) continue;
+        assert_null(found);
+        found = e;
+    }
+    assert_non_null(found);
+    return found;
+}
+
+/* The label of a process_name (tid < 0) or thread_name metadata event; NULL if there is none, fails on two. */
+static const char *meta_label(const cJSON *events, double pid, double tid) {
+    const cJSON *e;
+    const char *label = NULL;
+    cJSON_ArrayForEach(e, events) {
+        if (strcmp(str(e, "ph"), "M") != 0 || num(e, "pid") != pid) continue;
+        if (strcmp(str(e, "name"), tid < 0 ? "process_name" : "thread_name") != 0) continue;
+        if (tid >= 0 && num(e, "tid") != tid) continue;
+        assert_null(label);
+        label = str(args_of(e), "name");
+    }
+    return label;
+}
+
+static void assert_int_array(const cJSON *arr, int a, int b, int c) {
+    assert_true(cJSON_IsArray(arr));
+    assert_int_equal(cJSON_GetArraySize(arr), 3);
+    assert_int_equal(cJSON_GetArrayItem(arr, 0)->valueint, a);
+    assert_int_equal(cJSON_GetArrayItem(arr, 1)->valueint, b);
+    assert_int_equal(cJSON_GetArrayItem(arr, 2)->valueint, c);
+}
+
+static void test_trace_args_flows_and_track_names(void **state) {
+    assert_int_equal(trace_add_flow("ac2g", 1, 0, 0, 0, 1, 0, 0), TRACE_ERR_STATE);
+    assert_int_equal(trace_set_track_name(0, 7, "stream 7"), TRACE_ERR_STATE);
+    assert_int_equal(trace_is_active(), 0);
+    assert_int_equal(trace_begin(*state, 0), TRACE_OK);
+    assert_int_equal(trace_is_active(), 1);
+    int64_t c = trace_clock_ns();
+    double now = trace_now_us();
+    assert_true(fabs(trace_us_at(c) - now) < 1000.0); /* the same clock: read microseconds apart */
+    assert_true(trace_us_at(c + 5000) - trace_us_at(c) == 5.0);
+
+    assert_int_equal(trace_add_complete_args("k1", "kernel", 10.0, 2.0, 0, 7, 5, "\"stream\": 7, \"grid\": [4, 2, 1]"),
+                     TRACE_OK);
+    assert_int_equal(trace_add_complete_args("k2", "kernel", 13.0, 1.0, 0, 7, -1, "\"stream\": 7"), TRACE_OK);
+    assert_int_equal(trace_add_complete_args("launch", "cuda_runtime", 9.0, 0.5, 1234, 99, 5, ""), TRACE_OK);
+    assert_int_equal(trace_add_complete_args("k3", "kernel", 1.0, NAN, 0, 7, -1, NULL), TRACE_ERR_ARG);
+    assert_int_equal(trace_add_flow("ac2g", 5, 9.0, 1234, 99, 10.0, 0, 7), TRACE_OK);
+    assert_int_equal(trace_add_flow("ac2g", -1, 9.0, 1234, 99, 10.0, 0, 7), TRACE_ERR_ARG);
+    assert_int_equal(trace_add_flow("", 6, 9.0, 1234, 99, 10.0, 0, 7), TRACE_ERR_ARG);
+    assert_int_equal(trace_set_process_name(0, "GPU 0"), TRACE_OK);
+    assert_int_equal(trace_set_process_name(0, "GPU zero"), TRACE_OK); /* renames, no second entry */
+    assert_int_equal(trace_set_process_name(0, ""), TRACE_ERR_ARG);
+    assert_int_equal(trace_set_track_name(0, 7, "stream 7"), TRACE_OK);
+    assert_int_equal(trace_set_track_name(0, 7, NULL), TRACE_OK); /* keeps "stream 7" */
+    assert_int_equal(trace_set_track_name(1234, 99, NULL), TRACE_OK);
+    assert_int_equal(trace_set_track_name(1234, 99, ""), TRACE_ERR_ARG);
+    assert_int_equal(trace_set_thread_name("main"), TRACE_OK);
+    assert_int_equal(trace_set_track_name(getpid(), (int64_t)syscall(SYS_gettid), NULL), TRACE_OK);
+    assert_int_equal(trace_end(), TRACE_OK);
+    assert_int_equal(trace_is_active(), 0);
+
+    cJSON *root = load_trace(trace_last_file());
+    const cJSON *events = cJSON_GetObjectItemCaseSensitive(root, "traceEvents");
+    const cJSON *k1 = find_x(events, "k1");
+    assert_int_equal((int)num(args_of(k1), "correlation"), 5);
+    assert_int_equal((int)num(args_of(k1), "stream"), 7);
+    assert_int_array(cJSON_GetObjectItemCaseSensitive(args_of(k1), "grid"), 4, 2, 1);
+    const cJSON *k2 = find_x(events, "k2");
+    assert_null(cJSON_GetObjectItemCaseSensitive(args_of(k2), "correlation"));
+    assert_int_equal((int)num(args_of(k2), "stream"), 7);
+    assert_int_equal(cJSON_GetArraySize(args_of(find_x(events, "launch"))), 1);
+    assert_int_equal(count_named(events, "k3", -1), 0);
+
+    int starts = 0, ends = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, events) {
+        const char *ph = str(e, "ph");
+        if (strcmp(ph, "s") != 0 && strcmp(ph, "f") != 0) continue;
+        assert_string_equal(str(e, "cat"), "ac2g");
+        assert_string_equal(str(e, "name"), "ac2g");
+        assert_int_equal((int)num(e, "id"), 5);
+        if (ph[0] == 's') {
+            starts++;
+            assert_true(num(e, "ts") == 9.0 && num(e, "pid") == 1234 && num(e, "tid") == 99);
+            assert_null(cJSON_GetObjectItemCaseSensitive(e, "bp"));
+        } else {
+            ends++;
+            assert_true(num(e, "ts") == 10.0 && num(e, "pid") == 0 && num(e, "tid") == 7);
+            assert_string_equal(str(e, "bp"), "e");
+        }
+    }
+    assert_int_equal(starts, 1);
+    assert_int_equal(ends, 1);
+
+    assert_string_equal(meta_label(events, 0, -1), "GPU zero");
+    assert_string_equal(meta_label(events, getpid(), -1), "voxscale rank 0");
+    assert_string_equal(meta_label(events, 0, 7), "stream 7");
+    assert_string_equal(meta_label(events, 1234, 99), "thread 99");
+    assert_string_equal(meta_label(events, getpid(), (double)syscall(SYS_gettid)), "main");
+    cJSON_Delete(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_trace_nested_ranges_round_trip, tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_trace_inactive_is_ignored, tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_trace_device_properties, tmpdir_setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_trace_args_flows_and_track_names, tmpdir_setup, tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
