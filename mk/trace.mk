@@ -1,5 +1,14 @@
 # mk/trace.mk: build steps of the profiler trace (src/trace).
-# This fragment is included after the Makefile's CUDA section, so $(CUDA) is already decided here.
+# CUDA builds record GPU activity through CUPTI (src/trace/gpu_activity.c), linked from the toolkit's lib64 with an
+# rpath like cuDNN, and demangle kernel names with libstdc++'s __cxa_demangle. CPU builds get stubs and link
+# neither. This fragment is included after the Makefile's CUDA section, so $(CUDA) is already decided here.
+
+ifeq ($(CUDA),1)
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti
+  ifeq ($(findstring -lstdc++,$(LDLIBS)),)
+    LDLIBS += -lstdc++
+  endif
+endif
 
 # trace.h is included from .cu files too: test_trace_cxx.c is compiled as C++ (by nvcc as CUDA C++ in CUDA builds,
 # where trace.h also includes NVTX; by the host C++ compiler otherwise), so a C-only construct in the header
