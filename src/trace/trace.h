@@ -3,8 +3,8 @@
  * profiler plugin open it.
  *
  * CPU work is recorded with nested ranges per thread (trace_range_push/pop, monotonic clock); device work
- * measured elsewhere (CUDA events, later CUPTI) is added as complete events on the same time line
- * (trace_now_us). Timestamps are microseconds since trace_begin; the file's baseTimeNanoseconds holds that
+ * measured elsewhere (CUPTI through gpu_activity.h, or CUDA events) is added as complete events on the same time
+ * line (trace_now_us, trace_us_at). Timestamps are microseconds since trace_begin; the file's baseTimeNanoseconds holds that
  * moment in nanoseconds since the epoch, so traces of several ranks line up.
  * When no trace is active, push and pop cost one predictable branch on a global flag (and, in CUDA builds, the
  * NVTX call: a null function-pointer test when no tool is attached).
