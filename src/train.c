@@ -17,6 +17,7 @@
 #include "runtime.h"
 #include "schedule.h"
 #include "tb/tb_writer.h"
+#include "trace/gpu_activity.h"
 #include "trace/trace.h"
 #include "train_log.h"
 #include "util.h"
@@ -109,7 +110,7 @@ static void save_checkpoint(const Config *cfg, const Model *m, const CkptState *
 
 /* The optional profiler window (output.profile): trace steps [first, last], 1-based. */
 typedef struct {
-    int first, last, active;
+    int first, last, active, gpu; /* gpu: CUPTI is recording kernels, copies and memsets */
 } ProfileWindow;
 
 static void profile_step_begin(ProfileWindow *p, const Config *cfg, const Runtime *rt, int64_t step1) {
@@ -123,13 +124,21 @@ static void profile_step_begin(ProfileWindow *p, const Config *cfg, const Runtim
                            .warp_size = g->warp_size, .max_threads_per_block = g->max_threads_per_block,
                            .shared_mem_per_block = g->shared_mem_per_block};
         trace_add_device(&dev);
+        char why[256];
+        p->gpu = trace_gpu_begin(0, why, sizeof why);
+        if (!p->gpu) vx_log("profile: GPU activity not recorded (%s); the trace has the host side only\n", why);
     }
     p->active = 1;
     vx_log("profile: recording steps %d..%d\n", p->first, p->last);
 }
 
-static void profile_step_end(ProfileWindow *p, int64_t step1, int force) {
+static void profile_step_end(ProfileWindow *p, const Backend *be, int64_t step1, int force) {
     if (!p->active || (step1 < p->last && !force)) return;
+    if (p->gpu) {
+        be->synchronize(); /* unfinished kernels have no end time */
+        trace_gpu_end();
+        p->gpu = 0;
+    }
     trace_end();
     p->active = 0;
     vx_log("profile: trace written to %s (open it in ui.perfetto.dev or chrome://tracing)\n", trace_last_file());
@@ -280,7 +289,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         if (every(cfg->image_every, st.step)) log_images(tb, m, cfg, val, n_shown, st.step);
         if (tb && every(cfg->hist_every, st.step)) train_log_histograms(tb, m, st.step);
         if (every(cfg->ckpt_every, st.step) || last) save_checkpoint(cfg, m, &st);
-        profile_step_end(&prof, st.step, 0);
+        profile_step_end(&prof, be, st.step, 0);
         if (stop_requested && !last) {
             vx_log("stopping on signal %d after step %ld\n", (int)stop_requested, (long)st.step);
             if (!every(cfg->ckpt_every, st.step)) save_checkpoint(cfg, m, &st);
@@ -288,7 +297,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
             break;
         }
     }
-    profile_step_end(&prof, st.step, 1);
+    profile_step_end(&prof, be, st.step, 1);
     double total = vx_now() - t_start;
     vx_log("done: %ld steps in %.1f s\n", (long)st.step, total);
     loader_stop(&loader);
