@@ -27,6 +27,16 @@ for t in "$BUILD"/tests/test_*; do
     fi
 done
 
+# The CUDA backend's own kernels, run on the CPU under a host emulation of the execution model against the CPU
+# ops: checks their indexing, partitions and reductions on machines without a GPU (the real GPU tests are
+# test_ops_cuda and tests/integration/test_cuda.py, which skip here). One test, about a minute.
+echo "=== tests/tools/cuda_emu (CUDA kernels under host emulation)"
+if emu_out=$(bash tests/tools/cuda_emu/run.sh 2>&1); then
+    printf '%s\n' "$emu_out"; passed=$((passed + 1))
+else
+    printf '%s\n' "$emu_out"; failed=$((failed + 1)); failed_names+=("cuda_emu")
+fi
+
 echo "=== pytest tests/integration"
 report=$(mktemp)
 .venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/integration --junitxml="$report"
