@@ -407,6 +407,24 @@ def http_json(url, body=None, timeout=5):
         return json.loads(resp.read())
 
 
+def poll_series(proc, url, length, timeout=60):
+    """GETs a scalar series from the tensorboard server `proc` until it has `length` points (the server loads runs
+    in the background); fails if the server exits or the series never arrives."""
+    deadline, got, last_error = time.monotonic() + timeout, None, None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"tensorboard exited early:\n{proc.stdout.read().decode(errors='replace')}")
+        try:
+            got = http_json(url)
+            if len(got) == length:
+                break
+        except Exception as e:  # not up yet, or the run not loaded yet
+            last_error = e
+        time.sleep(0.5)
+    assert got is not None, f"tensorboard did not serve {url} within {timeout} s: {last_error}"
+    return got
+
+
 def test_tensorboard_server_serves_scalars_and_hparams(sample):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -419,18 +437,7 @@ def test_tensorboard_server_serves_scalars_and_hparams(sample):
         run, tag = sample["run"], "loss/train"
         expected = sample["scalars"][tag]
         url = f"{base}/data/plugin/scalars/scalars?run={run}&tag={urllib.parse.quote(tag)}"
-        deadline, got, last_error = time.monotonic() + 60, None, None
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"tensorboard exited early:\n{proc.stdout.read().decode(errors='replace')}")
-            try:
-                got = http_json(url)
-                if len(got) == len(expected):
-                    break
-            except Exception as e:  # not up yet, or the run not loaded yet
-                last_error = e
-            time.sleep(0.5)
-        assert got is not None, f"tensorboard did not serve {url} within 60 s: {last_error}"
+        got = poll_series(proc, url, len(expected))
         assert [[step, value] for _, step, value in got] == expected
 
         # The HParams dashboard sees the experiment and this run as a session with its values.

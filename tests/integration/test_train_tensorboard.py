@@ -10,14 +10,12 @@ record without a CRC error.
 
 import gzip
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.parse
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,7 +25,7 @@ pytest.importorskip("tensorboard")
 from conftest import ROOT, VOXSCALE, metrics, run  # noqa: E402
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
-from test_tensorboard import accumulator, decode_png, free_port, http_json, strict_records  # noqa: E402
+from test_tensorboard import accumulator, decode_png, free_port, poll_series, strict_records  # noqa: E402
 
 TINY = "configs/test/tiny.json"
 STEPS, IMAGE_EVERY, HIST_EVERY, VAL_EVERY = 20, 5, 10, 10
@@ -170,18 +168,7 @@ def test_tensorboard_server_serves_the_run(trained):
         expected = [[m["step"], f32(m["val_l1"])] for m in trained["metrics"] if "val_l1" in m]
         url = (f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run={trained['dir'].name}"
                f"&tag={urllib.parse.quote('val/l1')}")
-        deadline, got, last_error = time.monotonic() + 60, None, None
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"tensorboard exited early:\n{proc.stdout.read().decode(errors='replace')}")
-            try:
-                got = http_json(url)
-                if len(got) == len(expected):
-                    break
-            except Exception as e:  # not up yet
-                last_error = e
-            time.sleep(0.5)
-        assert got is not None, f"tensorboard did not serve {url}: {last_error}"
+        got = poll_series(proc, url, len(expected))
         assert [[step, value] for _, step, value in got] == expected
     finally:
         proc.terminate()
