@@ -12,7 +12,6 @@ import gzip
 import json
 import os
 import re
-import shutil
 import socket
 import struct
 import subprocess
