@@ -110,27 +110,27 @@ void train_log_histograms(TrainLog *l, const Model *m, int64_t step) {
     m->be->copy_to_host(host[1], m->grad, bytes);
     float *values = vx_malloc(bytes);
     static const char *const KIND[2] = {"weights", "grads"};
-    /* Gather each group's parameters in order of first appearance (a group's views are usually adjacent). */
+    /* Each parameter's group once; then each group (in order of first appearance) gathered for both kinds. */
+    char (*group)[96] = vx_malloc((size_t)m->n_params * sizeof *group);
+    for (int i = 0; i < m->n_params; i++) train_log_param_group(m->params[i].name, group[i], sizeof group[i]);
     char *done = vx_calloc((size_t)m->n_params, 1);
     for (int i = 0; i < m->n_params; i++) {
         if (done[i]) continue;
-        char group[96], other[96];
-        train_log_param_group(m->params[i].name, group, sizeof group);
         for (int k = 0; k < 2; k++) {
             size_t n = 0;
             for (int j = i; j < m->n_params; j++) {
-                train_log_param_group(m->params[j].name, other, sizeof other);
-                if (strcmp(group, other) != 0) continue;
+                if (strcmp(group[i], group[j]) != 0) continue;
                 memcpy(values + n, host[k] + m->params[j].offset, (size_t)m->params[j].count * sizeof(float));
                 n += (size_t)m->params[j].count;
                 done[j] = 1;
             }
             char tag[128];
-            snprintf(tag, sizeof tag, "%s/%s", KIND[k], group);
+            snprintf(tag, sizeof tag, "%s/%s", KIND[k], group[i]);
             int64_t rc = tb_writer_add_histogram(l->w, tag, step, values, n);
             if (rc < 0) check((int)rc, "histogram");
         }
     }
+    free(group);
     free(done);
     free(values);
     free(host[0]);
