@@ -34,10 +34,11 @@ typedef struct {
     float l1, psnr;
 } ValResult;
 
-/* Deterministic forward (z = mu) of `count` host volumes in micro-batches of the model's size; the
- * reconstructions go to recon (host, same shape as vols). */
-static void reconstruct(Model *m, const float *vols, int count, float *recon) {
+/* Deterministic forward (z = mu) of `count` host volumes in micro-batches of the model's size; returns their
+ * reconstructions (host, same shape as vols; caller frees). */
+static float *reconstruct(Model *m, const float *vols, int count) {
     long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
+    float *recon = vx_malloc((size_t)count * vol * sizeof(float));
     float *batch = vx_calloc((size_t)per_batch, sizeof(float));
     float *out = vx_malloc((size_t)per_batch * sizeof(float));
     for (int start = 0; start < count; start += m->batch) {
@@ -50,13 +51,13 @@ static void reconstruct(Model *m, const float *vols, int count, float *recon) {
     }
     free(out);
     free(batch);
+    return recon;
 }
 
 /* Validation: L1 and PSNR of the reconstructions of the held-out volumes. */
 static ValResult validate(Model *m, const float *val_host, int count) {
     long n = count * (m->tensors[m->t_input].count / m->batch);
-    float *recon = vx_malloc((size_t)n * sizeof(float));
-    reconstruct(m, val_host, count, recon);
+    float *recon = reconstruct(m, val_host, count);
     double l1 = 0, se = 0;
     for (long i = 0; i < n; i++) {
         double d = (double)recon[i] - (double)val_host[i];
@@ -148,9 +149,7 @@ static void profile_step_end(ProfileWindow *p, const Backend *be, int64_t step1,
 static void log_images(TrainLog *tb, Model *m, const Config *cfg, const float *vols, int count, int64_t step) {
     if (!tb || count == 0) return;
     trace_range_push("tensorboard images", "user_annotation");
-    long n = count * (m->tensors[m->t_input].count / m->batch);
-    float *recon = vx_malloc((size_t)n * sizeof(float));
-    reconstruct(m, vols, count, recon);
+    float *recon = reconstruct(m, vols, count);
     train_log_images(tb, cfg, vols, recon, count, step);
     free(recon);
     trace_range_pop();
