@@ -8,6 +8,7 @@ every file is therefore also read with the record reader that loader uses (tenso
 which checks both CRCs and raises), which must reach the end of the file without an error.
 """
 
+import contextlib
 import gzip
 import json
 import os
@@ -406,6 +407,24 @@ def http_json(url, body=None, timeout=5):
         return json.loads(resp.read())
 
 
+@contextlib.contextmanager
+def tensorboard_server(logdir):
+    """`tensorboard --logdir logdir` on a free loopback port; yields (process, base URL) and stops it after."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+                             "--port", str(port), "--reload_interval", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        yield proc, f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def poll_series(proc, url, length, timeout=60):
     """GETs a scalar series from the tensorboard server `proc` until it has `length` points (the server loads runs
     in the background); fails if the server exits or the series never arrives."""
@@ -425,14 +444,7 @@ def poll_series(proc, url, length, timeout=60):
 
 
 def test_tensorboard_server_serves_scalars_and_hparams(sample):
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(sample["logdir"]), "--host", "127.0.0.1",
-         "--port", str(port), "--reload_interval", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    try:
+    with tensorboard_server(sample["logdir"]) as (proc, base):
         run, tag = sample["run"], "loss/train"
         expected = sample["scalars"][tag]
         url = f"{base}/data/plugin/scalars/scalars?run={run}&tag={urllib.parse.quote(tag)}"
@@ -450,13 +462,6 @@ def test_tensorboard_server_serves_scalars_and_hparams(sample):
         (group,) = groups["sessionGroups"]
         assert group["hparams"] == sample["hparams"]
         assert group["sessions"][0]["status"] == "STATUS_SUCCESS"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # ---- the profiler trace --------------------------------------------------------------------------------------

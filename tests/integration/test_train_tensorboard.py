@@ -13,7 +13,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 
@@ -25,7 +24,7 @@ pytest.importorskip("tensorboard")
 from conftest import ROOT, VOXSCALE, metrics, run  # noqa: E402
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
-from test_tensorboard import accumulator, decode_png, free_port, poll_series, strict_records  # noqa: E402
+from test_tensorboard import accumulator, decode_png, poll_series, strict_records, tensorboard_server  # noqa: E402
 
 TINY = "configs/test/tiny.json"
 STEPS, IMAGE_EVERY, HIST_EVERY, VAL_EVERY = 20, 5, 10, 10
@@ -159,24 +158,11 @@ def test_config_text_and_hparams(trained):
 
 
 def test_tensorboard_server_serves_the_run(trained):
-    port = free_port()
-    logdir = trained["dir"].parent
-    proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host",
-                             "127.0.0.1", "--port", str(port), "--reload_interval", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
+    with tensorboard_server(trained["dir"].parent) as (proc, base):
         expected = [[m["step"], f32(m["val_l1"])] for m in trained["metrics"] if "val_l1" in m]
-        url = (f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run={trained['dir'].name}"
-               f"&tag={urllib.parse.quote('val/l1')}")
+        url = f"{base}/data/plugin/scalars/scalars?run={trained['dir'].name}&tag={urllib.parse.quote('val/l1')}"
         got = poll_series(proc, url, len(expected))
         assert [[step, value] for _, step, value in got] == expected
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_killed_run_reads_to_last_whole_record(tmp_path):
