@@ -14,7 +14,9 @@ int main() {
     for (auto &cs : cases) {
         Conv3dShape s = conv3d_shape(cs[0], cs[1], cs[2], cs[3], 2, cs[4], 1, 1, 0);
         const long P = (long)s.n * s.od * s.oh * s.ow, c = s.c_out, off = cs[5];
-        float *y = (float *)aligned_alloc(64, 4 * (P * c + 16)) + off, *b = (float *)malloc(4 * c), *db = (float *)malloc(4 * c);
+        void *ym = nullptr;
+        if (posix_memalign(&ym, 64, 4 * (size_t)(P * c + off))) abort();
+        float *y = (float *)ym + off, *b = (float *)malloc(4 * c), *db = (float *)malloc(4 * c);
         for (long i = 0; i < P * c; i++) y[i] = (float)((i * 7919) % 1000) / 1000.0f;
         for (long j = 0; j < c; j++) b[j] = j * 0.25f, db[j] = 1.0f;
         double *ref = (double *)calloc(c, 8);

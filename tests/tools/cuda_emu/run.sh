@@ -4,14 +4,18 @@
 # GPU. Each kernel launch becomes 256 std::threads per block with real barriers for __syncthreads and per-warp
 # barriers for __shfl_down_sync; the reduction scratch is poisoned with NaN before every reducing op, so a partial
 # sum that is read before it is written shows up. It checks indexing, partitions, reductions, beta handling and
-# launch limits (grid.y <= 65535, block <= 1024); it cannot check float4 alignment faults, device math or timing.
+# launch limits (grid.y <= 65535, block <= 1024). The kernels and tests are built with ASan and UBSan: a read or
+# write past any buffer (the test buffers have no slack) or a float4 access through a pointer that is not 16-byte
+# aligned (the emulated float4 is alignas(16), as CUDA's) aborts the run, standing in for compute-sanitizer
+# memcheck and the GPU's misaligned-address fault. It cannot check device math, warp scheduling or timing.
 # Usage: bash tests/tools/cuda_emu/run.sh   (needs g++ with C++20 <barrier>, python3, OpenBLAS; about a minute)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 out=${BUILD:-$root/build}/cuda_emu
 mkdir -p "$out"
-cxx="g++ -std=c++20 -O1 -g -D__CUDACC__ -I$here/inc -I$root/kernels -I$root/src -pthread -w"
+san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+cxx="g++ -std=c++20 -O1 -g $san -D__CUDACC__ -I$here/inc -I$root/kernels -I$root/src -pthread -w"
 cc="gcc -O2 -fopenmp -std=c11 -D_GNU_SOURCE -I$root/kernels -I$root/src $(pkg-config --cflags openblas 2>/dev/null)"
 objs=()
 for f in elementwise silu upsample rng loss optim latent groupnorm; do
@@ -41,7 +45,8 @@ for f in conv3d elementwise groupnorm latent loss optim rng silu upsample; do
 done
 $cc -c "$root/src/util.c" -o "$out/util.o"
 blas=$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
-g++ -pthread -fopenmp -o "$out/emu_test" "${objs[@]}" "$out/emu_support.o" "$out/emu_test.o" "${cpu[@]}" "$out/util.o" $blas
-g++ -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/util.o" $blas
+g++ $san -pthread -fopenmp -o "$out/emu_test" "${objs[@]}" "$out/emu_support.o" "$out/emu_test.o" "${cpu[@]}" "$out/util.o" $blas
+g++ $san -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/util.o" $blas
+export ASAN_OPTIONS=detect_leaks=0  # the harness never frees its test buffers: leaks are not what is checked
 "$out/emu_test" | grep -v '^ok '
 "$out/bias_test" | tail -1
