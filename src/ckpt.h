@@ -3,7 +3,8 @@
  * the magic, version, sizes, model fingerprint and checksum; any mismatch is a one-line error with exit 2.
  *
  * Layout (little endian):
- *   CkptHeader | params[count] f32 | adam_m[count] f32 | adam_v[count] f32 | crc32 (u32, of all bytes before) */
+ *   CkptHeader | params[count] f32 | adam_m[count] f32 | adam_v[count] f32 | crc32 (u32, of all bytes before)
+ * with each array in the model's packed layout (views back to back, model.h), whatever the device alignment. */
 #pragma once
 #include <stdint.h>
 

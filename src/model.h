@@ -11,7 +11,12 @@
  *
  * Parameters, gradients and AdamW moments are four flat buffers with the same layout: each parameter is a view
  * (offset, count). Views are laid out in reverse layer order, so backward fills the gradient buffer from offset 0
- * upward (what bucketed all-reduce will overlap with). Activations live in one arena planned at build time. */
+ * upward (what bucketed all-reduce will overlap with). Each view starts on a MODEL_PARAM_ALIGN-float (256-byte)
+ * boundary: cuDNN picks its kernels without seeing pointers, and some need aligned weights (a 4-byte-aligned
+ * weight can fail with CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER); the 128-bit paths of our kernels need it too.
+ * The padding floats stay 0 in all four buffers (AdamW keeps 0 at 0). Checkpoints and probe files hold the packed
+ * layout instead (views back to back, packed_offset), which does not depend on the alignment.
+ * Activations live in one arena planned at build time. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -38,8 +43,12 @@ typedef struct {
     char name[96];   /* PyTorch-style name, e.g. encoder.down.0.res.0.conv1.weight */
     int shape[5];    /* in our layout: conv weights [out][k][k][k][in], vectors [c] */
     int ndim;
-    long offset, count;
+    long offset;        /* in the flat device buffers: a multiple of MODEL_PARAM_ALIGN */
+    long packed_offset; /* in the packed layout (checkpoints, probe files): sum of the counts before it */
+    long count;
 } ParamView;
+
+#define MODEL_PARAM_ALIGN 64 /* floats: 256 bytes, cudaMalloc's own alignment */
 
 typedef struct {
     OpKind kind;
@@ -66,7 +75,8 @@ typedef struct Model {
     int n_tensors, cap_tensors;
     ParamView *params;
     int n_params, cap_params;
-    long param_count;
+    long param_count;  /* parameters (the packed layout's length) */
+    long param_floats; /* length of each flat buffer: param_count plus the alignment padding */
     int t_input, t_recon, t_mu, t_logvar, t_z;
     int eps_item, scalars_item, workspace_item;
     Plan plan;
@@ -77,7 +87,7 @@ typedef struct Model {
     /* set by model_allocate */
     int allocated;
     char *arena;
-    float *param, *grad, *adam_m, *adam_v; /* flat, param_count each */
+    float *param, *grad, *adam_m, *adam_v; /* flat, param_floats each */
 } Model;
 
 /* Builds the graph and the memory plan for micro-batch `batch` on backend `be` (whose convolution workspace
@@ -86,8 +96,13 @@ Model *model_build(const Config *cfg, int batch, const Backend *be);
 void model_free(Model *m);
 /* Bytes the backend will hold: arena + 4 flat buffers. */
 size_t model_device_bytes(const Model *m);
+/* Flat buffer (param_floats, host memory) -> packed (param_count) and back; unpack zeroes the padding. */
+void model_pack_params(const Model *m, const float *flat, float *packed);
+void model_unpack_params(const Model *m, const float *packed, float *flat);
 /* Allocates the arena and the flat buffers on the model's backend. */
 void model_allocate(Model *m);
+/* Gives them back (the graph and plan stay); model_allocate may be called again. */
+void model_release_memory(Model *m);
 /* Deterministic initialization from the seed (PyTorch's default bounds: U(-1/sqrt(fan_in), +)), zero moments. */
 void model_init_params(Model *m, uint64_t seed);
 

@@ -145,11 +145,31 @@ static void build_graph(Model *m) {
     m->t_recon = conv(m, "decoder.conv_out", h, c->in_channels, 3, 1);
 }
 
-/* Reverse layer order: the last-created parameter gets offset 0, so backward's first gradients come first. */
+/* Reverse layer order: the last-created parameter gets offset 0, so backward's first gradients come first. The
+ * packed layout puts the views back to back; the flat one starts each at a multiple of MODEL_PARAM_ALIGN. */
 static void finish_params(Model *m) {
-    for (int i = 0; i < m->n_params; i++) {
+    long flat = 0;
+    for (int i = m->n_params - 1; i >= 0; i--) {
         ParamView *p = &m->params[i];
-        p->offset = m->param_count - p->offset - p->count;
+        p->packed_offset = m->param_count - p->offset - p->count;
+        p->offset = flat;
+        flat += (p->count + MODEL_PARAM_ALIGN - 1) / MODEL_PARAM_ALIGN * MODEL_PARAM_ALIGN;
+    }
+    m->param_floats = flat;
+}
+
+void model_pack_params(const Model *m, const float *flat, float *packed) {
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        memcpy(packed + p->packed_offset, flat + p->offset, (size_t)p->count * sizeof(float));
+    }
+}
+
+void model_unpack_params(const Model *m, const float *packed, float *flat) {
+    memset(flat, 0, (size_t)m->param_floats * sizeof(float));
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        memcpy(flat + p->offset, packed + p->packed_offset, (size_t)p->count * sizeof(float));
     }
 }
 
@@ -221,17 +241,23 @@ Model *model_build(const Config *cfg, int batch, const Backend *be) {
     return m;
 }
 
-size_t model_device_bytes(const Model *m) { return m->plan.total + 4 * (size_t)m->param_count * sizeof(float); }
+size_t model_device_bytes(const Model *m) { return m->plan.total + 4 * (size_t)m->param_floats * sizeof(float); }
+
+void model_release_memory(Model *m) {
+    if (!m || !m->allocated) return;
+    m->be->release(m->arena);
+    m->be->release(m->param);
+    m->be->release(m->grad);
+    m->be->release(m->adam_m);
+    m->be->release(m->adam_v);
+    m->arena = NULL;
+    m->param = m->grad = m->adam_m = m->adam_v = NULL;
+    m->allocated = 0;
+}
 
 void model_free(Model *m) {
     if (!m) return;
-    if (m->allocated) {
-        m->be->release(m->arena);
-        m->be->release(m->param);
-        m->be->release(m->grad);
-        m->be->release(m->adam_m);
-        m->be->release(m->adam_v);
-    }
+    model_release_memory(m);
     plan_free(&m->plan);
     free(m->nodes);
     free(m->tensors);

@@ -25,7 +25,7 @@ static float *scalars(const Model *m) { return (float *)item_ptr(m, m->scalars_i
 void model_allocate(Model *m) {
     const Backend *be = m->be;
     m->arena = be->alloc(m->plan.total);
-    size_t pbytes = (size_t)m->param_count * sizeof(float);
+    size_t pbytes = (size_t)m->param_floats * sizeof(float);
     m->param = be->alloc(pbytes);
     m->grad = be->alloc(pbytes);
     m->adam_m = be->alloc(pbytes);
@@ -36,7 +36,7 @@ void model_allocate(Model *m) {
 }
 
 void model_init_params(Model *m, uint64_t seed) {
-    float *host = vx_malloc((size_t)m->param_count * sizeof(float));
+    float *host = vx_calloc((size_t)m->param_floats, sizeof(float)); /* the padding stays 0 */
     for (int i = 0; i < m->n_params; i++) {
         const ParamView *p = &m->params[i];
         float *dst = host + p->offset;
@@ -54,7 +54,7 @@ void model_init_params(Model *m, uint64_t seed) {
         for (long j = 0; j < p->count; j++)
             dst[j] = bound * (2.0f * vx_uniform01(vx_hash3(seed, RNG_STREAM_INIT + (uint64_t)i, (uint64_t)j)) - 1.0f);
     }
-    size_t bytes = (size_t)m->param_count * sizeof(float);
+    size_t bytes = (size_t)m->param_floats * sizeof(float);
     m->be->copy_to_device(m->param, host, bytes);
     m->be->zero(m->adam_m, bytes);
     m->be->zero(m->adam_v, bytes);
@@ -171,7 +171,7 @@ Losses model_read_losses(const Model *m) {
 
 double model_grad_sumsq(const Model *m) {
     float s;
-    m->be->sumsq(m->param_count, m->grad, scalars(m) + SCALAR_SUMSQ);
+    m->be->sumsq(m->param_floats, m->grad, scalars(m) + SCALAR_SUMSQ);
     m->be->copy_to_host(&s, scalars(m) + SCALAR_SUMSQ, sizeof s);
     return s;
 }

@@ -1,6 +1,6 @@
 /* probe.c: one fixed training step dumped for the PyTorch comparison (see probe.h).
  * Files: PREFIX.json (names, shapes, offsets into the .bin, losses, the resolved config) and PREFIX.bin (float32
- * arrays: input [N][D][H][W][C], eps and recon in NDHWC, params and grads flat in the model's layout). */
+ * arrays: input [N][D][H][W][C], eps and recon in NDHWC, params and grads in the model's packed layout, the views back to back at their "offset"). */
 #include "probe.h"
 
 #include <cJSON.h>
@@ -20,6 +20,14 @@ static float *to_host(const Backend *be, const float *src, long count) {
     float *host = vx_malloc((size_t)count * sizeof(float));
     be->copy_to_host(host, src, (size_t)count * sizeof(float));
     return host;
+}
+
+/* A host copy of a flat parameter-shaped buffer in the packed layout (param_count floats). */
+static float *packed_to_host(const Model *m, const float *flat) {
+    float *host = to_host(m->be, flat, m->param_floats), *packed = vx_malloc((size_t)m->param_count * sizeof(float));
+    model_pack_params(m, host, packed);
+    free(host);
+    return packed;
 }
 
 /* Appends a host array to the .bin, frees it, and returns its offset in floats. */
@@ -59,8 +67,8 @@ int probe_main(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "input", (double)append(f, batch, in->count));
     cJSON_AddNumberToObject(j, "eps", (double)append(f, eps, z->count));
     cJSON_AddNumberToObject(j, "recon", (double)append(f, recon, in->count));
-    cJSON_AddNumberToObject(j, "param_values", (double)append(f, to_host(rt.be, m->param, m->param_count), m->param_count));
-    cJSON_AddNumberToObject(j, "grad_values", (double)append(f, to_host(rt.be, m->grad, m->param_count), m->param_count));
+    cJSON_AddNumberToObject(j, "param_values", (double)append(f, packed_to_host(m, m->param), m->param_count));
+    cJSON_AddNumberToObject(j, "grad_values", (double)append(f, packed_to_host(m, m->grad), m->param_count));
     fclose(f);
     cJSON_AddItemToObject(j, "input_shape", dims_json(in->dims));
     cJSON_AddItemToObject(j, "latent_shape", dims_json(z->dims));
@@ -70,7 +78,7 @@ int probe_main(int argc, char **argv) {
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "name", m->params[i].name);
         cJSON_AddItemToObject(p, "shape", cJSON_CreateIntArray(m->params[i].shape, m->params[i].ndim));
-        cJSON_AddNumberToObject(p, "offset", (double)m->params[i].offset);
+        cJSON_AddNumberToObject(p, "offset", (double)m->params[i].packed_offset);
         cJSON_AddItemToArray(ps, p);
     }
     cJSON *ls = cJSON_AddObjectToObject(j, "losses");

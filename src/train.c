@@ -244,7 +244,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         AdamWParams a = {.lr = (float)lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
                          .eps = (float)cfg->adam_eps, .weight_decay = (float)cfg->weight_decay, .grad_scale = clip,
                          .step = step1};
-        be->adamw(m->param_count, m->param, m->grad, m->adam_m, m->adam_v, &a);
+        be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &a);
         be->timer_mark(1);
         ms_window += be->timer_elapsed_ms(0, 1); /* waits for the device: the step range covers its work */
         trace_range_pop();

@@ -104,7 +104,7 @@ void train_log_param_group(const char *name, char *group, int len) {
 
 void train_log_histograms(TrainLog *l, const Model *m, int64_t step) {
     if (!l) return;
-    size_t bytes = (size_t)m->param_count * sizeof(float);
+    size_t bytes = (size_t)m->param_floats * sizeof(float);
     float *host[2] = {vx_malloc(bytes), vx_malloc(bytes)};
     m->be->copy_to_host(host[0], m->param, bytes);
     m->be->copy_to_host(host[1], m->grad, bytes);

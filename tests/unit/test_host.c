@@ -81,12 +81,49 @@ static void test_model_plan_is_valid_and_saves_memory(void **state) {
         if (t == m->t_recon) assert_int_equal(writers0, 0); /* the loss writes it */
         else assert_int_equal(writers0, 1);
     }
-    /* Parameters tile the flat buffer exactly, in reverse creation order. */
+    /* Parameters tile the packed layout exactly, in reverse creation order; in the flat buffers each starts on a
+     * 256-byte boundary (cuDNN's weight pointers), in the same order, without overlap or more padding than
+     * needed. */
     long covered = 0;
     for (int i = 0; i < m->n_params; i++) covered += m->params[i].count;
     assert_int_equal(covered, m->param_count);
+    assert_int_equal(m->params[m->n_params - 1].packed_offset, 0);
+    assert_int_equal(m->params[0].packed_offset + m->params[0].count, m->param_count);
     assert_int_equal(m->params[m->n_params - 1].offset, 0);
-    assert_int_equal(m->params[0].offset + m->params[0].count, m->param_count);
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        assert_int_equal(p->offset % MODEL_PARAM_ALIGN, 0);
+        const long end = i == 0 ? m->param_floats : m->params[i - 1].offset;
+        assert_true(p->offset + p->count <= end);
+        assert_true(end - (p->offset + p->count) < MODEL_PARAM_ALIGN);
+        if (i > 0) assert_int_equal(m->params[i - 1].packed_offset, p->packed_offset + p->count);
+    }
+    assert_true(m->param_floats > m->param_count); /* the default model has views of odd sizes */
+    model_free(m);
+}
+
+/* pack(unpack(x)) == x, and unpack writes zeros into the padding: checkpoints are alignment-independent. */
+static void test_param_pack_round_trip(void **state) {
+    (void)state;
+    Config cfg;
+    config_defaults(&cfg);
+    Model *m = model_build(&cfg, 1, backend_cpu());
+    float *packed = malloc((size_t)m->param_count * sizeof(float)), *back = malloc((size_t)m->param_count * sizeof(float));
+    float *flat = malloc((size_t)m->param_floats * sizeof(float));
+    for (long i = 0; i < m->param_count; i++) packed[i] = (float)i + 0.5f;
+    for (long i = 0; i < m->param_floats; i++) flat[i] = NAN;
+    model_unpack_params(m, packed, flat);
+    long nonzero = 0;
+    for (long i = 0; i < m->param_floats; i++) {
+        assert_false(isnan(flat[i]));
+        nonzero += flat[i] != 0.0f;
+    }
+    assert_int_equal(nonzero, m->param_count); /* every value once, the padding 0 (packed[i] > 0) */
+    model_pack_params(m, flat, back);
+    assert_memory_equal(back, packed, (size_t)m->param_count * sizeof(float));
+    free(packed);
+    free(back);
+    free(flat);
     model_free(m);
 }
 
@@ -212,6 +249,7 @@ int main(void) {
         cmocka_unit_test(test_plan_reuses_dead_memory),
         cmocka_unit_test(test_plan_random_intervals_never_collide),
         cmocka_unit_test(test_model_plan_is_valid_and_saves_memory),
+        cmocka_unit_test(test_param_pack_round_trip),
         cmocka_unit_test(test_schedule_warmup_then_cosine),
         cmocka_unit_test(test_phantom_is_a_function_of_seed_and_index),
         cmocka_unit_test(test_loader_delivers_batches_in_order_from_any_start),
