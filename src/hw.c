@@ -16,6 +16,11 @@ int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_len) {
     snprintf(reason, reason_len, "this build has no CUDA (built with CUDA=0 or without nvcc and cuDNN)");
     return 0;
 }
+int hw_cuda_free_bytes(int device, size_t *free_bytes) {
+    (void)device;
+    (void)free_bytes;
+    return 0;
+}
 #endif
 
 static void read_cpu_model(char *out, size_t len) {
@@ -77,13 +82,16 @@ void hw_print(const HwInfo *hw) {
     if (hw->n_gpus == 0) printf("gpus: none usable: %s\n", hw->gpu_reason);
     for (int i = 0; i < hw->n_gpus; i++) {
         const HwGpu *g = &hw->gpus[i];
-        printf("gpu %d: %s, %.1f GiB (%.1f GiB free), %d SMs, compute capability %d.%d\n", i, g->name,
-               g->total_bytes / 1073741824.0, g->free_bytes / 1073741824.0, g->sms, g->cc_major, g->cc_minor);
+        char free_s[48] = "free memory read when started";
+        if (g->free_known) snprintf(free_s, sizeof free_s, "%.1f GiB free", g->free_bytes / 1073741824.0);
+        printf("gpu %d: %s, %.1f GiB (%s), %d SMs, compute capability %d.%d\n", i, g->name,
+               g->total_bytes / 1073741824.0, free_s, g->sms, g->cc_major, g->cc_minor);
     }
 }
 
-/* Starts the CUDA backend on GPU 0 under the config's options; 0 with a reason when it cannot run. */
-static int start_cuda(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
+/* Starts the CUDA backend on GPU 0 under the config's options and reads its free memory; 0 with a reason when it
+ * cannot run. */
+static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len) {
     if (hw->n_gpus == 0) {
         snprintf(reason, reason_len, "no usable GPU: %s", hw->gpu_reason);
         return 0;
@@ -95,28 +103,38 @@ static int start_cuda(const Config *cfg, const HwInfo *hw, char *reason, size_t 
         snprintf(reason, reason_len, "GPU 0 (%.100s) cannot be used: %s", hw->gpus[0].name, why);
         return 0;
     }
+    if (!hw_cuda_free_bytes(0, &hw->gpus[0].free_bytes)) {
+        backend_cuda_shutdown();
+        snprintf(reason, reason_len, "GPU 0 (%.100s): its free memory could not be read", hw->gpus[0].name);
+        return 0;
+    }
+    hw->gpus[0].free_known = 1;
     return 1;
 }
 
-/* 1 when the model at the config's batch size (1 when automatic) fits in 90% of the GPU's free memory. */
+/* 1 when the model at the config's batch size (1 when automatic) fits in HW_MEMORY_SHARE of the GPU's free
+ * memory. */
 static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
     Model *m = model_build(cfg, cfg->batch_size > 0 ? cfg->batch_size : 1, backend_cuda());
     size_t need = model_device_bytes(m), have = hw->gpus[0].free_bytes;
     model_free(m);
-    if ((double)need <= 0.9 * (double)have) return 1;
-    snprintf(reason, reason_len, "too little GPU memory: the model needs %.2f GiB, GPU 0 has %.2f GiB free",
-             need / 1073741824.0, have / 1073741824.0);
+    if ((double)need <= HW_MEMORY_SHARE * (double)have) return 1;
+    snprintf(reason, reason_len, "too little GPU memory: the model needs %.2f GiB, %.0f%% of GPU 0's %.2f GiB free is %.2f GiB",
+             need / 1073741824.0, 100 * HW_MEMORY_SHARE, have / 1073741824.0, HW_MEMORY_SHARE * have / 1073741824.0);
     return 0;
 }
 
-const Backend *hw_choose_backend(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
+const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len) {
     const char *dev = cfg->device;
     if (strcmp(dev, "cpu") == 0) {
         snprintf(reason, reason_len, "requested (device cpu)");
         return backend_cpu();
     }
     char why[300];
-    int cuda_ok = start_cuda(cfg, hw, why, sizeof why) && fits_on_gpu(cfg, hw, why, sizeof why);
+    const int started = start_cuda(cfg, hw, why, sizeof why);
+    const int cuda_ok = started && fits_on_gpu(cfg, hw, why, sizeof why);
+    /* a CPU run must not keep the GPU's context, streams and scratch */
+    if (started && !cuda_ok) backend_cuda_shutdown();
     if (strcmp(dev, "cuda") == 0) {
         if (!cuda_ok) vx_usage_error("--device cuda: %s; use --device cpu or auto", why);
         snprintf(reason, reason_len, "requested (device cuda): GPU 0, %s", hw->gpus[0].name);
@@ -141,11 +159,11 @@ int hw_auto_batch(const Config *cfg, const Backend *be, size_t available, int ca
         Model *m = model_build(cfg, b, be);
         size_t need = model_device_bytes(m);
         model_free(m);
-        if ((double)need > 0.8 * (double)available) break;
+        if ((double)need > HW_MEMORY_SHARE * (double)available) break;
         best = b;
     }
     if (best == 0)
-        vx_usage_error("even batch size 1 needs more than 80%% of the %.1f GiB available; lower model.input_size or "
-                       "model.channels", available / 1073741824.0);
+        vx_usage_error("even batch size 1 needs more than %.0f%% of the %.1f GiB available; lower model.input_size or "
+                       "model.channels", 100 * HW_MEMORY_SHARE, available / 1073741824.0);
     return best;
 }

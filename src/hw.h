@@ -9,7 +9,9 @@
 
 typedef struct {
     char name[256];
-    size_t total_bytes, free_bytes;
+    size_t total_bytes;
+    size_t free_bytes; /* valid when free_known: read only for the GPU the backend started on (needs a context) */
+    int free_known;
     int sms, cc_major, cc_minor;
     int warp_size, max_threads_per_block;
     size_t shared_mem_per_block;
@@ -28,12 +30,20 @@ typedef struct {
 
 void hw_detect(HwInfo *hw);
 void hw_print(const HwInfo *hw);
-/* Picks the backend for cfg->device and says why in `reason`. Exits 2 if cuda is requested and impossible. */
-const Backend *hw_choose_backend(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len);
+/* Picks the backend for cfg->device and says why in `reason`. Exits 2 if cuda is requested and impossible.
+ * Starting the CUDA backend fills in hw->gpus[0]'s free memory. */
+const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len);
 /* Memory the chosen backend may use: free GPU memory, or available RAM. */
 size_t hw_available_bytes(const HwInfo *hw, const Backend *be);
-/* The largest micro-batch (power of two, <= cap) whose planned memory fits in 80% of `available`. */
+/* The share of free memory a model may plan for: the rest is left to cuDNN, the CUDA context's growth and the
+ * allocator's rounding. The device choice and the automatic batch size use the same share, so a device that is
+ * chosen always has batch size 1 fit. */
+#define HW_MEMORY_SHARE 0.8
+/* The largest micro-batch (power of two, <= cap) whose planned memory fits in HW_MEMORY_SHARE of `available`. */
 int hw_auto_batch(const Config *cfg, const Backend *be, size_t available, int cap);
 
-/* Implemented in hw_cuda.cu when built with CUDA: fills gpus, returns their count, or 0 with a reason. */
+/* Implemented in hw_cuda.cu when built with CUDA: fills gpus from their properties (no CUDA context is created),
+ * returns their count, or 0 with a reason. */
 int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_len);
+/* Free memory on `device` (creates or reuses its context); 0 when it cannot be read. */
+int hw_cuda_free_bytes(int device, size_t *free_bytes);

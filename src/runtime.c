@@ -17,7 +17,9 @@ void runtime_open(Runtime *rt, Config *cfg, int verbose) {
         /* On the CPU a batch beyond the core count only adds latency; on a GPU fill the memory. */
         int cap = strcmp(rt->be->name, "cpu") == 0 ? (rt->hw.cores < 2 ? 1 : rt->hw.cores) : AUTO_BATCH_CAP_GPU;
         cfg->batch_size = hw_auto_batch(cfg, rt->be, hw_available_bytes(&rt->hw, rt->be), cap);
-        if (verbose) vx_log("batch size: %d (automatic: largest power of two <= %d that fits in 80%% of memory)\n", cfg->batch_size, cap);
+        if (verbose)
+            vx_log("batch size: %d (automatic: largest power of two <= %d that fits in %.0f%% of memory)\n",
+                   cfg->batch_size, cap, 100 * HW_MEMORY_SHARE);
     }
     rt->model = model_build(cfg, cfg->batch_size, rt->be);
     const Model *m = rt->model;
@@ -37,7 +39,7 @@ void runtime_open(Runtime *rt, Config *cfg, int verbose) {
         vx_log("memory: arena %.1f MiB planned (%.1f MiB without reuse) + %.1f MiB parameters, gradients and AdamW "
                "state = %.1f MiB peak\n",
                m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
-               4.0 * m->param_count * sizeof(float) / 1048576.0, model_device_bytes(m) / 1048576.0);
+               4.0 * m->param_floats * sizeof(float) / 1048576.0, model_device_bytes(m) / 1048576.0);
     }
 }
 
