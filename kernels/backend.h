@@ -43,7 +43,8 @@ typedef struct Backend {
     /* Asynchronous upload of host memory to backend memory. CUDA: the copy runs on a separate copy stream; it
      * starts after the compute work enqueued before this call (so dst may still be in use by it), and compute
      * work enqueued after this call waits for the copy (so it sees the data). The host buffer must stay untouched
-     * until upload_wait returns. CPU: memcpy. */
+     * until upload_wait returns. Call it from the thread that enqueues the ops: "the compute work enqueued before"
+     * is that thread's, and the two events it reuses are not locked. CPU: memcpy. */
     void (*upload_async)(void *dst_device, const void *src_host, size_t bytes);
     /* Blocks the host until the last upload_async has finished reading its host buffer. CPU: nothing to wait for. */
     void (*upload_wait)(void);
@@ -115,8 +116,8 @@ void backend_cuda_set_options(const BackendOptions *o);
  * reason in reason[reason_len] (no driver, no such device, compute capability below 8.0, cuDNN failed to
  * initialise, ...). Calling it again after success returns 1 and changes nothing. Registers
  * backend_cuda_shutdown with atexit. The ops are to be called from the thread that called init (the device is
- * per host thread); alloc/release, alloc_host/release_host and the uploads select the device themselves and may
- * be called from any thread (the data loader's). */
+ * per host thread); alloc/release and alloc_host/release_host select the device themselves and may be called
+ * from any thread (the data loader's); upload_async/upload_wait belong to the ops' thread (see above). */
 int backend_cuda_init(int device, char *reason, size_t reason_len);
 /* The CUDA op table; NULL before a successful backend_cuda_init. */
 const Backend *backend_cuda(void);

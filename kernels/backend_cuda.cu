@@ -82,10 +82,22 @@ const char *vx_cuda_hint(cudaError_t e) {
 }
 
 const char *vx_cudnn_hint(cudnnStatus_t s) {
+    /* cuDNN 9 refines each status into a range of detailed codes (cudnn_graph.h): the exact ones first, then
+     * the category (thousands). */
     switch (s) {
-    case CUDNN_STATUS_NOT_INITIALIZED:
+    case CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER:
+        return "cuDNN needs a more aligned pointer: a bug in the caller's buffer offsets";
+    case CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED: return "out of host memory inside cuDNN";
+    case CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED:
+        return "out of GPU memory inside cuDNN: lower batch_size or input_size";
+    case CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED:
+    case CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH:
+        return "a cuDNN sub-library (libcudnn_cnn, _ops, _graph) is missing or from another version: reinstall cuDNN 9";
+    default: break;
+    }
+    switch (CUDNN_STATUS_CATEGORY(s)) {
+    case 1000: /* uncategorized: NOT_INITIALIZED, LICENSE_ERROR, ... */
         return "cuDNN could not start: check that libcudnn 9 and the driver are installed";
-    case CUDNN_STATUS_ALLOC_FAILED: return "out of memory inside cuDNN: lower batch_size or input_size";
     case CUDNN_STATUS_BAD_PARAM: return "cuDNN rejected a descriptor or pointer: a bug in the caller's shapes";
     case CUDNN_STATUS_NOT_SUPPORTED:
         return "cuDNN has no kernel for this shape/layout/option combination: try train.deterministic=0 or tf32 on";
@@ -408,6 +420,21 @@ extern "C" int backend_cuda_init(int device, char *reason, size_t reason_len) {
         g.cudnn = NULL;
         teardown();
         return 0;
+    }
+    /* cuDNN 9 loads its sub-libraries (graph, ops, cnn) on first use: check now that they load and match, so a
+     * missing libcudnn_cnn is a reason to choose the CPU rather than a failure in the first convolution. */
+    const struct {
+        cudnnStatus_t (*check)(void);
+        const char *lib;
+    } sublibs[3] = {{cudnnGraphVersionCheck, "graph"}, {cudnnOpsVersionCheck, "ops"}, {cudnnCnnVersionCheck, "cnn"}};
+    for (int i = 0; i < 3; i++) {
+        const cudnnStatus_t sv = sublibs[i].check();
+        if (sv != CUDNN_STATUS_SUCCESS) {
+            snprintf(reason, reason_len, "cuDNN's %s library is missing or does not match (libcudnn_%s.so.%d): %s",
+                     sublibs[i].lib, sublibs[i].lib, CUDNN_MAJOR, cudnnGetErrorString(sv));
+            teardown();
+            return 0;
+        }
     }
     const cudnnStatus_t s2 = cudnnSetStream(g.cudnn, g.compute);
     if (s2 != CUDNN_STATUS_SUCCESS) {

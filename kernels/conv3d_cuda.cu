@@ -12,8 +12,11 @@
  * memory and no trial runs needed), in cuDNN's order of preference, keeping those whose status is SUCCESS, whose
  * workspace is at most CONV_WS_LIMIT, whose math type respects allow_tf32, and, with the deterministic option,
  * whose determinism is CUDNN_DETERMINISTIC. The first candidate runs; the workspace reported for the shape is
- * the largest of the three first candidates' sizes. Should cuDNN refuse a candidate at run time
- * (CUDNN_STATUS_NOT_SUPPORTED), the next one whose workspace fits the planned size takes its place for good.
+ * the largest of the three first candidates' sizes. Should cuDNN refuse a candidate at run time (any status of
+ * the CUDNN_STATUS_NOT_SUPPORTED category, 3000-3999 in cuDNN 9, or a misaligned pointer), the next one whose
+ * workspace fits the planned size takes its place for good. A direction without any usable candidate is not an
+ * error until it is called: the first conv's backward-data never is (its input is the data), and planning must
+ * not stop on it (nor make `--device auto` exit instead of choosing the CPU).
  * Math: allow_tf32 -> CUDNN_DEFAULT_MATH (TF32 tensor cores allowed on Ampere and newer), else CUDNN_FMA_MATH
  * (plain float32 FMA kernels only). Never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (it would round to fp16).
  *
@@ -53,6 +56,7 @@ typedef struct {
     cudnnConvolutionDescriptor_t cd[3]; /* one per direction: each carries its algorithm's math type */
     ConvCand cand[3][CONV_MAX_CAND];
     int ncand[3], cur[3];
+    char *unusable[3]; /* when ncand[dir] == 0: why, reported on the direction's first call */
     size_t ws_bytes; /* what conv3d_workspace_bytes_cuda reports: max over the directions' first candidates */
 } ConvPlan;
 
@@ -124,6 +128,7 @@ static cudnnStatus_t workspace_of(ConvPlan *p, int dir, int algo, size_t *ws) {
                                                           (cudnnConvolutionBwdFilterAlgo_t)algo, ws);
 }
 
+/* Fills p->cand[dir]; with none usable, records why in p->unusable[dir] instead. */
 static void choose_algorithms(ConvPlan *p, int dir) {
     Heur heur[16];
     const int nh = heuristics(p, dir, heur, 16);
@@ -153,11 +158,15 @@ static void choose_algorithms(ConvPlan *p, int dir) {
                      heur[i].determinism == CUDNN_DETERMINISTIC ? "deterministic" : "non-deterministic",
                      (int)heur[i].math);
         }
-        errno = 0;
-        vx_fatal("cuDNN offers no usable %s convolution algorithm for conv3d %s with deterministic=%d, tf32=%d and a "
-                 "workspace limit of %lu MiB; its heuristics returned:%s",
+        char why[1200];
+        snprintf(why, sizeof why,
+                 "cuDNN offers no usable %s convolution algorithm for conv3d %s with deterministic=%d, tf32=%d and a "
+                 "workspace limit of %lu MiB (heuristics returned:%s); try train.deterministic=0, train.tf32=1 or "
+                 "--device cpu",
                  DIR_NAME[dir], shape, p->deterministic, p->allow_tf32, (unsigned long)(CONV_WS_LIMIT >> 20),
                  nh ? tried : " nothing");
+        p->unusable[dir] = strdup(why);
+        return;
     }
     p->cur[dir] = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd[dir], p->cand[dir][0].math));
@@ -211,7 +220,7 @@ static ConvPlan *plan_create(const Conv3dShape *s, const BackendOptions *o) {
     p->ws_bytes = 0;
     for (int dir = 0; dir < 3; dir++) {
         choose_algorithms(p, dir);
-        if (p->cand[dir][0].ws > p->ws_bytes) p->ws_bytes = p->cand[dir][0].ws;
+        if (p->ncand[dir] > 0 && p->cand[dir][0].ws > p->ws_bytes) p->ws_bytes = p->cand[dir][0].ws;
     }
     return p;
 }
@@ -250,6 +259,7 @@ void conv3d_cuda_cache_clear(void) {
         if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
         if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
         if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+        for (int dir = 0; dir < 3; dir++) free(p->unusable[dir]);
         free(p);
     }
     free(cache);
@@ -260,17 +270,26 @@ void conv3d_cuda_cache_clear(void) {
 
 extern "C" size_t conv3d_workspace_bytes_cuda(const Conv3dShape *s) { return plan_get(s)->ws_bytes; }
 
-/* Runs `call` (a cuDNN call using p->cand[dir][p->cur[dir]]) and, while cuDNN answers NOT_SUPPORTED, moves to the
+/* cuDNN's answers that mean "not this algorithm here" rather than a bug in our call: try the next candidate. */
+static int refused(cudnnStatus_t st) {
+    return CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER;
+}
+
+/* Runs `call` (a cuDNN call using p->cand[dir][p->cur[dir]]) and, while cuDNN refuses the algorithm, moves to the
  * next candidate whose workspace fits the planned size. */
 typedef cudnnStatus_t (*ConvCall)(ConvPlan *p, const ConvCand *c, size_t chunk, const void *ctx);
 
 static void run_with_fallback(ConvPlan *p, int dir, ConvCall call, size_t chunk, const void *ctx) {
+    if (p->ncand[dir] == 0) {
+        errno = 0;
+        vx_fatal("%s", p->unusable[dir]);
+    }
     for (;;) {
         const cudnnStatus_t st = call(p, &p->cand[dir][p->cur[dir]], chunk, ctx);
         if (st == CUDNN_STATUS_SUCCESS) return;
         int next = p->cur[dir] + 1;
         while (next < p->ncand[dir] && p->cand[dir][next].ws > p->ws_bytes) next++;
-        if (st != CUDNN_STATUS_NOT_SUPPORTED || next >= p->ncand[dir]) {
+        if (!refused(st) || next >= p->ncand[dir]) {
             char shape[200], what[400];
             shape_str(&p->shape, shape, sizeof shape);
             snprintf(what, sizeof what, "cuDNN %s convolution (algorithm %d, math %d) of conv3d %s", DIR_NAME[dir],
