@@ -322,6 +322,18 @@ int trace_gpu_begin(int device_index, char *reason, size_t reason_len) {
         snprintf(reason, reason_len, "no trace is recording (trace_begin comes first)");
         return 0;
     }
+    /* The records are read through the structs of the headers we were built with (CUpti_ActivityKernel10 in 13.0);
+     * a CUPTI of another CUDA minor version may fill a newer struct (13.2 has Kernel11) under the same soname. */
+    uint32_t loaded = 0;
+    CUptiResult vr = cuptiGetVersion(&loaded);
+    if (vr != CUPTI_SUCCESS || loaded / 100 != CUPTI_API_VERSION / 100) {
+        snprintf(reason, reason_len,
+                 "the CUPTI library loaded has API version %u, this build reads records of version %u (CUDA %u.%u): "
+                 "use the libcupti of the CUDA toolkit it was built with",
+                 (unsigned)loaded, (unsigned)CUPTI_API_VERSION, (unsigned)(CUPTI_API_VERSION / 10000),
+                 (unsigned)(CUPTI_API_VERSION / 100 % 100));
+        return 0;
+    }
     pthread_mutex_lock(&mu);
     clear_locked();
     pthread_mutex_unlock(&mu);
@@ -401,20 +413,25 @@ void trace_gpu_end(void) {
     if (dropped)
         fprintf(stderr, "voxscale: trace: %zu GPU activity records were dropped (CUPTI buffers full or out of host "
                         "memory); the trace misses them\n", dropped);
-    /* Host-side API records were taken during this trace, so on the trace's clock they lie in [0, now]; if most do
-     * not, the clock offset is wrong, and the GPU events would sit away from the CPU ranges. */
-    size_t n_api = 0, outside = 0;
+    /* Every record was taken during this trace, so on the trace's clock it lies in [0, now]. Check the host-side
+     * API records and the device-side ones apart: CUPTI stamps the first on the host through our timestamp
+     * callback, but converts the GPU's timestamps itself, and some CUPTI builds have been reported to leave those
+     * on their own clock. Either way the GPU events would sit away from the CPU ranges: say so. */
+    static const char *const side_name[2] = {"CUDA runtime and driver calls", "GPU kernels, copies and memsets"};
+    size_t n_side[2] = {0, 0}, outside[2] = {0, 0};
     double now = trace_now_us();
     for (size_t i = 0; i < n_recs; i++) {
-        if (recs[i].kind != TRACE_GPU_RUNTIME || recs[i].start_ns == 0) continue;
+        if (recs[i].start_ns == 0) continue;
+        const int device_side = recs[i].kind != TRACE_GPU_RUNTIME && recs[i].kind != TRACE_GPU_DRIVER;
         double ts = trace_us_at((int64_t)recs[i].start_ns - offset_ns);
-        n_api++;
-        if (ts < -1000.0 || ts > now + 1000.0) outside++;
+        n_side[device_side]++;
+        if (ts < -1000.0 || ts > now + 1000.0) outside[device_side]++;
     }
-    if (2 * outside > n_api)
-        fprintf(stderr, "voxscale: trace: %zu of %zu CUDA runtime calls fall outside the trace's time window "
-                        "(CUPTI clock offset %lld ns); GPU events are misplaced\n", outside, n_api,
-                (long long)offset_ns);
+    for (int s = 0; s < 2; s++)
+        if (2 * outside[s] > n_side[s])
+            fprintf(stderr, "voxscale: trace: %zu of %zu %s fall outside the trace's time window (CUPTI clock "
+                            "offset %lld ns); those GPU events are misplaced\n", outside[s], n_side[s], side_name[s],
+                    (long long)offset_ns);
     int rc = trace_gpu_add_events(recs, n_recs, offset_ns, device_);
     if (rc < 0) fprintf(stderr, "voxscale: trace: GPU events not added (trace error %d)\n", rc);
 }
