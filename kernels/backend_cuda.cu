@@ -125,7 +125,7 @@ __global__ void reduce_finalize_kernel(const double *__restrict__ partials, int 
 }
 
 void vx_reduce_finalize(const double *partials, int count, double divisor, float *out) {
-    reduce_finalize_kernel<<<1, VX_THREADS, 0, g.compute>>>(partials, count, divisor, out);
+    reduce_finalize_kernel<<<1, VX_THREADS, 0, vx_cuda_stream()>>>(partials, count, divisor, out);
     LAUNCH_CHECK("reduce_finalize_kernel");
 }
 

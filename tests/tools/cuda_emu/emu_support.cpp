@@ -1,5 +1,5 @@
-// emu_support.cpp: the backend state the kernels reach (stream, scratch, reduction second pass) for the host
-// emulation of tests/tools/cuda_emu/run.sh.
+// emu_support.cpp: the backend state the kernels reach (stream, scratch) for the host emulation of
+// tests/tools/cuda_emu/run.sh.
 #include "cuda_check.h"
 #include <cstring>
 int vx_cuda_sync_launches = 0;
@@ -19,13 +19,4 @@ const char *vx_cudnn_hint(cudnnStatus_t) { return ""; }
 void vx_cuda_fail(const char *file, int line, const char *what, const char *, const char *, const char *) {
     fprintf(stderr, "fail %s:%d %s\n", file, line, what); abort();
 }
-__global__ void reduce_finalize_kernel(const double *__restrict__ partials, int count, double divisor, float *__restrict__ out) {
-    __shared__ double sh[VX_THREADS / 32];
-    double s = 0.0;
-    for (int i = threadIdx.x; i < count; i += VX_THREADS) s += partials[i];
-    s = vx_block_sum(s, sh);
-    if (threadIdx.x == 0) out[0] = (float)(s / divisor);
-}
-void vx_reduce_finalize(const double *partials, int count, double divisor, float *out) {
-    emu_launch(dim3(1), dim3(VX_THREADS), [&] { reduce_finalize_kernel(partials, count, divisor, out); });
-}
+// vx_reduce_finalize and its kernel: run.sh compiles them from backend_cuda.cu itself (finalize_emu.cpp).

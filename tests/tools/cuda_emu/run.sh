@@ -34,6 +34,15 @@ print('void emu_add_bias(const Conv3dShape *s, const float *bias, float *y) { ad
 print('void emu_bias_grad(const Conv3dShape *s, const float *dy, float *dbias, float beta) { bias_grad(s, dy, dbias, beta); }')
 PY
 python3 "$here/prep.py" "$out/bias_src.cu" >"$out/bias_emu.cpp"
+# backend_cuda.cu: only the reductions' second pass is a kernel; the rest is the CUDA runtime
+python3 - "$root/kernels/backend_cuda.cu" >"$out/finalize_src.cu" <<'PY'
+import sys
+src = open(sys.argv[1]).read()
+a, b = src.index('/* ---- reduction second pass'), src.index('/* ---- memory')
+print('#include "cuda_check.h"\n' + src[a:b])
+PY
+python3 "$here/prep.py" "$out/finalize_src.cu" >"$out/finalize_emu.cpp"
+$cxx -c "$out/finalize_emu.cpp" -o "$out/finalize_emu.o"
 $cxx -c "$out/bias_emu.cpp" -o "$out/bias_emu.o"
 $cxx -c "$here/emu_support.cpp" -o "$out/emu_support.o"
 $cxx -c "$here/emu_test.cpp" -o "$out/emu_test.o"
@@ -45,8 +54,8 @@ for f in conv3d elementwise groupnorm latent loss optim rng silu upsample; do
 done
 $cc -c "$root/src/util.c" -o "$out/util.o"
 blas=$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
-g++ $san -pthread -fopenmp -o "$out/emu_test" "${objs[@]}" "$out/emu_support.o" "$out/emu_test.o" "${cpu[@]}" "$out/util.o" $blas
-g++ $san -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/util.o" $blas
+g++ $san -pthread -fopenmp -o "$out/emu_test" "${objs[@]}" "$out/finalize_emu.o" "$out/emu_support.o" "$out/emu_test.o" "${cpu[@]}" "$out/util.o" $blas
+g++ $san -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/finalize_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/util.o" $blas
 export ASAN_OPTIONS=detect_leaks=0  # the harness never frees its test buffers: leaks are not what is checked
 "$out/emu_test" | grep -v '^ok '
 "$out/bias_test" | tail -1
