@@ -1,5 +1,7 @@
-/* silu_cuda.cu: SiLU (silu.h) on the GPU, y = x / (1 + exp(-x)) and its backward from the saved input x, as
- * silu_cpu.c computes them (exp's argument clamped to [-87, 88], so exp never overflows).
+/* silu_cuda.cu: SiLU (silu.h) on the GPU, y = x / (1 + exp(-x)) and its backward from the saved input x, with
+ * the formulas of silu_cpu.c (exp's argument clamped to [-87, 88], so exp never overflows); CUDA's expf and the
+ * CPU's vectorised exp differ by a few ulp, and nvcc fuses multiply-adds, so the results agree to ~1e-7, not bit
+ * for bit.
  *   x, y, dy, dx [count]   flat; float4 when count % 4 == 0 and every pointer is 16-byte aligned, else scalar.
  * beta 0 overwrites dx without reading it (dx may hold NaN); beta 1 adds. */
 #include "cuda_check.h"

@@ -3,8 +3,9 @@
  * One thread per input vector of V channels (V = 4 when c % 4 == 0 and the pointers are 16-byte aligned):
  * blockIdx.y walks the input rows r = (b, z, yy) (strided by gridDim.y, at most 65535), blockIdx.x/threadIdx.x
  * the w*c/V vectors of a row. Forward reads the vector once and writes its 8 copies; backward sums the 8 output
- * gradients in upsample2x_backward_cpu's order, so the result is bit-identical to the CPU's, and then applies
- * beta (0 overwrites dx without reading it, 1 adds). Every output element has exactly one writer: no races. */
+ * gradients in upsample2x_backward_cpu's order, so the result is bit-identical to the CPU's for beta 0 and 1 (0
+ * overwrites dx without reading it, 1 adds; another beta may differ in the last bit, nvcc fusing beta*dx + s into
+ * one FMA). Every output element has exactly one writer: no races. */
 #include <limits.h>
 
 #include "cuda_check.h"
