@@ -1,5 +1,5 @@
 /* backend_cuda_stub.c: the CUDA backend's entry points in a build without CUDA (make CUDA=0, or no nvcc and
- * cuDNN found): init reports why there is no GPU backend, and there is no table. CUDA builds compile
+ * cuDNN found): init reports why there is no GPU backend, there is no table, and no cuDNN to describe convolutions to. CUDA builds compile
  * kernels/backend_cuda.cu instead and this file to nothing. */
 #include "backend.h"
 
@@ -18,6 +18,14 @@ int backend_cuda_init(int device, char *reason, size_t reason_len) {
 const Backend *backend_cuda(void) { return NULL; }
 
 void backend_cuda_shutdown(void) {}
+
+#include "conv3d.h"
+int conv3d_cuda_describe(const Conv3dShape *s, int *chunk_n, char *why, size_t why_len) {
+    (void)s;
+    (void)chunk_n;
+    if (why && why_len) snprintf(why, why_len, "this build has no CUDA");
+    return 0;
+}
 #else
 typedef int backend_cuda_stub_unused; /* keeps the translation unit non-empty */
 #endif

@@ -43,6 +43,11 @@ void conv3d_backward_data_cuda(const Conv3dShape *s, const float *dy, const floa
                                void *workspace);
 void conv3d_backward_filter_cuda(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
                                  float beta, void *workspace);
+/* Builds the shape's cuDNN descriptors the way the convolutions do, checks that cuDNN accepts them and computes
+ * the same output dims, and frees them: needs the cuDNN library, not a GPU (tests/unit/test_cudnn_descriptors.c).
+ * 1 with the samples per cuDNN call in *chunk_n (tensors beyond 2^31-1 elements run in chunks), or 0 with a
+ * one-line reason in why. A CPU-only build: 0 with "this build has no CUDA". */
+int conv3d_cuda_describe(const Conv3dShape *s, int *chunk_n, char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

@@ -172,19 +172,31 @@ static void choose_algorithms(ConvPlan *p, int dir) {
     CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd[dir], p->cand[dir][0].math));
 }
 
-static ConvPlan *plan_create(const Conv3dShape *s, const BackendOptions *o) {
+/* A cuDNN call inside describe(): a failure is reported through `why`, not fatal, so the descriptor test can run
+ * every shape. */
+#define DESCRIBE_TRY(call)                                                                                     \
+    do {                                                                                                       \
+        const cudnnStatus_t st_ = (call);                                                                      \
+        if (st_ != CUDNN_STATUS_SUCCESS) {                                                                     \
+            snprintf(why, why_len, "conv3d %s: %s failed: %s", shape, #call, cudnnGetErrorString(st_));        \
+            return 0;                                                                                          \
+        }                                                                                                      \
+    } while (0)
+
+/* The chunking and the descriptors of p (p->shape and p->allow_tf32 set): needs the cuDNN library but no GPU and
+ * no handle. 0 with a one-line reason when cuDNN refuses a descriptor or computes another output shape. */
+static int describe(ConvPlan *p, char *why, size_t why_len) {
+    const Conv3dShape *s = &p->shape;
     char shape[200];
     shape_str(s, shape, sizeof shape);
-    ConvPlan *p = (ConvPlan *)vx_calloc(1, sizeof *p);
-    p->shape = *s;
-    p->deterministic = o->deterministic != 0;
-    p->allow_tf32 = o->allow_tf32 != 0;
-
     /* chunk of samples: every tensor of a cuDNN call within int range */
     const size_t in_ps = (size_t)s->d * s->h * s->w * s->c_in, out_ps = (size_t)s->od * s->oh * s->ow * s->c_out;
     const size_t per = in_ps > out_ps ? in_ps : out_ps;
-    if (per > (size_t)INT_MAX || (size_t)s->c_out * s->k * s->k * s->k * s->c_in > (size_t)INT_MAX)
-        vx_fatal("conv3d %s: one sample or the filter has more than 2^31-1 elements, beyond cuDNN's int sizes", shape);
+    if (per > (size_t)INT_MAX || (size_t)s->c_out * s->k * s->k * s->k * s->c_in > (size_t)INT_MAX) {
+        snprintf(why, why_len, "conv3d %s: one sample or the filter has more than 2^31-1 elements, beyond cuDNN's "
+                 "int sizes; lower model.input_size or model.channels", shape);
+        return 0;
+    }
     int cn = (int)((size_t)INT_MAX / per < (size_t)s->n ? (size_t)INT_MAX / per : (size_t)s->n);
     while (s->n % cn) cn--;
     p->chunk_n = cn;
@@ -197,25 +209,52 @@ static ConvPlan *plan_create(const Conv3dShape *s, const BackendOptions *o) {
     const int ystr[5] = {(int)out_ps, 1, s->oh * s->ow * s->c_out, s->ow * s->c_out, s->c_out};
     const int wdim[5] = {s->c_out, s->c_in, s->k, s->k, s->k};
     const int pad[3] = {s->pad, s->pad, s->pad}, stride[3] = {s->stride, s->stride, s->stride}, dil[3] = {1, 1, 1};
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->xd));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->yd));
-    CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->wd));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(p->xd, CUDNN_DATA_FLOAT, 5, xdim, xstr));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(p->yd, CUDNN_DATA_FLOAT, 5, ydim, ystr));
-    CUDNN_CHECK(cudnnSetFilterNdDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 5, wdim));
+    DESCRIBE_TRY(cudnnCreateTensorDescriptor(&p->xd));
+    DESCRIBE_TRY(cudnnCreateTensorDescriptor(&p->yd));
+    DESCRIBE_TRY(cudnnCreateFilterDescriptor(&p->wd));
+    DESCRIBE_TRY(cudnnSetTensorNdDescriptor(p->xd, CUDNN_DATA_FLOAT, 5, xdim, xstr));
+    DESCRIBE_TRY(cudnnSetTensorNdDescriptor(p->yd, CUDNN_DATA_FLOAT, 5, ydim, ystr));
+    DESCRIBE_TRY(cudnnSetFilterNdDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 5, wdim));
     for (int dir = 0; dir < 3; dir++) {
-        CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->cd[dir]));
-        CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(p->cd[dir], 3, pad, stride, dil, CUDNN_CROSS_CORRELATION,
+        DESCRIBE_TRY(cudnnCreateConvolutionDescriptor(&p->cd[dir]));
+        DESCRIBE_TRY(cudnnSetConvolutionNdDescriptor(p->cd[dir], 3, pad, stride, dil, CUDNN_CROSS_CORRELATION,
                                                     CUDNN_DATA_FLOAT));
-        CUDNN_CHECK(cudnnSetConvolutionMathType(p->cd[dir], p->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+        DESCRIBE_TRY(cudnnSetConvolutionMathType(p->cd[dir], p->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     }
     /* cuDNN's idea of the output shape must be ours */
     int odim[5] = {0, 0, 0, 0, 0};
-    CUDNN_CHECK(cudnnGetConvolutionNdForwardOutputDim(p->cd[DIR_FWD], p->xd, p->wd, 5, odim));
+    DESCRIBE_TRY(cudnnGetConvolutionNdForwardOutputDim(p->cd[DIR_FWD], p->xd, p->wd, 5, odim));
     for (int i = 0; i < 5; i++)
-        if (odim[i] != ydim[i])
-            vx_fatal("conv3d %s: cuDNN computes output dims {%d, %d, %d, %d, %d}, conv3d_shape {%d, %d, %d, %d, %d}",
+        if (odim[i] != ydim[i]) {
+            snprintf(why, why_len,
+                     "conv3d %s: cuDNN computes output dims {%d, %d, %d, %d, %d}, conv3d_shape {%d, %d, %d, %d, %d}",
                      shape, odim[0], odim[1], odim[2], odim[3], odim[4], ydim[0], ydim[1], ydim[2], ydim[3], ydim[4]);
+            return 0;
+        }
+    return 1;
+}
+
+static void plan_destroy(ConvPlan *p) {
+    for (int dir = 0; dir < 3; dir++) {
+        if (p->cd[dir]) cudnnDestroyConvolutionDescriptor(p->cd[dir]);
+        free(p->unusable[dir]);
+    }
+    if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
+    if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
+    if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
+    free(p);
+}
+
+static ConvPlan *plan_create(const Conv3dShape *s, const BackendOptions *o) {
+    ConvPlan *p = (ConvPlan *)vx_calloc(1, sizeof *p);
+    p->shape = *s;
+    p->deterministic = o->deterministic != 0;
+    p->allow_tf32 = o->allow_tf32 != 0;
+    char why[600];
+    if (!describe(p, why, sizeof why)) {
+        errno = 0;
+        vx_fatal("%s", why);
+    }
 
     p->ws_bytes = 0;
     for (int dir = 0; dir < 3; dir++) {
@@ -252,16 +291,7 @@ void conv3d_cuda_cache_clear(void) {
     /* A fatal error inside plan_create exits with cache_mu held, and shutdown then runs from atexit on the same
      * thread: locking again would hang the exit, so a held lock means "exiting, leave it". */
     if (pthread_mutex_trylock(&cache_mu) != 0) return;
-    for (size_t i = 0; i < cache_n; i++) {
-        ConvPlan *p = cache[i];
-        for (int dir = 0; dir < 3; dir++)
-            if (p->cd[dir]) cudnnDestroyConvolutionDescriptor(p->cd[dir]);
-        if (p->wd) cudnnDestroyFilterDescriptor(p->wd);
-        if (p->yd) cudnnDestroyTensorDescriptor(p->yd);
-        if (p->xd) cudnnDestroyTensorDescriptor(p->xd);
-        for (int dir = 0; dir < 3; dir++) free(p->unusable[dir]);
-        free(p);
-    }
+    for (size_t i = 0; i < cache_n; i++) plan_destroy(cache[i]);
     free(cache);
     cache = NULL;
     cache_n = cache_cap = 0;
@@ -269,6 +299,15 @@ void conv3d_cuda_cache_clear(void) {
 }
 
 extern "C" size_t conv3d_workspace_bytes_cuda(const Conv3dShape *s) { return plan_get(s)->ws_bytes; }
+
+extern "C" int conv3d_cuda_describe(const Conv3dShape *s, int *chunk_n, char *why, size_t why_len) {
+    ConvPlan *p = (ConvPlan *)vx_calloc(1, sizeof *p);
+    p->shape = *s;
+    const int ok = describe(p, why, why_len);
+    if (ok && chunk_n) *chunk_n = p->chunk_n;
+    plan_destroy(p);
+    return ok;
+}
 
 /* cuDNN's answers that mean "not this algorithm here" rather than a bug in our call: try the next candidate. */
 static int refused(cudnnStatus_t st) {
