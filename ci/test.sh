@@ -37,6 +37,21 @@ else
     printf '%s\n' "$emu_out"; failed=$((failed + 1)); failed_names+=("cuda_emu")
 fi
 
+# The CPU-only build (make CUDA=0: no nvcc, no cuDNN) must still compile and train: its CUDA entry points are the
+# stubs, the CUDA tests say why they skip. One test, about 30 s on 2 cores.
+echo "=== CPU-only build (make CUDA=0)"
+cpu_build="$BUILD/cpu-only"
+if cpu_out=$( { make --no-print-directory -s CUDA=0 BUILD="$cpu_build" all "$cpu_build/tests/test_ops_cuda" &&
+                "$cpu_build/voxscale" detect --config configs/default.json &&
+                "$cpu_build/tests/test_ops_cuda" &&
+                "$cpu_build/voxscale" train --config configs/default.json --set train.steps=2 --set train.val_every=0 \
+                    --set output.dir="$cpu_build/run" --set output.tensorboard=0; } 2>&1 ) &&
+   grep -q '^cuda: not built in' <<<"$cpu_out" && grep -q '^skipped: no CUDA device (this build has no CUDA' <<<"$cpu_out"; then
+    echo "ok: the CPU-only build compiles, detects no CUDA, skips the CUDA tests and trains"; passed=$((passed + 1))
+else
+    printf '%s\n' "$cpu_out" | tail -30; failed=$((failed + 1)); failed_names+=("cpu-only build")
+fi
+
 echo "=== pytest tests/integration"
 report=$(mktemp)
 .venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/integration --junitxml="$report"
