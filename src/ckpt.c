@@ -37,13 +37,8 @@ void ckpt_save(const char *path, const Model *m, const CkptState *st) {
     h.loss_ema = st->loss_ema;
     memcpy(buf, &h, sizeof h);
     /* the packed layout: the file does not depend on the device buffers' alignment padding */
-    float *flat = vx_malloc((size_t)m->param_floats * sizeof(float));
-    float *const src[3] = {m->param, m->adam_m, m->adam_v};
-    for (int k = 0; k < 3; k++) {
-        m->be->copy_to_host(flat, src[k], (size_t)m->param_floats * sizeof(float));
-        model_pack_params(m, flat, (float *)(buf + sizeof h + k * pbytes));
-    }
-    free(flat);
+    const float *const src[3] = {m->param, m->adam_m, m->adam_v};
+    for (int k = 0; k < 3; k++) model_download_packed(m, src[k], (float *)(buf + sizeof h + k * pbytes));
     uint32_t crc = crc_of(buf, total - sizeof crc);
     memcpy(buf + total - sizeof crc, &crc, sizeof crc);
     fs_write_atomic(path, buf, total);
@@ -75,13 +70,8 @@ void ckpt_load(const char *path, Model *m, CkptState *st) {
     if (h.seed != m->cfg.seed)
         vx_usage_error("%s: checkpoint was trained with seed %lld but the config says %lld; pass --seed %lld to resume",
                        path, (long long)h.seed, (long long)m->cfg.seed, (long long)h.seed);
-    float *flat = vx_malloc((size_t)m->param_floats * sizeof(float));
     float *const dst[3] = {m->param, m->adam_m, m->adam_v};
-    for (int k = 0; k < 3; k++) {
-        model_unpack_params(m, (const float *)(buf + sizeof h + k * pbytes), flat);
-        m->be->copy_to_device(dst[k], flat, (size_t)m->param_floats * sizeof(float));
-    }
-    free(flat);
+    for (int k = 0; k < 3; k++) model_upload_packed(m, (const float *)(buf + sizeof h + k * pbytes), dst[k]);
     st->step = h.step;
     st->next_sample = h.next_sample;
     st->loss_ema = h.loss_ema;

@@ -99,6 +99,10 @@ size_t model_device_bytes(const Model *m);
 /* Flat buffer (param_floats, host memory) -> packed (param_count) and back; unpack zeroes the padding. */
 void model_pack_params(const Model *m, const float *flat, float *packed);
 void model_unpack_params(const Model *m, const float *packed, float *flat);
+/* A flat parameter-shaped backend buffer (param, grad, adam_m, adam_v) to host memory in the packed layout, and
+ * back (the padding written as 0): what checkpoints and probe files hold. */
+void model_download_packed(const Model *m, const float *flat_device, float *packed);
+void model_upload_packed(const Model *m, const float *packed, float *flat_device);
 /* Allocates the arena and the flat buffers on the model's backend. */
 void model_allocate(Model *m);
 /* Gives them back (the graph and plan stay); model_allocate may be called again. */

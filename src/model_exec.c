@@ -61,6 +61,22 @@ void model_init_params(Model *m, uint64_t seed) {
     free(host);
 }
 
+void model_download_packed(const Model *m, const float *flat_device, float *packed) {
+    const size_t bytes = (size_t)m->param_floats * sizeof(float);
+    float *flat = vx_malloc(bytes);
+    m->be->copy_to_host(flat, flat_device, bytes);
+    model_pack_params(m, flat, packed);
+    free(flat);
+}
+
+void model_upload_packed(const Model *m, const float *packed, float *flat_device) {
+    const size_t bytes = (size_t)m->param_floats * sizeof(float);
+    float *flat = vx_malloc(bytes);
+    model_unpack_params(m, packed, flat);
+    m->be->copy_to_device(flat_device, flat, bytes);
+    free(flat);
+}
+
 static LatentShape latent_shape(const Model *m) {
     const Tensor *mu = &m->tensors[m->t_mu];
     return (LatentShape){.n = mu->dims.n, .count_per_sample = mu->count / mu->dims.n,

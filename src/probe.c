@@ -24,9 +24,8 @@ static float *to_host(const Backend *be, const float *src, long count) {
 
 /* A host copy of a flat parameter-shaped buffer in the packed layout (param_count floats). */
 static float *packed_to_host(const Model *m, const float *flat) {
-    float *host = to_host(m->be, flat, m->param_floats), *packed = vx_malloc((size_t)m->param_count * sizeof(float));
-    model_pack_params(m, host, packed);
-    free(host);
+    float *packed = vx_malloc((size_t)m->param_count * sizeof(float));
+    model_download_packed(m, flat, packed);
     return packed;
 }
 
