@@ -3,12 +3,12 @@
  * timed with CUDA events in the same process as the step. Compiled by nvcc only in CUDA builds. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 extern "C" {
 #include "bench.h"
+#include "rng.h"
 #include "util.h"
 }
 
@@ -30,15 +30,11 @@ extern "C" double bench_cublas_sgemm_gflops(int n, int allow_tf32) {
     CK(cudaMalloc(&a, bytes));
     CK(cudaMalloc(&b, bytes));
     CK(cudaMalloc(&c, bytes));
-    /* Operands of random values in [-1, 1): on A100/H100 the GEMM rate depends on the data (all-zero operands
+    /* Operands of random values in (-1, 1]: on A100/H100 the GEMM rate depends on the data (all-zero operands
      * draw less power and let the clocks stay higher), so zeros would overstate the ceiling. */
     {
         float *host = (float *)vx_malloc(bytes);
-        uint64_t state = 0x9E3779B97F4A7C15ull;
-        for (size_t i = 0; i < (size_t)n * n; i++) {
-            state = state * 6364136223846793005ull + 1442695040888963407ull;
-            host[i] = (float)((state >> 40) * (2.0 / 16777216.0) - 1.0);
-        }
+        for (size_t i = 0; i < (size_t)n * n; i++) host[i] = 2.0f * vx_uniform01(vx_hash3(0, 0, i)) - 1.0f;
         CK(cudaMemcpy(a, host, bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(b, host, bytes, cudaMemcpyHostToDevice)); /* the same values: A B, not A A^T, so no symmetry */
         free(host);
