@@ -12,16 +12,32 @@
 
 #include "util.h"
 
-char *fs_read_file(const char *path, size_t *len) {
+char *fs_read_file(const char *path, size_t max_bytes, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        errno = EISDIR;
+        return NULL;
+    }
     size_t cap = 1 << 16, n = 0;
     char *buf = vx_malloc(cap);
     for (;;) {
-        if (n + 1 >= cap) buf = realloc(buf, cap *= 2);
-        if (!buf) vx_fatal("out of memory reading %s", path);
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = vx_realloc(buf, cap);
+        }
+        /* never more than max_bytes + 1: one byte beyond the limit proves the file is too large */
+        size_t want = cap - n - 1, room = max_bytes + 1 - n;
+        size_t got = fread(buf + n, 1, want < room ? want : room, f);
         n += got;
+        if (n > max_bytes) {
+            fclose(f);
+            free(buf);
+            errno = EFBIG;
+            return NULL;
+        }
         if (got == 0) break;
     }
     int err = ferror(f);
@@ -36,23 +52,49 @@ char *fs_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+void fs_write_failed(const char *what, const char *path, int err) {
+    const char *hint = err == ENOSPC || err == EDQUOT ? "free disk space or choose another --out"
+                       : err == EACCES || err == EPERM || err == EROFS
+                           ? "make the run directory writable or choose another --out"
+                       : err == EISDIR || err == ENOTDIR || err == EEXIST
+                           ? "something else is in the way at that path: move it away or choose another --out"
+                           : "check the run directory and the disk";
+    vx_exit_error(VX_EXIT_STORAGE, "cannot %s %s: %s; %s", what, path, strerror(err), hint);
+}
+
 void fs_write_atomic(const char *path, const void *data, size_t len) {
     size_t plen = strlen(path) + 8;
     char *tmp = vx_malloc(plen);
     snprintf(tmp, plen, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) vx_fatal("cannot create %s; check that the run directory is writable", tmp);
+    const char *what = "write";
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int err = errno;
+        free(tmp);
+        fs_write_failed("create", path, err);
+    }
     const char *p = data;
-    while (len > 0) {
+    int err = 0;
+    while (len > 0 && !err) {
         ssize_t w = write(fd, p, len);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) vx_fatal("cannot write %s; is the disk full?", tmp);
-        p += w;
-        len -= (size_t)w;
+        if (w <= 0) err = w < 0 ? errno : ENOSPC;
+        else {
+            p += w;
+            len -= (size_t)w;
+        }
     }
-    if (fsync(fd) != 0) vx_fatal("cannot fsync %s", tmp);
-    if (close(fd) != 0) vx_fatal("cannot close %s", tmp);
-    if (rename(tmp, path) != 0) vx_fatal("cannot rename %s to %s", tmp, path);
+    if (!err && fsync(fd) != 0) err = errno;
+    if (close(fd) != 0 && !err) err = errno;
+    if (!err && rename(tmp, path) != 0) {
+        err = errno;
+        what = "replace";
+    }
+    if (err) {
+        unlink(tmp); /* a failed write leaves nothing behind; the previous file at path is untouched */
+        free(tmp);
+        fs_write_failed(what, path, err);
+    }
     /* The rename itself is durable only once the directory entry is on disk. */
     (void)fs_fsync_parent(path);
     free(tmp);
@@ -105,5 +147,5 @@ int fs_fsync_parent(const char *path) {
 }
 
 void fs_mkdirs(const char *path) {
-    if (fs_mkdir_p(path) != 0) vx_usage_error("cannot create directory %s (%s); choose another --out", path, strerror(errno));
+    if (fs_mkdir_p(path) != 0) fs_write_failed("create the directory", path, errno);
 }

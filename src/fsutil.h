@@ -2,15 +2,20 @@
 #pragma once
 #include <stddef.h>
 
-/* Reads a whole file; returns a NUL-terminated malloc'd buffer, or NULL with errno set. */
-char *fs_read_file(const char *path, size_t *len);
+/* Reads a whole file of at most max_bytes; returns a NUL-terminated malloc'd buffer, or NULL with errno set:
+ * EFBIG when the file holds more than max_bytes (a config pointed at /dev/zero must not read forever), EISDIR for
+ * a directory. */
+char *fs_read_file(const char *path, size_t max_bytes, size_t *len);
 /* Writes path.tmp, fsyncs it, renames it over path and fsyncs the directory: a crash leaves the old or the new
- * file, never a torn one. Dies with a hint on failure (disk full, permissions). */
+ * file, never a torn one. On failure the .tmp is removed and the run ends with one line saying why and what to do
+ * (disk full, permissions, a directory in the way) and exit code VX_EXIT_STORAGE. */
 void fs_write_atomic(const char *path, const void *data, size_t len);
+/* The one message for an output file that cannot be written (errno says why), exit VX_EXIT_STORAGE. */
+__attribute__((noreturn)) void fs_write_failed(const char *what, const char *path, int err);
 /* Creates path and its missing parents (mode 0755), like `mkdir -p`. Returns 0 or -1 with errno set
  * (ENOTDIR when something that is not a directory is in the way). */
 int fs_mkdir_p(const char *path);
-/* mkdir -p that exits 2 with a hint on failure (for user-given paths). */
+/* mkdir -p that ends the run through fs_write_failed (exit VX_EXIT_STORAGE) on failure. */
 void fs_mkdirs(const char *path);
 /* fsyncs the directory holding path, so that a rename or a new file in it survives a power cut. */
 int fs_fsync_parent(const char *path);

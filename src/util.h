@@ -1,20 +1,41 @@
 /* util.h: error handling and logging shared by every host file.
- * Two kinds of failure, two exits: a user's bad input (config, data, checkpoint, flag) is one line and exit 2;
- * a broken invariant or failed system call is a file:line message and exit 1. Both go to stderr. */
+ * Every way voxscale can end has its own exit code (the table below, also in the README), and every failure is one
+ * line on stderr that says what went wrong and what to do. Bytes from the input (paths, JSON snippets, values)
+ * are printed escaped, so a hostile file cannot put control sequences on the terminal. */
 #pragma once
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define VX_EXIT_USAGE 2 /* bad input: the user can fix it */
-#define VX_EXIT_FAIL 1  /* internal or system failure */
+/* Exit codes: one per kind of ending, so scripts and schedulers can react (retry smaller, free disk, ...). */
+#define VX_EXIT_OK 0
+#define VX_EXIT_FAIL 1     /* internal error: a bug, or a library or system call failing unexpectedly */
+#define VX_EXIT_USAGE 2    /* bad input: config, flag, checkpoint or data file; the message says what to fix */
+#define VX_EXIT_DIST 3     /* distributed failure: a rank died or a collective timed out */
+#define VX_EXIT_DIVERGED 4 /* training diverged: a non-finite loss, gradient or parameter; nothing bad was saved */
+#define VX_EXIT_MEMORY 5   /* out of memory (host or GPU), at planning time or at an allocation */
+#define VX_EXIT_STORAGE 6  /* cannot write the run's files: disk full, permissions, something in the way */
+#define VX_EXIT_SIGNAL 130 /* stopped by SIGINT/SIGTERM after writing a checkpoint */
 
 /* Bad input: prints "voxscale: <message>" and exits with code 2. */
 __attribute__((noreturn, format(printf, 1, 2))) void vx_usage_error(const char *fmt, ...);
+/* Any other ending with a message: "voxscale: <message>" and exit `code` (VX_EXIT_*). */
+__attribute__((noreturn, format(printf, 2, 3))) void vx_exit_error(int code, const char *fmt, ...);
 /* System or internal failure with its source location; exits with code 1. */
 __attribute__((noreturn, format(printf, 3, 4))) void vx_fatal_at(const char *file, int line, const char *fmt, ...);
 #define vx_fatal(...) vx_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* Ends the process with `code` (after the message, if any, was printed). Fuzz targets and tests may install a
+ * handler that is called instead of exit() (it must not return: it longjmps back into the harness), so that a
+ * refused input is an ordinary outcome there rather than the end of the fuzzing process. */
+__attribute__((noreturn)) void vx_exit(int code);
+typedef void (*VxExitHandler)(int code);
+void vx_set_exit_handler(VxExitHandler handler);
+
+/* Copies s into out[len] with every control character, DEL and byte that is not part of valid UTF-8 written as
+ * \xNN (and C1 controls U+0080..U+009F too): what error messages print of untrusted input. Returns out. */
+char *vx_escape(const char *s, char *out, size_t len);
 
 /* Checks a libc-style call that returns non-zero / NULL on failure and reports errno. */
 #define VX_CHECK(cond, ...)                                                                                  \
@@ -22,9 +43,11 @@ __attribute__((noreturn, format(printf, 3, 4))) void vx_fatal_at(const char *fil
         if (!(cond)) vx_fatal(__VA_ARGS__);                                                                  \
     } while (0)
 
-/* malloc/calloc that never return NULL: running out of host memory is reported with the size asked for. */
+/* malloc/calloc/realloc that never return NULL: running out of host memory is one line with the size asked for
+ * and exit code 5. */
 void *vx_malloc(size_t bytes);
 void *vx_calloc(size_t count, size_t size);
+void *vx_realloc(void *p, size_t bytes);
 
 /* Rank-aware printing: only rank 0 prints progress (vx_log_rank is set once by the launcher). */
 extern int vx_log_rank;
