@@ -62,6 +62,6 @@ void latent_backward_cpu(const LatentShape *s, const float *mu, const float *log
         }
         const float sd = expf(0.5f * raw);
         const float dz_term = eps ? g * eps[i] * 0.5f * sd : 0.0f;
-        dlogvar[i] = dz_term + kn * 0.5f * (sd * sd - 1.0f);
+        dlogvar[i] = dz_term + kn * 0.5f * expm1f(raw);
     }
 }

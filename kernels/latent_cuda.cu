@@ -86,7 +86,7 @@ __global__ void latent_backward_kernel(size_t total, const float *__restrict__ m
         }
         const float sd = expf(0.5f * raw);
         const float dz_term = eps ? g * eps[i] * 0.5f * sd : 0.0f;
-        dlogvar[i] = dz_term + kn * 0.5f * (sd * sd - 1.0f);
+        dlogvar[i] = dz_term + kn * 0.5f * expm1f(raw); /* expm1: exact near lv = 0, as latent_cpu.c */
     }
 }
 

@@ -12,8 +12,12 @@
 extern "C" {
 #endif
 
+/* The hyperparameters are doubles, as torch's are Python floats: every scalar constant (1 - beta, the bias
+ * corrections, 1 - lr*weight_decay, lr / bias correction) is computed in double from them and rounded to float
+ * once. Rounding beta to float first would put 1 - beta2 1.3e-5 off (0.999f is 0.99899999). */
 typedef struct {
-    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    double lr, beta1, beta2, eps, weight_decay;
+    float grad_scale;
     long step; /* t, 1-based */
 } AdamWParams;
 

@@ -15,12 +15,12 @@
 void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a) {
     /* p, g, m, v [count] */
     const double t = (double)a->step;
-    const double bc1 = 1.0 - pow((double)a->beta1, t), bc2 = 1.0 - pow((double)a->beta2, t);
-    const float decay = (float)(1.0 - (double)a->lr * a->weight_decay);
-    const float neg_step = (float)(-(double)a->lr / bc1);
+    const double bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
+    const float decay = (float)(1.0 - a->lr * a->weight_decay);
+    const float neg_step = (float)(-a->lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
-    const float w1 = (float)(1.0 - (double)a->beta1), w2 = (float)(1.0 - (double)a->beta2);
-    const float b2 = a->beta2, eps = a->eps, gs = a->grad_scale;
+    const float w1 = (float)(1.0 - a->beta1), w2 = (float)(1.0 - a->beta2);
+    const float b2 = (float)a->beta2, eps = (float)a->eps, gs = a->grad_scale;
 #pragma omp parallel for simd schedule(static) if (count >= OPTIM_PARALLEL_MIN)
     for (long i = 0; i < count; i++) {
         const float gi = g[i] * gs;

@@ -45,15 +45,15 @@ extern "C" void adamw_cuda(long count, float *p, const float *g, float *m, float
     if (count <= 0) return;
     const size_t n = (size_t)count;
     const double t = (double)a->step;
-    const double bc1 = 1.0 - pow((double)a->beta1, t), bc2 = 1.0 - pow((double)a->beta2, t);
+    const double bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
     AdamWConsts c;
-    c.decay = (float)(1.0 - (double)a->lr * a->weight_decay);
-    c.neg_step = (float)(-(double)a->lr / bc1);
+    c.decay = (float)(1.0 - a->lr * a->weight_decay);
+    c.neg_step = (float)(-a->lr / bc1);
     c.bc2_sqrt = (float)sqrt(bc2);
-    c.w1 = (float)(1.0 - (double)a->beta1);
-    c.w2 = (float)(1.0 - (double)a->beta2);
-    c.b2 = a->beta2;
-    c.eps = a->eps;
+    c.w1 = (float)(1.0 - a->beta1);
+    c.w2 = (float)(1.0 - a->beta2);
+    c.b2 = (float)a->beta2;
+    c.eps = (float)a->eps;
     c.gs = a->grad_scale;
     if (vx_vec4_ok(n, p, g, m, v))
         adamw_kernel<4><<<vx_ew_blocks(n / 4), VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, p, g, m, v, c);

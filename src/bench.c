@@ -124,10 +124,10 @@ static int bench_step(int argc, char **argv) {
     double *t = vx_malloc((size_t)iters * sizeof(double));
     for (int i = -warmup; i < iters; i++) {
         be->timer_mark(0); /* CUDA events on a GPU, the wall clock on the CPU */
-        model_forward(m, 1, (uint64_t)(i + warmup));
+        model_forward(m, 1, (uint64_t)(i + warmup) * (uint64_t)m->batch); /* fresh noise per step, as in training */
         model_backward(m, 1.0f, 0.0f);
         model_grad_sumsq(m);
-        AdamWParams ap = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+        AdamWParams ap = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
                           .grad_scale = 1.0f, .step = i + warmup + 1};
         be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &ap);
         be->timer_mark(1);

@@ -135,8 +135,11 @@ static void build_graph(Model *m) {
             h = resblock(m, n, h, c->channels[l]);
         }
         if (l > 0) {
-            snprintf(n, sizeof n, "decoder.up.%d.upsample", l);
+            /* the nearest-neighbour resize and the conv after it are two nodes: they need two names in traces
+             * (F.interpolate's, then the conv module's, whose parameters PyTorch names decoder.up.L.upsample.*) */
+            snprintf(n, sizeof n, "decoder.up.%d.interpolate", l);
             h = upsample(m, n, h);
+            snprintf(n, sizeof n, "decoder.up.%d.upsample", l);
             h = conv(m, n, h, m->tensors[h].dims.c, 3, 1);
         }
     }
