@@ -48,10 +48,14 @@ typedef struct {
     int image_every, image_samples, hist_every; /* TensorBoard intervals (0 = off) */
     double flush_secs;
     char profile[CONFIG_STR]; /* "START:END" or "" */
+    int sample_log;           /* write samples.tsv: the global samples each micro-batch read */
 } Config;
 
 /* Loads and validates `path` (defaults first, then the file). Exits 2 on any bad input. */
 void config_load(Config *cfg, const char *path);
+/* The same from text already in memory (len bytes, not necessarily NUL-terminated); `origin` names it in errors.
+ * The config reader's fuzz target enters here. */
+void config_parse_text(Config *cfg, const char *text, size_t len, const char *origin);
 /* Fills every key with its default. */
 void config_defaults(Config *cfg);
 /* Sets one key ("train.steps") from a command-line string; `origin` names the flag in the error message. */
