@@ -102,7 +102,7 @@ static void *loader_main(void *arg) {
         pthread_mutex_unlock(&l->mu);
         trace_set_thread_name("data loader"); /* fails harmlessly when no trace is recording */
         trace_range_push("generate batch", "dataloader");
-        phantom_batch(l->seed, &l->cfg, l->batch, k * l->batch, l->buf[slot]);
+        phantom_batch(l->seed, &l->cfg, l->batch, l->first_sample + k * l->batch, l->buf[slot]);
         trace_range_pop();
         pthread_mutex_lock(&l->mu);
         l->slot_batch[slot] = k;
@@ -112,8 +112,10 @@ static void *loader_main(void *arg) {
     return NULL;
 }
 
-void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch, const Backend *be) {
+void loader_start(Loader *l, const Config *cfg, int batch, int64_t first_sample, const Backend *be) {
+    if (first_sample < 0 || batch < 1) vx_fatal("loader_start: first sample %lld, batch %d", (long long)first_sample, batch);
     memset(l, 0, sizeof *l);
+    l->first_sample = first_sample;
     l->be = be;
     l->cfg = *cfg;
     l->batch = batch;
@@ -126,7 +128,7 @@ void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch, 
         l->buf[s] = be->alloc_host((size_t)batch * l->volume_count * sizeof(float));
         l->slot_batch[s] = -1;
     }
-    l->next_produce = l->next_consume = start_batch;
+    l->next_produce = l->next_consume = 0;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     if (pthread_create(&l->thread, NULL, loader_main, l) != 0) vx_fatal("cannot start the data loader thread");

@@ -1,7 +1,8 @@
 /* data.h: the training data: a synthetic 3D phantom generator and a background loader thread.
  * A phantom volume is a pure function of (seed, index): random soft-edged ellipsoids of different intensities
- * under a smooth multiplicative bias field, plus Gaussian noise; values roughly in [0, 1]. Because a batch is
- * fully determined by its index, the loader's position is one number and resume is exact. */
+ * under a smooth multiplicative bias field, plus Gaussian noise; values roughly in [0, 1]. Because a volume is
+ * fully determined by its global sample index, the loader's position is one number, counted in samples (not
+ * batches), and a run resumes exactly where it stopped whatever the batch size before and after. */
 #pragma once
 #include <pthread.h>
 #include <stdint.h>
@@ -22,7 +23,8 @@ typedef struct {
     int slots;
     const Backend *be;    /* whose alloc_host makes the slots (pinned memory on CUDA, for asynchronous uploads) */
     float **buf;          /* slots x [batch][d][h][w][c], host memory */
-    int64_t *slot_batch;  /* which batch index each slot holds, -1 when empty */
+    int64_t *slot_batch;  /* which batch (counted from the start) each slot holds, -1 when empty */
+    int64_t first_sample; /* global index of the first sample of batch 0 */
     int64_t next_produce, next_consume;
     int stop;
     double wait_seconds; /* time the consumer spent waiting for data */
@@ -31,9 +33,9 @@ typedef struct {
     pthread_cond_t cv;
 } Loader;
 
-/* Starts the thread; the first batch it produces is batch index `start_batch` (batch k holds volumes
- * k*batch .. k*batch+batch-1). The ring's slots are be->alloc_host memory. */
-void loader_start(Loader *l, const Config *cfg, int batch, int64_t start_batch, const Backend *be);
+/* Starts the thread; the k-th batch it produces holds the samples first_sample + k*batch .. + batch-1
+ * (first_sample >= 0). The ring's slots are be->alloc_host memory. */
+void loader_start(Loader *l, const Config *cfg, int batch, int64_t first_sample, const Backend *be);
 /* Blocks until the next batch is ready and returns it; valid until loader_release. */
 const float *loader_next(Loader *l);
 void loader_release(Loader *l);

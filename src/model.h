@@ -114,9 +114,10 @@ float *model_tensor(const Model *m, int tensor);      /* activation pointer (bac
 float *model_tensor_grad(const Model *m, int tensor); /* gradient pointer, NULL when none */
 float *model_noise(const Model *m); /* eps of the last sampled forward, shaped like z; valid until backward ends */
 
-/* Forward over the batch already copied to model_tensor(m, m->t_input). noise_stream selects the
- * reparameterization noise (vx_normal(seed, noise_stream, i)); sample_noise = 0 uses z = mu (validation). */
-void model_forward(Model *m, int sample_noise, uint64_t noise_stream);
+/* Forward over the batch already copied to model_tensor(m, m->t_input), whose first volume is global sample
+ * `first_sample`: each sample's reparameterization noise is keyed by its global index (the same noise for a sample
+ * whatever batch it falls in); sample_noise = 0 uses z = mu (validation). */
+void model_forward(Model *m, int sample_noise, uint64_t first_sample);
 /* Loss forward+gradient, then backward through every node. grad_scale multiplies the loss gradient
  * (1/grad_accum); param_beta = 0 overwrites the parameter gradients, 1 adds to them (later micro-batches). */
 void model_backward(Model *m, float grad_scale, float param_beta);

@@ -8,7 +8,8 @@
 #include "trace/trace.h"
 #include "util.h"
 
-#define RNG_STREAM_INIT 0x1A17ull /* parameter init: stream = this + parameter index */
+#define RNG_STREAM_INIT 0x1A17ull   /* parameter init: stream = this + parameter index */
+#define RNG_STREAM_LATENT 0x1A7Eull /* reparameterization noise: index = sample * per-sample count + element */
 #define SCALAR_RECON 0
 #define SCALAR_KL 1
 #define SCALAR_SUMSQ 2
@@ -83,7 +84,7 @@ static LatentShape latent_shape(const Model *m) {
                          .logvar_min = (float)m->cfg.logvar_min, .logvar_max = (float)m->cfg.logvar_max};
 }
 
-void model_forward(Model *m, int sample_noise, uint64_t noise_stream) {
+void model_forward(Model *m, int sample_noise, uint64_t first_sample) {
     const Backend *be = m->be;
     void *ws = item_ptr(m, m->workspace_item);
     trace_range_push("forward", "user_annotation");
@@ -111,7 +112,10 @@ void model_forward(Model *m, int sample_noise, uint64_t noise_stream) {
             float *eps = NULL;
             if (sample_noise) {
                 eps = model_noise(m);
-                be->normal_fill(tx->count, (uint64_t)m->cfg.seed, noise_stream, 0, eps);
+                /* sample b's noise is element (first_sample + b) * per-sample of one stream: a pure function of the
+                 * global sample index, the same whatever batch (or rank) the sample falls in */
+                be->normal_fill(tx->count, (uint64_t)m->cfg.seed, RNG_STREAM_LATENT,
+                                first_sample * (uint64_t)s.count_per_sample, eps);
             }
             be->latent_forward(&s, x, model_tensor(m, nd->in[1]), eps, y, scalars(m) + SCALAR_KL);
             break;
