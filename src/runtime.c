@@ -11,6 +11,10 @@
 void runtime_open(Runtime *rt, Config *cfg, int verbose) {
     memset(rt, 0, sizeof *rt);
     hw_detect(&rt->hw);
+    /* more threads than cores only adds switching: 4096 threads made a 0.05 s step take 36 s */
+    if (cfg->threads > rt->hw.cores)
+        vx_usage_error("train.threads = %d exceeds the %d CPU cores of this machine; use 0 (all cores) or at most %d",
+                       cfg->threads, rt->hw.cores, rt->hw.cores);
     rt->be = hw_choose_backend(cfg, &rt->hw, rt->device_reason, sizeof rt->device_reason);
     if (strcmp(rt->be->name, "cpu") == 0) backend_cpu_set_threads(cfg->threads);
     if (cfg->batch_size == 0) {

@@ -1,19 +1,23 @@
-/* train.c: the training loop (see train.h). One optimizer step:
- *   for each of grad_accum micro-batches: copy the loader's batch in, forward (noise stream = micro-batch index),
- *   loss and backward (loss gradient scaled by 1/grad_accum, parameter gradients accumulated after the first);
- *   then global gradient norm -> clip factor -> fused AdamW with the step's learning rate. */
+/* train.c: the training loop (see train.h). A run first validates everything (config, device, memory plan,
+ * checkpoint), then takes the run directory (run_dir.h), then writes there: a refused run touches nothing.
+ * One optimizer step (train_step):
+ *   for each of grad_accum micro-batches: copy the loader's batch in (global samples next_sample ..), forward (each
+ *   sample's noise keyed by its global index), loss and backward (loss gradient scaled by 1/grad_accum, parameter
+ *   gradients accumulated after the first); then global gradient norm -> clip factor -> fused AdamW with the step's
+ *   learning rate. A non-finite loss or gradient norm ends the run (exit 4) before anything is updated or saved. */
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
 #include "data.h"
 #include "fsutil.h"
+#include "run_dir.h"
 #include "runtime.h"
 #include "schedule.h"
 #include "tb/tb_writer.h"
@@ -33,6 +37,21 @@ static void on_signal(int sig) {
 typedef struct {
     float l1, psnr;
 } ValResult;
+
+/* Everything one run holds between its steps. */
+typedef struct {
+    Config *cfg;
+    Runtime rt;
+    Model *m;
+    const Backend *be;
+    Loader loader;
+    FILE *metrics;
+    FILE *samples; /* output.sample_log: one line per micro-batch, the global samples it read */
+    TrainLog *tb;
+    CkptState st;
+    float *val; /* the held-out volumes: validation set, the first n_shown of them also shown as images */
+    int n_shown, n_held;
+} Trainer;
 
 /* Deterministic forward (z = mu) of `count` host volumes in micro-batches of the model's size; returns their
  * reconstructions (host, same shape as vols; caller frees). */
@@ -70,17 +89,20 @@ static ValResult validate(Model *m, const float *val_host, int count) {
     return (ValResult){.l1 = (float)(l1 / (double)n), .psnr = (float)(10.0 * log10(1.0 / (mse > 1e-20 ? mse : 1e-20)))};
 }
 
+__attribute__((noreturn)) static void diverged(Trainer *t, int64_t step1, const char *what, double value);
+
 /* Validates after `step` optimizer steps and reports it on stdout and in metrics.jsonl. */
-static void validate_and_log(Model *m, const float *val_host, int count, int64_t step, FILE *metrics, TrainLog *tb) {
+static void validate_and_log(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
-    ValResult vr = validate(m, val_host, count);
+    ValResult vr = validate(t->m, t->val, t->cfg->val_samples);
     trace_range_pop();
-    train_log_scalar(tb, "val/l1", step, vr.l1);
-    train_log_scalar(tb, "val/psnr", step, vr.psnr);
-    vx_log("val  %5ld | l1 %.6f | psnr %.2f dB (%d held-out volumes%s)\n", (long)step, vr.l1, vr.psnr, count,
-           step == 0 ? ", before training" : "");
-    fprintf(metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
-    fflush(metrics);
+    if (!isfinite(vr.l1)) diverged(t, step, "the validation L1", vr.l1);
+    train_log_scalar(t->tb, "val/l1", step, vr.l1);
+    train_log_scalar(t->tb, "val/psnr", step, vr.psnr);
+    vx_log("val  %5ld | l1 %.6f | psnr %.2f dB (%d held-out volumes%s)\n", (long)step, vr.l1, vr.psnr,
+           t->cfg->val_samples, step == 0 ? ", before training" : "");
+    fprintf(t->metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
+    if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
 }
 
 static void format_eta(double seconds, char *out, size_t len) {
@@ -88,18 +110,6 @@ static void format_eta(double seconds, char *out, size_t len) {
     if (s >= 3600) snprintf(out, len, "%ldh%02ldm", s / 3600, (s / 60) % 60);
     else if (s >= 60) snprintf(out, len, "%ldm%02lds", s / 60, s % 60);
     else snprintf(out, len, "%lds", s);
-}
-
-static void make_run_dir(Config *cfg, const char *config_name) {
-    if (cfg->out_dir[0] == 0) {
-        char stamp[32];
-        time_t now = time(NULL);
-        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-        snprintf(cfg->out_dir, sizeof cfg->out_dir, "runs/%s-%s", config_name, stamp);
-    }
-    char path[CONFIG_STR + 32];
-    snprintf(path, sizeof path, "%s/checkpoints", cfg->out_dir);
-    fs_mkdirs(path);
 }
 
 static void save_checkpoint(const Config *cfg, const Model *m, const CkptState *st) {
@@ -157,152 +167,244 @@ static void log_images(TrainLog *tb, Model *m, const Config *cfg, const float *v
 
 static int every(int interval, int64_t step) { return interval > 0 && step % interval == 0; }
 
+typedef struct {
+    double loss, recon, kl, lr, gnorm, ms, wait_s;
+} StepResult;
+
+/* A non-finite value: the run ends with exit 4 before the step's update, so the last checkpoint is the last good
+ * state (ckpt_save refuses non-finite parameters, should any ever get there). */
+__attribute__((noreturn)) static void diverged(Trainer *t, int64_t step1, const char *what, double value) {
+    train_log_close(t->tb, 1);
+    fflush(t->metrics);
+    vx_exit_error(VX_EXIT_DIVERGED, "training diverged at step %lld: %s is %g; no checkpoint is written for it (the "
+                  "last one stays); lower train.lr, set train.grad_clip, or check the data", (long long)step1, what,
+                  value);
+}
+
+/* One optimizer step (see the file comment); advances t->st. */
+static void train_step(Trainer *t, StepResult *r) {
+    Model *m = t->m;
+    const Backend *be = t->be;
+    const Config *cfg = t->cfg;
+    const int64_t step1 = t->st.step + 1;
+    const size_t batch_bytes = (size_t)m->tensors[m->t_input].count * sizeof(float);
+    be->timer_mark(0); /* CUDA: an event on the compute stream; the step is timed on the device's clock */
+    *r = (StepResult){.lr = schedule_lr(cfg, t->st.step)};
+    const double wait_before = t->loader.wait_seconds;
+    for (int micro = 0; micro < cfg->grad_accum; micro++) {
+        trace_range_push("data wait", "dataloader");
+        const float *batch = loader_next(&t->loader);
+        trace_range_pop();
+        trace_range_push("upload batch", "user_annotation");
+        be->upload_async(model_tensor(m, m->t_input), batch, batch_bytes); /* pinned slot, copy stream */
+        trace_range_pop();
+        if (t->samples)
+            fprintf(t->samples, "%lld\t%d\t%lld\t%d\n", (long long)step1, micro, (long long)t->st.next_sample, m->batch);
+        model_forward(m, 1, (uint64_t)t->st.next_sample);
+        model_backward(m, 1.0f / (float)cfg->grad_accum, micro == 0 ? 0.0f : 1.0f);
+        Losses l = model_read_losses(m); /* waits for this micro-batch's device work */
+        be->upload_wait();
+        loader_release(&t->loader); /* only now may the loader refill the slot */
+        r->loss += l.total / cfg->grad_accum;
+        r->recon += l.recon / cfg->grad_accum;
+        r->kl += l.kl / cfg->grad_accum;
+        t->st.next_sample += m->batch;
+    }
+    r->wait_s = t->loader.wait_seconds - wait_before;
+    if (!isfinite(r->loss)) diverged(t, step1, "the loss", r->loss);
+    trace_range_push("optimizer", "optimizer");
+    r->gnorm = sqrt(model_grad_sumsq(m));
+    if (!isfinite(r->gnorm)) diverged(t, step1, "the gradient norm", r->gnorm);
+    float clip = 1.0f;
+    if (cfg->grad_clip > 0 && r->gnorm > cfg->grad_clip) clip = (float)(cfg->grad_clip / (r->gnorm + 1e-6));
+    AdamWParams a = {.lr = r->lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->adam_eps,
+                     .weight_decay = cfg->weight_decay, .grad_scale = clip, .step = step1};
+    be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &a);
+    be->timer_mark(1);
+    r->ms = be->timer_elapsed_ms(0, 1); /* waits for the device: the step range covers its work */
+    trace_range_pop();
+    t->st.step++;
+    t->st.loss_ema = t->st.step == 1 ? r->loss : 0.9 * t->st.loss_ema + 0.1 * r->loss;
+}
+
+/* ---- the memory plan ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *what, *lower; /* the buffer, and the config keys that shrink it */
+    double bytes;
+} HostItem;
+
+/* Every large host buffer of a run, so that a run that cannot fit is refused before it starts, not OOM-killed. */
+static int host_plan(const Runtime *rt, const Config *cfg, HostItem *items) {
+    const Model *m = rt->model;
+    const double vol = (double)(m->tensors[m->t_input].count / m->batch) * sizeof(float);
+    const int n_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
+    const int n_held = cfg->val_samples > n_shown ? cfg->val_samples : n_shown;
+    const double ckpt = (double)ckpt_file_bytes((uint64_t)m->param_count);
+    const double hist = 3.0 * (double)m->param_floats * sizeof(float);
+    int n = 0;
+    if (strcmp(rt->be->name, "cpu") == 0)
+        items[n++] = (HostItem){"model (activations, parameters, gradients, AdamW state)",
+                                "train.batch_size or model.input_size", (double)model_device_bytes(m)};
+    /* the volumes, their reconstructions, and one batch in and out */
+    items[n++] = (HostItem){"held-out volumes", "train.val_samples",
+                            2.0 * n_held * vol + 2.0 * m->batch * vol};
+    items[n++] = (HostItem){"data loader", "data.prefetch or train.batch_size", (double)cfg->prefetch * m->batch * vol};
+    items[n++] = (HostItem){"checkpoint and histogram copies", "model.channels", ckpt > hist ? ckpt : hist};
+    return n;
+}
+
+void train_check_memory(const Runtime *rt, const Config *cfg, int verbose) {
+    HostItem items[4];
+    const int n = host_plan(rt, cfg, items);
+    double total = 0;
+    int largest = 0;
+    char parts[512] = "";
+    for (int i = 0; i < n; i++) {
+        total += items[i].bytes;
+        if (items[i].bytes > items[largest].bytes) largest = i;
+        const size_t used = strlen(parts);
+        snprintf(parts + used, sizeof parts - used, "%s%s %.1f MiB", i ? ", " : "", items[i].what,
+                 items[i].bytes / 1048576.0);
+    }
+    const double have = HW_MEMORY_SHARE * (double)rt->hw.ram_available;
+    if (verbose) vx_log("host memory: %.1f MiB planned (%s)\n", total / 1048576.0, parts);
+    if (total > have)
+        vx_exit_error(VX_EXIT_MEMORY, "the run plans %.2f GiB of host memory (%s), more than %.0f%% of the %.2f GiB "
+                      "available (%.2f GiB); lower %s", total / 1073741824.0, parts, 100 * HW_MEMORY_SHARE,
+                      rt->hw.ram_available / 1073741824.0, have / 1073741824.0, items[largest].lower);
+}
+
+/* ---- the run ------------------------------------------------------------------------------------------------ */
+
+/* The progress line, metrics.jsonl and TensorBoard for the steps since the last log line. */
+static void log_progress(Trainer *t, const StepResult *r, double ms_window, double wait_window, long window_steps) {
+    const Config *cfg = t->cfg;
+    const double dt = ms_window / 1e3 / window_steps;
+    const double sps = (double)t->m->batch * cfg->grad_accum / dt, wait_ms = wait_window * 1e3 / window_steps;
+    char eta[32];
+    format_eta(dt * (cfg->steps - t->st.step), eta, sizeof eta);
+    vx_log("step %5ld/%d | loss %.6f (recon %.6f kl %.3f) | lr %.3e | grad norm %.4f | %.2f samples/s | "
+           "%.0f ms/step | data wait %.1f ms | eta %s\n",
+           (long)t->st.step, cfg->steps, r->loss, r->recon, r->kl, r->lr, r->gnorm, sps, dt * 1e3, wait_ms, eta);
+    /* metrics.jsonl and TensorBoard get the same float32 values (9 digits print a float32 exactly). */
+    static const char *const KEYS[] = {"loss", "recon", "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
+                                       "data_wait_ms", "peak_mib"};
+    static const char *const TAGS[] = {"train/loss", "train/recon", "train/kl", "lr", "grad_norm",
+                                       "perf/samples_per_s", "perf/step_ms", "perf/data_wait_ms", "memory/peak_mib"};
+    const float values[] = {(float)r->loss, (float)r->recon, (float)r->kl, (float)r->lr, (float)r->gnorm,
+                            (float)sps, (float)(dt * 1e3), (float)wait_ms,
+                            (float)(t->be->peak_bytes() / 1048576.0)};
+    fprintf(t->metrics, "{\"step\": %ld", (long)t->st.step);
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        fprintf(t->metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
+        train_log_scalar(t->tb, TAGS[i], t->st.step, values[i]);
+    }
+    fprintf(t->metrics, "}\n");
+    if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
+}
+
+/* Opens a file of the run directory for appending, or ends the run (exit 6) saying why. */
+static FILE *open_run_file(const Config *cfg, const char *name) {
+    char path[CONFIG_STR + 64];
+    snprintf(path, sizeof path, "%s/%s", cfg->out_dir, name);
+    FILE *f = fopen(path, "a");
+    if (!f) fs_write_failed("open", path, errno);
+    return f;
+}
+
 int train_run(Config *cfg, const char *config_name, const char *resume_path) {
-    Runtime rt;
-    runtime_open(&rt, cfg, 1);
-    Model *m = rt.model;
-    const Backend *be = rt.be;
-    model_allocate(m);
-    make_run_dir(cfg, config_name);
+    Trainer t = {.cfg = cfg};
+    /* 1. validate everything: device, model and memory plan, the checkpoint (read into host memory) */
+    runtime_open(&t.rt, cfg, 1);
+    t.m = t.rt.model;
+    t.be = t.rt.be;
+    Model *m = t.m;
+    const Backend *be = t.be;
+    train_check_memory(&t.rt, cfg, 1);
+    Ckpt ck = {0};
+    if (resume_path) ckpt_read(resume_path, m, &ck);
+    /* 2. take the run directory, 3. only then write there */
+    run_dir_take(cfg, config_name, resume_path != NULL);
     char path[CONFIG_STR + 64];
     snprintf(path, sizeof path, "%s/config.json", cfg->out_dir);
     config_write(cfg, path);
-    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->out_dir);
-    FILE *metrics = fopen(path, "a");
-    if (!metrics) vx_fatal("cannot open %s; check that the run directory is writable", path);
-    TrainLog *tb = train_log_open(cfg);
-    if (tb) vx_log("tensorboard: %s (tensorboard --logdir %s)\n", train_log_path(tb), cfg->out_dir);
+    t.metrics = open_run_file(cfg, "metrics.jsonl");
+    if (cfg->sample_log) t.samples = open_run_file(cfg, "samples.tsv");
+    t.tb = train_log_open(cfg);
+    if (t.tb) vx_log("tensorboard: %s (tensorboard --logdir %s)\n", train_log_path(t.tb), cfg->out_dir);
 
-    CkptState st = {0};
+    model_allocate(m);
     model_init_params(m, (uint64_t)cfg->seed);
     if (resume_path) {
-        ckpt_load(resume_path, m, &st);
-        vx_log("resumed: %s at step %ld\n", resume_path, (long)st.step);
+        ckpt_apply(&ck, m, &t.st);
+        ckpt_free(&ck);
+        vx_log("resumed: %s at step %ld, sample %lld\n", resume_path, (long)t.st.step, (long long)t.st.next_sample);
     }
     vx_log("run: %s (config written there), %d steps, batch %d x %d accumulation\n", cfg->out_dir, cfg->steps,
            cfg->batch_size, cfg->grad_accum);
 
     /* Held-out volumes: the validation set, whose first image_samples volumes are also the ones shown. */
     long vol = m->tensors[m->t_input].count / m->batch;
-    int n_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
-    int n_held = cfg->val_samples > n_shown ? cfg->val_samples : n_shown;
-    float *val = vx_malloc((size_t)(n_held ? n_held : 1) * vol * sizeof(float));
-    phantom_batch((uint64_t)cfg->seed ^ VAL_SEED_SALT, cfg, n_held, 0, val);
+    t.n_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
+    t.n_held = cfg->val_samples > t.n_shown ? cfg->val_samples : t.n_shown;
+    t.val = vx_malloc((size_t)(t.n_held ? t.n_held : 1) * vol * sizeof(float));
+    phantom_batch((uint64_t)cfg->seed ^ VAL_SEED_SALT, cfg, t.n_held, 0, t.val);
 
-    Loader loader;
-    loader_start(&loader, cfg, m->batch, st.next_sample / m->batch, be);
+    loader_start(&t.loader, cfg, m->batch, t.st.next_sample, be);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
     ProfileWindow prof = {0};
     if (cfg->profile[0]) config_profile_window(cfg, &prof.first, &prof.last);
-    size_t batch_bytes = (size_t)m->tensors[m->t_input].count * sizeof(float);
     double t_start = vx_now(), ms_window = 0, wait_window = 0;
     long window_steps = 0;
     int exit_code = 0;
-    if (st.step == 0) { /* the untrained baseline that later validations improve on */
-        if (cfg->val_samples > 0) validate_and_log(m, val, cfg->val_samples, 0, metrics, tb);
-        log_images(tb, m, cfg, val, n_shown, 0);
+    if (t.st.step == 0) { /* the untrained baseline that later validations improve on */
+        if (cfg->val_samples > 0) validate_and_log(&t, 0);
+        log_images(t.tb, m, cfg, t.val, t.n_shown, 0);
     }
-    while (st.step < cfg->steps) {
-        int64_t step1 = st.step + 1;
-        profile_step_begin(&prof, cfg, &rt, step1);
+    while (t.st.step < cfg->steps) {
+        const int64_t step1 = t.st.step + 1;
+        profile_step_begin(&prof, cfg, &t.rt, step1);
         char step_name[40];
         snprintf(step_name, sizeof step_name, "ProfilerStep#%ld", (long)step1); /* PyTorch's name for a step */
         trace_range_push(step_name, "user_annotation");
-        be->timer_mark(0); /* CUDA: an event on the compute stream; the step is timed on the device's clock */
-        double lr = schedule_lr(cfg, st.step);
-        double loss = 0, recon = 0, kl = 0;
-        double wait_before = loader.wait_seconds;
-        for (int micro = 0; micro < cfg->grad_accum; micro++) {
-            trace_range_push("data wait", "dataloader");
-            const float *batch = loader_next(&loader);
-            trace_range_pop();
-            trace_range_push("upload batch", "user_annotation");
-            be->upload_async(model_tensor(m, m->t_input), batch, batch_bytes); /* pinned slot, copy stream */
-            trace_range_pop();
-            /* The noise of micro-batch k is stream k: independent of where a run was resumed. */
-            model_forward(m, 1, (uint64_t)(st.next_sample / m->batch));
-            model_backward(m, 1.0f / (float)cfg->grad_accum, micro == 0 ? 0.0f : 1.0f);
-            Losses l = model_read_losses(m); /* waits for this micro-batch's device work */
-            be->upload_wait();
-            loader_release(&loader); /* only now may the loader refill the slot */
-            loss += l.total / cfg->grad_accum;
-            recon += l.recon / cfg->grad_accum;
-            kl += l.kl / cfg->grad_accum;
-            st.next_sample += m->batch;
-        }
-        wait_window += loader.wait_seconds - wait_before;
-        if (!isfinite(loss)) {
-            train_log_close(tb, 1);
-            vx_fatal("loss became %g at step %ld; lower train.lr or set train.grad_clip", loss, (long)step1);
-        }
-        trace_range_push("optimizer", "optimizer");
-        double gnorm = sqrt(model_grad_sumsq(m));
-        float clip = 1.0f;
-        if (cfg->grad_clip > 0 && gnorm > cfg->grad_clip) clip = (float)(cfg->grad_clip / (gnorm + 1e-6));
-        AdamWParams a = {.lr = (float)lr, .beta1 = (float)cfg->beta1, .beta2 = (float)cfg->beta2,
-                         .eps = (float)cfg->adam_eps, .weight_decay = (float)cfg->weight_decay, .grad_scale = clip,
-                         .step = step1};
-        be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &a);
-        be->timer_mark(1);
-        ms_window += be->timer_elapsed_ms(0, 1); /* waits for the device: the step range covers its work */
-        trace_range_pop();
+        StepResult r;
+        train_step(&t, &r);
         trace_range_pop(); /* ProfilerStep */
-        st.step++;
+        ms_window += r.ms;
+        wait_window += r.wait_s;
         window_steps++;
-        st.loss_ema = st.step == 1 ? loss : 0.9 * st.loss_ema + 0.1 * loss;
 
-        int last = st.step == cfg->steps;
-        if (st.step % cfg->log_every == 0 || last) {
-            double dt = ms_window / 1e3 / window_steps;
-            double sps = (double)m->batch * cfg->grad_accum / dt, wait_ms = wait_window * 1e3 / window_steps;
-            char eta[32];
-            format_eta(dt * (cfg->steps - st.step), eta, sizeof eta);
-            vx_log("step %5ld/%d | loss %.6f (recon %.6f kl %.3f) | lr %.3e | grad norm %.4f | %.2f samples/s | "
-                   "%.0f ms/step | data wait %.1f ms | eta %s\n",
-                   (long)st.step, cfg->steps, loss, recon, kl, lr, gnorm, sps, dt * 1e3, wait_ms, eta);
-            /* metrics.jsonl and TensorBoard get the same float32 values (9 digits print a float32 exactly). */
-            static const char *const KEYS[] = {"loss", "recon", "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
-                                               "data_wait_ms", "peak_mib"};
-            static const char *const TAGS[] = {"train/loss", "train/recon", "train/kl", "lr", "grad_norm",
-                                               "perf/samples_per_s", "perf/step_ms", "perf/data_wait_ms",
-                                               "memory/peak_mib"};
-            float values[] = {(float)loss, (float)recon, (float)kl, (float)lr, (float)gnorm, (float)sps,
-                              (float)(dt * 1e3), (float)wait_ms, (float)(be->peak_bytes() / 1048576.0)};
-            fprintf(metrics, "{\"step\": %ld", (long)st.step);
-            for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
-                fprintf(metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
-                train_log_scalar(tb, TAGS[i], st.step, values[i]);
-            }
-            fprintf(metrics, "}\n");
-            fflush(metrics);
-            ms_window = 0;
-            wait_window = 0;
+        const int last = t.st.step == cfg->steps;
+        if (t.st.step % cfg->log_every == 0 || last) {
+            log_progress(&t, &r, ms_window, wait_window, window_steps);
+            ms_window = wait_window = 0;
             window_steps = 0;
         }
         /* Validation, images, histograms, checkpoints and trace writing happen between the timer marks, so they
          * stay out of the step time. */
-        if (cfg->val_samples > 0 && (every(cfg->val_every, st.step) || last))
-            validate_and_log(m, val, cfg->val_samples, st.step, metrics, tb);
-        if (every(cfg->image_every, st.step)) log_images(tb, m, cfg, val, n_shown, st.step);
-        if (tb && every(cfg->hist_every, st.step)) train_log_histograms(tb, m, st.step);
-        if (every(cfg->ckpt_every, st.step) || last) save_checkpoint(cfg, m, &st);
-        profile_step_end(&prof, be, st.step, 0);
+        if (cfg->val_samples > 0 && (every(cfg->val_every, t.st.step) || last)) validate_and_log(&t, t.st.step);
+        if (every(cfg->image_every, t.st.step)) log_images(t.tb, m, cfg, t.val, t.n_shown, t.st.step);
+        if (t.tb && every(cfg->hist_every, t.st.step)) train_log_histograms(t.tb, m, t.st.step);
+        if (every(cfg->ckpt_every, t.st.step) || last) save_checkpoint(cfg, m, &t.st);
+        profile_step_end(&prof, be, t.st.step, 0);
         if (stop_requested && !last) {
-            vx_log("stopping on signal %d after step %ld\n", (int)stop_requested, (long)st.step);
-            if (!every(cfg->ckpt_every, st.step)) save_checkpoint(cfg, m, &st);
-            exit_code = 130;
+            vx_log("stopping on signal %d after step %ld\n", (int)stop_requested, (long)t.st.step);
+            if (!every(cfg->ckpt_every, t.st.step)) save_checkpoint(cfg, m, &t.st);
+            exit_code = VX_EXIT_SIGNAL;
             break;
         }
     }
-    profile_step_end(&prof, be, st.step, 1);
+    profile_step_end(&prof, be, t.st.step, 1);
     double total = vx_now() - t_start;
-    vx_log("done: %ld steps in %.1f s\n", (long)st.step, total);
-    loader_stop(&loader);
-    train_log_close(tb, 0);
-    fclose(metrics);
-    free(val);
-    runtime_close(&rt);
+    vx_log("done: %ld steps in %.1f s\n", (long)t.st.step, total);
+    loader_stop(&t.loader);
+    train_log_close(t.tb, 0);
+    if (fclose(t.metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
+    if (t.samples && fclose(t.samples) != 0) fs_write_failed("write", "samples.tsv in the run directory", errno);
+    free(t.val);
+    runtime_close(&t.rt);
     return exit_code;
 }
