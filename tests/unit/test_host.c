@@ -1,5 +1,6 @@
 /* test_host.c: unit tests of the host-side pieces the integration tests reach only indirectly: the arena planner,
- * the learning-rate schedule, the phantom generator and the prefetching loader, the model's memory plan. */
+ * the learning-rate schedule, the phantom generator and the prefetching loader, the model's memory plan and its
+ * per-sample noise, error-message escaping and the config reader's strictness. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include "plan.h"
 #include "schedule.h"
 #include "train_log.h"
+#include "util.h"
 #include "volume_tiles.h"
 
 /* No two items whose live intervals overlap may share bytes. */
@@ -167,27 +169,121 @@ static void test_phantom_is_a_function_of_seed_and_index(void **state) {
     free(c);
 }
 
+/* The position is a sample index: a start that is no multiple of the batch (a resume at another batch size) reads
+ * on from exactly that sample. */
 static void test_loader_delivers_batches_in_order_from_any_start(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
     cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 8;
     cfg.prefetch = 2;
-    const int batch = 3;
+    const int batch = 3, first = 5;
     long vol = 8 * 8 * 8;
     float *want = malloc(vol * sizeof(float));
     Loader l;
-    loader_start(&l, &cfg, batch, 5, backend_cpu());
-    for (int k = 5; k < 12; k++) {
+    loader_start(&l, &cfg, batch, first, backend_cpu());
+    for (int k = 0; k < 7; k++) {
         const float *got = loader_next(&l);
         for (int b = 0; b < batch; b++) {
-            phantom_generate((uint64_t)cfg.seed, (uint64_t)(k * batch + b), 8, 8, 8, 1, (float)cfg.data_noise, want);
+            phantom_generate((uint64_t)cfg.seed, (uint64_t)(first + k * batch + b), 8, 8, 8, 1, (float)cfg.data_noise, want);
             assert_memory_equal(got + b * vol, want, vol * sizeof(float));
         }
         loader_release(&l);
     }
     loader_stop(&l);
     free(want);
+}
+
+/* A sample's reparameterization noise depends on its global index only: sample 6 gets the same noise as the third
+ * of a batch of 4 starting at 4 and as the first of a batch of 2 starting at 6. */
+static void test_noise_is_keyed_by_the_global_sample(void **state) {
+    (void)state;
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 8;
+    Model *big = model_build(&cfg, 4, backend_cpu()), *small = model_build(&cfg, 2, backend_cpu());
+    model_allocate(big);
+    model_allocate(small);
+    model_init_params(big, 1);
+    model_init_params(small, 1);
+    memset(model_tensor(big, big->t_input), 0, (size_t)big->tensors[big->t_input].count * sizeof(float));
+    memset(model_tensor(small, small->t_input), 0, (size_t)small->tensors[small->t_input].count * sizeof(float));
+    model_forward(big, 1, 4);
+    model_forward(small, 1, 6);
+    const long per = big->tensors[big->t_z].count / 4;
+    assert_memory_equal(model_noise(big) + 2 * per, model_noise(small), 2 * (size_t)per * sizeof(float));
+    /* and another start gives other noise (the test above is not vacuous) */
+    model_forward(small, 1, 5);
+    assert_memory_not_equal(model_noise(big) + 2 * per, model_noise(small), (size_t)per * sizeof(float));
+    model_free(big);
+    model_free(small);
+}
+
+/* Every node has its own name: trace ranges and layer timings are told apart by it (the upsample and the conv
+ * after it once shared one). */
+static void test_node_names_are_unique(void **state) {
+    (void)state;
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.res_blocks = 2;
+    Model *m = model_build(&cfg, 1, backend_cpu());
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int j = i + 1; j < m->n_nodes; j++)
+            if (strcmp(m->nodes[i].name, m->nodes[j].name) == 0) fail_msg("nodes %d and %d are both %s", i, j, m->nodes[i].name);
+    model_free(m);
+}
+
+/* Untrusted bytes in messages: printable ASCII and valid UTF-8 stay, control characters, escape sequences, C1
+ * controls and broken UTF-8 become \xNN. */
+static void test_escape_keeps_text_and_neutralizes_control_bytes(void **state) {
+    (void)state;
+    char out[128];
+    assert_string_equal(vx_escape("a/b c.json", out, sizeof out), "a/b c.json");
+    assert_string_equal(vx_escape("t\xc3\xa4st \xe2\x82\xac", out, sizeof out), "t\xc3\xa4st \xe2\x82\xac");
+    assert_string_equal(vx_escape("\x1b[31mred\nline\x7f", out, sizeof out), "\\x1B[31mred\\x0Aline\\x7F");
+    assert_string_equal(vx_escape("\xc2\x9b" "2J \xff \xc3", out, sizeof out), "\\xC2\\x9B2J \\xFF \\xC3");
+    assert_string_equal(vx_escape("\xed\xa0\x80", out, sizeof out), "\\xED\\xA0\\x80"); /* a surrogate */
+    char tiny[6];
+    assert_string_equal(vx_escape("\x01\x02", tiny, sizeof tiny), "\\x01"); /* never a cut escape */
+}
+
+/* Refused config texts end through vx_exit: a handler longjmps back here with the code (as the fuzz targets do). */
+static jmp_buf refuse_jmp;
+static void refuse_exit(int code) { longjmp(refuse_jmp, code); }
+static int parse_code(const char *text) {
+    Config cfg;
+    vx_set_exit_handler(refuse_exit);
+    int code = setjmp(refuse_jmp);
+    if (code == 0) config_parse_text(&cfg, text, strlen(text), "t.json");
+    vx_set_exit_handler(NULL);
+    return code;
+}
+
+static void test_config_reader_is_strict(void **state) {
+    (void)state;
+    assert_int_equal(parse_code("{\"train\": {\"steps\": 3}}\n  "), 0);
+    assert_int_equal(parse_code("{\"train\": {\"steps\": 3}} // c"), 2);              /* text after the object */
+    assert_int_equal(parse_code("{\"train\": {\"steps\": 3}}{}"), 2);
+    assert_int_equal(parse_code("{\"train\": {\"steps\": 3, \"steps\": 4}}"), 2);   /* a key twice */
+    assert_int_equal(parse_code("{\"train\": {}, \"train\": {}}"), 2);             /* a section twice */
+    assert_int_equal(parse_code("{\"train\": {\"beta2\": 0.999999999}}"), 2);      /* 1.0 in float32 */
+    assert_int_equal(parse_code("{\"train\": {\"beta2\": 0.9999999}}"), 0);
+    assert_int_equal(parse_code("{\"train\": {\"lr\": 1, \"weight_decay\": 1}}"), 2); /* 1 - lr*wd <= 0 */
+    Config cfg;
+    config_defaults(&cfg);
+    vx_set_exit_handler(refuse_exit);
+    const char *values[] = {"5abc", "0x10", "1e3x", "", "3 4"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        int code = setjmp(refuse_jmp);
+        if (code == 0) {
+            config_set(&cfg, "train.steps", values[i], "--steps");
+            fail_msg("--steps %s was accepted as %d", values[i], cfg.steps);
+        }
+        assert_int_equal(code, 2);
+    }
+    vx_set_exit_handler(NULL);
+    config_set(&cfg, "train.steps", "17", "--steps");
+    assert_int_equal(cfg.steps, 17);
 }
 
 /* The picture of a 3x4x5 volume: every tile at its place, slices through the middle, error = |in-rec| x gain. */
@@ -253,6 +349,10 @@ int main(void) {
         cmocka_unit_test(test_schedule_warmup_then_cosine),
         cmocka_unit_test(test_phantom_is_a_function_of_seed_and_index),
         cmocka_unit_test(test_loader_delivers_batches_in_order_from_any_start),
+        cmocka_unit_test(test_noise_is_keyed_by_the_global_sample),
+        cmocka_unit_test(test_node_names_are_unique),
+        cmocka_unit_test(test_escape_keeps_text_and_neutralizes_control_bytes),
+        cmocka_unit_test(test_config_reader_is_strict),
         cmocka_unit_test(test_tiles_show_the_mid_slices),
         cmocka_unit_test(test_param_groups_are_levels_and_heads),
     };
