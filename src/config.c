@@ -111,11 +111,11 @@ static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const cha
         double x = v->valuedouble;
         if (!(x >= k->min && x <= k->max))
             vx_usage_error("%s: %s.%s must be %s, got %.17g", origin, k->section, k->key, range, x);
-        if (k->type == T_FLOAT) {
-            const double f = (double)(float)x;
-            if (!(f >= k->min && f <= k->max) || (x != 0 && !isnormal((float)x)))
+        if (k->type == T_FLOAT) { /* the same range in float32 (whose own bounds are rounded too) */
+            const float f = (float)x;
+            if (!(f >= (float)k->min && f <= (float)k->max) || (x != 0 && !isnormal(f)))
                 vx_usage_error("%s: %s.%s = %.17g becomes %.9g in float32, the precision training uses, which is "
-                               "outside %s; choose a value that stays inside it", origin, k->section, k->key, x, f,
+                               "not %s; choose a value that stays inside it", origin, k->section, k->key, x, (double)f,
                                range);
         }
         if (k->type == T_INT) *(int *)base = (int)x;

@@ -15,11 +15,11 @@
 
 #define LOCK_NAME ".voxscale.lock"
 
-/* Takes the directory's lock or exits 2 naming the process that holds it. The descriptor stays open (and the
- * lock held) until the process ends; O_CLOEXEC keeps it out of programs the run starts. */
-static void lock_dir(const char *dir) {
-    char path[CONFIG_STR + 32];
-    snprintf(path, sizeof path, "%s/" LOCK_NAME, dir);
+/* Takes the directory's lock or exits 2 naming the process that holds it; returns the lock file's descriptor,
+ * which stays open (and the lock held) until the process ends; O_CLOEXEC keeps it out of programs the run
+ * starts. */
+static int lock_dir(const char *dir, char *path, size_t path_len) {
+    snprintf(path, path_len, "%s/" LOCK_NAME, dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) fs_write_failed("create the lock file", path, errno);
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -34,6 +34,11 @@ static void lock_dir(const char *dir) {
         /* some network file systems cannot lock: go on, as TensorBoard's own writer does there */
         if (errno != ENOLCK && errno != EOPNOTSUPP) fs_write_failed("lock", path, errno);
     }
+    return fd;
+}
+
+/* The owner's pid in the lock file, for the message of the next run that finds it busy. */
+static void claim_lock(int fd, const char *path) {
     char pid[32];
     int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) fs_write_failed("write the lock file", path, errno);
@@ -75,8 +80,10 @@ static void default_dir(Config *cfg, const char *config_name) {
 void run_dir_take(Config *cfg, const char *config_name, int resuming) {
     if (cfg->out_dir[0] == 0) default_dir(cfg, config_name);
     fs_mkdirs(cfg->out_dir);
-    lock_dir(cfg->out_dir);
-    guard_existing_run(cfg, resuming);
+    char lock_path[CONFIG_STR + 32];
+    const int lock_fd = lock_dir(cfg->out_dir, lock_path, sizeof lock_path);
+    guard_existing_run(cfg, resuming); /* a refused run leaves even the lock file as it was */
+    claim_lock(lock_fd, lock_path);
     char path[CONFIG_STR + 32];
     snprintf(path, sizeof path, "%s/checkpoints", cfg->out_dir);
     fs_mkdirs(path);
