@@ -52,6 +52,16 @@ else
     printf '%s\n' "$cpu_out" | tail -30; failed=$((failed + 1)); failed_names+=("cpu-only build")
 fi
 
+# The fuzz targets (tests/fuzz: config reader, checkpoint loader, command line, TensorBoard records) under ASan and
+# UBSan, a few seconds each on the committed seed corpus: every input that once failed still passes, and a
+# regression in the parsers' hardening is likely found. One test per target; `ci/fuzz.sh 600` runs them longer.
+echo "=== fuzz targets (ci/fuzz.sh ${VX_FUZZ_SECONDS:=8})"
+fuzz_out=$(bash ci/fuzz.sh "$VX_FUZZ_SECONDS" 2>&1); printf '%s\n' "$fuzz_out"
+fuzz_ok=$(grep -c ', no findings$' <<<"$fuzz_out"); fuzz_bad=$(grep -c ': FAILED' <<<"$fuzz_out")
+passed=$((passed + fuzz_ok)); failed=$((failed + fuzz_bad))
+if [ "$fuzz_ok" -eq 0 ] && [ "$fuzz_bad" -eq 0 ]; then failed=$((failed + 1)); failed_names+=("fuzz build"); fi
+[ "$fuzz_bad" -eq 0 ] || failed_names+=("fuzz")
+
 echo "=== pytest tests/integration"
 report=$(mktemp)
 .venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/integration --junitxml="$report"

@@ -37,7 +37,7 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
     const char *keys[64], *vals[64], *flags[64];
     int n = 0, opt;
     opterr = 0;
-    optind = 1;
+    optind = 0; /* GNU getopt: 0 re-initializes it fully (1 would keep a pointer into the previous argv) */
     int index;
     while ((index = -1, opt = getopt_long(argc, argv, "h", COMMON_OPTS, &index)) != -1) {
         const char *key = NULL;
@@ -50,8 +50,8 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
         }
         switch (opt) {
         case 'h':
-        case OPT_HELP: fputs(help, stdout); exit(0);
-        case OPT_HELP_CONFIG: config_print_help(stdout); exit(0);
+        case OPT_HELP: fputs(help, stdout); vx_exit(0);
+        case OPT_HELP_CONFIG: config_print_help(stdout); vx_exit(0);
         case OPT_CONFIG: a->config_path = optarg; break;
         case OPT_RESUME: a->resume = optarg; break;
         case OPT_RESULTS: a->results_dir = optarg; break;

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# tests/fuzz/make_seeds.sh: writes the seed corpus of the fuzz targets into tests/fuzz/corpus/<target>/ (committed;
+# rerun after a file format changes). Seeds are real files voxscale reads, plus the inputs that once failed (the
+# hardening issue's reproductions). Needs build/voxscale.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+C=tests/fuzz/corpus
+rm -rf "$C" && mkdir -p "$C"/{config,checkpoint,cli,tfrecord}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# config: the shipped configs and the texts that were once accepted by mistake
+for f in configs/*.json configs/test/*.json tests/fuzz/ckpt_model.json; do cp "$f" "$C/config/$(basename "$f")"; done
+printf '%s' '{"train": {"steps": 3}} // c' > "$C/config/trailing_text.json"
+printf '%s' '{"train": {"steps": 3, "steps": 4}}' > "$C/config/duplicate_key.json"
+printf '%s' '{"train": {"beta2": 0.999999999, "threads": 4096}}' > "$C/config/beta2_rounds_to_one.json"
+printf '%s' '{"train": {"val_samples": 1000000}, "output": {"profile": "3:2"}}' > "$C/config/ranges.json"
+printf '{"train": {"st\x1b[31meps": 1}}' > "$C/config/escape_in_key.json"
+
+# checkpoint: a real checkpoint of the fuzz model (first byte: 1 = the target recomputes the CRC), and the
+# header fields that were once trusted
+./build/voxscale train --config tests/fuzz/ckpt_model.json --steps 2 --out "$tmp/ck" > /dev/null
+ck="$tmp/ck/checkpoints/step_2.ckpt"
+{ printf '\x00'; cat "$ck"; } > "$C/checkpoint/valid_crc_kept"
+python3 - "$ck" "$C/checkpoint" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+H = struct.Struct("<8sIIQQqqqqd")
+names = ("magic", "version", "header_bytes", "param_count", "fingerprint", "step", "next_sample", "seed", "world", "ema")
+for name, value in [("next_sample", -7), ("step", -5), ("step", 2 ** 62), ("header_bytes", 64), ("world", 0),
+                    ("ema", float("nan")), ("next_sample", 2 ** 62)]:
+    h = dict(zip(names, H.unpack_from(data)))
+    h[name] = value
+    out = b"\x01" + H.pack(*(h[n] for n in names)) + data[H.size:]
+    open("%s/%s_%s" % (sys.argv[2], name, str(value).replace("-", "minus")), "wb").write(out)
+open("%s/valid_crc_fixed" % sys.argv[2], "wb").write(b"\x01" + data)
+PY
+
+# cli: train's arguments, NUL-separated
+i=0
+while IFS= read -r line; do
+    i=$((i + 1)); printf '%s' "$line" | tr '|' '\0' > "$C/cli/args_$i"
+done <<'ARGS'
+--config|configs/test/tiny.json|--steps|20
+--steps|5abc
+--steps|0x10
+--set|train.lr=1e-3|--set|model.channels=[8,16]|--lr|2e-3
+--batch-size|0|--device|cpu|--threads|1|--seed|9
+--profile|3:5|--deterministic|--out|runs/x
+--set|novalue
+--resume
+--help
+ARGS
+
+# tfrecord: a real event file (scalars, text, hparams, an image) and its damaged forms
+./build/voxscale train --config configs/test/tiny.json --steps 2 --out "$tmp/tb" --set output.hist_every=0 > /dev/null
+ev=$(ls "$tmp"/tb/events.out.tfevents.* | head -1)
+cp "$ev" "$C/tfrecord/events"
+head -c $(( $(stat -c %s "$ev") - 7 )) "$ev" > "$C/tfrecord/events_truncated"
+python3 - "$ev" "$C/tfrecord/events_flipped" <<'PY'
+import sys
+d = bytearray(open(sys.argv[1], "rb").read()); d[len(d) // 2] ^= 0x40; open(sys.argv[2], "wb").write(d)
+PY
+printf '' > "$C/tfrecord/empty"
+echo "seeds: $(find "$C" -type f | wc -l) files, $(du -sh "$C" | cut -f1)"
