@@ -41,6 +41,7 @@ fi
 # stubs, the CUDA tests say why they skip. One test, about 30 s on 2 cores.
 echo "=== CPU-only build (make CUDA=0)"
 cpu_build="$BUILD/cpu-only"
+rm -rf "$cpu_build/run" # a fresh run directory each time: a used one is refused
 if cpu_out=$( { make --no-print-directory -s CUDA=0 BUILD="$cpu_build" all "$cpu_build/tests/test_ops_cuda" &&
                 "$cpu_build/voxscale" detect --config configs/default.json &&
                 "$cpu_build/tests/test_ops_cuda" &&
