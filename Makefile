@@ -28,13 +28,14 @@ ifeq ($(CUDA),1)
   # cudart is linked statically so the binary needs only the driver and cuDNN (libcudnn.so.9, found through the
   # rpath) at run time.
   LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcudart_static -ldl -lrt -lstdc++
-  CU_SRCS   := $(wildcard src/*.cu kernels/*.cu)
+  CU_SRCS   := $(shell find src kernels -name '*.cu')
 endif
 
-C_SRCS   := $(wildcard src/*.c src/*/*.c kernels/*.c)
-LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out src/main.c,$(C_SRCS))) \
+# every folder of src/ at any depth (src/app, core, model, train, dist, data, bench, tb, trace) and kernels/
+C_SRCS   := $(shell find src kernels -name '*.c')
+LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out src/app/main.c,$(C_SRCS))) \
             $(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRCS))
-MAIN_OBJ := $(BUILD)/src/main.o
+MAIN_OBJ := $(BUILD)/src/app/main.o
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 
 # Objects depend on the CUDA setting they were built with: switching between CUDA=0 and CUDA=1 in the same BUILD

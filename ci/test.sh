@@ -27,6 +27,10 @@ for t in "$BUILD"/tests/test_*; do
     fi
 done
 
+# The folders of src/ are layers: an #include may only point down (tests/tools/check_layers.py). One test.
+echo "=== layers (includes point down only)"
+if python3 tests/tools/check_layers.py; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("layers"); fi
+
 # The CUDA backend's own kernels, run on the CPU under a host emulation of the execution model against the CPU
 # ops: checks their indexing, partitions and reductions on machines without a GPU (the real GPU tests are
 # test_ops_cuda and tests/integration/test_cuda.py, which skip here). One test, about a minute.

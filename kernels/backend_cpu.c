@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "core/util.h"
 #include "rng.h"
 #include "silu.h"
 #include "upsample.h"
-#include "util.h"
 
 #define CPU_ALIGN 64 /* also the size of the header alloc keeps in front of each block */
 

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "conv3d.h"
-#include "util.h"
+#include "core/util.h"
 
 /* Column matrix per chunk: about this many bytes, rows clamped to [MIN_ROWS, MAX_ROWS]. Measured on the 2-core
  * Xeon (2 MB L2 per core), 0.5 to 2 MB per chunk perform alike for k=3, and 2048-row chunks help the pointwise

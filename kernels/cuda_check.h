@@ -22,7 +22,7 @@
 #include <stdlib.h>
 
 extern "C" {
-#include "util.h"
+#include "core/util.h"
 }
 #include "backend.h"
 

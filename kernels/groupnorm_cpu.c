@@ -6,8 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/util.h"
 #include "groupnorm.h"
-#include "util.h"
 
 /* Spatial positions per partial-sum block (fixed: it defines the summation order). */
 #define GN_BLOCK 256L

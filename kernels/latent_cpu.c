@@ -4,8 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/util.h"
 #include "latent.h"
-#include "util.h"
 
 #define LATENT_CHUNK 4096L
 

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/util.h"
 #include "loss.h"
-#include "util.h"
 
 #define LOSS_CHUNK 8192L
 /* independent accumulators inside a chunk: breaks the add latency chain and lets the loop vectorize, while the

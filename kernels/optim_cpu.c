@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/util.h"
 #include "optim.h"
-#include "util.h"
 
 #define SUMSQ_CHUNK 16384L
 #define SUMSQ_LANES 8 /* independent accumulators per chunk: a fixed order that still vectorizes */

@@ -20,10 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fsutil.h"
+#include "core/fsutil.h"
+#include "core/util.h"
 #include "tb/tb_writer.h"
 #include "tb/tfrecord.h"
-#include "util.h"
 
 #define FLUSH_BYTES (1u << 20) /* write out sooner than flush_secs once this much is buffered */
 #define MAX_NAME_TRIES 10000

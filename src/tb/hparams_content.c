@@ -4,8 +4,8 @@
 
 #include <stdlib.h>
 
+#include "core/util.h"
 #include "tb/proto/hparams_plugin_data.pb-c.h"
-#include "util.h"
 
 static uint8_t *pack_plugin_data(const Vxtb__HParamsPluginData *pd, size_t *len) {
     size_t n = vxtb__hparams_plugin_data__get_packed_size(pd);

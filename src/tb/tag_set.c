@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 static uint64_t tag_hash(const char *s) {
     uint64_t h = 1469598103934665603ull;

@@ -6,13 +6,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/util.h"
 #include "tb/event_file.h"
 #include "tb/histogram.h"
 #include "tb/hparams_content.h"
 #include "tb/png_encode.h"
 #include "tb/proto/event.pb-c.h"
 #include "tb/tag_set.h"
-#include "util.h"
 
 #define DEFAULT_FLUSH_SECS 5.0
 

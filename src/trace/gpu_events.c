@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "trace/gpu_activity.h"
 #include "trace/trace.h"
-#include "util.h"
 
 const char *trace_gpu_memcpy_kind_name(unsigned kind) {
     static const char *const names[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",

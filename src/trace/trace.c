@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fsutil.h"
+#include "core/fsutil.h"
+#include "core/util.h"
 #include "trace/trace_file.h"
-#include "util.h"
 
 #define TRACE_MAX_DEPTH 64
 

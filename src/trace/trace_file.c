@@ -14,8 +14,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "fsutil.h"
-#include "util.h"
+#include "core/fsutil.h"
+#include "core/util.h"
 
 #define CHUNK (64 * 1024)
 

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "ckpt.h"
 #include "fuzz_harness.h"
+#include "model/ckpt.h"
 
 static Model *model;
 

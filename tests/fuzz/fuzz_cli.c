@@ -4,7 +4,7 @@
  * unnoticed). Every input must parse or be refused with exit 2 (--help exits 0). */
 #include <string.h>
 
-#include "cli.h"
+#include "app/cli.h"
 #include "fuzz_harness.h"
 
 #define MAX_ARGS 32

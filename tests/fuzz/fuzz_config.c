@@ -3,7 +3,7 @@
  * resolved-config writer unchanged (what config.json promises: it is itself a valid config of the same run). */
 #include <string.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "fuzz_harness.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

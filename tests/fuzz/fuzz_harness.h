@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "util.h"
+#include "core/util.h"
 
 static jmp_buf fuzz_jmp;
 

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "tb/tb_writer.h"
 #include "tb/tfrecord.h"
 #include "trace/trace.h"
-#include "util.h"
 
 static void check(int rc, const char *what) {
     if (rc < 0) vx_fatal("%s failed: %s", what, tb_status_str(rc));

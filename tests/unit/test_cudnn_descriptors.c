@@ -17,8 +17,8 @@
 
 #include "backend.h"
 #include "conv3d.h"
-#include "config.h"
-#include "model.h"
+#include "core/config.h"
+#include "model/model.h"
 
 /* The largest divisor of n whose chunk keeps each tensor (x and y of one call) within int range. */
 static int expected_chunk(const Conv3dShape *s) {

@@ -11,14 +11,14 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "data.h"
-#include "model.h"
-#include "plan.h"
-#include "schedule.h"
-#include "train_log.h"
-#include "util.h"
-#include "volume_tiles.h"
+#include "core/config.h"
+#include "core/util.h"
+#include "data/data.h"
+#include "model/model.h"
+#include "model/plan.h"
+#include "train/schedule.h"
+#include "train/train_log.h"
+#include "train/volume_tiles.h"
 
 /* No two items whose live intervals overlap may share bytes. */
 static void assert_plan_valid(const Plan *p) {

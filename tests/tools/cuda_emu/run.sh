@@ -52,7 +52,7 @@ for f in conv3d elementwise groupnorm latent loss optim rng silu upsample; do
     $cc -c "$root/kernels/${f}_cpu.c" -o "$out/cpu_$f.o"
     cpu+=("$out/cpu_$f.o")
 done
-$cc -c "$root/src/util.c" -o "$out/util.o"
+$cc -c "$root/src/core/util.c" -o "$out/util.o"
 blas=$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 g++ $san -pthread -fopenmp -o "$out/emu_test" "${objs[@]}" "$out/finalize_emu.o" "$out/emu_support.o" "$out/emu_test.o" "${cpu[@]}" "$out/util.o" $blas
 g++ $san -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/finalize_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/util.o" $blas

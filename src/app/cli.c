@@ -1,0 +1,102 @@
+/* cli.c: the flags every subcommand shares, mapped onto config keys (see cli.h). */
+#include "app/cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+/* Flags shared by train, detect, bench and probe: each maps onto a config key. */
+enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OPT_THREADS, OPT_OUT, OPT_RESUME,
+       OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
+       OPT_DETERMINISTIC };
+static const struct option COMMON_OPTS[] = {
+    {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
+    {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
+    {"device", required_argument, 0, OPT_DEVICE}, {"seed", required_argument, 0, OPT_SEED},
+    {"threads", required_argument, 0, OPT_THREADS}, {"out", required_argument, 0, OPT_OUT},
+    {"resume", required_argument, 0, OPT_RESUME}, {"set", required_argument, 0, OPT_SET},
+    {"help-config", no_argument, 0, OPT_HELP_CONFIG}, {"warmup", required_argument, 0, OPT_WARMUP},
+    {"results", required_argument, 0, OPT_RESULTS}, {"iters", required_argument, 0, OPT_ITERS}, {"help", no_argument, 0, OPT_HELP},
+    {"profile", required_argument, 0, OPT_PROFILE}, {"deterministic", no_argument, 0, OPT_DETERMINISTIC}, {0, 0, 0, 0}};
+
+/* A non-negative integer flag value, or exit 2. */
+static int cli_count(const char *s, const char *flag) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end != 0 || v < 0 || v > 1000000) vx_usage_error("%s %s: expected a whole number 0..1000000", flag, s);
+    return (int)v;
+}
+
+void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *allowed) {
+    memset(a, 0, sizeof *a);
+    a->config_path = DEFAULT_CONFIG;
+    a->warmup = a->iters = -1; /* -1: the subcommand's default */
+    const char *keys[64], *vals[64], *flags[64];
+    int n = 0, opt;
+    opterr = 0;
+    optind = 0; /* GNU getopt: 0 re-initializes it fully (1 would keep a pointer into the previous argv) */
+    int index;
+    while ((index = -1, opt = getopt_long(argc, argv, "h", COMMON_OPTS, &index)) != -1) {
+        const char *key = NULL;
+        /* getopt_long sets index only for long options; the allowed list names those (--help is everyone's). */
+        if (index >= 0 && opt != OPT_HELP) {
+            char name[40];
+            snprintf(name, sizeof name, ",%s,", COMMON_OPTS[index].name);
+            if (!strstr(allowed, name))
+                vx_usage_error("%s: option --%s is not one of this command's (see --help)", argv[0], COMMON_OPTS[index].name);
+        }
+        switch (opt) {
+        case 'h':
+        case OPT_HELP: fputs(help, stdout); vx_exit(0);
+        case OPT_HELP_CONFIG: config_print_help(stdout); vx_exit(0);
+        case OPT_CONFIG: a->config_path = optarg; break;
+        case OPT_RESUME: a->resume = optarg; break;
+        case OPT_RESULTS: a->results_dir = optarg; break;
+        case OPT_WARMUP: a->warmup = cli_count(optarg, "--warmup"); break;
+        case OPT_ITERS: a->iters = cli_count(optarg, "--iters"); break;
+        case OPT_STEPS: key = "train.steps"; break;
+        case OPT_BATCH: key = "train.batch_size"; break;
+        case OPT_LR: key = "train.lr"; break;
+        case OPT_DEVICE: key = "train.device"; break;
+        case OPT_SEED: key = "train.seed"; break;
+        case OPT_THREADS: key = "train.threads"; break;
+        case OPT_OUT: key = "output.dir"; break;
+        case OPT_PROFILE: key = "output.profile"; break;
+        case OPT_DETERMINISTIC: key = "train.deterministic"; optarg = "1"; break;
+        case OPT_SET: {
+            static char buf[64][128];
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || (size_t)(eq - optarg) >= sizeof buf[0] || n >= 64)
+                vx_usage_error("--set %s: expected KEY=VALUE, e.g. --set train.ckpt_every=100", optarg);
+            snprintf(buf[n], sizeof buf[n], "%.*s", (int)(eq - optarg), optarg);
+            keys[n] = buf[n];
+            vals[n] = eq + 1;
+            flags[n++] = "--set";
+            break;
+        }
+        default:
+            vx_usage_error("%s: unknown option or missing value: %s (see --help)", argv[0], argv[optind - 1]);
+        }
+        if (key) {
+            static char flag_names[64][40]; /* "--steps": error messages name the flag, not its value */
+            if (n >= 64) vx_usage_error("too many options");
+            snprintf(flag_names[n], sizeof flag_names[n], "--%s", COMMON_OPTS[index].name);
+            keys[n] = key;
+            vals[n] = optarg;
+            flags[n] = flag_names[n];
+            n++;
+        }
+    }
+    if (optind < argc) vx_usage_error("%s: unexpected argument \"%s\" (see --help)", argv[0], argv[optind]);
+    config_load(&a->cfg, a->config_path);
+    for (int i = 0; i < n; i++) {
+        if (!config_has_key(keys[i]))
+            vx_usage_error("%s %s: no config key \"%s\" (see --help-config)", flags[i], keys[i], keys[i]);
+        config_set(&a->cfg, keys[i], vals[i], flags[i]);
+    }
+    config_validate(&a->cfg, "command line");
+}
+

@@ -1,0 +1,16 @@
+/* cli.h: command-line parsing shared by the subcommands. Flags that mirror a config key (--steps, --lr, ...) and
+ * --set KEY=VALUE are applied after the config file, in command-line order, through the config's own validation;
+ * an unknown flag or a flag the subcommand does not take is one line and exit 2. */
+#pragma once
+#include "core/config.h"
+
+#define DEFAULT_CONFIG "configs/default.json"
+
+typedef struct {
+    const char *config_path, *resume, *results_dir;
+    int warmup, iters; /* bench: -1 when not given */
+    Config cfg;
+} CliArgs;
+
+/* `allowed` lists the long option names this subcommand takes, as ",name,name,". Prints `help` for --help. */
+void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *allowed);

@@ -1,0 +1,41 @@
+/* cmd_bench.c: `voxscale bench step|gemm`: the flags of each benchmark, then src/bench runs it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "bench/bench.h"
+#include "core/util.h"
+
+static const char *STEP_HELP =
+    "usage: voxscale bench step [--config FILE] [--iters N] [--warmup N] [--batch-size N] [--threads N]\n"
+    "                           [--device D] [--results DIR] [--set K=V]\n"
+    "  times full training steps on one fixed batch (default 5 timed after 1 warm-up) and writes\n"
+    "  DIR/<device>/step_<config>.json and .md (DIR defaults to results)\n";
+
+static int cmd_bench_step(int argc, char **argv) {
+    CliArgs a;
+    cli_parse(argc, argv, &a, STEP_HELP, ",config,iters,warmup,batch-size,threads,device,results,set,seed,deterministic,");
+    const BenchStepOptions o = {.iters = a.iters, .warmup = a.warmup, .results_dir = a.results_dir,
+                                 .config_path = a.config_path};
+    return bench_step(&a.cfg, &o);
+}
+
+static int cmd_bench_gemm(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: voxscale bench gemm\n  sgemm GFLOP/s of this machine's BLAS at a square and at conv shapes\n");
+        return 0;
+    }
+    if (argc > 1) vx_usage_error("bench gemm: unexpected argument \"%s\" (see --help)", argv[1]);
+    return bench_gemm();
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs("usage: voxscale bench step|gemm [options]  (voxscale bench step --help)\n", argc < 2 ? stderr : stdout);
+        return argc < 2 ? VX_EXIT_USAGE : 0;
+    }
+    if (strcmp(argv[1], "step") == 0) return cmd_bench_step(argc - 1, argv + 1);
+    if (strcmp(argv[1], "gemm") == 0) return cmd_bench_gemm(argc - 1, argv + 1);
+    vx_usage_error("bench: unknown benchmark \"%s\"; choose step or gemm", argv[1]);
+}

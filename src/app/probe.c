@@ -1,0 +1,98 @@
+/* probe.c: one fixed training step dumped for the PyTorch comparison (see probe.h).
+ * Files: PREFIX.json (names, shapes, offsets into the .bin, losses, the resolved config) and PREFIX.bin (float32
+ * arrays: input [N][D][H][W][C], eps and recon in NDHWC, params and grads in the model's packed layout, the views back to back at their "offset"). */
+#include "app/probe.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "app/cli.h"
+#include "core/fsutil.h"
+#include "core/util.h"
+#include "train/runtime.h"
+
+static const char *HELP = "usage: voxscale probe --config FILE --out PREFIX [--seed N] [--batch-size N] [--set K=V]\n"
+                          "  runs one forward/backward on batch 0 and writes PREFIX.json and PREFIX.bin\n";
+
+/* A host copy of `count` floats of backend memory. */
+static float *to_host(const Backend *be, const float *src, long count) {
+    float *host = vx_malloc((size_t)count * sizeof(float));
+    be->copy_to_host(host, src, (size_t)count * sizeof(float));
+    return host;
+}
+
+/* A host copy of a flat parameter-shaped buffer in the packed layout (param_count floats). */
+static float *packed_to_host(const Model *m, const float *flat) {
+    float *packed = vx_malloc((size_t)m->param_count * sizeof(float));
+    model_download_packed(m, flat, packed);
+    return packed;
+}
+
+/* Appends a host array to the .bin, frees it, and returns its offset in floats. */
+static long append(FILE *f, float *host, long count) {
+    long at = ftell(f) / (long)sizeof(float);
+    if (fwrite(host, sizeof(float), (size_t)count, f) != (size_t)count) vx_fatal("cannot write the probe file");
+    free(host);
+    return at;
+}
+
+static cJSON *dims_json(Dims d) { return cJSON_CreateIntArray((int[]){d.n, d.d, d.h, d.w, d.c}, 5); }
+
+int probe_main(int argc, char **argv) {
+    CliArgs a;
+    cli_parse(argc, argv, &a, HELP, ",config,out,seed,batch-size,device,threads,set,deterministic,");
+    if (a.cfg.out_dir[0] == 0) vx_usage_error("probe: --out PREFIX is required");
+    Runtime rt;
+    runtime_open(&rt, &a.cfg, 0);
+    Model *m = rt.model;
+    model_allocate(m);
+    model_init_params(m, (uint64_t)a.cfg.seed);
+    Tensor *in = &m->tensors[m->t_input];
+    float *batch = runtime_load_phantom_batch(&rt, &a.cfg, 0);
+    model_forward(m, 1, 0);
+    /* The arena reuses the output's and the noise's memory during backward: copy them out first. */
+    Tensor *z = &m->tensors[m->t_z];
+    float *recon = to_host(rt.be, model_tensor(m, m->t_recon), in->count);
+    float *eps = to_host(rt.be, model_noise(m), z->count);
+    model_backward(m, 1.0f, 0.0f);
+    Losses l = model_read_losses(m);
+
+    char path[CONFIG_STR + 16];
+    snprintf(path, sizeof path, "%s.bin", a.cfg.out_dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) vx_usage_error("probe: cannot create %s", path);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "input", (double)append(f, batch, in->count));
+    cJSON_AddNumberToObject(j, "eps", (double)append(f, eps, z->count));
+    cJSON_AddNumberToObject(j, "recon", (double)append(f, recon, in->count));
+    cJSON_AddNumberToObject(j, "param_values", (double)append(f, packed_to_host(m, m->param), m->param_count));
+    cJSON_AddNumberToObject(j, "grad_values", (double)append(f, packed_to_host(m, m->grad), m->param_count));
+    fclose(f);
+    cJSON_AddItemToObject(j, "input_shape", dims_json(in->dims));
+    cJSON_AddItemToObject(j, "latent_shape", dims_json(z->dims));
+    cJSON_AddNumberToObject(j, "param_count", (double)m->param_count);
+    cJSON *ps = cJSON_AddArrayToObject(j, "params");
+    for (int i = 0; i < m->n_params; i++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", m->params[i].name);
+        cJSON_AddItemToObject(p, "shape", cJSON_CreateIntArray(m->params[i].shape, m->params[i].ndim));
+        cJSON_AddNumberToObject(p, "offset", (double)m->params[i].packed_offset);
+        cJSON_AddItemToArray(ps, p);
+    }
+    cJSON *ls = cJSON_AddObjectToObject(j, "losses");
+    cJSON_AddNumberToObject(ls, "recon", l.recon);
+    cJSON_AddNumberToObject(ls, "kl", l.kl);
+    cJSON_AddNumberToObject(ls, "total", l.total);
+    char *cfg_text = config_to_json(&a.cfg);
+    cJSON_AddItemToObject(j, "config", cJSON_Parse(cfg_text));
+    free(cfg_text);
+    char *text = cJSON_Print(j);
+    snprintf(path, sizeof path, "%s.json", a.cfg.out_dir);
+    fs_write_atomic(path, text, strlen(text));
+    printf("probe: loss %.9g (recon %.9g kl %.9g), %ld parameters -> %s\n", l.total, l.recon, l.kl, m->param_count, path);
+    free(text);
+    cJSON_Delete(j);
+    runtime_close(&rt);
+    return 0;
+}

@@ -1,0 +1,67 @@
+/* bench_cuda.cu: the GPU ceiling that `bench step` measures a CUDA run against: cuBLAS SGEMM at a large square
+ * shape, with TF32 tensor cores when the run allows them (the same math cuDNN may use for our convolutions),
+ * timed with CUDA events in the same process as the step. Compiled by nvcc only in CUDA builds. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "bench/bench.h"
+#include "core/util.h"
+#include "rng.h"
+}
+
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) vx_fatal("%s failed: %s (the GEMM ceiling needs a working GPU)", #call,             \
+                                        cudaGetErrorString(e_));                                                   \
+    } while (0)
+#define CKB(call)                                                                                                  \
+    do {                                                                                                           \
+        cublasStatus_t s_ = (call);                                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) vx_fatal("%s failed: cuBLAS status %d", #call, (int)s_);                 \
+    } while (0)
+
+extern "C" double bench_cublas_sgemm_gflops(int n, int allow_tf32) {
+    size_t bytes = (size_t)n * n * sizeof(float);
+    float *a, *b, *c;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMalloc(&c, bytes));
+    /* Operands of random values in (-1, 1]: on A100/H100 the GEMM rate depends on the data (all-zero operands
+     * draw less power and let the clocks stay higher), so zeros would overstate the ceiling. */
+    {
+        float *host = (float *)vx_malloc(bytes);
+        for (size_t i = 0; i < (size_t)n * n; i++) host[i] = 2.0f * vx_uniform01(vx_hash3(0, 0, i)) - 1.0f;
+        CK(cudaMemcpy(a, host, bytes, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(b, host, bytes, cudaMemcpyHostToDevice)); /* the same values: A B, not A A^T, so no symmetry */
+        free(host);
+    }
+    cublasHandle_t h;
+    CKB(cublasCreate(&h));
+    CKB(cublasSetMathMode(h, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    cudaEvent_t t0, t1;
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    const float one = 1.0f, zero = 0.0f;
+    enum { REPS = 10 };
+    float best_ms = 1e30f;
+    for (int r = -2; r < REPS; r++) { /* two warm-ups, then the fastest of REPS */
+        CK(cudaEventRecord(t0));
+        CKB(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n));
+        CK(cudaEventRecord(t1));
+        CK(cudaEventSynchronize(t1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, t0, t1));
+        if (r >= 0 && ms < best_ms) best_ms = ms;
+    }
+    CK(cudaEventDestroy(t0));
+    CK(cudaEventDestroy(t1));
+    CKB(cublasDestroy(h));
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    CK(cudaFree(c));
+    return 2.0 * n * (double)n * n / (best_ms * 1e-3) * 1e-9;
+}

@@ -1,0 +1,375 @@
+/* config.c: the schema table, the strict JSON reader, overrides and the resolved-config writer (see config.h). */
+#include "core/config.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "core/fsutil.h"
+#include "core/util.h"
+
+/* T_FLOAT: a number kept as a double here but used as float32 by the ops, so its range is checked after rounding
+ * to float too (beta2 = 0.999999999 is below 1 as a double and exactly 1 as a float). */
+typedef enum { T_INT, T_INT64, T_DOUBLE, T_FLOAT, T_STRING, T_INT3, T_INTLIST } KeyType;
+
+#define CONFIG_MAX_BYTES (1 << 20) /* a config is a few KiB; more is not a config (or /dev/zero) */
+
+typedef struct {
+    const char *section, *key;
+    KeyType type;
+    size_t offset;
+    double min, max;     /* inclusive range of numbers and of list elements */
+    const char *choices; /* T_STRING: "a|b|c", or NULL for any string */
+    const char *def;     /* default, as the JSON text of the value */
+    const char *help;
+} KeySpec;
+
+#define OFF(f) offsetof(Config, f)
+static const KeySpec SCHEMA[] = {
+    {"model", "input_size", T_INT3, OFF(input_size), 4, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
+    {"model", "in_channels", T_INT, OFF(in_channels), 1, 64, NULL, "1", "channels of the input volume"},
+    {"model", "channels", T_INTLIST, OFF(channels), 1, 4096, NULL, "[16, 32]",
+     "channels per resolution level; each level after the first halves D, H, W"},
+    {"model", "res_blocks", T_INT, OFF(res_blocks), 0, 16, NULL, "1", "ResBlocks per level"},
+    {"model", "norm_groups", T_INT, OFF(norm_groups), 1, 1024, NULL, "8", "GroupNorm groups (divide every channels entry)"},
+    {"model", "latent_channels", T_INT, OFF(latent_channels), 1, 256, NULL, "4", "channels of the latent"},
+    {"model", "kl_weight", T_FLOAT, OFF(kl_weight), 0, 1e3, NULL, "1e-6", "weight of the KL term"},
+    {"model", "loss", T_STRING, OFF(loss), 0, 0, "l1|mse", "\"l1\"", "reconstruction loss"},
+    {"model", "logvar_min", T_FLOAT, OFF(logvar_min), -100, 0, NULL, "-30", "log-variance clamp, low"},
+    {"model", "logvar_max", T_FLOAT, OFF(logvar_max), 0, 100, NULL, "20", "log-variance clamp, high"},
+    {"model", "norm_eps", T_FLOAT, OFF(norm_eps), 1e-12, 1, NULL, "1e-6", "GroupNorm epsilon"},
+    {"train", "steps", T_INT, OFF(steps), 0, 1e9, NULL, "200", "optimizer steps in total"},
+    {"train", "batch_size", T_INT, OFF(batch_size), 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
+    {"train", "grad_accum", T_INT, OFF(grad_accum), 1, 1024, NULL, "1", "micro-batches per optimizer step"},
+    {"train", "lr", T_FLOAT, OFF(lr), 0, 10, NULL, "1e-3", "peak learning rate"},
+    {"train", "min_lr", T_FLOAT, OFF(min_lr), 0, 10, NULL, "1e-5", "learning rate at the end of the cosine"},
+    {"train", "warmup_steps", T_INT, OFF(warmup_steps), 0, 1e9, NULL, "20", "linear warmup steps"},
+    {"train", "weight_decay", T_FLOAT, OFF(weight_decay), 0, 10, NULL, "0.01", "AdamW decoupled weight decay"},
+    {"train", "beta1", T_FLOAT, OFF(beta1), 0, 0.9999999, NULL, "0.9", "AdamW beta1"},
+    {"train", "beta2", T_FLOAT, OFF(beta2), 0, 0.9999999, NULL, "0.999", "AdamW beta2"},
+    {"train", "adam_eps", T_FLOAT, OFF(adam_eps), 1e-20, 1, NULL, "1e-8", "AdamW epsilon"},
+    {"train", "grad_clip", T_DOUBLE, OFF(grad_clip), 0, 1e9, NULL, "1.0", "clip the global gradient norm to this; 0 = off"},
+    {"train", "seed", T_INT64, OFF(seed), 0, 9007199254740991.0, NULL, "1234", "seed of weights, data and noise"},
+    {"train", "log_every", T_INT, OFF(log_every), 1, 1e9, NULL, "10", "steps between progress lines"},
+    {"train", "val_every", T_INT, OFF(val_every), 0, 1e9, NULL, "50", "steps between validations; 0 = only at the end"},
+    {"train", "val_samples", T_INT, OFF(val_samples), 0, 1e6, NULL, "4", "held-out volumes per validation"},
+    {"train", "ckpt_every", T_INT, OFF(ckpt_every), 0, 1e9, NULL, "0", "steps between checkpoints; 0 = only at the end"},
+    {"train", "device", T_STRING, OFF(device), 0, 0, "auto|cpu|cuda", "\"auto\"", "where to train"},
+    {"train", "threads", T_INT, OFF(threads), 0, 4096, NULL, "0", "CPU threads; 0 = all cores"},
+    {"train", "deterministic", T_INT, OFF(deterministic), 0, 1, NULL, "0",
+     "1 = only deterministic GPU algorithms (bit-identical reruns, slower convolutions)"},
+    {"train", "tf32", T_INT, OFF(tf32), 0, 1, NULL, "1",
+     "1 = let cuDNN use TF32 tensor cores for float32 convolutions (PyTorch's default), 0 = strict FP32"},
+    {"data", "source", T_STRING, OFF(data_source), 0, 0, "phantom", "\"phantom\"", "where volumes come from"},
+    {"data", "noise", T_FLOAT, OFF(data_noise), 0, 1, NULL, "0.02", "std of the phantom's Gaussian noise"},
+    {"data", "prefetch", T_INT, OFF(prefetch), 1, 64, NULL, "2", "batches the loader thread prepares ahead"},
+    {"output", "dir", T_STRING, OFF(out_dir), 0, 0, NULL, "\"\"", "run directory; empty = runs/<config>-<time>"},
+    {"output", "tensorboard", T_INT, OFF(tensorboard), 0, 1, NULL, "1", "1 = write TensorBoard event files into the run directory"},
+    {"output", "image_every", T_INT, OFF(image_every), 0, 1e9, NULL, "50",
+     "steps between TensorBoard images (mid-slices of inputs, reconstructions, errors); 0 = off"},
+    {"output", "image_samples", T_INT, OFF(image_samples), 1, 64, NULL, "2", "held-out volumes shown per image step"},
+    {"output", "hist_every", T_INT, OFF(hist_every), 0, 1e9, NULL, "100",
+     "steps between weight and gradient histograms per layer group; 0 = off"},
+    {"output", "flush_secs", T_DOUBLE, OFF(flush_secs), 0.1, 3600, NULL, "5", "longest time TensorBoard records stay buffered"},
+    {"output", "profile", T_STRING, OFF(profile), 0, 0, NULL, "\"\"",
+     "START:END records a profiler trace of optimizer steps START..END (1-based, inclusive); empty = off"},
+    {"output", "sample_log", T_INT, OFF(sample_log), 0, 1, NULL, "0",
+     "1 = write samples.tsv in the run directory: step, micro-batch, first global sample and count of every batch read"},
+};
+#define NKEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))
+
+static const char *type_name(KeyType t) {
+    switch (t) {
+    case T_INT:
+    case T_INT64: return "an integer";
+    case T_DOUBLE:
+    case T_FLOAT: return "a number";
+    case T_STRING: return "a string";
+    case T_INT3: return "a list of 3 integers";
+    case T_INTLIST: return "a list of integers";
+    }
+    return "?";
+}
+
+static int is_integer(double v) { return isfinite(v) && floor(v) == v; }
+
+/* Applies one JSON value to the key it belongs to, or exits 2 naming origin and key. */
+static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const char *origin) {
+    char *base = (char *)cfg + k->offset;
+    char range[96];
+    snprintf(range, sizeof range, "in [%.10g, %.10g]", k->min, k->max);
+    switch (k->type) {
+    case T_INT:
+    case T_INT64:
+    case T_DOUBLE:
+    case T_FLOAT: {
+        const int integral = k->type == T_INT || k->type == T_INT64;
+        if (!cJSON_IsNumber(v) || (integral && !is_integer(v->valuedouble)))
+            vx_usage_error("%s: %s.%s must be %s %s", origin, k->section, k->key, type_name(k->type), range);
+        double x = v->valuedouble;
+        if (!(x >= k->min && x <= k->max))
+            vx_usage_error("%s: %s.%s must be %s, got %.17g", origin, k->section, k->key, range, x);
+        if (k->type == T_FLOAT) { /* the same range in float32 (whose own bounds are rounded too) */
+            const float f = (float)x;
+            if (!(f >= (float)k->min && f <= (float)k->max) || (x != 0 && !isnormal(f)))
+                vx_usage_error("%s: %s.%s = %.17g becomes %.9g in float32, the precision training uses, which is "
+                               "not %s; choose a value that stays inside it", origin, k->section, k->key, x, (double)f,
+                               range);
+        }
+        if (k->type == T_INT) *(int *)base = (int)x;
+        else if (k->type == T_INT64) *(int64_t *)base = (int64_t)x;
+        else *(double *)base = x; /* T_DOUBLE and T_FLOAT */
+        break;
+    }
+    case T_STRING: {
+        if (!cJSON_IsString(v)) vx_usage_error("%s: %s.%s must be a string", origin, k->section, k->key);
+        const char *s = v->valuestring;
+        if (strlen(s) >= CONFIG_STR)
+            vx_usage_error("%s: %s.%s is longer than %d characters", origin, k->section, k->key, CONFIG_STR - 1);
+        if (k->choices) {
+            int ok = 0;
+            size_t n = strlen(s);
+            for (const char *c = k->choices; *c;) {
+                const char *bar = strchr(c, '|');
+                size_t len = bar ? (size_t)(bar - c) : strlen(c);
+                if (len == n && strncmp(c, s, n) == 0) ok = 1;
+                c += len + (bar ? 1 : 0);
+            }
+            if (!ok) vx_usage_error("%s: %s.%s must be one of %s, got \"%s\"", origin, k->section, k->key, k->choices, s);
+        }
+        snprintf(base, CONFIG_STR, "%s", s);
+        break;
+    }
+    case T_INT3:
+    case T_INTLIST: {
+        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+        int want_min = k->type == T_INT3 ? 3 : 1, want_max = k->type == T_INT3 ? 3 : CONFIG_MAX_LEVELS;
+        if (n < want_min || n > want_max)
+            vx_usage_error("%s: %s.%s must be %s (%d to %d entries)", origin, k->section, k->key, type_name(k->type),
+                           want_min, want_max);
+        int *out = (int *)base;
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsNumber(e) || !is_integer(e->valuedouble) || e->valuedouble < k->min || e->valuedouble > k->max)
+                vx_usage_error("%s: %s.%s[%d] must be an integer %s", origin, k->section, k->key, i, range);
+            out[i] = (int)e->valuedouble;
+        }
+        if (k->type == T_INTLIST) cfg->levels = n;
+        break;
+    }
+    }
+}
+
+static const KeySpec *find_key(const char *section, const char *key) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(SCHEMA[i].section, section) == 0 && strcmp(SCHEMA[i].key, key) == 0) return &SCHEMA[i];
+    return NULL;
+}
+
+static int section_exists(const char *section) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(SCHEMA[i].section, section) == 0) return 1;
+    return 0;
+}
+
+int config_has_key(const char *dotted) {
+    char section[64];
+    const char *dot = strchr(dotted, '.');
+    if (!dot || (size_t)(dot - dotted) >= sizeof section) return 0;
+    snprintf(section, sizeof section, "%.*s", (int)(dot - dotted), dotted);
+    return find_key(section, dot + 1) != NULL;
+}
+
+void config_defaults(Config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < NKEYS; i++) {
+        cJSON *v = cJSON_Parse(SCHEMA[i].def);
+        if (!v) vx_fatal("bad default for %s.%s", SCHEMA[i].section, SCHEMA[i].key);
+        apply_value(cfg, &SCHEMA[i], v, "built-in default");
+        cJSON_Delete(v);
+    }
+}
+
+/* Line number of a byte offset, for JSON syntax errors. */
+static int line_of(const char *text, const char *pos) {
+    int line = 1;
+    for (const char *p = text; p < pos && *p; p++) line += *p == '\n';
+    return line;
+}
+
+/* How much of the text at p an error message quotes: 20 bytes at most, never past the end. */
+static int snippet_len(const char *p, const char *end) { return end - p < 20 ? (int)(end - p) : 20; }
+
+/* The JSON of a config: one object, nothing after it, no NUL bytes, no key given twice. */
+static cJSON *parse_object(const char *text, size_t len, const char *origin) {
+    if (memchr(text, 0, len))
+        vx_usage_error("%s: contains a NUL byte: a config is a JSON text file", origin);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        const char *err = cJSON_GetErrorPtr();
+        const int at = err && err >= text && err <= text + len;
+        vx_usage_error("%s:%d: not valid JSON near \"%.*s\"", origin, at ? line_of(text, err) : 0,
+                       at ? snippet_len(err, text + len) : 0, at ? err : "");
+    }
+    while (end < text + len && strchr(" \t\r\n", *end)) end++;
+    if (end < text + len) {
+        cJSON_Delete(root);
+        vx_usage_error("%s:%d: text after the end of the JSON object, near \"%.*s\"; a config is one object",
+                       origin, line_of(text, end), snippet_len(end, text + len), end);
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        vx_usage_error("%s: the config must be a JSON object", origin);
+    }
+    return root;
+}
+
+/* Exits 2 when an earlier member of the same object has the name of `item`. */
+static void refuse_duplicate(const cJSON *first, const cJSON *item, const char *origin, const char *section) {
+    for (const cJSON *o = first; o != item; o = o->next)
+        if (strcmp(o->string, item->string) == 0)
+            vx_usage_error("%s: %s%s%s is given twice; keep one", origin, section ? section : "", section ? "." : "",
+                           item->string);
+}
+
+void config_parse_text(Config *cfg, const char *text, size_t len, const char *origin) {
+    config_defaults(cfg);
+    cJSON *root = parse_object(text, len, origin);
+    for (const cJSON *sec = root->child; sec; sec = sec->next) {
+        refuse_duplicate(root->child, sec, origin, NULL);
+        if (strcmp(sec->string, "description") == 0 && cJSON_IsString(sec)) continue;
+        if (!section_exists(sec->string))
+            vx_usage_error("%s: unknown section \"%s\" (sections: model, train, data, output, description)", origin,
+                           sec->string);
+        if (!cJSON_IsObject(sec)) vx_usage_error("%s: section \"%s\" must be an object", origin, sec->string);
+        for (const cJSON *kv = sec->child; kv; kv = kv->next) {
+            refuse_duplicate(sec->child, kv, origin, sec->string);
+            const KeySpec *k = find_key(sec->string, kv->string);
+            if (!k)
+                vx_usage_error("%s: unknown key \"%s.%s\" (see `voxscale train --help-config`)", origin, sec->string,
+                               kv->string);
+            apply_value(cfg, k, kv, origin);
+        }
+    }
+    cJSON_Delete(root);
+    config_validate(cfg, origin);
+}
+
+void config_load(Config *cfg, const char *path) {
+    size_t len = 0;
+    char *text = fs_read_file(path, CONFIG_MAX_BYTES, &len);
+    if (!text) {
+        if (errno == EFBIG)
+            vx_usage_error("%s: larger than %d KiB, which no config is; check the path given to --config", path,
+                           CONFIG_MAX_BYTES >> 10);
+        vx_usage_error("%s: cannot read the config file (%s); check the path given to --config", path, strerror(errno));
+    }
+    config_parse_text(cfg, text, len, path);
+    free(text);
+}
+
+void config_set(Config *cfg, const char *key, const char *value, const char *origin) {
+    char section[64];
+    const char *dot = strchr(key, '.');
+    if (!dot || (size_t)(dot - key) >= sizeof section) vx_fatal("bad config key %s", key);
+    snprintf(section, sizeof section, "%.*s", (int)(dot - key), key);
+    const KeySpec *k = find_key(section, dot + 1);
+    if (!k) vx_fatal("no config key %s", key);
+    /* Values parse as JSON, whole (so "5abc" or "0x10" are not the numbers 5 and 0); anything that is not JSON is
+     * taken as a string, so `--device cpu` needs no quotes, and a number key then refuses it by name. */
+    cJSON *v = cJSON_ParseWithOpts(value, NULL, 1);
+    if (!v || (k->type == T_STRING && !cJSON_IsString(v))) {
+        cJSON_Delete(v);
+        v = cJSON_CreateString(value);
+    }
+    apply_value(cfg, k, v, origin);
+    cJSON_Delete(v);
+}
+
+void config_validate(const Config *cfg, const char *origin) {
+    int factor = 1 << (cfg->levels - 1);
+    for (int a = 0; a < 3; a++)
+        if (cfg->input_size[a] % factor)
+            vx_usage_error("%s: model.input_size[%d] = %d must be divisible by %d (2^(levels-1) for %d channel levels)",
+                           origin, a, cfg->input_size[a], factor, cfg->levels);
+    for (int l = 0; l < cfg->levels; l++)
+        if (cfg->channels[l] % cfg->norm_groups)
+            vx_usage_error("%s: model.norm_groups = %d must divide every model.channels entry (%d does not)", origin,
+                           cfg->norm_groups, cfg->channels[l]);
+    if (cfg->min_lr > cfg->lr)
+        vx_usage_error("%s: train.min_lr = %g must not exceed train.lr = %g", origin, cfg->min_lr, cfg->lr);
+    int p0, p1;
+    if (cfg->profile[0] && !config_profile_window(cfg, &p0, &p1))
+        vx_usage_error("%s: output.profile = \"%s\" must be START:END with 1 <= START <= END, e.g. 10:12", origin,
+                       cfg->profile);
+    if (cfg->logvar_min >= cfg->logvar_max)
+        vx_usage_error("%s: model.logvar_min must be below model.logvar_max", origin);
+    if (cfg->lr * cfg->weight_decay >= 1)
+        vx_usage_error("%s: train.lr * train.weight_decay = %g must be below 1 (decoupled weight decay multiplies the "
+                       "weights by 1 - lr * weight_decay every step); lower one of them", origin,
+                       cfg->lr * cfg->weight_decay);
+}
+
+static cJSON *value_to_json(const Config *cfg, const KeySpec *k) {
+    const char *base = (const char *)cfg + k->offset;
+    switch (k->type) {
+    case T_INT: return cJSON_CreateNumber(*(const int *)base);
+    case T_INT64: return cJSON_CreateNumber((double)*(const int64_t *)base);
+    case T_DOUBLE:
+    case T_FLOAT: return cJSON_CreateNumber(*(const double *)base);
+    case T_STRING: return cJSON_CreateString(base);
+    case T_INT3: return cJSON_CreateIntArray((const int *)base, 3);
+    case T_INTLIST: return cJSON_CreateIntArray((const int *)base, cfg->levels);
+    }
+    return NULL;
+}
+
+char *config_to_json(const Config *cfg) {
+    cJSON *root = cJSON_CreateObject();
+    for (int i = 0; i < NKEYS; i++) {
+        cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, SCHEMA[i].section);
+        if (!sec) sec = cJSON_AddObjectToObject(root, SCHEMA[i].section);
+        cJSON_AddItemToObject(sec, SCHEMA[i].key, value_to_json(cfg, &SCHEMA[i]));
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+void config_write(const Config *cfg, const char *path) {
+    char *s = config_to_json(cfg);
+    size_t n = strlen(s);
+    s = realloc(s, n + 2);
+    s[n] = '\n';
+    fs_write_atomic(path, s, n + 1);
+    free(s);
+}
+
+int config_profile_window(const Config *cfg, int *start, int *end) {
+    char tail;
+    if (sscanf(cfg->profile, "%d:%d%c", start, end, &tail) != 2) return 0;
+    return *start >= 1 && *end >= *start;
+}
+
+uint64_t config_model_fingerprint(const Config *cfg) {
+    /* FNV-1a over the keys that change the parameter count or layout. */
+    int keys[] = {cfg->in_channels, cfg->levels, cfg->res_blocks, cfg->latent_channels, cfg->norm_groups};
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)keys;
+    for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 1099511628211ull;
+    p = (const unsigned char *)cfg->channels;
+    for (size_t i = 0; i < (size_t)cfg->levels * sizeof(int); i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+void config_print_help(FILE *out) {
+    fprintf(out, "Config keys (JSON sections model, train, data, output):\n");
+    for (int i = 0; i < NKEYS; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.%s", SCHEMA[i].section, SCHEMA[i].key);
+        fprintf(out, "  %-22s default %-14s %s\n", name, SCHEMA[i].def, SCHEMA[i].help);
+    }
+}

@@ -1,0 +1,151 @@
+/* fsutil.c: whole-file reads, atomic writes, mkdir -p and directory fsync (see fsutil.h). */
+#include "core/fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/util.h"
+
+char *fs_read_file(const char *path, size_t max_bytes, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        errno = EISDIR;
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = vx_malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = vx_realloc(buf, cap);
+        }
+        /* never more than max_bytes + 1: one byte beyond the limit proves the file is too large */
+        size_t want = cap - n - 1, room = max_bytes + 1 - n;
+        size_t got = fread(buf + n, 1, want < room ? want : room, f);
+        n += got;
+        if (n > max_bytes) {
+            fclose(f);
+            free(buf);
+            errno = EFBIG;
+            return NULL;
+        }
+        if (got == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+void fs_write_failed(const char *what, const char *path, int err) {
+    const char *hint = err == ENOSPC || err == EDQUOT ? "free disk space or choose another --out"
+                       : err == EACCES || err == EPERM || err == EROFS
+                           ? "make the run directory writable or choose another --out"
+                       : err == EISDIR || err == ENOTDIR || err == EEXIST
+                           ? "something else is in the way at that path: move it away or choose another --out"
+                           : "check the run directory and the disk";
+    vx_exit_error(VX_EXIT_STORAGE, "cannot %s %s: %s; %s", what, path, strerror(err), hint);
+}
+
+void fs_write_atomic(const char *path, const void *data, size_t len) {
+    size_t plen = strlen(path) + 8;
+    char *tmp = vx_malloc(plen);
+    snprintf(tmp, plen, "%s.tmp", path);
+    const char *what = "write";
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int err = errno;
+        free(tmp);
+        fs_write_failed("create", path, err);
+    }
+    const char *p = data;
+    int err = 0;
+    while (len > 0 && !err) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) err = w < 0 ? errno : ENOSPC;
+        else {
+            p += w;
+            len -= (size_t)w;
+        }
+    }
+    if (!err && fsync(fd) != 0) err = errno;
+    if (close(fd) != 0 && !err) err = errno;
+    if (!err && rename(tmp, path) != 0) {
+        err = errno;
+        what = "replace";
+    }
+    if (err) {
+        unlink(tmp); /* a failed write leaves nothing behind; the previous file at path is untouched */
+        free(tmp);
+        fs_write_failed(what, path, err);
+    }
+    /* The rename itself is durable only once the directory entry is on disk. */
+    (void)fs_fsync_parent(path);
+    free(tmp);
+}
+
+int fs_mkdir_p(const char *path) {
+    char buf[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) {
+        errno = n ? ENAMETOOLONG : ENOENT;
+        return -1;
+    }
+    memcpy(buf, path, n + 1);
+    /* Create each prefix in turn; EEXIST is fine as long as what exists is a directory (checked at the end). */
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(buf, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+int fs_fsync_parent(const char *path) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof dir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (slash == path) n = 1; /* a file directly under / */
+    if (n) memcpy(dir, path, n);
+    else dir[n++] = '.';
+    dir[n] = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+void fs_mkdirs(const char *path) {
+    if (fs_mkdir_p(path) != 0) fs_write_failed("create the directory", path, errno);
+}

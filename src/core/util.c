@@ -1,0 +1,128 @@
+/* util.c: the error, exit, allocation, logging and timing helpers declared in util.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "core/util.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+int vx_log_rank = 0;
+
+static VxExitHandler exit_handler;
+
+void vx_set_exit_handler(VxExitHandler handler) { exit_handler = handler; }
+
+void vx_exit(int code) {
+    if (exit_handler) exit_handler(code); /* does not return: longjmps into the fuzz or test harness */
+    exit(code);
+}
+
+/* Length of the valid UTF-8 sequence at s that is safe to print (not a C1 control), or 0. */
+static int printable_utf8(const unsigned char *s) {
+    int n = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
+    if (n == 0 || s[0] >= 0xF5) return 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if (n == 2 && s[0] == 0xC2 && s[1] < 0xA0) return 0;                 /* C1 controls: terminal escapes */
+    if (n == 3 && s[0] == 0xE0 && s[1] < 0xA0) return 0;                 /* overlong */
+    if (n == 3 && s[0] == 0xED && s[1] >= 0xA0) return 0;                /* UTF-16 surrogates */
+    if (n == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0; /* overlong, > U+10FFFF */
+    return n;
+}
+
+char *vx_escape(const char *s, char *out, size_t len) {
+    size_t o = 0;
+    if (len == 0) return out;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 1 < len;) {
+        int n = *p >= 0x20 && *p < 0x7F ? 1 : *p >= 0x80 ? printable_utf8(p) : 0;
+        if (n > 0) {
+            if (o + (size_t)n >= len) break;
+            memcpy(out + o, p, (size_t)n);
+            o += (size_t)n;
+            p += n;
+        } else {
+            if (o + 4 >= len) break;
+            snprintf(out + o, 5, "\\x%02X", *p++);
+            o += 4;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
+/* "voxscale: " + the formatted message, escaped, on one line of stderr. */
+static void print_error(const char *prefix, const char *fmt, va_list ap, int saved_errno) {
+    char msg[2048], safe[4 * sizeof msg];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "voxscale: %s%s", prefix, vx_escape(msg, safe, sizeof safe));
+    if (saved_errno) fprintf(stderr, " (%s)", strerror(saved_errno));
+    fputc('\n', stderr);
+    fflush(stderr);
+}
+
+void vx_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error("", fmt, ap, 0);
+    va_end(ap);
+    vx_exit(VX_EXIT_USAGE);
+}
+
+void vx_exit_error(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error("", fmt, ap, 0);
+    va_end(ap);
+    vx_exit(code);
+}
+
+void vx_fatal_at(const char *file, int line, const char *fmt, ...) {
+    int saved_errno = errno;
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "error at %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    print_error(prefix, fmt, ap, saved_errno);
+    va_end(ap);
+    vx_exit(VX_EXIT_FAIL);
+}
+
+static void out_of_memory(size_t bytes) {
+    vx_exit_error(VX_EXIT_MEMORY, "out of host memory allocating %.2f GiB (%zu bytes); lower train.batch_size, "
+                  "train.val_samples or model.input_size, or free memory", bytes / 1073741824.0, bytes);
+}
+
+void *vx_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) out_of_memory(bytes);
+    return p;
+}
+
+void *vx_calloc(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size) out_of_memory(SIZE_MAX);
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) out_of_memory(count * size);
+    return p;
+}
+
+void *vx_realloc(void *old, size_t bytes) {
+    void *p = realloc(old, bytes ? bytes : 1);
+    if (!p) out_of_memory(bytes);
+    return p;
+}
+
+void vx_log(const char *fmt, ...) {
+    if (vx_log_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+double vx_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,157 @@
+/* ckpt.c: atomic, checksummed checkpoints, verified field by field on load (see ckpt.h). */
+#include "model/ckpt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "core/fsutil.h"
+#include "core/util.h"
+
+/* The most samples one optimizer step of one rank can consume: the schema's largest batch times accumulation. */
+#define CKPT_MAX_SAMPLES_PER_RANK_STEP (4096LL * 1024LL)
+
+static uint32_t crc_of(const unsigned char *p, size_t n) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    while (n > 0) { /* zlib's crc32 takes a uInt length: feed it in 1 GiB pieces */
+        uInt piece = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = crc32(crc, p, piece);
+        p += piece;
+        n -= piece;
+    }
+    return (uint32_t)crc;
+}
+
+CkptExpect ckpt_expect(const Model *m) {
+    return (CkptExpect){.param_count = (uint64_t)m->param_count,
+                        .model_fingerprint = config_model_fingerprint(&m->cfg),
+                        .seed = m->cfg.seed,
+                        .steps = m->cfg.steps};
+}
+
+size_t ckpt_file_bytes(uint64_t param_count) {
+    return sizeof(CkptHeader) + 3 * (size_t)param_count * sizeof(float) + sizeof(uint32_t);
+}
+
+void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, const char *origin, CkptHeader *out) {
+    CkptHeader h;
+    if (len < sizeof h + sizeof(uint32_t) || memcmp(buf, CKPT_MAGIC, 8) != 0)
+        vx_usage_error("%s: not a voxscale checkpoint (bad magic or too short)", origin);
+    memcpy(&h, buf, sizeof h);
+    if (h.version != CKPT_VERSION)
+        vx_usage_error("%s: checkpoint format version %u is not supported by this build (it reads version %d)", origin,
+                       h.version, CKPT_VERSION);
+    if (h.header_bytes != sizeof h)
+        vx_usage_error("%s: checkpoint header says it is %u bytes, version %d headers are %zu: the file is corrupted",
+                       origin, h.header_bytes, CKPT_VERSION, sizeof h);
+    /* the size the header implies, computed without overflow before it is compared */
+    if (h.param_count > (SIZE_MAX - sizeof h) / (3 * sizeof(float)) - 1 || len != ckpt_file_bytes(h.param_count))
+        vx_usage_error("%s: checkpoint is %zu bytes, its header's parameter count (%llu) implies another size: the "
+                       "file is truncated or corrupted", origin, len, (unsigned long long)h.param_count);
+    uint32_t stored;
+    memcpy(&stored, buf + len - sizeof stored, sizeof stored);
+    if (crc_of(buf, len - sizeof stored) != stored)
+        vx_usage_error("%s: checkpoint checksum mismatch: the file is corrupted; resume from an earlier checkpoint",
+                       origin);
+    /* The checksum only says the bytes are the ones written; every field is still checked before it is used. */
+    if (h.param_count != want->param_count || h.model_fingerprint != want->model_fingerprint)
+        vx_usage_error("%s: checkpoint holds a different model (%llu parameters) than the config (%llu); use the "
+                       "config it was trained with", origin, (unsigned long long)h.param_count,
+                       (unsigned long long)want->param_count);
+    if (h.seed != want->seed)
+        vx_usage_error("%s: checkpoint was trained with seed %lld but the config says %lld; pass --seed %lld to resume",
+                       origin, (long long)h.seed, (long long)want->seed, (long long)h.seed);
+    if (h.world_size < 1 || h.world_size > CKPT_MAX_WORLD)
+        vx_usage_error("%s: checkpoint says it was written by %lld ranks, outside 1..%d: the file is corrupted", origin,
+                       (long long)h.world_size, CKPT_MAX_WORLD);
+    if (h.step < 0 || h.step > 1000000000)
+        vx_usage_error("%s: checkpoint step %lld is outside 0..1e9 (train.steps' range): the file is corrupted", origin,
+                       (long long)h.step);
+    if (h.step >= want->steps)
+        vx_usage_error("%s: checkpoint is at step %lld, train.steps is %lld: nothing is left to train; pass a larger "
+                       "--steps to continue", origin, (long long)h.step, (long long)want->steps);
+    /* every step consumed at least one sample and at most the largest batch x accumulation on every rank */
+    const double most = (double)h.step * (double)CKPT_MAX_SAMPLES_PER_RANK_STEP * (double)h.world_size;
+    if (h.next_sample < h.step || (double)h.next_sample > most)
+        vx_usage_error("%s: checkpoint's data position (sample %lld) cannot follow %lld steps of %lld rank(s): the "
+                       "file is corrupted", origin, (long long)h.next_sample, (long long)h.step,
+                       (long long)h.world_size);
+    if (!isfinite(h.loss_ema))
+        vx_usage_error("%s: checkpoint's running loss is %g: the file is corrupted", origin, h.loss_ema);
+    if (out) *out = h;
+}
+
+void ckpt_read(const char *path, const Model *m, Ckpt *out) {
+    memset(out, 0, sizeof *out);
+    const CkptExpect want = ckpt_expect(m);
+    /* one byte more than a checkpoint of this model can hold: a longer file is refused by size, not read whole */
+    unsigned char *buf = (unsigned char *)fs_read_file(path, ckpt_file_bytes(want.param_count) + 1, &out->bytes);
+    if (!buf) {
+        if (errno == EFBIG)
+            vx_usage_error("%s: larger than a checkpoint of this model (%zu bytes): not a checkpoint of it; use the "
+                           "config it was trained with", path, ckpt_file_bytes(want.param_count));
+        vx_usage_error("%s: cannot read the checkpoint (%s); check the path given to --resume", path, strerror(errno));
+    }
+    out->file = buf;
+    ckpt_verify(buf, out->bytes, &want, path, &out->header);
+}
+
+void ckpt_apply(const Ckpt *c, Model *m, CkptState *st) {
+    const size_t pbytes = (size_t)c->header.param_count * sizeof(float);
+    float *const dst[3] = {m->param, m->adam_m, m->adam_v};
+    for (int k = 0; k < 3; k++) model_upload_packed(m, (const float *)(c->file + sizeof(CkptHeader) + k * pbytes), dst[k]);
+    st->step = c->header.step;
+    st->next_sample = c->header.next_sample;
+    st->loss_ema = c->header.loss_ema;
+}
+
+void ckpt_free(Ckpt *c) {
+    free(c->file);
+    memset(c, 0, sizeof *c);
+}
+
+/* Index of the first non-finite value of x[n], or -1. */
+static long first_nonfinite(const float *x, long n) {
+    for (long i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+void ckpt_save(const char *path, const Model *m, const CkptState *st) {
+    size_t pbytes = (size_t)m->param_count * sizeof(float);
+    size_t total = ckpt_file_bytes((uint64_t)m->param_count);
+    unsigned char *buf = vx_malloc(total);
+    CkptHeader h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CKPT_MAGIC, 8);
+    h.version = CKPT_VERSION;
+    h.header_bytes = sizeof h;
+    h.param_count = (uint64_t)m->param_count;
+    h.model_fingerprint = config_model_fingerprint(&m->cfg);
+    h.step = st->step;
+    h.next_sample = st->next_sample;
+    h.seed = m->cfg.seed;
+    h.world_size = 1;
+    h.loss_ema = st->loss_ema;
+    memcpy(buf, &h, sizeof h);
+    /* the packed layout: the file does not depend on the device buffers' alignment padding */
+    const float *const src[3] = {m->param, m->adam_m, m->adam_v};
+    static const char *const WHAT[3] = {"parameter", "AdamW first moment", "AdamW second moment"};
+    for (int k = 0; k < 3; k++) {
+        float *packed = (float *)(buf + sizeof h + k * pbytes);
+        model_download_packed(m, src[k], packed);
+        const long bad = first_nonfinite(packed, m->param_count);
+        if (bad >= 0) {
+            const double value = packed[bad];
+            free(buf);
+            vx_exit_error(VX_EXIT_DIVERGED, "training diverged: %s %ld is %g after step %lld, so no checkpoint is "
+                          "written (the last one stays); lower train.lr or set train.grad_clip", WHAT[k], bad, value,
+                          (long long)st->step);
+        }
+    }
+    uint32_t crc = crc_of(buf, total - sizeof crc);
+    memcpy(buf + total - sizeof crc, &crc, sizeof crc);
+    fs_write_atomic(path, buf, total);
+    free(buf);
+}

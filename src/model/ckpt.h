@@ -1,0 +1,66 @@
+/* ckpt.h: checkpoints: model parameters, AdamW moments, step, data position and seeds, with a CRC-32.
+ * Written to <path>.tmp, fsynced and renamed, so a crash leaves the previous checkpoint intact; nothing non-finite
+ * is ever written. A checkpoint is input: loading checks the size, magic, version, header size, checksum, model
+ * fingerprint and seed, and range-checks every header field against the model and config before anything uses
+ * it; any mismatch is a one-line error with exit 2.
+ *
+ * Layout (little endian):
+ *   CkptHeader | params[count] f32 | adam_m[count] f32 | adam_v[count] f32 | crc32 (u32, of all bytes before)
+ * with each array in the model's packed layout (views back to back, model.h), whatever the device alignment. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+#define CKPT_MAGIC "VXCKPT\r\n"
+#define CKPT_VERSION 1
+#define CKPT_MAX_WORLD (1 << 20) /* ranks: far beyond any cluster, small enough that products cannot overflow */
+
+typedef struct {
+    char magic[8];
+    uint32_t version, header_bytes;
+    uint64_t param_count;
+    uint64_t model_fingerprint;
+    int64_t step;        /* optimizer steps completed */
+    int64_t next_sample; /* global index of the next training sample: samples, not batches, so that a run resumes
+                            exactly at any batch size (and any number of ranks) */
+    int64_t seed;
+    int64_t world_size;  /* ranks that wrote it */
+    double loss_ema;     /* for the progress line only */
+} CkptHeader;
+
+typedef struct {
+    int64_t step, next_sample;
+    double loss_ema;
+} CkptState;
+
+/* What a checkpoint must agree with: the model it is loaded into and the run's config. */
+typedef struct {
+    uint64_t param_count, model_fingerprint;
+    int64_t seed, steps; /* train.seed, train.steps */
+} CkptExpect;
+
+/* A checkpoint verified in host memory (ckpt_read), not yet applied to a model. */
+typedef struct {
+    CkptHeader header;
+    unsigned char *file; /* the whole file; the three packed arrays follow the header in it */
+    size_t bytes;
+} Ckpt;
+
+CkptExpect ckpt_expect(const Model *m);
+/* Bytes of a checkpoint of param_count parameters. */
+size_t ckpt_file_bytes(uint64_t param_count);
+/* Verifies buf[len] as a checkpoint matching `want` (origin names it in errors) and copies its header to out.
+ * Exits 2 with one line naming the first problem. The checkpoint loader's fuzz target enters here. */
+void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, const char *origin, CkptHeader *out);
+/* Reads and verifies the file at path against model m (nothing allocated on the backend yet, nothing written):
+ * the checks happen before the run touches its directory. */
+void ckpt_read(const char *path, const Model *m, Ckpt *out);
+/* Uploads a verified checkpoint's parameters and moments into the allocated model, returns its state. */
+void ckpt_apply(const Ckpt *c, Model *m, CkptState *st);
+void ckpt_free(Ckpt *c);
+
+/* Copies the model state to the host, refuses non-finite values (exit 4, naming the step: a diverged state is
+ * never saved) and writes it atomically. */
+void ckpt_save(const char *path, const Model *m, const CkptState *st);

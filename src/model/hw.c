@@ -1,0 +1,169 @@
+/* hw.c: CPU, RAM and GPU detection; the device and automatic batch size choice (see hw.h). */
+#include "model/hw.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "model/model.h"
+
+#ifndef VX_CUDA
+int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_len) {
+    (void)gpus;
+    (void)max;
+    snprintf(reason, reason_len, "this build has no CUDA (built with CUDA=0 or without nvcc and cuDNN)");
+    return 0;
+}
+int hw_cuda_free_bytes(int device, size_t *free_bytes) {
+    (void)device;
+    (void)free_bytes;
+    return 0;
+}
+#endif
+
+static void read_cpu_model(char *out, size_t len) {
+    snprintf(out, len, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            char *colon = strchr(line, ':');
+            if (colon) {
+                colon += 2;
+                colon[strcspn(colon, "\n")] = 0;
+                snprintf(out, len, "%s", colon);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static size_t meminfo_kb(const char *key) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t v = 0, klen = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+            sscanf(line + klen + 1, "%zu", &v);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+void hw_detect(HwInfo *hw) {
+    memset(hw, 0, sizeof *hw);
+    read_cpu_model(hw->cpu_model, sizeof hw->cpu_model);
+    hw->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    __builtin_cpu_init();
+    hw->sse42 = __builtin_cpu_supports("sse4.2");
+    hw->avx2 = __builtin_cpu_supports("avx2");
+    hw->fma = __builtin_cpu_supports("fma");
+    hw->avx512f = __builtin_cpu_supports("avx512f");
+    struct sysinfo si;
+    if (sysinfo(&si) == 0) hw->ram_total = (size_t)si.totalram * si.mem_unit;
+    hw->ram_available = meminfo_kb("MemAvailable") * 1024;
+#ifdef VX_CUDA
+    hw->cuda_built = 1;
+#endif
+    hw->n_gpus = hw_cuda_query(hw->gpus, HW_MAX_GPUS, hw->gpu_reason, sizeof hw->gpu_reason);
+}
+
+void hw_print(const HwInfo *hw) {
+    printf("cpu: %s, %d cores, features:%s%s%s%s\n", hw->cpu_model, hw->cores, hw->sse42 ? " sse4.2" : "",
+           hw->avx2 ? " avx2" : "", hw->fma ? " fma" : "", hw->avx512f ? " avx512f" : "");
+    printf("ram: %.1f GiB total, %.1f GiB available\n", hw->ram_total / 1073741824.0, hw->ram_available / 1073741824.0);
+    printf("cuda: %s\n", hw->cuda_built ? "built in (sm_80, sm_90, PTX)" : "not built in");
+    if (hw->n_gpus == 0) printf("gpus: none usable: %s\n", hw->gpu_reason);
+    for (int i = 0; i < hw->n_gpus; i++) {
+        const HwGpu *g = &hw->gpus[i];
+        char free_s[48] = "free memory read when started";
+        if (g->free_known) snprintf(free_s, sizeof free_s, "%.1f GiB free", g->free_bytes / 1073741824.0);
+        printf("gpu %d: %s, %.1f GiB (%s), %d SMs, compute capability %d.%d\n", i, g->name,
+               g->total_bytes / 1073741824.0, free_s, g->sms, g->cc_major, g->cc_minor);
+    }
+}
+
+/* Starts the CUDA backend on GPU 0 under the config's options and reads its free memory; 0 with a reason when it
+ * cannot run. */
+static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len) {
+    if (hw->n_gpus == 0) {
+        snprintf(reason, reason_len, "no usable GPU: %s", hw->gpu_reason);
+        return 0;
+    }
+    BackendOptions o = {.deterministic = cfg->deterministic, .allow_tf32 = cfg->tf32};
+    backend_cuda_set_options(&o);
+    char why[160];
+    if (!backend_cuda_init(0, why, sizeof why)) {
+        snprintf(reason, reason_len, "GPU 0 (%.100s) cannot be used: %s", hw->gpus[0].name, why);
+        return 0;
+    }
+    if (!hw_cuda_free_bytes(0, &hw->gpus[0].free_bytes)) {
+        backend_cuda_shutdown();
+        snprintf(reason, reason_len, "GPU 0 (%.100s): its free memory could not be read", hw->gpus[0].name);
+        return 0;
+    }
+    hw->gpus[0].free_known = 1;
+    return 1;
+}
+
+/* 1 when the model at the config's batch size (1 when automatic) fits in HW_MEMORY_SHARE of the GPU's free
+ * memory. */
+static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
+    Model *m = model_build(cfg, cfg->batch_size > 0 ? cfg->batch_size : 1, backend_cuda());
+    size_t need = model_device_bytes(m), have = hw->gpus[0].free_bytes;
+    model_free(m);
+    if ((double)need <= HW_MEMORY_SHARE * (double)have) return 1;
+    snprintf(reason, reason_len, "too little GPU memory: the model needs %.2f GiB, %.0f%% of GPU 0's %.2f GiB free is %.2f GiB",
+             need / 1073741824.0, 100 * HW_MEMORY_SHARE, have / 1073741824.0, HW_MEMORY_SHARE * have / 1073741824.0);
+    return 0;
+}
+
+const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len) {
+    const char *dev = cfg->device;
+    if (strcmp(dev, "cpu") == 0) {
+        snprintf(reason, reason_len, "requested (device cpu)");
+        return backend_cpu();
+    }
+    char why[300];
+    const int started = start_cuda(cfg, hw, why, sizeof why);
+    const int cuda_ok = started && fits_on_gpu(cfg, hw, why, sizeof why);
+    /* a CPU run must not keep the GPU's context, streams and scratch */
+    if (started && !cuda_ok) backend_cuda_shutdown();
+    if (strcmp(dev, "cuda") == 0) {
+        if (!cuda_ok) vx_usage_error("--device cuda: %s; use --device cpu or auto", why);
+        snprintf(reason, reason_len, "requested (device cuda): GPU 0, %s", hw->gpus[0].name);
+        return backend_cuda();
+    }
+    if (!cuda_ok) {
+        snprintf(reason, reason_len, "%s", why);
+        return backend_cpu();
+    }
+    snprintf(reason, reason_len, "automatic: GPU 0, %s", hw->gpus[0].name);
+    return backend_cuda();
+}
+
+size_t hw_available_bytes(const HwInfo *hw, const Backend *be) {
+    if (strcmp(be->name, "cuda") == 0 && hw->n_gpus > 0) return hw->gpus[0].free_bytes;
+    return hw->ram_available;
+}
+
+int hw_auto_batch(const Config *cfg, const Backend *be, size_t available, int cap) {
+    int best = 0;
+    for (int b = 1; b <= cap; b *= 2) {
+        Model *m = model_build(cfg, b, be);
+        size_t need = model_device_bytes(m);
+        model_free(m);
+        if ((double)need > HW_MEMORY_SHARE * (double)available) break;
+        best = b;
+    }
+    if (best == 0)
+        vx_usage_error("even batch size 1 needs more than %.0f%% of the %.1f GiB available; lower model.input_size or "
+                       "model.channels", 100 * HW_MEMORY_SHARE, available / 1073741824.0);
+    return best;
+}

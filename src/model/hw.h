@@ -1,0 +1,49 @@
+/* hw.h: hardware detection and the device/batch choice `train` makes from it. */
+#pragma once
+#include <stddef.h>
+
+#include "backend.h"
+#include "core/config.h"
+
+#define HW_MAX_GPUS 16
+
+typedef struct {
+    char name[256];
+    size_t total_bytes;
+    size_t free_bytes; /* valid when free_known: read only for the GPU the backend started on (needs a context) */
+    int free_known;
+    int sms, cc_major, cc_minor;
+    int warp_size, max_threads_per_block;
+    size_t shared_mem_per_block;
+} HwGpu;
+
+typedef struct {
+    char cpu_model[256];
+    int cores;
+    int sse42, avx2, fma, avx512f;
+    size_t ram_total, ram_available;
+    int cuda_built;     /* compiled with nvcc and cuDNN */
+    int n_gpus;
+    HwGpu gpus[HW_MAX_GPUS];
+    char gpu_reason[256]; /* why no GPU is usable, when n_gpus == 0 */
+} HwInfo;
+
+void hw_detect(HwInfo *hw);
+void hw_print(const HwInfo *hw);
+/* Picks the backend for cfg->device and says why in `reason`. Exits 2 if cuda is requested and impossible.
+ * Starting the CUDA backend fills in hw->gpus[0]'s free memory. */
+const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len);
+/* Memory the chosen backend may use: free GPU memory, or available RAM. */
+size_t hw_available_bytes(const HwInfo *hw, const Backend *be);
+/* The share of free memory a model may plan for: the rest is left to cuDNN, the CUDA context's growth and the
+ * allocator's rounding. The device choice and the automatic batch size use the same share, so a device that is
+ * chosen always has batch size 1 fit. */
+#define HW_MEMORY_SHARE 0.8
+/* The largest micro-batch (power of two, <= cap) whose planned memory fits in HW_MEMORY_SHARE of `available`. */
+int hw_auto_batch(const Config *cfg, const Backend *be, size_t available, int cap);
+
+/* Implemented in hw_cuda.cu when built with CUDA: fills gpus from their properties (no CUDA context is created),
+ * returns their count, or 0 with a reason. */
+int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_len);
+/* Free memory on `device` (creates or reuses its context); 0 when it cannot be read. */
+int hw_cuda_free_bytes(int device, size_t *free_bytes);

@@ -1,0 +1,128 @@
+/* model.h: the 3D autoencoder (AutoencoderKL-style) as a list of nodes over planned tensors.
+ *
+ *   x [N][D][H][W][Cin]
+ *   encoder: conv_in 3^3 -> per level l: res_blocks x ResBlock(-> channels[l]), stride-2 conv 3^3 between levels
+ *            -> GroupNorm -> SiLU -> 1x1 heads mu, logvar [N][D/f][H/f][W/f][latent]   (f = 2^(levels-1))
+ *   latent:  z = mu + exp(0.5*clamp(logvar)) * eps
+ *   decoder: conv_in 3^3 -> per level l (reversed): ResBlocks -> nearest x2 + conv 3^3 between levels
+ *            -> GroupNorm -> SiLU -> conv_out 3^3 -> recon [N][D][H][W][Cin]
+ *   ResBlock(cin -> cout): GN -> SiLU -> conv 3^3 -> GN -> SiLU -> conv 3^3, plus x (1x1 conv when cin != cout)
+ *   loss = L1 (or MSE) mean over voxels + kl_weight * KL (mean over samples of the per-sample sum)
+ *
+ * Parameters, gradients and AdamW moments are four flat buffers with the same layout: each parameter is a view
+ * (offset, count). Views are laid out in reverse layer order, so backward fills the gradient buffer from offset 0
+ * upward (what bucketed all-reduce will overlap with). Each view starts on a MODEL_PARAM_ALIGN-float (256-byte)
+ * boundary: cuDNN picks its kernels without seeing pointers, and some need aligned weights (a 4-byte-aligned
+ * weight can fail with CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER); the 128-bit paths of our kernels need it too.
+ * The padding floats stay 0 in all four buffers (AdamW keeps 0 at 0). Checkpoints and probe files hold the packed
+ * layout instead (views back to back, packed_offset), which does not depend on the alignment.
+ * Activations live in one arena planned at build time. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "core/config.h"
+#include "model/plan.h"
+
+typedef enum { OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT } OpKind;
+
+typedef struct {
+    int n, d, h, w, c; /* NDHWC */
+} Dims;
+
+typedef struct {
+    Dims dims;
+    long count;
+    int act;      /* plan item of the activation */
+    int grad;     /* plan item of its gradient; -1 when none is needed (the input) */
+    int producer; /* node index; -1 for the input */
+} Tensor;
+
+typedef struct {
+    char name[96];   /* PyTorch-style name, e.g. encoder.down.0.res.0.conv1.weight */
+    int shape[5];    /* in our layout: conv weights [out][k][k][k][in], vectors [c] */
+    int ndim;
+    long offset;        /* in the flat device buffers: a multiple of MODEL_PARAM_ALIGN */
+    long packed_offset; /* in the packed layout (checkpoints, probe files): sum of the counts before it */
+    long count;
+} ParamView;
+
+#define MODEL_PARAM_ALIGN 64 /* floats: 256 bytes, cudaMalloc's own alignment */
+
+typedef struct {
+    OpKind kind;
+    char name[80];
+    int in[2];           /* tensor ids; in[1] is the second addend (OP_ADD) or logvar (OP_LATENT), else -1 */
+    int out;             /* tensor id */
+    int weight, bias;    /* ParamView ids (conv: weight, bias; groupnorm: gamma, beta), -1 when none */
+    Conv3dShape conv;    /* OP_CONV */
+    GroupNormShape gn;   /* OP_GROUPNORM */
+    int stats;           /* OP_GROUPNORM: plan item of mean and rstd [n][groups] each */
+    float dx_beta[2];    /* 0 when this node writes that input's gradient first in backward, else 1 */
+} Node;
+
+typedef struct {
+    float recon, kl, total; /* total = recon + kl_weight * kl */
+} Losses;
+
+typedef struct Model {
+    Config cfg;
+    int batch;
+    Node *nodes;
+    int n_nodes, cap_nodes;
+    Tensor *tensors;
+    int n_tensors, cap_tensors;
+    ParamView *params;
+    int n_params, cap_params;
+    long param_count;  /* parameters (the packed layout's length) */
+    long param_floats; /* length of each flat buffer: param_count plus the alignment padding */
+    int t_input, t_recon, t_mu, t_logvar, t_z;
+    int eps_item, scalars_item, workspace_item;
+    Plan plan;
+    double conv_flops_fwd; /* per micro-batch forward */
+    double conv_flops_step; /* forward + backward data + backward filter */
+
+    const Backend *be;
+    /* set by model_allocate */
+    int allocated;
+    char *arena;
+    float *param, *grad, *adam_m, *adam_v; /* flat, param_floats each */
+} Model;
+
+/* Builds the graph and the memory plan for micro-batch `batch` on backend `be` (whose convolution workspace
+ * sizes enter the plan); allocates nothing. */
+Model *model_build(const Config *cfg, int batch, const Backend *be);
+void model_free(Model *m);
+/* Bytes the backend will hold: arena + 4 flat buffers. */
+size_t model_device_bytes(const Model *m);
+/* Flat buffer (param_floats, host memory) -> packed (param_count) and back; unpack zeroes the padding. */
+void model_pack_params(const Model *m, const float *flat, float *packed);
+void model_unpack_params(const Model *m, const float *packed, float *flat);
+/* A flat parameter-shaped backend buffer (param, grad, adam_m, adam_v) to host memory in the packed layout, and
+ * back (the padding written as 0): what checkpoints and probe files hold. */
+void model_download_packed(const Model *m, const float *flat_device, float *packed);
+void model_upload_packed(const Model *m, const float *packed, float *flat_device);
+/* Allocates the arena and the flat buffers on the model's backend. */
+void model_allocate(Model *m);
+/* Gives them back (the graph and plan stay); model_allocate may be called again. */
+void model_release_memory(Model *m);
+/* Deterministic initialization from the seed (PyTorch's default bounds: U(-1/sqrt(fan_in), +)), zero moments. */
+void model_init_params(Model *m, uint64_t seed);
+
+float *model_tensor(const Model *m, int tensor);      /* activation pointer (backend memory) */
+float *model_tensor_grad(const Model *m, int tensor); /* gradient pointer, NULL when none */
+float *model_noise(const Model *m); /* eps of the last sampled forward, shaped like z; valid until backward ends */
+
+/* Forward over the batch already copied to model_tensor(m, m->t_input), whose first volume is global sample
+ * `first_sample`: each sample's reparameterization noise is keyed by its global index (the same noise for a sample
+ * whatever batch it falls in); sample_noise = 0 uses z = mu (validation). */
+void model_forward(Model *m, int sample_noise, uint64_t first_sample);
+/* Loss forward+gradient, then backward through every node. grad_scale multiplies the loss gradient
+ * (1/grad_accum); param_beta = 0 overwrites the parameter gradients, 1 adds to them (later micro-batches). */
+void model_backward(Model *m, float grad_scale, float param_beta);
+/* Reads the losses of the last forward (after model_backward, or model_loss for evaluation). */
+void model_loss(Model *m);
+Losses model_read_losses(const Model *m);
+/* sum of squares of the flat gradient buffer (reads back one float). */
+double model_grad_sumsq(const Model *m);

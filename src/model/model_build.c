@@ -1,0 +1,269 @@
+/* model_build.c: turns a Config into the autoencoder's node list, parameter views and arena plan (model.h).
+ * Nothing here touches backend memory; model_exec.c runs what this builds. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "model/model.h"
+
+#define GROW(arr, n, cap)                                                                                        \
+    do {                                                                                                         \
+        if ((n) == (cap)) {                                                                                      \
+            (cap) = (cap) ? 2 * (cap) : 64;                                                                      \
+            (arr) = realloc((arr), (size_t)(cap) * sizeof *(arr));                                              \
+            if (!(arr)) vx_fatal("out of memory building the model");                                           \
+        }                                                                                                        \
+    } while (0)
+
+static int add_tensor(Model *m, Dims d, int producer) {
+    GROW(m->tensors, m->n_tensors, m->cap_tensors);
+    m->tensors[m->n_tensors] = (Tensor){.dims = d, .count = (long)d.n * d.d * d.h * d.w * d.c, .act = -1,
+                                        .grad = -1, .producer = producer};
+    return m->n_tensors++;
+}
+
+static int add_param(Model *m, const char *prefix, const char *suffix, int ndim, const int *shape) {
+    GROW(m->params, m->n_params, m->cap_params);
+    ParamView *p = &m->params[m->n_params];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s.%s", prefix, suffix);
+    p->ndim = ndim;
+    p->count = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->shape[i] = shape[i];
+        p->count *= shape[i];
+    }
+    p->offset = m->param_count; /* creation order for now; reversed in finish_params */
+    m->param_count += p->count;
+    return m->n_params++;
+}
+
+static Node *add_node(Model *m, OpKind kind, const char *name, int in0, int in1, Dims out) {
+    GROW(m->nodes, m->n_nodes, m->cap_nodes);
+    Node *nd = &m->nodes[m->n_nodes];
+    memset(nd, 0, sizeof *nd);
+    nd->kind = kind;
+    snprintf(nd->name, sizeof nd->name, "%s", name);
+    nd->in[0] = in0;
+    nd->in[1] = in1;
+    nd->weight = nd->bias = nd->stats = -1;
+    nd->out = add_tensor(m, out, m->n_nodes);
+    m->n_nodes++;
+    return nd;
+}
+
+static int conv(Model *m, const char *name, int x, int c_out, int k, int stride) {
+    Dims in = m->tensors[x].dims;
+    int pad = k / 2;
+    Conv3dShape s = conv3d_shape(in.n, in.d, in.h, in.w, in.c, c_out, k, stride, pad);
+    Node *nd = add_node(m, OP_CONV, name, x, -1, (Dims){in.n, s.od, s.oh, s.ow, c_out});
+    nd->conv = s;
+    nd->weight = add_param(m, name, "weight", 5, (int[]){c_out, k, k, k, in.c});
+    nd->bias = add_param(m, name, "bias", 1, (int[]){c_out});
+    m->conv_flops_fwd += conv3d_forward_flops(&s);
+    return nd->out;
+}
+
+static int groupnorm(Model *m, const char *name, int x) {
+    Dims in = m->tensors[x].dims;
+    Node *nd = add_node(m, OP_GROUPNORM, name, x, -1, in);
+    nd->gn = (GroupNormShape){.n = in.n, .spatial = (long)in.d * in.h * in.w, .c = in.c,
+                              .groups = m->cfg.norm_groups, .eps = (float)m->cfg.norm_eps};
+    nd->weight = add_param(m, name, "weight", 1, (int[]){in.c});
+    nd->bias = add_param(m, name, "bias", 1, (int[]){in.c});
+    return nd->out;
+}
+
+static int silu(Model *m, const char *name, int x) {
+    return add_node(m, OP_SILU, name, x, -1, m->tensors[x].dims)->out;
+}
+
+static int add(Model *m, const char *name, int a, int b) {
+    return add_node(m, OP_ADD, name, a, b, m->tensors[a].dims)->out;
+}
+
+static int upsample(Model *m, const char *name, int x) {
+    Dims d = m->tensors[x].dims;
+    return add_node(m, OP_UPSAMPLE, name, x, -1, (Dims){d.n, 2 * d.d, 2 * d.h, 2 * d.w, d.c})->out;
+}
+
+/* GN -> SiLU -> conv3 -> GN -> SiLU -> conv3, plus the input (1x1 conv when channels change). */
+static int resblock(Model *m, const char *prefix, int x, int c_out) {
+    char n[80];
+    int c_in = m->tensors[x].dims.c;
+#define NAME(s) (snprintf(n, sizeof n, "%s.%s", prefix, s), n)
+    int h = groupnorm(m, NAME("norm1"), x);
+    h = silu(m, NAME("act1"), h);
+    h = conv(m, NAME("conv1"), h, c_out, 3, 1);
+    h = groupnorm(m, NAME("norm2"), h);
+    h = silu(m, NAME("act2"), h);
+    h = conv(m, NAME("conv2"), h, c_out, 3, 1);
+    int skip = c_in == c_out ? x : conv(m, NAME("shortcut"), x, c_out, 1, 1);
+    return add(m, NAME("add"), h, skip);
+#undef NAME
+}
+
+static void build_graph(Model *m) {
+    const Config *c = &m->cfg;
+    char n[80];
+    int L = c->levels;
+    m->t_input = add_tensor(m, (Dims){m->batch, c->input_size[0], c->input_size[1], c->input_size[2], c->in_channels}, -1);
+
+    int h = conv(m, "encoder.conv_in", m->t_input, c->channels[0], 3, 1);
+    for (int l = 0; l < L; l++) {
+        for (int b = 0; b < c->res_blocks; b++) {
+            snprintf(n, sizeof n, "encoder.down.%d.res.%d", l, b);
+            h = resblock(m, n, h, c->channels[l]);
+        }
+        if (l < L - 1) {
+            snprintf(n, sizeof n, "encoder.down.%d.downsample", l);
+            h = conv(m, n, h, m->tensors[h].dims.c, 3, 2);
+        }
+    }
+    h = groupnorm(m, "encoder.norm_out", h);
+    h = silu(m, "encoder.act_out", h);
+    m->t_mu = conv(m, "encoder.mu", h, c->latent_channels, 1, 1);
+    m->t_logvar = conv(m, "encoder.logvar", h, c->latent_channels, 1, 1);
+    m->t_z = add_node(m, OP_LATENT, "latent", m->t_mu, m->t_logvar, m->tensors[m->t_mu].dims)->out;
+
+    h = conv(m, "decoder.conv_in", m->t_z, c->channels[L - 1], 3, 1);
+    for (int l = L - 1; l >= 0; l--) {
+        for (int b = 0; b < c->res_blocks; b++) {
+            snprintf(n, sizeof n, "decoder.up.%d.res.%d", l, b);
+            h = resblock(m, n, h, c->channels[l]);
+        }
+        if (l > 0) {
+            /* the nearest-neighbour resize and the conv after it are two nodes: they need two names in traces
+             * (F.interpolate's, then the conv module's, whose parameters PyTorch names decoder.up.L.upsample.*) */
+            snprintf(n, sizeof n, "decoder.up.%d.interpolate", l);
+            h = upsample(m, n, h);
+            snprintf(n, sizeof n, "decoder.up.%d.upsample", l);
+            h = conv(m, n, h, m->tensors[h].dims.c, 3, 1);
+        }
+    }
+    h = groupnorm(m, "decoder.norm_out", h);
+    h = silu(m, "decoder.act_out", h);
+    m->t_recon = conv(m, "decoder.conv_out", h, c->in_channels, 3, 1);
+}
+
+/* Reverse layer order: the last-created parameter gets offset 0, so backward's first gradients come first. The
+ * packed layout puts the views back to back; the flat one starts each at a multiple of MODEL_PARAM_ALIGN. */
+static void finish_params(Model *m) {
+    long flat = 0;
+    for (int i = m->n_params - 1; i >= 0; i--) {
+        ParamView *p = &m->params[i];
+        p->packed_offset = m->param_count - p->offset - p->count;
+        p->offset = flat;
+        flat += (p->count + MODEL_PARAM_ALIGN - 1) / MODEL_PARAM_ALIGN * MODEL_PARAM_ALIGN;
+    }
+    m->param_floats = flat;
+}
+
+void model_pack_params(const Model *m, const float *flat, float *packed) {
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        memcpy(packed + p->packed_offset, flat + p->offset, (size_t)p->count * sizeof(float));
+    }
+}
+
+void model_unpack_params(const Model *m, const float *packed, float *flat) {
+    memset(flat, 0, (size_t)m->param_floats * sizeof(float));
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        memcpy(flat + p->offset, packed + p->packed_offset, (size_t)p->count * sizeof(float));
+    }
+}
+
+static int needs_input_in_backward(OpKind k) { return k == OP_CONV || k == OP_GROUPNORM || k == OP_SILU || k == OP_LATENT; }
+
+/* Timeline: node i runs forward at time i, the loss at time F, node i's backward at time 2F - i. */
+static void plan_memory(Model *m) {
+    int F = m->n_nodes, T = 2 * F;
+    int *last_use = vx_malloc((size_t)m->n_tensors * sizeof(int));
+    int *first_grad = vx_malloc((size_t)m->n_tensors * sizeof(int));
+    for (int t = 0; t < m->n_tensors; t++) {
+        last_use[t] = m->tensors[t].producer < 0 ? 0 : m->tensors[t].producer;
+        first_grad[t] = T + 1;
+    }
+    last_use[m->t_input] = last_use[m->t_recon] = F;
+    first_grad[m->t_recon] = F;
+    for (int i = 0; i < F; i++) {
+        Node *nd = &m->nodes[i];
+        for (int s = 0; s < 2; s++) {
+            int t = nd->in[s];
+            if (t < 0) continue;
+            int use = needs_input_in_backward(nd->kind) ? T - i : i;
+            if (use > last_use[t]) last_use[t] = use;
+            if (T - i < first_grad[t]) first_grad[t] = T - i;
+        }
+    }
+    /* The node whose backward runs first for a tensor overwrites its gradient; the others accumulate. */
+    for (int i = 0; i < F; i++) {
+        Node *nd = &m->nodes[i];
+        for (int s = 0; s < 2; s++)
+            if (nd->in[s] >= 0) nd->dx_beta[s] = first_grad[nd->in[s]] == T - i ? 0.0f : 1.0f;
+    }
+    for (int t = 0; t < m->n_tensors; t++) {
+        Tensor *tn = &m->tensors[t];
+        int born = tn->producer < 0 ? 0 : tn->producer;
+        tn->act = plan_add(&m->plan, (size_t)tn->count * sizeof(float), born, last_use[t]);
+        if (t != m->t_input) {
+            int dies = T - (tn->producer < 0 ? 0 : tn->producer);
+            tn->grad = plan_add(&m->plan, (size_t)tn->count * sizeof(float), first_grad[t], dies);
+        }
+    }
+    size_t ws = 0;
+    for (int i = 0; i < F; i++) {
+        Node *nd = &m->nodes[i];
+        if (nd->kind == OP_GROUPNORM) nd->stats = plan_add(&m->plan, 2 * (size_t)nd->gn.n * nd->gn.groups * sizeof(float), i, T - i);
+        if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
+        if (nd->kind == OP_CONV) {
+            size_t w = m->be->conv3d_workspace_bytes(&nd->conv);
+            if (w > ws) ws = w;
+        }
+    }
+    m->workspace_item = plan_add(&m->plan, ws, 0, T);
+    m->scalars_item = plan_add(&m->plan, 16 * sizeof(float), 0, T);
+    plan_solve(&m->plan);
+    free(last_use);
+    free(first_grad);
+}
+
+Model *model_build(const Config *cfg, int batch, const Backend *be) {
+    Model *m = vx_calloc(1, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    m->batch = batch;
+    build_graph(m);
+    finish_params(m);
+    plan_memory(m);
+    /* Backward: filter gradients for every conv, data gradients for all but the first (its input is data). */
+    m->conv_flops_step = 3 * m->conv_flops_fwd - conv3d_forward_flops(&m->nodes[0].conv);
+    return m;
+}
+
+size_t model_device_bytes(const Model *m) { return m->plan.total + 4 * (size_t)m->param_floats * sizeof(float); }
+
+void model_release_memory(Model *m) {
+    if (!m || !m->allocated) return;
+    m->be->release(m->arena);
+    m->be->release(m->param);
+    m->be->release(m->grad);
+    m->be->release(m->adam_m);
+    m->be->release(m->adam_v);
+    m->arena = NULL;
+    m->param = m->grad = m->adam_m = m->adam_v = NULL;
+    m->allocated = 0;
+}
+
+void model_free(Model *m) {
+    if (!m) return;
+    model_release_memory(m);
+    plan_free(&m->plan);
+    free(m->nodes);
+    free(m->tensors);
+    free(m->params);
+    free(m);
+}

@@ -1,0 +1,200 @@
+/* model_exec.c: allocation, initialization, forward and backward of the model built by model_build.c.
+ * Every op goes through the backend table, so this file runs unchanged on the CPU and (next) on CUDA. */
+#include <math.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "model/model.h"
+#include "rng.h"
+#include "trace/trace.h"
+
+#define RNG_STREAM_INIT 0x1A17ull   /* parameter init: stream = this + parameter index */
+#define RNG_STREAM_LATENT 0x1A7Eull /* reparameterization noise: index = sample * per-sample count + element */
+#define SCALAR_RECON 0
+#define SCALAR_KL 1
+#define SCALAR_SUMSQ 2
+
+/* model.loss names the reconstruction loss; the loss op takes its enum */
+static ReconLoss recon_loss_kind(const Config *cfg) { return strcmp(cfg->loss, "mse") == 0 ? LOSS_MSE : LOSS_L1; }
+
+static char *item_ptr(const Model *m, int item) { return m->arena + m->plan.items[item].offset; }
+float *model_tensor(const Model *m, int t) { return (float *)item_ptr(m, m->tensors[t].act); }
+float *model_tensor_grad(const Model *m, int t) {
+    return m->tensors[t].grad < 0 ? NULL : (float *)item_ptr(m, m->tensors[t].grad);
+}
+float *model_noise(const Model *m) { return (float *)item_ptr(m, m->eps_item); }
+static float *param_ptr(const Model *m, float *flat, int view) { return view < 0 ? NULL : flat + m->params[view].offset; }
+static float *scalars(const Model *m) { return (float *)item_ptr(m, m->scalars_item); }
+
+void model_allocate(Model *m) {
+    const Backend *be = m->be;
+    m->arena = be->alloc(m->plan.total);
+    size_t pbytes = (size_t)m->param_floats * sizeof(float);
+    m->param = be->alloc(pbytes);
+    m->grad = be->alloc(pbytes);
+    m->adam_m = be->alloc(pbytes);
+    m->adam_v = be->alloc(pbytes);
+    be->zero(m->arena, m->plan.total);
+    be->zero(m->grad, pbytes);
+    m->allocated = 1;
+}
+
+void model_init_params(Model *m, uint64_t seed) {
+    float *host = vx_calloc((size_t)m->param_floats, sizeof(float)); /* the padding stays 0 */
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        float *dst = host + p->offset;
+        const char *kind = strrchr(p->name, '.') + 1;
+        int is_norm = strstr(p->name, "norm") != NULL;
+        if (is_norm) { /* GroupNorm: gamma 1, beta 0 */
+            for (long j = 0; j < p->count; j++) dst[j] = strcmp(kind, "weight") == 0 ? 1.0f : 0.0f;
+            continue;
+        }
+        /* Conv weight and bias: U(-b, b), b = 1/sqrt(fan_in), fan_in = k^3 * c_in (PyTorch's default). The bias
+         * takes its fan_in from the weight created just before it. */
+        const ParamView *w = strcmp(kind, "bias") == 0 ? &m->params[i - 1] : p;
+        long fan_in = w->count / w->shape[0];
+        float bound = 1.0f / sqrtf((float)fan_in);
+        for (long j = 0; j < p->count; j++)
+            dst[j] = bound * (2.0f * vx_uniform01(vx_hash3(seed, RNG_STREAM_INIT + (uint64_t)i, (uint64_t)j)) - 1.0f);
+    }
+    size_t bytes = (size_t)m->param_floats * sizeof(float);
+    m->be->copy_to_device(m->param, host, bytes);
+    m->be->zero(m->adam_m, bytes);
+    m->be->zero(m->adam_v, bytes);
+    free(host);
+}
+
+void model_download_packed(const Model *m, const float *flat_device, float *packed) {
+    const size_t bytes = (size_t)m->param_floats * sizeof(float);
+    float *flat = vx_malloc(bytes);
+    m->be->copy_to_host(flat, flat_device, bytes);
+    model_pack_params(m, flat, packed);
+    free(flat);
+}
+
+void model_upload_packed(const Model *m, const float *packed, float *flat_device) {
+    const size_t bytes = (size_t)m->param_floats * sizeof(float);
+    float *flat = vx_malloc(bytes);
+    model_unpack_params(m, packed, flat);
+    m->be->copy_to_device(flat_device, flat, bytes);
+    free(flat);
+}
+
+static LatentShape latent_shape(const Model *m) {
+    const Tensor *mu = &m->tensors[m->t_mu];
+    return (LatentShape){.n = mu->dims.n, .count_per_sample = mu->count / mu->dims.n,
+                         .logvar_min = (float)m->cfg.logvar_min, .logvar_max = (float)m->cfg.logvar_max};
+}
+
+void model_forward(Model *m, int sample_noise, uint64_t first_sample) {
+    const Backend *be = m->be;
+    void *ws = item_ptr(m, m->workspace_item);
+    trace_range_push("forward", "user_annotation");
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        const float *x = model_tensor(m, nd->in[0]);
+        float *y = model_tensor(m, nd->out);
+        trace_range_push(nd->name, "cpu_op"); /* one range per layer; NVTX too in CUDA builds */
+        const Tensor *tx = &m->tensors[nd->in[0]];
+        switch (nd->kind) {
+        case OP_CONV:
+            be->conv3d_forward(&nd->conv, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y, ws);
+            break;
+        case OP_GROUPNORM: {
+            float *mean = (float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
+            be->groupnorm_forward(&nd->gn, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias),
+                                  y, mean, rstd);
+            break;
+        }
+        case OP_SILU: be->silu_forward(tx->count, x, y); break;
+        case OP_UPSAMPLE: be->upsample2x_forward(tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, x, y); break;
+        case OP_ADD: be->add_forward(tx->count, x, model_tensor(m, nd->in[1]), y); break;
+        case OP_LATENT: {
+            LatentShape s = latent_shape(m);
+            float *eps = NULL;
+            if (sample_noise) {
+                eps = model_noise(m);
+                /* sample b's noise is element (first_sample + b) * per-sample of one stream: a pure function of the
+                 * global sample index, the same whatever batch (or rank) the sample falls in */
+                be->normal_fill(tx->count, (uint64_t)m->cfg.seed, RNG_STREAM_LATENT,
+                                first_sample * (uint64_t)s.count_per_sample, eps);
+            }
+            be->latent_forward(&s, x, model_tensor(m, nd->in[1]), eps, y, scalars(m) + SCALAR_KL);
+            break;
+        }
+        }
+        trace_range_pop();
+    }
+    trace_range_pop();
+}
+
+void model_loss(Model *m) {
+    const Tensor *r = &m->tensors[m->t_recon];
+    m->be->recon_loss(recon_loss_kind(&m->cfg), r->count, model_tensor(m, m->t_recon), model_tensor(m, m->t_input),
+                      scalars(m) + SCALAR_RECON, NULL, 1.0f);
+}
+
+void model_backward(Model *m, float grad_scale, float param_beta) {
+    const Backend *be = m->be;
+    void *ws = item_ptr(m, m->workspace_item);
+    const Tensor *r = &m->tensors[m->t_recon];
+    trace_range_push("loss", "cpu_op");
+    be->recon_loss(recon_loss_kind(&m->cfg), r->count, model_tensor(m, m->t_recon), model_tensor(m, m->t_input),
+                   scalars(m) + SCALAR_RECON, model_tensor_grad(m, m->t_recon), grad_scale);
+    trace_range_pop();
+    trace_range_push("backward", "user_annotation");
+    for (int i = m->n_nodes - 1; i >= 0; i--) {
+        const Node *nd = &m->nodes[i];
+        trace_range_push(nd->name, "cpu_op");
+        const float *x = model_tensor(m, nd->in[0]);
+        float *dx = model_tensor_grad(m, nd->in[0]); /* NULL for the input volume */
+        const float *dy = model_tensor_grad(m, nd->out);
+        const Tensor *tx = &m->tensors[nd->in[0]];
+        switch (nd->kind) {
+        case OP_CONV:
+            be->conv3d_backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight),
+                                       param_ptr(m, m->grad, nd->bias), param_beta, ws);
+            if (dx) be->conv3d_backward_data(&nd->conv, dy, param_ptr(m, m->param, nd->weight), dx, nd->dx_beta[0], ws);
+            break;
+        case OP_GROUPNORM: {
+            const float *mean = (const float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
+            be->groupnorm_backward(&nd->gn, dy, x, param_ptr(m, m->param, nd->weight), mean, rstd, dx,
+                                   param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
+                                   nd->dx_beta[0], param_beta);
+            break;
+        }
+        case OP_SILU: be->silu_backward(tx->count, x, dy, dx, nd->dx_beta[0]); break;
+        case OP_UPSAMPLE:
+            be->upsample2x_backward(tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, dy, dx, nd->dx_beta[0]);
+            break;
+        case OP_ADD:
+            be->accumulate(tx->count, dy, dx, nd->dx_beta[0]);
+            be->accumulate(tx->count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
+            break;
+        case OP_LATENT: {
+            /* mu and logvar feed only this node, so their gradients are overwritten here (dx_beta is 0). */
+            LatentShape s = latent_shape(m);
+            be->latent_backward(&s, x, model_tensor(m, nd->in[1]), model_noise(m), dy,
+                                (float)m->cfg.kl_weight * grad_scale, dx, model_tensor_grad(m, nd->in[1]));
+            break;
+        }
+        }
+        trace_range_pop();
+    }
+    trace_range_pop();
+}
+
+Losses model_read_losses(const Model *m) {
+    float s[2];
+    m->be->copy_to_host(s, scalars(m), sizeof s);
+    return (Losses){.recon = s[SCALAR_RECON], .kl = s[SCALAR_KL],
+                    .total = s[SCALAR_RECON] + (float)m->cfg.kl_weight * s[SCALAR_KL]};
+}
+
+double model_grad_sumsq(const Model *m) {
+    float s;
+    m->be->sumsq(m->param_floats, m->grad, scalars(m) + SCALAR_SUMSQ);
+    m->be->copy_to_host(&s, scalars(m) + SCALAR_SUMSQ, sizeof s);
+    return s;
+}

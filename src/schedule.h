@@ -1,6 +1,0 @@
-/* schedule.h: the learning-rate schedule: linear warmup from lr/warmup to lr, then cosine decay to min_lr. */
-#pragma once
-#include "config.h"
-
-/* Learning rate of optimizer step `step` (0-based). */
-double schedule_lr(const Config *cfg, long step);

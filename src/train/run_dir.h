@@ -1,0 +1,13 @@
+/* run_dir.h: the run directory a training run writes into, taken before anything is written there.
+ * A run validates everything first (config, device, memory plan, checkpoint), then takes the directory, then
+ * writes: a refused run leaves the directory as it found it. Taking it means: create it (and checkpoints/), lock
+ * it for the life of the process (an flock on <dir>/.voxscale.lock holding the owner's pid, so a second run there
+ * is refused whether or not TensorBoard is on), and refuse a directory that already holds a run unless this run
+ * resumes that run's model. */
+#pragma once
+#include "core/config.h"
+
+/* Resolves cfg->out_dir (runs/<config_name>-<time> when empty), creates and locks it. `resuming`: a checkpoint
+ * of this config's model is being resumed (an existing run there of the same model and seed may then be
+ * continued). Exits 2 when the directory is busy or holds another run, 6 when it cannot be created. */
+void run_dir_take(Config *cfg, const char *config_name, int resuming);

@@ -1,0 +1,62 @@
+/* runtime.c: backend, batch size and model set-up shared by every subcommand (see runtime.h). */
+#include "train/runtime.h"
+
+#include <string.h>
+
+#include "core/util.h"
+#include "data/data.h"
+
+#define AUTO_BATCH_CAP_GPU 64
+
+void runtime_open(Runtime *rt, Config *cfg, int verbose) {
+    memset(rt, 0, sizeof *rt);
+    hw_detect(&rt->hw);
+    /* more threads than cores only adds switching: 4096 threads made a 0.05 s step take 36 s */
+    if (cfg->threads > rt->hw.cores)
+        vx_usage_error("train.threads = %d exceeds the %d CPU cores of this machine; use 0 (all cores) or at most %d",
+                       cfg->threads, rt->hw.cores, rt->hw.cores);
+    rt->be = hw_choose_backend(cfg, &rt->hw, rt->device_reason, sizeof rt->device_reason);
+    if (strcmp(rt->be->name, "cpu") == 0) backend_cpu_set_threads(cfg->threads);
+    if (cfg->batch_size == 0) {
+        /* On the CPU a batch beyond the core count only adds latency; on a GPU fill the memory. */
+        int cap = strcmp(rt->be->name, "cpu") == 0 ? (rt->hw.cores < 2 ? 1 : rt->hw.cores) : AUTO_BATCH_CAP_GPU;
+        cfg->batch_size = hw_auto_batch(cfg, rt->be, hw_available_bytes(&rt->hw, rt->be), cap);
+        if (verbose)
+            vx_log("batch size: %d (automatic: largest power of two <= %d that fits in %.0f%% of memory)\n",
+                   cfg->batch_size, cap, 100 * HW_MEMORY_SHARE);
+    }
+    rt->model = model_build(cfg, cfg->batch_size, rt->be);
+    const Model *m = rt->model;
+    if (verbose) {
+        int threads = cfg->threads ? cfg->threads : rt->hw.cores;
+        vx_log("device: %s (%s)\n", rt->be->name, rt->device_reason);
+        if (strcmp(rt->be->name, "cpu") == 0) vx_log("cpu: %s, %d threads\n", rt->hw.cpu_model, threads);
+        else {
+            const HwGpu *g = &rt->hw.gpus[0];
+            vx_log("gpu: %s, %.1f GiB (%.1f GiB free), %d SMs, compute capability %d.%d; TF32 convolutions %s, "
+                   "deterministic algorithms %s\n",
+                   g->name, g->total_bytes / 1073741824.0, g->free_bytes / 1073741824.0, g->sms, g->cc_major,
+                   g->cc_minor, cfg->tf32 ? "on" : "off", cfg->deterministic ? "on" : "off");
+        }
+        vx_log("model: %ld parameters in %d tensors, %d nodes, %.2f GFLOP per micro-batch step\n", m->param_count,
+               m->n_params, m->n_nodes, m->conv_flops_step * 1e-9);
+        vx_log("memory: arena %.1f MiB planned (%.1f MiB without reuse) + %.1f MiB parameters, gradients and AdamW "
+               "state = %.1f MiB peak\n",
+               m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
+               4.0 * m->param_floats * sizeof(float) / 1048576.0, model_device_bytes(m) / 1048576.0);
+    }
+}
+
+float *runtime_load_phantom_batch(Runtime *rt, const Config *cfg, int64_t first) {
+    Model *m = rt->model;
+    const Tensor *in = &m->tensors[m->t_input];
+    float *batch = vx_malloc((size_t)in->count * sizeof(float));
+    phantom_batch((uint64_t)cfg->seed, cfg, m->batch, first, batch);
+    rt->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)in->count * sizeof(float));
+    return batch;
+}
+
+void runtime_close(Runtime *rt) {
+    model_free(rt->model);
+    rt->model = NULL;
+}
