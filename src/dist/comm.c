@@ -1,0 +1,102 @@
+/* comm.c: choosing a communicator (comm_open), the single-process one, and what every implementation shares: the
+ * failure line with exit code 3, the deadline, the host all-reduce of a few floats (see comm.h). */
+#include "dist/comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+struct CommWork {
+    int unused; /* single: every collective is already finished */
+};
+
+const char *comm_op_name(CommOp op) { return op == COMM_AVG ? "average" : "sum"; }
+
+double comm_deadline(const Comm *c) { return vx_now() + c->timeout_s; }
+
+void comm_fail(const Comm *c, const char *op, const char *what, const char *why) {
+    vx_exit_error(VX_EXIT_DIST, "rank %d/%d (%s): %s of %s %s; the run ends on every rank (dist.timeout_s is %g s)",
+                  c->rank, c->world, c->name, op, what, why, c->timeout_s);
+}
+
+void comm_allreduce_host(Comm *c, float *vals, size_t count, CommOp op, const char *what) {
+    if (c->ops->allreduce_host) {
+        c->ops->allreduce_host(c, vals, count, op, what);
+        return;
+    }
+    comm_wait(c, comm_allreduce(c, vals, count, op, what), NULL);
+}
+
+/* ---- single: one rank, nothing to exchange ----------------------------------------------------------------- */
+
+static CommWork single_work; /* a finished collective; never freed */
+
+static CommWork *single_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {
+    (void)c, (void)buf, (void)count, (void)op, (void)what;
+    return &single_work;
+}
+static CommWork *single_broadcast(Comm *c, float *buf, size_t count, int root, const char *what) {
+    (void)c, (void)buf, (void)count, (void)root, (void)what;
+    return &single_work;
+}
+static CommWork *single_reduce_scatter(Comm *c, const float *send, float *recv, size_t recv_count, CommOp op,
+                                       const char *what) {
+    (void)c, (void)op, (void)what;
+    if (send != recv) memmove(recv, send, recv_count * sizeof(float)); /* host memory: single runs on the CPU too */
+    return &single_work;
+}
+static CommWork *single_all_gather(Comm *c, const float *send, float *recv, size_t send_count, const char *what) {
+    (void)c, (void)what;
+    if (send != recv) memmove(recv, send, send_count * sizeof(float));
+    return &single_work;
+}
+static CommWork *single_barrier(Comm *c, const char *what) {
+    (void)c, (void)what;
+    return &single_work;
+}
+static int single_test(Comm *c, CommWork *w) {
+    (void)c, (void)w;
+    return 1;
+}
+static void single_wait(Comm *c, CommWork *w, CommTimes *times) {
+    (void)c, (void)w;
+    if (times) *times = (CommTimes){0, 0};
+}
+static void single_close(Comm *c) { free(c); }
+
+static const CommOps SINGLE_OPS = {single_allreduce, single_broadcast, single_reduce_scatter, single_all_gather,
+                                   single_barrier,   single_test,      single_wait,           NULL,
+                                   single_close};
+
+Comm *comm_single_open(void) {
+    Comm *c = vx_calloc(1, sizeof *c);
+    *c = (Comm){.name = "single", .rank = 0, .world = 1, .local_rank = 0, .local_world = 1, .timeout_s = 0,
+                .device_buffers = 0, .ops = &SINGLE_OPS};
+    return c;
+}
+
+/* ---- choosing one ------------------------------------------------------------------------------------------ */
+
+Comm *comm_open(const DistEnv *env, int on_gpu, double timeout_s) {
+    if (env->world <= 1) return comm_single_open();
+    const int under_mpi = strcmp(env->launcher, "mpirun") == 0 || strcmp(env->launcher, "srun") == 0;
+    if (on_gpu) {
+        if (!comm_nccl_built())
+            vx_usage_error("%d ranks on GPUs need NCCL, which this build lacks (built with CUDA=0); rebuild with "
+                           "CUDA=1 or run the ranks with --device cpu", env->world);
+        return comm_nccl_open(env, timeout_s);
+    }
+    if (under_mpi) {
+        if (!comm_mpi_built())
+            vx_usage_error("%d CPU ranks under %s need MPI, which this build lacks (built with MPI=0 or without "
+                           "libopenmpi-dev); rebuild with MPI=1", env->world, env->launcher);
+        return comm_mpi_open(env, timeout_s);
+    }
+    return comm_tcp_open(env, timeout_s);
+}
+
+void comm_close(Comm *c) {
+    if (c) c->ops->close(c);
+}

@@ -1,0 +1,130 @@
+/* comm.h: the communication interface of data parallelism, separate from the op table: collectives over flat
+ * float buffers between the ranks of a run, every one asynchronous with a handle to wait on.
+ *
+ * Implementations (comm_open picks one from the launch, dist/launch.h, and the device):
+ *   single  one process: every collective is a no-op (the buffer already holds the result). A single-process run
+ *           never initialises MPI or NCCL.
+ *   nccl    GPU ranks (dist/comm_nccl.cu): NCCL on a communication stream of its own. A collective starts after
+ *           the compute work enqueued before it (an event on the compute stream); comm_wait makes the compute
+ *           stream wait for it, without blocking the host. Buffers are device memory. Non-blocking communicator:
+ *           the watchdog polls ncclCommGetAsyncError and aborts the communicator.
+ *   mpi     CPU ranks under mpirun/srun (dist/comm_mpi.c): MPI's non-blocking collectives on host memory,
+ *           progressed by comm_test, waited on against a deadline.
+ *   tcp     CPU ranks started by `train --gpus N` or torchrun (dist/comm_tcp.c): a socket from every rank to rank
+ *           0, which sums in rank order and sends the result back, on a background thread per rank; host memory.
+ *
+ * The contract, as PyTorch's reducer keeps it: every rank issues the same collectives in the same order with the
+ * same sizes. Results are identical on every rank, bit for bit (a sum is formed once and copied, or in an order
+ * that is the same on every rank), so replicas never drift apart. COMM_AVG divides by the world size after the
+ * sum. A collective that does not finish within timeout_s (dist.timeout_s), or a peer that vanished, ends this
+ * rank with one line naming the rank, the operation and what it carried (`what`, e.g. "bucket 3/5 of step 12"),
+ * and exit code 3 (VX_EXIT_DIST); the implementation makes the other ranks end too where it can (MPI_Abort,
+ * ncclCommAbort, closing the sockets). */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { COMM_SUM = 0, COMM_AVG = 1 } CommOp;
+
+/* Who this process is among the ranks and how they meet: filled by dist_detect (launch.h). */
+typedef struct {
+    int rank, world;             /* 0..world-1 */
+    int local_rank, local_world; /* among the ranks of this node: local_rank picks the GPU */
+    char launcher[16];           /* "single", "spawn" (train --gpus), "mpirun", "srun", "torchrun" */
+    char master_addr[256];       /* spawn, torchrun: the host rank 0 listens on for the rendezvous */
+    int master_port;             /* our rendezvous port (torchrun: MASTER_PORT + 1; its store may hold MASTER_PORT) */
+    char nccl_id[260];           /* spawn on GPUs: the NCCL unique id the parent made, hex; "" otherwise */
+} DistEnv;
+
+/* One collective in flight: started by comm_allreduce & co., finished by comm_wait. */
+typedef struct CommWork CommWork;
+
+/* When a collective was issued and when it was seen finished, on the trace's clock (trace_clock_ns); 0 when the
+ * implementation cannot tell (nccl: its kernels are on the trace through CUPTI instead). */
+typedef struct {
+    int64_t start_ns, end_ns;
+} CommTimes;
+
+typedef struct Comm Comm;
+
+typedef struct {
+    /* Each starts a collective and returns its handle (never NULL); `what` is copied. Counts are floats. */
+    CommWork *(*allreduce)(Comm *c, float *buf, size_t count, CommOp op, const char *what);
+    CommWork *(*broadcast)(Comm *c, float *buf, size_t count, int root, const char *what);
+    /* send [world * recv_count] -> recv [recv_count]: rank r receives the reduction of block r */
+    CommWork *(*reduce_scatter)(Comm *c, const float *send, float *recv, size_t recv_count, CommOp op,
+                                const char *what);
+    /* send [send_count] -> recv [world * send_count]: block r is rank r's send */
+    CommWork *(*all_gather)(Comm *c, const float *send, float *recv, size_t send_count, const char *what);
+    CommWork *(*barrier)(Comm *c, const char *what);
+    /* 1 when w has finished (progressing the implementation, as MPI needs), else 0; never blocks, never frees. */
+    int (*test)(Comm *c, CommWork *w);
+    /* Waits for w within the deadline, fills times (may be NULL) and frees w. Host implementations return when
+     * the result is in the buffer; nccl returns once the compute stream has been made to wait for it. */
+    void (*wait)(Comm *c, CommWork *w, CommTimes *times);
+    /* Blocking all-reduce of a few floats in host memory (losses, flags): nccl stages them through the device.
+     * NULL: comm_allreduce_host uses allreduce and wait directly (host-memory implementations). */
+    void (*allreduce_host)(Comm *c, float *vals, size_t count, CommOp op, const char *what);
+    /* Frees everything; called once every collective has been waited for (or on the way out of a failure). */
+    void (*close)(Comm *c);
+} CommOps;
+
+struct Comm {
+    const char *name;        /* "single", "nccl", "mpi", "tcp" */
+    int rank, world, local_rank, local_world;
+    double timeout_s;        /* the watchdog's deadline per collective */
+    int device_buffers;      /* 1: buffers are device memory of this rank's GPU (nccl); 0: host memory */
+    const CommOps *ops;
+    void *impl;
+};
+
+/* The communicator of env: single when env->world == 1, else nccl when on_gpu, mpi under mpirun/srun, tcp
+ * otherwise. Exits 2 with the reason when the one needed is not built in (MPI=0, CUDA=0) and 3 when the ranks
+ * cannot meet within timeout_s. */
+Comm *comm_open(const DistEnv *env, int on_gpu, double timeout_s);
+void comm_close(Comm *c);
+
+static inline CommWork *comm_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {
+    return c->ops->allreduce(c, buf, count, op, what);
+}
+static inline CommWork *comm_broadcast(Comm *c, float *buf, size_t count, int root, const char *what) {
+    return c->ops->broadcast(c, buf, count, root, what);
+}
+static inline CommWork *comm_reduce_scatter(Comm *c, const float *send, float *recv, size_t recv_count, CommOp op,
+                                            const char *what) {
+    return c->ops->reduce_scatter(c, send, recv, recv_count, op, what);
+}
+static inline CommWork *comm_all_gather(Comm *c, const float *send, float *recv, size_t send_count,
+                                        const char *what) {
+    return c->ops->all_gather(c, send, recv, send_count, what);
+}
+static inline CommWork *comm_barrier(Comm *c, const char *what) { return c->ops->barrier(c, what); }
+static inline int comm_test(Comm *c, CommWork *w) { return c->ops->test(c, w); }
+static inline void comm_wait(Comm *c, CommWork *w, CommTimes *times) { c->ops->wait(c, w, times); }
+/* Blocking all-reduce of a few host floats, on every implementation. */
+void comm_allreduce_host(Comm *c, float *vals, size_t count, CommOp op, const char *what);
+
+/* ---- what implementations share -------------------------------------------------------------------------- */
+
+/* Ends this rank with exit 3: "rank R/W: <op> of <what> <why>; <hint>". */
+__attribute__((noreturn)) void comm_fail(const Comm *c, const char *op, const char *what, const char *why);
+/* The moment (vx_now seconds) a collective issued now must have finished by. */
+double comm_deadline(const Comm *c);
+const char *comm_op_name(CommOp op);
+
+/* The implementations' constructors (comm_open calls them); each exits as comm_open says on failure. */
+Comm *comm_single_open(void);
+Comm *comm_mpi_open(const DistEnv *env, double timeout_s);
+Comm *comm_tcp_open(const DistEnv *env, double timeout_s);
+Comm *comm_nccl_open(const DistEnv *env, double timeout_s);
+/* 1 when the build has MPI (MPI=1) / NCCL (CUDA=1): comm_open's error names the build flag otherwise. */
+int comm_mpi_built(void);
+int comm_nccl_built(void);
+
+#ifdef __cplusplus
+}
+#endif
