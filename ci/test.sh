@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ci/test.sh: runs every test: the C unit tests (cmocka binaries in build/tests/) and the integration tests
-# (pytest over tests/integration, which drive build/voxscale and compare with PyTorch and TensorBoard).
-# Ends with one "N passed, N failed" line over both.
+# ci/test.sh: runs every test: the C unit tests (cmocka binaries in build/tests/), the integration tests
+# (pytest over tests/integration, which drive build/voxscale and compare with PyTorch and TensorBoard) and the
+# Docker check (ci/docker.sh; VX_SKIP_DOCKER=1 skips it, counted as skipped).
+# Ends with one "N passed, N failed" line over all of them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -83,6 +84,26 @@ PY
 fi
 [ $rc -eq 0 ] || [ $rc -eq 5 ] || { [ $failed -gt 0 ] || { failed=$((failed + 1)); failed_names+=("pytest rc=$rc"); }; }
 rm -f "$report"
+
+# The Docker image and compose.yaml, for real: ci/docker.sh builds the Dockerfile against local stand-ins of NVIDIA's
+# images and runs compose's services (train on a tiny config, falling back to the CPU). One test: about 40 s when
+# its images are cached in /var/lib/voxscale-docker, about 5 minutes on a fresh machine. It needs root; set
+# VX_SKIP_DOCKER=1 to skip it locally. Its own "docker check:" lines, shown as they come, are the summary; its
+# whole output and logs stay in $BUILD/docker-check.
+echo "=== Docker image and compose.yaml (ci/docker.sh)"
+case "${VX_SKIP_DOCKER:-0}" in
+    1) echo "skipped: VX_SKIP_DOCKER=1"; skipped=$((skipped + 1)) ;;
+    0) docker_logs=$(mkdir -p "$BUILD/docker-check" && cd "$BUILD/docker-check" && pwd)
+       VX_DOCKER_LOGS="$docker_logs" bash ci/docker.sh 2>&1 | tee "$docker_logs/output.txt" |
+           grep --line-buffered '^docker check: '
+       if [ "${PIPESTATUS[0]}" -eq 0 ]; then
+           passed=$((passed + 1))
+       else
+           echo "--- the end of its output ($docker_logs/output.txt):"; tail -40 "$docker_logs/output.txt"
+           failed=$((failed + 1)); failed_names+=("docker")
+       fi ;;
+    *) echo "VX_SKIP_DOCKER must be 0 or 1, not \"$VX_SKIP_DOCKER\""; failed=$((failed + 1)); failed_names+=("docker") ;;
+esac
 
 [ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
 [ ${#skipped_names[@]} -eq 0 ] || echo "skipped unit binaries: ${skipped_names[*]}"
