@@ -16,13 +16,13 @@
 #include <cmocka.h>
 #include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "conv3d.h"
 #include "config.h"
 #include "model.h"
+#include "require_gpu.h"
 
 /* The largest divisor of n whose chunk keeps each tensor (x and y of one call) within int range. */
 static int expected_chunk(const Conv3dShape *s) {
@@ -183,8 +183,7 @@ int main(void) {
     char why[128] = "";
     const Conv3dShape probe = conv3d_shape(1, 4, 4, 4, 1, 1, 3, 1, 1);
     if (!conv3d_cuda_describe(&probe, NULL, why, sizeof why) && strstr(why, "no CUDA")) {
-        const char *req = getenv("VX_REQUIRE_GPU");
-        if (req && req[0] && strcmp(req, "0") != 0) {
+        if (vx_require_gpu()) {
             printf("FAILED: %s, and VX_REQUIRE_GPU=1 turns the skip into a failure\n", why);
             return 1;
         }
