@@ -12,7 +12,8 @@ Use as a library (build_model, load_probe, step_loss) or as a benchmark:
   python bench/reference/ae3d.py --config configs/ae3d-64.json --bench --device cuda --modes eager,compile --tf32 1,0
 The second form times every (mode, TF32) pair in one process (one torch import and CUDA start for all; each pair
 gets a fresh model, optimizer and peak-memory count) and writes {"runs": [...]}, one result per pair; a single pair
-writes the result itself, as before.
+writes the result itself, as before. Each pair's result is also printed as one JSON line as soon as it is in, so a
+caller that has to stop the process early keeps what finished.
 """
 import argparse
 import json
@@ -232,8 +233,8 @@ def bench(args):
     if dev.type == "cuda":
         common["gpu"] = torch.cuda.get_device_name(dev)
     runs = []
-    for tf32 in tf32s:
-        for mode in modes:
+    for mode in modes:  # eager first: the quick figures are in hand before any compilation starts
+        for tf32 in tf32s:
             r = dict(common, **time_steps(model_cfg, batch, dev, tf32, mode == "compile", args.dtype, args.iters,
                                           args.warmup, args.channels_last, args.threads))
             r["threads"] = torch.get_num_threads()
