@@ -5,7 +5,7 @@
 #   ci/gpu.sh [--quick]   on the GPU machine, from the repository root, with build/gpu/ there: unpacks it, sets the
 #                         library path (ci/gpu/libpath.sh), records the machine (ci/gpu/env.py), then runs the steps
 #                         registered below, each timed, under its time limit, marked pass, fail or timeout, going on
-#                         after a failure; writes gpu-summary.md, gpu-summary.json, gpu-logs.tar.gz and the
+#                         after a failure; writes summary.md, summary.json, logs.tar.gz and the
 #                         side-by-side benchmark tables to $OUT when set (the device tool), else results/<gpu>/
 #   ci/gpu.sh --dry-run   anywhere: the same bookkeeping and reports with each step's command replaced by a
 #                         stand-in (VX_GPU_DRY_FAIL=STEP plants a failing one, VX_GPU_DRY_HANG=STEP one that runs
@@ -114,6 +114,11 @@ if [ $DRY = 0 ]; then
     fi
     export LD_LIBRARY_PATH=$libpath
     echo "gpu.sh: LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    # the commit the build was made from, for bench step's results (the tree here may have no .git)
+    VX_COMMIT=$(/usr/bin/env python3 -c 'import json, sys
+p = json.load(open(sys.argv[1]))
+print(p["commit"][:7] + ("-dirty" if p.get("dirty") else ""))' "$VX_STAGE/prepare.json" 2>/dev/null)
+    export VX_COMMIT
 fi
 
 # ---- the machine -------------------------------------------------------------------------------------------------
@@ -181,13 +186,13 @@ mkdir -p "$outdir"
 /usr/bin/env python3 ci/gpu/report.py "$WORK" "$outdir" "$MODE" "$DRY" || { echo "gpu.sh: writing the reports failed"; any_failed=1; }
 # the logs and the steps' own files (traces, bench results), without checkpoints; the device tool brings back files
 # of at most 16 MiB, so the traces go first when the archive would be larger
-tar -C "$WORK" -czf "$outdir/gpu-logs.tar.gz" --exclude='*.ckpt' --exclude=stage logs steps env.json steps.tsv 2>/dev/null
-if [ "$(du -b "$outdir/gpu-logs.tar.gz" | cut -f1)" -gt $((15 << 20)) ]; then
-    tar -C "$WORK" -czf "$outdir/gpu-logs.tar.gz" --exclude='*.ckpt' --exclude=stage --exclude='*.trace.json.gz' \
+tar -C "$WORK" -czf "$outdir/logs.tar.gz" --exclude='*.ckpt' --exclude=stage logs steps env.json steps.tsv 2>/dev/null
+if [ "$(du -b "$outdir/logs.tar.gz" | cut -f1)" -gt $((15 << 20)) ]; then
+    tar -C "$WORK" -czf "$outdir/logs.tar.gz" --exclude='*.ckpt' --exclude=stage --exclude='*.trace.json.gz' \
         logs steps env.json steps.tsv 2>/dev/null
-    echo "gpu.sh: the traces were left out of gpu-logs.tar.gz to keep it under 15 MiB"
+    echo "gpu.sh: the traces were left out of logs.tar.gz to keep it under 15 MiB"
 fi
 for f in "$WORK"/steps/*/side_by_side_*.md; do [ -f "$f" ] && cp "$f" "$outdir/"; done
 total=$(awk -v a="$T_START" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.0f", b - a}')
-echo "== $(head -1 "$outdir/gpu-summary.md" 2>/dev/null | sed 's/^# //'); ${total} s in all; reports in $outdir"
+echo "== $(head -1 "$outdir/summary.md" 2>/dev/null | sed 's/^# //'); ${total} s in all; reports in $outdir"
 exit $any_failed

@@ -24,6 +24,8 @@ GPU_TESTS=(test_ops_cuda test_trace test_cudnn_descriptors) # the unit tests wit
 command -v ldd >/dev/null || { echo "gpu.sh --prepare: ldd is needed to gather libraries" >&2; exit 2; }
 t0=$EPOCHREALTIME
 echo "== build: make CUDA=1 ARCH=$ARCH BUILD=$OBJ"
+# relinked every time: make does not track link flags, and the RUNPATH must be this run's library dirs
+rm -f "$OBJ/voxscale" "${GPU_TESTS[@]/#/$OBJ/tests/}"
 make --no-print-directory -s -j"$(nproc)" CUDA=1 ARCH="$ARCH" BUILD="$OBJ" all \
     "${GPU_TESTS[@]/#/$OBJ/tests/}"
 cuda_info=$(make --no-print-directory -s CUDA=1 BUILD="$OBJ" cuda-info)

@@ -4,8 +4,8 @@
                    exit code, what it checks, key figure
   WORK/env.json    ci/gpu/env.py's record of the machine
   WORK/logs/       one log per step
-writes OUTDIR/gpu-summary.md (the environment, one row per step: result, time, key figure; then the tail of each
-failed step's log) and OUTDIR/gpu-summary.json (the same, for machines). MODE is "full" or "quick", with
+writes OUTDIR/summary.md (the environment, one row per step: result, time, key figure; then the tail of each
+failed step's log) and OUTDIR/summary.json (the same, for machines). MODE is "full" or "quick", with
 " dry-run" after it for a dry run (DRY 1)."""
 import json
 import os
@@ -35,7 +35,7 @@ def main():
     summary = {"mode": mode, "dry_run": dry == "1", "verdict": verdict, "steps_run": len(ran), "steps_failed": len(failed),
                "seconds": round(total, 1), "environment": env, "steps": steps}
     os.makedirs(outdir, exist_ok=True)
-    with open(os.path.join(outdir, "gpu-summary.json"), "w") as f:
+    with open(os.path.join(outdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
 
@@ -60,8 +60,8 @@ def main():
         except OSError as e:
             md.append("(no log: %s)" % e)
         md.append("```")
-    md += ["", "Logs of every step: gpu-logs.tar.gz (logs/<step>.log, and the steps' own files under steps/<step>/)."]
-    with open(os.path.join(outdir, "gpu-summary.md"), "w") as f:
+    md += ["", "Logs of every step: logs.tar.gz (logs/<step>.log, and the steps' own files under steps/<step>/)."]
+    with open(os.path.join(outdir, "summary.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 
 

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/../../.." || exit 2
 scratch=${1:?usage: build_not_silent.sh SCRATCH_DIR}
 rm -rf "$scratch"
 mkdir -p "$scratch"
+scratch=$(cd "$scratch" && pwd) # absolute: the paths the build records are compared below
 fail() { echo "FAIL: $*"; exit 1; }
 python3 tests/tools/pip_layout.py "$scratch/layout" >/dev/null || exit 1
 tk=$scratch/layout/toolkit

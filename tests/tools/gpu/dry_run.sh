@@ -2,7 +2,7 @@
 # tests/tools/gpu/dry_run.sh SCRATCH: ci/gpu.sh's bookkeeping without a GPU (--dry-run: every step's command is a
 # stand-in). Checks that:
 #   - a planted failing step (ops) shows as FAIL and a planted hanging one (memcheck) as TIMEOUT, stopped at its
-#     limit, in gpu-summary.md and gpu-summary.json, while every other step still runs and passes; exit code 1;
+#     limit, in summary.md and summary.json, while every other step still runs and passes; exit code 1;
 #   - the reports and the log archive (one log per step) are written; exit code 0 when nothing is planted;
 #   - --quick runs the quick steps only and marks the others "not run"; --only likewise;
 #   - bad usage is one line and exit code 2.
@@ -11,16 +11,17 @@ cd "$(dirname "$0")/../../.." || exit 2
 scratch=${1:?usage: dry_run.sh SCRATCH_DIR}
 rm -rf "$scratch"
 mkdir -p "$scratch"
+scratch=$(cd "$scratch" && pwd) # absolute: the paths the build records are compared below
 fail() { echo "FAIL: $*"; exit 1; }
 export VX_GPU_DRY_LIMIT=2
 steps=$(bash ci/gpu.sh --list | awk '{print $1}')
 n=$(wc -w <<<"$steps")
 
-# results NAME: "step=result ..." from NAME/gpu-summary.json
+# results NAME: "step=result ..." from NAME/summary.json
 results() {
     /usr/bin/python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-print(d["verdict"], " ".join("%s=%s" % (s["step"], s["result"].replace(" ", "-")) for s in d["steps"]))' "$scratch/$1/gpu-summary.json"
+print(d["verdict"], " ".join("%s=%s" % (s["step"], s["result"].replace(" ", "-")) for s in d["steps"]))' "$scratch/$1/summary.json"
 }
 
 t0=$EPOCHSECONDS
@@ -33,12 +34,12 @@ took=$((EPOCHSECONDS - t0))
 got=$(results planted)
 want="FAIL $(for s in $steps; do case $s in ops) r=fail ;; memcheck) r=timeout ;; *) r=pass ;; esac; printf '%s=%s ' "$s" "$r"; done)"
 [ "$got" = "${want% }" ] || fail "summary.json says '$got', expected '${want% }'"
-grep -q '^| ops | \*\*FAIL\*\* |' "$scratch/planted/gpu-summary.md" || fail "summary.md does not show ops as FAIL"
-grep -q '^| memcheck | \*\*TIMEOUT\*\* |' "$scratch/planted/gpu-summary.md" || fail "summary.md does not show memcheck as TIMEOUT"
-grep -q '^planted failure$' "$scratch/planted/gpu-summary.md" || fail "summary.md lacks the failed step's log tail"
-[ "$(grep -c '^| [a-z0-9-]* | pass |' "$scratch/planted/gpu-summary.md")" = $((n - 2)) ] || fail "not every other step passed"
-logs=$(tar -tzf "$scratch/planted/gpu-logs.tar.gz" | grep -c '^logs/.*\.log$')
-[ "$logs" = "$n" ] || fail "gpu-logs.tar.gz holds $logs step logs, not $n"
+grep -q '^| ops | \*\*FAIL\*\* |' "$scratch/planted/summary.md" || fail "summary.md does not show ops as FAIL"
+grep -q '^| memcheck | \*\*TIMEOUT\*\* |' "$scratch/planted/summary.md" || fail "summary.md does not show memcheck as TIMEOUT"
+grep -q '^planted failure$' "$scratch/planted/summary.md" || fail "summary.md lacks the failed step's log tail"
+[ "$(grep -c '^| [a-z0-9-]* | pass |' "$scratch/planted/summary.md")" = $((n - 2)) ] || fail "not every other step passed"
+logs=$(tar -tzf "$scratch/planted/logs.tar.gz" | grep -c '^logs/.*\.log$')
+[ "$logs" = "$n" ] || fail "logs.tar.gz holds $logs step logs, not $n"
 echo "planted: $got (exit 1, $took s)"
 
 VX_GPU_WORK=$scratch/w2 bash ci/gpu.sh --dry-run --results "$scratch/clean" >"$scratch/clean.log" 2>&1 ||

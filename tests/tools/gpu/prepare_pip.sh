@@ -14,6 +14,7 @@ cd "$(dirname "$0")/../../.." || exit 2
 scratch=${1:?usage: prepare_pip.sh SCRATCH_DIR}
 # everything but the objects, which a rerun at the same path reuses (their dependencies are the same files)
 mkdir -p "$scratch"
+scratch=$(cd "$scratch" && pwd) # absolute: the paths the build records are compared below
 find "$scratch" -mindepth 1 -maxdepth 1 ! -name obj -exec rm -rf {} +
 python3 tests/tools/pip_layout.py "$scratch/layout" || exit 1
 site=$scratch/layout/site-packages
