@@ -92,7 +92,7 @@ def torch_info():
             "'torch_cudnn': torch.backends.cudnn.version(), 'torch_sees_gpu': torch.cuda.is_available()}))")
     py = os.environ.get("VX_PYTHON", sys.executable)
     try:
-        p = subprocess.run(py.split() + ["-c", code], capture_output=True, text=True, timeout=60, env=env)
+        p = subprocess.run(py.split() + ["-c", code], capture_output=True, text=True, timeout=18, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"torch": "unavailable: %s" % e}
     if p.returncode != 0:
@@ -111,7 +111,6 @@ def main():
     info["nccl"] = lib_version("libnccl.so.2", "ncclGetVersion", dotted, True)  # NCCL 2: 22809 = 2.28.9
     info["cublas"] = lib_version("libcublas.so.13", "cublasGetCudartVersion", lambda v: "built for CUDA runtime %d" % v,
                                  False)
-    info.update(torch_info())
     if len(sys.argv) > 2 and os.path.exists(sys.argv[2]):
         prep = json.load(open(sys.argv[2]))
         info["commit"] = prep.get("commit", "unknown") + (" (with uncommitted changes)" if prep.get("dirty") else "")
@@ -122,6 +121,8 @@ def main():
     info["host_cpu"] = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
                             "unknown")
     info["cores"] = os.cpu_count()
+    json.dump(info, open(out, "w"), indent=2)  # kept should the slow part below be stopped
+    info.update(torch_info())  # a first torch import on a cold machine can take 10 s or more
     json.dump(info, open(out, "w"), indent=2)
     for k, v in info.items():
         print("%-12s %s" % (k + ":", v))
