@@ -5,8 +5,8 @@
 #   ci/gpu.sh [--quick]   on the GPU machine, from the repository root, with build/gpu/ there: unpacks it, sets the
 #                         library path (ci/gpu/libpath.sh), records the machine (ci/gpu/env.py), then runs the steps
 #                         registered below, each timed, under its time limit, marked pass, fail or timeout, going on
-#                         after a failure; writes summary.md, summary.json, logs.tar.gz and the
-#                         side-by-side benchmark tables to $OUT when set (the device tool), else results/<gpu>/
+#                         after a failure; writes summary.md, summary.json, logs.tar.gz and the side-by-side
+#                         benchmark tables to $OUT when set (the device tool), else to results/<gpu>/
 #   ci/gpu.sh --dry-run   anywhere: the same bookkeeping and reports with each step's command replaced by a
 #                         stand-in (VX_GPU_DRY_FAIL=STEP plants a failing one, VX_GPU_DRY_HANG=STEP one that runs
 #                         past its limit), so CI checks the runner without a GPU
@@ -24,11 +24,12 @@ cd "$(dirname "$0")/.." || exit 2
 # mixed precision, graph capture, kernel and all-reduce benchmarks) is one more function and one more line here.
 # The limits bound the run: a full run is at most the sum of LIMITs (445 s) plus the environment probe (25 s: the
 # first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 475 s, under 8 minutes;
-# --quick at most 150 + 25 + 5 s, 3 minutes (a step killed at its limit may take 3 s more to die). The expected times on an H100 are estimates (this has not run on a GPU
-# yet): libs 1 s, detect 3 s, unit 5 s, ops 23 x ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s,
-# bench-64 ~60 s (voxscale 2 x 5 s; PyTorch import 5 s, eager 2 x 2 s, torch.compile 2 x 20-40 s), bench-128
-# ~60 s, profile ~10 s: some 5 minutes. bench-* give PyTorch what is left of their limit and keep the runs that
-# finished; iterations: 10 after 3 warm-up (ae3d-64), 5 after 2 (ae3d-128, and ae3d-64 under --quick).
+# --quick at most 150 + 25 + 5 s, 3 minutes (a step killed at its limit may take 3 s more to die). The times they
+# should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 23 x
+# ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s, bench-64 ~60 s (voxscale 2 x 5 s; PyTorch import 5 s,
+# eager 2 x 2 s, torch.compile 2 x 20-40 s), bench-128 ~60 s, profile ~10 s: some 5 minutes. bench-* give PyTorch
+# what is left of their limit and keep the runs that finished; iterations: 10 after 3 warm-up (ae3d-64), 5 after 2
+# (ae3d-128, and ae3d-64 under --quick).
 STEP_NAMES=()
 declare -A STEP_LIMIT STEP_QUICK STEP_FN STEP_WHAT
 register() {
