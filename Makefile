@@ -1,12 +1,14 @@
 # voxscale build. `make` builds build/voxscale; `make run` trains the default config; `make test` runs every test.
-# The CUDA objects (*.cu) are compiled for sm_80 and sm_90 (plus PTX for newer GPUs) whenever nvcc and cuDNN are
-# found; `make CUDA=0` forces a CPU-only build. Fragments in mk/*.mk add modules with build steps of their own.
+# The CUDA objects (*.cu) are compiled for sm_80 and sm_90 (plus PTX for newer GPUs) whenever nvcc is found (and
+# then cuDNN, CUPTI and cuBLAS must be found too, see below); `make CUDA=0` forces a CPU-only build. ARCH sets the
+# host code's target (-march=x86-64-v3 for a binary that runs on other x86-64 machines). Fragments in mk/*.mk add modules with build steps of their own.
 
 BUILD    ?= build
 CC       ?= gcc
 ARCH     ?= -march=native
 PYTHON   ?= $(CURDIR)/.venv/bin/python
 CUDA_HOME ?= /usr/local/cuda
+comma    := ,
 NVCC     ?= $(CUDA_HOME)/bin/nvcc
 
 PKGS     := libcjson zlib libpng
@@ -17,17 +19,36 @@ LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -lm -lpthrea
 LDFLAGS  := -fopenmp
 
 # ---- CUDA: auto-detected unless CUDA=0/1 is given ------------------------------------------------------------
-ifeq ($(CUDA),)
-  CUDA := $(if $(and $(wildcard $(NVCC)),$(wildcard $(CUDA_HOME)/include/cudnn.h)),1,0)
+# Auto (no CUDA=): a CUDA build wherever nvcc exists, a CPU-only one where it does not. Where nvcc exists but
+# cuDNN, CUPTI or cuBLAS cannot be found (mk/detect/cuda.mk says where it looks), the build stops and says what to
+# set: a silent CPU-only build there would let the GPU tests skip and pass having tested nothing. CUDA=0 builds
+# CPU-only on purpose, quietly. `make cuda-info` prints what was found.
+ifneq ($(CUDA),0)
+  ifneq ($(or $(filter 1,$(CUDA)),$(wildcard $(NVCC))),)
+    include mk/detect/cuda.mk
+    VX_CUDA_ABSENT := $(strip $(foreach X,CUDNN CUPTI CUBLAS,$(if $($X_ROOT),,$X)))
+    VX_NO_NVCC := $(if $(wildcard $(NVCC)),,nvcc (no $(NVCC): set CUDA_HOME))
+    ifneq ($(VX_CUDA_ABSENT)$(VX_NO_NVCC),)
+      ifneq ($(filter-out clean cuda-info,$(or $(MAKECMDGOALS),all)),)
+        $(error $(if $(CUDA),CUDA=1 was asked for,nvcc is at $(NVCC)) but $(strip $(VX_NO_NVCC) $(foreach X,$(VX_CUDA_ABSENT),$(VXF_$X_LIB))) cannot be found [$(call vx_report,$(VX_CUDA_ABSENT))]; set CUDNN_HOME / CUPTI_HOME / CUBLAS_HOME to the directory holding include/ and lib/ (a pip package's site-packages/nvidia/cudnn, say), NVIDIA_PYTHON to the python whose nvidia-* packages to use, or build CPU-only on purpose with CUDA=0)
+      endif
+    endif
+    CUDA := 1
+  else
+    CUDA := 0
+  endif
 endif
 ifeq ($(CUDA),1)
-  NVCCFLAGS := -O3 -std=c++17 -Isrc -Ikernels -I$(BUILD)/gen -DVX_CUDA=1 -Xcompiler -Wall,-Werror,-fopenmp \
+  CUDA_INCS := $(call vx_uniq,$(CUDA_HOME)/include $(CUDNN_INC) $(CUPTI_INC) $(CUBLAS_INC))
+  NVCCFLAGS := -O3 -std=c++17 -Isrc -Ikernels -I$(BUILD)/gen $(addprefix -I,$(CUDA_INCS)) -DVX_CUDA=1 \
+               -Xcompiler -Wall,-Werror,-fopenmp \
                -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 -MMD -MP
-  CFLAGS    += -DVX_CUDA=1 -I$(CUDA_HOME)/include
-  # cudart is linked statically so the binary needs only the driver and cuDNN (libcudnn.so.9, found through the
-  # rpath) at run time.
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcudart_static -ldl -lrt -lstdc++
+  CFLAGS    += -DVX_CUDA=1 $(addprefix -I,$(CUDA_INCS))
+  # cudart is linked statically so the binary needs only the driver, cuDNN, cuBLAS and CUPTI at run time, found
+  # through LD_LIBRARY_PATH or the RUNPATH: every directory they were found in at build time.
+  LDLIBS    += $(addprefix -L,$(CUDA_LIB_DIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIB_DIRS)) \
+               $(CUDNN_LINK) -lcudart_static -ldl -lrt -lstdc++
   CU_SRCS   := $(shell find src kernels -name '*.cu')
 endif
 
@@ -46,7 +67,7 @@ $(shell mkdir -p $(BUILD) && echo "CUDA=$(CUDA)" | cmp -s - $(BUILD_MODE) || ech
 .DEFAULT_GOAL := all
 -include mk/*.mk
 
-.PHONY: all deps run test unit-test integration-test bench clean venv
+.PHONY: all deps run test unit-test integration-test bench clean venv cuda-info
 all: $(BUILD)/voxscale
 
 $(BUILD)/voxscale: $(MAIN_OBJ) $(BUILD)/libvoxscale.a
@@ -85,5 +106,10 @@ bench: all
 
 clean:
 	rm -rf $(BUILD)
+
+# Where the CUDA libraries were found (ci/gpu.sh --prepare records it), one per line.
+cuda-info:
+	@echo "CUDA=$(CUDA) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC)"
+	@printf '%s\n' "$(CUDA_FIND_REPORT)" | tr ';' '\n' | sed 's/^ *//; /^$$/d'
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -317,7 +317,7 @@ extern "C" const Backend *backend_cuda(void) { return g.ready ? &cuda_backend : 
 static void teardown(void) {
     if (g.compute) cudaStreamSynchronize(g.compute);
     if (g.copy) cudaStreamSynchronize(g.copy);
-    /* trylock: shutdown may run from atexit after a fatal error raised with the lock held (see conv3d_cuda.cu) */
+    /* trylock: shutdown may run from atexit after a fatal error raised with the lock held (see conv3d_cudnn_plan.cu) */
     if (pthread_mutex_trylock(&g.mu) == 0) {
         for (size_t i = 0; i < g.n_allocs; i++) cudaFree(g.allocs[i].ptr);
         free(g.allocs);

@@ -20,10 +20,32 @@ const Backend *backend_cuda(void) { return NULL; }
 void backend_cuda_shutdown(void) {}
 
 #include "conv3d.h"
+static int no_cuda(char *why, size_t why_len) {
+    if (why && why_len) snprintf(why, why_len, "this build has no CUDA");
+    return 0;
+}
 int conv3d_cuda_describe(const Conv3dShape *s, int *chunk_n, char *why, size_t why_len) {
     (void)s;
     (void)chunk_n;
-    if (why && why_len) snprintf(why, why_len, "this build has no CUDA");
+    return no_cuda(why, why_len);
+}
+int conv3d_cuda_describe_layout(const Conv3dShape *s, int i, Conv3dCudnnLayout *out, char *why, size_t why_len) {
+    (void)s;
+    (void)i;
+    (void)out;
+    return no_cuda(why, why_len);
+}
+int conv3d_cuda_layouts(const Conv3dShape *s) {
+    (void)s;
+    return 0;
+}
+int conv3d_cuda_usable(const Conv3dShape *s, int data_grad, char *why, size_t why_len) {
+    (void)s;
+    (void)data_grad;
+    return no_cuda(why, why_len);
+}
+int conv3d_cuda_tf32_broken(size_t cudnn_version) {
+    (void)cudnn_version;
     return 0;
 }
 #else

@@ -43,11 +43,34 @@ void conv3d_backward_data_cuda(const Conv3dShape *s, const float *dy, const floa
                                void *workspace);
 void conv3d_backward_filter_cuda(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
                                  float beta, void *workspace);
-/* Builds the shape's cuDNN descriptors the way the convolutions do, checks that cuDNN accepts them and computes
- * the same output dims, and frees them: needs the cuDNN library, not a GPU (tests/unit/test_cudnn_descriptors.c).
- * 1 with the samples per cuDNN call in *chunk_n (tensors beyond 2^31-1 elements run in chunks), or 0 with a
- * one-line reason in why. A CPU-only build: 0 with "this build has no CUDA". */
+/* Whether every direction the model needs has a cuDNN algorithm under the backend's current options (data_grad 0:
+ * the backward-data direction is not needed, as for the conv that reads the data); 0 with the plan's one-line
+ * reason otherwise. Plans the shape if it is new (needs a started CUDA backend). The device choice calls it so
+ * that a shape cuDNN cannot run makes --device auto choose the CPU, with the reason, instead of exiting later. */
+int conv3d_cuda_usable(const Conv3dShape *s, int data_grad, char *why, size_t why_len);
+
+/* The descriptors of one of the ways a shape is described to cuDNN, as read back from cuDNN. */
+typedef struct {
+    char name[48]; /* "NDHWC" or "single channel as NCDHW" */
+    int chunk_n;   /* samples per cuDNN call */
+    int x_dims[5], x_strides[5], y_dims[5], y_strides[5]; /* {n, c, d, h, w} */
+    int w_dims[5];                                        /* {c_out, c_in, k, k, k} */
+    int w_nchw;                                           /* filter format: 1 NCHW, 0 NHWC */
+} Conv3dCudnnLayout;
+/* How many ways the shape is described (tried in order per direction): 2 when c_in or c_out is 1 (the
+ * single-channel tensor as NCDHW first, then plain NDHWC), else 1. */
+int conv3d_cuda_layouts(const Conv3dShape *s);
+/* Builds the shape's descriptors for layout i < conv3d_cuda_layouts(s) the way the convolutions do, checks that
+ * cuDNN accepts them and computes the same output dims, reads them back into *out (may be NULL) and frees them:
+ * needs the cuDNN library, not a GPU (tests/unit/test_cudnn_descriptors.c). 0 with a one-line reason in why.
+ * A CPU-only build: 0 with "this build has no CUDA". */
+int conv3d_cuda_describe_layout(const Conv3dShape *s, int i, Conv3dCudnnLayout *out, char *why, size_t why_len);
+/* Every layout of the shape described as above; 1 with the samples per cuDNN call in *chunk_n (tensors beyond
+ * 2^31-1 elements run in chunks), or 0 with a one-line reason in why. */
 int conv3d_cuda_describe(const Conv3dShape *s, int *chunk_n, char *why, size_t why_len);
+/* 1 for the cuDNN versions (cudnnGetVersion(): 91002 is 9.10.2) whose 3-D TF32 kernels are known to be broken,
+ * 9.10.2 up to 9.15: the convolutions then keep TF32 off whatever train.tf32 says, and the run says so once. */
+int conv3d_cuda_tf32_broken(size_t cudnn_version);
 
 #ifdef __cplusplus
 }

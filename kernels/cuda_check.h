@@ -72,7 +72,7 @@ const BackendOptions *vx_cuda_options(void);
 #define VX_SCRATCH_BYTES (32UL << 20)
 void *vx_cuda_scratch(void);
 
-/* Frees conv3d_cuda.cu's cache of descriptors and algorithm choices (backend_cuda_shutdown calls it). */
+/* Frees conv3d_cudnn_plan.cu's cache of descriptors and algorithm choices (backend_cuda_shutdown calls it). */
 void conv3d_cuda_cache_clear(void);
 
 /* Second pass of the fixed-order reductions: out[0] = (float)(sum of partials[0..count) / divisor), summed by

@@ -1,10 +1,10 @@
 # mk/trace.mk: build steps of the profiler trace (src/trace).
-# CUDA builds record GPU activity through CUPTI (src/trace/gpu_activity.c), linked from the toolkit's lib64 with an
-# rpath like cuDNN, and demangle kernel names with libstdc++'s __cxa_demangle. CPU builds get stubs and link
-# neither. This fragment is included after the Makefile's CUDA section, so $(CUDA) is already decided here.
+# CUDA builds record GPU activity through CUPTI (src/trace/gpu_activity.c), linked from where mk/detect/cuda.mk
+# found it (its directory is already on the Makefile's -L and RUNPATH list), and demangle kernel names with
+# libstdc++'s __cxa_demangle. CPU builds get stubs and link neither. This fragment is included after the Makefile's CUDA section, so $(CUDA) is already decided here.
 
 ifeq ($(CUDA),1)
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti
+  LDLIBS += $(CUPTI_LINK)
   ifeq ($(findstring -lstdc++,$(LDLIBS)),)
     LDLIBS += -lstdc++
   endif

@@ -9,6 +9,11 @@ benchmarks are compared with. Parameter names and the forward pass mirror src/mo
 
 Use as a library (build_model, load_probe, step_loss) or as a benchmark:
   python bench/reference/ae3d.py --config configs/ae3d-64.json --bench [--device cuda] [--dtype bf16]
+  python bench/reference/ae3d.py --config configs/ae3d-64.json --bench --device cuda --modes eager,compile --tf32 1,0
+The second form times every (mode, TF32) pair in one process (one torch import and CUDA start for all; each pair
+gets a fresh model, optimizer and peak-memory count) and writes {"runs": [...]}, one result per pair; a single pair
+writes the result itself, as before. Each pair's result is also printed as one JSON line as soon as it is in, so a
+caller that has to stop the process early keeps what finished.
 """
 import argparse
 import json
@@ -160,26 +165,25 @@ def load_probe(prefix, dtype=torch.float64):
     return meta, model, ndhwc_to_ncdhw(x).to(dtype), ndhwc_to_ncdhw(eps).to(dtype), ndhwc_to_ncdhw(recon_c), grads_c
 
 
-def bench(args):
-    cfg = json.load(open(args.config))
-    model_cfg = {"in_channels": 1, "res_blocks": 1, "norm_groups": 8, "latent_channels": 4, "kl_weight": 1e-6,
-                 "loss": "l1", "logvar_min": -30.0, "logvar_max": 20.0, "norm_eps": 1e-6, **cfg["model"]}
-    batch = args.batch_size or cfg.get("train", {}).get("batch_size", 2)
-    dev = torch.device(args.device)
+def time_steps(model_cfg, batch, dev, tf32, compiled, dtype, iters, warmup, channels_last, threads):
+    """Median training-step time of a fresh model: forward, L1/MSE+KL loss, backward, clip, AdamW."""
     # TF32 in convolutions is PyTorch's default on Ampere and newer; voxscale's train.tf32 mirrors it, and the
     # side-by-side passes voxscale's setting here so both run the same math.
-    torch.backends.cudnn.allow_tf32 = bool(args.tf32)
-    torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.backends.cudnn.allow_tf32 = bool(tf32)
+    torch.backends.cuda.matmul.allow_tf32 = bool(tf32)
+    if threads:
+        torch.set_num_threads(threads)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     model = AE3D(model_cfg).to(dev)
-    if args.channels_last:
+    if channels_last:
         model = model.to(memory_format=torch.channels_last_3d)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
                             fused=(dev.type == "cuda")) if dev.type == "cuda" else torch.optim.AdamW(model.parameters(), lr=1e-4)
     D, H, W = model_cfg["input_size"]
     x = torch.rand(batch, model_cfg["in_channels"], D, H, W, device=dev)
-    amp = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    amp = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
 
     def step():
         with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
@@ -190,25 +194,53 @@ def bench(args):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    if args.compile:
+    if compiled:
+        torch._dynamo.reset()  # each pair compiles its own graphs (the on-disk caches still help)
         step = torch.compile(step)
-    times = []
-    for i in range(args.warmup + args.iters):
+    times, t_warm = [], time.perf_counter()
+    for i in range(warmup + iters):
         if dev.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         step()
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        if i >= args.warmup:
+        if i == warmup - 1:
+            t_warm = time.perf_counter() - t_warm
+        if i >= warmup:
             times.append(time.perf_counter() - t0)
     med = float(np.median(times))
-    out = {"framework": "pytorch " + torch.__version__, "cudnn": torch.backends.cudnn.version(), "config": args.config, "device": str(dev), "dtype": args.dtype,
-           "batch": batch, "iters": args.iters, "warmup": args.warmup, "step_ms_median": med * 1e3,
-           "samples_per_s": batch / med, "threads": torch.get_num_threads(), "tf32": int(args.tf32)}
+    out = {"mode": "compile" if compiled else "eager", "tf32": int(tf32), "step_ms_median": med * 1e3,
+           "step_ms_min": min(times) * 1e3, "samples_per_s": batch / med,
+           "warmup_s": t_warm if warmup else 0.0}  # with compile: the compilation, mostly
     if dev.type == "cuda":
         out["peak_memory_mib"] = torch.cuda.max_memory_allocated() / 2**20
-    print(json.dumps(out, indent=2))
+    del opt, model, x
+    return out
+
+
+def bench(args):
+    cfg = json.load(open(args.config))
+    model_cfg = {"in_channels": 1, "res_blocks": 1, "norm_groups": 8, "latent_channels": 4, "kl_weight": 1e-6,
+                 "loss": "l1", "logvar_min": -30.0, "logvar_max": 20.0, "norm_eps": 1e-6, **cfg["model"]}
+    batch = args.batch_size or cfg.get("train", {}).get("batch_size", 2)
+    dev = torch.device(args.device)
+    modes = args.modes.split(",") if args.modes else ["compile" if args.compile else "eager"]
+    tf32s = [int(t) for t in args.tf32.split(",")]
+    common = {"framework": "pytorch " + torch.__version__, "cudnn": torch.backends.cudnn.version(),
+              "config": args.config, "device": str(dev), "dtype": args.dtype, "batch": batch, "iters": args.iters,
+              "warmup": args.warmup, "channels_last": int(args.channels_last)}
+    if dev.type == "cuda":
+        common["gpu"] = torch.cuda.get_device_name(dev)
+    runs = []
+    for mode in modes:  # eager first: the quick figures are in hand before any compilation starts
+        for tf32 in tf32s:
+            r = dict(common, **time_steps(model_cfg, batch, dev, tf32, mode == "compile", args.dtype, args.iters,
+                                          args.warmup, args.channels_last, args.threads))
+            r["threads"] = torch.get_num_threads()
+            runs.append(r)
+            print(json.dumps(r), flush=True)
+    out = runs[0] if len(runs) == 1 else dict(common, runs=runs)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=2)
@@ -225,11 +257,16 @@ if __name__ == "__main__":
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--channels-last", action="store_true")
-    ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--tf32", type=int, default=1, choices=[0, 1], help="allow TF32 in cuDNN convolutions (default 1)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the step (same as --modes compile)")
+    ap.add_argument("--modes", help="comma-separated: eager, compile (default: eager, or compile with --compile)")
+    ap.add_argument("--tf32", default="1", help="allow TF32 in cuDNN convolutions: 1 (default), 0, or a list (1,0)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     ap.add_argument("--out", help="also write the JSON result to this file")
     a = ap.parse_args()
     if not a.bench:
         ap.error("nothing to do: pass --bench")
+    if a.modes and any(m not in ("eager", "compile") for m in a.modes.split(",")):
+        ap.error("--modes takes eager and/or compile, comma-separated, not %r" % a.modes)
+    if any(t not in ("0", "1") for t in a.tf32.split(",")):
+        ap.error("--tf32 takes 0, 1 or a comma-separated list of them, not %r" % a.tf32)
     bench(a)

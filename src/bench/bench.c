@@ -66,8 +66,12 @@ static void device_slug(const Runtime *rt, char *out, size_t len) {
     *o = 0;
 }
 
+/* The commit the results belong to: VX_COMMIT when set (ci/gpu.sh sets it on a GPU machine, whose copy of the tree
+ * has no .git), else git's. */
 static void git_commit(char *out, size_t len) {
-    snprintf(out, len, "unknown");
+    const char *env = getenv("VX_COMMIT");
+    snprintf(out, len, "%s", env && env[0] ? env : "unknown");
+    if (env && env[0]) return;
     FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
     if (!p) return;
     if (fgets(out, (int)len, p)) out[strcspn(out, "\n")] = 0;

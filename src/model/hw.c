@@ -6,6 +6,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include "conv3d.h"
 #include "core/util.h"
 #include "model/model.h"
 
@@ -112,10 +113,20 @@ static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason
     return 1;
 }
 
-/* 1 when the model at the config's batch size (1 when automatic) fits in HW_MEMORY_SHARE of the GPU's free
- * memory. */
+/* 1 when cuDNN can run every convolution direction the model needs (planning records why a direction has no
+ * algorithm instead of exiting) and the model at the config's batch size (1 when automatic) fits in
+ * HW_MEMORY_SHARE of the GPU's free memory. */
 static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
     Model *m = model_build(cfg, cfg->batch_size > 0 ? cfg->batch_size : 1, backend_cuda());
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        char why[2048];
+        if (nd->kind == OP_CONV && !conv3d_cuda_usable(&nd->conv, m->tensors[nd->in[0]].grad >= 0, why, sizeof why)) {
+            snprintf(reason, reason_len, "cuDNN cannot run %s: %s", nd->name, why);
+            model_free(m);
+            return 0;
+        }
+    }
     size_t need = model_device_bytes(m), have = hw->gpus[0].free_bytes;
     model_free(m);
     if ((double)need <= HW_MEMORY_SHARE * (double)have) return 1;
@@ -130,7 +141,7 @@ const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, si
         snprintf(reason, reason_len, "requested (device cpu)");
         return backend_cpu();
     }
-    char why[300];
+    char why[2400];
     const int started = start_cuda(cfg, hw, why, sizeof why);
     const int cuda_ok = started && fits_on_gpu(cfg, hw, why, sizeof why);
     /* a CPU run must not keep the GPU's context, streams and scratch */

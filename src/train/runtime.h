@@ -7,7 +7,7 @@
 typedef struct {
     HwInfo hw;
     const Backend *be;
-    char device_reason[320];
+    char device_reason[2600]; /* long enough for a cuDNN planning reason (hw.c) */
     Model *model;
 } Runtime;
 

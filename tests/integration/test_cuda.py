@@ -1,22 +1,27 @@
 """test_cuda.py: the CUDA backend against the CPU backend, through the real binary.
 
 Runs only where `voxscale detect` chooses the GPU; elsewhere every test is skipped with
-"no CUDA device (<the reason detect gives>)". TF32 is off in every comparison (train.tf32=0), so both sides
+"no CUDA device (<the reason detect gives>)", or fails with it under VX_REQUIRE_GPU=1 (ci/gpu.sh on a GPU machine,
+where a skip would hide a CUDA start-up failure). TF32 is off in every comparison (train.tf32=0), so both sides
 compute in float32 and differ only by summation order:
   - one step's losses, reconstruction and every parameter gradient (probe) agree within 1e-4 relative;
   - 20 training steps follow the CPU's loss curve within 1% per step;
   - --deterministic runs repeat bit for bit;
-  - a profiled GPU run's trace holds the kernels, and per step their total time agrees with the step time that
-    CUDA events measured within 10% (a config big enough that the GPU, not the launch loop, sets the pace).
+  - a profiled GPU run's trace holds our kernels (gn_*_kernel, adamw_kernel, ...) and cuDNN's, and per step the
+    GPU was busy (bench/trace_busy.py) for between half and all of the step's GPU window (see the test for why).
 """
-import gzip
 import json
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import metrics, run
+from conftest import ROOT, metrics, run
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import trace_busy  # noqa: E402
 
 
 def cuda_status():
@@ -35,6 +40,8 @@ def need_gpu():
     if _USABLE is None:
         _USABLE, _REASON = cuda_status()
     if not _USABLE:
+        if os.environ.get("VX_REQUIRE_GPU", "0") not in ("", "0"):
+            pytest.fail(f"no CUDA device ({_REASON}), and VX_REQUIRE_GPU=1 turns the skip into a failure")
         pytest.skip(f"no CUDA device ({_REASON})")
 
 
@@ -96,24 +103,32 @@ def test_deterministic_runs_repeat_bit_for_bit(tmp_path):
 
 
 def test_gpu_trace_kernels_add_up_to_the_step_time(tmp_path):
+    """The default config at batch 8 (32^3, 16/32 channels): a few ms of GPU work per step in some 400 launches,
+    with one host sync (the loss readback) between forward and backward. Bounds on busy / (step_ms - data wait):
+      - at most 1.05 (+0.1 ms): the device intervals of a step lie between its two CUDA events, so more means
+        CUPTI's records are on another clock or land in the wrong step;
+      - at least 0.5: on a config this small the GPU waits for the host at times (launch gaps of a few us against
+        kernels of tens of us, the readback sync), which the old 10% bound on kernel time alone did not allow for;
+        half is a floor that still fails when records are missing, mistimed or attributed to another step, which
+        is what this test is for. ci/gpu.sh's profile step measures the same on ae3d-64, where the GPU should be
+        busy nearly all of its window."""
     out = tmp_path / "prof"
     run("train", "--config", "configs/default.json", "--steps", "6", "--batch-size", "8", "--out", out,
         "--device", "cuda", "--set", "train.log_every=1", "--set", "output.tensorboard=0", "--profile", "4:6")
-    steps_ms = {m["step"]: m["step_ms"] for m in metrics(out) if "step_ms" in m}
-    (path,) = (out / "traces").glob("*.pt.trace.json.gz")
-    with gzip.open(path, "rt") as f:
-        trace = json.load(f)
+    trace, steps = trace_busy.load(str(out))
     assert trace["deviceProperties"] and trace["deviceProperties"][0]["computeMajor"] >= 8
     xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     kernels = [e for e in xs if e["cat"] == "kernel"]
     assert kernels, "no kernel events in the GPU trace"
-    names = " ".join(e["name"] for e in kernels)
-    assert "groupnorm" in names.lower() and "adamw" in names.lower()  # our kernels, by name
-    assert any(k in names.lower() for k in ("conv", "cudnn", "sm80", "sm90", "xmma", "implicit"))  # cuDNN's
+    names = " ".join(e["name"] for e in kernels).lower()
+    for ours in ("gn_stats_kernel", "gn_normalize_kernel", "silu_forward_kernel", "adamw_kernel", "conv_bias_kernel"):
+        assert ours in names, ours  # our kernels, by name (demangled: "void gn_normalize_kernel<4>(...)")
+    assert any(k in names for k in ("conv", "cudnn", "sm80", "sm90", "xmma", "implicit", "cutlass", "gemm"))  # cuDNN's
     for e in kernels:
         assert e["dur"] > 0 and "correlation" in e["args"]
-    for step in (4, 5, 6):
-        (rng,) = [e for e in xs if e["name"] == f"ProfilerStep#{step}"]
-        inside = [e for e in kernels if rng["ts"] <= e["ts"] <= rng["ts"] + rng["dur"]]
-        kernel_ms = sum(e["dur"] for e in inside) / 1e3
-        assert kernel_ms == pytest.approx(steps_ms[step], rel=0.10), (step, kernel_ms, steps_ms[step])
+    rows = trace_busy.busy_per_step(trace, steps)
+    assert [r["step"] for r in rows] == [4, 5, 6]
+    for r in rows:
+        assert r["kernels"] > 50, r
+        assert r["busy_ms"] <= 1.05 * r["window_ms"] + 0.1, r
+        assert r["fraction"] >= 0.5, r

@@ -3,8 +3,11 @@
  * configs (at batch 1, 8 and 32) this builds the descriptors exactly as kernels/conv3d_cuda.cu does
  * (conv3d_cuda_describe), and checks that cuDNN accepts them, computes the same output dims as conv3d_shape, and
  * that the batch is split into chunks of at most 2^31-1 elements per tensor only when it must be. It also checks
- * that a wrong output shape and a sample beyond cuDNN's int sizes are reported, not run.
- * A CPU-only build prints "skipped: this build has no CUDA" and exits 0. */
+ * that a wrong output shape and a sample beyond cuDNN's int sizes are reported, not run; that a single-channel
+ * tensor (the first conv's input, the last conv's output) is also described as NCDHW, with a c_in == 1 filter in
+ * NCHW format, addressing exactly the memory the NDHWC description does (read back from cuDNN's descriptors); and
+ * which cuDNN versions get TF32 turned off for their broken 3-D kernels.
+ * A CPU-only build prints "skipped: this build has no CUDA" and exits 0 (exit 1 with VX_REQUIRE_GPU=1). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include "conv3d.h"
 #include "core/config.h"
 #include "model/model.h"
+#include "require_gpu.h"
 
 /* The largest divisor of n whose chunk keeps each tensor (x and y of one call) within int range. */
 static int expected_chunk(const Conv3dShape *s) {
@@ -93,10 +97,96 @@ static void test_a_sample_beyond_int_sizes_is_reported(void **state) {
     assert_non_null(strstr(why, "more than 2^31-1 elements"));
 }
 
+/* Offset of element (n, c, d, h, w) under 5-D strides {n, c, d, h, w}. */
+static long offset(const int str[5], int n, int c, int d, int h, int w) {
+    return (long)n * str[0] + (long)c * str[1] + (long)d * str[2] + (long)h * str[3] + (long)w * str[4];
+}
+
+/* Every element of a [n][c][d][h][w] tensor sits where the NDHWC layout puts it. */
+static void expect_ndhwc_memory(const char *what, const int dims[5], const int str[5]) {
+    const int n = dims[0], c = dims[1], d = dims[2], h = dims[3], w = dims[4];
+    for (int in = 0; in < n; in++)
+        for (int ic = 0; ic < c; ic++)
+            for (int id = 0; id < d; id++)
+                for (int ih = 0; ih < h; ih++)
+                    for (int iw = 0; iw < w; iw++) {
+                        const long want = ((((long)in * d + id) * h + ih) * w + iw) * c + ic;
+                        if (offset(str, in, ic, id, ih, iw) != want)
+                            fail_msg("%s: element (%d,%d,%d,%d,%d) at %ld, NDHWC has it at %ld", what, in, ic, id, ih,
+                                     iw, offset(str, in, ic, id, ih, iw), want);
+                    }
+}
+
+static void test_single_channel_tensors_are_also_described_as_ncdhw(void **state) {
+    (void)state;
+    /* the first conv of the default config (1 -> 16 channels), the last (16 -> 1), and one with both sides single */
+    static const int shapes[][9] = {{2, 6, 5, 4, 1, 16, 3, 1, 1}, {2, 6, 5, 4, 16, 1, 3, 1, 1}, {3, 4, 4, 4, 1, 1, 3, 2, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int *v = shapes[i];
+        const Conv3dShape s = conv3d_shape(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+        assert_int_equal(conv3d_cuda_layouts(&s), 2);
+        Conv3dCudnnLayout c1, plain;
+        char why[600] = "";
+        if (!conv3d_cuda_describe_layout(&s, 0, &c1, why, sizeof why)) fail_msg("shape %zu, layout 0: %s", i, why);
+        if (!conv3d_cuda_describe_layout(&s, 1, &plain, why, sizeof why)) fail_msg("shape %zu, layout 1: %s", i, why);
+        assert_string_equal(c1.name, "single channel as NCDHW");
+        assert_string_equal(plain.name, "NDHWC");
+        /* the single-channel side: packed NCDHW strides (C's stride is the volume, not 1) */
+        const int ps_in = s.d * s.h * s.w, ps_out = s.od * s.oh * s.ow;
+        if (s.c_in == 1) {
+            const int want[5] = {ps_in, ps_in, s.h * s.w, s.w, 1};
+            assert_memory_equal(c1.x_strides, want, sizeof want);
+            assert_int_equal(c1.w_nchw, 1);
+            assert_int_equal(plain.x_strides[1], 1); /* NDHWC: channel stride 1 */
+        } else {
+            assert_memory_equal(c1.x_strides, plain.x_strides, sizeof c1.x_strides);
+            assert_int_equal(c1.w_nchw, 0);
+        }
+        if (s.c_out == 1) {
+            const int want[5] = {ps_out, ps_out, s.oh * s.ow, s.ow, 1};
+            assert_memory_equal(c1.y_strides, want, sizeof want);
+        } else {
+            assert_memory_equal(c1.y_strides, plain.y_strides, sizeof c1.y_strides);
+        }
+        assert_int_equal(plain.w_nchw, 0);
+        /* both descriptions address the same memory: ours, NDHWC */
+        expect_ndhwc_memory("x, single channel as NCDHW", c1.x_dims, c1.x_strides);
+        expect_ndhwc_memory("y, single channel as NCDHW", c1.y_dims, c1.y_strides);
+        expect_ndhwc_memory("x, NDHWC", plain.x_dims, plain.x_strides);
+        expect_ndhwc_memory("y, NDHWC", plain.y_dims, plain.y_strides);
+        /* the filter's dims are {c_out, c_in, k, k, k} in both; with c_in == 1, NCHW's [c_out][1][k][k][k] is the
+         * memory of our [c_out][k][k][k][1] */
+        const int wdims[5] = {s.c_out, s.c_in, s.k, s.k, s.k};
+        assert_memory_equal(c1.w_dims, wdims, sizeof wdims);
+        assert_memory_equal(plain.w_dims, wdims, sizeof wdims);
+    }
+    /* a shape without a single channel has the NDHWC description only */
+    const Conv3dShape s = conv3d_shape(2, 4, 4, 4, 3, 5, 3, 1, 1);
+    assert_int_equal(conv3d_cuda_layouts(&s), 1);
+    Conv3dCudnnLayout l;
+    char why[600] = "";
+    assert_int_equal(conv3d_cuda_describe_layout(&s, 1, &l, why, sizeof why), 0);
+}
+
+static void test_tf32_is_off_on_cudnn_versions_with_broken_3d_tf32(void **state) {
+    (void)state;
+    assert_int_equal(conv3d_cuda_tf32_broken(91001), 0); /* 9.10.1 */
+    assert_int_equal(conv3d_cuda_tf32_broken(91002), 1); /* 9.10.2 */
+    assert_int_equal(conv3d_cuda_tf32_broken(91400), 1);
+    assert_int_equal(conv3d_cuda_tf32_broken(91599), 1); /* 9.15.99 */
+    assert_int_equal(conv3d_cuda_tf32_broken(91600), 0); /* 9.16.0 */
+    assert_int_equal(conv3d_cuda_tf32_broken(91900), 0); /* 9.19, this machine's */
+    assert_int_equal(conv3d_cuda_tf32_broken(90100), 0);
+}
+
 int main(void) {
     char why[128] = "";
     const Conv3dShape probe = conv3d_shape(1, 4, 4, 4, 1, 1, 3, 1, 1);
     if (!conv3d_cuda_describe(&probe, NULL, why, sizeof why) && strstr(why, "no CUDA")) {
+        if (vx_require_gpu()) {
+            printf("FAILED: %s, and VX_REQUIRE_GPU=1 turns the skip into a failure\n", why);
+            return 1;
+        }
         printf("skipped: %s\n", why);
         return 0;
     }
@@ -105,6 +195,8 @@ int main(void) {
         cmocka_unit_test(test_strided_and_odd_shapes_match_cudnn),
         cmocka_unit_test(test_a_wrong_output_shape_is_reported),
         cmocka_unit_test(test_a_sample_beyond_int_sizes_is_reported),
+        cmocka_unit_test(test_single_channel_tensors_are_also_described_as_ncdhw),
+        cmocka_unit_test(test_tf32_is_off_on_cudnn_versions_with_broken_3d_tf32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,10 @@
  * ordering, the timers and the memory accounting; and, under BackendOptions.deterministic, bitwise-identical
  * results of two runs of conv backward-filter and GroupNorm backward.
  * Without a usable GPU (always in a CPU-only build) it prints exactly one line, "skipped: no CUDA device
- * (<reason>)", and exits 0 without running cmocka. Every buffer is released and the backend shut down, so the
+ * (<reason>)", and exits 0 without running cmocka; with VX_REQUIRE_GPU=1 (ci/gpu.sh on a GPU machine) that is a
+ * failure instead, exit 1. `test_ops_cuda --list` prints the test names; `test_ops_cuda PATTERN...` runs only the
+ * tests whose names match one of the shell patterns, so each test can run in a process of its own and a fatal
+ * CUDA error in one does not hide the others. Every buffer is released and the backend shut down, so the
  * binary runs clean under compute-sanitizer --tool memcheck --leak-check full. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,12 +22,14 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "require_gpu.h"
 #include "rng.h"
 
 #define TOL 1e-4        /* relative norm error, GPU vs CPU */
@@ -616,16 +621,8 @@ static int teardown_group(void **state) {
     return left != 0;
 }
 
-int main(void) {
-    set_options(0, 0); /* TF32 off: the comparisons need float32 accuracy */
-    char reason[256];
-    if (!backend_cuda_init(0, reason, sizeof reason)) {
-        printf("skipped: no CUDA device (%s)\n", reason);
-        return 0;
-    }
-    cpu = backend_cpu();
-    gpu = backend_cuda();
-    const struct CMUnitTest tests[] = {
+int main(int argc, char **argv) {
+    const struct CMUnitTest all[] = {
         cmocka_unit_test(test_backend_table),   cmocka_unit_test(test_conv_k3s1),
         cmocka_unit_test(test_conv_k3s2),       cmocka_unit_test(test_conv_k3s2_even),
         cmocka_unit_test(test_conv_k1),         cmocka_unit_test(test_conv_k1s2),
@@ -639,7 +636,37 @@ int main(void) {
         cmocka_unit_test(test_upload),          cmocka_unit_test(test_timer),
         cmocka_unit_test(test_deterministic),
     };
-    const int failed = cmocka_run_group_tests(tests, NULL, teardown_group);
+    const size_t n_all = sizeof all / sizeof all[0];
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < n_all; i++) printf("%s\n", all[i].name);
+        return 0;
+    }
+    struct CMUnitTest chosen[sizeof all / sizeof all[0]];
+    size_t n = 0;
+    for (size_t i = 0; i < n_all; i++) {
+        int match = argc < 2;
+        for (int a = 1; a < argc && !match; a++) match = fnmatch(argv[a], all[i].name, 0) == 0;
+        if (match) chosen[n++] = all[i];
+    }
+    if (n == 0) {
+        fprintf(stderr, "test_ops_cuda: no test matches the given patterns; --list prints the names\n");
+        return 2;
+    }
+
+    set_options(0, 0); /* TF32 off: the comparisons need float32 accuracy */
+    char reason[256];
+    if (!backend_cuda_init(0, reason, sizeof reason)) {
+        if (vx_require_gpu()) {
+            printf("FAILED: no CUDA device (%s), and VX_REQUIRE_GPU=1 turns the skip into a failure\n", reason);
+            return 1;
+        }
+        printf("skipped: no CUDA device (%s)\n", reason);
+        return 0;
+    }
+    cpu = backend_cpu();
+    gpu = backend_cuda();
+    /* the function behind cmocka_run_group_tests, which takes the count from the array's size */
+    const int failed = _cmocka_run_group_tests("test_ops_cuda", chosen, n, NULL, teardown_group);
     backend_cuda_shutdown();
     return failed;
 }

@@ -23,6 +23,7 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
+#include "require_gpu.h"
 #include "tmpdir.h"
 
 #ifdef VX_CUDA
@@ -677,13 +678,14 @@ static void test_trace_gpu_kind_names(void **state) {
 }
 
 /* On a machine with a GPU: real CUPTI records of a memset and a copy, launched inside a CPU range. Skipped
- * where trace_gpu_begin declines (no GPU, CPU build). */
+ * where trace_gpu_begin declines (no GPU, CPU build); a failure instead under VX_REQUIRE_GPU=1. */
 static void test_trace_gpu_live(void **state) {
     assert_int_equal(trace_begin(*state, 0), TRACE_OK);
     assert_int_equal(trace_set_thread_name("main"), TRACE_OK);
     char reason[256];
     if (!trace_gpu_begin(0, reason, sizeof reason)) {
         assert_int_equal(trace_end(), TRACE_OK);
+        if (vx_require_gpu()) fail_msg("trace_gpu_begin declined (%s) and VX_REQUIRE_GPU=1", reason);
         skip();
     }
 #ifdef VX_CUDA

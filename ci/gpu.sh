@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# ci/gpu.sh: every check that needs a GPU, in one command that records its results. Two halves:
+#   ci/gpu.sh --prepare   on any machine with nvcc (no GPU needed): builds with CUDA=1 and a portable ARCH and packs
+#                         the binaries with the libraries a GPU machine may lack into build/gpu/ (ci/gpu/prepare.sh)
+#   ci/gpu.sh [--quick]   on the GPU machine, from the repository root, with build/gpu/ there: unpacks it, sets the
+#                         library path (ci/gpu/libpath.sh), records the machine (ci/gpu/env.py), then runs the steps
+#                         registered below, each timed, under its time limit, marked pass, fail or timeout, going on
+#                         after a failure; writes summary.md, summary.json, logs.tar.gz and the side-by-side
+#                         benchmark tables to $OUT when set (the device tool), else to results/<gpu>/
+#   ci/gpu.sh --dry-run   anywhere: the same bookkeeping and reports with each step's command replaced by a
+#                         stand-in (VX_GPU_DRY_FAIL=STEP plants a failing one, VX_GPU_DRY_HANG=STEP one that runs
+#                         past its limit), so CI checks the runner without a GPU
+# Also: --only STEP[,STEP] runs those steps alone, --results DIR writes the reports there, --list prints the steps.
+# Environment: VX_GPU_DIR (build/gpu), VX_GPU_WORK (build/gpu-run, emptied first), VX_PYTHON (python3: the one with
+# PyTorch and pytest), NVIDIA_PYTHON (VX_PYTHON: whose nvidia-* packages hold cuDNN, CUPTI, NCCL), CUDA_HOME.
+# Exit code: 0 when every step run passed, 1 when one did not, 2 for bad usage or a missing build.
+set -uo pipefail
+SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+cd "$(dirname "$0")/.." || exit 2
+
+# ---- the steps ----------------------------------------------------------------------------------------------
+# register NAME LIMIT QUICK_LIMIT FUNCTION WHAT: a step of a full run with a time limit of LIMIT seconds, and of a
+# --quick run with QUICK_LIMIT (0: not in --quick). FUNCTION is in ci/gpu/steps.sh. A later GPU check (NCCL ranks,
+# mixed precision, graph capture, kernel and all-reduce benchmarks) is one more function and one more line here.
+# The limits bound the run: a full run is at most the sum of LIMITs (445 s) plus the environment probe (25 s: the
+# first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 475 s, under 8 minutes;
+# --quick at most 150 + 25 + 5 s, 3 minutes (a step killed at its limit may take 3 s more to die). The times they
+# should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 23 x
+# ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s, bench-64 ~60 s (voxscale 2 x 5 s; PyTorch import 5 s,
+# eager 2 x 2 s, torch.compile 2 x 20-40 s), bench-128 ~60 s, profile ~10 s: some 5 minutes. bench-* give PyTorch
+# what is left of their limit and keep the runs that finished; iterations: 10 after 3 warm-up (ae3d-64), 5 after 2
+# (ae3d-128, and ae3d-64 under --quick).
+STEP_NAMES=()
+declare -A STEP_LIMIT STEP_QUICK STEP_FN STEP_WHAT
+register() {
+    STEP_NAMES+=("$1")
+    STEP_LIMIT[$1]=$2 STEP_QUICK[$1]=$3 STEP_FN[$1]=$4 STEP_WHAT[$1]=$5
+}
+register libs         5  5 step_libs        "every binary's libraries resolve through the carried library path (ldd)"
+register detect      15 15 step_detect      "voxscale detect --device cuda chooses the GPU"
+register unit        25  0 step_unit        "cuDNN descriptors against this cuDNN; live CUPTI records"
+register ops         60 35 step_ops         "test_ops_cuda against the CPU ops, one test per process"
+register integration 70 40 step_integration "tests/integration/test_cuda.py against the CPU backend"
+register memcheck    60  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
+register racecheck   35  0 step_racecheck   "compute-sanitizer racecheck: the kernels that reduce in shared memory"
+register bench-64    80 35 step_bench_64    "bench step ae3d-64, TF32 on and off, vs PyTorch eager and torch.compile"
+register bench-128   70  0 step_bench_128   "bench step ae3d-128, TF32 on and off, vs PyTorch eager and torch.compile"
+register profile     25 20 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
+# Every step runs with VX_REQUIRE_GPU=1 where a test could skip: on a GPU machine a skip is a failure.
+
+usage() {
+    sed -n '2,/^set -uo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'
+    exit "${1:-0}"
+}
+die() { echo "gpu.sh: $*" >&2; exit 2; }
+
+# ---- internal: one step, in a process of its own (the runner below starts it under `timeout`) ---------------
+if [ "${1:-}" = "--step" ]; then
+    . ci/gpu/libpath.sh
+    . ci/gpu/steps.sh
+    "${STEP_FN[$2]}"
+    exit $?
+fi
+
+QUICK=0 DRY=0 ONLY="" RESULTS=""
+while [ $# -gt 0 ]; do
+    case $1 in
+    --prepare) [ $# -eq 1 ] || die "--prepare takes no other option"; exec bash ci/gpu/prepare.sh ;;
+    --quick) QUICK=1 ;;
+    --dry-run) DRY=1 ;;
+    --only) [ $# -ge 2 ] || die "--only needs a comma-separated list of steps (--list names them)"; ONLY=$2; shift ;;
+    --results) [ $# -ge 2 ] || die "--results needs a directory"; RESULTS=$2; shift ;;
+    --list)
+        for n in "${STEP_NAMES[@]}"; do
+            printf '%-12s %4s s  %-9s %s\n' "$n" "${STEP_LIMIT[$n]}" \
+                "$([ "${STEP_QUICK[$n]}" = 0 ] && echo "" || echo "quick ${STEP_QUICK[$n]} s")" "${STEP_WHAT[$n]}"
+        done
+        exit 0 ;;
+    -h | --help) usage 0 ;;
+    *) die "unknown option '$1'; see ci/gpu.sh --help" ;;
+    esac
+    shift
+done
+MODE=$([ $QUICK = 1 ] && echo quick || echo full)$([ $DRY = 1 ] && echo " dry-run")
+if [ -n "$ONLY" ]; then
+    for n in ${ONLY//,/ }; do [ -n "${STEP_FN[$n]:-}" ] || die "--only: no step '$n'; ci/gpu.sh --list names them"; done
+fi
+
+export VX_PYTHON=${VX_PYTHON:-python3}
+export NVIDIA_PYTHON=${NVIDIA_PYTHON:-$VX_PYTHON}
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+. ci/gpu/libpath.sh
+DIR=${VX_GPU_DIR:-build/gpu}
+WORK=${VX_GPU_WORK:-build/gpu-run}
+rm -rf "$WORK"
+mkdir -p "$WORK/logs" "$WORK/steps" "$WORK/figures"
+WORK=$(cd "$WORK" && pwd)
+: >"$WORK/steps.tsv"
+T_START=$EPOCHREALTIME
+
+# ---- the carried build and its library path ------------------------------------------------------------------
+VX_ORIG_LD_SET=0
+[ -n "${LD_LIBRARY_PATH+set}" ] && VX_ORIG_LD_SET=1
+export VX_ORIG_LD_SET
+export VX_ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+if [ $DRY = 0 ]; then
+    [ -f "$DIR/voxscale-gpu.tar.gz" ] ||
+        die "no $DIR/voxscale-gpu.tar.gz: run 'bash ci/gpu.sh --prepare' on a machine with nvcc and bring $DIR here (the device tool: carry=[\"$DIR\"])"
+    tar -C "$WORK" -xzf "$DIR/voxscale-gpu.tar.gz" || die "cannot unpack $DIR/voxscale-gpu.tar.gz"
+    export VX_STAGE=$WORK/stage VX_BIN=$WORK/stage/voxscale VX_TESTS=$WORK/stage/tests
+    libpath=$(vx_lib_path "$VX_STAGE")
+    # zlib and libgomp are carried as a fallback only: used when this machine lacks them
+    if LD_LIBRARY_PATH=$libpath ldd "$VX_BIN" "$VX_TESTS"/* 2>/dev/null | grep -q 'not found'; then
+        libpath=$libpath:$VX_STAGE/lib-common
+    fi
+    export LD_LIBRARY_PATH=$libpath
+    echo "gpu.sh: LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    # the commit the build was made from, for bench step's results (the tree here may have no .git)
+    VX_COMMIT=$(/usr/bin/env python3 -c 'import json, sys
+p = json.load(open(sys.argv[1]))
+print(p["commit"][:7] + ("-dirty" if p.get("dirty") else ""))' "$VX_STAGE/prepare.json" 2>/dev/null)
+    export VX_COMMIT
+fi
+
+# ---- the machine -------------------------------------------------------------------------------------------------
+echo "== environment"
+timeout -k 2 25 /usr/bin/env python3 ci/gpu/env.py "$WORK/env.json" "${VX_STAGE:-/nonexistent}/prepare.json" ||
+    echo "gpu.sh: the environment probe failed or ran past 25 s; what it had is in env.json"
+
+# ---- the runner --------------------------------------------------------------------------------------------------
+export VX_QUICK=$QUICK
+DRY_LIMIT=${VX_GPU_DRY_LIMIT:-5}
+any_failed=0
+printf '== %s run: %s\n' "$MODE" "$(for n in "${STEP_NAMES[@]}"; do printf '%s ' "$n"; done)"
+for name in "${STEP_NAMES[@]}"; do
+    limit=${STEP_LIMIT[$name]}
+    [ "$QUICK" = 1 ] && limit=${STEP_QUICK[$name]}
+    why_not=""
+    [ "$limit" = 0 ] && why_not="not in --quick"
+    [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]] && why_not="not in --only"
+    if [ -n "$why_not" ]; then
+        printf '%s\tnot run\t0\t%s\t\t%s\t%s\n' "$name" "${STEP_LIMIT[$name]}" "${STEP_WHAT[$name]}" "$why_not" >>"$WORK/steps.tsv"
+        continue
+    fi
+    log=$WORK/logs/$name.log
+    export VX_STEP_DIR=$WORK/steps/$name VX_STEP_FIGURE=$WORK/figures/$name
+    mkdir -p "$VX_STEP_DIR"
+    : >"$VX_STEP_FIGURE"
+    t0=$EPOCHREALTIME
+    if [ $DRY = 1 ]; then
+        action=pass
+        [ "${VX_GPU_DRY_FAIL:-}" = "$name" ] && action=fail
+        [ "${VX_GPU_DRY_HANG:-}" = "$name" ] && action=hang
+        run_limit=$((limit < DRY_LIMIT ? limit : DRY_LIMIT))
+        timeout -k 1 "$run_limit" bash -c '
+            echo "dry run: a stand-in for $1 (step $2)"
+            echo "stand-in for $1" >>"$VX_STEP_FIGURE"
+            case $3 in fail) echo "planted failure"; exit 1 ;; hang) sleep 600 ;; esac' \
+            _ "${STEP_FN[$name]}" "$name" "$action" >"$log" 2>&1
+    else
+        VX_STEP_DEADLINE=$((EPOCHSECONDS + limit)) timeout -k 3 "$limit" bash "$SELF" --step "$name" >"$log" 2>&1
+    fi
+    rc=$?
+    secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.1f", b - a}')
+    case $rc in 0) result=pass ;; 124 | 137) result=timeout ;; *) result=fail ;; esac
+    [ $rc = 0 ] || any_failed=1
+    # the figure: the step's own lines joined; for a failed step without one, the last line of its log
+    fig=$(tr '\t' ' ' <"$VX_STEP_FIGURE" | awk 'NF {printf "%s%s", (n++ ? "; " : ""), $0}')
+    [ -z "$fig" ] && [ $rc != 0 ] && fig=$(awk 'NF {l = $0} END {print l}' "$log" | tr '\t' ' ' | cut -c1-300)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$result" "$secs" "${STEP_LIMIT[$name]}" "$rc" "${STEP_WHAT[$name]}" \
+        "$fig" >>"$WORK/steps.tsv"
+    printf '[%-7s] %-12s %6s s  %s\n' "$result" "$name" "$secs" "$fig"
+done
+
+# ---- the reports -------------------------------------------------------------------------------------------------
+if [ -n "$RESULTS" ]; then outdir=$RESULTS
+elif [ -n "${OUT:-}" ]; then outdir=$OUT
+elif [ $DRY = 1 ]; then outdir=$WORK/results
+else
+    slug=$(/usr/bin/env python3 -c 'import json, re, sys
+g = json.load(open(sys.argv[1])).get("gpu", "")
+print(re.sub(r"[^a-z0-9]+", "-", g.lower()).strip("-") if g and not g.startswith("unavailable") else "unknown-gpu")' \
+        "$WORK/env.json" 2>/dev/null || echo unknown-gpu)
+    outdir=results/$slug
+fi
+mkdir -p "$outdir"
+/usr/bin/env python3 ci/gpu/report.py "$WORK" "$outdir" "$MODE" "$DRY" || { echo "gpu.sh: writing the reports failed"; any_failed=1; }
+# the logs and the steps' own files (traces, bench results), without checkpoints; the device tool brings back files
+# of at most 16 MiB, so the traces go first when the archive would be larger
+tar -C "$WORK" -czf "$outdir/logs.tar.gz" --exclude='*.ckpt' --exclude=stage logs steps env.json steps.tsv 2>/dev/null
+if [ "$(du -b "$outdir/logs.tar.gz" | cut -f1)" -gt $((15 << 20)) ]; then
+    tar -C "$WORK" -czf "$outdir/logs.tar.gz" --exclude='*.ckpt' --exclude=stage --exclude='*.trace.json.gz' \
+        logs steps env.json steps.tsv 2>/dev/null
+    echo "gpu.sh: the traces were left out of logs.tar.gz to keep it under 15 MiB"
+fi
+for f in "$WORK"/steps/*/side_by_side_*.md; do [ -f "$f" ] && cp "$f" "$outdir/"; done
+total=$(awk -v a="$T_START" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.0f", b - a}')
+echo "== $(head -1 "$outdir/summary.md" 2>/dev/null | sed 's/^# //'); ${total} s in all; reports in $outdir"
+exit $any_failed

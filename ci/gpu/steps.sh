@@ -1,0 +1,214 @@
+# shellcheck shell=bash
+# ci/gpu/steps.sh (sourced by ci/gpu.sh): the GPU checks, one function per step of ci/gpu.sh's table. Each runs in
+# a process of its own under the step's time limit, in the repository root, with:
+#   LD_LIBRARY_PATH   the carried build's library path (ci/gpu/libpath.sh); py_orig_timeout runs the machine's
+#                     python with the path it had before, as PyTorch must see it
+#   VX_STEP_DEADLINE  the epoch second at which the step's time limit stops it
+#   VX_BIN VX_TESTS   the carried voxscale and its GPU unit tests;  VX_PYTHON  the machine's python3 (PyTorch, pytest)
+#   VX_STEP_DIR       an empty directory of its own;  VX_QUICK  1 under --quick
+# It returns 0 for pass; `figure TEXT` adds to its key figure in the reports. Adding a check = one function here and
+# one `register` line in ci/gpu.sh.
+
+figure() { printf '%s\n' "$*" >>"$VX_STEP_FIGURE"; }
+
+# py_orig_timeout SECONDS ARGS...: the machine's python under a time limit, with its own library path
+py_orig_timeout() {
+    local s=$1
+    shift
+    # shellcheck disable=SC2086  # VX_PYTHON may hold arguments
+    if [ "$VX_ORIG_LD_SET" = 1 ]; then LD_LIBRARY_PATH=$VX_ORIG_LD_LIBRARY_PATH timeout -k 3 "$s" $VX_PYTHON "$@"
+    else env -u LD_LIBRARY_PATH timeout -k 3 "$s" $VX_PYTHON "$@"; fi
+}
+
+sanitizer() {
+    local s
+    for s in compute-sanitizer "$CUDA_HOME/bin/compute-sanitizer" "$CUDA_HOME/compute-sanitizer/compute-sanitizer"; do
+        command -v "$s" >/dev/null 2>&1 && { echo "$s"; return 0; }
+    done
+    echo "no compute-sanitizer on PATH or under $CUDA_HOME" >&2
+    return 1
+}
+
+# "N passed, M failed" from cmocka's "[  PASSED  ] N test(s)." and "[  FAILED  ] M test(s)" lines of a log
+cmocka_counts() {
+    local p f
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)
+    echo "${p:-0} passed${f:+, $f failed}"
+}
+
+step_libs() {
+    vx_ldd_check "$LD_LIBRARY_PATH" "$VX_BIN" "$VX_TESTS"/* | tee "$VX_STEP_DIR/ldd.txt"
+    local rc=${PIPESTATUS[0]}
+    figure "$(grep -c 'all found' "$VX_STEP_DIR/ldd.txt") of $(wc -l <"$VX_STEP_DIR/ldd.txt") binaries resolve every library$(sed -n 's/.*\(; cuDNN from .*\)/\1/p' "$VX_STEP_DIR/ldd.txt" | head -1)"
+    return "$rc"
+}
+
+step_detect() {
+    "$VX_BIN" detect --device cuda --config configs/ae3d-64.json >"$VX_STEP_DIR/detect.txt" 2>&1
+    local rc=$?
+    cat "$VX_STEP_DIR/detect.txt"
+    if [ $rc = 0 ] && grep -q '^device: cuda ' "$VX_STEP_DIR/detect.txt"; then
+        figure "$(sed -n 's/^gpu 0: //p' "$VX_STEP_DIR/detect.txt"); $(sed -n 's/^memory: .* = \(.* peak\)$/ae3d-64 plans \1/p' "$VX_STEP_DIR/detect.txt")"
+        return 0
+    fi
+    figure "$(grep -m1 '^voxscale: \|^device: ' "$VX_STEP_DIR/detect.txt")"
+    return 1
+}
+
+# the unit tests with GPU paths other than the op tests: cuDNN descriptors against this machine's cuDNN, live CUPTI
+step_unit() {
+    local t rc=0 parts=()
+    for t in test_cudnn_descriptors test_trace; do
+        echo "=== $t"
+        VX_REQUIRE_GPU=1 "$VX_TESTS/$t" >"$VX_STEP_DIR/$t.log" 2>&1 || rc=1
+        cat "$VX_STEP_DIR/$t.log"
+        grep -q 'SKIPPED\|^skipped' "$VX_STEP_DIR/$t.log" && { echo "a skip on a GPU machine is a failure"; rc=1; }
+        parts+=("$t $(cmocka_counts "$VX_STEP_DIR/$t.log")")
+    done
+    figure "${parts[0]}"
+    figure "${parts[1]}"
+    return $rc
+}
+
+# test_ops_cuda, one test per process: a fatal CUDA error in one cannot hide the others
+step_ops() {
+    local names n pass=0 failed=()
+    names=$("$VX_TESTS/test_ops_cuda" --list) || return 1
+    for n in $names; do
+        echo "=== $n"
+        # --foreground: the step's own limit can still stop it (no process group of its own)
+        if VX_REQUIRE_GPU=1 VX_CUDA_SYNC=1 VX_CONV_LOG=1 timeout --foreground -k 3 "${VX_OPS_TEST_LIMIT:-30}" \
+            "$VX_TESTS/test_ops_cuda" "$n" >"$VX_STEP_DIR/$n.log" 2>&1; then
+            pass=$((pass + 1))
+        else
+            failed+=("$n")
+        fi
+        cat "$VX_STEP_DIR/$n.log"
+    done
+    local shown="${failed[*]:0:5}"
+    [ ${#failed[@]} -gt 5 ] && shown+=" and $((${#failed[@]} - 5)) more"
+    figure "$pass/$(wc -w <<<"$names") tests passed${failed:+; failed: $shown}"
+    [ ${#failed[@]} -eq 0 ]
+}
+
+step_integration() {
+    local k=${VX_GPU_PYTEST_K:-}
+    [ "$VX_QUICK" = 1 ] && [ -z "$k" ] && k="one_step_matches_cpu or deterministic"
+    VX_REQUIRE_GPU=1 VOXSCALE=$VX_BIN $VX_PYTHON -m pytest -q -rs -p no:cacheprovider --junitxml="$VX_STEP_DIR/junit.xml" \
+        tests/integration/test_cuda.py ${k:+-k "$k"}
+    local rc=$?
+    figure "$($VX_PYTHON - "$VX_STEP_DIR/junit.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    r = ET.parse(sys.argv[1]).getroot()
+except Exception as e:
+    print("no junit report (%s)" % e); raise SystemExit
+s = r if r.tag == "testsuite" else r.find("testsuite")
+n, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
+print("%d of %d passed (%d failed, %d errors, %d skipped)" % (n - f - e - k, n, f, e, k))
+PY
+)${k:+ (-k \"$k\")}"
+    return $rc
+}
+
+# the "ERROR SUMMARY: N errors" / "RACECHECK SUMMARY: N hazards" line of a compute-sanitizer log
+sanitizer_summary() { grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -1 | sed 's/^========= //'; }
+
+step_memcheck() {
+    local cs rc=0
+    cs=$(sanitizer) || return 1
+    echo "=== memcheck: the op tests"
+    VX_REQUIRE_GPU=1 "$cs" --tool memcheck --leak-check full --error-exitcode 90 "$VX_TESTS/test_ops_cuda" \
+        >"$VX_STEP_DIR/ops.log" 2>&1 || rc=1
+    cat "$VX_STEP_DIR/ops.log"
+    echo "=== memcheck: three training steps"
+    "$cs" --tool memcheck --leak-check full --error-exitcode 90 "$VX_BIN" train --config configs/test/small.json \
+        --steps 3 --device cuda --out "$VX_STEP_DIR/run" --set train.val_samples=0 --set output.tensorboard=0 \
+        --set train.log_every=1 >"$VX_STEP_DIR/train.log" 2>&1 || rc=1
+    cat "$VX_STEP_DIR/train.log"
+    figure "op tests: $(sanitizer_summary "$VX_STEP_DIR/ops.log"); 3 training steps: $(sanitizer_summary "$VX_STEP_DIR/train.log")"
+    return $rc
+}
+
+# racecheck on the tests of our kernels that reduce through shared memory: GroupNorm statistics and gradients,
+# the losses, sumsq, the KL term, the conv bias gradient (in every conv test; k3s1 is the smallest)
+step_racecheck() {
+    local cs rc=0
+    cs=$(sanitizer) || return 1
+    VX_REQUIRE_GPU=1 "$cs" --tool racecheck --error-exitcode 90 "$VX_TESTS/test_ops_cuda" \
+        'test_groupnorm_*' test_loss test_sumsq test_latent test_conv_k3s1 >"$VX_STEP_DIR/racecheck.log" 2>&1 || rc=1
+    cat "$VX_STEP_DIR/racecheck.log"
+    figure "$(sanitizer_summary "$VX_STEP_DIR/racecheck.log")"
+    return $rc
+}
+
+# bench_pair CONFIG ITERS WARMUP MODES: voxscale bench step with TF32 on and off, then the same model in PyTorch
+# (eager and/or torch.compile, both TF32 settings, the same batch) in one process given the step's remaining time
+# less 5 s, then the side-by-side table of whatever finished.
+bench_pair() {
+    local config=$1 iters=$2 warmup=$3 modes=$4 stem rc=0 t batch left tf32_note=""
+    stem=$(basename "$config" .json)
+    for t in 1 0; do
+        echo "=== voxscale bench step $stem, TF32 $t"
+        "$VX_BIN" bench step --config "$config" --device cuda --iters "$iters" --warmup "$warmup" \
+            --set train.tf32=$t --results "$VX_STEP_DIR/tf32-$t" 2>&1 | tee "$VX_STEP_DIR/voxscale-tf32-$t.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || { rc=1; figure "voxscale TF32 $t: $(tail -1 "$VX_STEP_DIR/voxscale-tf32-$t.log")"; }
+    done
+    grep -q 'known bug in 3-D convolutions' "$VX_STEP_DIR/voxscale-tf32-1.log" &&
+        tf32_note=" (this cuDNN's 3-D TF32 is broken: the TF32 runs used FMA math)"
+    batch=$(sed -n 's/.*"batch": \([0-9]*\).*/\1/p' "$VX_STEP_DIR"/tf32-1/*/step_"$stem".json 2>/dev/null | head -1)
+    left=$((VX_STEP_DEADLINE - EPOCHSECONDS - 5))
+    echo "=== PyTorch $stem ($modes), batch ${batch:-?}, TF32 1 and 0, within ${left} s"
+    if [ "$left" -gt 0 ]; then
+        # its own timeout, ending before the step's: the runs finished by then are kept (one JSON line each)
+        py_orig_timeout "$left" bench/reference/ae3d.py --config "$config" --bench --device cuda --iters "$iters" \
+            --warmup "$warmup" --batch-size "${batch:-0}" --modes "$modes" --tf32 1,0 >"$VX_STEP_DIR/pytorch_$stem.jsonl"
+        t=$?
+        [ $t = 0 ] || { rc=1; [ $t = 124 ] && echo "PyTorch stopped after ${left} s, before the step's time limit"; }
+        cat "$VX_STEP_DIR/pytorch_$stem.jsonl"
+    else
+        rc=1
+    fi
+    local line
+    if line=$($VX_PYTHON ci/gpu/bench_table.py "$VX_STEP_DIR/side_by_side_$stem.md" "$VX_STEP_DIR/pytorch_$stem.jsonl" \
+        "$VX_STEP_DIR"/tf32-*/*/step_"$stem".json); then
+        figure "$line$tf32_note"
+    else
+        figure "${line:-no side-by-side table}$tf32_note"
+        rc=1
+    fi
+    [ -f "$VX_STEP_DIR/side_by_side_$stem.md" ] && cat "$VX_STEP_DIR/side_by_side_$stem.md"
+    return $rc
+}
+
+step_bench_64() {
+    if [ "$VX_QUICK" = 1 ]; then bench_pair configs/ae3d-64.json 5 2 eager
+    else bench_pair configs/ae3d-64.json 10 3 eager,compile; fi
+}
+
+step_bench_128() { bench_pair configs/ae3d-128.json 5 2 eager,compile; }
+
+# A profiled ae3d-64 run: CUPTI's device time per step against the CUDA-event step time (bench/trace_busy.py).
+# ae3d-64 keeps the GPU busy for nearly all of the step's GPU window (step time less the host's data wait), so
+# 80% is the floor; the data wait itself is reported, not judged.
+step_profile() {
+    "$VX_BIN" train --config configs/ae3d-64.json --steps 6 --profile 4:6 --device cuda --out "$VX_STEP_DIR/run" \
+        --set train.log_every=1 --set train.val_samples=0 --set output.tensorboard=0 || return 1
+    $VX_PYTHON bench/trace_busy.py "$VX_STEP_DIR/run" --min 0.8 --max 1.05 --json "$VX_STEP_DIR/busy.json" |
+        tee "$VX_STEP_DIR/busy.txt"
+    local rc=${PIPESTATUS[0]}
+    figure "$($VX_PYTHON - "$VX_STEP_DIR/busy.json" <<'PY'
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("no busy figures (%s)" % e); raise SystemExit
+f = [r["fraction"] for r in rows]
+print("GPU busy %.0f-%.0f%% of the step's GPU window; data wait %.0f of %.0f ms per step; %d kernels per step"
+      % (100 * min(f), 100 * max(f), sum(r["data_wait_ms"] for r in rows) / len(rows),
+         sum(r["step_ms"] for r in rows) / len(rows), sum(r["kernels"] for r in rows) / len(rows)))
+PY
+)"
+    return "$rc"
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# tests/tools/gpu/dry_run.sh SCRATCH: ci/gpu.sh's bookkeeping without a GPU (--dry-run: every step's command is a
+# stand-in). Checks that:
+#   - a planted failing step (ops) shows as FAIL and a planted hanging one (memcheck) as TIMEOUT, stopped at its
+#     limit, in summary.md and summary.json, while every other step still runs and passes; exit code 1;
+#   - the reports and the log archive (one log per step) are written; exit code 0 when nothing is planted;
+#   - --quick runs the quick steps only and marks the others "not run"; --only likewise;
+#   - bad usage is one line and exit code 2.
+set -uo pipefail
+cd "$(dirname "$0")/../../.." || exit 2
+scratch=${1:?usage: dry_run.sh SCRATCH_DIR}
+rm -rf "$scratch"
+mkdir -p "$scratch"
+scratch=$(cd "$scratch" && pwd) # absolute: the paths the build records are compared below
+fail() { echo "FAIL: $*"; exit 1; }
+export VX_GPU_DRY_LIMIT=2
+steps=$(bash ci/gpu.sh --list | awk '{print $1}')
+n=$(wc -w <<<"$steps")
+
+# results NAME: "step=result ..." from NAME/summary.json
+results() {
+    /usr/bin/python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(d["verdict"], " ".join("%s=%s" % (s["step"], s["result"].replace(" ", "-")) for s in d["steps"]))' "$scratch/$1/summary.json"
+}
+
+t0=$EPOCHSECONDS
+VX_GPU_DRY_FAIL=ops VX_GPU_DRY_HANG=memcheck VX_GPU_WORK=$scratch/w1 bash ci/gpu.sh --dry-run --results "$scratch/planted" \
+    >"$scratch/planted.log" 2>&1
+rc=$?
+took=$((EPOCHSECONDS - t0))
+[ $rc = 1 ] || { cat "$scratch/planted.log"; fail "exit code $rc with a failing step, not 1"; }
+[ $took -lt 30 ] || fail "the hanging stand-in was not stopped at its limit ($took s)"
+got=$(results planted)
+want="FAIL $(for s in $steps; do case $s in ops) r=fail ;; memcheck) r=timeout ;; *) r=pass ;; esac; printf '%s=%s ' "$s" "$r"; done)"
+[ "$got" = "${want% }" ] || fail "summary.json says '$got', expected '${want% }'"
+grep -q '^| ops | \*\*FAIL\*\* |' "$scratch/planted/summary.md" || fail "summary.md does not show ops as FAIL"
+grep -q '^| memcheck | \*\*TIMEOUT\*\* |' "$scratch/planted/summary.md" || fail "summary.md does not show memcheck as TIMEOUT"
+grep -q '^planted failure$' "$scratch/planted/summary.md" || fail "summary.md lacks the failed step's log tail"
+[ "$(grep -c '^| [a-z0-9-]* | pass |' "$scratch/planted/summary.md")" = $((n - 2)) ] || fail "not every other step passed"
+logs=$(tar -tzf "$scratch/planted/logs.tar.gz" | grep -c '^logs/.*\.log$')
+[ "$logs" = "$n" ] || fail "logs.tar.gz holds $logs step logs, not $n"
+echo "planted: $got (exit 1, $took s)"
+
+VX_GPU_WORK=$scratch/w2 bash ci/gpu.sh --dry-run --results "$scratch/clean" >"$scratch/clean.log" 2>&1 ||
+    { cat "$scratch/clean.log"; fail "a dry run with nothing planted failed"; }
+got=$(results clean)
+[[ $got == PASS* ]] && [[ $got != *=fail* ]] && [[ $got != *=timeout* ]] || fail "clean dry run: $got"
+echo "clean: exit 0, $got"
+
+VX_GPU_WORK=$scratch/w3 bash ci/gpu.sh --dry-run --quick --results "$scratch/quick" >/dev/null 2>&1 || fail "--quick dry run failed"
+got=$(results quick)
+for s in unit memcheck racecheck bench-128; do [[ $got == *" $s=not-run"* ]] || fail "--quick ran $s: $got"; done
+for s in libs ops bench-64 profile; do [[ $got == *" $s=pass"* || $got == *"PASS $s=pass"* ]] || fail "--quick did not run $s: $got"; done
+echo "quick: $got"
+
+VX_GPU_WORK=$scratch/w4 bash ci/gpu.sh --dry-run --only libs,profile --results "$scratch/only" >/dev/null 2>&1 || fail "--only dry run failed"
+[ "$(results only | grep -o '=pass' | wc -l)" = 2 ] || fail "--only libs,profile: $(results only)"
+
+for bad in "--only nosuchstep" "--frobnicate" "--results"; do
+    # shellcheck disable=SC2086
+    out=$(bash ci/gpu.sh $bad 2>&1)
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] || fail "ci/gpu.sh $bad: exit $rc, '$out'"
+done
+echo "ok: ci/gpu.sh --dry-run marks a failing step FAIL and a hanging one TIMEOUT while the other steps run"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# tests/tools/gpu/prepare_pip.sh SCRATCH: `ci/gpu.sh --prepare` against a machine laid out like the lent GPU
+# device, whose cuDNN, CUPTI, cuBLAS and NCCL come from Python's nvidia-* wheels: this machine's CUDA files arranged
+# by tests/tools/pip_layout.py (versioned sonames only, headers outside CUDA_HOME, found through a python's
+# `import nvidia`), with CUDA_HOME a toolkit without them. Then, on the archive it made (not on the build tree):
+#   - every binary resolves every library through the library path ci/gpu.sh sets there, cuDNN from the wheel
+#     layout and the gathered libraries (libcjson, OpenBLAS, ...) from the archive, not from this machine;
+#   - the RUNPATH names the directories the libraries were found in, not /usr/local/cuda;
+#   - test_cudnn_descriptors from the archive runs against the wheel layout's cuDNN and passes;
+#   - with libcjson taken out of the archive's lib/, the check fails and names it (the check can fail).
+# Prints what it checked; exit 0 when all hold.
+set -uo pipefail
+cd "$(dirname "$0")/../../.." || exit 2
+scratch=${1:?usage: prepare_pip.sh SCRATCH_DIR}
+# everything but the objects, which a rerun at the same path reuses (their dependencies are the same files)
+mkdir -p "$scratch"
+scratch=$(cd "$scratch" && pwd) # absolute: the paths the build records are compared below
+find "$scratch" -mindepth 1 -maxdepth 1 ! -name obj -exec rm -rf {} +
+python3 tests/tools/pip_layout.py "$scratch/layout" || exit 1
+site=$scratch/layout/site-packages
+export CUDA_HOME=$scratch/layout/toolkit
+export NVIDIA_PYTHON="env PYTHONPATH=$site /usr/bin/python3"
+fail() { echo "FAIL: $*"; exit 1; }
+
+VX_GPU_OBJ=$scratch/obj VX_GPU_DIR=$scratch/carry bash ci/gpu.sh --prepare >"$scratch/prepare.log" 2>&1 ||
+    { tail -30 "$scratch/prepare.log"; fail "ci/gpu.sh --prepare against the wheel layout"; }
+grep -E '^(cudnn|cupti|cublas):|^ldd |^prepared in' "$scratch/prepare.log"
+grep -q "^cudnn: $site/nvidia/cudnn/lib (-l:libcudnn.so.9)" "$scratch/prepare.log" ||
+    fail "cuDNN was not found in the wheel layout, or not linked by its versioned name"
+
+mkdir -p "$scratch/unpacked"
+tar -C "$scratch/unpacked" -xzf "$scratch/carry/voxscale-gpu.tar.gz" || fail "cannot unpack the archive"
+stage=$scratch/unpacked/stage
+. ci/gpu/libpath.sh
+path=$(vx_lib_path "$stage")
+vx_ldd_check "$path" "$stage/voxscale" "$stage"/tests/* || fail "the archive's binaries do not resolve every library"
+LD_LIBRARY_PATH=$path ldd "$stage/voxscale" >"$scratch/ldd.txt"
+grep -q "libcudnn.so.9 => $site/nvidia/cudnn/lib/libcudnn.so.9" "$scratch/ldd.txt" || fail "cuDNN not from the wheel layout"
+grep -q "libcupti.so.13 => $site/nvidia/cu13/lib/libcupti.so.13" "$scratch/ldd.txt" || fail "CUPTI not from the wheel layout"
+grep -q "libcjson.so.1 => $stage/lib/libcjson.so.1" "$scratch/ldd.txt" || fail "libcjson not from the archive"
+grep -q "libopenblas.so.0 => $stage/lib/libopenblas.so.0" "$scratch/ldd.txt" || fail "OpenBLAS not from the archive"
+runpath=$(readelf -d "$stage/voxscale" | sed -n 's/.*RUNPATH.*\[\(.*\)\]/\1/p')
+[ "$runpath" = "$CUDA_HOME/lib64:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib" ] ||
+    fail "RUNPATH is '$runpath', not the toolkit's lib64 and the wheel dirs cuDNN, CUPTI and cuBLAS were found in"
+echo "RUNPATH: $runpath"
+
+LD_LIBRARY_PATH=$path "$stage/tests/test_cudnn_descriptors" >"$scratch/descriptors.log" 2>&1 ||
+    { tail -20 "$scratch/descriptors.log"; fail "test_cudnn_descriptors from the archive, on the wheel layout's cuDNN"; }
+echo "test_cudnn_descriptors from the archive: $(grep -h 'PASSED' "$scratch/descriptors.log")"
+
+rm "$stage/lib/libcjson.so.1"
+if out=$(vx_ldd_check "$path" "$stage/voxscale"); then fail "the check passed without libcjson in the archive"; fi
+grep -q 'libcjson.so.1 from .*, outside the library path' <<<"$out" || fail "the check did not name libcjson: $out"
+echo "without libcjson in the archive: $out"
+echo "ok: ci/gpu.sh --prepare on a wheel-layout CUDA makes a build whose every library resolves through the carried path"
