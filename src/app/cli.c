@@ -11,7 +11,7 @@
 /* Flags shared by train, detect, bench and probe: each maps onto a config key. */
 enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OPT_THREADS, OPT_OUT, OPT_RESUME,
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
-       OPT_DETERMINISTIC };
+       OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -20,7 +20,8 @@ static const struct option COMMON_OPTS[] = {
     {"resume", required_argument, 0, OPT_RESUME}, {"set", required_argument, 0, OPT_SET},
     {"help-config", no_argument, 0, OPT_HELP_CONFIG}, {"warmup", required_argument, 0, OPT_WARMUP},
     {"results", required_argument, 0, OPT_RESULTS}, {"iters", required_argument, 0, OPT_ITERS}, {"help", no_argument, 0, OPT_HELP},
-    {"profile", required_argument, 0, OPT_PROFILE}, {"deterministic", no_argument, 0, OPT_DETERMINISTIC}, {0, 0, 0, 0}};
+    {"profile", required_argument, 0, OPT_PROFILE}, {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
+    {"gpus", required_argument, 0, OPT_GPUS}, {"lr-scaling", required_argument, 0, OPT_LR_SCALING}, {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
 static int cli_count(const char *s, const char *flag) {
@@ -66,6 +67,8 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
         case OPT_OUT: key = "output.dir"; break;
         case OPT_PROFILE: key = "output.profile"; break;
         case OPT_DETERMINISTIC: key = "train.deterministic"; optarg = "1"; break;
+        case OPT_GPUS: key = "dist.gpus"; break;
+        case OPT_LR_SCALING: key = "train.lr_scaling"; break;
         case OPT_SET: {
             static char buf[64][128];
             const char *eq = strchr(optarg, '=');

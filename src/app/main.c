@@ -13,6 +13,7 @@
 #include "model/hw.h"
 #include "train/runtime.h"
 #include "train/train.h"
+#include "dist/launch.h"
 
 static void usage_main(FILE *out) {
     fprintf(out,
@@ -37,8 +38,40 @@ static const char *TRAIN_HELP =
     "  --resume CKPT       continue exactly from a checkpoint written by train\n"
     "  --profile A:B       write a profiler trace of optimizer steps A..B to <run>/traces/ (output.profile)\n"
     "  --deterministic     deterministic GPU algorithms only (train.deterministic=1)\n"
+    "  --gpus N|all        one rank per GPU of this machine, started by train itself (dist.gpus); with\n"
+    "                      --device cpu, N CPU ranks. Under mpirun, srun or torchrun the ranks come from them\n"
+    "  --lr-scaling S      none | linear | sqrt: lr x f(ranks) when the batch is per rank (train.lr_scaling)\n"
     "  --set KEY=VALUE     set any config key, e.g. --set train.ckpt_every=100 (repeatable)\n"
     "  --help-config       list every config key with its default\n";
+
+static int main_argc;
+static char **main_argv; /* the whole command line: `train --gpus N` starts its ranks with it */
+
+/* How many ranks `train --gpus` starts here and on what: 0 when the ranks come from a launcher or there is one
+ * process. Says why when --gpus all finds no GPU (one CPU process then). */
+static int spawn_count(const Config *cfg, const DistEnv *env, int *on_gpu) {
+    *on_gpu = 0;
+    if (!cfg->gpus[0] || env->world > 1 || strcmp(env->launcher, "single") != 0) return 0;
+    HwInfo hw;
+    hw_detect(&hw);
+    const int cpu = strcmp(cfg->device, "cpu") == 0, all = strcmp(cfg->gpus, "all") == 0;
+    if (cpu) {
+        if (all) vx_usage_error("--gpus all --device cpu: say how many CPU ranks to start, e.g. --gpus 2");
+        return atoi(cfg->gpus);
+    }
+    const int n = all ? hw.n_gpus : atoi(cfg->gpus);
+    if (hw.n_gpus == 0) {
+        if (all && strcmp(cfg->device, "auto") == 0) {
+            vx_log("launch: --gpus all found no GPU (%s); training in one process on the CPU\n", hw.gpu_reason);
+            return 0;
+        }
+        vx_usage_error("--gpus %s: no usable GPU (%s); use --device cpu to start CPU ranks", cfg->gpus, hw.gpu_reason);
+    }
+    if (n > hw.n_gpus)
+        vx_usage_error("--gpus %d: only %d GPU(s) are visible (CUDA_VISIBLE_DEVICES, nvidia-smi -L)", n, hw.n_gpus);
+    *on_gpu = 1;
+    return n;
+}
 
 /* "configs/ae3d-64.json" -> "ae3d-64", for the run directory name. */
 static void config_stem(const char *path, char *out, size_t len) {
@@ -51,29 +84,55 @@ static void config_stem(const char *path, char *out, size_t len) {
 
 static int cmd_train(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, TRAIN_HELP, ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,");
+    cli_parse(argc, argv, &a, TRAIN_HELP,
+              ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,gpus,"
+              "lr-scaling,");
+    DistEnv env;
+    dist_detect(&env);
+    int on_gpu;
+    const int n = spawn_count(&a.cfg, &env, &on_gpu);
+    if (n > 1) {
+        vx_log("launch: %d ranks started by train --gpus %s, one process per %s\n", n, a.cfg.gpus,
+               on_gpu ? "GPU (NCCL)" : "CPU rank (tcp)");
+        return dist_spawn(n, on_gpu, main_argc, main_argv);
+    }
     char stem[128];
     config_stem(a.config_path, stem, sizeof stem);
     return train_run(&a.cfg, stem, a.resume);
 }
 
 static int cmd_detect(int argc, char **argv) {
-    static const char *help = "usage: voxscale detect [--config FILE] [--device D] [--batch-size N]\n"
-                              "  shows CPUs, RAM, GPUs and what `train` would choose for the config\n";
+    static const char *help = "usage: voxscale detect [--config FILE] [--device D] [--batch-size N] [--gpus N|all]\n"
+                              "  shows CPUs, RAM, GPUs and what `train` would choose for the config: device, ranks,\n"
+                              "  per-rank and global batch\n";
     CliArgs a;
-    cli_parse(argc, argv, &a, help, ",config,device,batch-size,threads,set,");
+    cli_parse(argc, argv, &a, help, ",config,device,batch-size,threads,set,gpus,lr-scaling,");
     HwInfo hw;
     hw_detect(&hw);
     hw_print(&hw);
     printf("train would use (config %s):\n", a.config_path);
+    DistEnv env;
+    dist_detect(&env);
+    int on_gpu;
+    const int spawned = spawn_count(&a.cfg, &env, &on_gpu);
+    const int world = spawned > 1 ? spawned : env.world;
+    const double lr_scale = train_plan_ranks(&a.cfg, world);
     Runtime rt;
-    runtime_open(&rt, &a.cfg, 1);
-    printf("batch size: %d per micro-batch\n", a.cfg.batch_size);
+    runtime_open_rank(&rt, &a.cfg, 1, env.local_rank, world > 1 ? world : 1);
+    char who[160];
+    if (spawned > 1) snprintf(who, sizeof who, "%d ranks started by train --gpus %.16s, one per %s", spawned, a.cfg.gpus,
+                              on_gpu ? "GPU" : "CPU rank");
+    else dist_describe(&env, who, sizeof who);
+    printf("launch: %s\n", who);
+    printf("batch size: %d per micro-batch per rank x %d rank(s) x %d accumulation = %ld samples per step; lr x %.3g\n",
+           a.cfg.batch_size, world, a.cfg.grad_accum, (long)a.cfg.batch_size * world * a.cfg.grad_accum, lr_scale);
     runtime_close(&rt);
     return 0;
 }
 
 int main(int argc, char **argv) {
+    main_argc = argc;
+    main_argv = argv;
     if (argc < 2) {
         usage_main(stderr);
         return VX_EXIT_USAGE;

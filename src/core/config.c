@@ -42,6 +42,9 @@ static const KeySpec SCHEMA[] = {
     {"model", "norm_eps", T_FLOAT, OFF(norm_eps), 1e-12, 1, NULL, "1e-6", "GroupNorm epsilon"},
     {"train", "steps", T_INT, OFF(steps), 0, 1e9, NULL, "200", "optimizer steps in total"},
     {"train", "batch_size", T_INT, OFF(batch_size), 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
+    {"train", "global_batch", T_INT, OFF(global_batch), 0, 1 << 22, NULL, "0",
+     "samples per optimizer step over all ranks; sets the per-rank batch (it must divide by ranks x grad_accum), so "
+     "results do not depend on the number of GPUs; 0 = batch_size per rank"},
     {"train", "grad_accum", T_INT, OFF(grad_accum), 1, 1024, NULL, "1", "micro-batches per optimizer step"},
     {"train", "lr", T_FLOAT, OFF(lr), 0, 10, NULL, "1e-3", "peak learning rate"},
     {"train", "min_lr", T_FLOAT, OFF(min_lr), 0, 10, NULL, "1e-5", "learning rate at the end of the cosine"},
@@ -51,6 +54,9 @@ static const KeySpec SCHEMA[] = {
     {"train", "beta2", T_FLOAT, OFF(beta2), 0, 0.9999999, NULL, "0.999", "AdamW beta2"},
     {"train", "adam_eps", T_FLOAT, OFF(adam_eps), 1e-20, 1, NULL, "1e-8", "AdamW epsilon"},
     {"train", "grad_clip", T_DOUBLE, OFF(grad_clip), 0, 1e9, NULL, "1.0", "clip the global gradient norm to this; 0 = off"},
+    {"train", "lr_scaling", T_STRING, OFF(lr_scaling), 0, 0, "none|linear|sqrt", "\"sqrt\"",
+     "scale lr and min_lr with the number of ranks when the batch is per rank (not with global_batch): x ranks, "
+     "x sqrt(ranks), or not"},
     {"train", "seed", T_INT64, OFF(seed), 0, 9007199254740991.0, NULL, "1234", "seed of weights, data and noise"},
     {"train", "log_every", T_INT, OFF(log_every), 1, 1e9, NULL, "10", "steps between progress lines"},
     {"train", "val_every", T_INT, OFF(val_every), 0, 1e9, NULL, "50", "steps between validations; 0 = only at the end"},
@@ -75,6 +81,14 @@ static const KeySpec SCHEMA[] = {
     {"output", "flush_secs", T_DOUBLE, OFF(flush_secs), 0.1, 3600, NULL, "5", "longest time TensorBoard records stay buffered"},
     {"output", "profile", T_STRING, OFF(profile), 0, 0, NULL, "\"\"",
      "START:END records a profiler trace of optimizer steps START..END (1-based, inclusive); empty = off"},
+    {"dist", "gpus", T_STRING, OFF(gpus), 0, 0, NULL, "\"\"",
+     "N or all: start one rank per GPU of this machine (N CPU ranks with --device cpu); empty = one process"},
+    {"dist", "timeout_s", T_DOUBLE, OFF(dist_timeout_s), 0.1, 1e6, NULL, "600",
+     "a collective not finished within this ends every rank with exit 3 (PyTorch's default is 600 s)"},
+    {"dist", "bucket_mb", T_DOUBLE, OFF(bucket_mb), 0.001, 4096, NULL, "25",
+     "size of the gradient buckets all-reduced while backward runs (DDP's bucket_cap_mb)"},
+    {"dist", "first_bucket_mb", T_DOUBLE, OFF(first_bucket_mb), 0.001, 4096, NULL, "1",
+     "size of the first bucket, smaller so that communication starts early"},
     {"output", "sample_log", T_INT, OFF(sample_log), 0, 1, NULL, "0",
      "1 = write samples.tsv in the run directory: step, micro-batch, first global sample and count of every batch read"},
 };
@@ -242,7 +256,7 @@ void config_parse_text(Config *cfg, const char *text, size_t len, const char *or
         refuse_duplicate(root->child, sec, origin, NULL);
         if (strcmp(sec->string, "description") == 0 && cJSON_IsString(sec)) continue;
         if (!section_exists(sec->string))
-            vx_usage_error("%s: unknown section \"%s\" (sections: model, train, data, output, description)", origin,
+            vx_usage_error("%s: unknown section \"%s\" (sections: model, train, data, output, dist, description)", origin,
                            sec->string);
         if (!cJSON_IsObject(sec)) vx_usage_error("%s: section \"%s\" must be an object", origin, sec->string);
         for (const cJSON *kv = sec->child; kv; kv = kv->next) {
@@ -307,6 +321,12 @@ void config_validate(const Config *cfg, const char *origin) {
                        cfg->profile);
     if (cfg->logvar_min >= cfg->logvar_max)
         vx_usage_error("%s: model.logvar_min must be below model.logvar_max", origin);
+    if (cfg->gpus[0] && strcmp(cfg->gpus, "all") != 0) {
+        char *end;
+        long n = strtol(cfg->gpus, &end, 10);
+        if (*end || n < 1 || n > 1024)
+            vx_usage_error("%s: dist.gpus = \"%s\" must be a number of GPUs 1..1024 or \"all\"", origin, cfg->gpus);
+    }
     if (cfg->lr * cfg->weight_decay >= 1)
         vx_usage_error("%s: train.lr * train.weight_decay = %g must be below 1 (decoupled weight decay multiplies the "
                        "weights by 1 - lr * weight_decay every step); lower one of them", origin,
@@ -366,7 +386,7 @@ uint64_t config_model_fingerprint(const Config *cfg) {
 }
 
 void config_print_help(FILE *out) {
-    fprintf(out, "Config keys (JSON sections model, train, data, output):\n");
+    fprintf(out, "Config keys (JSON sections model, train, data, output, dist):\n");
     for (int i = 0; i < NKEYS; i++) {
         char name[64];
         snprintf(name, sizeof name, "%s.%s", SCHEMA[i].section, SCHEMA[i].key);

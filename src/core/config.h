@@ -25,11 +25,13 @@ typedef struct {
     /* train */
     int steps;
     int batch_size; /* per rank, per micro-batch; 0 = the largest that fits (automatic) */
+    int global_batch; /* samples per optimizer step over all ranks and micro-batches; 0 = batch_size x ranks x accum */
     int grad_accum;
     double lr, min_lr;
     int warmup_steps;
     double weight_decay, beta1, beta2, adam_eps;
     double grad_clip; /* 0 = off */
+    char lr_scaling[CONFIG_STR]; /* "none" | "linear" | "sqrt": lr x f(ranks) when the batch is given per rank */
     int64_t seed;
     int log_every, val_every, val_samples, ckpt_every;
     char device[CONFIG_STR]; /* "auto" | "cpu" | "cuda" */
@@ -47,6 +49,10 @@ typedef struct {
     double flush_secs;
     char profile[CONFIG_STR]; /* "START:END" or "" */
     int sample_log;           /* write samples.tsv: the global samples each micro-batch read */
+    /* dist */
+    char gpus[CONFIG_STR]; /* "" = one process; "N" or "all" = train --gpus: one rank per GPU of this machine */
+    double dist_timeout_s;  /* the watchdog's deadline for one collective */
+    double bucket_mb, first_bucket_mb; /* gradient buckets all-reduced during backward */
 } Config;
 
 /* Loads and validates `path` (defaults first, then the file). Exits 2 on any bad input. */

@@ -10,6 +10,9 @@
 int vx_log_rank = 0;
 
 static VxExitHandler exit_handler;
+static char error_prefix[48];
+
+void vx_set_error_prefix(const char *prefix) { snprintf(error_prefix, sizeof error_prefix, "%s", prefix ? prefix : ""); }
 
 void vx_set_exit_handler(VxExitHandler handler) { exit_handler = handler; }
 
@@ -55,7 +58,7 @@ char *vx_escape(const char *s, char *out, size_t len) {
 static void print_error(const char *prefix, const char *fmt, va_list ap, int saved_errno) {
     char msg[2048], safe[4 * sizeof msg];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "voxscale: %s%s", prefix, vx_escape(msg, safe, sizeof safe));
+    fprintf(stderr, "voxscale: %s%s%s", error_prefix, prefix, vx_escape(msg, safe, sizeof safe));
     if (saved_errno) fprintf(stderr, " (%s)", strerror(saved_errno));
     fputc('\n', stderr);
     fflush(stderr);

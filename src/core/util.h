@@ -49,6 +49,9 @@ void *vx_malloc(size_t bytes);
 void *vx_calloc(size_t count, size_t size);
 void *vx_realloc(void *p, size_t bytes);
 
+/* In a run of several ranks every error line names its rank ("voxscale: rank 1/4: ..."); set once at start. */
+void vx_set_error_prefix(const char *prefix);
+
 /* Rank-aware printing: only rank 0 prints progress (vx_log_rank is set once by the launcher). */
 extern int vx_log_rank;
 __attribute__((format(printf, 1, 2))) void vx_log(const char *fmt, ...);

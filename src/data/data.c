@@ -102,7 +102,7 @@ static void *loader_main(void *arg) {
         pthread_mutex_unlock(&l->mu);
         trace_set_thread_name("data loader"); /* fails harmlessly when no trace is recording */
         trace_range_push("generate batch", "dataloader");
-        phantom_batch(l->seed, &l->cfg, l->batch, l->first_sample + k * l->batch, l->buf[slot]);
+        phantom_batch(l->seed, &l->cfg, l->batch, l->first_sample + k * l->stride, l->buf[slot]);
         trace_range_pop();
         pthread_mutex_lock(&l->mu);
         l->slot_batch[slot] = k;
@@ -112,10 +112,13 @@ static void *loader_main(void *arg) {
     return NULL;
 }
 
-void loader_start(Loader *l, const Config *cfg, int batch, int64_t first_sample, const Backend *be) {
-    if (first_sample < 0 || batch < 1) vx_fatal("loader_start: first sample %lld, batch %d", (long long)first_sample, batch);
+void loader_start(Loader *l, const Config *cfg, int batch, int64_t first_sample, int64_t stride, const Backend *be) {
+    if (first_sample < 0 || batch < 1 || stride < batch)
+        vx_fatal("loader_start: first sample %lld, batch %d, stride %lld", (long long)first_sample, batch,
+                 (long long)stride);
     memset(l, 0, sizeof *l);
     l->first_sample = first_sample;
+    l->stride = stride;
     l->be = be;
     l->cfg = *cfg;
     l->batch = batch;

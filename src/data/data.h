@@ -25,6 +25,7 @@ typedef struct {
     float **buf;          /* slots x [batch][d][h][w][c], host memory */
     int64_t *slot_batch;  /* which batch (counted from the start) each slot holds, -1 when empty */
     int64_t first_sample; /* global index of the first sample of batch 0 */
+    int64_t stride;       /* samples from one batch's first to the next's: the global micro-batch of all ranks */
     int64_t next_produce, next_consume;
     int stop;
     double wait_seconds; /* time the consumer spent waiting for data */
@@ -33,9 +34,11 @@ typedef struct {
     pthread_cond_t cv;
 } Loader;
 
-/* Starts the thread; the k-th batch it produces holds the samples first_sample + k*batch .. + batch-1
- * (first_sample >= 0). The ring's slots are be->alloc_host memory. */
-void loader_start(Loader *l, const Config *cfg, int batch, int64_t first_sample, const Backend *be);
+/* Starts the thread; the k-th batch it produces holds the samples first_sample + k*stride .. + batch-1
+ * (first_sample >= 0, stride >= batch). A data-parallel rank r of W takes the part r of every global micro-batch:
+ * first_sample = position + r*batch, stride = W*batch; one process: stride = batch. The ring's slots are
+ * be->alloc_host memory. */
+void loader_start(Loader *l, const Config *cfg, int batch, int64_t first_sample, int64_t stride, const Backend *be);
 /* Blocks until the next batch is ready and returns it; valid until loader_release. */
 const float *loader_next(Loader *l);
 void loader_release(Loader *l);

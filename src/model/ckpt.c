@@ -132,7 +132,7 @@ void ckpt_save(const char *path, const Model *m, const CkptState *st) {
     h.step = st->step;
     h.next_sample = st->next_sample;
     h.seed = m->cfg.seed;
-    h.world_size = 1;
+    h.world_size = st->world_size > 0 ? st->world_size : 1;
     h.loss_ema = st->loss_ema;
     memcpy(buf, &h, sizeof h);
     /* the packed layout: the file does not depend on the device buffers' alignment padding */

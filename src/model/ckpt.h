@@ -33,6 +33,7 @@ typedef struct {
 typedef struct {
     int64_t step, next_sample;
     double loss_ema;
+    int64_t world_size; /* ranks of the run that saves it (0 is taken as 1) */
 } CkptState;
 
 /* What a checkpoint must agree with: the model it is loaded into and the run's config. */

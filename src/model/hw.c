@@ -90,7 +90,7 @@ void hw_print(const HwInfo *hw) {
     }
 }
 
-/* Starts the CUDA backend on GPU 0 under the config's options and reads its free memory; 0 with a reason when it
+/* Starts the CUDA backend on GPU hw->gpu under the config's options and reads its free memory; 0 with a reason when it
  * cannot run. */
 static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len) {
     if (hw->n_gpus == 0) {
@@ -100,16 +100,22 @@ static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason
     BackendOptions o = {.deterministic = cfg->deterministic, .allow_tf32 = cfg->tf32};
     backend_cuda_set_options(&o);
     char why[160];
-    if (!backend_cuda_init(0, why, sizeof why)) {
-        snprintf(reason, reason_len, "GPU 0 (%.100s) cannot be used: %s", hw->gpus[0].name, why);
+    if (hw->gpu >= hw->n_gpus) {
+        snprintf(reason, reason_len, "GPU %d is asked for (local rank %d) but %d GPU(s) are visible", hw->gpu, hw->gpu,
+                 hw->n_gpus);
         return 0;
     }
-    if (!hw_cuda_free_bytes(0, &hw->gpus[0].free_bytes)) {
+    const HwGpu *g = &hw->gpus[hw->gpu];
+    if (!backend_cuda_init(hw->gpu, why, sizeof why)) {
+        snprintf(reason, reason_len, "GPU %d (%.100s) cannot be used: %s", hw->gpu, g->name, why);
+        return 0;
+    }
+    if (!hw_cuda_free_bytes(hw->gpu, &hw->gpus[hw->gpu].free_bytes)) {
         backend_cuda_shutdown();
-        snprintf(reason, reason_len, "GPU 0 (%.100s): its free memory could not be read", hw->gpus[0].name);
+        snprintf(reason, reason_len, "GPU %d (%.100s): its free memory could not be read", hw->gpu, g->name);
         return 0;
     }
-    hw->gpus[0].free_known = 1;
+    hw->gpus[hw->gpu].free_known = 1;
     return 1;
 }
 
@@ -127,11 +133,12 @@ static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t
             return 0;
         }
     }
-    size_t need = model_device_bytes(m), have = hw->gpus[0].free_bytes;
+    size_t need = model_device_bytes(m), have = hw->gpus[hw->gpu].free_bytes;
     model_free(m);
     if ((double)need <= HW_MEMORY_SHARE * (double)have) return 1;
-    snprintf(reason, reason_len, "too little GPU memory: the model needs %.2f GiB, %.0f%% of GPU 0's %.2f GiB free is %.2f GiB",
-             need / 1073741824.0, 100 * HW_MEMORY_SHARE, have / 1073741824.0, HW_MEMORY_SHARE * have / 1073741824.0);
+    snprintf(reason, reason_len, "too little GPU memory: the model needs %.2f GiB, %.0f%% of GPU %d's %.2f GiB free is %.2f GiB",
+             need / 1073741824.0, 100 * HW_MEMORY_SHARE, hw->gpu, have / 1073741824.0,
+             HW_MEMORY_SHARE * have / 1073741824.0);
     return 0;
 }
 
@@ -148,19 +155,19 @@ const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, si
     if (started && !cuda_ok) backend_cuda_shutdown();
     if (strcmp(dev, "cuda") == 0) {
         if (!cuda_ok) vx_usage_error("--device cuda: %s; use --device cpu or auto", why);
-        snprintf(reason, reason_len, "requested (device cuda): GPU 0, %s", hw->gpus[0].name);
+        snprintf(reason, reason_len, "requested (device cuda): GPU %d, %s", hw->gpu, hw->gpus[hw->gpu].name);
         return backend_cuda();
     }
     if (!cuda_ok) {
         snprintf(reason, reason_len, "%s", why);
         return backend_cpu();
     }
-    snprintf(reason, reason_len, "automatic: GPU 0, %s", hw->gpus[0].name);
+    snprintf(reason, reason_len, "automatic: GPU %d, %s", hw->gpu, hw->gpus[hw->gpu].name);
     return backend_cuda();
 }
 
 size_t hw_available_bytes(const HwInfo *hw, const Backend *be) {
-    if (strcmp(be->name, "cuda") == 0 && hw->n_gpus > 0) return hw->gpus[0].free_bytes;
+    if (strcmp(be->name, "cuda") == 0 && hw->n_gpus > hw->gpu) return hw->gpus[hw->gpu].free_bytes;
     return hw->ram_available;
 }
 

@@ -25,13 +25,14 @@ typedef struct {
     int cuda_built;     /* compiled with nvcc and cuDNN */
     int n_gpus;
     HwGpu gpus[HW_MAX_GPUS];
+    int gpu; /* the GPU this process trains on (its local rank in a data-parallel run; set before choosing) */
     char gpu_reason[256]; /* why no GPU is usable, when n_gpus == 0 */
 } HwInfo;
 
 void hw_detect(HwInfo *hw);
 void hw_print(const HwInfo *hw);
 /* Picks the backend for cfg->device and says why in `reason`. Exits 2 if cuda is requested and impossible.
- * Starting the CUDA backend fills in hw->gpus[0]'s free memory. */
+ * The CUDA backend starts on GPU hw->gpu and fills in its free memory. */
 const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len);
 /* Memory the chosen backend may use: free GPU memory, or available RAM. */
 size_t hw_available_bytes(const HwInfo *hw, const Backend *be);

@@ -84,6 +84,10 @@ typedef struct Model {
     double conv_flops_step; /* forward + backward data + backward filter */
 
     const Backend *be;
+    /* Called by model_backward after node i's backward has been enqueued (i descending), when set: where data
+     * parallelism launches the all-reduce of each gradient bucket as soon as backward has written it. */
+    void (*backward_hook)(void *ctx, int node);
+    void *backward_hook_ctx;
     /* set by model_allocate */
     int allocated;
     char *arena;

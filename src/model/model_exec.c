@@ -181,6 +181,7 @@ void model_backward(Model *m, float grad_scale, float param_beta) {
         }
         }
         trace_range_pop();
+        if (m->backward_hook) m->backward_hook(m->backward_hook_ctx, i);
     }
     trace_range_pop();
 }

@@ -8,15 +8,21 @@
 
 #define AUTO_BATCH_CAP_GPU 64
 
-void runtime_open(Runtime *rt, Config *cfg, int verbose) {
+void runtime_open(Runtime *rt, Config *cfg, int verbose) { runtime_open_rank(rt, cfg, verbose, 0, 1); }
+
+void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threads_share) {
     memset(rt, 0, sizeof *rt);
     hw_detect(&rt->hw);
+    rt->hw.gpu = gpu;
     /* more threads than cores only adds switching: 4096 threads made a 0.05 s step take 36 s */
     if (cfg->threads > rt->hw.cores)
         vx_usage_error("train.threads = %d exceeds the %d CPU cores of this machine; use 0 (all cores) or at most %d",
                        cfg->threads, rt->hw.cores, rt->hw.cores);
     rt->be = hw_choose_backend(cfg, &rt->hw, rt->device_reason, sizeof rt->device_reason);
-    if (strcmp(rt->be->name, "cpu") == 0) backend_cpu_set_threads(cfg->threads);
+    /* ranks of one machine share its cores: each takes its part unless train.threads says otherwise */
+    int threads = cfg->threads;
+    if (threads == 0 && threads_share > 1) threads = rt->hw.cores / threads_share > 1 ? rt->hw.cores / threads_share : 1;
+    if (strcmp(rt->be->name, "cpu") == 0) backend_cpu_set_threads(threads);
     if (cfg->batch_size == 0) {
         /* On the CPU a batch beyond the core count only adds latency; on a GPU fill the memory. */
         int cap = strcmp(rt->be->name, "cpu") == 0 ? (rt->hw.cores < 2 ? 1 : rt->hw.cores) : AUTO_BATCH_CAP_GPU;
@@ -28,11 +34,10 @@ void runtime_open(Runtime *rt, Config *cfg, int verbose) {
     rt->model = model_build(cfg, cfg->batch_size, rt->be);
     const Model *m = rt->model;
     if (verbose) {
-        int threads = cfg->threads ? cfg->threads : rt->hw.cores;
         vx_log("device: %s (%s)\n", rt->be->name, rt->device_reason);
-        if (strcmp(rt->be->name, "cpu") == 0) vx_log("cpu: %s, %d threads\n", rt->hw.cpu_model, threads);
+        if (strcmp(rt->be->name, "cpu") == 0) vx_log("cpu: %s, %d threads\n", rt->hw.cpu_model, threads ? threads : rt->hw.cores);
         else {
-            const HwGpu *g = &rt->hw.gpus[0];
+            const HwGpu *g = &rt->hw.gpus[rt->hw.gpu];
             vx_log("gpu: %s, %.1f GiB (%.1f GiB free), %d SMs, compute capability %d.%d; TF32 convolutions %s, "
                    "deterministic algorithms %s\n",
                    g->name, g->total_bytes / 1073741824.0, g->free_bytes / 1073741824.0, g->sms, g->cc_major,

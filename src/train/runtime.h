@@ -14,6 +14,9 @@ typedef struct {
 /* cfg->batch_size 0 is resolved here (and written back into cfg). verbose: print the device and memory lines.
  * The model is built but not allocated: callers that run it call model_allocate(rt->model). */
 void runtime_open(Runtime *rt, Config *cfg, int verbose);
+/* The same on GPU `gpu` (a data-parallel rank's local rank) when the run goes to a GPU; `threads_share` ranks share
+ * this machine's cores, so an automatic thread count (train.threads 0) is cores / threads_share. */
+void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threads_share);
 void runtime_close(Runtime *rt);
 /* Generates training volumes first .. first+batch-1 of cfg's phantom stream, copies them to the model's input and
  * returns the host copy (caller frees): the fixed batch of `bench step` and `probe`. */

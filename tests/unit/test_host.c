@@ -181,7 +181,7 @@ static void test_loader_delivers_batches_in_order_from_any_start(void **state) {
     long vol = 8 * 8 * 8;
     float *want = malloc(vol * sizeof(float));
     Loader l;
-    loader_start(&l, &cfg, batch, first, backend_cpu());
+    loader_start(&l, &cfg, batch, first, batch, backend_cpu());
     for (int k = 0; k < 7; k++) {
         const float *got = loader_next(&l);
         for (int b = 0; b < batch; b++) {

@@ -1,0 +1,227 @@
+/* launch.c: reading the launch environment (dist_detect) and `train --gpus N`'s launcher (dist_spawn); see
+ * launch.h. */
+#include "dist/launch.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+
+#define SPAWN_GRACE_S 10 /* after a rank failed: how long the others get to end on SIGTERM before SIGKILL */
+
+/* The integer in variable `name`, or -1 when it is not set; exit 2 when it is set but not a whole number. */
+static int env_int(const char *name) {
+    const char *s = getenv(name);
+    if (!s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end != 0 || errno || v < 0 || v > 1000000)
+        vx_usage_error("environment variable %s=\"%s\" is not a whole number 0..1000000; check the launcher's "
+                       "settings", name, s);
+    return (int)v;
+}
+
+/* An integer variable the launcher must have set alongside the others. */
+static int env_required(const char *name, const char *launcher) {
+    int v = env_int(name);
+    if (v < 0) vx_usage_error("%s launch: environment variable %s is not set; start the ranks with %s", launcher, name,
+                              launcher);
+    return v;
+}
+
+/* "4(x2),3" -> 4: Slurm's tasks per node, of this node when they are all alike. */
+static int leading_int(const char *s) { return s && *s >= '0' && *s <= '9' ? atoi(s) : -1; }
+
+static void set_ranks(DistEnv *e, const char *launcher, int rank, int world, int local_rank, int local_world) {
+    snprintf(e->launcher, sizeof e->launcher, "%s", launcher);
+    e->rank = rank;
+    e->world = world;
+    e->local_rank = local_rank >= 0 ? local_rank : 0;
+    e->local_world = local_world > 0 ? local_world : (world > 0 ? world : 1);
+}
+
+static void read_master(DistEnv *e, const char *addr_var, const char *port_var, int port_offset) {
+    const char *addr = getenv(addr_var);
+    if (!addr || !*addr) vx_usage_error("%s launch: %s is not set; it names the host of rank 0", e->launcher, addr_var);
+    if (strlen(addr) >= sizeof e->master_addr) vx_usage_error("%s=\"%.40s...\" is too long", addr_var, addr);
+    snprintf(e->master_addr, sizeof e->master_addr, "%s", addr);
+    int port = env_int("VX_RENDEZVOUS_PORT");
+    if (port < 0) port = env_required(port_var, e->launcher) + port_offset;
+    if (port < 1 || port > 65535) vx_usage_error("%s launch: rendezvous port %d is not a TCP port", e->launcher, port);
+    e->master_port = port;
+}
+
+void dist_detect(DistEnv *e) {
+    memset(e, 0, sizeof *e);
+    set_ranks(e, "single", 0, 1, 0, 1);
+    if (getenv("VX_RANK")) {
+        const int rank = env_required("VX_RANK", "spawn"), world = env_required("VX_WORLD_SIZE", "spawn");
+        const int local = env_required("VX_LOCAL_RANK", "spawn");
+        set_ranks(e, "spawn", rank, world, local, env_required("VX_LOCAL_WORLD_SIZE", "spawn"));
+        const char *id = getenv("VX_NCCL_ID");
+        if (id && strlen(id) < sizeof e->nccl_id) snprintf(e->nccl_id, sizeof e->nccl_id, "%s", id);
+        if (getenv("VX_MASTER_ADDR")) read_master(e, "VX_MASTER_ADDR", "VX_MASTER_PORT", 0);
+    } else if (getenv("OMPI_COMM_WORLD_RANK")) {
+        set_ranks(e, "mpirun", env_required("OMPI_COMM_WORLD_RANK", "mpirun"),
+                  env_required("OMPI_COMM_WORLD_SIZE", "mpirun"), env_int("OMPI_COMM_WORLD_LOCAL_RANK"),
+                  env_int("OMPI_COMM_WORLD_LOCAL_SIZE"));
+    } else if (getenv("PMI_RANK") && getenv("PMI_SIZE")) {
+        set_ranks(e, "mpirun", env_int("PMI_RANK"), env_int("PMI_SIZE"), env_int("MPI_LOCALRANKID"),
+                  env_int("MPI_LOCALNRANKS"));
+    } else if (getenv("RANK") && getenv("WORLD_SIZE")) {
+        const int rank = env_required("RANK", "torchrun"), world = env_required("WORLD_SIZE", "torchrun");
+        const int local = env_required("LOCAL_RANK", "torchrun"); /* read in this order: the first bad one is named */
+        set_ranks(e, "torchrun", rank, world, local, env_int("LOCAL_WORLD_SIZE"));
+        read_master(e, "MASTER_ADDR", "MASTER_PORT", 1);
+    } else if (getenv("SLURM_PROCID") && getenv("SLURM_NTASKS") && (getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID"))) {
+        /* only inside a job step started by srun: a batch script's own shell has SLURM_PROCID=0 as well */
+        set_ranks(e, "srun", env_required("SLURM_PROCID", "srun"), env_required("SLURM_NTASKS", "srun"),
+                  env_int("SLURM_LOCALID"), leading_int(getenv("SLURM_STEP_TASKS_PER_NODE")));
+    }
+    if (e->world < 1 || e->rank >= e->world || e->local_rank >= e->local_world)
+        vx_usage_error("%s launch: rank %d, world size %d, local rank %d of %d do not fit together; check the "
+                       "launcher's settings", e->launcher, e->rank, e->world, e->local_rank, e->local_world);
+}
+
+void dist_describe(const DistEnv *e, char *out, size_t len) {
+    if (e->world == 1) snprintf(out, len, "1 process");
+    else
+        snprintf(out, len, "%d ranks (%s), this is rank %d (local %d of %d)", e->world, e->launcher, e->rank,
+                 e->local_rank, e->local_world);
+}
+
+int dist_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) vx_fatal("socket");
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
+        vx_fatal("cannot find a free loopback port for the ranks' rendezvous");
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* ---- dist_spawn ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    pid_t pid;
+    int done, status;
+} Child;
+
+static void describe_status(int status, char *out, size_t len) {
+    if (WIFEXITED(status)) snprintf(out, len, "exited with code %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(out, len, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else snprintf(out, len, "ended with status %d", status);
+}
+
+static pid_t start_rank(int rank, int nproc, const char *nccl_id, int port, pid_t pgid, char **argv,
+                        const sigset_t *old_mask) {
+    pid_t pid = fork();
+    if (pid < 0) vx_fatal("cannot start rank %d: fork failed", rank);
+    if (pid > 0) {
+        setpgid(pid, pgid ? pgid : pid); /* also here: no race with the child's own call */
+        return pid;
+    }
+    setpgid(0, pgid); /* a group of their own: the terminal's Ctrl-C reaches the parent, which forwards it once */
+    sigprocmask(SIG_SETMASK, old_mask, NULL);
+    char v[64];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("VX_RANK", v, 1);
+    setenv("VX_LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", nproc);
+    setenv("VX_WORLD_SIZE", v, 1);
+    setenv("VX_LOCAL_WORLD_SIZE", v, 1);
+    if (nccl_id[0]) setenv("VX_NCCL_ID", nccl_id, 1);
+    if (port > 0) {
+        setenv("VX_MASTER_ADDR", "127.0.0.1", 1);
+        snprintf(v, sizeof v, "%d", port);
+        setenv("VX_MASTER_PORT", v, 1);
+    }
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "voxscale: cannot start rank %d: exec /proc/self/exe failed (%s)\n", rank, strerror(errno));
+    _exit(VX_EXIT_FAIL);
+}
+
+int dist_spawn(int nproc, int on_gpu, int argc, char **argv) {
+    (void)argc;
+    char nccl_id[260] = "";
+    int port = 0;
+    if (on_gpu) {
+        char why[200];
+        if (!dist_nccl_unique_id(nccl_id, sizeof nccl_id, why, sizeof why))
+            vx_usage_error("--gpus %d: cannot make the NCCL id the ranks meet with: %s", nproc, why);
+    } else {
+        port = dist_free_port();
+    }
+    /* Signals are taken synchronously (sigtimedwait) so that forwarding and reaping happen in one loop. */
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    Child *kids = vx_calloc((size_t)nproc, sizeof *kids);
+    pid_t pgid = 0;
+    for (int r = 0; r < nproc; r++) {
+        kids[r].pid = start_rank(r, nproc, nccl_id, port, pgid, argv, &old);
+        if (r == 0) pgid = kids[0].pid;
+    }
+    int left = nproc, first_failed = -1, stop_signal = 0;
+    double kill_at = 0;
+    while (left > 0) {
+        siginfo_t info;
+        struct timespec tick = {0, 200 * 1000 * 1000};
+        int sig = sigtimedwait(&set, &info, &tick);
+        if (sig == SIGINT || sig == SIGTERM) {
+            stop_signal = sig;
+            killpg(pgid, sig); /* each rank finishes its step, rank 0 writes a checkpoint, all exit 130 */
+        }
+        pid_t pid;
+        int status;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (int r = 0; r < nproc; r++) {
+                if (kids[r].pid != pid || kids[r].done) continue;
+                kids[r].done = 1;
+                kids[r].status = status;
+                left--;
+                const int ok = WIFEXITED(status) && (WEXITSTATUS(status) == 0 ||
+                                                     (stop_signal && WEXITSTATUS(status) == VX_EXIT_SIGNAL));
+                if (!ok && first_failed < 0) {
+                    first_failed = r;
+                    char how[96];
+                    describe_status(status, how, sizeof how);
+                    fprintf(stderr, "voxscale: rank %d/%d (pid %ld) %s; ending the other ranks\n", r, nproc, (long)pid,
+                            how);
+                    killpg(pgid, SIGTERM);
+                    kill_at = vx_now() + SPAWN_GRACE_S;
+                }
+            }
+        }
+        if (kill_at > 0 && vx_now() > kill_at) {
+            killpg(pgid, SIGKILL); /* ranks stuck in a collective with a dead peer do not stop on SIGTERM */
+            kill_at = 0;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    int code = VX_EXIT_OK;
+    if (first_failed >= 0) {
+        const int st = kids[first_failed].status;
+        code = WIFEXITED(st) ? WEXITSTATUS(st) : VX_EXIT_DIST;
+    } else if (stop_signal) {
+        code = VX_EXIT_SIGNAL;
+    }
+    free(kids);
+    return code;
+}
