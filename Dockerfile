@@ -103,4 +103,4 @@ RUN if ldd /usr/local/bin/voxscale | grep 'not found'; then \
     fi \
  && voxscale detect --config configs/default.json
 ENTRYPOINT ["voxscale-entrypoint"]
-CMD ["train", "--config", "configs/default.json"]
+CMD ["train", "--gpus", "all", "--config", "configs/default.json"]

@@ -59,13 +59,14 @@ LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out src/app/main.c,$(C_SRCS))) 
 MAIN_OBJ := $(BUILD)/src/app/main.o
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 
-# Objects depend on the CUDA setting they were built with: switching between CUDA=0 and CUDA=1 in the same BUILD
-# rebuilds them (C files compile differently with VX_CUDA, and the archive's member list changes).
-BUILD_MODE := $(BUILD)/.build-mode
-$(shell mkdir -p $(BUILD) && echo "CUDA=$(CUDA)" | cmp -s - $(BUILD_MODE) || echo "CUDA=$(CUDA)" > $(BUILD_MODE))
-
+# Objects depend on the CUDA and MPI settings they were built with: switching between CUDA=0 and CUDA=1 (or MPI) in
+# the same BUILD rebuilds them (C files compile differently with VX_CUDA, and the archive's member list changes).
 .DEFAULT_GOAL := all
 -include mk/*.mk
+
+# (after the fragments: mk/mpi.mk decides MPI)
+BUILD_MODE := $(BUILD)/.build-mode
+$(shell mkdir -p $(BUILD) && echo "CUDA=$(CUDA) MPI=$(MPI)" | cmp -s - $(BUILD_MODE) || echo "CUDA=$(CUDA) MPI=$(MPI)" > $(BUILD_MODE))
 
 .PHONY: all deps run test unit-test integration-test bench clean venv cuda-info
 all: $(BUILD)/voxscale

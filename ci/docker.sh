@@ -183,7 +183,7 @@ mkdir -p "$TMP/runs"
 chown "$RUNS_UID:$RUNS_UID" "$TMP/runs"
 export VOXSCALE_RUNS=$TMP/runs
 compose() { $COMPOSE -p vxci -f compose.yaml "$@"; }
-VOXSCALE_TRAIN_ARGS="train --config configs/test/tiny.json" timeout 300 \
+VOXSCALE_TRAIN_ARGS="train --gpus all --config configs/test/tiny.json" timeout 300 \
     $COMPOSE -p vxci -f compose.yaml up --no-build --exit-code-from train train > "$LOGS/compose.log" 2>&1 ||
     { tail -30 "$LOGS/compose.log"; die "docker-compose up train failed"; }
 phase "docker-compose up train finished"
@@ -196,6 +196,8 @@ echo "docker check: the GPU reservation reached dockerd: $(head -1 "$TMP/bin/hoo
 grep -q 'NVIDIA_VISIBLE_DEVICES=all' "$TMP/bin/hook.log" || die "the GPU reservation did not ask for all GPUs"
 [[ "$device" == "device: cpu (no usable GPU: "* ]] ||
     die "expected the trainer to fall back to the CPU and say why; it printed \"${device:-no device line}\""
+grep -q 'launch: --gpus all found no GPU' "$LOGS/compose.log" ||
+    die "train --gpus all (the service's command) did not say that it found no GPU and trains in one process"
 run_dir=$(find "$TMP/runs" -mindepth 1 -maxdepth 1 -type d | head -1)
 [ -n "$run_dir" ] || die "no run directory in the mounted runs/"
 steps=$(grep -c '"step"' "$run_dir/metrics.jsonl" 2>/dev/null || true)

@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <libgen.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "app/cli.h"
@@ -67,8 +68,10 @@ static int spawn_count(const Config *cfg, const DistEnv *env, int *on_gpu) {
         }
         vx_usage_error("--gpus %s: no usable GPU (%s); use --device cpu to start CPU ranks", cfg->gpus, hw.gpu_reason);
     }
-    if (n > hw.n_gpus)
-        vx_usage_error("--gpus %d: only %d GPU(s) are visible (CUDA_VISIBLE_DEVICES, nvidia-smi -L)", n, hw.n_gpus);
+    const char *shared = getenv("NCCL_MULTI_RANK_GPU_ENABLE"); /* NCCL >= 2.30: ranks may share a GPU */
+    if (n > hw.n_gpus && !(shared && strcmp(shared, "1") == 0))
+        vx_usage_error("--gpus %d: only %d GPU(s) are visible (CUDA_VISIBLE_DEVICES, nvidia-smi -L); with NCCL 2.30 "
+                       "or newer, NCCL_MULTI_RANK_GPU_ENABLE=1 lets ranks share them", n, hw.n_gpus);
     *on_gpu = 1;
     return n;
 }

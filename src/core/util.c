@@ -72,6 +72,13 @@ void vx_usage_error(const char *fmt, ...) {
     vx_exit(VX_EXIT_USAGE);
 }
 
+void vx_error_line(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error("", fmt, ap, 0);
+    va_end(ap);
+}
+
 void vx_exit_error(int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -20,6 +20,8 @@
 
 /* Bad input: prints "voxscale: <message>" and exits with code 2. */
 __attribute__((noreturn, format(printf, 1, 2))) void vx_usage_error(const char *fmt, ...);
+/* The error line alone, as the functions here print it, for a caller that must act before it exits. */
+__attribute__((format(printf, 1, 2))) void vx_error_line(const char *fmt, ...);
 /* Any other ending with a message: "voxscale: <message>" and exit `code` (VX_EXIT_*). */
 __attribute__((noreturn, format(printf, 2, 3))) void vx_exit_error(int code, const char *fmt, ...);
 /* System or internal failure with its source location; exits with code 1. */

@@ -17,8 +17,13 @@ const char *comm_op_name(CommOp op) { return op == COMM_AVG ? "average" : "sum";
 double comm_deadline(const Comm *c) { return vx_now() + c->timeout_s; }
 
 void comm_fail(const Comm *c, const char *op, const char *what, const char *why) {
-    vx_exit_error(VX_EXIT_DIST, "rank %d/%d (%s): %s of %s %s; the run ends on every rank (dist.timeout_s is %g s)",
-                  c->rank, c->world, c->name, op, what, why, c->timeout_s);
+    /* the rank is the line's prefix (vx_set_error_prefix), set when the run's ranks are known */
+    static const char *const FMT = "%s of %s %s (%s communicator); the run ends on every rank (dist.timeout_s is %g s)";
+    if (c->ops && c->ops->abort_all) {
+        vx_error_line(FMT, op, what, why, c->name, c->timeout_s);
+        c->ops->abort_all((Comm *)c, VX_EXIT_DIST);
+    }
+    vx_exit_error(VX_EXIT_DIST, FMT, op, what, why, c->name, c->timeout_s);
 }
 
 void comm_allreduce_host(Comm *c, float *vals, size_t count, CommOp op, const char *what) {
@@ -68,7 +73,7 @@ static void single_close(Comm *c) { free(c); }
 
 static const CommOps SINGLE_OPS = {single_allreduce, single_broadcast, single_reduce_scatter, single_all_gather,
                                    single_barrier,   single_test,      single_wait,           NULL,
-                                   single_close};
+                                   single_close,     NULL};
 
 Comm *comm_single_open(void) {
     Comm *c = vx_calloc(1, sizeof *c);

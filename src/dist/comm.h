@@ -71,6 +71,10 @@ typedef struct {
     void (*allreduce_host)(Comm *c, float *vals, size_t count, CommOp op, const char *what);
     /* Frees everything; called once every collective has been waited for (or on the way out of a failure). */
     void (*close)(Comm *c);
+    /* Optional: ends every rank at once after this one failed (MPI_Abort), so none waits out its own deadline.
+     * comm_fail calls it after printing its line; it does not return. NULL: this rank exits and the others find
+     * out from the closed sockets (tcp) or the aborted communicator (nccl). */
+    void (*abort_all)(Comm *c, int code);
 } CommOps;
 
 struct Comm {
@@ -110,7 +114,8 @@ void comm_allreduce_host(Comm *c, float *vals, size_t count, CommOp op, const ch
 
 /* ---- what implementations share -------------------------------------------------------------------------- */
 
-/* Ends this rank with exit 3: "rank R/W: <op> of <what> <why>; <hint>". */
+/* Ends this rank with exit 3: "[rank R/W: ]<op> of <what> <why> (<name> communicator); ..." (the rank is the
+ * error prefix the trainer sets). */
 __attribute__((noreturn)) void comm_fail(const Comm *c, const char *op, const char *what, const char *why);
 /* The moment (vx_now seconds) a collective issued now must have finished by. */
 double comm_deadline(const Comm *c);

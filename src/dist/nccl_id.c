@@ -4,7 +4,7 @@
 
 #include "dist/launch.h"
 
-#ifdef VX_CUDA
+#ifdef VX_NCCL
 #include <nccl.h>
 
 int dist_nccl_unique_id(char *hex, size_t len, char *why, size_t why_len) {
@@ -24,7 +24,7 @@ int dist_nccl_unique_id(char *hex, size_t len, char *why, size_t why_len) {
 #else
 int dist_nccl_unique_id(char *hex, size_t len, char *why, size_t why_len) {
     (void)hex, (void)len;
-    snprintf(why, why_len, "this build has no NCCL (built with CUDA=0)");
+    snprintf(why, why_len, "this build has no NCCL (built with CUDA=0, or NCCL was not found: make cuda-info)");
     return 0;
 }
 #endif

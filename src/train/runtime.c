@@ -1,6 +1,7 @@
 /* runtime.c: backend, batch size and model set-up shared by every subcommand (see runtime.h). */
 #include "train/runtime.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
@@ -13,6 +14,9 @@ void runtime_open(Runtime *rt, Config *cfg, int verbose) { runtime_open_rank(rt,
 void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threads_share) {
     memset(rt, 0, sizeof *rt);
     hw_detect(&rt->hw);
+    /* NCCL 2.30 lets several ranks share a GPU (NCCL_MULTI_RANK_GPU_ENABLE=1): ranks then go round the GPUs */
+    const char *shared = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    if (shared && strcmp(shared, "1") == 0 && rt->hw.n_gpus > 0) gpu %= rt->hw.n_gpus;
     rt->hw.gpu = gpu;
     /* more threads than cores only adds switching: 4096 threads made a 0.05 s step take 36 s */
     if (cfg->threads > rt->hw.cores)
