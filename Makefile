@@ -66,7 +66,8 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 
 # (after the fragments: mk/mpi.mk decides MPI)
 BUILD_MODE := $(BUILD)/.build-mode
-$(shell mkdir -p $(BUILD) && echo "CUDA=$(CUDA) MPI=$(MPI)" | cmp -s - $(BUILD_MODE) || echo "CUDA=$(CUDA) MPI=$(MPI)" > $(BUILD_MODE))
+VX_BUILD_MODE := CUDA=$(CUDA) MPI=$(MPI) NCCL=$(if $(NCCL_ROOT),1,0)
+$(shell mkdir -p $(BUILD) && echo "$(VX_BUILD_MODE)" | cmp -s - $(BUILD_MODE) || echo "$(VX_BUILD_MODE)" > $(BUILD_MODE))
 
 .PHONY: all deps run test unit-test integration-test bench clean venv cuda-info
 all: $(BUILD)/voxscale

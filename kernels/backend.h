@@ -55,6 +55,15 @@ typedef struct Backend {
     void (*timer_mark)(int slot);
     double (*timer_elapsed_ms)(int from_slot, int to_slot);
 
+    /* Ordering across streams (the NCCL communicator's stream, dist/comm_nccl.cu): event_record records, on the
+     * compute stream, the point after the work enqueued so far; event_wait makes the compute stream's later work
+     * wait for an event recorded on another stream (no host block). CPU: everything runs in program order, so the
+     * four are no-ops (event_create returns a token that is not NULL). */
+    void *(*event_create)(void);
+    void (*event_destroy)(void *ev);
+    void (*event_record)(void *ev);
+    void (*event_wait)(void *ev);
+
     /* Bytes currently allocated through alloc (not alloc_host, not the backend's internal buffers), and the
      * most there have been at once since the process started. */
     size_t (*bytes_in_use)(void);

@@ -84,6 +84,11 @@ static double cpu_timer_elapsed_ms(int from_slot, int to_slot) {
     return (cpu_marks[to_slot] - cpu_marks[from_slot]) * 1e3;
 }
 
+/* program order is the only order on the CPU: the events are tokens */
+static int cpu_event_token;
+static void *cpu_event_create(void) { return &cpu_event_token; }
+static void cpu_event_nop(void *ev) { (void)ev; }
+
 static const Backend cpu_backend = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -98,6 +103,10 @@ static const Backend cpu_backend = {
     .upload_wait = cpu_upload_wait,
     .timer_mark = cpu_timer_mark,
     .timer_elapsed_ms = cpu_timer_elapsed_ms,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_nop,
+    .event_record = cpu_event_nop,
+    .event_wait = cpu_event_nop,
     .bytes_in_use = cpu_bytes_in_use,
     .peak_bytes = cpu_peak_bytes,
     .conv3d_workspace_bytes = conv3d_workspace_bytes_cpu,

@@ -268,6 +268,18 @@ static double cuda_timer_elapsed_ms(int from_slot, int to_slot) {
 
 /* ---- table ------------------------------------------------------------------------------------------------ */
 
+/* events on the compute stream, for the communication stream's ordering (backend.h) */
+static void *cuda_event_create(void) {
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return (void *)ev;
+}
+static void cuda_event_destroy(void *ev) {
+    if (ev) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)ev));
+}
+static void cuda_event_record(void *ev) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev, g.compute)); }
+static void cuda_event_wait(void *ev) { CUDA_CHECK(cudaStreamWaitEvent(g.compute, (cudaEvent_t)ev, 0)); }
+
 static const Backend cuda_backend = {
     .name = "cuda",
     .alloc = cuda_alloc,
@@ -282,6 +294,10 @@ static const Backend cuda_backend = {
     .upload_wait = cuda_upload_wait,
     .timer_mark = cuda_timer_mark,
     .timer_elapsed_ms = cuda_timer_elapsed_ms,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_wait = cuda_event_wait,
     .bytes_in_use = cuda_bytes_in_use,
     .peak_bytes = cuda_peak_bytes,
     .conv3d_workspace_bytes = conv3d_workspace_bytes_cuda,

@@ -23,12 +23,14 @@ GPU_TESTS=(test_ops_cuda test_trace test_cudnn_descriptors) # the unit tests wit
 
 command -v ldd >/dev/null || { echo "gpu.sh --prepare: ldd is needed to gather libraries" >&2; exit 2; }
 t0=$EPOCHREALTIME
-echo "== build: make CUDA=1 ARCH=$ARCH BUILD=$OBJ"
+echo "== build: make CUDA=1 MPI=0 ARCH=$ARCH BUILD=$OBJ"
 # relinked every time: make does not track link flags, and the RUNPATH must be this run's library dirs
 rm -f "$OBJ/voxscale" "${GPU_TESTS[@]/#/$OBJ/tests/}"
-make --no-print-directory -s -j"$(nproc)" CUDA=1 ARCH="$ARCH" BUILD="$OBJ" all \
+# MPI=0: the GPU machine has no Open MPI (its ranks start with train --gpus, or torchrun), and carrying it with its
+# plugins would cost more than the 64 MiB the device tool carries
+make --no-print-directory -s -j"$(nproc)" CUDA=1 MPI=0 ARCH="$ARCH" BUILD="$OBJ" all \
     "${GPU_TESTS[@]/#/$OBJ/tests/}"
-cuda_info=$(make --no-print-directory -s CUDA=1 BUILD="$OBJ" cuda-info)
+cuda_info=$(make --no-print-directory -s CUDA=1 MPI=0 BUILD="$OBJ" cuda-info)
 printf '%s\n' "$cuda_info"
 
 scratch=$(mktemp -d)

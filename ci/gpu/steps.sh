@@ -212,3 +212,45 @@ PY
 )"
     return "$rc"
 }
+
+# NCCL on this one GPU. One rank through the NCCL communicator (VX_COMM=nccl: buckets, stream ordering, the
+# watchdog) must train what the run without a communicator trains (a one-rank all-reduce copies); where the loaded
+# NCCL is 2.30 or newer, two ranks sharing the GPU (NCCL_MULTI_RANK_GPU_ENABLE=1) must train what one rank trains at
+# the same global batch; then the bucket timeline of ae3d-64 (bench/bucket_timeline.py on its trace), the measured
+# input of the scaling projection. Deterministic algorithms, so that differences are summation order only.
+step_nccl() {
+    local common=(--config configs/test/small.json --steps 10 --device cuda --deterministic --set train.log_every=1
+                  --set train.val_samples=0 --set output.tensorboard=0 --set train.global_batch=4)
+    "$VX_BIN" train "${common[@]}" --out "$VX_STEP_DIR/none" >"$VX_STEP_DIR/none.log" 2>&1 || { cat "$VX_STEP_DIR/none.log"; return 1; }
+    VX_COMM=nccl "$VX_BIN" train "${common[@]}" --out "$VX_STEP_DIR/nccl1" >"$VX_STEP_DIR/nccl1.log" 2>&1 ||
+        { cat "$VX_STEP_DIR/nccl1.log"; return 1; }
+    local version rc=0
+    version=$($VX_PYTHON -c 'import ctypes; v = ctypes.c_int(); ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v)); print(v.value)' 2>/dev/null)
+    figure "NCCL ${version:-?} (code)"
+    compare() { # A B LABEL: the loss curves of two runs, max relative difference, within 1e-5
+        $VX_PYTHON - "$VX_STEP_DIR/$1" "$VX_STEP_DIR/$2" "$3" <<'PY'
+import json, sys
+def losses(d):
+    return {m["step"]: m["loss"] for m in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in m}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+err = max(abs(a[s] - b[s]) / abs(b[s]) for s in b) if a.keys() == b.keys() and b else float("inf")
+print("%s: loss curves within %.2e" % (sys.argv[3], err))
+sys.exit(0 if err <= 1e-5 else 1)
+PY
+    }
+    figure "$(compare nccl1 none '1 rank NCCL vs none')" || rc=1
+    if [ -n "$version" ] && [ "$version" -ge 23000 ]; then
+        NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_NVLS_ENABLE=0 "$VX_BIN" train "${common[@]}" --gpus 2 --out "$VX_STEP_DIR/nccl2" \
+            >"$VX_STEP_DIR/nccl2.log" 2>&1 || { cat "$VX_STEP_DIR/nccl2.log"; rc=1; }
+        figure "$(compare nccl2 none '2 ranks on 1 GPU vs 1 rank')" || rc=1
+    else
+        figure "2 ranks on 1 GPU: not run (NCCL ${version:-?} < 2.30 cannot share a GPU between ranks); owed"
+    fi
+    VX_COMM=nccl "$VX_BIN" train --config configs/ae3d-64.json --steps 4 --profile 3:3 --device cuda \
+        --out "$VX_STEP_DIR/timeline" --set train.log_every=1 --set train.val_samples=0 --set output.tensorboard=0 \
+        >"$VX_STEP_DIR/timeline.log" 2>&1 || { cat "$VX_STEP_DIR/timeline.log"; return 1; }
+    $VX_PYTHON bench/bucket_timeline.py "$VX_STEP_DIR/timeline" --json "$VX_STEP_DIR/bucket_timeline.json" |
+        tee "$VX_STEP_DIR/bucket_timeline.txt"
+    figure "ae3d-64 $(head -1 "$VX_STEP_DIR/bucket_timeline.txt")"
+    return $rc
+}

@@ -85,6 +85,16 @@ Comm *comm_single_open(void) {
 /* ---- choosing one ------------------------------------------------------------------------------------------ */
 
 Comm *comm_open(const DistEnv *env, int on_gpu, double timeout_s) {
+    /* VX_COMM=nccl|mpi|tcp runs that communicator even for one rank: how a single GPU checks the NCCL path (ci/gpu.sh)
+     * and tests reach the others' code with one process */
+    const char *force = getenv("VX_COMM");
+    if (force && *force) {
+        if (strcmp(force, "nccl") == 0 && comm_nccl_built()) return comm_nccl_open(env, timeout_s);
+        if (strcmp(force, "mpi") == 0 && comm_mpi_built()) return comm_mpi_open(env, timeout_s);
+        if (strcmp(force, "tcp") == 0) return comm_tcp_open(env, timeout_s);
+        if (strcmp(force, "single") != 0)
+            vx_usage_error("VX_COMM=%s: expected nccl, mpi, tcp or single, built into this binary", force);
+    }
     if (env->world <= 1) return comm_single_open();
     const int under_mpi = strcmp(env->launcher, "mpirun") == 0 || strcmp(env->launcher, "srun") == 0;
     if (on_gpu) {

@@ -297,7 +297,7 @@ Comm *comm_tcp_open(const DistEnv *env, double timeout_s) {
     Comm *c = vx_calloc(1, sizeof *c);
     *c = (Comm){.name = "tcp", .rank = env->rank, .world = env->world, .local_rank = env->local_rank,
                 .local_world = env->local_world, .timeout_s = timeout_s, .device_buffers = 0, .ops = &TCP_OPS};
-    if (!env->master_addr[0] || env->master_port <= 0)
+    if (env->world > 1 && (!env->master_addr[0] || env->master_port <= 0))
         vx_usage_error("%d CPU ranks without MPI need a rendezvous address: start them with `train --gpus N` or "
                        "torchrun (MASTER_ADDR, MASTER_PORT), or under mpirun", env->world);
     Tcp *t = vx_calloc(1, sizeof *t);

@@ -256,7 +256,7 @@ static void train_step(Trainer *t, StepResult *r) {
     trace_buckets(t->buckets);
     /* every rank decides on the same numbers: the mean loss over ranks, and whether any rank must stop */
     float g[4] = {(float)r->loss, (float)r->recon, (float)r->kl, stop_requested ? 1.0f : 0.0f};
-    if (world > 1) {
+    if (t->buckets) { /* a communicator is running (always, with several ranks) */
         comm_allreduce_host(t->comm, g, 4, COMM_SUM, "the step's losses");
         for (int i = 0; i < 3; i++) g[i] /= (float)world;
     }
@@ -434,7 +434,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         vx_log("resumed: %s at step %ld, sample %lld\n", resume_path, (long)t->st.step, (long long)t->st.next_sample);
     }
     t->st.world_size = world;
-    if (world > 1) {
+    if (strcmp(t->comm->name, "single") != 0) { /* (VX_COMM runs a communicator for one rank too) */
         char who[160];
         dist_describe(&t->env, who, sizeof who);
         vx_log("ranks: %s, %s communicator; batch %d per rank x %d ranks x %d accumulation = %ld samples per step; "

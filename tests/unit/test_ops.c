@@ -801,6 +801,12 @@ static void test_backend_table(void **state) {
     assert_non_null(be);
     assert_string_equal(be->name, "cpu");
     assert_true(be->alloc && be->release && be->copy_to_device && be->copy_to_host && be->zero && be->synchronize);
+    /* the cross-stream events are tokens on the CPU: program order is the only order there */
+    void *ev = be->event_create();
+    assert_non_null(ev);
+    be->event_record(ev);
+    be->event_wait(ev);
+    be->event_destroy(ev);
     assert_true(be->conv3d_workspace_bytes == conv3d_workspace_bytes_cpu && be->conv3d_forward == conv3d_forward_cpu &&
                 be->conv3d_backward_data == conv3d_backward_data_cpu &&
                 be->conv3d_backward_filter == conv3d_backward_filter_cpu);

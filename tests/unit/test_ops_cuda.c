@@ -30,6 +30,9 @@
 
 #include "backend.h"
 #include "require_gpu.h"
+#ifdef VX_CUDA
+#include <cuda_runtime.h> /* a second stream, as the NCCL communicator has, for the cross-stream events */
+#endif
 #include "rng.h"
 
 #define TOL 1e-4        /* relative norm error, GPU vs CPU */
@@ -525,6 +528,37 @@ static void test_upload(void **state) {
     dfree(D, 0), dfree(E, 0);
 }
 
+/* The events that order the NCCL communicator's stream against the compute stream: a copy on a side stream waits
+ * for the compute work recorded before it, and compute work after event_wait sees the copy. */
+static void test_cross_stream_events(void **state) {
+#ifdef VX_CUDA
+    const long n = 1 << 22;
+    const size_t bytes = sizeof(float) * (size_t)n;
+    float *ref = frand(n, -1, 1), *D = dalloc(n, 0), *E = dalloc(n, 0);
+    gpu->copy_to_device(D, ref, bytes);
+    cudaStream_t side;
+    assert_int_equal(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+    void *computed = gpu->event_create(), *copied = gpu->event_create();
+    for (int i = 0; i < 20; i++) gpu->scale(n, D, 1.0f); /* keeps the compute stream busy for a while */
+    gpu->scale(n, D, 2.0f);
+    gpu->event_record(computed);
+    assert_int_equal(cudaStreamWaitEvent(side, (cudaEvent_t)computed, 0), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(E, D, bytes, cudaMemcpyDeviceToDevice, side), cudaSuccess);
+    assert_int_equal(cudaEventRecord((cudaEvent_t)copied, side), cudaSuccess);
+    gpu->event_wait(copied);
+    gpu->scale(n, E, 0.5f); /* runs after the copy: E = D / 2 = ref */
+    gpu->synchronize();
+    expect_close("side-stream copy ordered by events", E, ref, n, 0.0);
+    gpu->event_destroy(computed);
+    gpu->event_destroy(copied);
+    cudaStreamDestroy(side);
+    free(ref);
+    dfree(D, 0), dfree(E, 0);
+#else
+    (void)state;
+#endif
+}
+
 static void test_timer(void **state) {
     const long n = 1 << 24;
     float *D = dalloc(n, 0), *E = dalloc(n, 0);
@@ -634,6 +668,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_adamw),           cmocka_unit_test(test_sumsq),
         cmocka_unit_test(test_normal_fill),     cmocka_unit_test(test_memory_accounting),
         cmocka_unit_test(test_upload),          cmocka_unit_test(test_timer),
+        cmocka_unit_test(test_cross_stream_events),
         cmocka_unit_test(test_deterministic),
     };
     const size_t n_all = sizeof all / sizeof all[0];
