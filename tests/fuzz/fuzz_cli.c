@@ -10,7 +10,7 @@
 #define MAX_ARGS 32
 
 static const char *const ALLOWED =
-    ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,";
+    ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,gpus,lr-scaling,";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 4096) return 0;

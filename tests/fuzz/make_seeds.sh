@@ -16,6 +16,7 @@ printf '%s' '{"train": {"steps": 3, "steps": 4}}' > "$C/config/duplicate_key.jso
 printf '%s' '{"train": {"beta2": 0.999999999, "threads": 4096}}' > "$C/config/beta2_rounds_to_one.json"
 printf '%s' '{"train": {"val_samples": 1000000}, "output": {"profile": "3:2"}}' > "$C/config/ranges.json"
 printf '{"train": {"st\x1b[31meps": 1}}' > "$C/config/escape_in_key.json"
+printf '%s' '{"train": {"global_batch": 8, "lr_scaling": "linear", "grad_accum": 2}, "dist": {"gpus": "all", "timeout_s": 5, "bucket_mb": 0.5, "first_bucket_mb": 0.1}}' > "$C/config/dist.json"
 
 # checkpoint: a real checkpoint of the fuzz model (first byte: 1 = the target recomputes the CRC), and the
 # header fields that were once trusted
@@ -50,6 +51,7 @@ done <<'ARGS'
 --set|novalue
 --resume
 --help
+--gpus|2|--device|cpu|--lr-scaling|linear
 ARGS
 
 # tfrecord: a real event file (scalars, text, hparams, an image) and its damaged forms
