@@ -37,11 +37,12 @@ vx_ldd_check "$path" "$stage/voxscale" "$stage"/tests/* || fail "the archive's b
 LD_LIBRARY_PATH=$path ldd "$stage/voxscale" >"$scratch/ldd.txt"
 grep -q "libcudnn.so.9 => $site/nvidia/cudnn/lib/libcudnn.so.9" "$scratch/ldd.txt" || fail "cuDNN not from the wheel layout"
 grep -q "libcupti.so.13 => $site/nvidia/cu13/lib/libcupti.so.13" "$scratch/ldd.txt" || fail "CUPTI not from the wheel layout"
+grep -q "libnccl.so.2 => $site/nvidia/nccl/lib/libnccl.so.2" "$scratch/ldd.txt" || fail "NCCL not from the wheel layout"
 grep -q "libcjson.so.1 => $stage/lib/libcjson.so.1" "$scratch/ldd.txt" || fail "libcjson not from the archive"
 grep -q "libopenblas.so.0 => $stage/lib/libopenblas.so.0" "$scratch/ldd.txt" || fail "OpenBLAS not from the archive"
 runpath=$(readelf -d "$stage/voxscale" | sed -n 's/.*RUNPATH.*\[\(.*\)\]/\1/p')
-[ "$runpath" = "$CUDA_HOME/lib64:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib" ] ||
-    fail "RUNPATH is '$runpath', not the toolkit's lib64 and the wheel dirs cuDNN, CUPTI and cuBLAS were found in"
+[ "$runpath" = "$CUDA_HOME/lib64:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib:$site/nvidia/nccl/lib" ] ||
+    fail "RUNPATH is '$runpath', not the toolkit's lib64 and the wheel dirs cuDNN, CUPTI, cuBLAS and NCCL were found in"
 echo "RUNPATH: $runpath"
 
 LD_LIBRARY_PATH=$path "$stage/tests/test_cudnn_descriptors" >"$scratch/descriptors.log" 2>&1 ||
