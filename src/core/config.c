@@ -12,7 +12,8 @@
 
 /* T_FLOAT: a number kept as a double here but used as float32 by the ops, so its range is checked after rounding
  * to float too (beta2 = 0.999999999 is below 1 as a double and exactly 1 as a float). */
-typedef enum { T_INT, T_INT64, T_DOUBLE, T_FLOAT, T_STRING, T_INT3, T_INTLIST } KeyType;
+/* T_STAGES: train.stages, a list of objects read with STAGE_SCHEMA below. */
+typedef enum { T_INT, T_INT64, T_DOUBLE, T_FLOAT, T_STRING, T_INT3, T_INTLIST, T_STAGES } KeyType;
 
 #define CONFIG_MAX_BYTES (1 << 20) /* a config is a few KiB; more is not a config (or /dev/zero) */
 
@@ -68,9 +69,40 @@ static const KeySpec SCHEMA[] = {
      "1 = only deterministic GPU algorithms (bit-identical reruns, slower convolutions)"},
     {"train", "tf32", T_INT, OFF(tf32), 0, 1, NULL, "1",
      "1 = let cuDNN use TF32 tensor cores for float32 convolutions (PyTorch's default), 0 = strict FP32"},
-    {"data", "source", T_STRING, OFF(data_source), 0, 0, "phantom", "\"phantom\"", "where volumes come from"},
+    {"train", "stages", T_STAGES, OFF(stages), 0, 0, NULL, "[]",
+     "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
+     "train.steps is then their sum"},
+    {"data", "source", T_STRING, OFF(data_source), 0, 0, "phantom|csv|dir", "\"phantom\"",
+     "where volumes come from: the built-in phantoms, a CSV manifest (data.csv) or a folder (data.dir)"},
     {"data", "noise", T_FLOAT, OFF(data_noise), 0, 1, NULL, "0.02", "std of the phantom's Gaussian noise"},
-    {"data", "prefetch", T_INT, OFF(prefetch), 1, 64, NULL, "2", "batches the loader thread prepares ahead"},
+    {"data", "prefetch", T_INT, OFF(prefetch), 1, 64, NULL, "2", "batches the loader prepares ahead"},
+    {"data", "csv", T_STRING, OFF(data_csv), 0, 0, NULL, "\"\"",
+     "the manifest: a header row, a path column (relative paths are to the CSV's folder), optional split column"},
+    {"data", "dir", T_STRING, OFF(data_dir), 0, 0, NULL, "\"\"", "a folder of volumes (source dir)"},
+    {"data", "glob", T_STRING, OFF(data_glob), 0, 0, NULL, "\"*.nii*\"",
+     "which entries of data.dir are volumes: NIfTI files, or folders of PNG slices (e.g. \"case*\")"},
+    {"data", "path_column", T_STRING, OFF(data_path_column), 0, 0, NULL, "\"path\"", "the manifest's path column"},
+    {"data", "split_column", T_STRING, OFF(data_split_column), 0, 0, NULL, "\"split\"",
+     "the manifest's split column (train | val); without one, data.val_fraction is held out"},
+    {"data", "val_fraction", T_DOUBLE, OFF(data_val_fraction), 0, 0.9, NULL, "0.1",
+     "share of the volumes held out for validation by a seeded draw, when there is no split column"},
+    {"data", "normalize", T_STRING, OFF(data_normalize), 0, 0, "percentile|zscore|none", "\"percentile\"",
+     "per volume: clip to the clip_low..clip_high percentiles and scale to [0, 1], or zero mean unit std"},
+    {"data", "clip_low", T_DOUBLE, OFF(data_clip_low), 0, 50, NULL, "0.5", "lower percentile of normalize percentile"},
+    {"data", "clip_high", T_DOUBLE, OFF(data_clip_high), 50, 100, NULL, "99.5", "upper percentile"},
+    {"data", "pad", T_INT, OFF(data_pad), 0, 1, NULL, "1",
+     "1 = pad a volume smaller than the input with its minimum; 0 = such a volume is an error"},
+    {"data", "augment", T_INT, OFF(data_augment), 0, 1, NULL, "1",
+     "1 = random flips and 90-degree rotations of training volumes read from files (seeded per sample)"},
+    {"data", "cache_rate", T_DOUBLE, OFF(data_cache_rate), 0, 1, NULL, "1",
+     "share of the decoded training volumes kept in memory; an epoch draws from the cached ones"},
+    {"data", "replace_rate", T_DOUBLE, OFF(data_replace_rate), 0, 1, NULL, "0",
+     "share of the cache replaced by new volumes each epoch (decoded ahead by a background thread)"},
+    {"data", "cache_max_gib", T_DOUBLE, OFF(data_cache_max_gib), 0.001, 4096, NULL, "8",
+     "upper bound of the cache per rank; a cache_rate beyond it is refused"},
+    {"data", "workers", T_INT, OFF(data_workers), 0, 256, NULL, "0", "decoding threads; 0 = from the core count"},
+    {"data", "skip_bad", T_INT, OFF(data_skip_bad), 0, 1, NULL, "0",
+     "1 = skip an unreadable or unusable volume with a warning (counted); 0 = it is an error"},
     {"output", "dir", T_STRING, OFF(out_dir), 0, 0, NULL, "\"\"", "run directory; empty = runs/<config>-<time>"},
     {"output", "tensorboard", T_INT, OFF(tensorboard), 0, 1, NULL, "1", "1 = write TensorBoard event files into the run directory"},
     {"output", "image_every", T_INT, OFF(image_every), 0, 1e9, NULL, "50",
@@ -94,6 +126,19 @@ static const KeySpec SCHEMA[] = {
 };
 #define NKEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))
 
+/* The keys of one entry of train.stages (section "" : the name is train.stages[i].key). A key left out inherits:
+ * input_size from model.input_size, batch_size from train.batch_size, lr from train.lr (config_validate fills them
+ * in); exactly one of steps and epochs is given. */
+#define SOFF(f) offsetof(Stage, f)
+static const KeySpec STAGE_SCHEMA[] = {
+    {"", "input_size", T_INT3, SOFF(input_size), 4, 1024, NULL, NULL, "volume D, H, W of this stage"},
+    {"", "steps", T_INT, SOFF(steps), 1, 1e9, NULL, NULL, "optimizer steps of this stage"},
+    {"", "epochs", T_DOUBLE, SOFF(epochs), 1e-6, 1e6, NULL, NULL, "or: passes over the training set"},
+    {"", "batch_size", T_INT, SOFF(batch_size), 0, 4096, NULL, NULL, "per-rank micro-batch of this stage"},
+    {"", "lr", T_FLOAT, SOFF(lr), 0, 10, NULL, NULL, "peak learning rate of this stage"},
+};
+#define NSTAGE_KEYS ((int)(sizeof STAGE_SCHEMA / sizeof STAGE_SCHEMA[0]))
+
 static const char *type_name(KeyType t) {
     switch (t) {
     case T_INT:
@@ -103,15 +148,20 @@ static const char *type_name(KeyType t) {
     case T_STRING: return "a string";
     case T_INT3: return "a list of 3 integers";
     case T_INTLIST: return "a list of integers";
+    case T_STAGES: return "a list of stage objects";
     }
     return "?";
 }
 
 static int is_integer(double v) { return isfinite(v) && floor(v) == v; }
 
-/* Applies one JSON value to the key it belongs to, or exits 2 naming origin and key. */
-static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const char *origin) {
-    char *base = (char *)cfg + k->offset;
+static void apply_stages(Config *cfg, const cJSON *v, const char *origin);
+
+/* Applies one JSON value to the key it belongs to in `record` (a Config, or a Stage of train.stages), or exits 2
+ * naming origin and the key's full name. levels receives a T_INTLIST's length. */
+static void apply_to(void *record, int *levels, const char *name, const KeySpec *k, const cJSON *v,
+                     const char *origin) {
+    char *base = (char *)record + k->offset;
     char range[96];
     snprintf(range, sizeof range, "in [%.10g, %.10g]", k->min, k->max);
     switch (k->type) {
@@ -121,15 +171,15 @@ static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const cha
     case T_FLOAT: {
         const int integral = k->type == T_INT || k->type == T_INT64;
         if (!cJSON_IsNumber(v) || (integral && !is_integer(v->valuedouble)))
-            vx_usage_error("%s: %s.%s must be %s %s", origin, k->section, k->key, type_name(k->type), range);
+            vx_usage_error("%s: %s must be %s %s", origin, name, type_name(k->type), range);
         double x = v->valuedouble;
         if (!(x >= k->min && x <= k->max))
-            vx_usage_error("%s: %s.%s must be %s, got %.17g", origin, k->section, k->key, range, x);
+            vx_usage_error("%s: %s must be %s, got %.17g", origin, name, range, x);
         if (k->type == T_FLOAT) { /* the same range in float32 (whose own bounds are rounded too) */
             const float f = (float)x;
             if (!(f >= (float)k->min && f <= (float)k->max) || (x != 0 && !isnormal(f)))
-                vx_usage_error("%s: %s.%s = %.17g becomes %.9g in float32, the precision training uses, which is "
-                               "not %s; choose a value that stays inside it", origin, k->section, k->key, x, (double)f,
+                vx_usage_error("%s: %s = %.17g becomes %.9g in float32, the precision training uses, which is "
+                               "not %s; choose a value that stays inside it", origin, name, x, (double)f,
                                range);
         }
         if (k->type == T_INT) *(int *)base = (int)x;
@@ -138,10 +188,10 @@ static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const cha
         break;
     }
     case T_STRING: {
-        if (!cJSON_IsString(v)) vx_usage_error("%s: %s.%s must be a string", origin, k->section, k->key);
+        if (!cJSON_IsString(v)) vx_usage_error("%s: %s must be a string", origin, name);
         const char *s = v->valuestring;
         if (strlen(s) >= CONFIG_STR)
-            vx_usage_error("%s: %s.%s is longer than %d characters", origin, k->section, k->key, CONFIG_STR - 1);
+            vx_usage_error("%s: %s is longer than %d characters", origin, name, CONFIG_STR - 1);
         if (k->choices) {
             int ok = 0;
             size_t n = strlen(s);
@@ -151,7 +201,7 @@ static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const cha
                 if (len == n && strncmp(c, s, n) == 0) ok = 1;
                 c += len + (bar ? 1 : 0);
             }
-            if (!ok) vx_usage_error("%s: %s.%s must be one of %s, got \"%s\"", origin, k->section, k->key, k->choices, s);
+            if (!ok) vx_usage_error("%s: %s must be one of %s, got \"%s\"", origin, name, k->choices, s);
         }
         snprintf(base, CONFIG_STR, "%s", s);
         break;
@@ -161,18 +211,58 @@ static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const cha
         int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
         int want_min = k->type == T_INT3 ? 3 : 1, want_max = k->type == T_INT3 ? 3 : CONFIG_MAX_LEVELS;
         if (n < want_min || n > want_max)
-            vx_usage_error("%s: %s.%s must be %s (%d to %d entries)", origin, k->section, k->key, type_name(k->type),
-                           want_min, want_max);
+            vx_usage_error("%s: %s must be %s (%d to %d entries)", origin, name, type_name(k->type), want_min,
+                           want_max);
         int *out = (int *)base;
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(v, i);
             if (!cJSON_IsNumber(e) || !is_integer(e->valuedouble) || e->valuedouble < k->min || e->valuedouble > k->max)
-                vx_usage_error("%s: %s.%s[%d] must be an integer %s", origin, k->section, k->key, i, range);
+                vx_usage_error("%s: %s[%d] must be an integer %s", origin, name, i, range);
             out[i] = (int)e->valuedouble;
         }
-        if (k->type == T_INTLIST) cfg->levels = n;
+        if (k->type == T_INTLIST && levels) *levels = n;
         break;
     }
+    case T_STAGES: apply_stages((Config *)record, v, origin); break;
+    }
+}
+
+/* A top-level key of the schema. */
+static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const char *origin) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.%s", k->section, k->key);
+    apply_to(cfg, &cfg->levels, name, k, v, origin);
+}
+
+/* train.stages: each entry an object of STAGE_SCHEMA's keys, each key at most once; what is left out inherits
+ * (marked 0 / -1 here, filled in by config_validate). */
+static void apply_stages(Config *cfg, const cJSON *v, const char *origin) {
+    const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < 0 || n > CONFIG_MAX_STAGES)
+        vx_usage_error("%s: train.stages must be a list of at most %d stage objects, e.g. [{\"input_size\": [64, 64, 64], "
+                       "\"steps\": 100}]", origin, CONFIG_MAX_STAGES);
+    cfg->n_stages = n;
+    for (int i = 0; i < n; i++) {
+        const cJSON *o = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsObject(o)) vx_usage_error("%s: train.stages[%d] must be an object", origin, i);
+        Stage *st = &cfg->stages[i];
+        *st = (Stage){.input_size = {0, 0, 0}, .steps = 0, .epochs = 0, .batch_size = -1, .lr = -1};
+        for (const cJSON *kv = o->child; kv; kv = kv->next) {
+            for (const cJSON *prev = o->child; prev != kv; prev = prev->next)
+                if (strcmp(prev->string, kv->string) == 0)
+                    vx_usage_error("%s: train.stages[%d].%s is given twice; keep one", origin, i, kv->string);
+            const KeySpec *k = NULL;
+            for (int j = 0; j < NSTAGE_KEYS; j++)
+                if (strcmp(STAGE_SCHEMA[j].key, kv->string) == 0) k = &STAGE_SCHEMA[j];
+            if (!k)
+                vx_usage_error("%s: unknown key \"train.stages[%d].%s\" (a stage has input_size, steps or epochs, "
+                               "batch_size, lr)", origin, i, kv->string);
+            char name[96];
+            snprintf(name, sizeof name, "train.stages[%d].%s", i, kv->string);
+            apply_to(st, NULL, name, k, kv, origin);
+        }
+        if ((st->steps > 0) == (st->epochs > 0))
+            vx_usage_error("%s: train.stages[%d] needs exactly one of steps and epochs", origin, i);
     }
 }
 
@@ -303,12 +393,36 @@ void config_set(Config *cfg, const char *key, const char *value, const char *ori
     cJSON_Delete(v);
 }
 
+Stage config_stage(const Config *cfg, int i) {
+    Stage st = cfg->stages[i];
+    if (st.input_size[0] == 0) memcpy(st.input_size, cfg->input_size, sizeof st.input_size);
+    if (st.batch_size < 0) st.batch_size = cfg->batch_size;
+    if (st.lr < 0) st.lr = cfg->lr;
+    return st;
+}
+
 void config_validate(const Config *cfg, const char *origin) {
     int factor = 1 << (cfg->levels - 1);
     for (int a = 0; a < 3; a++)
         if (cfg->input_size[a] % factor)
             vx_usage_error("%s: model.input_size[%d] = %d must be divisible by %d (2^(levels-1) for %d channel levels)",
                            origin, a, cfg->input_size[a], factor, cfg->levels);
+    for (int i = 0; i < cfg->n_stages; i++) {
+        const Stage st = config_stage(cfg, i);
+        for (int a = 0; a < 3; a++)
+            if (st.input_size[a] % factor)
+                vx_usage_error("%s: train.stages[%d].input_size[%d] = %d must be divisible by %d (2^(levels-1))", origin,
+                               i, a, st.input_size[a], factor);
+        if (st.lr * cfg->weight_decay >= 1 || cfg->min_lr > st.lr)
+            vx_usage_error("%s: train.stages[%d].lr = %g must be at least train.min_lr and below 1 / "
+                           "train.weight_decay", origin, i, st.lr);
+    }
+    if (strcmp(cfg->data_source, "csv") == 0 && !cfg->data_csv[0])
+        vx_usage_error("%s: data.source csv needs data.csv, the manifest's path", origin);
+    if (strcmp(cfg->data_source, "dir") == 0 && !cfg->data_dir[0])
+        vx_usage_error("%s: data.source dir needs data.dir, the folder of volumes", origin);
+    if (cfg->data_clip_low >= cfg->data_clip_high)
+        vx_usage_error("%s: data.clip_low must be below data.clip_high", origin);
     for (int l = 0; l < cfg->levels; l++)
         if (cfg->channels[l] % cfg->norm_groups)
             vx_usage_error("%s: model.norm_groups = %d must divide every model.channels entry (%d does not)", origin,
@@ -343,6 +457,20 @@ static cJSON *value_to_json(const Config *cfg, const KeySpec *k) {
     case T_STRING: return cJSON_CreateString(base);
     case T_INT3: return cJSON_CreateIntArray((const int *)base, 3);
     case T_INTLIST: return cJSON_CreateIntArray((const int *)base, cfg->levels);
+    case T_STAGES: {
+        cJSON *list = cJSON_CreateArray();
+        for (int i = 0; i < cfg->n_stages; i++) { /* as run: what a stage inherited is written out */
+            const Stage st = config_stage(cfg, i);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToObject(o, "input_size", cJSON_CreateIntArray(st.input_size, 3));
+            if (st.steps > 0) cJSON_AddNumberToObject(o, "steps", st.steps);
+            else cJSON_AddNumberToObject(o, "epochs", st.epochs);
+            cJSON_AddNumberToObject(o, "batch_size", st.batch_size);
+            cJSON_AddNumberToObject(o, "lr", st.lr);
+            cJSON_AddItemToArray(list, o);
+        }
+        return list;
+    }
     }
     return NULL;
 }

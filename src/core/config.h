@@ -8,6 +8,17 @@
 
 #define CONFIG_MAX_LEVELS 6
 #define CONFIG_STR 256
+#define CONFIG_MAX_STAGES 8
+
+/* One stage of a progressive run (train.stages): its own input size, length, batch and learning rate; the weights
+ * carry over from the stage before (the autoencoder is fully convolutional), the optimizer restarts. */
+typedef struct {
+    int input_size[3];
+    int steps;      /* or, when 0, epochs passes over the training set (turned into steps at the start) */
+    double epochs;
+    int batch_size; /* per rank */
+    double lr;
+} Stage;
 
 typedef struct {
     /* model */
@@ -38,10 +49,24 @@ typedef struct {
     int threads;             /* CPU threads, 0 = all cores */
     int deterministic;       /* GPU: deterministic algorithms only */
     int tf32;                /* GPU: TF32 tensor cores allowed in float32 convolutions */
+    Stage stages[CONFIG_MAX_STAGES]; /* train.stages; n_stages = 0: one stage, the keys above */
+    int n_stages;
     /* data */
-    char data_source[CONFIG_STR]; /* "phantom" */
+    char data_source[CONFIG_STR]; /* "phantom" | "csv" | "dir" */
     double data_noise;
     int prefetch;
+    char data_csv[CONFIG_STR];      /* source csv: the manifest */
+    char data_dir[CONFIG_STR];      /* source dir: the folder */
+    char data_glob[CONFIG_STR];     /* source dir: which entries are volumes */
+    char data_path_column[CONFIG_STR], data_split_column[CONFIG_STR];
+    double data_val_fraction;       /* held out by a seeded draw when there is no split column */
+    char data_normalize[CONFIG_STR]; /* "percentile" | "zscore" | "none" */
+    double data_clip_low, data_clip_high; /* percentiles of the percentile normalisation */
+    int data_pad;                   /* pad volumes smaller than the input (else: an error) */
+    int data_augment;               /* random flips and 90-degree rotations in training */
+    double data_cache_rate, data_replace_rate, data_cache_max_gib;
+    int data_workers;               /* decoding threads; 0 = from the core count */
+    int data_skip_bad;              /* skip unreadable volumes with a warning instead of exit 2 */
     /* output */
     char out_dir[CONFIG_STR]; /* the run directory; "" = runs/<config name>-<time> */
     int tensorboard;          /* write event files */
@@ -66,6 +91,8 @@ void config_defaults(Config *cfg);
 void config_set(Config *cfg, const char *key, const char *value, const char *origin);
 /* 1 if "section.key" names a config key. */
 int config_has_key(const char *dotted);
+/* Stage i of train.stages with what it inherits filled in (input size, batch, lr from the keys above). */
+Stage config_stage(const Config *cfg, int i);
 /* Cross-key checks (groups divide channels, input divisible by the downsampling factor, ...). */
 void config_validate(const Config *cfg, const char *origin);
 /* The resolved config as pretty JSON (caller frees). */
