@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "augment.h"
 #include "conv3d.h"
 #include "elementwise.h"
 #include "groupnorm.h"
@@ -98,6 +99,7 @@ typedef struct Backend {
     void (*normal_fill)(long count, uint64_t seed, uint64_t stream, uint64_t offset, float *out);
     void (*adamw)(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a);
     void (*sumsq)(long count, const float *x, float *out);
+    void (*augment)(int d, int h, int w, int c, uint32_t code, const float *x, float *y);
 } Backend;
 
 /* The float32 CPU backend (OpenMP + BLAS). Always available. */

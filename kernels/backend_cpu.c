@@ -128,6 +128,7 @@ static const Backend cpu_backend = {
     .normal_fill = normal_fill_cpu,
     .adamw = adamw_cpu,
     .sumsq = sumsq_cpu,
+    .augment = augment_cpu,
 };
 
 const Backend *backend_cpu(void) { return &cpu_backend; }

@@ -319,6 +319,7 @@ static const Backend cuda_backend = {
     .normal_fill = normal_fill_cuda,
     .adamw = adamw_cuda,
     .sumsq = sumsq_cuda,
+    .augment = augment_cuda,
 };
 
 /* ---- init and shutdown ------------------------------------------------------------------------------------ */

@@ -1,12 +1,11 @@
-/* data.c: the phantom generator and the prefetching loader thread (see data.h). */
-#include "data/data.h"
+/* phantom.c: the phantom generator (see phantom.h). */
+#include "data/phantom.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "core/util.h"
 #include "rng.h"
-#include "trace/trace.h"
 
 #define MAX_ELLIPSOIDS 8
 
@@ -87,84 +86,4 @@ void phantom_batch(uint64_t seed, const Config *cfg, int count, int64_t first, f
     int d = cfg->input_size[0], h = cfg->input_size[1], w = cfg->input_size[2], c = cfg->in_channels;
     for (int b = 0; b < count; b++)
         phantom_generate(seed, (uint64_t)(first + b), d, h, w, c, (float)cfg->data_noise, out + (long)b * d * h * w * c);
-}
-
-static void *loader_main(void *arg) {
-    Loader *l = arg;
-    pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
-        int slot = (int)(l->next_produce % l->slots);
-        if (l->slot_batch[slot] != -1) { /* ring full: wait for the consumer */
-            pthread_cond_wait(&l->cv, &l->mu);
-            continue;
-        }
-        int64_t k = l->next_produce++;
-        pthread_mutex_unlock(&l->mu);
-        trace_set_thread_name("data loader"); /* fails harmlessly when no trace is recording */
-        trace_range_push("generate batch", "dataloader");
-        phantom_batch(l->seed, &l->cfg, l->batch, l->first_sample + k * l->stride, l->buf[slot]);
-        trace_range_pop();
-        pthread_mutex_lock(&l->mu);
-        l->slot_batch[slot] = k;
-        pthread_cond_broadcast(&l->cv);
-    }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
-}
-
-void loader_start(Loader *l, const Config *cfg, int batch, int64_t first_sample, int64_t stride, const Backend *be) {
-    if (first_sample < 0 || batch < 1 || stride < batch)
-        vx_fatal("loader_start: first sample %lld, batch %d, stride %lld", (long long)first_sample, batch,
-                 (long long)stride);
-    memset(l, 0, sizeof *l);
-    l->first_sample = first_sample;
-    l->stride = stride;
-    l->be = be;
-    l->cfg = *cfg;
-    l->batch = batch;
-    l->volume_count = (long)cfg->input_size[0] * cfg->input_size[1] * cfg->input_size[2] * cfg->in_channels;
-    l->seed = (uint64_t)cfg->seed;
-    l->slots = cfg->prefetch;
-    l->buf = vx_calloc((size_t)l->slots, sizeof *l->buf);
-    l->slot_batch = vx_calloc((size_t)l->slots, sizeof *l->slot_batch);
-    for (int s = 0; s < l->slots; s++) {
-        l->buf[s] = be->alloc_host((size_t)batch * l->volume_count * sizeof(float));
-        l->slot_batch[s] = -1;
-    }
-    l->next_produce = l->next_consume = 0;
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
-    if (pthread_create(&l->thread, NULL, loader_main, l) != 0) vx_fatal("cannot start the data loader thread");
-}
-
-const float *loader_next(Loader *l) {
-    double t0 = vx_now();
-    int slot = (int)(l->next_consume % l->slots);
-    pthread_mutex_lock(&l->mu);
-    while (l->slot_batch[slot] != l->next_consume) pthread_cond_wait(&l->cv, &l->mu);
-    pthread_mutex_unlock(&l->mu);
-    l->wait_seconds += vx_now() - t0;
-    return l->buf[slot];
-}
-
-void loader_release(Loader *l) {
-    int slot = (int)(l->next_consume % l->slots);
-    pthread_mutex_lock(&l->mu);
-    l->slot_batch[slot] = -1;
-    l->next_consume++;
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-}
-
-void loader_stop(Loader *l) {
-    pthread_mutex_lock(&l->mu);
-    l->stop = 1;
-    pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->thread, NULL);
-    for (int s = 0; s < l->slots; s++) l->be->release_host(l->buf[s]);
-    free(l->buf);
-    free(l->slot_batch);
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
 }

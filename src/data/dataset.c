@@ -1,0 +1,411 @@
+/* dataset.c: the sample stream of a run from the phantoms or from files, with its cache (see dataset.h). */
+#include "data/dataset.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "augment.h"
+#include "core/util.h"
+#include "data/phantom.h"
+#include "data/manifest.h"
+#include "data/transform.h"
+#include "data/volume.h"
+#include "rng.h"
+
+#define VAL_SEED_SALT 0x7A11DA7Eull /* held-out phantoms come from another stream than training ones */
+#define RNG_STREAM_EPOCH 0xE90Cull   /* the order of an epoch's samples */
+#define RNG_STREAM_FILES 0xF11Eull   /* the order the window slides along */
+#define RNG_STREAM_CROP 0xC409ull    /* a sample's crop, per axis */
+#define RNG_STREAM_AUGMENT 0xA06ull  /* a sample's flips and rotation */
+
+enum { SLOT_ABSENT = 0, SLOT_LOADING, SLOT_READY, SLOT_BAD };
+
+typedef struct {
+    Volume vol;
+    float pad;
+    int state, refs;
+} Slot;
+
+struct Dataset {
+    Config cfg;
+    int files;   /* 0: the phantoms */
+    int size[3]; /* the crop: the model's input */
+    int c;
+    Manifest man;
+    int *train, n_train; /* manifest indices of the usable training / validation files */
+    int *val, n_val;
+    int window, slide;   /* files per epoch, and how far the window moves each epoch */
+    int cache;           /* keep decoded volumes (cache_rate > 0) */
+    uint32_t *order, *where; /* a seeded order of the training files, and each file's position in it */
+    double vol_bytes;    /* the largest training volume, decoded */
+    Slot *slot;          /* per training file */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t epoch_now;   /* the newest epoch a sample was asked of */
+    int64_t perm_epoch[2];
+    uint32_t *perm[2];   /* the sample order of two recent epochs */
+    /* the background thread decoding the next window's newcomers */
+    pthread_t ahead;
+    int ahead_started, stop;
+    char error[1024]; /* the first unusable volume met while training without data.skip_bad: the main thread
+                         reports it (a loader worker must not end the process under the trainer's feet) */
+    int *todo, n_todo;
+    DatasetStats st;
+};
+
+/* ---- the order of things ----------------------------------------------------------------------------------- */
+
+static void shuffle(uint32_t *a, uint32_t n, uint64_t seed, uint64_t stream) {
+    for (uint32_t i = 0; i < n; i++) a[i] = i;
+    for (uint32_t i = n; i > 1; i--) { /* Fisher-Yates on the counter-based hash */
+        const uint32_t j = (uint32_t)(vx_hash3(seed, stream, i) % i);
+        const uint32_t t = a[i - 1];
+        a[i - 1] = a[j], a[j] = t;
+    }
+}
+
+/* The sample order of epoch e (a permutation of the window), computed once and kept for two epochs. Locked. */
+static const uint32_t *epoch_order(Dataset *ds, int64_t e) {
+    for (int k = 0; k < 2; k++)
+        if (ds->perm[k] && ds->perm_epoch[k] == e) return ds->perm[k];
+    const int k = ds->perm_epoch[0] < ds->perm_epoch[1] ? 0 : 1; /* the older one goes */
+    if (!ds->perm[k]) ds->perm[k] = vx_malloc((size_t)ds->window * sizeof(uint32_t));
+    shuffle(ds->perm[k], (uint32_t)ds->window, (uint64_t)ds->cfg.seed ^ (uint64_t)e, RNG_STREAM_EPOCH);
+    ds->perm_epoch[k] = e;
+    return ds->perm[k];
+}
+
+/* The training file of position p of epoch e's window. */
+static int file_at(const Dataset *ds, int64_t e, int64_t p) {
+    return (int)ds->order[(uint64_t)(e * ds->slide + p) % (uint64_t)ds->n_train];
+}
+
+static int in_window(const Dataset *ds, int f, int64_t e) {
+    if (e < 0) return 0;
+    const int64_t pos = ((int64_t)ds->where[f] - (e * ds->slide) % ds->n_train + ds->n_train) % ds->n_train;
+    return pos < ds->window;
+}
+
+/* ---- decoding and the cache ------------------------------------------------------------------------------ */
+
+static const char *row_of(const Dataset *ds, int m, char *buf, size_t len) {
+    if (ds->man.e[m].row > 0) snprintf(buf, len, " (%s row %d)", ds->man.origin, ds->man.e[m].row);
+    else buf[0] = 0;
+    return buf;
+}
+
+/* A volume that cannot be used: a warning and a count with data.skip_bad; else the end of the run (exit 2), at once
+ * when the dataset opens, through dataset_error when a worker met it. Called with the lock held, or at open. */
+static void bad_volume(Dataset *ds, int m, const char *why, int at_open) {
+    char row[CONFIG_STR + 64];
+    if (!ds->cfg.data_skip_bad) {
+        if (at_open)
+            vx_usage_error("%s%s: %s; fix or remove it, or set data.skip_bad=1 to skip such volumes", ds->man.e[m].path,
+                           row_of(ds, m, row, sizeof row), why);
+        if (!ds->error[0])
+            snprintf(ds->error, sizeof ds->error, "%s%s: %s; fix or remove it, or set data.skip_bad=1 to skip such "
+                     "volumes", ds->man.e[m].path, row_of(ds, m, row, sizeof row), why);
+        return;
+    }
+    vx_error_line("warning: %s%s: %s; skipped (data.skip_bad)", ds->man.e[m].path, row_of(ds, m, row, sizeof row),
+                  why);
+    ds->st.skipped++;
+}
+
+/* Decodes and normalises manifest entry m; 0 when it cannot be used (already reported or counted). */
+static int decode(Dataset *ds, int m, Volume *v, float *pad) {
+    char why[512];
+    if (!volume_read(ds->man.e[m].path, ds->c, v, why, sizeof why)) {
+        pthread_mutex_lock(&ds->mu);
+        bad_volume(ds, m, why, 0);
+        pthread_mutex_unlock(&ds->mu);
+        return 0;
+    }
+    transform_normalize(v, ds->cfg.data_normalize, ds->cfg.data_clip_low, ds->cfg.data_clip_high);
+    *pad = transform_min(v);
+    return 1;
+}
+
+/* Training file f's volume: from the cache, or decoded now. 0 when it is bad. Takes a reference (slot_release). */
+static int slot_get(Dataset *ds, int f, Slot *out, int *hit) {
+    if (!ds->cache) { /* nothing kept: each sample decodes its volume */
+        *hit = 0;
+        out->refs = 0;
+        return decode(ds, ds->train[f], &out->vol, &out->pad);
+    }
+    Slot *s = &ds->slot[f];
+    pthread_mutex_lock(&ds->mu);
+    while (s->state == SLOT_LOADING) pthread_cond_wait(&ds->cv, &ds->mu);
+    *hit = s->state == SLOT_READY;
+    if (s->state == SLOT_ABSENT) {
+        s->state = SLOT_LOADING;
+        pthread_mutex_unlock(&ds->mu);
+        Volume v;
+        float pad;
+        const int ok = decode(ds, ds->train[f], &v, &pad);
+        pthread_mutex_lock(&ds->mu);
+        s->state = ok ? SLOT_READY : SLOT_BAD;
+        if (ok) s->vol = v, s->pad = pad;
+        ds->st.decoded += ok;
+        pthread_cond_broadcast(&ds->cv);
+    }
+    const int ok = s->state == SLOT_READY;
+    if (ok) {
+        s->refs++;
+        *out = *s;
+    }
+    pthread_mutex_unlock(&ds->mu);
+    return ok;
+}
+
+static void slot_release(Dataset *ds, int f, Slot *held) {
+    if (!ds->cache) {
+        volume_free(&held->vol);
+        return;
+    }
+    pthread_mutex_lock(&ds->mu);
+    Slot *s = &ds->slot[f];
+    s->refs--;
+    /* a volume the window has left goes once nobody reads it */
+    if (s->refs == 0 && s->state == SLOT_READY && !in_window(ds, f, ds->epoch_now) &&
+        !in_window(ds, f, ds->epoch_now + 1)) {
+        volume_free(&s->vol);
+        s->state = SLOT_ABSENT;
+        ds->st.evicted++;
+    }
+    pthread_mutex_unlock(&ds->mu);
+}
+
+/* The background thread: decodes the files queued by enter_epoch, ahead of the samples that need them. */
+static void *decode_ahead(void *arg) {
+    Dataset *ds = arg;
+    pthread_mutex_lock(&ds->mu);
+    for (;;) {
+        while (!ds->stop && ds->n_todo == 0) pthread_cond_wait(&ds->cv, &ds->mu);
+        if (ds->stop) break;
+        const int f = ds->todo[--ds->n_todo];
+        pthread_mutex_unlock(&ds->mu);
+        Slot held;
+        int hit;
+        if (slot_get(ds, f, &held, &hit)) slot_release(ds, f, &held);
+        pthread_mutex_lock(&ds->mu);
+    }
+    pthread_mutex_unlock(&ds->mu);
+    return NULL;
+}
+
+/* The first sample of epoch e: the window moves on. Volumes outside the windows of e and e+1 are dropped and the
+ * newcomers of e+1 queued for the background thread. Locked. */
+static void enter_epoch(Dataset *ds, int64_t e) {
+    if (e <= ds->epoch_now) return;
+    ds->epoch_now = e;
+    ds->st.epochs_entered++;
+    for (int f = 0; f < ds->n_train; f++) {
+        Slot *s = &ds->slot[f];
+        if (s->state == SLOT_READY && s->refs == 0 && !in_window(ds, f, e) && !in_window(ds, f, e + 1)) {
+            volume_free(&s->vol);
+            s->state = SLOT_ABSENT;
+            ds->st.evicted++;
+        }
+    }
+    if (ds->slide == 0) return;
+    ds->n_todo = 0;
+    for (int p = ds->window - ds->slide; p < ds->window; p++) { /* the next window's newcomers */
+        const int f = file_at(ds, e + 1, p);
+        if (ds->slot[f].state == SLOT_ABSENT) ds->todo[ds->n_todo++] = f;
+    }
+    if (!ds->ahead_started) {
+        if (pthread_create(&ds->ahead, NULL, decode_ahead, ds) != 0) vx_fatal("cannot start the cache's thread");
+        ds->ahead_started = 1;
+    }
+    pthread_cond_broadcast(&ds->cv);
+}
+
+/* ---- samples ----------------------------------------------------------------------------------------------- */
+
+int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out) {
+    const int *n = ds->size;
+    if (!ds->files) {
+        phantom_generate((uint64_t)ds->cfg.seed, (uint64_t)i, n[0], n[1], n[2], ds->c, (float)ds->cfg.data_noise, out);
+        return 1;
+    }
+    const int64_t e = i / ds->window, k = i % ds->window;
+    pthread_mutex_lock(&ds->mu);
+    if (ds->cache) enter_epoch(ds, e);
+    const int64_t p = epoch_order(ds, e)[k];
+    pthread_mutex_unlock(&ds->mu);
+    /* a bad file (data.skip_bad) hands the sample to the next position of the window */
+    Slot held;
+    int f = -1, hit = 0;
+    for (int64_t tries = 0; f < 0; tries++) {
+        pthread_mutex_lock(&ds->mu);
+        if (tries == ds->window && !ds->error[0])
+            snprintf(ds->error, sizeof ds->error, "%s: every volume of the epoch's window is unusable (data.skip_bad)",
+                     ds->man.origin);
+        const int failed = ds->error[0] != 0;
+        pthread_mutex_unlock(&ds->mu);
+        if (failed) return 0;
+        f = file_at(ds, e, (p + tries) % ds->window);
+        if (!slot_get(ds, f, &held, &hit)) f = -1;
+    }
+    pthread_mutex_lock(&ds->mu);
+    ds->st.hits += hit;
+    ds->st.misses += !hit;
+    pthread_mutex_unlock(&ds->mu);
+    uint64_t bits[3];
+    for (int a = 0; a < 3; a++) bits[a] = vx_hash3((uint64_t)ds->cfg.seed, RNG_STREAM_CROP + (uint64_t)a, (uint64_t)i);
+    int off[3];
+    transform_window(&held.vol, n, bits, off);
+    const uint32_t code = augment ? dataset_augment_code(ds, i) : 0;
+    if (code == 0) {
+        transform_crop(&held.vol, off, n, held.pad, out);
+    } else {
+        float *tmp = vx_malloc((size_t)n[0] * n[1] * n[2] * ds->c * sizeof(float));
+        transform_crop(&held.vol, off, n, held.pad, tmp);
+        augment_cpu(n[0], n[1], n[2], ds->c, code, tmp, out);
+        free(tmp);
+    }
+    slot_release(ds, f, &held);
+    return 1;
+}
+
+const char *dataset_error(Dataset *ds) {
+    pthread_mutex_lock(&ds->mu);
+    const char *e = ds->error[0] ? ds->error : NULL;
+    pthread_mutex_unlock(&ds->mu);
+    return e;
+}
+
+uint32_t dataset_augment_code(const Dataset *ds, int64_t i) {
+    if (!ds->files || !ds->cfg.data_augment) return 0;
+    return augment_code(vx_hash3((uint64_t)ds->cfg.seed, RNG_STREAM_AUGMENT, (uint64_t)i), ds->size[1], ds->size[2]);
+}
+
+int dataset_val_sample(Dataset *ds, int j, float *out) {
+    const int *n = ds->size;
+    if (!ds->files) {
+        phantom_generate((uint64_t)ds->cfg.seed ^ VAL_SEED_SALT, (uint64_t)j, n[0], n[1], n[2], ds->c,
+                         (float)ds->cfg.data_noise, out);
+        return 1;
+    }
+    if (j >= ds->n_val) vx_fatal("validation volume %d of %d", j, ds->n_val);
+    Volume v;
+    float pad;
+    if (!decode(ds, ds->val[j], &v, &pad)) { /* counted with data.skip_bad, else the end of the run */
+        const char *e = dataset_error(ds);
+        if (e) vx_usage_error("%s", e);
+        return 0;
+    }
+    int off[3];
+    transform_window(&v, n, NULL, off);
+    transform_crop(&v, off, n, pad, out);
+    volume_free(&v);
+    return 1;
+}
+
+/* ---- opening --------------------------------------------------------------------------------------------- */
+
+/* Reads every entry's header: usable ones go to the training or validation list. */
+static void probe_all(Dataset *ds, const int max_size[3]) {
+    ds->train = vx_malloc((size_t)ds->man.n * sizeof(int));
+    ds->val = vx_malloc((size_t)ds->man.n * sizeof(int));
+    for (int m = 0; m < ds->man.n; m++) {
+        int dims[4];
+        char why[512];
+        if (!volume_probe(ds->man.e[m].path, ds->c, dims, why, sizeof why)) {
+            bad_volume(ds, m, why, 1);
+            continue;
+        }
+        if (!ds->cfg.data_pad && (dims[0] < max_size[0] || dims[1] < max_size[1] || dims[2] < max_size[2])) {
+            snprintf(why, sizeof why, "%d x %d x %d is smaller than the input %d x %d x %d and data.pad is 0", dims[0],
+                     dims[1], dims[2], max_size[0], max_size[1], max_size[2]);
+            bad_volume(ds, m, why, 1);
+            continue;
+        }
+        const double bytes = (double)dims[0] * dims[1] * dims[2] * dims[3] * sizeof(float);
+        if (ds->man.e[m].val) ds->val[ds->n_val++] = m;
+        else {
+            ds->train[ds->n_train++] = m;
+            if (bytes > ds->vol_bytes) ds->vol_bytes = bytes;
+        }
+    }
+    if (ds->n_train == 0) vx_usage_error("%s: no usable training volume", ds->man.origin);
+}
+
+Dataset *dataset_open(const Config *cfg, const int max_size[3], int verbose) {
+    Dataset *ds = vx_calloc(1, sizeof *ds);
+    ds->cfg = *cfg;
+    ds->c = cfg->in_channels;
+    memcpy(ds->size, cfg->input_size, sizeof ds->size);
+    pthread_mutex_init(&ds->mu, NULL);
+    pthread_cond_init(&ds->cv, NULL);
+    ds->epoch_now = -1;
+    ds->perm_epoch[0] = ds->perm_epoch[1] = -1;
+    if (strcmp(cfg->data_source, "phantom") == 0) return ds;
+    ds->files = 1;
+    manifest_load(&ds->man, cfg);
+    probe_all(ds, max_size);
+    ds->cache = cfg->data_cache_rate > 0;
+    ds->window = ds->cache ? (int)lround(cfg->data_cache_rate * ds->n_train) : ds->n_train;
+    if (ds->window < 1) ds->window = 1;
+    ds->slide = ds->cache && ds->window < ds->n_train ? (int)lround(cfg->data_replace_rate * ds->window) : 0;
+    ds->order = vx_malloc((size_t)ds->n_train * sizeof(uint32_t));
+    ds->where = vx_malloc((size_t)ds->n_train * sizeof(uint32_t));
+    shuffle(ds->order, (uint32_t)ds->n_train, (uint64_t)cfg->seed, RNG_STREAM_FILES);
+    for (int f = 0; f < ds->n_train; f++) ds->where[ds->order[f]] = (uint32_t)f;
+    ds->slot = vx_calloc((size_t)ds->n_train, sizeof(Slot));
+    ds->todo = vx_malloc((size_t)(ds->slide + 1) * sizeof(int));
+    const double need = dataset_cache_bytes(ds), bound = cfg->data_cache_max_gib * 1073741824.0;
+    if (need > bound)
+        vx_exit_error(VX_EXIT_MEMORY, "%s: caching %d volumes of up to %.1f MiB needs %.2f GiB, more than "
+                      "data.cache_max_gib = %g; lower data.cache_rate or raise data.cache_max_gib", ds->man.origin,
+                      ds->window + ds->slide, ds->vol_bytes / 1048576.0, need / 1073741824.0,
+                      cfg->data_cache_max_gib);
+    if (verbose)
+        vx_log("data: %s: %d training and %d validation volumes%s; an epoch is %d samples; cache %s\n", ds->man.origin,
+               ds->n_train, ds->n_val, ds->st.skipped ? " (some skipped: data.skip_bad)" : "", ds->window,
+               ds->cache ? "on" : "off (every sample decodes its volume)");
+    return ds;
+}
+
+void dataset_set_size(Dataset *ds, const int size[3]) { memcpy(ds->size, size, sizeof ds->size); }
+
+int64_t dataset_epoch_samples(const Dataset *ds) { return ds->files ? ds->window : 0; }
+
+int dataset_val_count(const Dataset *ds) { return ds->files ? ds->n_val : -1; }
+
+double dataset_cache_bytes(const Dataset *ds) {
+    return ds->files && ds->cache ? (double)(ds->window + ds->slide) * ds->vol_bytes : 0.0;
+}
+
+DatasetStats dataset_stats(Dataset *ds) {
+    pthread_mutex_lock(&ds->mu);
+    const DatasetStats s = ds->st;
+    pthread_mutex_unlock(&ds->mu);
+    return s;
+}
+
+void dataset_close(Dataset *ds) {
+    if (!ds) return;
+    pthread_mutex_lock(&ds->mu);
+    ds->stop = 1;
+    pthread_cond_broadcast(&ds->cv);
+    pthread_mutex_unlock(&ds->mu);
+    if (ds->ahead_started) pthread_join(ds->ahead, NULL);
+    for (int f = 0; f < ds->n_train && ds->slot; f++) volume_free(&ds->slot[f].vol);
+    free(ds->slot);
+    free(ds->todo);
+    free(ds->order);
+    free(ds->where);
+    free(ds->perm[0]);
+    free(ds->perm[1]);
+    free(ds->train);
+    free(ds->val);
+    manifest_free(&ds->man);
+    pthread_mutex_destroy(&ds->mu);
+    pthread_cond_destroy(&ds->cv);
+    free(ds);
+}

@@ -1,0 +1,55 @@
+/* dataset.h: the training sample stream and the validation volumes of a run, from any source (data.source):
+ *   phantom   the built-in generator: sample i is phantom(seed, i), validation volume j is phantom(seed ^ salt, j)
+ *   csv, dir  volumes listed by a manifest (manifest.h), read by volume.h, normalised and cropped by transform.h,
+ *             flipped and rotated by kernels/augment.h (on the loader's threads, or on the GPU after the upload)
+ * Training sample i is a pure function of (seed, i, the file list): epoch e = i / E covers E samples, drawn in a
+ * seeded order from the epoch's window of E files; each sample's crop and augmentation come from its own hash. So a
+ * sample is the same whatever batch, rank or resume it falls in, and caching changes only the speed.
+ *
+ * The cache (MONAI's CacheDataset and SmartCacheDataset): data.cache_rate of the training files, E of them, form
+ * the window an epoch draws from, decoded and normalised once and kept; data.replace_rate of the window is replaced
+ * each epoch (the window slides along a seeded order of all files), the newcomers decoded ahead by a background
+ * thread; cache_rate 0 keeps nothing and decodes every sample (an epoch is then every file). Each rank keeps its own
+ * cache of the window (data.cache_max_gib bounds it), so that ranks draw the same samples as one process would.
+ * Every file's header is read when the dataset opens: a missing file, a wrong magic, absurd dimensions or a volume
+ * smaller than the input without data.pad is refused then (exit 2, naming the file and its manifest row), or, with
+ * data.skip_bad, left out with a warning and counted; a file whose data turns out damaged later is treated alike. */
+#pragma once
+#include <stdint.h>
+
+#include "core/config.h"
+
+typedef struct Dataset Dataset;
+
+typedef struct {
+    long hits, misses;   /* samples whose volume was in the cache / had to be decoded for them */
+    long decoded;        /* volumes decoded, by the loader and ahead of time */
+    long evicted;        /* volumes dropped from the cache when the window moved on */
+    long skipped;        /* bad volumes left out (data.skip_bad) */
+    long epochs_entered; /* windows the cache has served */
+} DatasetStats;
+
+/* Opens cfg's source for volumes of input size `size` (the largest of the run's stages: what padding is checked
+ * against) and cfg->in_channels channels; prints what it found when verbose. Exits 2 on bad input. */
+Dataset *dataset_open(const Config *cfg, const int max_size[3], int verbose);
+void dataset_close(Dataset *ds);
+/* The crop size from now on (a stage's input size). */
+void dataset_set_size(Dataset *ds, const int size[3]);
+/* Samples in one epoch; 0 for the phantoms (endless). */
+int64_t dataset_epoch_samples(const Dataset *ds);
+/* Validation volumes available; -1 for the phantoms (as many as asked). */
+int dataset_val_count(const Dataset *ds);
+/* Training sample i at the current size into out [d][h][w][c]; `augment`: apply its flips and rotation here
+ * (the CPU path), else leave them to the caller (augment code below, applied on the GPU). Thread-safe. 0 when a
+ * volume turned out unusable without data.skip_bad: dataset_error says which, for the main thread to report. */
+int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out);
+/* The first such failure's one-line message, or NULL. */
+const char *dataset_error(Dataset *ds);
+/* The augmentation code of sample i (augment.h), 0 when the source is not augmented. */
+uint32_t dataset_augment_code(const Dataset *ds, int64_t i);
+/* Validation volume j at the current size, centred, not augmented: 1, or 0 when it turned out unusable and
+ * data.skip_bad left it out (the caller skips it). */
+int dataset_val_sample(Dataset *ds, int j, float *out);
+/* The most host memory the cache will hold (the run's memory plan counts it). */
+double dataset_cache_bytes(const Dataset *ds);
+DatasetStats dataset_stats(Dataset *ds);
