@@ -82,9 +82,10 @@ void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, c
     if (out) *out = h;
 }
 
-void ckpt_read(const char *path, const Model *m, Ckpt *out) {
+void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out) {
     memset(out, 0, sizeof *out);
-    const CkptExpect want = ckpt_expect(m);
+    CkptExpect want = ckpt_expect(m);
+    want.steps = steps; /* the run's, over all its stages (the model holds its stage's) */
     /* one byte more than a checkpoint of this model can hold: a longer file is refused by size, not read whole */
     unsigned char *buf = (unsigned char *)fs_read_file(path, ckpt_file_bytes(want.param_count) + 1, &out->bytes);
     if (!buf) {

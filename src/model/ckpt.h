@@ -55,9 +55,9 @@ size_t ckpt_file_bytes(uint64_t param_count);
 /* Verifies buf[len] as a checkpoint matching `want` (origin names it in errors) and copies its header to out.
  * Exits 2 with one line naming the first problem. The checkpoint loader's fuzz target enters here. */
 void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, const char *origin, CkptHeader *out);
-/* Reads and verifies the file at path against model m (nothing allocated on the backend yet, nothing written):
- * the checks happen before the run touches its directory. */
-void ckpt_read(const char *path, const Model *m, Ckpt *out);
+/* Reads and verifies the file at path against model m and a run of `steps` optimizer steps in all (nothing
+ * allocated on the backend yet, nothing written): the checks happen before the run touches its directory. */
+void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out);
 /* Uploads a verified checkpoint's parameters and moments into the allocated model, returns its state. */
 void ckpt_apply(const Ckpt *c, Model *m, CkptState *st);
 void ckpt_free(Ckpt *c);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "data/data.h"
+#include "data/phantom.h"
 
 #define AUTO_BATCH_CAP_GPU 64
 

@@ -1,14 +1,17 @@
-/* train.c: the training loop (see train.h). A run first validates everything (config, device, memory plan,
- * checkpoint), then takes the run directory (run_dir.h), then writes there: a refused run touches nothing.
+/* train.c: the training loop (see train.h). A run first validates everything (config, device, data, memory plan of
+ * every stage, checkpoint), then takes the run directory (run_dir.h), then writes there: a refused run touches
+ * nothing. It runs its stages (train_plan.h: one, or train.stages' progressive input sizes) in order; between two
+ * the model is rebuilt at the new size, the parameters carry over and the optimizer restarts.
  * One optimizer step (train_step), on each of W data-parallel ranks (W = 1 for one process):
  *   for each of grad_accum micro-batches: copy the loader's batch in (rank r reads part r of the global micro-batch:
- *   samples next_sample + r*batch ..), forward (each sample's noise keyed by its global index), loss and backward
- *   (loss gradient scaled by 1/(grad_accum x W), parameter gradients accumulated after the first); during the last
- *   backward every gradient bucket is all-reduced (summed) as soon as it is complete (dist/buckets.h); then the
- *   optimizer waits for what is in flight, and the global gradient norm -> clip factor -> fused AdamW run on the
- *   reduced gradients, identically on every rank. The losses are averaged over ranks and a stop request shared, so
- *   every rank takes the same decisions. A non-finite loss or gradient norm ends the run (exit 4) before anything is
- *   updated or saved. Rank 0 alone writes the run directory, validates and logs. */
+ *   samples next_sample + r*batch ..; on a GPU the flips and rotations of data.augment are applied after the
+ *   upload), forward (each sample's noise keyed by its global index), loss and backward (loss gradient scaled by
+ *   1/(grad_accum x W), parameter gradients accumulated after the first); during the last backward every gradient
+ *   bucket is all-reduced (summed) as soon as it is complete (dist/buckets.h); then the optimizer waits for what is
+ *   in flight, and the global gradient norm -> clip factor -> fused AdamW run on the reduced gradients, identically
+ *   on every rank. The losses are averaged over ranks and a stop request shared, so every rank takes the same
+ *   decisions. A non-finite loss or gradient norm ends the run (exit 4) before anything is updated or saved. Rank 0
+ *   alone writes the run directory, validates and logs. */
 #include "train/train.h"
 
 #include <errno.h>
@@ -20,7 +23,8 @@
 
 #include "core/fsutil.h"
 #include "core/util.h"
-#include "data/data.h"
+#include "data/dataset.h"
+#include "data/loader.h"
 #include "dist/buckets.h"
 #include "dist/comm.h"
 #include "dist/launch.h"
@@ -28,12 +32,13 @@
 #include "tb/tb_writer.h"
 #include "trace/gpu_activity.h"
 #include "trace/trace.h"
+#include "train/evaluate.h"
 #include "train/run_dir.h"
 #include "train/runtime.h"
 #include "train/schedule.h"
 #include "train/train_log.h"
 
-#define VAL_SEED_SALT 0x7A11DA7Eull /* held-out volumes come from a different stream than training ones */
+#define AUTO_BATCH_CAP_GPU 64
 
 static volatile sig_atomic_t stop_requested = 0;
 static void on_signal(int sig) {
@@ -41,79 +46,75 @@ static void on_signal(int sig) {
     tb_writer_flush_all_on_signal(); /* records so far are on disk even if a second signal kills us */
 }
 
-typedef struct {
-    float l1, psnr;
-} ValResult;
-
 /* Everything one run holds between its steps. */
 typedef struct {
-    Config *cfg;
+    Config *cfg;        /* the run's: total steps, run directory, everything the stages share */
+    const Config *sc;   /* the current stage's: input size, batch, lr, steps (schedule) */
+    StagePlan stages[CONFIG_MAX_STAGES];
+    int n_stages, stage;
     Runtime rt;
     Model *m;
     const Backend *be;
+    Dataset *ds;
     Loader loader;
+    int loader_on;
+    float *aug_src; /* GPU: the uploaded batch before its flips and rotations (data.augment) */
     FILE *metrics;
     FILE *samples; /* output.sample_log: one line per micro-batch, the global samples it read */
     TrainLog *tb;
     CkptState st;
-    float *val; /* the held-out volumes: validation set, the first n_shown of them also shown as images */
-    int n_shown, n_held;
+    HeldOut held;   /* rank 0's validation volumes at the stage's size */
+    double best_l1; /* of this stage: its best checkpoint */
     DistEnv env;
     Comm *comm;        /* single for one process */
     Buckets *buckets;  /* NULL for one process */
     double lr_scale;   /* train.lr_scaling's factor for this number of ranks */
 } Trainer;
 
-/* Deterministic forward (z = mu) of `count` host volumes in micro-batches of the model's size; returns their
- * reconstructions (host, same shape as vols; caller frees). */
-static float *reconstruct(Model *m, const float *vols, int count) {
-    long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
-    float *recon = vx_malloc((size_t)count * vol * sizeof(float));
-    float *batch = vx_calloc((size_t)per_batch, sizeof(float));
-    float *out = vx_malloc((size_t)per_batch * sizeof(float));
-    for (int start = 0; start < count; start += m->batch) {
-        int used = count - start < m->batch ? count - start : m->batch;
-        memcpy(batch, vols + (long)start * vol, (size_t)used * vol * sizeof(float));
-        m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
-        model_forward(m, 0, 0);
-        m->be->copy_to_host(out, model_tensor(m, m->t_recon), (size_t)per_batch * sizeof(float));
-        memcpy(recon + (long)start * vol, out, (size_t)used * vol * sizeof(float));
-    }
-    free(out);
-    free(batch);
-    return recon;
+typedef struct {
+    double loss, recon, kl, lr, gnorm, ms, wait_s;
+    double comm_wait_ms; /* how long the optimizer waited for the gradient buckets still in flight */
+    int stop;            /* a rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step */
+} StepResult;
+
+/* A non-finite value: the run ends with exit 4 before the step's update, so the last checkpoint is the last good
+ * state (ckpt_save refuses non-finite parameters, should any ever get there). */
+__attribute__((noreturn)) static void diverged(Trainer *t, int64_t step1, const char *what, double value) {
+    train_log_close(t->tb, 1);
+    if (t->metrics) fflush(t->metrics);
+    vx_exit_error(VX_EXIT_DIVERGED, "training diverged at step %lld: %s is %g; no checkpoint is written for it (the "
+                  "last one stays); lower train.lr, set train.grad_clip, or check the data", (long long)step1, what,
+                  value);
 }
 
-/* Validation: L1 and PSNR of the reconstructions of the held-out volumes. */
-static ValResult validate(Model *m, const float *val_host, int count) {
-    long n = count * (m->tensors[m->t_input].count / m->batch);
-    float *recon = reconstruct(m, val_host, count);
-    double l1 = 0, se = 0;
-    for (long i = 0; i < n; i++) {
-        double d = (double)recon[i] - (double)val_host[i];
-        l1 += fabs(d);
-        se += d * d;
-    }
-    free(recon);
-    double mse = se / (double)n;
-    /* PSNR against a peak of 1.0: the phantoms' intensities live in [0, 1] up to noise. */
-    return (ValResult){.l1 = (float)(l1 / (double)n), .psnr = (float)(10.0 * log10(1.0 / (mse > 1e-20 ? mse : 1e-20)))};
+static void save_checkpoint(Trainer *t, const char *name) {
+    char path[CONFIG_STR + 64];
+    if (name) snprintf(path, sizeof path, "%s/checkpoints/%s", t->cfg->out_dir, name);
+    else snprintf(path, sizeof path, "%s/checkpoints/step_%ld.ckpt", t->cfg->out_dir, (long)t->st.step);
+    ckpt_save(path, t->m, &t->st);
+    vx_log("checkpoint: %s\n", path);
 }
 
-__attribute__((noreturn)) static void diverged(Trainer *t, int64_t step1, const char *what, double value);
-
-/* Validates after `step` optimizer steps and reports it on stdout and in metrics.jsonl. */
+/* Validates after `step` optimizer steps, reports it on stdout and in metrics.jsonl, and keeps the stage's best
+ * checkpoint (by validation L1) when a stage has been trained. */
 static void validate_and_log(Trainer *t, int64_t step) {
+    if (t->held.val == 0) return;
     trace_range_push("validation", "user_annotation");
-    ValResult vr = validate(t->m, t->val, t->cfg->val_samples);
+    const ValResult vr = evaluate(t->m, &t->held);
     trace_range_pop();
     if (!isfinite(vr.l1)) diverged(t, step, "the validation L1", vr.l1);
     train_log_scalar(t->tb, "val/l1", step, vr.l1);
     train_log_scalar(t->tb, "val/psnr", step, vr.psnr);
-    vx_log("val  %5ld | l1 %.6f | psnr %.2f dB (%d held-out volumes%s)\n", (long)step, vr.l1, vr.psnr,
-           t->cfg->val_samples, step == 0 ? ", before training" : "");
+    vx_log("val  %5ld | l1 %.6f | psnr %.2f dB (%d held-out volumes%s)\n", (long)step, vr.l1, vr.psnr, t->held.val,
+           step == 0 ? ", before training" : "");
     fprintf(t->metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
+    if (t->n_stages > 1 && step > t->stages[t->stage].first_step && vr.l1 < t->best_l1) {
+        t->best_l1 = vr.l1;
+        char name[48];
+        snprintf(name, sizeof name, "stage_%d_best.ckpt", t->stage);
+        save_checkpoint(t, name);
+    }
 }
 
 static void format_eta(double seconds, char *out, size_t len) {
@@ -121,13 +122,6 @@ static void format_eta(double seconds, char *out, size_t len) {
     if (s >= 3600) snprintf(out, len, "%ldh%02ldm", s / 3600, (s / 60) % 60);
     else if (s >= 60) snprintf(out, len, "%ldm%02lds", s / 60, s % 60);
     else snprintf(out, len, "%lds", s);
-}
-
-static void save_checkpoint(const Config *cfg, const Model *m, const CkptState *st) {
-    char path[CONFIG_STR + 64];
-    snprintf(path, sizeof path, "%s/checkpoints/step_%ld.ckpt", cfg->out_dir, (long)st->step);
-    ckpt_save(path, m, st);
-    vx_log("checkpoint: %s\n", path);
 }
 
 /* The optional profiler window (output.profile): trace steps [first, last], 1-based. */
@@ -153,7 +147,6 @@ static void profile_step_begin(ProfileWindow *p, const Config *cfg, const Runtim
     p->active = 1;
     vx_log("profile: recording steps %d..%d\n", p->first, p->last);
 }
-
 static void profile_step_end(ProfileWindow *p, const Backend *be, int64_t step1, int force) {
     if (!p->active || (step1 < p->last && !force)) return;
     if (p->gpu) {
@@ -167,32 +160,16 @@ static void profile_step_end(ProfileWindow *p, const Backend *be, int64_t step1,
 }
 
 /* Mid-slice images of the first held-out volumes and their reconstructions. */
-static void log_images(TrainLog *tb, Model *m, const Config *cfg, const float *vols, int count, int64_t step) {
-    if (!tb || count == 0) return;
+static void log_images(Trainer *t, int64_t step) {
+    if (!t->tb || t->held.shown == 0) return;
     trace_range_push("tensorboard images", "user_annotation");
-    float *recon = reconstruct(m, vols, count);
-    train_log_images(tb, cfg, vols, recon, count, step);
+    float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.shown);
+    train_log_images(t->tb, t->sc, t->held.vols, recon, t->held.shown, step);
     free(recon);
     trace_range_pop();
 }
 
 static int every(int interval, int64_t step) { return interval > 0 && step % interval == 0; }
-
-typedef struct {
-    double loss, recon, kl, lr, gnorm, ms, wait_s;
-    double comm_wait_ms; /* how long the optimizer waited for the gradient buckets still in flight */
-    int stop;            /* a rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step */
-} StepResult;
-
-/* A non-finite value: the run ends with exit 4 before the step's update, so the last checkpoint is the last good
- * state (ckpt_save refuses non-finite parameters, should any ever get there). */
-__attribute__((noreturn)) static void diverged(Trainer *t, int64_t step1, const char *what, double value) {
-    train_log_close(t->tb, 1);
-    if (t->metrics) fflush(t->metrics);
-    vx_exit_error(VX_EXIT_DIVERGED, "training diverged at step %lld: %s is %g; no checkpoint is written for it (the "
-                  "last one stays); lower train.lr, set train.grad_clip, or check the data", (long long)step1, what,
-                  value);
-}
 
 /* The bucket all-reduces of the step on the trace (rank 0's, CPU communicators: NCCL's kernels come through
  * CUPTI), on a track of their own, so their overlap with backward shows. */
@@ -210,6 +187,23 @@ static void trace_buckets(const Buckets *bk) {
     }
 }
 
+/* The batch just taken from the loader into the model's input. A GPU run applies data.augment's flips and
+ * rotations here, after the upload (the loader's workers do it on the CPU path). */
+static void upload_batch(Trainer *t, const float *batch, int64_t first) {
+    Model *m = t->m;
+    const size_t bytes = (size_t)m->tensors[m->t_input].count * sizeof(float);
+    if (!t->aug_src) {
+        t->be->upload_async(model_tensor(m, m->t_input), batch, bytes); /* pinned slot, copy stream */
+        return;
+    }
+    t->be->upload_async(t->aug_src, batch, bytes);
+    const Dims d = m->tensors[m->t_input].dims;
+    const long vol = (long)d.d * d.h * d.w * d.c;
+    for (int b = 0; b < m->batch; b++)
+        t->be->augment(d.d, d.h, d.w, d.c, dataset_augment_code(t->ds, first + b), t->aug_src + b * vol,
+                       model_tensor(m, m->t_input) + b * vol);
+}
+
 /* One optimizer step (see the file comment); advances t->st. */
 static void train_step(Trainer *t, StepResult *r) {
     Model *m = t->m;
@@ -217,18 +211,17 @@ static void train_step(Trainer *t, StepResult *r) {
     const Config *cfg = t->cfg;
     const int world = t->comm->world, rank = t->comm->rank;
     const int64_t step1 = t->st.step + 1;
-    const size_t batch_bytes = (size_t)m->tensors[m->t_input].count * sizeof(float);
     be->timer_mark(0); /* CUDA: an event on the compute stream; the step is timed on the device's clock */
-    *r = (StepResult){.lr = schedule_lr(cfg, t->st.step) * t->lr_scale};
+    *r = (StepResult){.lr = schedule_lr(t->sc, t->st.step - t->stages[t->stage].first_step) * t->lr_scale};
     const double wait_before = t->loader.wait_seconds;
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
         trace_range_push("data wait", "dataloader");
         const float *batch = loader_next(&t->loader);
         trace_range_pop();
-        trace_range_push("upload batch", "user_annotation");
-        be->upload_async(model_tensor(m, m->t_input), batch, batch_bytes); /* pinned slot, copy stream */
-        trace_range_pop();
         const int64_t first = t->st.next_sample + (int64_t)rank * m->batch; /* this rank's part */
+        trace_range_push("upload batch", "user_annotation");
+        upload_batch(t, batch, first);
+        trace_range_pop();
         if (t->samples) fprintf(t->samples, "%lld\t%d\t%lld\t%d\n", (long long)step1, micro, (long long)first, m->batch);
         model_forward(m, 1, (uint64_t)first);
         const int reduce = t->buckets && micro == cfg->grad_accum - 1; /* accumulate locally, reduce once */
@@ -280,58 +273,22 @@ static void train_step(Trainer *t, StepResult *r) {
     t->st.loss_ema = t->st.step == 1 ? r->loss : 0.9 * t->st.loss_ema + 0.1 * r->loss;
 }
 
-/* ---- the memory plan ---------------------------------------------------------------------------------------- */
-
-typedef struct {
-    const char *what, *lower; /* the buffer, and the config keys that shrink it */
-    double bytes;
-} HostItem;
-
-/* Every large host buffer of a run, so that a run that cannot fit is refused before it starts, not OOM-killed. */
-static int host_plan(const Runtime *rt, const Config *cfg, HostItem *items) {
-    const Model *m = rt->model;
-    const double vol = (double)(m->tensors[m->t_input].count / m->batch) * sizeof(float);
-    const int n_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
-    const int n_held = cfg->val_samples > n_shown ? cfg->val_samples : n_shown;
-    const double ckpt = (double)ckpt_file_bytes((uint64_t)m->param_count);
-    const double hist = 3.0 * (double)m->param_floats * sizeof(float);
-    int n = 0;
-    if (strcmp(rt->be->name, "cpu") == 0)
-        items[n++] = (HostItem){"model (activations, parameters, gradients, AdamW state)",
-                                "train.batch_size or model.input_size", (double)model_device_bytes(m)};
-    /* the volumes, their reconstructions, and one batch in and out */
-    items[n++] = (HostItem){"held-out volumes", "train.val_samples",
-                            2.0 * n_held * vol + 2.0 * m->batch * vol};
-    items[n++] = (HostItem){"data loader", "data.prefetch or train.batch_size", (double)cfg->prefetch * m->batch * vol};
-    items[n++] = (HostItem){"checkpoint and histogram copies", "model.channels", ckpt > hist ? ckpt : hist};
-    return n;
-}
-
-void train_check_memory(const Runtime *rt, const Config *cfg, int ranks_here, int verbose) {
-    HostItem items[4];
-    const int n = host_plan(rt, cfg, items);
-    double total = 0;
-    int largest = 0;
-    char parts[512] = "";
-    for (int i = 0; i < n; i++) {
-        items[i].bytes *= ranks_here; /* every rank of this machine holds its own */
-        total += items[i].bytes;
-        if (items[i].bytes > items[largest].bytes) largest = i;
-        const size_t used = strlen(parts);
-        snprintf(parts + used, sizeof parts - used, "%s%s %.1f MiB", i ? ", " : "", items[i].what,
-                 items[i].bytes / 1048576.0);
-    }
-    const double have = HW_MEMORY_SHARE * (double)rt->hw.ram_available;
-    if (verbose)
-        vx_log("host memory: %.1f MiB planned (%s)%s\n", total / 1048576.0, parts,
-               ranks_here > 1 ? ", for all ranks of this machine" : "");
-    if (total > have)
-        vx_exit_error(VX_EXIT_MEMORY, "the run plans %.2f GiB of host memory (%s), more than %.0f%% of the %.2f GiB "
-                      "available (%.2f GiB); lower %s", total / 1073741824.0, parts, 100 * HW_MEMORY_SHARE,
-                      rt->hw.ram_available / 1073741824.0, have / 1073741824.0, items[largest].lower);
-}
-
 /* ---- the run ------------------------------------------------------------------------------------------------ */
+
+/* The gradient buckets of model m: each parameter's span of the flat gradient and the node whose backward writes
+ * it. */
+static Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double first_bucket_mb) {
+    GradSpan *spans = vx_malloc((size_t)m->n_params * sizeof *spans);
+    for (int i = 0; i < m->n_params; i++) spans[i] = (GradSpan){m->params[i].offset, m->params[i].count, -1};
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < 2; k++) {
+            const int p = k == 0 ? m->nodes[i].weight : m->nodes[i].bias;
+            if (p >= 0) spans[p].step = i;
+        }
+    Buckets *b = buckets_plan(spans, m->n_params, m->grad, comm, bucket_mb, first_bucket_mb);
+    free(spans);
+    return b;
+}
 
 /* The progress line, metrics.jsonl and TensorBoard for the steps since the last log line. */
 static void log_progress(Trainer *t, const StepResult *r, double ms_window, double wait_window, double comm_window,
@@ -374,23 +331,93 @@ static FILE *open_run_file(const Config *cfg, const char *name) {
     return f;
 }
 
-double train_plan_ranks(Config *cfg, int world) {
-    if (cfg->global_batch > 0) {
-        const long per = (long)world * cfg->grad_accum;
-        if (cfg->global_batch % per != 0)
-            vx_usage_error("train.global_batch = %d cannot be split into %d rank(s) x %d micro-batches "
-                           "(train.grad_accum); choose a multiple of %ld", cfg->global_batch, world, cfg->grad_accum,
-                           per);
-        cfg->batch_size = (int)(cfg->global_batch / per);
-        return 1.0;
-    }
-    if (strcmp(cfg->lr_scaling, "linear") == 0) return world;
-    if (strcmp(cfg->lr_scaling, "sqrt") == 0) return sqrt((double)world);
-    return 1.0;
+/* The batch of a stage: its own, or the largest that fits (0). */
+static int stage_batch(Trainer *t, Config *sc) {
+    if (sc->batch_size > 0) return sc->batch_size;
+    const int cap = strcmp(t->be->name, "cpu") == 0 ? (t->rt.hw.cores < 2 ? 1 : t->rt.hw.cores) : AUTO_BATCH_CAP_GPU;
+    sc->batch_size = hw_auto_batch(sc, t->be, hw_available_bytes(&t->rt.hw, t->be), cap);
+    return sc->batch_size;
 }
 
-/* Validates everything (device, model and memory plan, the checkpoint), then rank 0 takes the run directory and
- * writes there; then the ranks meet, and start from rank 0's parameters. */
+/* Every stage's memory plan, before anything is written: host memory always, the GPU's too on a GPU. */
+static void check_stages(Trainer *t) {
+    const size_t gpu_free = strcmp(t->be->name, "cuda") == 0 ? hw_available_bytes(&t->rt.hw, t->be) : 0;
+    for (int k = 0; k < t->n_stages; k++) {
+        Config *sc = &t->stages[k].cfg;
+        Model *m = model_build(sc, stage_batch(t, sc), t->be);
+        if (gpu_free && (double)model_device_bytes(m) > HW_MEMORY_SHARE * (double)gpu_free)
+            vx_exit_error(VX_EXIT_MEMORY, "stage %d (input %dx%dx%d, batch %d) needs %.2f GiB of GPU memory, more than "
+                          "%.0f%% of the %.2f GiB free; lower its batch_size or input_size", k, sc->input_size[0],
+                          sc->input_size[1], sc->input_size[2], sc->batch_size, model_device_bytes(m) / 1073741824.0,
+                          100 * HW_MEMORY_SHARE, gpu_free / 1073741824.0);
+        train_check_memory(&t->rt, sc, m, dataset_cache_bytes(t->ds), t->env.local_world, t->n_stages == 1);
+        model_free(m);
+    }
+}
+
+/* Makes stage k the current one: the model at its size (parameters and, unless fresh_optimizer, AdamW's moments
+ * carried over from the model before), its buckets, held-out volumes, augmentation buffer and loader. */
+static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
+    StagePlan *sp = &t->stages[k];
+    snprintf(sp->cfg.out_dir, sizeof sp->cfg.out_dir, "%s", t->cfg->out_dir);
+    if (t->loader_on) loader_stop(&t->loader);
+    if (k != t->stage) { /* the autoencoder is fully convolutional: the same parameters at any input size */
+        Model *old = t->m, *m = model_build(&sp->cfg, stage_batch(t, &sp->cfg), t->be);
+        model_allocate(m);
+        float *packed = vx_malloc((size_t)old->param_count * sizeof(float));
+        float *const from[3] = {old->param, old->adam_m, old->adam_v}, *const to[3] = {m->param, m->adam_m, m->adam_v};
+        for (int i = 0; i < 3; i++) {
+            model_download_packed(old, from[i], packed);
+            model_upload_packed(m, packed, to[i]);
+        }
+        free(packed);
+        model_free(old);
+        t->m = t->rt.model = m;
+        if (t->buckets) {
+            Buckets *b = t->buckets;
+            t->buckets = buckets_plan_model(m, t->comm, t->cfg->bucket_mb, t->cfg->first_bucket_mb);
+            buckets_free(b);
+        }
+    }
+    Model *m = t->m;
+    if (fresh_optimizer) { /* a new stage: AdamW starts over */
+        t->be->zero(m->adam_m, (size_t)m->param_floats * sizeof(float));
+        t->be->zero(m->adam_v, (size_t)m->param_floats * sizeof(float));
+    }
+    t->stage = k;
+    t->sc = &sp->cfg;
+    dataset_set_size(t->ds, sp->cfg.input_size);
+    heldout_free(&t->held);
+    if (t->comm->rank == 0) heldout_build(&t->held, t->ds, &sp->cfg, m);
+    t->best_l1 = INFINITY;
+    const long vol = m->tensors[m->t_input].count / m->batch;
+    if (t->aug_src) t->be->release(t->aug_src);
+    t->aug_src = NULL; /* a GPU augments after the upload, from this buffer; the CPU path on the loader's workers */
+    if (strcmp(t->be->name, "cpu") != 0 && t->cfg->data_augment && dataset_epoch_samples(t->ds) > 0)
+        t->aug_src = t->be->alloc((size_t)m->tensors[m->t_input].count * sizeof(float));
+    const int workers = t->cfg->data_workers ? t->cfg->data_workers
+                                             : (t->rt.hw.cores / t->env.local_world > 1 ? t->rt.hw.cores / t->env.local_world : 1);
+    loader_start(&t->loader, t->ds, m->batch, vol, t->st.next_sample + (int64_t)t->comm->rank * m->batch,
+                 (int64_t)m->batch * t->comm->world, t->cfg->prefetch, workers, t->aug_src == NULL, t->be);
+    t->loader_on = 1;
+    if (t->n_stages > 1) {
+        vx_log("stage %d/%d: input %dx%dx%d, batch %d, %d steps from step %lld, lr %g\n", k + 1, t->n_stages,
+               sp->cfg.input_size[0], sp->cfg.input_size[1], sp->cfg.input_size[2], m->batch, sp->cfg.steps,
+               (long long)sp->first_step, sp->cfg.lr);
+        train_log_scalar(t->tb, "stage", t->st.step, k);
+    }
+}
+
+/* The stage holding step s (a stage's first step belongs to it). */
+static int stage_of(const Trainer *t, int64_t s) {
+    int k = 0;
+    while (k + 1 < t->n_stages && s >= t->stages[k + 1].first_step) k++;
+    return k;
+}
+
+/* Validates everything (device, data, the memory plan of every stage, the checkpoint), then rank 0 takes the run
+ * directory and writes there; then the ranks meet, start from rank 0's parameters, and enter the stage they resume
+ * in. */
 static void open_run(Trainer *t, const char *config_name, const char *resume_path) {
     Config *cfg = t->cfg;
     dist_detect(&t->env);
@@ -402,12 +429,22 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         vx_log_rank = rank;
     }
     t->lr_scale = train_plan_ranks(cfg, world);
-    runtime_open_rank(&t->rt, cfg, 1, t->env.local_rank, t->env.local_world);
+    int max_size[3] = {cfg->input_size[0], cfg->input_size[1], cfg->input_size[2]};
+    for (int k = 0; k < cfg->n_stages; k++)
+        for (int a = 0; a < 3; a++) {
+            const Stage st = config_stage(cfg, k);
+            if (st.input_size[a] > max_size[a]) max_size[a] = st.input_size[a];
+        }
+    t->ds = dataset_open(cfg, max_size, rank0);
+    t->n_stages = train_stages(cfg, dataset_epoch_samples(t->ds), world, t->stages);
+    cfg->steps = (int)(t->stages[t->n_stages - 1].first_step + t->stages[t->n_stages - 1].cfg.steps);
+    /* the runtime (device, stage 0's model: what checkpoints are checked against) */
+    runtime_open_rank(&t->rt, &t->stages[0].cfg, 1, t->env.local_rank, t->env.local_world);
     t->m = t->rt.model;
     t->be = t->rt.be;
-    train_check_memory(&t->rt, cfg, t->env.local_world, 1);
+    check_stages(t);
     Ckpt ck = {0};
-    if (resume_path) ckpt_read(resume_path, t->m, &ck);
+    if (resume_path) ckpt_read(resume_path, t->m, cfg->steps, &ck);
     if (rank0) {
         run_dir_take(cfg, config_name, resume_path != NULL);
         char path[CONFIG_STR + 64];
@@ -446,38 +483,21 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         static const char *const NAME[3] = {"the parameters", "AdamW's first moments", "AdamW's second moments"};
         for (int k = 0; k < 3; k++)
             comm_wait(t->comm, comm_broadcast(t->comm, state[k], (size_t)m->param_floats, 0, NAME[k]), NULL);
-        GradSpan *spans = vx_malloc((size_t)m->n_params * sizeof *spans);
-        for (int i = 0; i < m->n_params; i++) spans[i] = (GradSpan){m->params[i].offset, m->params[i].count, -1};
-        for (int i = 0; i < m->n_nodes; i++) /* the node whose backward writes each parameter's gradient */
-            for (int k = 0; k < 2; k++) {
-                const int p = k == 0 ? m->nodes[i].weight : m->nodes[i].bias;
-                if (p >= 0) spans[p].step = i;
-            }
-        t->buckets = buckets_plan(spans, m->n_params, m->grad, t->comm, cfg->bucket_mb, cfg->first_bucket_mb);
-        free(spans);
+        t->buckets = buckets_plan_model(m, t->comm, cfg->bucket_mb, cfg->first_bucket_mb);
         vx_log("buckets: %d gradient buckets of up to %g MB (the first up to %g MB), all-reduced during backward\n",
                t->buckets->n, cfg->bucket_mb, cfg->first_bucket_mb);
     }
     vx_log("run: %s (config written there), %d steps, batch %d x %d accumulation\n", cfg->out_dir, cfg->steps,
-           cfg->batch_size, cfg->grad_accum);
+           m->batch, cfg->grad_accum);
+    const int k = stage_of(t, t->st.step);
+    /* resuming on a stage's first step starts its optimizer afresh, as an uninterrupted run does */
+    enter_stage(t, k, k > 0 && t->st.step == t->stages[k].first_step);
 }
 
 int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     Trainer t = {.cfg = cfg};
     open_run(&t, config_name, resume_path);
-    Model *m = t.m;
-    const Backend *be = t.be;
     const int rank0 = t.comm->rank == 0;
-
-    /* Held-out volumes (rank 0 validates): the validation set, whose first image_samples are also shown. */
-    long vol = m->tensors[m->t_input].count / m->batch;
-    t.n_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
-    t.n_held = rank0 ? (cfg->val_samples > t.n_shown ? cfg->val_samples : t.n_shown) : 0;
-    t.val = vx_malloc((size_t)(t.n_held ? t.n_held : 1) * vol * sizeof(float));
-    phantom_batch((uint64_t)cfg->seed ^ VAL_SEED_SALT, cfg, t.n_held, 0, t.val);
-
-    const int64_t micro_global = (int64_t)m->batch * t.comm->world;
-    loader_start(&t.loader, cfg, m->batch, t.st.next_sample + (int64_t)t.comm->rank * m->batch, micro_global, be);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
@@ -487,10 +507,11 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     long window_steps = 0;
     int exit_code = 0;
     if (t.st.step == 0 && rank0) { /* the untrained baseline that later validations improve on */
-        if (cfg->val_samples > 0) validate_and_log(&t, 0);
-        log_images(t.tb, m, cfg, t.val, t.n_shown, 0);
+        validate_and_log(&t, 0);
+        log_images(&t, 0);
     }
     while (t.st.step < cfg->steps) {
+        if (t.stage + 1 < t.n_stages && t.st.step == t.stages[t.stage + 1].first_step) enter_stage(&t, t.stage + 1, 1);
         const int64_t step1 = t.st.step + 1;
         profile_step_begin(&prof, cfg, &t.rt, step1);
         char step_name[40];
@@ -505,6 +526,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         window_steps++;
 
         const int last = t.st.step == cfg->steps;
+        const int stage_end = t.st.step == t.stages[t.stage].first_step + t.sc->steps;
         if (rank0 && (t.st.step % cfg->log_every == 0 || last))
             log_progress(&t, &r, ms_window, wait_window, comm_window, window_steps);
         if (t.st.step % cfg->log_every == 0 || last) {
@@ -514,21 +536,22 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         /* Validation, images, histograms, checkpoints and trace writing happen between the timer marks, so they
          * stay out of the step time; they are rank 0's, and none holds a collective. */
         if (rank0) {
-            if (cfg->val_samples > 0 && (every(cfg->val_every, t.st.step) || last)) validate_and_log(&t, t.st.step);
-            if (every(cfg->image_every, t.st.step)) log_images(t.tb, m, cfg, t.val, t.n_shown, t.st.step);
-            if (t.tb && every(cfg->hist_every, t.st.step)) train_log_histograms(t.tb, m, t.st.step);
-            if (every(cfg->ckpt_every, t.st.step) || last) save_checkpoint(cfg, m, &t.st);
+            if (cfg->val_samples > 0 && (every(cfg->val_every, t.st.step) || last || stage_end))
+                validate_and_log(&t, t.st.step);
+            if (every(cfg->image_every, t.st.step)) log_images(&t, t.st.step);
+            if (t.tb && every(cfg->hist_every, t.st.step)) train_log_histograms(t.tb, t.m, t.st.step);
+            if (every(cfg->ckpt_every, t.st.step) || last) save_checkpoint(&t, NULL);
         }
-        profile_step_end(&prof, be, t.st.step, 0);
+        profile_step_end(&prof, t.be, t.st.step, 0);
         if (r.stop && !last) { /* every rank saw the same flag in the step's all-reduce */
             vx_log("stopping on signal %d after step %ld\n", stop_requested ? (int)stop_requested : SIGTERM,
                    (long)t.st.step);
-            if (rank0 && !every(cfg->ckpt_every, t.st.step)) save_checkpoint(cfg, m, &t.st);
+            if (rank0 && !every(cfg->ckpt_every, t.st.step)) save_checkpoint(&t, NULL);
             exit_code = VX_EXIT_SIGNAL;
             break;
         }
     }
-    profile_step_end(&prof, be, t.st.step, 1);
+    profile_step_end(&prof, t.be, t.st.step, 1);
     double total = vx_now() - t_start;
     vx_log("done: %ld steps in %.1f s\n", (long)t.st.step, total);
     /* nobody leaves while a rank still writes: the others would see it vanish */
@@ -539,7 +562,9 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     if (t.samples && fclose(t.samples) != 0) fs_write_failed("write", "samples.tsv in the run directory", errno);
     buckets_free(t.buckets);
     comm_close(t.comm);
-    free(t.val);
+    heldout_free(&t.held);
+    if (t.aug_src) t.be->release(t.aug_src);
+    dataset_close(t.ds);
     runtime_close(&t.rt);
     return exit_code;
 }

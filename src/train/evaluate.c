@@ -1,0 +1,61 @@
+/* evaluate.c: building the held-out set and validating on it (see evaluate.h). */
+#include "train/evaluate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+void heldout_build(HeldOut *h, Dataset *ds, const Config *cfg, const Model *m) {
+    memset(h, 0, sizeof *h);
+    const long vol = m->tensors[m->t_input].count / m->batch;
+    const int want_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
+    int want = cfg->val_samples > want_shown ? cfg->val_samples : want_shown;
+    const int have = dataset_val_count(ds);
+    if (have >= 0 && want > have) want = have;
+    h->vols = vx_malloc((size_t)(want ? want : 1) * vol * sizeof(float));
+    for (int j = 0; h->count < want && (have < 0 || j < have); j++)
+        if (dataset_val_sample(ds, j, h->vols + (long)h->count * vol)) h->count++;
+    h->val = cfg->val_samples < h->count ? cfg->val_samples : h->count;
+    h->shown = want_shown < h->count ? want_shown : h->count;
+}
+
+void heldout_free(HeldOut *h) {
+    free(h->vols);
+    memset(h, 0, sizeof *h);
+}
+
+float *evaluate_reconstruct(Model *m, const float *vols, int count) {
+    long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
+    float *recon = vx_malloc((size_t)(count ? count : 1) * vol * sizeof(float));
+    float *batch = vx_calloc((size_t)per_batch, sizeof(float));
+    float *out = vx_malloc((size_t)per_batch * sizeof(float));
+    for (int start = 0; start < count; start += m->batch) {
+        int used = count - start < m->batch ? count - start : m->batch;
+        memcpy(batch, vols + (long)start * vol, (size_t)used * vol * sizeof(float));
+        m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
+        model_forward(m, 0, 0);
+        m->be->copy_to_host(out, model_tensor(m, m->t_recon), (size_t)per_batch * sizeof(float));
+        memcpy(recon + (long)start * vol, out, (size_t)used * vol * sizeof(float));
+    }
+    free(out);
+    free(batch);
+    return recon;
+}
+
+ValResult evaluate(Model *m, const HeldOut *h) {
+    const long n = h->val * (m->tensors[m->t_input].count / m->batch);
+    float *recon = evaluate_reconstruct(m, h->vols, h->val);
+    double l1 = 0, se = 0;
+    for (long i = 0; i < n; i++) {
+        const double d = (double)recon[i] - (double)h->vols[i];
+        l1 += fabs(d);
+        se += d * d;
+    }
+    free(recon);
+    const double mse = n ? se / (double)n : 0;
+    /* PSNR against a peak of 1.0: the phantoms, and files normalised by percentile, live in [0, 1] */
+    return (ValResult){.l1 = n ? (float)(l1 / (double)n) : 0.0f,
+                       .psnr = (float)(10.0 * log10(1.0 / (mse > 1e-20 ? mse : 1e-20)))};
+}

@@ -1,0 +1,27 @@
+/* evaluate.h: the held-out volumes of a run and what rank 0 does with them: validation (L1 and PSNR of their
+ * deterministic reconstructions, z = mu) and the mid-slice pictures TensorBoard shows. The volumes come from the
+ * dataset's validation set at the current stage's size (the phantoms: as many as asked; files: at most the held-out
+ * files there are, bad ones left out with data.skip_bad). */
+#pragma once
+#include "core/config.h"
+#include "data/dataset.h"
+#include "model/model.h"
+
+typedef struct {
+    float *vols; /* [count][D][H][W][C] */
+    int count;   /* validated: the first min(train.val_samples, count) */
+    int shown;   /* pictured: the first output.image_samples when output.image_every is on */
+    int val;     /* how many are validated */
+} HeldOut;
+
+typedef struct {
+    float l1, psnr;
+} ValResult;
+
+void heldout_build(HeldOut *h, Dataset *ds, const Config *cfg, const Model *m);
+void heldout_free(HeldOut *h);
+/* Reconstructions of `count` host volumes (deterministic forward, z = mu), in micro-batches of the model's size;
+ * host memory shaped like vols (caller frees). */
+float *evaluate_reconstruct(Model *m, const float *vols, int count);
+/* L1 and PSNR (peak 1.0) of the reconstructions of the first h->val volumes. */
+ValResult evaluate(Model *m, const HeldOut *h);

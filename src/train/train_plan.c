@@ -1,0 +1,104 @@
+/* train_plan.c: what a run decides before it starts: the per-rank batch and lr factor for its ranks, its stages, and
+ * its host memory plan (see train_plan.h). */
+#include "train/train_plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "model/ckpt.h"
+
+double train_plan_ranks(Config *cfg, int world) {
+    if (cfg->global_batch > 0) {
+        const long per = (long)world * cfg->grad_accum;
+        if (cfg->global_batch % per != 0)
+            vx_usage_error("train.global_batch = %d cannot be split into %d rank(s) x %d micro-batches "
+                           "(train.grad_accum); choose a multiple of %ld", cfg->global_batch, world, cfg->grad_accum,
+                           per);
+        cfg->batch_size = (int)(cfg->global_batch / per);
+        return 1.0;
+    }
+    if (strcmp(cfg->lr_scaling, "linear") == 0) return world;
+    if (strcmp(cfg->lr_scaling, "sqrt") == 0) return sqrt((double)world);
+    return 1.0;
+}
+
+int train_stages(const Config *cfg, int64_t epoch_samples, int world, StagePlan *out) {
+    const int n = cfg->n_stages ? cfg->n_stages : 1;
+    int64_t first = 0;
+    for (int k = 0; k < n; k++) {
+        StagePlan *sp = &out[k];
+        sp->index = k;
+        sp->cfg = *cfg;
+        if (cfg->n_stages) {
+            const Stage st = config_stage(cfg, k);
+            memcpy(sp->cfg.input_size, st.input_size, sizeof st.input_size);
+            sp->cfg.batch_size = st.batch_size;
+            sp->cfg.lr = st.lr;
+            if (st.steps > 0) {
+                sp->cfg.steps = st.steps;
+            } else { /* epochs over the training set, at this stage's global batch */
+                if (epoch_samples <= 0)
+                    vx_usage_error("train.stages[%d] counts epochs, which the phantoms do not have; give steps, or read "
+                                   "volumes from files (data.source csv or dir)", k);
+                const double global = (double)(sp->cfg.batch_size ? sp->cfg.batch_size : 1) * world * cfg->grad_accum;
+                sp->cfg.steps = (int)ceil(st.epochs * (double)epoch_samples / global);
+            }
+        }
+        sp->first_step = first;
+        first += sp->cfg.steps;
+    }
+    return n;
+}
+
+typedef struct {
+    const char *what, *lower; /* the buffer, and the config keys that shrink it */
+    double bytes;
+} HostItem;
+
+/* Every large host buffer of a run, so that a run that cannot fit is refused before it starts, not OOM-killed. */
+static int host_plan(const Runtime *rt, const Config *cfg, const Model *m, double cache_bytes, HostItem *items) {
+    const double vol = (double)(m->tensors[m->t_input].count / m->batch) * sizeof(float);
+    const int n_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
+    const int n_held = cfg->val_samples > n_shown ? cfg->val_samples : n_shown;
+    const double ckpt = (double)ckpt_file_bytes((uint64_t)m->param_count);
+    const double hist = 3.0 * (double)m->param_floats * sizeof(float);
+    int n = 0;
+    if (strcmp(rt->be->name, "cpu") == 0)
+        items[n++] = (HostItem){"model (activations, parameters, gradients, AdamW state)",
+                                "train.batch_size or model.input_size", (double)model_device_bytes(m)};
+    /* the volumes, their reconstructions, and one batch in and out */
+    items[n++] = (HostItem){"held-out volumes", "train.val_samples",
+                            2.0 * n_held * vol + 2.0 * m->batch * vol};
+    items[n++] = (HostItem){"data loader", "data.prefetch or train.batch_size", (double)cfg->prefetch * m->batch * vol};
+    items[n++] = (HostItem){"checkpoint and histogram copies", "model.channels", ckpt > hist ? ckpt : hist};
+    if (cache_bytes > 0) items[n++] = (HostItem){"data cache", "data.cache_rate", cache_bytes};
+    return n;
+}
+
+void train_check_memory(const Runtime *rt, const Config *cfg, const Model *m, double cache_bytes, int ranks_here,
+                        int verbose) {
+    HostItem items[5];
+    const int n = host_plan(rt, cfg, m, cache_bytes, items);
+    double total = 0;
+    int largest = 0;
+    char parts[512] = "";
+    for (int i = 0; i < n; i++) {
+        items[i].bytes *= ranks_here; /* every rank of this machine holds its own */
+        total += items[i].bytes;
+        if (items[i].bytes > items[largest].bytes) largest = i;
+        const size_t used = strlen(parts);
+        snprintf(parts + used, sizeof parts - used, "%s%s %.1f MiB", i ? ", " : "", items[i].what,
+                 items[i].bytes / 1048576.0);
+    }
+    const double have = HW_MEMORY_SHARE * (double)rt->hw.ram_available;
+    if (verbose)
+        vx_log("host memory: %.1f MiB planned (%s)%s\n", total / 1048576.0, parts,
+               ranks_here > 1 ? ", for all ranks of this machine" : "");
+    if (total > have)
+        vx_exit_error(VX_EXIT_MEMORY, "the run plans %.2f GiB of host memory (%s), more than %.0f%% of the %.2f GiB "
+                      "available (%.2f GiB); lower %s", total / 1073741824.0, parts, 100 * HW_MEMORY_SHARE,
+                      rt->hw.ram_available / 1073741824.0, have / 1073741824.0, items[largest].lower);
+}
+
