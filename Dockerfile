@@ -19,7 +19,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential pkg-config libcjson-dev libopenblas-dev protobuf-c-compiler libprotobuf-c-dev \
-        libpng-dev zlib1g-dev \
+        libpng-dev zlib1g-dev libnifti2-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -31,9 +31,12 @@ COPY kernels/ kernels/
 # compiler and linker find cuDNN in those system directories by themselves; nothing else needs passing.
 RUN make -j"$(nproc)" CUDA=1 ARCH="${ARCH}" all
 # The binary links CUPTI (profiler traces), which NVIDIA's runtime images do not ship: collect it for the runtime
-# stage. Its packages put it in CUDA_HOME/lib64 (the .run installer used extras/CUPTI/lib64).
+# stage. Its packages put it in CUDA_HOME/lib64 (the .run installer used extras/CUPTI/lib64). libnifti (NIfTI
+# volumes) and its libznz are collected too: their runtime packages' names differ between Ubuntu releases
+# (64-bit time_t renames), the files do not.
 RUN mkdir -p /out/lib \
- && cp -a /usr/local/cuda/lib64/libcupti.so.* /out/lib/
+ && cp -a /usr/local/cuda/lib64/libcupti.so.* /out/lib/ \
+ && cp -a /usr/lib/x86_64-linux-gnu/libnifti2.so.* /usr/lib/x86_64-linux-gnu/libznz.so.* /out/lib/
 
 # ---- test: the test suite in the build environment -------------------------------------------------------------
 # `docker compose run --rm test` runs `make test` on the GPUs it is given (the CUDA tests skip without one).

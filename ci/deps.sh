@@ -2,14 +2,15 @@
 # ci/deps.sh: installs what voxscale needs to build and test on a fresh Debian 12 machine, and nothing when it
 # is all there already (so `make run` and `make test` can call it every time).
 #   Debian packages: compiler, cJSON, OpenBLAS, cmocka, protobuf-c, libpng, zlib, PyTorch (the reference model),
-#                    clang with libFuzzer and its OpenMP runtime (the fuzz targets), Open MPI (CPU ranks)
+#                    clang with libFuzzer and its OpenMP runtime (the fuzz targets), Open MPI (CPU ranks),
+#                    libnifti (NIfTI volumes) and nibabel (the tests' reference reader)
 #   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest and tensorboard
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-dev protobuf-c-compiler
               libprotobuf-c-dev libpng-dev zlib1g-dev python3-venv python3-torch python3-numpy
-              clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev)
+              clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel)
 PIP_PACKAGES=(pytest tensorboard)
 
 missing=()

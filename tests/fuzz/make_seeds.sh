@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=tests/fuzz/corpus
-rm -rf "$C" && mkdir -p "$C"/{config,checkpoint,cli,tfrecord}
+rm -rf "$C" && mkdir -p "$C"/{config,checkpoint,cli,tfrecord,manifest,volume}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -64,4 +64,33 @@ import sys
 d = bytearray(open(sys.argv[1], "rb").read()); d[len(d) // 2] ^= 0x40; open(sys.argv[2], "wb").write(d)
 PY
 printf '' > "$C/tfrecord/empty"
+
+# manifest: CSV texts as users write them, and the malformed ones
+printf 'path,split,label\nvols/a.nii.gz,train,0\nvols/b.nii.gz,val,1\n' > "$C/manifest/plain.csv"
+printf 'path,split\r\n"vols/with,comma.nii",train\r\n"a ""quoted"" name.nii",val\r\n' > "$C/manifest/quoted_crlf.csv"
+printf 'id,path\n1,/abs/x.nii\n2,rel/y.nii\n\n3,z.nii' > "$C/manifest/no_split.csv"
+printf 'path,split\nx.nii,test\n,train\n"unterminated,train\n' > "$C/manifest/bad_rows.csv"
+
+# volume: small NIfTI files (first byte even) and PNG slice stacks (odd), written by nibabel and by hand
+/usr/bin/python3 - "$C/volume" <<'PY'
+import gzip, io, struct, sys, zlib
+import numpy as np, nibabel as nib
+out = sys.argv[1]
+img = nib.Nifti1Image(np.arange(4 * 3 * 5, dtype=np.int16).reshape(4, 3, 5), np.eye(4))
+img.header.set_slope_inter(0.5, 2.0)
+raw = img.to_bytes()
+open(out + "/nifti_int16", "wb").write(b"\0" + raw)
+open(out + "/nifti_gz", "wb").write(b"\0" + gzip.compress(raw))
+open(out + "/nifti_truncated", "wb").write(b"\0" + raw[:400])
+two = nib.Nifti2Image(np.ones((2, 2, 2), np.float32), np.eye(4)).to_bytes()
+open(out + "/nifti2", "wb").write(b"\0" + two)
+def png(a, depth):
+    rows = b"".join(b"\0" + a[y].astype(">u2" if depth == 16 else "u1").tobytes() for y in range(a.shape[0]))
+    ch = lambda k, d: struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d) & 0xFFFFFFFF)
+    return b"\x89PNG\r\n\x1a\n" + ch(b"IHDR", struct.pack(">IIBBBBB", a.shape[1], a.shape[0], depth, 0, 0, 0, 0)) + \
+        ch(b"IDAT", zlib.compress(rows)) + ch(b"IEND", b"")
+a = np.arange(12, dtype=np.uint16).reshape(3, 4) * 1000
+open(out + "/png16_two_slices", "wb").write(b"\1" + png(a, 16) + b"SLICE" + png(a, 16))
+open(out + "/png8_mismatched", "wb").write(b"\1" + png((a // 256).astype(np.uint8), 8) + b"SLICE" + png(a[:2], 16))
+PY
 echo "seeds: $(find "$C" -type f | wc -l) files, $(du -sh "$C" | cut -f1)"

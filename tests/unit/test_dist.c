@@ -14,7 +14,9 @@
 
 #include "core/config.h"
 #include "core/util.h"
-#include "data/data.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "data/phantom.h"
 #include "dist/buckets.h"
 #include "dist/launch.h"
 #include "model/model.h"
@@ -197,7 +199,8 @@ static void test_loader_reads_a_ranks_share(void **state) {
     const long vol = 8 * 8 * 8;
     float *want = malloc(vol * sizeof(float));
     Loader l;
-    loader_start(&l, &cfg, batch, position + rank * batch, (int64_t)world * batch, backend_cpu());
+    Dataset *ds = dataset_open(&cfg, cfg.input_size, 0);
+    loader_start(&l, ds, batch, vol, position + rank * batch, (int64_t)world * batch, 2, 2, 1, backend_cpu());
     for (int k = 0; k < 4; k++) {
         const float *got = loader_next(&l);
         for (int b = 0; b < batch; b++) {
@@ -208,6 +211,7 @@ static void test_loader_reads_a_ranks_share(void **state) {
         loader_release(&l);
     }
     loader_stop(&l);
+    dataset_close(ds);
     free(want);
 }
 

@@ -13,7 +13,9 @@
 
 #include "core/config.h"
 #include "core/util.h"
-#include "data/data.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "data/phantom.h"
 #include "model/model.h"
 #include "model/plan.h"
 #include "train/schedule.h"
@@ -181,7 +183,8 @@ static void test_loader_delivers_batches_in_order_from_any_start(void **state) {
     long vol = 8 * 8 * 8;
     float *want = malloc(vol * sizeof(float));
     Loader l;
-    loader_start(&l, &cfg, batch, first, batch, backend_cpu());
+    Dataset *ds = dataset_open(&cfg, cfg.input_size, 0);
+    loader_start(&l, ds, batch, vol, first, batch, 3, 2, 1, backend_cpu()); /* 2 workers: order is kept */
     for (int k = 0; k < 7; k++) {
         const float *got = loader_next(&l);
         for (int b = 0; b < batch; b++) {
@@ -191,6 +194,7 @@ static void test_loader_delivers_batches_in_order_from_any_start(void **state) {
         loader_release(&l);
     }
     loader_stop(&l);
+    dataset_close(ds);
     free(want);
 }
 

@@ -313,6 +313,27 @@ static void test_upsample(void **state) {
     check_upsample(1, 2, 3, 2, 20);
 }
 
+/* data.augment's flips and rotations after the upload: the same values as the loader's CPU path, moved exactly */
+static void test_augment(void **state) {
+    const int dims[2][4] = {{6, 9, 9, 1}, {5, 7, 11, 3}};
+    for (int t = 0; t < 2; t++) {
+        const int d = dims[t][0], h = dims[t][1], w = dims[t][2], c = dims[t][3];
+        const long n = (long)d * h * w * c;
+        float *x = frand(n, -1, 1), *X = dput_off(x, n, 0);
+        for (uint32_t code = 0; code < 32; code++) {
+            if (h != w && ((code >> AUGMENT_ROT_SHIFT) & 1u)) continue;
+            float *y = fnan(n), *Y = dput_off(y, n, 0);
+            cpu->augment(d, h, w, c, code, x, y);
+            gpu->augment(d, h, w, c, code, X, Y);
+            expect_close("augment", Y, y, n, 0.0);
+            free(y);
+            dfree(Y, 0);
+        }
+        free(x);
+        dfree(X, 0);
+    }
+}
+
 static void check_elementwise(long n, int off) {
     float *a = frand(n, -1, 1), *b = frand(n, -1, 1), *y = fnan(n);
     float *A = dput_off(a, n, off), *Bv = dput_off(b, n, off), *Y = dput_off(y, n, off);
@@ -668,7 +689,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_adamw),           cmocka_unit_test(test_sumsq),
         cmocka_unit_test(test_normal_fill),     cmocka_unit_test(test_memory_accounting),
         cmocka_unit_test(test_upload),          cmocka_unit_test(test_timer),
-        cmocka_unit_test(test_cross_stream_events),
+        cmocka_unit_test(test_cross_stream_events), cmocka_unit_test(test_augment),
         cmocka_unit_test(test_deterministic),
     };
     const size_t n_all = sizeof all / sizeof all[0];

@@ -82,7 +82,22 @@ static void lat(int n, long cps, int we, int wd) {
     latent_backward_cpu(&s, mu, lv, we ? e : 0, wd ? dz : 0, .3f, a, b); latent_backward_cuda(&s, mu, lv, we ? e : 0, wd ? dz : 0, .3f, ag, bg);
     cmp("lat dmu", ag, a, cnt); cmp("lat dlv", bg, b, cnt);
 }
+/* flips and rotations: every code on a cube (all four rotations) and on a box (k even only), channels 1 and 3 */
+static void aug(int d, int h, int w, int c) {
+    const long n = (long)d * h * w * c;
+    float *x = fr(n, -1, 1);
+    for (uint32_t code = 0; code < 32; code++) {
+        if (h != w && ((code >> AUGMENT_ROT_SHIFT) & 1u)) continue;
+        float *y = fn(n), *yg = fn(n);
+        augment_cpu(d, h, w, c, code, x, y);
+        augment_cuda(d, h, w, c, code, x, yg);
+        char what[64];
+        snprintf(what, sizeof what, "augment %dx%dx%dx%d code %u", d, h, w, c, code);
+        cmp(what, yg, y, n, 0);
+    }
+}
 int main() {
+    aug(5, 6, 6, 1); aug(4, 5, 7, 3); aug(3, 8, 8, 2);
     ew(1001, 0); ew(7000, 0); ew(7000, 1); ew(300001, 0);
     up(3, 5, 7, 9, 3); up(2, 3, 4, 5, 12); up(1, 2, 3, 2, 20);
     lat(3, 35, 1, 1); lat(3, 35, 0, 1); lat(2, 4096 * 5 + 7, 1, 1); lat(3, 35, 1, 0); lat(1500, 3, 1, 1);

@@ -18,7 +18,7 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 cxx="g++ -std=c++20 -O1 -g $san -D__CUDACC__ -I$here/inc -I$root/kernels -I$root/src -pthread -w"
 cc="gcc -O2 -fopenmp -std=c11 -D_GNU_SOURCE -I$root/kernels -I$root/src $(pkg-config --cflags openblas 2>/dev/null)"
 objs=()
-for f in elementwise silu upsample rng loss optim latent groupnorm; do
+for f in elementwise silu upsample rng loss optim latent groupnorm augment; do
     python3 "$here/prep.py" "$root/kernels/${f}_cuda.cu" >"$out/${f}_emu.cpp"
     $cxx -c "$out/${f}_emu.cpp" -o "$out/${f}_emu.o"
     objs+=("$out/${f}_emu.o")
@@ -48,7 +48,7 @@ $cxx -c "$here/emu_support.cpp" -o "$out/emu_support.o"
 $cxx -c "$here/emu_test.cpp" -o "$out/emu_test.o"
 $cxx -c "$here/bias_test.cpp" -o "$out/bias_test.o"
 cpu=()
-for f in conv3d elementwise groupnorm latent loss optim rng silu upsample; do
+for f in augment conv3d elementwise groupnorm latent loss optim rng silu upsample; do
     $cc -c "$root/kernels/${f}_cpu.c" -o "$out/cpu_$f.o"
     cpu+=("$out/cpu_$f.o")
 done

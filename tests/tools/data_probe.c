@@ -1,0 +1,94 @@
+/* data_probe.c: the data pipeline's pieces one at a time, for tests/integration/test_data.py to check against
+ * nibabel and numpy. Every mode writes float32 arrays raw (native byte order) and one line of JSON on stdout:
+ *   volume PATH CHANNELS OUT.raw          a decoded volume: {"dims": [d, h, w, c]}, or {"error": why} (exit 2)
+ *   val CONFIG J OUT.raw                  validation volume j of CONFIG's dataset at its input size
+ *   train CONFIG FIRST COUNT AUGMENT OUT.raw   training samples FIRST.. (AUGMENT 1: flips and rotations applied)
+ *                                         {"codes": [...]} their augmentation codes
+ *   stats CONFIG SAMPLES                  reads SAMPLES training samples in order: the cache's counters
+ *   rate CONFIG N                         decodes every training volume N times through the dataset with no
+ *                                         cache: {"volumes_per_s": ...} */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/util.h"
+#include "data/dataset.h"
+#include "data/volume.h"
+
+static void write_raw(const char *path, const float *v, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(v, sizeof(float), n, f) != n || fclose(f) != 0) vx_fatal("cannot write %s", path);
+}
+
+static Dataset *open_ds(const char *config, Config *cfg) {
+    config_load(cfg, config);
+    return dataset_open(cfg, cfg->input_size, 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 5 && strcmp(argv[1], "volume") == 0) {
+        Volume v;
+        char why[512];
+        if (!volume_read(argv[2], atoi(argv[3]), &v, why, sizeof why)) {
+            char safe[2048];
+            printf("{\"error\": \"%s\"}\n", vx_escape(why, safe, sizeof safe));
+            return 2;
+        }
+        write_raw(argv[4], v.v, (size_t)v.d * v.h * v.w * v.c);
+        printf("{\"dims\": [%d, %d, %d, %d]}\n", v.d, v.h, v.w, v.c);
+        volume_free(&v);
+        return 0;
+    }
+    Config cfg;
+    if (argc >= 5 && strcmp(argv[1], "val") == 0) {
+        Dataset *ds = open_ds(argv[2], &cfg);
+        const size_t n = (size_t)cfg.input_size[0] * cfg.input_size[1] * cfg.input_size[2] * cfg.in_channels;
+        float *out = vx_malloc(n * sizeof(float));
+        const int ok = dataset_val_sample(ds, atoi(argv[3]), out);
+        write_raw(argv[4], out, n);
+        printf("{\"ok\": %d}\n", ok);
+        dataset_close(ds);
+        free(out);
+        return 0;
+    }
+    if (argc >= 7 && strcmp(argv[1], "train") == 0) {
+        Dataset *ds = open_ds(argv[2], &cfg);
+        const size_t n = (size_t)cfg.input_size[0] * cfg.input_size[1] * cfg.input_size[2] * cfg.in_channels;
+        const long first = atol(argv[3]), count = atol(argv[4]);
+        float *out = vx_malloc(n * (size_t)count * sizeof(float));
+        printf("{\"codes\": [");
+        for (long i = 0; i < count; i++) {
+            dataset_train_sample(ds, first + i, atoi(argv[5]), out + n * (size_t)i);
+            printf("%s%u", i ? ", " : "", dataset_augment_code(ds, first + i));
+        }
+        printf("]}\n");
+        write_raw(argv[6], out, n * (size_t)count);
+        dataset_close(ds);
+        free(out);
+        return 0;
+    }
+    if (argc >= 4 && (strcmp(argv[1], "stats") == 0 || strcmp(argv[1], "rate") == 0)) {
+        const int rate = strcmp(argv[1], "rate") == 0;
+        config_load(&cfg, argv[2]);
+        if (rate) cfg.data_cache_rate = 0; /* every sample decodes its volume */
+        Dataset *ds = dataset_open(&cfg, cfg.input_size, 0);
+        const size_t n = (size_t)cfg.input_size[0] * cfg.input_size[1] * cfg.input_size[2] * cfg.in_channels;
+        float *out = vx_malloc(n * sizeof(float));
+        const long samples = rate ? atol(argv[3]) * dataset_epoch_samples(ds) : atol(argv[3]);
+        const double t0 = vx_now();
+        for (long i = 0; i < samples; i++) dataset_train_sample(ds, i, 1, out);
+        const double dt = vx_now() - t0;
+        const DatasetStats s = dataset_stats(ds);
+        printf("{\"samples\": %ld, \"epoch\": %lld, \"hits\": %ld, \"misses\": %ld, \"decoded\": %ld, \"evicted\": %ld, "
+               "\"skipped\": %ld, \"epochs\": %ld, \"seconds\": %.6f, \"volumes_per_s\": %.3f}\n", samples,
+               (long long)dataset_epoch_samples(ds), s.hits, s.misses, s.decoded, s.evicted, s.skipped,
+               s.epochs_entered, dt, samples / (dt > 0 ? dt : 1e-9));
+        dataset_close(ds);
+        free(out);
+        return 0;
+    }
+    fprintf(stderr, "usage: data_probe volume PATH CHANNELS OUT | val CONFIG J OUT | train CONFIG FIRST COUNT AUGMENT "
+                    "OUT | stats CONFIG SAMPLES | rate CONFIG N\n");
+    return 2;
+}
