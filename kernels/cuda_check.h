@@ -1,5 +1,6 @@
 /* cuda_check.h: what the CUDA backend's .cu files share (nvcc only):
- *  - CUDA_CHECK / CUDNN_CHECK / LAUNCH_CHECK: every runtime, cuDNN and kernel-launch result is checked; a failure
+ *  - CUDA_CHECK / CUDNN_CHECK / LAUNCH_CHECK: every runtime, cuDNN and kernel-launch result is checked (one body,
+ *    VX_CHECK_GEN, which dist/comm_nccl.cu's NCCL check shares); a failure
  *    is one "voxscale: error at file:line: <call> failed: <error name> (<text>); <hint>" line and exit code 1
  *    (vx_fatal). Kernels run asynchronously, so a fault inside one is reported by a later check; set
  *    VX_CUDA_SYNC=1 in the environment to synchronize after every launch and have the failing kernel named.
@@ -37,28 +38,41 @@ const char *vx_cudnn_hint(cudnnStatus_t s);
 /* Synchronize after every launch (VX_CUDA_SYNC=1): read at backend_cuda_init. */
 extern int vx_cuda_sync_launches;
 
-#define CUDA_CHECK(call)                                                                                       \
+/* The one body every check shares (ggml's CUDA_CHECK_GEN does the same): VX_CHECK_GEN evaluates `call` once as a
+ * T and, when is_ok(result) is false, calls fail(__FILE__, __LINE__, "<the call's text>", result, <any further
+ * arguments>), which does not return. A library's check is an is_ok and a fail of its own: CUDA and cuDNN here (exit
+ * 1 through vx_cuda_fail), NCCL in dist/comm_nccl.cu (its in-progress state is accepted there, and a failure ends
+ * the rank with exit 3 through comm_fail). The fail functions have distinct names, not overloads: the host
+ * emulation of tests/tools/cuda_emu defines cudaError_t and cudnnStatus_t as the same int. */
+#define VX_CHECK_GEN(T, call, is_ok, fail, ...)                                                                \
     do {                                                                                                       \
-        const cudaError_t vx_e_ = (call);                                                                      \
-        if (vx_e_ != cudaSuccess)                                                                              \
-            vx_cuda_fail(__FILE__, __LINE__, #call, cudaGetErrorName(vx_e_), cudaGetErrorString(vx_e_),        \
-                         vx_cuda_hint(vx_e_));                                                                 \
+        const T vx_r_ = (call);                                                                                \
+        if (!is_ok(vx_r_)) fail(__FILE__, __LINE__, #call, vx_r_, ##__VA_ARGS__);                              \
     } while (0)
 
-#define CUDNN_CHECK(call)                                                                                      \
-    do {                                                                                                       \
-        const cudnnStatus_t vx_s_ = (call);                                                                    \
-        if (vx_s_ != CUDNN_STATUS_SUCCESS)                                                                     \
-            vx_cuda_fail(__FILE__, __LINE__, #call, "cuDNN", cudnnGetErrorString(vx_s_), vx_cudnn_hint(vx_s_)); \
-    } while (0)
+static inline bool vx_cuda_ok(cudaError_t e) { return e == cudaSuccess; }
+static inline bool vx_cudnn_ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
+[[noreturn]] static inline void vx_cuda_check_failed(const char *file, int line, const char *call, cudaError_t e) {
+    vx_cuda_fail(file, line, call, cudaGetErrorName(e), cudaGetErrorString(e), vx_cuda_hint(e));
+}
+[[noreturn]] static inline void vx_cudnn_check_failed(const char *file, int line, const char *call, cudnnStatus_t s) {
+    vx_cuda_fail(file, line, call, "cuDNN", cudnnGetErrorString(s), vx_cudnn_hint(s));
+}
 
-/* After every <<<...>>>: a bad launch configuration is reported here, at its own line. */
+#define CUDA_CHECK(call) VX_CHECK_GEN(cudaError_t, call, vx_cuda_ok, vx_cuda_check_failed)
+#define CUDNN_CHECK(call) VX_CHECK_GEN(cudnnStatus_t, call, vx_cudnn_ok, vx_cudnn_check_failed)
+
+/* After every <<<...>>>: a bad launch configuration is reported here, at its own line, naming the kernel. */
+[[noreturn]] static inline void vx_launch_check_failed(const char *file, int line, const char *call, cudaError_t e,
+                                                       const char *kernel_name) {
+    (void)call; /* always cudaGetLastError(): the kernel's name says more */
+    char what[160];
+    snprintf(what, sizeof what, "launch of %s", kernel_name);
+    vx_cuda_fail(file, line, what, cudaGetErrorName(e), cudaGetErrorString(e), vx_cuda_hint(e));
+}
 #define LAUNCH_CHECK(kernel_name)                                                                              \
     do {                                                                                                       \
-        const cudaError_t vx_e_ = cudaGetLastError();                                                          \
-        if (vx_e_ != cudaSuccess)                                                                              \
-            vx_cuda_fail(__FILE__, __LINE__, "launch of " kernel_name, cudaGetErrorName(vx_e_),                \
-                         cudaGetErrorString(vx_e_), vx_cuda_hint(vx_e_));                                      \
+        VX_CHECK_GEN(cudaError_t, cudaGetLastError(), vx_cuda_ok, vx_launch_check_failed, kernel_name);        \
         if (vx_cuda_sync_launches) CUDA_CHECK(cudaStreamSynchronize(vx_cuda_stream()));                        \
     } while (0)
 
