@@ -72,8 +72,10 @@ typedef struct {
     /* Frees everything; called once every collective has been waited for (or on the way out of a failure). */
     void (*close)(Comm *c);
     /* Optional: ends every rank at once after this one failed (MPI_Abort), so none waits out its own deadline.
-     * comm_fail calls it after printing its line; it does not return. NULL: this rank exits and the others find
-     * out from the closed sockets (tcp) or the aborted communicator (nccl). */
+     * comm_fail calls it after printing its line; it does not return. nccl: aborts its communicator (this rank's
+     * NCCL kernels end; peers reached over the network see their connection fail, others may learn of it only
+     * from their own watchdog) and exits, bounded by a grace period. NULL: this rank exits and the others find out from the closed sockets
+     * (tcp). */
     void (*abort_all)(Comm *c, int code);
 } CommOps;
 

@@ -4,28 +4,45 @@
  * records an event on the compute stream (backend event_record), the communication stream waits for it, NCCL runs
  * there, and an event recorded after it is what comm_test queries and what comm_wait makes the compute stream wait
  * for (backend event_wait). So a gradient bucket is reduced while backward goes on with earlier layers, and the
- * optimizer's kernels start only after the last bucket.
+ * optimizer's kernels start only after the last bucket. The stream has the highest priority: a bucket's kernels are
+ * scheduled before compute kernels that are ready at the same time.
  *
- * Failures: the communicator is non-blocking (ncclConfig_t.blocking = 0), so no NCCL call can hang the host;
- * calls that return ncclInProgress are polled with ncclCommGetAsyncError against the deadline. The host never
- * waits for a collective itself (comm_wait only orders streams), so a hung collective would show only later, as a
- * host wait on the compute stream that never returns: a watchdog thread (ProcessGroupNCCL's design) checks every
- * collective in flight against its deadline and NCCL's asynchronous error, and on either aborts the communicator
- * (ncclCommAbort: its kernels end, the other ranks' collectives fail in turn) and ends the process with
- * comm_fail's line, exit 3.
+ * The device: the caller's. comm_nccl_open needs backend_cuda_init to have run on this thread (it chose the GPU from
+ * the local rank and made it current); NCCL binds the communicator to the current device, and the watchdog thread
+ * selects the same one.
  *
- * CUDA Graph capture (the mixed-precision issue will capture the whole step): NCCL collectives on a captured stream
- * are legal (NCCL >= 2.9), and so are the event record/wait pairs; the watchdog's event queries and the host
- * staging of allreduce_host are not, and must stay outside a captured region. */
+ * Failures and deadlines. The communicator is non-blocking (ncclConfig_t.blocking = 0): no NCCL call can hang the
+ * host; a call that returns ncclInProgress is polled with ncclCommGetAsyncError until it settles, against the
+ * deadline. The host never waits for a collective in comm_wait (it only orders the streams), so "within the
+ * deadline" cannot be checked by the caller: a collective's deadline is its issue time plus dist.timeout_s, and it
+ * covers everything until its completion event fires (waiting for the compute work before it, and for the peers).
+ * A watchdog thread per communicator (ProcessGroupNCCL's design) keeps every collective in flight, waited for or
+ * not, until its event has fired, and checks them against their deadlines and NCCL's asynchronous error every
+ * WATCHDOG_PERIOD_MS; the few host waits here (allreduce_host, close) poll against the deadline themselves. A
+ * failure anywhere goes through comm_fail: its line (rank, operation, `what`, why), then abort_all here, which
+ * aborts the communicator (its kernels end, so nothing on this GPU waits for it any more, and peers reached over
+ * the network see the connection fail) and exits 3; a reaper thread _exits with 3 after ABORT_GRACE_S should the
+ * abort or the exit's own clean-up hang (NCCL's abort has hung in some versions). The mutex serialises every use
+ * of the ncclComm_t between the caller's thread and the watchdog (NCCL allows one thread at a time), and a failing
+ * thread keeps it: the other blocks there instead of racing it to exit.
+ *
+ * CUDA Graph capture (the mixed-precision issue will capture the whole step). Legal inside a captured region: the
+ * collectives' enqueue (NCCL >= 2.9 captures its kernels; every rank must capture the same collectives), the event
+ * record and stream wait pairs (they fork the communication stream into the capture and join it back), and the
+ * settle polling, which is host-only. Not legal or not meaningful there: the watchdog's cudaEventQuery of an event
+ * recorded during capture (it never fires; capture with cudaStreamCaptureModeThreadLocal so the watchdog thread's
+ * calls are not refused, and register the graph's collectives with the watchdog at each launch instead, work owed
+ * to that issue), comm_test, allreduce_host (host memory and a host wait) and close. Creating the per-collective
+ * event is allowed; a captured step should still reuse events rather than create them. */
 #include "dist/comm.h"
 
 #ifdef VX_NCCL
 #include <nccl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cuda_check.h"
@@ -33,17 +50,19 @@
 extern "C" {
 #include "core/util.h"
 #include "dist/bootstrap.h"
-#include "dist/launch.h"
 }
 
 #define WATCHDOG_PERIOD_MS 100
+#define ABORT_GRACE_S 10   /* the most the abort and the exit's clean-up may take before _exit(3) */
+#define STAGING_FLOATS 4096 /* the most allreduce_host stages (losses and flags: a few floats) */
 
 struct CommWork {
     cudaEvent_t done; /* recorded on the communication stream after the collective */
     const char *kind;
     char what[160];
     double deadline;
-    struct CommWork *next; /* the watchdog's list of collectives in flight */
+    int refs;              /* under the mutex: the caller's (until comm_wait) and the watchdog's (until done) */
+    struct CommWork *next; /* the watchdog's list */
 };
 
 typedef struct {
@@ -52,214 +71,335 @@ typedef struct {
     int device;
     const Backend *be;
     void *compute_event; /* recorded on the compute stream before each collective */
-    float *staging;      /* allreduce_host's floats on the device */
-    size_t staging_cap;
+    float *staging;      /* device, STAGING_FLOATS + 1: allreduce_host's floats, then the barrier's zero */
+    float *staging_host; /* pinned, so the copies back are asynchronous and the host wait can be bounded */
+    pthread_mutex_t mu; /* recursive: comm_fail may be reached with it held, and abort_all takes it again */
     pthread_t watchdog;
-    pthread_mutex_t mu;
-    int stop, failed;
+    int watchdog_running, stop;
     struct CommWork *inflight;
 } Nccl;
 
-/* A failed NCCL call: the library's own words, then exit 3 (after aborting the communicator, when there is one). */
-static void nccl_fail(Comm *c, ncclResult_t r, const char *call, const char *op, const char *what) {
-    Nccl *n = (Nccl *)c->impl;
-    char why[512];
-    snprintf(why, sizeof why, "failed: %s returned %s (%s)", call, ncclGetErrorString(r),
-             n && n->comm ? ncclGetLastError(n->comm) : ncclGetLastError(NULL));
-    if (n && n->comm) ncclCommAbort(n->comm);
+static Nccl *impl(Comm *c) { return (Nccl *)c->impl; }
+
+/* ---- errors ----------------------------------------------------------------------------------------------- */
+
+static const char *nccl_hint(ncclResult_t r) {
+    switch (r) {
+    case ncclUnhandledCudaError:
+        return "a CUDA call inside NCCL failed: check the GPU (nvidia-smi) and rerun with NCCL_DEBUG=WARN";
+    case ncclSystemError:
+        return "a system call or the network failed (sockets, /dev/shm too small in a container: --shm-size=1g): "
+               "rerun with NCCL_DEBUG=WARN";
+    case ncclInternalError: return "NCCL failed internally: rerun with NCCL_DEBUG=INFO and report it";
+    case ncclInvalidArgument:
+        return "NCCL refused an argument (a host pointer, a bad count or root): a bug in voxscale's caller";
+    case ncclInvalidUsage:
+        return "NCCL was used wrongly: ranks that issue different collectives, or two ranks on one GPU without "
+               "NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30 or newer)";
+    case ncclRemoteError: return "another rank failed or vanished: its own output says why";
+    default: return "rerun with NCCL_DEBUG=WARN for NCCL's own account";
+    }
+}
+
+/* A call returned an error: the library's words with file:line and a hint, then exit 3 (comm_fail). */
+[[noreturn]] static void nccl_check_failed(const char *file, int line, const char *call, ncclResult_t r, Comm *c,
+                                           const char *op, const char *what) {
+    Nccl *n = impl(c);
+    char why[1024];
+    snprintf(why, sizeof why, "failed at %s:%d: %s returned %s (%s); %s", file, line, call, ncclGetErrorString(r),
+             ncclGetLastError(n ? n->comm : NULL), nccl_hint(r));
     comm_fail(c, op, what, why);
 }
+/* ncclInProgress: a non-blocking call was accepted and goes on; settle() waits for it. */
+static inline bool nccl_accepted(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
 
-/* Polls a non-blocking communicator until its last call is done (ncclInProgress -> ncclSuccess), within deadline. */
-static void settle(Comm *c, const char *op, const char *what, double deadline) {
-    Nccl *n = (Nccl *)c->impl;
-    ncclResult_t state = ncclInProgress;
-    while (state == ncclInProgress) {
-        const ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);
-        if (r != ncclSuccess) nccl_fail(c, r, "ncclCommGetAsyncError", op, what);
-        if (state == ncclInProgress) {
-            if (vx_now() > deadline) {
-                ncclCommAbort(n->comm);
-                comm_fail(c, op, what, "did not finish within the deadline: NCCL never left ncclInProgress");
-            }
-            usleep(100);
-        }
+#define NCCL_CHECK(c, call, op, what) VX_CHECK_GEN(ncclResult_t, call, nccl_accepted, nccl_check_failed, c, op, what)
+
+/* Polls the communicator until the call before has settled (ncclInProgress -> ncclSuccess), within deadline. */
+static void settle(Comm *c, const char *file, int line, const char *call, const char *op, const char *what,
+                   double deadline) {
+    Nccl *n = impl(c);
+    for (;;) {
+        ncclResult_t state = ncclInProgress;
+        NCCL_CHECK(c, ncclCommGetAsyncError(n->comm, &state), op, what);
+        if (state == ncclSuccess) return;
+        if (state != ncclInProgress) nccl_check_failed(file, line, call, state, c, op, what);
+        if (vx_now() > deadline)
+            comm_fail(c, op, what, "did not finish within the deadline: NCCL stayed in progress (a rank is stopped, "
+                                   "hung or gone, or never reached it)");
+        usleep(50);
     }
-    if (state != ncclSuccess) nccl_fail(c, state, "the NCCL call", op, what);
 }
 
+/* Every NCCL call that may go on in the background: checked, then settled. */
 #define NCCL_CALL(c, call, op, what)                                                                           \
     do {                                                                                                       \
-        const ncclResult_t r_ = (call);                                                                        \
-        if (r_ != ncclSuccess && r_ != ncclInProgress) nccl_fail(c, r_, #call, op, what);                      \
-        settle(c, op, what, comm_deadline(c));                                                                 \
+        NCCL_CHECK(c, call, op, what);                                                                         \
+        settle(c, __FILE__, __LINE__, #call, op, what, comm_deadline(c));                                      \
     } while (0)
 
-/* The watchdog: a collective past its deadline, or an asynchronous NCCL error, ends the run. */
+static void *reaper(void *arg) {
+    sleep(ABORT_GRACE_S);
+    _exit((int)(intptr_t)arg); /* the abort or the exit's clean-up hung: leave without them */
+}
+
+/* comm_fail's second half (CommOps.abort_all): the line is out; abort the communicator and exit, bounded. The mutex
+ * is kept: the other thread, reaching a collective or the watchdog's next sweep, blocks there, and never touches
+ * the aborted communicator or races this exit. (An exit handler that longjmps, as fuzz targets install, would
+ * leave the reaper armed: NCCL failures are tested in child processes.) */
+[[noreturn]] static void nccl_abort_all(Comm *c, int code) {
+    Nccl *n = impl(c);
+    pthread_t t;
+    if (pthread_create(&t, NULL, reaper, (void *)(intptr_t)code) == 0) pthread_detach(t);
+    if (n) {
+        pthread_mutex_lock(&n->mu);
+        if (n->comm) ncclCommAbort(n->comm); /* the run ends either way: its result adds nothing to the line */
+        n->comm = NULL;
+    }
+    vx_exit(code);
+}
+
+/* ---- works and the watchdog ------------------------------------------------------------------------------- */
+
+/* Drops one of w's two references (under the mutex); the last one frees it. */
+static void work_release(struct CommWork *w) {
+    if (--w->refs > 0) return;
+    cudaEventDestroy(w->done); /* a stream already made to wait for it keeps that wait */
+    free(w);
+}
+
+/* One sweep (under the mutex): forgets the finished works, and says why the run must end, if it must. */
+static int sweep(Comm *c, const char **kind, char *what, size_t what_len, char *why, size_t why_len) {
+    Nccl *n = impl(c);
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(n->comm, &state);
+    if (r != ncclSuccess) state = r;
+    const double now = vx_now();
+    struct CommWork *late = NULL, *oldest = NULL; /* the list is newest first: the last ones found */
+    for (struct CommWork **link = &n->inflight; *link;) {
+        struct CommWork *w = *link;
+        const cudaError_t q = cudaEventQuery(w->done);
+        if (q == cudaSuccess) {
+            *link = w->next;
+            work_release(w);
+            continue;
+        }
+        if (q != cudaErrorNotReady) vx_cuda_check_failed(__FILE__, __LINE__, "cudaEventQuery (watchdog)", q);
+        if (now > w->deadline) late = w;
+        oldest = w;
+        link = &w->next;
+    }
+    if (state != ncclSuccess && state != ncclInProgress) {
+        *kind = oldest ? oldest->kind : "collective";
+        snprintf(what, what_len, "%s", oldest ? oldest->what : "the communicator (no collective in flight)");
+        snprintf(why, why_len, "failed: NCCL reports %s (%s); %s", ncclGetErrorString(state),
+                 ncclGetLastError(n->comm), nccl_hint(state));
+        return 1;
+    }
+    if (late) {
+        *kind = late->kind;
+        snprintf(what, what_len, "%s", late->what);
+        snprintf(why, why_len, "did not finish within the deadline (the watchdog): a rank is stopped, hung or gone, "
+                               "or issued other collectives");
+        return 1;
+    }
+    return 0;
+}
+
 static void *watchdog(void *arg) {
     Comm *c = (Comm *)arg;
-    Nccl *n = (Nccl *)c->impl;
-    cudaSetDevice(n->device); /* event queries from this thread */
+    Nccl *n = impl(c);
+    CUDA_CHECK(cudaSetDevice(n->device)); /* the events belong to this rank's GPU */
     for (;;) {
         usleep(WATCHDOG_PERIOD_MS * 1000);
         pthread_mutex_lock(&n->mu);
-        if (n->stop) {
-            pthread_mutex_unlock(&n->mu);
-            return NULL;
-        }
-        ncclResult_t state = ncclSuccess;
-        ncclCommGetAsyncError(n->comm, &state);
-        struct CommWork **link = &n->inflight, *late = NULL;
-        while (*link) {
-            struct CommWork *w = *link;
-            const cudaError_t q = cudaEventQuery(w->done);
-            if (q == cudaSuccess) { /* finished: forget it */
-                *link = w->next;
-                cudaEventDestroy(w->done);
-                free(w);
-                continue;
-            }
-            if (!late && vx_now() > w->deadline) late = w;
-            link = &w->next;
-        }
-        if ((state != ncclSuccess && state != ncclInProgress) || late) {
-            n->failed = 1;
-            char why[400], what[160];
-            snprintf(what, sizeof what, "%s", late ? late->what : "a collective in flight");
-            if (late) snprintf(why, sizeof why, "did not finish within the deadline: a rank is stopped, hung or gone");
-            else snprintf(why, sizeof why, "failed: NCCL reports %s (%s)", ncclGetErrorString(state),
-                          ncclGetLastError(n->comm));
-            const char *kind = late ? late->kind : "collective";
-            pthread_mutex_unlock(&n->mu);
-            ncclCommAbort(n->comm);
-            comm_fail(c, kind, what, why);
-        }
+        if (n->stop) break;
+        const char *kind = NULL;
+        char what[160], why[512];
+        if (sweep(c, &kind, what, sizeof what, why, sizeof why)) comm_fail(c, kind, what, why); /* keeps the lock */
         pthread_mutex_unlock(&n->mu);
     }
+    pthread_mutex_unlock(&n->mu);
+    return NULL;
 }
 
-/* A collective starts after the compute work enqueued so far: the communication stream waits for it. */
-static Nccl *before(Comm *c) {
-    Nccl *n = (Nccl *)c->impl;
+/* ---- collectives ------------------------------------------------------------------------------------------ */
+
+/* Before the NCCL call (under the mutex): the communication stream waits for the compute work enqueued so far. */
+static void before(Nccl *n) {
     n->be->event_record(n->compute_event);
     CUDA_CHECK(cudaStreamWaitEvent(n->stream, (cudaEvent_t)n->compute_event, 0));
-    return n;
 }
 
-/* After the NCCL call: the event the compute stream may wait for, on the watchdog's list until it has passed. */
+/* After it (under the mutex): the completion event, and the work on the watchdog's list. */
 static CommWork *after(Comm *c, const char *kind, const char *what) {
-    Nccl *n = (Nccl *)c->impl;
+    Nccl *n = impl(c);
     struct CommWork *w = (struct CommWork *)vx_calloc(1, sizeof *w);
     w->kind = kind;
     snprintf(w->what, sizeof w->what, "%s", what);
     w->deadline = comm_deadline(c);
+    w->refs = 2;
     CUDA_CHECK(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(w->done, n->stream));
-    pthread_mutex_lock(&n->mu);
     w->next = n->inflight;
     n->inflight = w;
-    pthread_mutex_unlock(&n->mu);
     return w;
 }
 
 static ncclRedOp_t red(CommOp op) { return op == COMM_AVG ? ncclAvg : ncclSum; }
 
+/* A count of 0 enqueues no NCCL call (every rank has the same count, by the contract) but still yields a work. */
 static CommWork *nccl_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {
-    Nccl *n = before(c);
-    NCCL_CALL(c, ncclAllReduce(buf, buf, count, ncclFloat, red(op), n->comm, n->stream), "allreduce", what);
-    return after(c, "allreduce", what);
+    Nccl *n = impl(c);
+    pthread_mutex_lock(&n->mu);
+    before(n);
+    if (count)
+        NCCL_CALL(c, ncclAllReduce(buf, buf, count, ncclFloat, red(op), n->comm, n->stream), "allreduce", what);
+    CommWork *w = after(c, "allreduce", what);
+    pthread_mutex_unlock(&n->mu);
+    return w;
 }
+
 static CommWork *nccl_broadcast(Comm *c, float *buf, size_t count, int root, const char *what) {
-    Nccl *n = before(c);
-    NCCL_CALL(c, ncclBroadcast(buf, buf, count, ncclFloat, root, n->comm, n->stream), "broadcast", what);
-    return after(c, "broadcast", what);
+    Nccl *n = impl(c);
+    pthread_mutex_lock(&n->mu);
+    before(n);
+    if (count) NCCL_CALL(c, ncclBroadcast(buf, buf, count, ncclFloat, root, n->comm, n->stream), "broadcast", what);
+    CommWork *w = after(c, "broadcast", what);
+    pthread_mutex_unlock(&n->mu);
+    return w;
 }
+
 static CommWork *nccl_reduce_scatter(Comm *c, const float *send, float *recv, size_t recv_count, CommOp op,
                                      const char *what) {
-    Nccl *n = before(c);
-    NCCL_CALL(c, ncclReduceScatter(send, recv, recv_count, ncclFloat, red(op), n->comm, n->stream), "reduce-scatter",
-              what);
-    return after(c, "reduce-scatter", what);
-}
-static CommWork *nccl_all_gather(Comm *c, const float *send, float *recv, size_t send_count, const char *what) {
-    Nccl *n = before(c);
-    NCCL_CALL(c, ncclAllGather(send, recv, send_count, ncclFloat, n->comm, n->stream), "all-gather", what);
-    return after(c, "all-gather", what);
-}
-
-static void ensure_staging(Nccl *n, size_t count) {
-    if (count <= n->staging_cap) return;
-    if (n->staging) CUDA_CHECK(cudaFree(n->staging));
-    CUDA_CHECK(cudaMalloc(&n->staging, count * sizeof(float)));
-    n->staging_cap = count;
-}
-
-static CommWork *nccl_barrier(Comm *c, const char *what) {
-    ensure_staging((Nccl *)c->impl, 1);
-    Nccl *n = before(c);
-    NCCL_CALL(c, ncclAllReduce(n->staging, n->staging, 1, ncclFloat, ncclSum, n->comm, n->stream), "barrier", what);
-    return after(c, "barrier", what);
-}
-
-/* A work belongs to the watchdog's list, which frees it once it has passed: callers touch it under the lock and
- * never after comm_wait. */
-static int nccl_test(Comm *c, CommWork *w) {
-    Nccl *n = (Nccl *)c->impl;
+    Nccl *n = impl(c);
     pthread_mutex_lock(&n->mu);
-    const cudaError_t q = cudaEventQuery(w->done);
+    before(n);
+    if (recv_count)
+        NCCL_CALL(c, ncclReduceScatter(send, recv, recv_count, ncclFloat, red(op), n->comm, n->stream),
+                  "reduce-scatter", what);
+    CommWork *w = after(c, "reduce-scatter", what);
     pthread_mutex_unlock(&n->mu);
+    return w;
+}
+
+static CommWork *nccl_all_gather(Comm *c, const float *send, float *recv, size_t send_count, const char *what) {
+    Nccl *n = impl(c);
+    pthread_mutex_lock(&n->mu);
+    before(n);
+    if (send_count)
+        NCCL_CALL(c, ncclAllGather(send, recv, send_count, ncclFloat, n->comm, n->stream), "all-gather", what);
+    CommWork *w = after(c, "all-gather", what);
+    pthread_mutex_unlock(&n->mu);
+    return w;
+}
+
+/* A 1-float all-reduce: it completes on a rank only once every rank has reached it. */
+static CommWork *nccl_barrier(Comm *c, const char *what) {
+    Nccl *n = impl(c);
+    pthread_mutex_lock(&n->mu);
+    before(n);
+    float *zero = n->staging + STAGING_FLOATS; /* zero on every rank, so it stays zero */
+    NCCL_CALL(c, ncclAllReduce(zero, zero, 1, ncclFloat, ncclSum, n->comm, n->stream), "barrier", what);
+    CommWork *w = after(c, "barrier", what);
+    pthread_mutex_unlock(&n->mu);
+    return w;
+}
+
+/* w is the caller's until comm_wait, whatever the watchdog has seen: no lock needed to query it. */
+static int nccl_test(Comm *c, CommWork *w) {
+    (void)c;
+    const cudaError_t q = cudaEventQuery(w->done);
     if (q == cudaErrorNotReady) return 0;
     CUDA_CHECK(q);
     return 1;
 }
 
-/* The compute stream waits for the collective; the host goes on. */
+/* The compute stream waits for the collective; the host does not. What can be known now is checked first: NCCL's
+ * asynchronous error, and a work already past its deadline (the watchdog would end the run within its period
+ * anyway). The work stays on the watchdog's list until its event fires. */
 static void nccl_wait(Comm *c, CommWork *w, CommTimes *times) {
-    Nccl *n = (Nccl *)c->impl;
+    Nccl *n = impl(c);
     pthread_mutex_lock(&n->mu);
+    settle(c, __FILE__, __LINE__, "ncclCommGetAsyncError (NCCL's state at comm_wait)", w->kind, w->what, w->deadline);
+    const cudaError_t q = cudaEventQuery(w->done);
+    if (q != cudaSuccess && q != cudaErrorNotReady) CUDA_CHECK(q);
+    if (q == cudaErrorNotReady && vx_now() > w->deadline)
+        comm_fail(c, w->kind, w->what, "did not finish within the deadline: a rank is stopped, hung or gone");
     n->be->event_wait((void *)w->done);
+    work_release(w);
     pthread_mutex_unlock(&n->mu);
     if (times) *times = (CommTimes){0, 0}; /* NCCL's kernels reach the trace through CUPTI */
 }
 
+/* A blocking all-reduce of host floats, through the pinned and the device buffer on the communication stream
+ * (host memory, so no order against the compute stream is needed). Pinned memory matters: a copy back to pageable
+ * memory would block inside cudaMemcpyAsync until the all-reduce finished, out of reach of any deadline. The buffers
+ * are allocated once at open: freeing and growing them would wait for the device with the mutex held. */
 static void nccl_allreduce_host(Comm *c, float *vals, size_t count, CommOp op, const char *what) {
-    Nccl *n = (Nccl *)c->impl;
-    ensure_staging(n, count);
-    CUDA_CHECK(cudaMemcpyAsync(n->staging, vals, count * sizeof(float), cudaMemcpyHostToDevice, n->stream));
+    Nccl *n = impl(c);
+    if (!count) return;
+    if (count > STAGING_FLOATS)
+        vx_fatal("allreduce_host of %zu floats (%s): it is for a few floats, at most %d; reduce device memory with "
+                 "comm_allreduce", count, what, STAGING_FLOATS);
+    const size_t bytes = count * sizeof(float);
+    pthread_mutex_lock(&n->mu);
+    memcpy(n->staging_host, vals, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(n->staging, n->staging_host, bytes, cudaMemcpyHostToDevice, n->stream));
     NCCL_CALL(c, ncclAllReduce(n->staging, n->staging, count, ncclFloat, red(op), n->comm, n->stream), "allreduce",
               what);
-    CUDA_CHECK(cudaMemcpyAsync(vals, n->staging, count * sizeof(float), cudaMemcpyDeviceToHost, n->stream));
-    /* a host wait: the watchdog does not see it, so poll it here against the deadline */
+    CUDA_CHECK(cudaMemcpyAsync(n->staging_host, n->staging, bytes, cudaMemcpyDeviceToHost, n->stream));
+    CommWork *w = after(c, "allreduce", what);
+    pthread_mutex_unlock(&n->mu);
+    cudaError_t q;
+    while ((q = cudaEventQuery(w->done)) == cudaErrorNotReady) {
+        if (vx_now() > w->deadline) {
+            pthread_mutex_lock(&n->mu);
+            comm_fail(c, "allreduce", what, "did not finish within the deadline: a rank is stopped, hung or gone");
+        }
+        usleep(20);
+    }
+    CUDA_CHECK(q);
+    memcpy(vals, n->staging_host, bytes);
+    pthread_mutex_lock(&n->mu);
+    work_release(w);
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* ---- close and open --------------------------------------------------------------------------------------- */
+
+/* Waits (bounded, the watchdog still running) for what is left on the communication stream, stops the watchdog,
+ * finalizes the communicator (it settles once every rank has finalized) and frees everything. */
+static void nccl_close(Comm *c) {
+    Nccl *n = impl(c);
     const double deadline = comm_deadline(c);
     cudaError_t q;
     while ((q = cudaStreamQuery(n->stream)) == cudaErrorNotReady) {
         if (vx_now() > deadline) {
-            ncclCommAbort(n->comm);
-            comm_fail(c, "allreduce", what, "did not finish within the deadline: a rank is stopped, hung or gone");
+            pthread_mutex_lock(&n->mu);
+            comm_fail(c, "close", "the collectives still in flight", "did not finish within the deadline");
         }
-        usleep(50);
+        usleep(200);
     }
     CUDA_CHECK(q);
-}
-
-static void nccl_close(Comm *c) {
-    Nccl *n = (Nccl *)c->impl;
     pthread_mutex_lock(&n->mu);
     n->stop = 1;
     pthread_mutex_unlock(&n->mu);
-    pthread_join(n->watchdog, NULL);
-    CUDA_CHECK(cudaStreamSynchronize(n->stream));
-    for (struct CommWork *w = n->inflight, *next; w; w = next) {
+    if (n->watchdog_running) pthread_join(n->watchdog, NULL);
+    n->watchdog_running = 0;
+    for (struct CommWork *w = n->inflight, *next; w; w = next) { /* all done: the stream is idle */
         next = w->next;
-        cudaEventDestroy(w->done);
-        free(w);
+        w->refs = 1; /* the caller's reference too: comm.h's contract has every work waited for before close */
+        work_release(w);
     }
-    ncclCommFinalize(n->comm); /* non-blocking: settles like any call */
-    settle(c, "close", "the communicator", comm_deadline(c));
-    ncclCommDestroy(n->comm);
+    n->inflight = NULL;
+    NCCL_CALL(c, ncclCommFinalize(n->comm), "close", "the communicator (every rank must close it)");
+    NCCL_CHECK(c, ncclCommDestroy(n->comm), "close", "the communicator");
+    n->comm = NULL;
     n->be->event_destroy(n->compute_event);
-    if (n->staging) cudaFree(n->staging);
-    cudaStreamDestroy(n->stream);
+    CUDA_CHECK(cudaFree(n->staging));
+    CUDA_CHECK(cudaFreeHost(n->staging_host));
+    CUDA_CHECK(cudaStreamDestroy(n->stream));
     pthread_mutex_destroy(&n->mu);
     free(n);
     free(c);
@@ -267,14 +407,18 @@ static void nccl_close(Comm *c) {
 
 static const CommOps NCCL_OPS = {nccl_allreduce, nccl_broadcast, nccl_reduce_scatter, nccl_all_gather,
                                  nccl_barrier,   nccl_test,      nccl_wait,           nccl_allreduce_host,
-                                 nccl_close,     NULL};
+                                 nccl_close,     nccl_abort_all};
 
 static int hex_value(char ch) {
-    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
 }
 
-/* The unique id every rank meets with: the spawning parent's, or rank 0's sent over MPI or TCP. */
-static ncclUniqueId unique_id(const DistEnv *env, double timeout_s) {
+/* The unique id every rank meets with: the spawning parent's (hex in env->nccl_id), or rank 0's, sent over MPI
+ * (mpirun, srun) or TCP (torchrun) by bootstrap.h. */
+static ncclUniqueId unique_id(Comm *c, const DistEnv *env, double timeout_s) {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (env->nccl_id[0]) {
@@ -288,11 +432,7 @@ static ncclUniqueId unique_id(const DistEnv *env, double timeout_s) {
         }
         return id;
     }
-    if (env->rank == 0) {
-        const ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess)
-            vx_exit_error(VX_EXIT_DIST, "ncclGetUniqueId failed: %s (%s)", ncclGetErrorString(r), ncclGetLastError(NULL));
-    }
+    if (env->rank == 0) NCCL_CHECK(c, ncclGetUniqueId(&id), "init", "the NCCL id");
     if (env->world == 1) return id; /* VX_COMM=nccl on one GPU: nobody to tell */
     const int under_mpi = strcmp(env->launcher, "mpirun") == 0 || strcmp(env->launcher, "srun") == 0;
     if (under_mpi) bootstrap_broadcast_mpi(env, &id, sizeof id, timeout_s);
@@ -304,25 +444,34 @@ extern "C" int comm_nccl_built(void) { return 1; }
 
 extern "C" Comm *comm_nccl_open(const DistEnv *env, double timeout_s) {
     const Backend *be = backend_cuda();
-    if (!be) vx_fatal("comm_nccl_open before the CUDA backend started");
+    if (!be)
+        vx_fatal("comm_nccl_open before backend_cuda_init: the backend chooses this rank's GPU and must start first");
     Comm *c = (Comm *)vx_calloc(1, sizeof *c);
     *c = (Comm){"nccl", env->rank, env->world, env->local_rank, env->local_world, timeout_s, 1, &NCCL_OPS, NULL};
     Nccl *n = (Nccl *)vx_calloc(1, sizeof *n);
     c->impl = n;
     n->be = be;
-    CUDA_CHECK(cudaGetDevice(&n->device)); /* the GPU backend_cuda_init chose for this rank (its local rank) */
-    int lo, hi;
-    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-    CUDA_CHECK(cudaStreamCreateWithPriority(&n->stream, cudaStreamNonBlocking, hi)); /* buckets before compute */
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&n->mu, &attr);
+    pthread_mutexattr_destroy(&attr);
+    CUDA_CHECK(cudaGetDevice(&n->device)); /* the GPU backend_cuda_init made current on this thread */
+    int least, greatest;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&n->stream, cudaStreamNonBlocking, greatest));
     n->compute_event = be->event_create();
-    pthread_mutex_init(&n->mu, NULL);
-    const ncclUniqueId id = unique_id(env, timeout_s);
+    CUDA_CHECK(cudaMalloc(&n->staging, (STAGING_FLOATS + 1) * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(n->staging, 0, (STAGING_FLOATS + 1) * sizeof(float), n->stream));
+    CUDA_CHECK(cudaHostAlloc(&n->staging_host, STAGING_FLOATS * sizeof(float), cudaHostAllocDefault));
+    const ncclUniqueId id = unique_id(c, env, timeout_s);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    const ncclResult_t r = ncclCommInitRankConfig(&n->comm, env->world, id, env->rank, &config);
-    if (r != ncclSuccess && r != ncclInProgress) nccl_fail(c, r, "ncclCommInitRankConfig", "init", "the communicator");
-    settle(c, "init", "the communicator (all ranks must reach it)", comm_deadline(c));
+    /* the deadline starts once the id is here: every rank must reach this within timeout_s of the others */
+    NCCL_CALL(c, ncclCommInitRankConfig(&n->comm, env->world, id, env->rank, &config), "init",
+              "the communicator (every rank must reach it)");
     if (pthread_create(&n->watchdog, NULL, watchdog, c) != 0) vx_fatal("cannot start the NCCL watchdog thread");
+    n->watchdog_running = 1;
     return c;
 }
 #endif
