@@ -22,14 +22,15 @@ cd "$(dirname "$0")/.." || exit 2
 # register NAME LIMIT QUICK_LIMIT FUNCTION WHAT: a step of a full run with a time limit of LIMIT seconds, and of a
 # --quick run with QUICK_LIMIT (0: not in --quick). FUNCTION is in ci/gpu/steps.sh. A later GPU check (NCCL ranks,
 # mixed precision, graph capture, kernel and all-reduce benchmarks) is one more function and one more line here.
-# The limits bound the run: a full run is at most the sum of LIMITs (450 s) plus the environment probe (25 s: the
-# first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 480 s, 8 minutes;
+# The limits bound the run: a full run is at most the sum of LIMITs (495 s) plus the environment probe (25 s: the
+# first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 525 s, under 9 minutes;
 # --quick at most 150 + 25 + 5 s, 3 minutes (a step killed at its limit may take 3 s more to die). The times they
 # should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 23 x
 # ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s, bench-64 ~60 s (voxscale 2 x 5 s; PyTorch import 5 s,
 # eager 2 x 2 s, torch.compile 2 x 20-40 s), bench-128 ~60 s, profile ~10 s: some 5 minutes. bench-* give PyTorch
 # what is left of their limit and keep the runs that finished; iterations: 10 after 3 warm-up (ae3d-64), 5 after 2
-# (ae3d-128, and ae3d-64 under --quick); nccl ~20 s (three small runs and a profiled ae3d-64 run of 4 steps).
+# (ae3d-128, and ae3d-64 under --quick); nccl ~20 s (three small runs and a profiled ae3d-64 run of 4 steps);
+# nccl-unit ~30 s (its watchdog case waits out the 10 s abort grace on purpose).
 STEP_NAMES=()
 declare -A STEP_LIMIT STEP_QUICK STEP_FN STEP_WHAT
 register() {
@@ -47,6 +48,7 @@ register bench-64    80 35 step_bench_64    "bench step ae3d-64, TF32 on and off
 register bench-128   60  0 step_bench_128   "bench step ae3d-128, TF32 on and off, vs PyTorch eager and torch.compile"
 register profile     25 20 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
 register nccl        30  0 step_nccl        "NCCL: 1 rank vs none, 2 ranks on the GPU vs 1 (NCCL >= 2.30), ae3d-64's bucket timeline"
+register nccl-unit   45  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit"
 # Every step runs with VX_REQUIRE_GPU=1 where a test could skip: on a GPU machine a skip is a failure.
 
 usage() {
