@@ -8,8 +8,9 @@
  * spatial sizes and more than 256 vector lanes; silu, upsample, add/accumulate/scale, L1 and MSE loss, latent
  * (eps and eps NULL), AdamW over several steps, sumsq, normal_fill; every beta 0 (into NaN) and beta 1 path;
  * the float4 and scalar paths (counts not divisible by 4, misaligned pointers); upload_async/upload_wait
- * ordering, the timers and the memory accounting; and, under BackendOptions.deterministic, bitwise-identical
- * results of two runs of conv backward-filter and GroupNorm backward.
+ * ordering, the cross-stream events (event_record/event_wait, each direction able to fail), the timers and the
+ * memory accounting; and, under BackendOptions.deterministic, bitwise-identical results of two runs of conv
+ * backward-filter and GroupNorm backward.
  * Without a usable GPU (always in a CPU-only build) it prints exactly one line, "skipped: no CUDA device
  * (<reason>)", and exits 0 without running cmocka; with VX_REQUIRE_GPU=1 (ci/gpu.sh on a GPU machine) that is a
  * failure instead, exit 1. `test_ops_cuda --list` prints the test names; `test_ops_cuda PATTERN...` runs only the
@@ -550,31 +551,40 @@ static void test_upload(void **state) {
 }
 
 /* The events that order the NCCL communicator's stream against the compute stream: a copy on a side stream waits
- * for the compute work recorded before it, and compute work after event_wait sees the copy. */
+ * for the compute work recorded before it, and compute work after event_wait sees the copy. Each direction fails
+ * visibly if broken: the compute stream is busy for a while before the record (a copy that did not wait would read
+ * D undoubled), and a long copy goes first on the side stream (a compute stream that did not wait would halve E
+ * before the ordered copy overwrote it with 2 x ref). */
 static void test_cross_stream_events(void **state) {
 #ifdef VX_CUDA
-    const long n = 1 << 22;
+    const long n = 1 << 22, big = 1L << 26;
     const size_t bytes = sizeof(float) * (size_t)n;
-    float *ref = frand(n, -1, 1), *D = dalloc(n, 0), *E = dalloc(n, 0);
-    gpu->copy_to_device(D, ref, bytes);
+    float *ref = frand(n, -1, 1), *D = dalloc(n, 0), *E = dalloc(n, 0), *B = dalloc(big, 0), *BC = dalloc(big, 0);
     cudaStream_t side;
     assert_int_equal(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
     void *computed = gpu->event_create(), *copied = gpu->event_create();
-    for (int i = 0; i < 20; i++) gpu->scale(n, D, 1.0f); /* keeps the compute stream busy for a while */
-    gpu->scale(n, D, 2.0f);
-    gpu->event_record(computed);
-    assert_int_equal(cudaStreamWaitEvent(side, (cudaEvent_t)computed, 0), cudaSuccess);
-    assert_int_equal(cudaMemcpyAsync(E, D, bytes, cudaMemcpyDeviceToDevice, side), cudaSuccess);
-    assert_int_equal(cudaEventRecord((cudaEvent_t)copied, side), cudaSuccess);
-    gpu->event_wait(copied);
-    gpu->scale(n, E, 0.5f); /* runs after the copy: E = D / 2 = ref */
-    gpu->synchronize();
-    expect_close("side-stream copy ordered by events", E, ref, n, 0.0);
+    gpu->zero(B, sizeof(float) * (size_t)big);
+    for (int round = 0; round < 3; round++) {
+        gpu->copy_to_device(D, ref, bytes);
+        gpu->zero(E, bytes);
+        for (int i = 0; i < 100; i++) gpu->scale(n, D, 1.0f); /* keeps the compute stream busy for a while */
+        gpu->scale(n, D, 2.0f);
+        gpu->event_record(computed);
+        assert_int_equal(cudaStreamWaitEvent(side, (cudaEvent_t)computed, 0), cudaSuccess);
+        assert_int_equal(cudaMemcpyAsync(BC, B, sizeof(float) * (size_t)big, cudaMemcpyDeviceToDevice, side),
+                         cudaSuccess); /* the side stream's long head start */
+        assert_int_equal(cudaMemcpyAsync(E, D, bytes, cudaMemcpyDeviceToDevice, side), cudaSuccess);
+        assert_int_equal(cudaEventRecord((cudaEvent_t)copied, side), cudaSuccess);
+        gpu->event_wait(copied);
+        gpu->scale(n, E, 0.5f); /* runs after the copy: E = D / 2 = ref */
+        gpu->synchronize();
+        expect_close("side-stream copy ordered by events", E, ref, n, 0.0);
+    }
     gpu->event_destroy(computed);
     gpu->event_destroy(copied);
     cudaStreamDestroy(side);
     free(ref);
-    dfree(D, 0), dfree(E, 0);
+    dfree(D, 0), dfree(E, 0), dfree(B, 0), dfree(BC, 0);
 #else
     (void)state;
 #endif
