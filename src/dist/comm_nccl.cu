@@ -206,6 +206,22 @@ static int sweep(Comm *c, const char **kind, char *what, size_t what_len, char *
     return 0;
 }
 
+/* The open communicator, for quiet_at_exit (one per process: every rank has one). */
+static Nccl *g_open;
+static int g_atexit_registered;
+
+/* An exit for another reason (a diverged run's 4, a stopped run's 130, an input error) runs with the communicator
+ * still open: the watchdog must stop before the backend's exit handler tears the streams and the context down under
+ * it, or its next event query would fail and exit again from its thread. Registered after the backend's, so it
+ * runs first; the mutex waits out a sweep in progress. */
+static void quiet_at_exit(void) {
+    Nccl *n = g_open;
+    if (!n) return;
+    pthread_mutex_lock(&n->mu);
+    n->stop = 1;
+    pthread_mutex_unlock(&n->mu);
+}
+
 static void *watchdog(void *arg) {
     Comm *c = (Comm *)arg;
     Nccl *n = impl(c);
@@ -387,6 +403,7 @@ static void nccl_close(Comm *c) {
     pthread_mutex_unlock(&n->mu);
     if (n->watchdog_running) pthread_join(n->watchdog, NULL);
     n->watchdog_running = 0;
+    g_open = NULL;
     for (struct CommWork *w = n->inflight, *next; w; w = next) { /* all done: the stream is idle */
         next = w->next;
         w->refs = 1; /* the caller's reference too: comm.h's contract has every work waited for before close */
@@ -472,6 +489,8 @@ extern "C" Comm *comm_nccl_open(const DistEnv *env, double timeout_s) {
               "the communicator (every rank must reach it)");
     if (pthread_create(&n->watchdog, NULL, watchdog, c) != 0) vx_fatal("cannot start the NCCL watchdog thread");
     n->watchdog_running = 1;
+    g_open = n;
+    if (!g_atexit_registered) g_atexit_registered = atexit(quiet_at_exit) == 0;
     return c;
 }
 #endif
