@@ -16,11 +16,10 @@
 #include "core/util.h"
 #include "dist/bootstrap.h"
 #include "dist/comm.h"
+#include "dist/comm_host.h"
 #include "dist/tcp_link.h"
 #include "trace/trace.h"
 
-enum { K_ALLREDUCE = 1, K_BROADCAST, K_REDUCE_SCATTER, K_ALL_GATHER, K_BARRIER };
-static const char *const KIND_NAME[] = {"", "allreduce", "broadcast", "reduce-scatter", "all-gather", "barrier"};
 
 struct CommWork {
     int kind, root;
@@ -56,6 +55,18 @@ typedef struct {
     uint64_t count;
 } Header;
 
+/* "all-reduce (sum)", "broadcast from rank 2", ...: the names failure lines print, shared with mpi */
+static const char *opname(const struct CommWork *w, char *out) {
+    comm_host_opname(out, (CommKind)w->kind, w->op, w->root);
+    return out;
+}
+
+/* A peer's header names only the kind (no operator): for the line that says the ranks issued different ones. */
+static const char *kind_name(uint32_t kind) {
+    static const char *const NAME[] = {"all-reduce", "broadcast", "reduce-scatter", "all-gather", "barrier"};
+    return kind <= CK_BARRIER ? NAME[kind] : "an unknown collective";
+}
+
 static void *scratch(Tcp *t, size_t floats) {
     if (floats > t->scratch_cap) {
         t->scratch = vx_realloc(t->scratch, floats * sizeof(float));
@@ -64,20 +75,12 @@ static void *scratch(Tcp *t, size_t floats) {
     return t->scratch;
 }
 
-static void add_into(float *acc, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) acc[i] += x[i];
-}
-
-static void scale(float *x, size_t n, float s) {
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
 /* Floats a peer sends rank 0 for work w (its whole contribution), and what rank 0 sends each peer back. */
 static size_t sent_to_root(const struct CommWork *w, int world) {
     switch (w->kind) {
-    case K_ALLREDUCE: return w->count;
-    case K_REDUCE_SCATTER: return w->count * (size_t)world;
-    case K_ALL_GATHER: return w->count;
+    case CK_ALLREDUCE: return w->count;
+    case CK_REDUCE_SCATTER: return w->count * (size_t)world;
+    case CK_ALL_GATHER: return w->count;
     default: return 0; /* broadcast from a root other than 0 is handled apart; barrier carries nothing */
     }
 }
@@ -93,23 +96,23 @@ static int run_root(Tcp *t, struct CommWork *w, char *why, size_t why_len) {
         if (h.seq != mine.seq || h.kind != mine.kind || h.count != mine.count) {
             snprintf(why, why_len, "does not match rank %d's collective number %u (%s of %llu floats): the ranks "
                      "issued different collectives (a bug: every rank must issue the same ones in the same order)",
-                     r, h.seq, h.kind <= K_BARRIER ? KIND_NAME[h.kind] : "?", (unsigned long long)h.count);
+                     r, h.seq, kind_name(h.kind), (unsigned long long)h.count);
             return 0;
         }
     }
     const size_t n = w->count;
-    if (w->kind == K_ALLREDUCE || w->kind == K_REDUCE_SCATTER) {
-        float *acc = w->kind == K_ALLREDUCE ? w->buf : (float *)w->send;
-        const size_t total = w->kind == K_ALLREDUCE ? n : n * (size_t)W;
-        float *sum = w->kind == K_ALLREDUCE ? acc : scratch(t, 2 * total); /* never writes send */
+    if (w->kind == CK_ALLREDUCE || w->kind == CK_REDUCE_SCATTER) {
+        float *acc = w->kind == CK_ALLREDUCE ? w->buf : (float *)w->send;
+        const size_t total = w->kind == CK_ALLREDUCE ? n : n * (size_t)W;
+        float *sum = w->kind == CK_ALLREDUCE ? acc : scratch(t, 2 * total); /* never writes send */
         if (sum != acc) memcpy(sum, acc, total * sizeof(float));
-        float *in = w->kind == K_ALLREDUCE ? scratch(t, total) : sum + total;
+        float *in = w->kind == CK_ALLREDUCE ? scratch(t, total) : sum + total;
         for (int r = 1; r < W; r++) { /* rank order: the same sum whatever the timing */
             if (!tcp_recv_all(t->fd[r], in, total * sizeof(float), w->deadline, r, why, why_len)) return 0;
-            add_into(sum, in, total);
+            comm_host_add(sum, in, total);
         }
-        if (w->op == COMM_AVG) scale(sum, total, 1.0f / (float)W);
-        if (w->kind == K_ALLREDUCE) {
+        if (w->op == COMM_AVG) comm_host_divide(sum, total, W); /* x / W: one rounding, as on mpi */
+        if (w->kind == CK_ALLREDUCE) {
             for (int r = 1; r < W; r++)
                 if (!tcp_send_all(t->fd[r], sum, n * sizeof(float), w->deadline, r, why, why_len)) return 0;
         } else {
@@ -118,7 +121,7 @@ static int run_root(Tcp *t, struct CommWork *w, char *why, size_t why_len) {
                     return 0;
             memcpy(w->recv, sum, n * sizeof(float));
         }
-    } else if (w->kind == K_ALL_GATHER) {
+    } else if (w->kind == CK_ALL_GATHER) {
         memmove(w->recv, w->send, n * sizeof(float));
         for (int r = 1; r < W; r++)
             if (!tcp_recv_all(t->fd[r], w->recv + (size_t)r * n, n * sizeof(float), w->deadline, r, why, why_len))
@@ -126,7 +129,7 @@ static int run_root(Tcp *t, struct CommWork *w, char *why, size_t why_len) {
         for (int r = 1; r < W; r++)
             if (!tcp_send_all(t->fd[r], w->recv, (size_t)W * n * sizeof(float), w->deadline, r, why, why_len))
                 return 0;
-    } else if (w->kind == K_BROADCAST) {
+    } else if (w->kind == CK_BROADCAST) {
         if (w->root != 0 && !tcp_recv_all(t->fd[w->root], w->buf, n * sizeof(float), w->deadline, w->root, why,
                                           why_len))
             return 0;
@@ -146,14 +149,14 @@ static int run_peer(Tcp *t, struct CommWork *w, char *why, size_t why_len) {
     const Header mine = {w->seq, (uint32_t)w->kind, (uint64_t)w->count};
     if (!tcp_send_all(fd, &mine, sizeof mine, w->deadline, 0, why, why_len)) return 0;
     const size_t n = w->count, up = sent_to_root(w, t->world);
-    const float *part = w->kind == K_ALLREDUCE ? w->buf : w->send;
+    const float *part = w->kind == CK_ALLREDUCE ? w->buf : w->send;
     if (up && !tcp_send_all(fd, part, up * sizeof(float), w->deadline, 0, why, why_len)) return 0;
     switch (w->kind) {
-    case K_ALLREDUCE: return tcp_recv_all(fd, w->buf, n * sizeof(float), w->deadline, 0, why, why_len);
-    case K_REDUCE_SCATTER: return tcp_recv_all(fd, w->recv, n * sizeof(float), w->deadline, 0, why, why_len);
-    case K_ALL_GATHER:
+    case CK_ALLREDUCE: return tcp_recv_all(fd, w->buf, n * sizeof(float), w->deadline, 0, why, why_len);
+    case CK_REDUCE_SCATTER: return tcp_recv_all(fd, w->recv, n * sizeof(float), w->deadline, 0, why, why_len);
+    case CK_ALL_GATHER:
         return tcp_recv_all(fd, w->recv, (size_t)t->world * n * sizeof(float), w->deadline, 0, why, why_len);
-    case K_BROADCAST:
+    case CK_BROADCAST:
         if (w->root == t->rank) return tcp_send_all(fd, w->buf, n * sizeof(float), w->deadline, 0, why, why_len);
         return tcp_recv_all(fd, w->buf, n * sizeof(float), w->deadline, 0, why, why_len);
     default: {
@@ -218,28 +221,28 @@ static struct CommWork proto(int kind, const char *what) {
 }
 
 static CommWork *tcp_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {
-    struct CommWork w = proto(K_ALLREDUCE, what);
+    struct CommWork w = proto(CK_ALLREDUCE, what);
     w.buf = buf, w.count = count, w.op = op;
     return enqueue(c, w);
 }
 static CommWork *tcp_broadcast(Comm *c, float *buf, size_t count, int root, const char *what) {
     if (root < 0 || root >= c->world) vx_fatal("broadcast from rank %d of %d", root, c->world);
-    struct CommWork w = proto(K_BROADCAST, what);
+    struct CommWork w = proto(CK_BROADCAST, what);
     w.buf = buf, w.count = count, w.root = root;
     return enqueue(c, w);
 }
 static CommWork *tcp_reduce_scatter(Comm *c, const float *send, float *recv, size_t recv_count, CommOp op,
                                     const char *what) {
-    struct CommWork w = proto(K_REDUCE_SCATTER, what);
+    struct CommWork w = proto(CK_REDUCE_SCATTER, what);
     w.send = send, w.recv = recv, w.count = recv_count, w.op = op;
     return enqueue(c, w);
 }
 static CommWork *tcp_all_gather(Comm *c, const float *send, float *recv, size_t send_count, const char *what) {
-    struct CommWork w = proto(K_ALL_GATHER, what);
+    struct CommWork w = proto(CK_ALL_GATHER, what);
     w.send = send, w.recv = recv, w.count = send_count;
     return enqueue(c, w);
 }
-static CommWork *tcp_barrier(Comm *c, const char *what) { return enqueue(c, proto(K_BARRIER, what)); }
+static CommWork *tcp_barrier(Comm *c, const char *what) { return enqueue(c, proto(CK_BARRIER, what)); }
 
 static int tcp_test(Comm *c, CommWork *w) {
     Tcp *t = c->impl;
@@ -251,6 +254,7 @@ static int tcp_test(Comm *c, CommWork *w) {
 
 static void tcp_wait(Comm *c, CommWork *w, CommTimes *times) {
     Tcp *t = c->impl;
+    char name[COMM_OPNAME_LEN];
     pthread_mutex_lock(&t->mu);
     /* the worker gives up at the work's deadline itself; a little more here covers a worker stuck elsewhere */
     const double give_up = w->deadline + 5.0;
@@ -258,7 +262,7 @@ static void tcp_wait(Comm *c, CommWork *w, CommTimes *times) {
         const double left = give_up - vx_now();
         if (left <= 0) {
             pthread_mutex_unlock(&t->mu);
-            comm_fail(c, KIND_NAME[w->kind], w->what, "did not finish within the deadline");
+            comm_fail(c, opname(w, name), w->what, "did not finish within the deadline");
         }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -268,7 +272,7 @@ static void tcp_wait(Comm *c, CommWork *w, CommTimes *times) {
         pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     }
     pthread_mutex_unlock(&t->mu);
-    if (w->why[0]) comm_fail(c, KIND_NAME[w->kind], w->what, w->why);
+    if (w->why[0]) comm_fail(c, opname(w, name), w->what, w->why);
     if (times) *times = (CommTimes){w->start_ns, w->end_ns};
     free(w);
 }

@@ -47,9 +47,14 @@ static int ready(int fd, short events, double deadline, int peer, const char *di
     }
 }
 
+/* A connection that ended. Rank 0 also ends its connections when it ends the run on purpose (a timeout, a
+ * mismatch), so a peer that loses rank 0 points at rank 0's own line for the cause. */
 static int gone(int err, int peer, char *why, size_t why_len) {
-    snprintf(why, why_len, "failed: rank %d vanished (%s)", peer,
-             err ? strerror(err) : "its connection closed: the process ended");
+    const char *how = err ? strerror(err) : "its connection closed: the process ended";
+    if (peer == 0)
+        snprintf(why, why_len, "failed: lost rank 0 (%s): it ended the run or died, and its own line says why", how);
+    else
+        snprintf(why, why_len, "failed: rank %d vanished (%s)", peer, how);
     return 0;
 }
 
@@ -126,9 +131,22 @@ static int *meet_as_root(const DistEnv *env, double deadline, const Comm *who, c
             close(c); /* not one of ours (a port scan, a stale rank): keep waiting for the real ones */
             continue;
         }
-        if (h.world != env->world || h.rank < 1 || h.rank >= env->world || fd[h.rank] >= 0) {
-            snprintf(why, sizeof why, "failed: a rank says it is rank %d of %d, this run has %d ranks%s", h.rank,
-                     h.world, env->world, fd[h.rank > 0 && h.rank < env->world ? h.rank : 0] >= 0 ? " (twice)" : "");
+        const int twice = h.world == env->world && h.rank >= 1 && h.rank < env->world && fd[h.rank] >= 0;
+        if (h.world != env->world || h.rank < 1 || h.rank >= env->world || twice) {
+            if (h.world != env->world)
+                snprintf(why, sizeof why, "failed: rank %d says the world has %d ranks, rank 0 has %d; start every "
+                         "rank with the same WORLD_SIZE", h.rank, h.world, env->world);
+            else if (twice)
+                snprintf(why, sizeof why, "failed: two processes say they are rank %d; give each rank its own RANK",
+                         h.rank);
+            else
+                snprintf(why, sizeof why, "failed: a process says it is rank %d, outside 1..%d; give each rank a "
+                         "RANK below WORLD_SIZE", h.rank, env->world - 1);
+            /* tell the refused process why (rank -1 marks a refusal), so both sides name the same cause */
+            const Hello refusal = {HELLO_MAGIC, -1, env->world};
+            char ignored[128];
+            tcp_send_all(c, &refusal, sizeof refusal, vx_now() + 1.0, h.rank, ignored, sizeof ignored);
+            close(c);
             comm_fail(who, "rendezvous", where, why);
         }
         no_delay(c);
@@ -166,9 +184,14 @@ static int *meet_as_peer(const DistEnv *env, double deadline, const Comm *who, c
             if (!tcp_send_all(s, &h, sizeof h, deadline, 0, why, sizeof why) ||
                 !tcp_recv_all(s, &ack, sizeof ack, deadline, 0, why, sizeof why))
                 comm_fail(who, "rendezvous", where, why);
-            if (ack.magic != HELLO_MAGIC || ack.world != env->world) {
-                snprintf(why, sizeof why, "failed: rank 0 there runs %d ranks, this rank expects %d", ack.world,
-                         env->world);
+            if (ack.magic != HELLO_MAGIC || ack.world != env->world || ack.rank != 0) {
+                if (ack.magic == HELLO_MAGIC && ack.world != env->world)
+                    snprintf(why, sizeof why, "failed: rank 0 refused the meeting: this rank says the world has %d "
+                             "ranks, rank 0 has %d; start every rank with the same WORLD_SIZE", env->world, ack.world);
+                else
+                    snprintf(why, sizeof why, "failed: rank 0 refused the meeting: another process is rank %d too, "
+                             "or not every rank was started with this WORLD_SIZE; give each rank its own RANK",
+                             env->rank);
                 comm_fail(who, "rendezvous", where, why);
             }
             freeaddrinfo(ai);

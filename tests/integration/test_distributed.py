@@ -186,7 +186,7 @@ def test_a_stopped_rank_meets_the_watchdog(tmp_path):
     assert proc.returncode != 0
     line = [l for l in stderr.splitlines() if "rank 0/2" in l and "dist.timeout_s" in l]
     assert line, stderr[-3000:]
-    assert "allreduce" in line[0] and ("bucket" in line[0] or "losses" in line[0]), line[0]
+    assert "all-reduce (sum) of" in line[0] and ("bucket" in line[0] or "losses" in line[0]), line[0]
     print("\nwatchdog: %s (%.1f s after SIGSTOP)" % (line[0], took))
     assert took < 3 + 20
 
