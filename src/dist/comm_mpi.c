@@ -16,7 +16,10 @@
  * collective issued before it are done.
  *
  * Failures (a deadline passed, an MPI call failed) print comm_fail's line first and then MPI_Abort the job with
- * code 3, so mpirun or srun end the other ranks too instead of leaving them to their own watchdogs. */
+ * code 3, so mpirun or srun end the other ranks too instead of leaving them to their own watchdogs.
+ *
+ * Compiled only with MPI=1 (mk/mpi.mk defines VX_MPI); without it comm_stubs.c says to rebuild. */
+#ifdef VX_MPI
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -460,3 +463,5 @@ void bootstrap_broadcast_mpi(const DistEnv *env, void *blob, size_t len, double 
     mpi_check(&c, MPI_Comm_free(&d), "MPI_Comm_free", op, what);
     mpi_release(&c);
 }
+
+#endif /* VX_MPI */
