@@ -11,72 +11,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bench/bench_util.h"
 #include "core/fsutil.h"
 #include "core/util.h"
 #include "train/runtime.h"
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Median GFLOP/s of C[m][n] = A[m][k] B[k][n]^T over a few repetitions after one warm-up. */
-static double sgemm_gflops(int m, int n, int k) {
-    float *A = vx_malloc((size_t)m * k * sizeof(float)), *B = vx_malloc((size_t)n * k * sizeof(float));
-    float *C = vx_malloc((size_t)m * n * sizeof(float));
-    for (long i = 0; i < (long)m * k; i++) A[i] = (float)((i * 7 % 13) - 6) * 0.01f;
-    for (long i = 0; i < (long)n * k; i++) B[i] = (float)((i * 5 % 11) - 5) * 0.01f;
-    double t[5];
-    for (int r = -1; r < 5; r++) {
-        double t0 = vx_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
-        if (r >= 0) t[r] = vx_now() - t0;
-    }
-    free(A);
-    free(B);
-    free(C);
-    return 2.0 * m * n * k / median(t, 5) * 1e-9;
-}
-
-/* "Intel(R) Xeon(R) Processor" + 2 cores -> "cpu-intel-xeon-processor-2c": a results/ folder name. */
-static void device_slug(const Runtime *rt, char *out, size_t len) {
-    char raw[300], *o = out;
-    if (strcmp(rt->be->name, "cpu") == 0) snprintf(raw, sizeof raw, "cpu-%s-%dc", rt->hw.cpu_model, rt->hw.cores);
-    else snprintf(raw, sizeof raw, "%s", rt->hw.n_gpus ? rt->hw.gpus[0].name : "gpu");
-    int dash = 0;
-    for (const char *p = raw; *p && (size_t)(o - out) < len - 1; p++) {
-        if (strncmp(p, "(R)", 3) == 0 || strncmp(p, "(TM)", 4) == 0) {
-            p += p[2] == ')' ? 2 : 3;
-            continue;
-        }
-        if (isalnum((unsigned char)*p)) {
-            *o++ = (char)tolower((unsigned char)*p);
-            dash = 0;
-        } else if (!dash && o != out) {
-            *o++ = '-';
-            dash = 1;
-        }
-    }
-    if (o > out && o[-1] == '-') o--;
-    *o = 0;
-}
-
-/* The commit the results belong to: VX_COMMIT when set (ci/gpu.sh sets it on a GPU machine, whose copy of the tree
- * has no .git), else git's. */
-static void git_commit(char *out, size_t len) {
-    const char *env = getenv("VX_COMMIT");
-    snprintf(out, len, "%s", env && env[0] ? env : "unknown");
-    if (env && env[0]) return;
-    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-    if (!p) return;
-    if (fgets(out, (int)len, p)) out[strcspn(out, "\n")] = 0;
-    pclose(p);
-}
 
 #ifndef VX_CUDA
 double bench_cublas_sgemm_gflops(int n, int allow_tf32) {
@@ -100,9 +38,9 @@ static Ceiling measure_ceiling(const Runtime *rt, const Config *cfg) {
         snprintf(c.what, sizeof c.what, "cuBLAS SGEMM 8192^3 (%s), same GPU, same run", cfg->tf32 ? "TF32 tensor cores" : "FP32");
         return c;
     }
-    c.gflops = sgemm_gflops(2048, 2048, 2048);
+    c.gflops = bench_sgemm_gflops(2048, 2048, 2048);
     int c0 = cfg->channels[0];
-    c.conv_shape = sgemm_gflops(4096, c0, 27 * c0);
+    c.conv_shape = bench_sgemm_gflops(4096, c0, 27 * c0);
     snprintf(c.what, sizeof c.what, "sgemm 2048^3, same BLAS, same threads, same run");
     return c;
 }
@@ -135,7 +73,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
         if (t[i] < tmin) tmin = t[i];
         if (t[i] > tmax) tmax = t[i];
     }
-    double med = median(t, iters);
+    double med = bench_median(t, iters);
     double sps = m->batch / med, gflops = m->conv_flops_step / med * 1e-9;
     double peak_mib = be->peak_bytes() / 1048576.0;
     /* the ceiling's GEMM buffers (768 MiB on a GPU) must not compete with a model sized to the free memory */
@@ -144,8 +82,8 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     int gpu = strcmp(be->name, "cuda") == 0;
 
     char slug[160], commit[64], stem[128], dir[512], path[1024], device[600];
-    device_slug(&rt, slug, sizeof slug);
-    git_commit(commit, sizeof commit);
+    bench_device_slug(&rt, slug, sizeof slug);
+    bench_git_commit(commit, sizeof commit);
     snprintf(stem, sizeof stem, "%s", strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path);
     if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
     snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
@@ -205,6 +143,6 @@ int bench_gemm(void) {
     int shapes[][3] = {{2048, 2048, 2048}, {4096, 32, 864}, {4096, 64, 1728}, {4096, 128, 3456}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         printf("sgemm %5d x %4d x %4d: %8.2f GFLOP/s\n", shapes[i][0], shapes[i][1], shapes[i][2],
-               sgemm_gflops(shapes[i][0], shapes[i][1], shapes[i][2]));
+               bench_sgemm_gflops(shapes[i][0], shapes[i][1], shapes[i][2]));
     return 0;
 }

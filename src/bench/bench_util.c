@@ -1,0 +1,82 @@
+/* bench_util.c: what every benchmark shares: medians, the BLAS sgemm ceiling, the results/<device>/ folder name
+ * and the commit the figures belong to. */
+#include "bench/bench_util.h"
+
+#include <cblas.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fsutil.h"
+#include "core/util.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median GFLOP/s of C[m][n] = A[m][k] B[k][n]^T over a few repetitions after one warm-up. */
+double bench_sgemm_gflops(int m, int n, int k) {
+    float *A = vx_malloc((size_t)m * k * sizeof(float)), *B = vx_malloc((size_t)n * k * sizeof(float));
+    float *C = vx_malloc((size_t)m * n * sizeof(float));
+    for (long i = 0; i < (long)m * k; i++) A[i] = (float)((i * 7 % 13) - 6) * 0.01f;
+    for (long i = 0; i < (long)n * k; i++) B[i] = (float)((i * 5 % 11) - 5) * 0.01f;
+    double t[5];
+    for (int r = -1; r < 5; r++) {
+        double t0 = vx_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
+        if (r >= 0) t[r] = vx_now() - t0;
+    }
+    free(A);
+    free(B);
+    free(C);
+    return 2.0 * m * n * k / bench_median(t, 5) * 1e-9;
+}
+
+/* "Intel(R) Xeon(R) Processor" + 2 cores -> "cpu-intel-xeon-processor-2c": a results/ folder name. */
+void bench_device_slug(const Runtime *rt, char *out, size_t len) {
+    char raw[300], *o = out;
+    if (strcmp(rt->be->name, "cpu") == 0) snprintf(raw, sizeof raw, "cpu-%s-%dc", rt->hw.cpu_model, rt->hw.cores);
+    else snprintf(raw, sizeof raw, "%s", rt->hw.n_gpus ? rt->hw.gpus[0].name : "gpu");
+    int dash = 0;
+    for (const char *p = raw; *p && (size_t)(o - out) < len - 1; p++) {
+        if (strncmp(p, "(R)", 3) == 0 || strncmp(p, "(TM)", 4) == 0) {
+            p += p[2] == ')' ? 2 : 3;
+            continue;
+        }
+        if (isalnum((unsigned char)*p)) {
+            *o++ = (char)tolower((unsigned char)*p);
+            dash = 0;
+        } else if (!dash && o != out) {
+            *o++ = '-';
+            dash = 1;
+        }
+    }
+    if (o > out && o[-1] == '-') o--;
+    *o = 0;
+}
+
+/* The commit the results belong to: VX_COMMIT when set (ci/gpu.sh sets it on a GPU machine, whose copy of the tree
+ * has no .git), else git's. */
+void bench_git_commit(char *out, size_t len) {
+    const char *env = getenv("VX_COMMIT");
+    snprintf(out, len, "%s", env && env[0] ? env : "unknown");
+    if (env && env[0]) return;
+    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+    if (!p) return;
+    if (fgets(out, (int)len, p)) out[strcspn(out, "\n")] = 0;
+    pclose(p);
+}
+
+void bench_results_dir(const Runtime *rt, const char *results_root, char *out, size_t len) {
+    char slug[160];
+    bench_device_slug(rt, slug, sizeof slug);
+    snprintf(out, len, "%s/%s", results_root ? results_root : "results", slug);
+    fs_mkdirs(out);
+}

@@ -1,0 +1,17 @@
+/* bench_util.h: helpers the benchmarks share (src/bench/bench_util.c). */
+#pragma once
+#include <stddef.h>
+
+#include "train/runtime.h"
+
+/* Median of v[n] (sorts v). */
+double bench_median(double *v, int n);
+/* Median GFLOP/s of this machine's BLAS sgemm C[m][n] = A[m][k] B[k][n]^T (one warm-up, 5 timed). */
+double bench_sgemm_gflops(int m, int n, int k);
+/* "Intel(R) Xeon(R) Processor" + 2 cores -> "cpu-intel-xeon-processor-2c"; a GPU's name on CUDA: the results/
+ * folder name of this run's device. */
+void bench_device_slug(const Runtime *rt, char *out, size_t len);
+/* The commit the results belong to: VX_COMMIT when set, else git's short hash, else "unknown". */
+void bench_git_commit(char *out, size_t len);
+/* <results_root or "results">/<device slug>, created. */
+void bench_results_dir(const Runtime *rt, const char *results_root, char *out, size_t len);
