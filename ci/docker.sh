@@ -15,7 +15,7 @@
 #      GPU reservation, and checks that the hook saw the reservation, that the trainer fell back to the CPU and said
 #      why, and that metrics.jsonl, an event file and a checkpoint appeared in the mounted runs/, owned by the
 #      owner of that directory (the entrypoint's non-root path);
-#   6. runs `bench-step` (tiny config) into a mounted results/, the same way;
+#   6. runs `bench-step` and `bench-kernels` (tiny config) into a mounted results/, the same way;
 #   7. runs part of the suite in the `test` image: the cuDNN descriptor test (the real cuDNN, where NVIDIA's images
 #      keep it) and tests/integration/test_cli.py;
 #   8. starts `tensorboard` on the runs/ of step 5 and reads the run back over its HTTP API.
@@ -211,7 +211,7 @@ not_owned=$(find "$run_dir" ! -uid "$RUNS_UID" | head -1)
 run=${run_dir##*/}
 echo "docker check: runs/$run: metrics.jsonl ($steps lines), ${events##*/}, checkpoints/${ckpt##*/}, all owned by uid $RUNS_UID"
 
-# ---- 6. `compose run bench-step` into a mounted results/ ------------------------------------------------------------
+# ---- 6. `compose run bench-step` and `bench-kernels` into a mounted results/ ------------------------------------------------------------
 mkdir -p "$TMP/results"
 chown "$RUNS_UID:$RUNS_UID" "$TMP/results"
 export VOXSCALE_RESULTS=$TMP/results
@@ -225,6 +225,14 @@ not_owned=$(find "$TMP/results" -mindepth 1 ! -uid "$RUNS_UID" | head -1)
 [ "$(grep -c prestart "$TMP/bin/hook.log")" -ge 2 ] || die "bench-step's GPU reservation did not reach dockerd"
 echo "docker check: bench-step wrote results/${bench#"$TMP/results/"} (owned by uid $RUNS_UID)"
 phase "docker-compose run bench-step finished"
+VOXSCALE_BENCH_KERNELS_ARGS="bench kernels --config configs/test/tiny.json --ops groupnorm_forward,adamw --budget-ms 5" \
+    timeout 300 $COMPOSE -p vxci -f compose.yaml run --rm -T bench-kernels >> "$LOGS/compose.log" 2>&1 ||
+    { tail -30 "$LOGS/compose.log"; die "docker-compose run bench-kernels failed"; }
+kern=$(find "$TMP/results" -name kernels_tiny.json -size +0 | head -1)
+[ -n "$kern" ] || die "bench-kernels wrote no results/<device>/kernels_tiny.json"
+grep -q '"failed_checks": 0' "$kern" || die "bench-kernels: an op failed its check in the image (see $LOGS/compose.log)"
+echo "docker check: bench-kernels wrote results/${kern#"$TMP/results/"}, every op checked ok"
+phase "docker-compose run bench-kernels finished"
 
 # ---- 7. the test image: a real part of the suite in it (the whole suite runs on the host: ci/test.sh) -----------
 # The cuDNN descriptor test loads the real cuDNN from where NVIDIA's images keep it; test_cli drives the binary.

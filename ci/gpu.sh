@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.." || exit 2
 # --quick at most 150 + 25 + 5 s, 3 minutes (a step killed at its limit may take 3 s more to die). The times they
 # should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 23 x
 # ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s, bench-64 ~60 s (voxscale 2 x 5 s; PyTorch import 5 s,
-# eager 2 x 2 s, torch.compile 2 x 20-40 s), bench-128 ~60 s, profile ~10 s: some 5 minutes. bench-* give PyTorch
+# eager 2 x 2 s, torch.compile 2 x 20-40 s), bench-128 ~50 s, bench-kernels ~30 s (the default config's ops, its gate, then ae3d-64's ops in what is left), profile ~10 s: some 5 minutes. bench-* give PyTorch
 # what is left of their limit and keep the runs that finished; iterations: 10 after 3 warm-up (ae3d-64), 5 after 2
 # (ae3d-128, and ae3d-64 under --quick); nccl ~20 s (three small runs and a profiled ae3d-64 run of 4 steps);
 # nccl-unit ~30 s (its watchdog case waits out the 10 s abort grace on purpose).
@@ -40,15 +40,16 @@ register() {
 register libs         5  5 step_libs        "every binary's libraries resolve through the carried library path (ldd)"
 register detect      10 15 step_detect      "voxscale detect --device cuda chooses the GPU"
 register unit        25  0 step_unit        "cuDNN descriptors against this cuDNN; live CUPTI records"
-register ops         60 35 step_ops         "test_ops_cuda against the CPU ops, one test per process"
-register integration 60 40 step_integration "tests/integration/test_cuda.py against the CPU backend"
-register memcheck    45  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
+register ops         55 35 step_ops         "test_ops_cuda against the CPU ops, one test per process"
+register integration 45 40 step_integration "tests/integration/test_cuda.py against the CPU backend"
+register memcheck    40  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
 register racecheck   30  0 step_racecheck   "compute-sanitizer racecheck: the kernels that reduce in shared memory"
 register bench-64    75 35 step_bench_64    "bench step ae3d-64, TF32 on and off, vs PyTorch eager and torch.compile"
-register bench-128   60  0 step_bench_128   "bench step ae3d-128, TF32 on and off, vs PyTorch eager and torch.compile"
+register bench-128   50  0 step_bench_128   "bench step ae3d-128, TF32 on and off, vs PyTorch eager and torch.compile"
+register bench-kernels 40 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
 register profile     25 20 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
 register nccl        25  0 step_nccl        "NCCL: 1 rank vs none, 2 ranks on the GPU vs 1 (NCCL >= 2.30), ae3d-64's bucket timeline"
-register nccl-unit   30  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit"
+register nccl-unit   25  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit"
 # Every step runs with VX_REQUIRE_GPU=1 where a test could skip: on a GPU machine a skip is a failure.
 
 usage() {

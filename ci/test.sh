@@ -99,6 +99,25 @@ fi
 [ $rc -eq 0 ] || [ $rc -eq 5 ] || { [ $failed -gt 0 ] || { failed=$((failed + 1)); failed_names+=("pytest rc=$rc"); }; }
 rm -f "$report"
 
+# The regression gate (ci/regress): a fresh `bench kernels` and `bench step` of the default config against the
+# committed baseline of this machine's device, results/<device>/baseline.json, compared as fractions of the ceilings
+# measured in the same run. Skipped, and counted so, where the device has none. A failure is run once more before it
+# counts: a real regression fails twice, while a neighbour's burst of load on a shared VM rarely lasts two runs.
+# One test, about 30 s (60 s when it reruns).
+echo "=== regression gate (ci/regress against results/<device>/baseline.json)"
+regress_out=$(python3 ci/regress --device cpu 2>&1); regress_rc=$?
+printf '%s\n' "$regress_out"
+if [ $regress_rc -eq 1 ]; then
+    echo "--- the gate failed once; running it again"
+    regress_out=$(python3 ci/regress --device cpu 2>&1); regress_rc=$?
+    printf '%s\n' "$regress_out"
+fi
+case $regress_rc in
+    0) passed=$((passed + 1)) ;;
+    77) skipped=$((skipped + 1)); skipped_names+=("regress") ;;
+    *) failed=$((failed + 1)); failed_names+=("regress") ;;
+esac
+
 # The Docker image and compose.yaml, for real: ci/docker.sh builds the Dockerfile against local stand-ins of NVIDIA's
 # images and runs compose's services (train on a tiny config, falling back to the CPU). One test: about 40 s when
 # its images are cached in /var/lib/voxscale-docker, about 5 minutes on a fresh machine. It needs root; set
@@ -120,6 +139,6 @@ case "${VX_SKIP_DOCKER:-0}" in
 esac
 
 [ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
-[ ${#skipped_names[@]} -eq 0 ] || echo "skipped unit binaries: ${skipped_names[*]}"
+[ ${#skipped_names[@]} -eq 0 ] || echo "skipped (unit binaries, gate): ${skipped_names[*]}"
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]

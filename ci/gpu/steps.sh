@@ -189,6 +189,36 @@ step_bench_64() {
 
 step_bench_128() { bench_pair configs/ae3d-128.json 5 2 eager,compile; }
 
+# bench kernels on the GPU: every op checked against its float64 reference, then timed against the cuBLAS SGEMM and
+# device-to-device copy ceilings measured in the same run. First the default config, for the regression gate
+# (ci/regress) against results/<gpu>/baseline.json; where this GPU has no baseline yet, the step writes one into its
+# directory, to be committed there. Then ae3d-64's shapes in whatever time the step has left.
+step_bench_kernels() {
+    local rc=0 g
+    "$VX_BIN" bench kernels --config configs/default.json --device cuda --budget-ms 30 --results "$VX_STEP_DIR" \
+        2>&1 | tee "$VX_STEP_DIR/kernels_default.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    "$VX_BIN" bench step --config configs/default.json --device cuda --iters 10 --warmup 3 --results "$VX_STEP_DIR" \
+        >"$VX_STEP_DIR/step_default.log" 2>&1 || rc=1
+    python3 ci/regress --kernels "$VX_STEP_DIR"/*/kernels_default.json --step "$VX_STEP_DIR"/*/step_default.json \
+        >"$VX_STEP_DIR/regress.log" 2>&1
+    g=$?
+    cat "$VX_STEP_DIR/regress.log"
+    if [ $g = 77 ]; then
+        python3 ci/regress --update --runs 1 --kernels "$VX_STEP_DIR"/*/kernels_default.json \
+            --step "$VX_STEP_DIR"/*/step_default.json --baseline "$VX_STEP_DIR/baseline.json" || rc=1
+        figure "no baseline for this GPU yet: wrote one ($VX_STEP_DIR/baseline.json) to commit"
+    else
+        [ $g = 0 ] || rc=1
+        figure "$(tail -1 "$VX_STEP_DIR/regress.log")"
+    fi
+    figure "$(sed -n 's/^written: [^:]*: //p' "$VX_STEP_DIR/kernels_default.log")"
+    timeout -k 2 $((VX_STEP_DEADLINE - EPOCHSECONDS - 3)) "$VX_BIN" bench kernels --config configs/ae3d-64.json \
+        --device cuda --budget-ms 20 --results "$VX_STEP_DIR" >"$VX_STEP_DIR/kernels_ae3d-64.log" 2>&1 &&
+        figure "ae3d-64: $(sed -n 's/^written: [^:]*: //p' "$VX_STEP_DIR/kernels_ae3d-64.log")"
+    return $rc
+}
+
 # A profiled ae3d-64 run: CUPTI's device time per step against the CUDA-event step time (bench/trace_busy.py).
 # ae3d-64 keeps the GPU busy for nearly all of the step's GPU window (step time less the host's data wait), so
 # 80% is the floor; the data wait itself is reported, not judged.

@@ -11,7 +11,7 @@
 /* Flags shared by train, detect, bench and probe: each maps onto a config key. */
 enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OPT_THREADS, OPT_OUT, OPT_RESUME,
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
-       OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING };
+       OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -21,7 +21,9 @@ static const struct option COMMON_OPTS[] = {
     {"help-config", no_argument, 0, OPT_HELP_CONFIG}, {"warmup", required_argument, 0, OPT_WARMUP},
     {"results", required_argument, 0, OPT_RESULTS}, {"iters", required_argument, 0, OPT_ITERS}, {"help", no_argument, 0, OPT_HELP},
     {"profile", required_argument, 0, OPT_PROFILE}, {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
-    {"gpus", required_argument, 0, OPT_GPUS}, {"lr-scaling", required_argument, 0, OPT_LR_SCALING}, {0, 0, 0, 0}};
+    {"gpus", required_argument, 0, OPT_GPUS}, {"lr-scaling", required_argument, 0, OPT_LR_SCALING},
+    {"ops", required_argument, 0, OPT_OPS}, {"budget-ms", required_argument, 0, OPT_BUDGET_MS},
+    {"reps", required_argument, 0, OPT_REPS}, {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
 static int cli_count(const char *s, const char *flag) {
@@ -34,7 +36,7 @@ static int cli_count(const char *s, const char *flag) {
 void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *allowed) {
     memset(a, 0, sizeof *a);
     a->config_path = DEFAULT_CONFIG;
-    a->warmup = a->iters = -1; /* -1: the subcommand's default */
+    a->warmup = a->iters = a->budget_ms = a->reps = -1; /* -1: the subcommand's default */
     const char *keys[64], *vals[64], *flags[64];
     int n = 0, opt;
     opterr = 0;
@@ -58,6 +60,9 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
         case OPT_RESULTS: a->results_dir = optarg; break;
         case OPT_WARMUP: a->warmup = cli_count(optarg, "--warmup"); break;
         case OPT_ITERS: a->iters = cli_count(optarg, "--iters"); break;
+        case OPT_OPS: a->ops = optarg; break;
+        case OPT_BUDGET_MS: a->budget_ms = cli_count(optarg, "--budget-ms"); break;
+        case OPT_REPS: a->reps = cli_count(optarg, "--reps"); break;
         case OPT_STEPS: key = "train.steps"; break;
         case OPT_BATCH: key = "train.batch_size"; break;
         case OPT_LR: key = "train.lr"; break;

@@ -9,6 +9,8 @@
 typedef struct {
     const char *config_path, *resume, *results_dir;
     int warmup, iters; /* bench: -1 when not given */
+    const char *ops;   /* bench kernels --ops: NULL when not given */
+    int budget_ms, reps; /* bench kernels: -1 when not given */
     Config cfg;
 } CliArgs;
 

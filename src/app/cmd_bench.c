@@ -1,4 +1,4 @@
-/* cmd_bench.c: `voxscale bench step|gemm`: the flags of each benchmark, then src/bench runs it. */
+/* cmd_bench.c: `voxscale bench step|kernels|gemm`: the flags of each benchmark, then src/bench runs it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +21,21 @@ static int cmd_bench_step(int argc, char **argv) {
     return bench_step(&a.cfg, &o);
 }
 
+static const char *KERNELS_HELP =
+    "usage: voxscale bench kernels [--config FILE] [--ops A,B,...] [--budget-ms N] [--reps N] [--batch-size N]\n"
+    "                              [--threads N] [--device D] [--results DIR] [--set K=V]\n"
+    "  checks every op the config's model calls, at each of its shapes, against a float64 reference, then times\n"
+    "  it (median over --budget-ms per case, default 200, at most --reps calls, default 200) against ceilings\n"
+    "  measured in the same run; writes DIR/<device>/kernels_<config>.json and .md. Exit 1 when a check fails.\n";
+
+static int cmd_bench_kernels(int argc, char **argv) {
+    CliArgs a;
+    cli_parse(argc, argv, &a, KERNELS_HELP, ",config,ops,budget-ms,reps,batch-size,threads,device,results,set,seed,deterministic,");
+    const BenchKernelsOptions o = {.results_dir = a.results_dir, .config_path = a.config_path, .ops = a.ops,
+                                   .budget_ms = a.budget_ms, .max_reps = a.reps};
+    return bench_kernels(&a.cfg, &o);
+}
+
 static int cmd_bench_gemm(int argc, char **argv) {
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         printf("usage: voxscale bench gemm\n  sgemm GFLOP/s of this machine's BLAS at a square and at conv shapes\n");
@@ -32,10 +47,11 @@ static int cmd_bench_gemm(int argc, char **argv) {
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs("usage: voxscale bench step|gemm [options]  (voxscale bench step --help)\n", argc < 2 ? stderr : stdout);
+        fputs("usage: voxscale bench step|kernels|gemm [options]  (voxscale bench step --help)\n", argc < 2 ? stderr : stdout);
         return argc < 2 ? VX_EXIT_USAGE : 0;
     }
     if (strcmp(argv[1], "step") == 0) return cmd_bench_step(argc - 1, argv + 1);
+    if (strcmp(argv[1], "kernels") == 0) return cmd_bench_kernels(argc - 1, argv + 1);
     if (strcmp(argv[1], "gemm") == 0) return cmd_bench_gemm(argc - 1, argv + 1);
-    vx_usage_error("bench: unknown benchmark \"%s\"; choose step or gemm", argv[1]);
+    vx_usage_error("bench: unknown benchmark \"%s\"; choose step, kernels or gemm", argv[1]);
 }

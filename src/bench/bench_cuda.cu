@@ -65,3 +65,38 @@ extern "C" double bench_cublas_sgemm_gflops(int n, int allow_tf32) {
     CK(cudaFree(c));
     return 2.0 * n * (double)n * n / (best_ms * 1e-3) * 1e-9;
 }
+
+/* The copy ceiling of `bench kernels`: device-to-device cudaMemcpy of `bytes`, fastest of 10 after two warm-ups,
+ * as GB/s of bytes read + written (2 x bytes per copy), the way the memory-bound ops count theirs. */
+extern "C" double bench_cuda_copy_gbps(size_t bytes) {
+    void *a, *b;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMemset(a, 1, bytes));
+    cudaEvent_t t0, t1;
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    float best_ms = 1e30f;
+    for (int r = -2; r < 10; r++) {
+        CK(cudaEventRecord(t0));
+        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(t1));
+        CK(cudaEventSynchronize(t1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, t0, t1));
+        if (r >= 0 && ms < best_ms) best_ms = ms;
+    }
+    CK(cudaEventDestroy(t0));
+    CK(cudaEventDestroy(t1));
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    return 2.0 * (double)bytes / (best_ms * 1e-3) * 1e-9;
+}
+
+/* The current GPU's L2 size: `bench kernels` rotates its inputs over more than twice this. */
+extern "C" size_t bench_cuda_l2_bytes(void) {
+    int dev = 0, l2 = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    return (size_t)l2;
+}

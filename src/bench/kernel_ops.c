@@ -1,0 +1,518 @@
+/* kernel_ops.c: the table of ops `bench kernels` checks and times (kernel_ops.h): for each op its buffers, its
+ * call through the backend, its work, and its float64 reference; and the cases a model calls them with. */
+#include "bench/kernel_ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+#define B4 4.0 /* bytes per float */
+
+static void bufs(KernelCase *k, int n, const long *count, const KernelBufRole *role) {
+    k->nbuf = n;
+    double bytes = 0;
+    for (int b = 0; b < n; b++) {
+        k->buf_count[b] = count[b], k->role[b] = role[b];
+        bytes += B4 * count[b] * (role[b] == KB_INOUT ? 2 : 1);
+    }
+    k->bytes = bytes;
+}
+
+/* ---- convolutions ----------------------------------------------------------------------------------------- */
+
+static long conv_x_index(const Conv3dShape *s, int n, int d, int h, int w, int c) {
+    return ((((long)n * s->d + d) * s->h + h) * s->w + w) * s->c_in + c;
+}
+static long conv_y_index(const Conv3dShape *s, int n, int d, int h, int w, int c) {
+    return ((((long)n * s->od + d) * s->oh + h) * s->ow + w) * s->c_out + c;
+}
+static long conv_w_index(const Conv3dShape *s, int co, int kd, int kh, int kw, int ci) {
+    return ((((long)co * s->k + kd) * s->k + kh) * s->k + kw) * s->c_in + ci;
+}
+
+static void conv_fwd_setup(KernelCase *k, const Backend *be) {
+    const Conv3dShape *s = &k->conv;
+    bufs(k, 4, (long[]){conv3d_input_count(s), conv3d_weight_count(s), s->c_out, conv3d_output_count(s)},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT});
+    k->flops = conv3d_forward_flops(s);
+    k->workspace = be->conv3d_workspace_bytes(s);
+}
+static void conv_fwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->conv3d_forward(&k->conv, b[0], b[1], b[2], b[3], ws);
+}
+static void conv_fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const Conv3dShape *s = &k->conv;
+    for (long i = 0; i < k->buf_count[3]; i += stride) {
+        long t = i;
+        const int co = (int)(t % s->c_out); t /= s->c_out;
+        const int ow = (int)(t % s->ow); t /= s->ow;
+        const int oh = (int)(t % s->oh); t /= s->oh;
+        const int od = (int)(t % s->od), n = (int)(t / s->od);
+        double acc = in[2][co];
+        for (int kd = 0; kd < s->k; kd++)
+            for (int kh = 0; kh < s->k; kh++)
+                for (int kw = 0; kw < s->k; kw++) {
+                    const int id = od * s->stride - s->pad + kd, ih = oh * s->stride - s->pad + kh,
+                              iw = ow * s->stride - s->pad + kw;
+                    if (id < 0 || id >= s->d || ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
+                    const float *x = in[0] + conv_x_index(s, n, id, ih, iw, 0);
+                    const float *w = in[1] + conv_w_index(s, co, kd, kh, kw, 0);
+                    for (int ci = 0; ci < s->c_in; ci++) acc += (double)x[ci] * w[ci];
+                }
+        ref[3][i] = acc;
+    }
+}
+
+static void conv_bwd_data_setup(KernelCase *k, const Backend *be) {
+    const Conv3dShape *s = &k->conv;
+    bufs(k, 3, (long[]){conv3d_output_count(s), conv3d_weight_count(s), conv3d_input_count(s)},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_OUT});
+    k->flops = conv3d_forward_flops(s);
+    k->workspace = be->conv3d_workspace_bytes(s);
+}
+static void conv_bwd_data_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->conv3d_backward_data(&k->conv, b[0], b[1], b[2], 0.0f, ws);
+}
+static void conv_bwd_data_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const Conv3dShape *s = &k->conv;
+    for (long i = 0; i < k->buf_count[2]; i += stride) {
+        long t = i;
+        const int ci = (int)(t % s->c_in); t /= s->c_in;
+        const int x = (int)(t % s->w); t /= s->w;
+        const int y = (int)(t % s->h); t /= s->h;
+        const int z = (int)(t % s->d), n = (int)(t / s->d);
+        double acc = 0;
+        for (int kd = 0; kd < s->k; kd++)
+            for (int kh = 0; kh < s->k; kh++)
+                for (int kw = 0; kw < s->k; kw++) {
+                    const int nd = z + s->pad - kd, nh = y + s->pad - kh, nw = x + s->pad - kw;
+                    if (nd < 0 || nh < 0 || nw < 0 || nd % s->stride || nh % s->stride || nw % s->stride) continue;
+                    const int od = nd / s->stride, oh = nh / s->stride, ow = nw / s->stride;
+                    if (od >= s->od || oh >= s->oh || ow >= s->ow) continue;
+                    const float *dy = in[0] + conv_y_index(s, n, od, oh, ow, 0);
+                    for (int co = 0; co < s->c_out; co++) acc += (double)dy[co] * in[1][conv_w_index(s, co, kd, kh, kw, ci)];
+                }
+        ref[2][i] = acc;
+    }
+}
+
+static void conv_bwd_filter_setup(KernelCase *k, const Backend *be) {
+    const Conv3dShape *s = &k->conv;
+    bufs(k, 4, (long[]){conv3d_input_count(s), conv3d_output_count(s), conv3d_weight_count(s), s->c_out},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_OUT, KB_OUT});
+    k->flops = conv3d_forward_flops(s);
+    k->workspace = be->conv3d_workspace_bytes(s);
+}
+static void conv_bwd_filter_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->conv3d_backward_filter(&k->conv, b[0], b[1], b[2], b[3], 0.0f, ws);
+}
+static void conv_bwd_filter_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const Conv3dShape *s = &k->conv;
+    for (long i = 0; i < k->buf_count[2]; i += stride) {
+        long t = i;
+        const int ci = (int)(t % s->c_in); t /= s->c_in;
+        const int kw = (int)(t % s->k); t /= s->k;
+        const int kh = (int)(t % s->k); t /= s->k;
+        const int kd = (int)(t % s->k), co = (int)(t / s->k);
+        double acc = 0;
+        for (int n = 0; n < s->n; n++)
+            for (int od = 0; od < s->od; od++)
+                for (int oh = 0; oh < s->oh; oh++)
+                    for (int ow = 0; ow < s->ow; ow++) {
+                        const int id = od * s->stride - s->pad + kd, ih = oh * s->stride - s->pad + kh,
+                                  iw = ow * s->stride - s->pad + kw;
+                        if (id < 0 || id >= s->d || ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
+                        acc += (double)in[0][conv_x_index(s, n, id, ih, iw, ci)] * in[1][conv_y_index(s, n, od, oh, ow, co)];
+                    }
+        ref[2][i] = acc;
+    }
+    for (int co = 0; co < s->c_out; co++) ref[3][co] = 0;
+    for (long i = 0; i < k->buf_count[1]; i++) ref[3][i % s->c_out] += in[1][i];
+}
+
+/* ---- GroupNorm -------------------------------------------------------------------------------------------- */
+
+static void gn_fwd_setup(KernelCase *k, const Backend *be) {
+    const GroupNormShape *s = &k->gn;
+    const long x = (long)s->n * s->spatial * s->c, st = (long)s->n * s->groups;
+    bufs(k, 6, (long[]){x, s->c, s->c, x, st, st}, (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_OUT});
+}
+static void gn_fwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->groupnorm_forward(&k->gn, b[0], b[1], b[2], b[3], b[4], b[5]);
+}
+static void gn_fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const GroupNormShape *s = &k->gn;
+    const int cpg = s->c / s->groups;
+    for (int n = 0; n < s->n; n++)
+        for (int g = 0; g < s->groups; g++) {
+            double sum = 0, sq = 0;
+            const double cnt = (double)s->spatial * cpg;
+            for (long p = 0; p < s->spatial; p++)
+                for (int j = 0; j < cpg; j++) {
+                    const double v = in[0][((long)n * s->spatial + p) * s->c + g * cpg + j];
+                    sum += v;
+                }
+            const double mean = sum / cnt;
+            for (long p = 0; p < s->spatial; p++)
+                for (int j = 0; j < cpg; j++) {
+                    const double v = in[0][((long)n * s->spatial + p) * s->c + g * cpg + j] - mean;
+                    sq += v * v;
+                }
+            const double rstd = 1.0 / sqrt(sq / cnt + s->eps);
+            ref[4][n * s->groups + g] = mean, ref[5][n * s->groups + g] = rstd;
+            for (long p = 0; p < s->spatial; p++)
+                for (int j = 0; j < cpg; j++) {
+                    const int c = g * cpg + j;
+                    const long i = ((long)n * s->spatial + p) * s->c + c;
+                    ref[3][i] = (in[0][i] - mean) * rstd * in[1][c] + in[2][c];
+                }
+        }
+}
+
+static void gn_bwd_setup(KernelCase *k, const Backend *be) {
+    const GroupNormShape *s = &k->gn;
+    const long x = (long)s->n * s->spatial * s->c, st = (long)s->n * s->groups;
+    bufs(k, 8, (long[]){x, x, s->c, st, st, x, s->c, s->c},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_OUT});
+}
+static void gn_bwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->groupnorm_backward(&k->gn, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], 0.0f, 0.0f);
+}
+/* The statistics are inputs here (gn_fill makes plausible ones); the gradient is the exact derivative for them:
+ * xhat = (x - mean) rstd, dx = rstd (g dy - mean(g dy) - xhat mean(g dy xhat)) over the group. */
+static void gn_bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const GroupNormShape *s = &k->gn;
+    const int cpg = s->c / s->groups;
+    for (int c = 0; c < s->c; c++) ref[6][c] = ref[7][c] = 0;
+    for (int n = 0; n < s->n; n++)
+        for (int g = 0; g < s->groups; g++) {
+            const double mean = in[3][n * s->groups + g], rstd = in[4][n * s->groups + g];
+            const double cnt = (double)s->spatial * cpg;
+            double a = 0, b = 0;
+            for (long p = 0; p < s->spatial; p++)
+                for (int j = 0; j < cpg; j++) {
+                    const int c = g * cpg + j;
+                    const long i = ((long)n * s->spatial + p) * s->c + c;
+                    const double xhat = (in[1][i] - mean) * rstd, gdy = (double)in[2][c] * in[0][i];
+                    a += gdy, b += gdy * xhat;
+                    ref[6][c] += (double)in[0][i] * xhat, ref[7][c] += in[0][i];
+                }
+            a /= cnt, b /= cnt;
+            for (long p = 0; p < s->spatial; p++)
+                for (int j = 0; j < cpg; j++) {
+                    const int c = g * cpg + j;
+                    const long i = ((long)n * s->spatial + p) * s->c + c;
+                    const double xhat = (in[1][i] - mean) * rstd;
+                    ref[5][i] = rstd * ((double)in[2][c] * in[0][i] - a - xhat * b);
+                }
+        }
+}
+static void gn_bwd_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
+    for (long i = 0; i < count; i++) {
+        const double u = vx_uniform01(vx_hash3(seed, (uint64_t)b, (uint64_t)i));
+        h[i] = b == 3 ? (float)(0.2 * u - 0.1) : b == 4 ? (float)(0.5 + 1.5 * u) : (float)(2 * u - 1);
+    }
+}
+
+/* ---- elementwise, upsample ------------------------------------------------------------------------------- */
+
+static void unary_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){k->count, k->count}, (KernelBufRole[]){KB_IN, KB_OUT});
+}
+static void binary_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 3, (long[]){k->count, k->count, k->count}, (KernelBufRole[]){KB_IN, KB_IN, KB_OUT});
+}
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static void silu_fwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->silu_forward(k->count, b[0], b[1]);
+}
+static void silu_fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    for (long i = 0; i < k->count; i++) ref[1][i] = in[0][i] * sigmoid(in[0][i]);
+}
+static void silu_bwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->silu_backward(k->count, b[0], b[1], b[2], 0.0f);
+}
+static void silu_bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    for (long i = 0; i < k->count; i++) {
+        const double s = sigmoid(in[0][i]);
+        ref[2][i] = in[1][i] * s * (1 + in[0][i] * (1 - s));
+    }
+}
+static void add_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->add_forward(k->count, b[0], b[1], b[2]);
+}
+static void add_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    for (long i = 0; i < k->count; i++) ref[2][i] = (double)in[0][i] + in[1][i];
+}
+static void accumulate_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){k->count, k->count}, (KernelBufRole[]){KB_IN, KB_INOUT});
+}
+static void accumulate_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->accumulate(k->count, b[0], b[1], 1.0f);
+}
+static void accumulate_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    for (long i = 0; i < k->count; i++) ref[1][i] = (double)in[1][i] + in[0][i];
+}
+
+static long up_in_count(const KernelCase *k) {
+    return (long)k->dims[0] * k->dims[1] * k->dims[2] * k->dims[3] * k->dims[4];
+}
+static void up_fwd_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){up_in_count(k), 8 * up_in_count(k)}, (KernelBufRole[]){KB_IN, KB_OUT});
+}
+static void up_bwd_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){8 * up_in_count(k), up_in_count(k)}, (KernelBufRole[]){KB_IN, KB_OUT});
+}
+static void up_fwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->upsample2x_forward(k->dims[0], k->dims[1], k->dims[2], k->dims[3], k->dims[4], b[0], b[1]);
+}
+static void up_bwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->upsample2x_backward(k->dims[0], k->dims[1], k->dims[2], k->dims[3], k->dims[4], b[0], b[1], 0.0f);
+}
+/* index of output voxel (n, z, y, x, c) of the 2x grid, and of its input voxel */
+static void up_pairs(const KernelCase *k, long o, long *i) {
+    const int d = k->dims[1], h = k->dims[2], w = k->dims[3], c = k->dims[4];
+    long t = o;
+    const int ch = (int)(t % c); t /= c;
+    const int x = (int)(t % (2 * w)); t /= 2 * w;
+    const int y = (int)(t % (2 * h)); t /= 2 * h;
+    const int z = (int)(t % (2 * d)), n = (int)(t / (2 * d));
+    *i = ((((long)n * d + z / 2) * h + y / 2) * w + x / 2) * c + ch;
+}
+static void up_fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    for (long o = 0; o < 8 * up_in_count(k); o++) {
+        long i;
+        up_pairs(k, o, &i);
+        ref[1][o] = in[0][i];
+    }
+}
+static void up_bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    for (long i = 0; i < up_in_count(k); i++) ref[1][i] = 0;
+    for (long o = 0; o < 8 * up_in_count(k); o++) {
+        long i;
+        up_pairs(k, o, &i);
+        ref[1][i] += in[0][o];
+    }
+}
+
+/* ---- loss, latent ----------------------------------------------------------------------------------------- */
+
+static void loss_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 4, (long[]){k->count, k->count, 1, k->count}, (KernelBufRole[]){KB_IN, KB_IN, KB_OUT, KB_OUT});
+}
+static void loss_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->recon_loss(LOSS_L1, k->count, b[0], b[1], b[2], b[3], 1.0f);
+}
+static void loss_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    double sum = 0;
+    for (long i = 0; i < k->count; i++) {
+        const double d = (double)in[0][i] - in[1][i];
+        sum += fabs(d);
+        ref[3][i] = (d > 0) - (d < 0);
+        ref[3][i] /= (double)k->count;
+    }
+    ref[2][0] = sum / (double)k->count;
+}
+
+static const float KL_SCALE = 1e-3f;
+static long lat_count(const KernelCase *k) { return (long)k->lat.n * k->lat.count_per_sample; }
+static void lat_fwd_setup(KernelCase *k, const Backend *be) {
+    const long c = lat_count(k);
+    bufs(k, 5, (long[]){c, c, c, c, 1}, (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT});
+}
+static void lat_bwd_setup(KernelCase *k, const Backend *be) {
+    const long c = lat_count(k);
+    bufs(k, 6, (long[]){c, c, c, c, c, c}, (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT});
+}
+static void lat_fwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->latent_forward(&k->lat, b[0], b[1], b[2], b[3], b[4]);
+}
+static void lat_bwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->latent_backward(&k->lat, b[0], b[1], b[2], b[3], KL_SCALE, b[4], b[5]);
+}
+static double clampd(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }
+static void lat_fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    double kl = 0;
+    for (long i = 0; i < lat_count(k); i++) {
+        const double lv = clampd(in[1][i], k->lat.logvar_min, k->lat.logvar_max), mu = in[0][i];
+        ref[3][i] = mu + exp(0.5 * lv) * in[2][i];
+        kl += 0.5 * (mu * mu + exp(lv) - 1 - lv);
+    }
+    ref[4][0] = kl / k->lat.n;
+}
+static void lat_bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const double n = k->lat.n;
+    for (long i = 0; i < lat_count(k); i++) {
+        const double raw = in[1][i], lv = clampd(raw, k->lat.logvar_min, k->lat.logvar_max), dz = in[3][i];
+        ref[4][i] = dz + KL_SCALE * in[0][i] / n;
+        const int inside = raw >= k->lat.logvar_min && raw <= k->lat.logvar_max;
+        ref[5][i] = inside ? dz * in[2][i] * 0.5 * exp(0.5 * lv) + KL_SCALE * 0.5 * (exp(lv) - 1) / n : 0;
+    }
+}
+
+/* ---- optimizer -------------------------------------------------------------------------------------------- */
+
+static const AdamWParams ADAMW = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
+                                  .grad_scale = 1.0f, .step = 3};
+static void adamw_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 4, (long[]){k->count, k->count, k->count, k->count},
+         (KernelBufRole[]){KB_INOUT, KB_IN, KB_INOUT, KB_INOUT});
+}
+static void adamw_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->adamw(k->count, b[0], b[1], b[2], b[3], &ADAMW);
+}
+static void adamw_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const AdamWParams *a = &ADAMW;
+    const double bc1 = 1 - pow(a->beta1, (double)a->step), bc2 = 1 - pow(a->beta2, (double)a->step);
+    for (long i = 0; i < k->count; i++) {
+        const double g = (double)in[1][i] * a->grad_scale;
+        double p = in[0][i] * (1 - a->lr * a->weight_decay);
+        const double m = a->beta1 * in[2][i] + (1 - a->beta1) * g, v = a->beta2 * in[3][i] + (1 - a->beta2) * g * g;
+        p -= a->lr * (m / bc1) / (sqrt(v / bc2) + a->eps);
+        ref[0][i] = p, ref[2][i] = m, ref[3][i] = v;
+    }
+}
+static void adamw_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
+    for (long i = 0; i < count; i++) {
+        const double u = vx_uniform01(vx_hash3(seed, (uint64_t)b, (uint64_t)i));
+        h[i] = b == 3 ? (float)(1e-4 * u) : (float)(2 * u - 1); /* v >= 0 */
+    }
+}
+static void sumsq_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){k->count, 1}, (KernelBufRole[]){KB_IN, KB_OUT});
+}
+static void sumsq_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
+    be->sumsq(k->count, b[0], b[1]);
+}
+static void sumsq_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    double s = 0;
+    for (long i = 0; i < k->count; i++) s += (double)in[0][i] * in[0][i];
+    ref[1][0] = s;
+}
+
+/* ---- the table -------------------------------------------------------------------------------------------- */
+
+/* Tolerances: float32 results against float64, relative to the largest reference value of the buffer. The
+ * convolutions sum up to k^3 c_in products per element (TF32 on a GPU is checked with its own bound, kernels.c);
+ * the reductions (GroupNorm, loss, KL, sumsq) sum up to a few million values in float32 pieces. */
+static const KernelOp OPS[] = {
+    {"conv3d_forward", 1, 1e-4, conv_fwd_setup, conv_fwd_run, conv_fwd_ref, NULL},
+    {"conv3d_backward_data", 1, 1e-4, conv_bwd_data_setup, conv_bwd_data_run, conv_bwd_data_ref, NULL},
+    {"conv3d_backward_filter", 1, 1e-4, conv_bwd_filter_setup, conv_bwd_filter_run, conv_bwd_filter_ref, NULL},
+    {"groupnorm_forward", 0, 1e-5, gn_fwd_setup, gn_fwd_run, gn_fwd_ref, NULL},
+    {"groupnorm_backward", 0, 1e-4, gn_bwd_setup, gn_bwd_run, gn_bwd_ref, gn_bwd_fill},
+    {"silu_forward", 0, 1e-6, unary_setup, silu_fwd_run, silu_fwd_ref, NULL},
+    {"silu_backward", 0, 1e-6, binary_setup, silu_bwd_run, silu_bwd_ref, NULL},
+    {"upsample2x_forward", 0, 0, up_fwd_setup, up_fwd_run, up_fwd_ref, NULL},
+    {"upsample2x_backward", 0, 1e-6, up_bwd_setup, up_bwd_run, up_bwd_ref, NULL},
+    {"add_forward", 0, 1e-7, binary_setup, add_run, add_ref, NULL},
+    {"accumulate", 0, 1e-7, accumulate_setup, accumulate_run, accumulate_ref, NULL},
+    {"recon_loss_l1", 0, 1e-5, loss_setup, loss_run, loss_ref, NULL},
+    {"latent_forward", 0, 1e-5, lat_fwd_setup, lat_fwd_run, lat_fwd_ref, NULL},
+    {"latent_backward", 0, 1e-5, lat_bwd_setup, lat_bwd_run, lat_bwd_ref, NULL},
+    {"adamw", 0, 1e-6, adamw_setup, adamw_run, adamw_ref, adamw_fill},
+    {"sumsq", 0, 1e-6, sumsq_setup, sumsq_run, sumsq_ref, NULL},
+};
+enum { N_OPS = sizeof OPS / sizeof OPS[0] };
+
+const KernelOp *kernel_ops(int *n) {
+    *n = N_OPS;
+    return OPS;
+}
+
+int kernel_op_find(const char *name) {
+    for (int i = 0; i < N_OPS; i++)
+        if (strcmp(OPS[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* ---- the cases of a model --------------------------------------------------------------------------------- */
+
+typedef struct {
+    KernelCase *v;
+    int n, cap;
+    const Backend *be;
+} CaseList;
+
+static void add_case(CaseList *l, KernelCase k, const char *op) {
+    k.op = kernel_op_find(op);
+    VX_CHECK(k.op >= 0, "bench kernels: no op named %s in the table", op);
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i].op == k.op && strcmp(l->v[i].shape, k.shape) == 0) return;
+    OPS[k.op].setup(&k, l->be);
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 32;
+        l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
+        VX_CHECK(l->v != NULL, "out of memory listing kernel cases");
+    }
+    l->v[l->n++] = k;
+}
+
+static KernelCase count_case(long count) {
+    KernelCase k = {.count = count};
+    snprintf(k.shape, sizeof k.shape, "%ld", count);
+    return k;
+}
+
+
+int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
+    CaseList l = {.be = be};
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        const Tensor *tx = &m->tensors[nd->in[0]];
+        KernelCase k = {0};
+        switch (nd->kind) {
+        case OP_CONV: {
+            const Conv3dShape *s = &nd->conv;
+            k.conv = *s;
+            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", s->n, s->d, s->h, s->w, s->c_in,
+                     s->c_out, s->k, s->stride);
+            add_case(&l, k, "conv3d_forward");
+            if (tx->grad >= 0) add_case(&l, k, "conv3d_backward_data");
+            add_case(&l, k, "conv3d_backward_filter");
+            break;
+        }
+        case OP_GROUPNORM:
+            k.gn = nd->gn;
+            snprintf(k.shape, sizeof k.shape, "n%d %ldx%d g%d", k.gn.n, k.gn.spatial, k.gn.c, k.gn.groups);
+            add_case(&l, k, "groupnorm_forward");
+            add_case(&l, k, "groupnorm_backward");
+            break;
+        case OP_SILU:
+            add_case(&l, count_case(tx->count), "silu_forward");
+            add_case(&l, count_case(tx->count), "silu_backward");
+            break;
+        case OP_UPSAMPLE:
+            memcpy(k.dims, (int[]){tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c}, sizeof k.dims);
+            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d", k.dims[0], k.dims[1], k.dims[2], k.dims[3], k.dims[4]);
+            add_case(&l, k, "upsample2x_forward");
+            add_case(&l, k, "upsample2x_backward");
+            break;
+        case OP_ADD:
+            add_case(&l, count_case(tx->count), "add_forward");
+            add_case(&l, count_case(tx->count), "accumulate");
+            break;
+        case OP_LATENT:
+            k.lat = (LatentShape){.n = tx->dims.n, .count_per_sample = tx->count / tx->dims.n,
+                                  .logvar_min = (float)m->cfg.logvar_min, .logvar_max = (float)m->cfg.logvar_max};
+            snprintf(k.shape, sizeof k.shape, "n%d x%ld", k.lat.n, k.lat.count_per_sample);
+            add_case(&l, k, "latent_forward");
+            add_case(&l, k, "latent_backward");
+            break;
+        }
+    }
+    add_case(&l, count_case(m->tensors[m->t_recon].count), "recon_loss_l1");
+    add_case(&l, count_case(m->param_floats), "adamw");
+    add_case(&l, count_case(m->param_floats), "sumsq");
+    for (int i = 1; i < l.n; i++) /* stable insertion sort by op: one op's shapes together, in the model's order */
+        for (int j = i; j > 0 && l.v[j - 1].op > l.v[j].op; j--) {
+            const KernelCase t = l.v[j];
+            l.v[j] = l.v[j - 1], l.v[j - 1] = t;
+        }
+    *out = l.v;
+    return l.n;
+}

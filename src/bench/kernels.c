@@ -1,0 +1,492 @@
+/* kernels.c: `voxscale bench kernels`: every op the config's model calls, at each of its shapes (kernel_ops.c),
+ * first checked against a float64 reference, then timed and rated against ceilings measured in the same run.
+ *
+ *   check   one call on fresh inputs; each output buffer's max|got - ref| / max|ref| must be within the op's
+ *           tolerance (convolutions under TF32 on a GPU: 1e-2, TF32's 10-bit mantissa); a failure is reported,
+ *           the op is still timed, and the command exits 1 after writing the report.
+ *   time    two warm-up calls, then as many timed calls as fit the budget (5 at least), each on the next of R
+ *           copies of the buffers, R chosen so that the copies together exceed 4x the last-level cache and 128 MiB
+ *           (CPU: /sys's largest cache, which a VM may understate; GPU: L2): the op reads from memory, as in training, not from cache. Each call is
+ *           timed alone (CUDA events on the compute stream, the wall clock on the CPU); median, min and p90.
+ *   rate    convolutions in GFLOP/s against the GEMM ceiling (BLAS sgemm 2048^3 / cuBLAS SGEMM 8192^3, TF32 as
+ *           the run allows); every other op in GB/s of bytes read + written against the copy ceiling (a parallel
+ *           memcpy of 256 MiB / a device-to-device cudaMemcpy of 512 MiB, counted the same way). Ceilings are
+ *           measured before and after the ops, and the better of each kept.
+ *
+ *   gate    for ci/regress, each case is also rated against a short probe of its ceiling run right before and
+ *           after it (CPU; see probe_rate), at its median call. (Not the fastest call: on the VM a 3 MiB op's
+ *           fastest of 200 calls ran 3.3x faster than its median, an outlier no later run need repeat.)
+ *
+ * Test-only hooks (tests/integration/test_bench_kernels.py): VX_TEST_WRONG_OP=name corrupts that op's first
+ * output element before the check, so the check must fail; VX_TEST_SLOW_OP=name[:factor] calls that op `factor`
+ * times (default 3) per timed call, so the regression gate (ci/regress) must fail. */
+#include <cblas.h>
+#include <cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "bench/bench_util.h"
+#include "bench/kernel_ops.h"
+#include "core/fsutil.h"
+#include "core/util.h"
+#include "train/runtime.h"
+
+#ifndef VX_CUDA
+double bench_cuda_copy_gbps(size_t bytes) {
+    (void)bytes;
+    vx_fatal("bench_cuda_copy_gbps called in a build without CUDA");
+}
+size_t bench_cuda_l2_bytes(void) { return 0; }
+#endif
+
+typedef struct {
+    double gemm_gflops, copy_gbps;
+    char gemm_what[128], copy_what[128];
+    size_t cache_bytes;
+} Ceilings;
+
+/* The largest cache /sys lists for cpu0 (the last level), or 32 MiB when it cannot be read. */
+static size_t cpu_cache_bytes(void) {
+    size_t best = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], text[32];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(text, sizeof text, f)) {
+            char *end;
+            double v = strtod(text, &end);
+            const size_t b = (size_t)(v * (*end == 'M' ? 1048576 : *end == 'K' ? 1024 : 1));
+            if (b > best) best = b;
+        }
+        fclose(f);
+    }
+    return best ? best : (size_t)32 << 20;
+}
+
+/* memcpy of `bytes` split over the OpenMP threads, fastest of 5 after one warm-up, GB/s of bytes read + written. */
+static double cpu_copy_gbps(size_t bytes) {
+    char *a = vx_malloc(bytes), *b = vx_malloc(bytes);
+    memset(a, 1, bytes), memset(b, 2, bytes);
+    double best = 1e30;
+    for (int r = -1; r < 5; r++) {
+        const double t0 = vx_now();
+#pragma omp parallel
+        {
+            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            const size_t chunk = (bytes / (size_t)nt + 63) & ~(size_t)63, lo = chunk * (size_t)t;
+            if (lo < bytes) memcpy(b + lo, a + lo, lo + chunk > bytes ? bytes - lo : chunk);
+        }
+        const double t = vx_now() - t0;
+        if (r >= 0 && t < best) best = t;
+    }
+    free(a), free(b);
+    return 2.0 * (double)bytes / best * 1e-9;
+}
+
+/* The ceiling probed again right before and after each case, for the regression gate: on a shared VM the
+ * machine's speed moved 2x within one run (the GEMM ceiling 31 then 70 GFLOP/s, measured), so a case is compared
+ * with a ceiling measured next to it, not minutes away. CPU only: a short BLAS sgemm (384^3, about 2 ms) or a
+ * parallel memcpy of 64 MiB, best of 3. A GPU is not shared that way: 0 there, and the run's ceilings serve. */
+typedef struct {
+    float *a, *b, *c;
+    char *src, *dst;
+} Probe;
+enum { PROBE_N = 384 };
+static const size_t PROBE_BYTES = (size_t)64 << 20;
+
+static Probe probe_open(void) {
+    Probe p;
+    p.a = vx_malloc((size_t)PROBE_N * PROBE_N * sizeof(float));
+    p.b = vx_malloc((size_t)PROBE_N * PROBE_N * sizeof(float));
+    p.c = vx_malloc((size_t)PROBE_N * PROBE_N * sizeof(float));
+    for (long i = 0; i < (long)PROBE_N * PROBE_N; i++) p.a[i] = p.b[i] = (float)(i % 7) * 0.1f;
+    p.src = vx_malloc(PROBE_BYTES), p.dst = vx_malloc(PROBE_BYTES);
+    memset(p.src, 1, PROBE_BYTES), memset(p.dst, 2, PROBE_BYTES);
+    return p;
+}
+static void probe_close(Probe *p) { free(p->a), free(p->b), free(p->c), free(p->src), free(p->dst); }
+
+static double probe_rate(Probe *p, int compute) {
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = vx_now();
+        if (compute) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, PROBE_N, PROBE_N, PROBE_N, 1.0f, p->a, PROBE_N, p->b,
+                        PROBE_N, 0.0f, p->c, PROBE_N);
+        } else {
+#pragma omp parallel
+            {
+                const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+                const size_t chunk = (PROBE_BYTES / (size_t)nt + 63) & ~(size_t)63, lo = chunk * (size_t)t;
+                if (lo < PROBE_BYTES) memcpy(p->dst + lo, p->src + lo, lo + chunk > PROBE_BYTES ? PROBE_BYTES - lo : chunk);
+            }
+        }
+        const double t = vx_now() - t0;
+        if (t < best) best = t;
+    }
+    return compute ? 2.0 * PROBE_N * PROBE_N * PROBE_N / best * 1e-9 : 2.0 * (double)PROBE_BYTES / best * 1e-9;
+}
+
+static Ceilings measure_ceilings(const Runtime *rt, const Config *cfg) {
+    Ceilings c = {0};
+    if (strcmp(rt->be->name, "cuda") == 0) {
+        c.gemm_gflops = bench_cublas_sgemm_gflops(8192, cfg->tf32);
+        snprintf(c.gemm_what, sizeof c.gemm_what, "cuBLAS SGEMM 8192^3 (%s)", cfg->tf32 ? "TF32" : "FP32");
+        c.copy_gbps = bench_cuda_copy_gbps((size_t)512 << 20);
+        snprintf(c.copy_what, sizeof c.copy_what, "device-to-device cudaMemcpy of 512 MiB (read + write)");
+        c.cache_bytes = bench_cuda_l2_bytes();
+    } else {
+        c.gemm_gflops = bench_sgemm_gflops(2048, 2048, 2048);
+        snprintf(c.gemm_what, sizeof c.gemm_what, "BLAS sgemm 2048^3, same threads");
+        c.copy_gbps = cpu_copy_gbps((size_t)256 << 20);
+        snprintf(c.copy_what, sizeof c.copy_what, "memcpy of 256 MiB over the OpenMP threads (read + write)");
+        c.cache_bytes = cpu_cache_bytes();
+    }
+    return c;
+}
+
+/* VX_TEST_SLOW_OP / VX_TEST_WRONG_OP name this op? (slow: the factor, else 1) */
+static int test_slow_factor(const char *op) {
+    const char *e = getenv("VX_TEST_SLOW_OP");
+    if (!e || !*e) return 1;
+    const size_t n = strcspn(e, ":");
+    if (strlen(op) != n || strncmp(e, op, n) != 0) return 1;
+    const int f = e[n] == ':' ? atoi(e + n + 1) : 3;
+    return f > 1 ? f : 1;
+}
+static int test_wrong(const char *op) {
+    const char *e = getenv("VX_TEST_WRONG_OP");
+    return e && strcmp(e, op) == 0;
+}
+
+typedef struct {
+    double err;     /* the worst output buffer's relative error */
+    double tol;
+    int ok;
+    char detail[160];
+    double med, min, p90; /* seconds */
+    int reps, copies;
+    double rate, fraction; /* GFLOP/s or GB/s at the median time, and of the ceiling */
+    double fraction_best;  /* the same at the fastest call (load only ever slows a call) */
+    double local_ceiling;  /* the probe next to the case (CPU; 0 on a GPU) */
+    double local_fraction;      /* the median call against it: what ci/regress compares */
+} CaseResult;
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Inputs of case k: each IN/INOUT buffer filled by the op's fill or uniformly in [-1, 1]; outputs zero. */
+static float **host_inputs(const KernelOp *op, const KernelCase *k, unsigned seed) {
+    float **h = vx_malloc(KOP_MAX_BUFS * sizeof *h);
+    for (int b = 0; b < k->nbuf; b++) {
+        h[b] = vx_malloc((size_t)k->buf_count[b] * sizeof(float));
+        if (k->role[b] == KB_OUT) memset(h[b], 0, (size_t)k->buf_count[b] * sizeof(float));
+        else if (op->fill) op->fill(k, b, h[b], k->buf_count[b], seed);
+        else
+            for (long i = 0; i < k->buf_count[b]; i++)
+                h[b][i] = 2.0f * vx_uniform01(vx_hash3(seed, (uint64_t)b, (uint64_t)i)) - 1.0f;
+    }
+    return h;
+}
+
+/* Every `stride`-th output element of a convolution (an odd stride not divisible by 3, so the samples walk through
+ * every channel and position): about 1500 samples, fewer where each costs many multiply-adds (a weight gradient's
+ * element sums over the whole batch), so that no reference takes much over 3e8 of them; 1 for the other ops. */
+static long check_stride(const KernelOp *op, const KernelCase *k) {
+    if (!op->compute_bound) return 1;
+    long most = 0;
+    for (int b = 0; b < k->nbuf; b++)
+        if (k->role[b] != KB_IN && k->buf_count[b] > most) most = k->buf_count[b];
+    const double macs_per_element = k->flops / (2.0 * (double)most);
+    double samples = 3e8 / (macs_per_element > 1 ? macs_per_element : 1);
+    samples = samples > 1500 ? 1500 : samples < 64 ? 64 : samples;
+    long s = (long)((double)most / samples);
+    if (s <= 1) return 1;
+    s |= 1;
+    while (s % 3 == 0) s += 2;
+    return s;
+}
+
+static void check_case(const Backend *be, const KernelOp *op, const KernelCase *k, float *const *dev,
+                       float *const *host, void *ws, double tol, CaseResult *r) {
+    op->run(be, k, dev, ws);
+    be->synchronize();
+    const long stride = check_stride(op, k);
+    double *ref[KOP_MAX_BUFS] = {0};
+    for (int b = 0; b < k->nbuf; b++)
+        if (k->role[b] != KB_IN) {
+            ref[b] = vx_malloc((size_t)k->buf_count[b] * sizeof(double));
+            for (long i = 0; i < k->buf_count[b]; i++) ref[b][i] = NAN;
+        }
+    op->reference(k, (const float *const *)host, ref, stride);
+    r->err = 0, r->tol = tol, r->ok = 1;
+    snprintf(r->detail, sizeof r->detail, "ok");
+    float *got = NULL;
+    int first_out = 1;
+    for (int b = 0; b < k->nbuf; b++) {
+        if (k->role[b] == KB_IN) continue;
+        got = realloc(got, (size_t)k->buf_count[b] * sizeof(float));
+        VX_CHECK(got != NULL, "out of memory checking %s", op->name);
+        be->copy_to_host(got, dev[b], (size_t)k->buf_count[b] * sizeof(float));
+        if (first_out && test_wrong(op->name)) got[0] += 1.0f + fabsf(got[0]); /* test-only, see the header */
+        first_out = 0;
+        double worst = 0, scale = 0;
+        long at = -1, compared = 0;
+        for (long i = 0; i < k->buf_count[b]; i++) {
+            if (isnan(ref[b][i])) continue;
+            compared++;
+            if (fabs(ref[b][i]) > scale) scale = fabs(ref[b][i]);
+            const double d = isfinite(got[i]) ? fabs(got[i] - ref[b][i]) : INFINITY;
+            if (d > worst || (at < 0 && d != d)) worst = d, at = i;
+        }
+        const double e = worst / (scale > 0 ? scale : 1.0);
+        if (e > r->err || !(e == e)) r->err = e;
+        if (!(e <= tol) && r->ok) {
+            r->ok = 0;
+            snprintf(r->detail, sizeof r->detail, "output %d element %ld: %.9g, reference %.9g (%ld compared)", b, at,
+                     (double)got[at], ref[b][at], compared);
+        }
+    }
+    free(got);
+    for (int b = 0; b < k->nbuf; b++) free(ref[b]);
+}
+
+static void time_case(const Backend *be, const KernelOp *op, const KernelCase *k, float *const *const *sets,
+                      int copies, void *ws, double budget_s, int max_reps, CaseResult *r) {
+    const int slow = test_slow_factor(op->name);
+    double first = 0;
+    for (int w = 0; w < 3; w++) { /* two warm-ups; the third call estimates the time */
+        be->timer_mark(0);
+        for (int f = 0; f < slow; f++) op->run(be, k, sets[w % copies], ws);
+        be->timer_mark(1);
+        first = be->timer_elapsed_ms(0, 1) * 1e-3;
+    }
+    int reps = first > 0 ? (int)(budget_s / first) : max_reps;
+    reps = reps < 5 ? 5 : reps > max_reps ? max_reps : reps;
+    double *t = vx_malloc((size_t)reps * sizeof *t);
+    for (int i = 0; i < reps; i++) {
+        be->timer_mark(0);
+        for (int f = 0; f < slow; f++) op->run(be, k, sets[(i + 1) % copies], ws);
+        be->timer_mark(1);
+        t[i] = be->timer_elapsed_ms(0, 1) * 1e-3;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    r->reps = reps, r->copies = copies;
+    r->min = t[0], r->med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    r->p90 = t[(int)(0.9 * (reps - 1))];
+    free(t);
+}
+
+/* "a,b,c" -> flags per op; an unknown name is a usage error listing the names. */
+static void select_ops(const char *list, int *want, int n_ops, const KernelOp *ops) {
+    for (int i = 0; i < n_ops; i++) want[i] = list == NULL;
+    if (!list) return;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const int i = kernel_op_find(tok);
+        if (i < 0) {
+            char names[1024] = "";
+            for (int j = 0; j < n_ops; j++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", j ? ", " : "", ops[j].name);
+            vx_usage_error("bench kernels: --ops names \"%s\", which is not an op; choose from %s", tok, names);
+        }
+        want[i] = 1;
+    }
+}
+
+int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
+    const double budget_s = (o->budget_ms > 0 ? o->budget_ms : 200) * 1e-3;
+    const int max_reps = o->max_reps > 0 ? o->max_reps : 200;
+    int n_ops;
+    const KernelOp *ops = kernel_ops(&n_ops);
+    int want[64];
+    select_ops(o->ops, want, n_ops, ops); /* a bad --ops is refused before anything starts */
+    Runtime rt;
+    runtime_open(&rt, cfg, 1);
+    const Backend *be = rt.be;
+    const int gpu = strcmp(be->name, "cuda") == 0;
+    KernelCase *cases;
+    const int n_all = kernel_cases_of_model(rt.model, be, &cases);
+    Ceilings ceil = measure_ceilings(&rt, cfg);
+    vx_log("ceilings: %s %.1f GFLOP/s; %s %.1f GB/s; cache %.1f MiB\n", ceil.gemm_what, ceil.gemm_gflops,
+           ceil.copy_what, ceil.copy_gbps, ceil.cache_bytes / 1048576.0);
+
+    Probe probe = {0};
+    if (!gpu) probe = probe_open();
+    CaseResult *res = calloc((size_t)n_all, sizeof *res);
+    VX_CHECK(res != NULL, "out of memory");
+    int n_run = 0, n_failed = 0;
+    for (int c = 0; c < n_all; c++) {
+        const KernelCase *k = &cases[c];
+        const KernelOp *op = &ops[k->op];
+        if (!want[k->op]) continue;
+        n_run++;
+        size_t set_bytes = 0;
+        for (int b = 0; b < k->nbuf; b++) set_bytes += (size_t)k->buf_count[b] * sizeof(float);
+        const size_t cap = (size_t)1 << 30; /* the copies together stay under 1 GiB */
+        /* at least 128 MiB: a VM's /sys may show less cache than the host's last level really has (the 2-core
+         * EPYC VM lists 8 MiB, yet ops on 36 MiB of copies there still ran above memcpy's rate) */
+        const size_t target = 4 * ceil.cache_bytes > ((size_t)128 << 20) ? 4 * ceil.cache_bytes : (size_t)128 << 20;
+        int copies = (int)((target + set_bytes - 1) / set_bytes) + 1;
+        if (copies > 256) copies = 256;
+        if ((size_t)copies * set_bytes > cap) copies = (int)(cap / set_bytes) > 1 ? (int)(cap / set_bytes) : 1;
+        float **host = host_inputs(op, k, 1234u + (unsigned)c);
+        float ***sets = vx_malloc((size_t)copies * sizeof *sets);
+        for (int s = 0; s < copies; s++) {
+            sets[s] = vx_malloc(KOP_MAX_BUFS * sizeof **sets);
+            for (int b = 0; b < k->nbuf; b++) {
+                sets[s][b] = be->alloc((size_t)k->buf_count[b] * sizeof(float));
+                be->copy_to_device(sets[s][b], host[b], (size_t)k->buf_count[b] * sizeof(float));
+            }
+        }
+        void *ws = k->workspace ? be->alloc(k->workspace) : NULL;
+        const double tol = gpu && op->compute_bound && cfg->tf32 ? 1e-2 : op->tolerance;
+        CaseResult *r = &res[c];
+        check_case(be, op, k, sets[0], host, ws, tol, r);
+        n_failed += !r->ok;
+        const double before = gpu ? 0 : probe_rate(&probe, op->compute_bound);
+        time_case(be, op, k, (float *const *const *)sets, copies, ws, budget_s, max_reps, r);
+        const double after = gpu ? 0 : probe_rate(&probe, op->compute_bound);
+        r->local_ceiling = before > after ? before : after;
+        r->rate = (op->compute_bound ? k->flops : k->bytes) / r->med * 1e-9;
+        vx_log("%-24s %-34s %s  %9.1f us  %8.2f %s\n", op->name, k->shape, r->ok ? "ok    " : "FAILED",
+               r->med * 1e6, r->rate, op->compute_bound ? "GFLOP/s" : "GB/s");
+        if (!r->ok) vx_log("  %s check FAILED: %s (error %.3g > tolerance %.3g)\n", op->name, r->detail, r->err, tol);
+        if (ws) be->release(ws);
+        for (int s = 0; s < copies; s++) {
+            for (int b = 0; b < k->nbuf; b++) be->release(sets[s][b]);
+            free(sets[s]);
+        }
+        free(sets);
+        for (int b = 0; b < k->nbuf; b++) free(host[b]);
+        free(host);
+    }
+
+    /* The ceilings once more, after the ops, keeping the better of the two: a ceiling measured during a burst of
+     * someone else's load on a shared machine would inflate every fraction of it (seen on the 2-core CI VM). */
+    const Ceilings again = measure_ceilings(&rt, cfg);
+    if (again.gemm_gflops > ceil.gemm_gflops) ceil.gemm_gflops = again.gemm_gflops;
+    if (again.copy_gbps > ceil.copy_gbps) ceil.copy_gbps = again.copy_gbps;
+    vx_log("ceilings after the ops: %.1f GFLOP/s, %.1f GB/s; the better of each is used\n", again.gemm_gflops,
+           again.copy_gbps);
+    for (int c = 0; c < n_all; c++) {
+        CaseResult *r = &res[c];
+        if (!want[cases[c].op]) continue;
+        r->fraction = r->rate / (ops[cases[c].op].compute_bound ? ceil.gemm_gflops : ceil.copy_gbps);
+        r->fraction_best = r->fraction * r->med / r->min;
+        r->local_fraction = r->local_ceiling > 0 ? r->rate / r->local_ceiling : r->fraction;
+    }
+    if (!gpu) probe_close(&probe);
+
+    /* ---- the report -------------------------------------------------------------------------------------- */
+    char slug[160], commit[64], stem[128], dir[512], path[1024];
+    bench_device_slug(&rt, slug, sizeof slug);
+    bench_git_commit(commit, sizeof commit);
+    const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
+    snprintf(stem, sizeof stem, "%s", base);
+    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
+    bench_results_dir(&rt, o->results_dir, dir, sizeof dir);
+    const int threads = cfg->threads ? cfg->threads : rt.hw.cores;
+    char device[400];
+    if (gpu)
+        snprintf(device, sizeof device, "%s, compute capability %d.%d, TF32 %s", rt.hw.gpus[0].name,
+                 rt.hw.gpus[0].cc_major, rt.hw.gpus[0].cc_minor, cfg->tf32 ? "on" : "off");
+    else
+        snprintf(device, sizeof device, "%s, %d cores, %d threads, %s", rt.hw.cpu_model, rt.hw.cores, threads,
+                 openblas_get_config());
+
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "benchmark", "kernels");
+    cJSON_AddStringToObject(j, "config", stem);
+    cJSON_AddStringToObject(j, "device", slug);
+    cJSON_AddStringToObject(j, "backend", be->name);
+    cJSON_AddStringToObject(j, "device_detail", device);
+    cJSON_AddStringToObject(j, "commit", commit);
+    cJSON_AddNumberToObject(j, "batch", rt.model->batch);
+    cJSON_AddNumberToObject(j, "threads", threads);
+    cJSON *cj = cJSON_AddObjectToObject(j, "ceilings");
+    cJSON_AddNumberToObject(cj, "gemm_gflops", ceil.gemm_gflops);
+    cJSON_AddStringToObject(cj, "gemm", ceil.gemm_what);
+    cJSON_AddNumberToObject(cj, "copy_gbps", ceil.copy_gbps);
+    cJSON_AddStringToObject(cj, "copy", ceil.copy_what);
+    cJSON_AddNumberToObject(cj, "cache_bytes", (double)ceil.cache_bytes);
+    cJSON_AddStringToObject(j, "casts", "none: every op is float32 until mixed precision (issue 12) adds them");
+    cJSON *arr = cJSON_AddArrayToObject(j, "kernels");
+    for (int c = 0; c < n_all; c++) {
+        if (!want[cases[c].op]) continue;
+        const KernelCase *k = &cases[c];
+        const KernelOp *op = &ops[k->op];
+        const CaseResult *r = &res[c];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "op", op->name);
+        cJSON_AddStringToObject(e, "shape", k->shape);
+        cJSON_AddStringToObject(e, "bound", op->compute_bound ? "compute" : "memory");
+        cJSON_AddStringToObject(e, "check", r->ok ? "ok" : "FAILED");
+        cJSON_AddNumberToObject(e, "error", r->err);
+        cJSON_AddNumberToObject(e, "tolerance", r->tol);
+        if (!r->ok) cJSON_AddStringToObject(e, "check_detail", r->detail);
+        cJSON_AddNumberToObject(e, "flops", k->flops);
+        cJSON_AddNumberToObject(e, "bytes", k->bytes);
+        cJSON_AddNumberToObject(e, "median_us", r->med * 1e6);
+        cJSON_AddNumberToObject(e, "min_us", r->min * 1e6);
+        cJSON_AddNumberToObject(e, "p90_us", r->p90 * 1e6);
+        cJSON_AddNumberToObject(e, "reps", r->reps);
+        cJSON_AddNumberToObject(e, "copies", r->copies);
+        cJSON_AddNumberToObject(e, op->compute_bound ? "gflops" : "gbps", r->rate);
+        cJSON_AddNumberToObject(e, "fraction_of_ceiling", r->fraction);
+        cJSON_AddNumberToObject(e, "fraction_of_ceiling_best", r->fraction_best);
+        cJSON_AddNumberToObject(e, "local_ceiling", r->local_ceiling);
+        cJSON_AddNumberToObject(e, "fraction_of_local_ceiling", r->local_fraction);
+        cJSON_AddItemToArray(arr, e);
+    }
+    cJSON_AddNumberToObject(j, "failed_checks", n_failed);
+    char *text = cJSON_Print(j);
+    snprintf(path, sizeof path, "%s/kernels_%s.json", dir, stem);
+    fs_write_atomic(path, text, strlen(text));
+    free(text);
+    cJSON_Delete(j);
+
+    size_t cap = 4096 + (size_t)n_run * 256, len = 0;
+    char *md = vx_malloc(cap);
+    len += (size_t)snprintf(md + len, cap - len,
+                            "# bench kernels: %s on %s\n\n"
+                            "Ceilings measured in the same run: %s **%.1f GFLOP/s**; %s **%.1f GB/s**. Each op checked "
+                            "against a float64 reference first, then timed alone (median of the timed calls, inputs "
+                            "rotated over copies beyond %.0f MiB: 4x the cache, 128 MiB at least).\n\n"
+                            "| op | shape | check (error) | median | rate | of ceiling |\n|---|---|---|---|---|---|\n",
+                            stem, slug, ceil.gemm_what, ceil.gemm_gflops, ceil.copy_what, ceil.copy_gbps,
+                            fmax(4 * ceil.cache_bytes, 134217728.0) / 1048576.0);
+    for (int c = 0; c < n_all; c++) {
+        if (!want[cases[c].op]) continue;
+        const KernelOp *op = &ops[cases[c].op];
+        const CaseResult *r = &res[c];
+        len += (size_t)snprintf(md + len, cap - len, "| %s | %s | %s (%.1e) | %.1f us | %.2f %s | %.1f%% |\n", op->name,
+                                cases[c].shape, r->ok ? "ok" : "**FAILED**", r->err, r->med * 1e6, r->rate,
+                                op->compute_bound ? "GFLOP/s" : "GB/s", 100 * r->fraction);
+    }
+    len += (size_t)snprintf(md + len, cap - len,
+                            "\nDevice: %s. Batch %d, commit %s. Memory-bound ops count the bytes they must read and "
+                            "write once; no dtype casts exist yet (every op is float32).\n",
+                            device, rt.model->batch, commit);
+    snprintf(path, sizeof path, "%s/kernels_%s.md", dir, stem);
+    fs_write_atomic(path, md, len);
+    printf("\nwritten: %s/kernels_%s.{json,md}: %d cases, %d failed checks\n", dir, stem, n_run, n_failed);
+    free(md);
+    free(res);
+    free(cases);
+    runtime_close(&rt);
+    if (n_failed) {
+        fprintf(stderr, "voxscale: bench kernels: %d op check%s failed (see above); the timings of a wrong op mean "
+                        "nothing\n", n_failed, n_failed > 1 ? "s" : "");
+        return VX_EXIT_FAIL;
+    }
+    return 0;
+}

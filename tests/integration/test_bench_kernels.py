@@ -1,0 +1,119 @@
+"""`voxscale bench kernels` and the regression gate ci/regress, on the CPU backend.
+
+bench kernels must check every op of the default config against its float64 reference (and fail, naming the op,
+when an output is wrong), rate each against ceilings measured in the same run, and write its JSON and Markdown;
+ci/regress must pass a fresh run against a baseline made on this machine, fail when one op is made 3x slower, and
+say "skipped" (exit 77) where the device has no baseline. About a minute on 2 cores."""
+import json
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "voxscale")
+REGRESS = [os.path.join(ROOT, "ci", "regress")]
+GATE_OPS = "conv3d_forward,groupnorm_forward,silu_forward"
+
+
+def run(args, env=None, **kw):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run(args, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300, **kw)
+
+
+def report(results):
+    [device] = os.listdir(results)
+    with open(os.path.join(results, device, "kernels_default.json")) as f:
+        j = json.load(f)
+    with open(os.path.join(results, device, "kernels_default.md")) as f:
+        return j, f.read()
+
+
+def test_every_op_checked_and_rated(tmp_path):
+    p = run([BIN, "bench", "kernels", "--device", "cpu", "--budget-ms", "10", "--reps", "20",
+             "--results", str(tmp_path)])
+    assert p.returncode == 0, p.stdout[-3000:]
+    j, md = report(str(tmp_path))
+    ops = {k["op"] for k in j["kernels"]}
+    # every op of the table that the default model calls, forward and backward, and the optimizer
+    assert ops == {"conv3d_forward", "conv3d_backward_data", "conv3d_backward_filter", "groupnorm_forward",
+                   "groupnorm_backward", "silu_forward", "silu_backward", "upsample2x_forward",
+                   "upsample2x_backward", "add_forward", "accumulate", "recon_loss_l1", "latent_forward",
+                   "latent_backward", "adamw", "sumsq"}
+    assert j["failed_checks"] == 0
+    assert j["ceilings"]["gemm_gflops"] > 1 and j["ceilings"]["copy_gbps"] > 0.5
+    for k in j["kernels"]:
+        assert k["check"] == "ok" and k["error"] <= k["tolerance"], k
+        assert k["reps"] >= 5 and 0 < k["min_us"] <= k["median_us"] <= k["p90_us"], k
+        rate = k["gflops"] if k["bound"] == "compute" else k["gbps"]
+        assert rate > 0 and k["fraction_of_ceiling"] > 0, k
+        assert k["fraction_of_ceiling_best"] >= k["fraction_of_ceiling"], k
+    convs = [k for k in j["kernels"] if k["op"] == "conv3d_forward"]
+    assert len({k["shape"] for k in convs}) == len(convs) >= 4  # one row per distinct shape
+    assert "| conv3d_forward | n2 32x32x32 c1->16 k3 s1 | ok" in md
+    assert "Ceilings measured in the same run" in md
+
+
+def test_a_wrong_output_fails_the_check_and_names_the_op(tmp_path):
+    p = run([BIN, "bench", "kernels", "--device", "cpu", "--ops", "silu_backward,sumsq", "--budget-ms", "5",
+             "--results", str(tmp_path)], env={"VX_TEST_WRONG_OP": "silu_backward"})
+    assert p.returncode == 1, p.stdout[-2000:]
+    assert "silu_backward check FAILED: output 2 element 0" in p.stdout
+    assert "op check" in p.stdout and "failed" in p.stdout
+    j, md = report(str(tmp_path))
+    verdicts = {(k["op"], k["check"]) for k in j["kernels"]}
+    assert ("silu_backward", "FAILED") in verdicts and ("sumsq", "ok") in verdicts
+    assert ("silu_backward", "ok") not in verdicts
+    assert "**FAILED**" in md
+
+
+def test_bad_flags_are_one_line_and_exit_2():
+    for args, words in [(["--ops", "conv3d_sideways"], "not an op; choose from conv3d_forward"),
+                        (["--budget-ms", "fast"], "--budget-ms fast: expected a whole number"),
+                        (["--iters", "3"], "option --iters is not one of this command's")]:
+        p = run([BIN, "bench", "kernels"] + args)
+        assert p.returncode == 2, (args, p.stdout)
+        lines = p.stdout.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], (args, p.stdout)
+
+
+@pytest.fixture(scope="module")
+def gate_baseline(tmp_path_factory):
+    base = str(tmp_path_factory.mktemp("gate") / "baseline.json")
+    p = run(REGRESS + ["--update", "--runs", "1", "--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu",
+                       "--baseline", base])
+    assert p.returncode == 0, p.stdout[-3000:]
+    with open(base) as f:
+        b = json.load(f)
+    assert set(b["figures"]) == set(GATE_OPS.split(",")) | {"step default"}
+    assert all(t < 0.5 for t in b["tolerance"].values())  # halving a figure must always fail
+    return base
+
+
+def test_gate_passes_a_fresh_run_on_the_same_machine(gate_baseline):
+    p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline])
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "ci/regress: passed: 4 figures within their tolerances" in p.stdout
+
+
+def test_gate_fails_when_one_kernel_is_3x_slower(gate_baseline):
+    p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline],
+            env={"VX_TEST_SLOW_OP": "groupnorm_forward:3"})
+    assert p.returncode == 1, p.stdout[-3000:]
+    rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.endswith(("ok", "REGRESSED"))}
+    assert rows["groupnorm_forward"].endswith("REGRESSED"), p.stdout
+    assert rows["conv3d_forward"].endswith("ok") and rows["silu_forward"].endswith("ok"), p.stdout
+    assert "FAILED: 1 of 4 figures regressed" in p.stdout
+
+
+def test_gate_without_a_baseline_says_skipped(tmp_path):
+    k, s = tmp_path / "k.json", tmp_path / "s.json"
+    k.write_text(json.dumps({"device": "gpu-nobody-has", "device_detail": "", "config": "default", "commit": "x",
+                             "ceilings": {"gemm_gflops": 1, "copy_gbps": 1}, "kernels": []}))
+    s.write_text(json.dumps({"config": "default", "fraction_of_ceiling": 0.5, "step_ms_median": 2,
+                             "step_ms_min": 1}))
+    p = run(REGRESS + ["--kernels", str(k), "--step", str(s)])
+    assert p.returncode == 77, p.stdout
+    assert "skipped: no baseline for this device (gpu-nobody-has)" in p.stdout
+    assert "ci/regress --update" in p.stdout
