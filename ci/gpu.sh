@@ -22,8 +22,9 @@ cd "$(dirname "$0")/.." || exit 2
 # register NAME LIMIT QUICK_LIMIT FUNCTION WHAT: a step of a full run with a time limit of LIMIT seconds, and of a
 # --quick run with QUICK_LIMIT (0: not in --quick). FUNCTION is in ci/gpu/steps.sh. A later GPU check (NCCL ranks,
 # mixed precision, graph capture, kernel and all-reduce benchmarks) is one more function and one more line here.
-# The limits bound the run: a full run is at most the sum of LIMITs (450 s) plus the environment probe (25 s: the
-# first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 480 s, 8 minutes;
+# The limits bound the run: a full run is at most the sum of LIMITs (480 s) plus the environment probe (25 s: the
+# first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 510 s, 8.5 minutes (the
+# device tool allows 10 a call);
 # --quick at most 150 + 25 + 5 s, 3 minutes (a step killed at its limit may take 3 s more to die). The times they
 # should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 23 x
 # ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s, bench-64 ~60 s (voxscale 2 x 5 s; PyTorch import 5 s,
@@ -40,16 +41,18 @@ register() {
 register libs         5  5 step_libs        "every binary's libraries resolve through the carried library path (ldd)"
 register detect      10 15 step_detect      "voxscale detect --device cuda chooses the GPU"
 register unit        25  0 step_unit        "cuDNN descriptors against this cuDNN; live CUPTI records"
-register ops         55 35 step_ops         "test_ops_cuda against the CPU ops, one test per process"
+register ops         50 35 step_ops         "test_ops_cuda against the CPU ops, one test per process"
 register integration 45 40 step_integration "tests/integration/test_cuda.py against the CPU backend"
-register memcheck    40  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
+register memcheck    35  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
 register racecheck   30  0 step_racecheck   "compute-sanitizer racecheck: the kernels that reduce in shared memory"
-register bench-64    75 35 step_bench_64    "bench step ae3d-64, TF32 on and off, vs PyTorch eager and torch.compile"
-register bench-128   50  0 step_bench_128   "bench step ae3d-128, TF32 on and off, vs PyTorch eager and torch.compile"
+register bench-64    65 35 step_bench_64    "bench step ae3d-64, TF32 on and off, vs PyTorch eager and torch.compile"
+register bench-128   45  0 step_bench_128   "bench step ae3d-128, TF32 on and off, vs PyTorch eager and torch.compile"
 register bench-kernels 40 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
+register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30"
+register bench-scaling 40 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"
 register profile     25 20 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
 register nccl        25  0 step_nccl        "NCCL: 1 rank vs none, 2 ranks on the GPU vs 1 (NCCL >= 2.30), ae3d-64's bucket timeline"
-register nccl-unit   25  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit"
+register nccl-unit   20  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit"
 # Every step runs with VX_REQUIRE_GPU=1 where a test could skip: on a GPU machine a skip is a failure.
 
 usage() {

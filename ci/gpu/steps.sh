@@ -219,6 +219,42 @@ step_bench_kernels() {
     return $rc
 }
 
+# bench allreduce on the GPU: NCCL on one rank (VX_COMM=nccl: the path, not a bandwidth), then two ranks sharing the
+# GPU (torchrun-style environment, NCCL_MULTI_RANK_GPU_ENABLE) where NCCL >= 2.30 allows it; else that is owed.
+step_bench_allreduce() {
+    local rc=0 version
+    VX_COMM=nccl "$VX_BIN" bench allreduce -b 8 -e 64M -f 4 --device cuda --results "$VX_STEP_DIR" \
+        >"$VX_STEP_DIR/allreduce1.log" 2>&1 || rc=1
+    cat "$VX_STEP_DIR/allreduce1.log"
+    figure "1 rank (NCCL): $(grep -m1 'Out of bounds' "$VX_STEP_DIR/allreduce1.log")"
+    version=$($VX_PYTHON -c 'import ctypes; v = ctypes.c_int(); ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v)); print(v.value)' 2>/dev/null)
+    if [ -n "$version" ] && [ "$version" -ge 23000 ]; then
+        local r port=$((29500 + RANDOM % 1000))
+        for r in 0 1; do
+            NCCL_MULTI_RANK_GPU_ENABLE=1 RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+                MASTER_PORT=$port "$VX_BIN" bench allreduce -b 8 -e 64M -f 4 --device cuda --results "$VX_STEP_DIR" \
+                >"$VX_STEP_DIR/allreduce2-rank$r.log" 2>&1 &
+        done
+        wait -n || rc=1
+        wait -n || rc=1
+        cat "$VX_STEP_DIR/allreduce2-rank0.log"
+        figure "2 ranks on 1 GPU: $(grep -m1 'Avg bus bandwidth' "$VX_STEP_DIR/allreduce2-rank0.log"); $(grep -m1 'alpha-beta' "$VX_STEP_DIR/allreduce2-rank0.log" | sed 's/^# //')"
+    else
+        figure "2 ranks on 1 GPU: not run (NCCL ${version:-?} < 2.30 cannot share a GPU between ranks); owed"
+    fi
+    return $rc
+}
+
+# bench scaling on the GPU: ae3d-64 measured on this one GPU (weak and strong), 2, 4 and 8 GPUs projected from its
+# timeline with the 8x H100 NVLink preset (no second GPU here to check the model against: the CPU ranks of CI do).
+step_bench_scaling() {
+    "$VX_BIN" bench scaling --gpus 1,2,4,8 --config configs/ae3d-64.json --steps 6 --device cuda \
+        --interconnect h100-nvlink --results "$VX_STEP_DIR" 2>&1 | tee "$VX_STEP_DIR/scaling.log"
+    local rc=${PIPESTATUS[0]}
+    figure "$(grep '^| weak | 8 ' "$VX_STEP_DIR/scaling.log" | head -1)"
+    return "$rc"
+}
+
 # A profiled ae3d-64 run: CUPTI's device time per step against the CUDA-event step time (bench/trace_busy.py).
 # ae3d-64 keeps the GPU busy for nearly all of the step's GPU window (step time less the host's data wait), so
 # 80% is the floor; the data wait itself is reported, not judged.

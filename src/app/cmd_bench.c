@@ -1,4 +1,4 @@
-/* cmd_bench.c: `voxscale bench step|kernels|gemm`: the flags of each benchmark, then src/bench runs it. */
+/* cmd_bench.c: `voxscale bench step|kernels|allreduce|scaling|gemm`: the flags of each benchmark, then src/bench runs it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -47,11 +47,13 @@ static int cmd_bench_gemm(int argc, char **argv) {
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs("usage: voxscale bench step|kernels|gemm [options]  (voxscale bench step --help)\n", argc < 2 ? stderr : stdout);
+        fputs("usage: voxscale bench step|kernels|allreduce|scaling|gemm [options]  (voxscale bench step --help)\n", argc < 2 ? stderr : stdout);
         return argc < 2 ? VX_EXIT_USAGE : 0;
     }
     if (strcmp(argv[1], "step") == 0) return cmd_bench_step(argc - 1, argv + 1);
     if (strcmp(argv[1], "kernels") == 0) return cmd_bench_kernels(argc - 1, argv + 1);
+    if (strcmp(argv[1], "allreduce") == 0) return cmd_bench_allreduce(argc - 1, argv + 1);
+    if (strcmp(argv[1], "scaling") == 0) return cmd_bench_scaling(argc - 1, argv + 1);
     if (strcmp(argv[1], "gemm") == 0) return cmd_bench_gemm(argc - 1, argv + 1);
-    vx_usage_error("bench: unknown benchmark \"%s\"; choose step, kernels or gemm", argv[1]);
+    vx_usage_error("bench: unknown benchmark \"%s\"; choose step, kernels, allreduce, scaling or gemm", argv[1]);
 }

@@ -2,3 +2,7 @@
 #pragma once
 
 int cmd_bench(int argc, char **argv);
+
+/* cmd_bench_dist.c: `bench allreduce` and `bench scaling`, called by cmd_bench */
+int cmd_bench_allreduce(int argc, char **argv);
+int cmd_bench_scaling(int argc, char **argv);

@@ -35,3 +35,30 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o);
 /* CUDA builds: device-to-device copy GB/s (bytes read + written) and the GPU's L2 size in bytes. */
 double bench_cuda_copy_gbps(size_t bytes);
 size_t bench_cuda_l2_bytes(void);
+
+typedef struct {
+    double min_bytes, max_bytes, factor; /* nccl-tests' -b -e -f: 8 B .. 256 MiB, x2 */
+    int iters, warmup;                   /* per size; -1: 20 (5 from 64 MiB) and 2 */
+    const char *device;                  /* "auto", "cpu", "cuda" */
+    const char *results_dir;             /* NULL: results */
+} BenchAllreduceOptions;
+
+/* The all-reduce of the ranks this process is one of (dist_detect), swept over sizes in nccl-tests' layout, with
+ * the alpha-beta fit; rank 0 writes <results>/<device>/allreduce_<n>ranks.json and .md. Exit 1 on a wrong sum. */
+int bench_allreduce(const BenchAllreduceOptions *o);
+
+typedef struct {
+    int counts[16], n_counts;    /* --gpus 1,2,4,8 */
+    int weak, strong;            /* --mode weak|strong|both */
+    const char *config_path;
+    int steps;                   /* trainer steps per measured run (the first two are warm-up) */
+    const char *interconnect;    /* "measured" or a preset: h100-nvlink, pcie4, ib400 */
+    int measure_max;             /* rank counts up to this are run; 0: the GPUs present, or 4 CPU ranks */
+    const char *results_dir;
+    const char *sets[32];        /* --set K=V passed to the measured runs */
+    int n_sets;
+} BenchScalingOptions;
+
+/* Weak and strong scaling of the trainer: measured up to measure_max ranks, projected beyond from a one-rank
+ * timeline and the all-reduce model; writes <results>/<device>/scaling_<config>.{json,md,png} and _tb/. */
+int bench_scaling(Config *cfg, const BenchScalingOptions *o);

@@ -40,10 +40,9 @@ double bench_sgemm_gflops(int m, int n, int k) {
 }
 
 /* "Intel(R) Xeon(R) Processor" + 2 cores -> "cpu-intel-xeon-processor-2c": a results/ folder name. */
-void bench_device_slug(const Runtime *rt, char *out, size_t len) {
+void bench_slugify(const char *name, char *out, size_t len) {
     char raw[300], *o = out;
-    if (strcmp(rt->be->name, "cpu") == 0) snprintf(raw, sizeof raw, "cpu-%s-%dc", rt->hw.cpu_model, rt->hw.cores);
-    else snprintf(raw, sizeof raw, "%s", rt->hw.n_gpus ? rt->hw.gpus[0].name : "gpu");
+    snprintf(raw, sizeof raw, "%s", name); /* name may be out itself */
     int dash = 0;
     for (const char *p = raw; *p && (size_t)(o - out) < len - 1; p++) {
         if (strncmp(p, "(R)", 3) == 0 || strncmp(p, "(TM)", 4) == 0) {
@@ -60,6 +59,13 @@ void bench_device_slug(const Runtime *rt, char *out, size_t len) {
     }
     if (o > out && o[-1] == '-') o--;
     *o = 0;
+}
+
+void bench_device_slug(const Runtime *rt, char *out, size_t len) {
+    char raw[300];
+    if (strcmp(rt->be->name, "cpu") == 0) snprintf(raw, sizeof raw, "cpu-%s-%dc", rt->hw.cpu_model, rt->hw.cores);
+    else snprintf(raw, sizeof raw, "%s", rt->hw.n_gpus ? rt->hw.gpus[0].name : "gpu");
+    bench_slugify(raw, out, len);
 }
 
 /* The commit the results belong to: VX_COMMIT when set (ci/gpu.sh sets it on a GPU machine, whose copy of the tree

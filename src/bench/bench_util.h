@@ -11,6 +11,8 @@ double bench_sgemm_gflops(int m, int n, int k);
 /* "Intel(R) Xeon(R) Processor" + 2 cores -> "cpu-intel-xeon-processor-2c"; a GPU's name on CUDA: the results/
  * folder name of this run's device. */
 void bench_device_slug(const Runtime *rt, char *out, size_t len);
+/* The same folding of any name ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"); out may be name. */
+void bench_slugify(const char *name, char *out, size_t len);
 /* The commit the results belong to: VX_COMMIT when set, else git's short hash, else "unknown". */
 void bench_git_commit(char *out, size_t len);
 /* <results_root or "results">/<device slug>, created. */

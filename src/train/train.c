@@ -277,7 +277,7 @@ static void train_step(Trainer *t, StepResult *r) {
 
 /* The gradient buckets of model m: each parameter's span of the flat gradient and the node whose backward writes
  * it. */
-static Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double first_bucket_mb) {
+Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double first_bucket_mb) {
     GradSpan *spans = vx_malloc((size_t)m->n_params * sizeof *spans);
     for (int i = 0; i < m->n_params; i++) spans[i] = (GradSpan){m->params[i].offset, m->params[i].count, -1};
     for (int i = 0; i < m->n_nodes; i++)

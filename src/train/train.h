@@ -3,9 +3,13 @@
 #pragma once
 #include "core/config.h"
 #include "train/runtime.h"
+#include "dist/buckets.h"
 #include "train/train_plan.h"
 
 /* Trains cfg; config_name names the run directory when cfg->out_dir is empty. resume_path may be NULL.
  * Returns the process exit code (0, or 130 after SIGINT/SIGTERM with a checkpoint written); every other ending
  * exits with its own code (util.h). */
 int train_run(Config *cfg, const char *config_name, const char *resume_path);
+/* The gradient buckets of m's flat gradient buffer as the data-parallel trainer plans them (each bucket's ready_step:
+ * the backward node after which its gradients are complete); bench scaling reads the same plan. */
+Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double first_bucket_mb);

@@ -1,0 +1,55 @@
+/* test_scaling_model.c: bench scaling's step model (src/bench/scaling_model.c) against hand-computed cases. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "bench/scaling_model.h"
+
+/* three buckets ready at 2, 5 and 9 ms of a 10 ms backward, 1, 4 and 2 MB; fwd 4 ms, opt 1 ms */
+static double ready[3] = {2e-3, 5e-3, 9e-3}, bytes[3] = {1e6, 4e6, 2e6};
+static const Timeline TL = {.fwd = 4e-3, .bwd = 10e-3, .opt = 1e-3, .ready = ready, .bytes = bytes, .nb = 3};
+
+static void test_ring_cost(void **state) {
+    (void)state;
+    /* 4 ranks, a = 10 us, B = 1 GB/s: 6 x 10 us + 1.5 x 2 MB / 1 GB/s = 60 us + 3 ms */
+    assert_true(fabs(scaling_allreduce_time(4, 2e6, 10e-6, 1e9) - 3.06e-3) < 1e-12);
+    assert_true(scaling_allreduce_time(1, 2e6, 10e-6, 1e9) == 0.0);
+}
+
+static void test_one_rank_is_the_measured_step(void **state) {
+    (void)state;
+    assert_true(fabs(scaling_project_step(&TL, 1, 1e-3, 1e6, 1.0) - 15e-3) < 1e-12);
+}
+
+static void test_hidden_behind_backward(void **state) {
+    (void)state;
+    /* 2 ranks, a = 0, B = 2 GB/s: cost = S / 2 GB/s = 0.5, 2, 1 ms; ends 2.5, 7, 10 ms: backward's 10 ms hides it */
+    assert_true(fabs(scaling_project_step(&TL, 2, 0, 2e9, 1.0) - 15e-3) < 1e-12);
+}
+
+static void test_exposed_and_queued(void **state) {
+    (void)state;
+    /* 2 ranks, a = 0, B = 0.5 GB/s: cost 2, 8, 4 ms; bucket 0 2..4, bucket 1 queued 5..13, bucket 2 13..17:
+     * 7 ms beyond backward's 10 -> 4 + 17 + 1 = 22 ms */
+    assert_true(fabs(scaling_project_step(&TL, 2, 0, 0.5e9, 1.0) - 22e-3) < 1e-12);
+}
+
+static void test_shared_cores_stretch_compute(void **state) {
+    (void)state;
+    /* the same with compute x2: ready 4, 10, 18 ms of a 20 ms backward; ends 6, 18, 22 -> 8 + 22 + 2 = 32 ms */
+    assert_true(fabs(scaling_project_step(&TL, 2, 0, 0.5e9, 2.0) - 32e-3) < 1e-12);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_cost),
+        cmocka_unit_test(test_one_rank_is_the_measured_step),
+        cmocka_unit_test(test_hidden_behind_backward),
+        cmocka_unit_test(test_exposed_and_queued),
+        cmocka_unit_test(test_shared_cores_stretch_compute),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
