@@ -187,11 +187,8 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
         cJSON_AddNumberToObject(fit, "alpha_us", fit_a * 1e6);
         cJSON_AddNumberToObject(fit, "bus_gbps", fit_b * 1e-9);
         cJSON_AddNumberToObject(fit, "worst_error_1mib_up", fit_err);
-        char *text = cJSON_Print(j);
-        snprintf(path, sizeof path, "%s/allreduce_%dranks.json", dir, n);
-        fs_write_atomic(path, text, strlen(text));
-        free(text);
-        cJSON_Delete(j);
+        snprintf(path, sizeof path, "allreduce_%dranks.json", n);
+        bench_write_json(dir, path, j);
         char md[16384];
         size_t len = (size_t)snprintf(md, sizeof md,
                                       "# bench allreduce: %d ranks, %s communicator, %s buffers, on %s\n\n"

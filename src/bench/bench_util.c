@@ -2,7 +2,9 @@
  * and the commit the figures belong to. */
 #include "bench/bench_util.h"
 
+#include <cJSON.h>
 #include <cblas.h>
+#include <omp.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,4 +87,22 @@ void bench_results_dir(const Runtime *rt, const char *results_root, char *out, s
     bench_device_slug(rt, slug, sizeof slug);
     snprintf(out, len, "%s/%s", results_root ? results_root : "results", slug);
     fs_mkdirs(out);
+}
+
+void bench_write_json(const char *dir, const char *name, cJSON *j) {
+    char path[1400], *text = cJSON_Print(j);
+    VX_CHECK(text != NULL, "out of memory printing %s", name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    fs_write_atomic(path, text, strlen(text));
+    free(text);
+    cJSON_Delete(j);
+}
+
+void bench_parallel_copy(void *dst, const void *src, size_t bytes) {
+#pragma omp parallel
+    {
+        const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const size_t chunk = (bytes / (size_t)nt + 63) & ~(size_t)63, lo = chunk * (size_t)t;
+        if (lo < bytes) memcpy((char *)dst + lo, (const char *)src + lo, lo + chunk > bytes ? bytes - lo : chunk);
+    }
 }

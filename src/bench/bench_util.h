@@ -1,5 +1,6 @@
 /* bench_util.h: helpers the benchmarks share (src/bench/bench_util.c). */
 #pragma once
+#include <cJSON.h>
 #include <stddef.h>
 
 #include "train/runtime.h"
@@ -17,3 +18,7 @@ void bench_slugify(const char *name, char *out, size_t len);
 void bench_git_commit(char *out, size_t len);
 /* <results_root or "results">/<device slug>, created. */
 void bench_results_dir(const Runtime *rt, const char *results_root, char *out, size_t len);
+/* Writes j, printed, to dir/name atomically, and frees j. */
+void bench_write_json(const char *dir, const char *name, cJSON *j);
+/* memcpy split over the OpenMP threads: the copy ceiling's and its probe's way of copying. */
+void bench_parallel_copy(void *dst, const void *src, size_t bytes);

@@ -23,7 +23,6 @@
 #include <cblas.h>
 #include <cJSON.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,12 +74,7 @@ static double cpu_copy_gbps(size_t bytes) {
     double best = 1e30;
     for (int r = -1; r < 5; r++) {
         const double t0 = vx_now();
-#pragma omp parallel
-        {
-            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-            const size_t chunk = (bytes / (size_t)nt + 63) & ~(size_t)63, lo = chunk * (size_t)t;
-            if (lo < bytes) memcpy(b + lo, a + lo, lo + chunk > bytes ? bytes - lo : chunk);
-        }
+        bench_parallel_copy(b, a, bytes);
         const double t = vx_now() - t0;
         if (r >= 0 && t < best) best = t;
     }
@@ -119,12 +113,7 @@ static double probe_rate(Probe *p, int compute) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, PROBE_N, PROBE_N, PROBE_N, 1.0f, p->a, PROBE_N, p->b,
                         PROBE_N, 0.0f, p->c, PROBE_N);
         } else {
-#pragma omp parallel
-            {
-                const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-                const size_t chunk = (PROBE_BYTES / (size_t)nt + 63) & ~(size_t)63, lo = chunk * (size_t)t;
-                if (lo < PROBE_BYTES) memcpy(p->dst + lo, p->src + lo, lo + chunk > PROBE_BYTES ? PROBE_BYTES - lo : chunk);
-            }
+            bench_parallel_copy(p->dst, p->src, PROBE_BYTES);
         }
         const double t = vx_now() - t0;
         if (t < best) best = t;
@@ -448,11 +437,8 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         cJSON_AddItemToArray(arr, e);
     }
     cJSON_AddNumberToObject(j, "failed_checks", n_failed);
-    char *text = cJSON_Print(j);
-    snprintf(path, sizeof path, "%s/kernels_%s.json", dir, stem);
-    fs_write_atomic(path, text, strlen(text));
-    free(text);
-    cJSON_Delete(j);
+    snprintf(path, sizeof path, "kernels_%s.json", stem);
+    bench_write_json(dir, path, j);
 
     size_t cap = 4096 + (size_t)n_run * 256, len = 0;
     char *md = vx_malloc(cap);

@@ -68,13 +68,10 @@ static double now_s(void) { return vx_now(); }
 static double *hook_t;
 static void record_hook(void *ctx, int node) { (void)ctx, hook_t[node] = now_s(); }
 
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double med(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+/* This very binary, which the measured runs start again. */
+static void self_exe(char *out, size_t len) {
+    const ssize_t k = readlink("/proc/self/exe", out, len - 1);
+    out[k > 0 ? k : 0] = 0;
 }
 
 /* One rank's step timeline at per-rank batch `batch` with `threads` CPU threads. */
@@ -90,7 +87,8 @@ static Timeline measure_timeline(const Config *base, int batch, int threads) {
     model_allocate(m);
     model_init_params(m, (uint64_t)cfg.seed);
     float *host = runtime_load_phantom_batch(&rt, &cfg, 0);
-    Buckets *bk = buckets_plan_model(m, comm_single_open(), cfg.bucket_mb, cfg.first_bucket_mb);
+    Comm *single = comm_single_open();
+    Buckets *bk = buckets_plan_model(m, single, cfg.bucket_mb, cfg.first_bucket_mb);
     Timeline tl = {.nb = bk->n, .estimated = gpu};
     tl.ready = vx_malloc((size_t)bk->n * sizeof(double));
     tl.bytes = vx_malloc((size_t)bk->n * sizeof(double));
@@ -118,7 +116,7 @@ static Timeline measure_timeline(const Config *base, int batch, int threads) {
         o[s] = be->timer_elapsed_ms(2, 3) * 1e-3;
         for (int i = 0; i < bk->n && !gpu; i++) r[s * bk->n + i] = hook_t[bk->b[i].ready_step] - t1;
     }
-    tl.fwd = med(f, STEPS), tl.bwd = med(b, STEPS), tl.opt = med(o, STEPS);
+    tl.fwd = bench_median(f, STEPS), tl.bwd = bench_median(b, STEPS), tl.opt = bench_median(o, STEPS);
     double total = 0, *flops = vx_malloc((size_t)m->n_nodes * sizeof(double));
     for (int i = 0; i < m->n_nodes; i++)
         total += flops[i] = m->nodes[i].kind == OP_CONV ? 2 * conv3d_forward_flops(&m->nodes[i].conv) : 0;
@@ -131,12 +129,13 @@ static Timeline measure_timeline(const Config *base, int batch, int threads) {
         } else {
             double v[STEPS];
             for (int s = 0; s < STEPS; s++) v[s] = r[s * bk->n + i];
-            tl.ready[i] = med(v, STEPS);
+            tl.ready[i] = bench_median(v, STEPS);
         }
     }
     m->backward_hook = NULL;
     free(flops), free(r), free(hook_t), free(host);
     buckets_free(bk);
+    comm_close(single);
     runtime_close(&rt);
     return tl;
 }
@@ -175,13 +174,13 @@ static double run_step_time(const char *run_dir) {
         cJSON_Delete(j);
     }
     fclose(f);
-    return n ? med(v, n) : NAN;
+    return n ? bench_median(v, n) : NAN;
 }
 
 /* The measured run of n ranks: returns its step time (s), or NAN with the log's path printed. */
 static double measure_run(const BenchScalingOptions *o, const char *tmp, int mode, int n, int batch, int global,
                           int threads, int use_mpi, const char *device) {
-    char dir[1024], log[1100], nbuf[16], steps[32], bs[48], gb[48], th[48], exe[64];
+    char dir[1024], log[1100], nbuf[16], steps[32], bs[48], gb[48], th[48];
     snprintf(dir, sizeof dir, "%s/%s-%d", tmp, mode ? "strong" : "weak", n);
     snprintf(log, sizeof log, "%s.log", dir);
     snprintf(nbuf, sizeof nbuf, "%d", n);
@@ -189,10 +188,8 @@ static double measure_run(const BenchScalingOptions *o, const char *tmp, int mod
     snprintf(bs, sizeof bs, "train.batch_size=%d", batch);
     snprintf(gb, sizeof gb, "train.global_batch=%d", mode ? global : 0);
     snprintf(th, sizeof th, "train.threads=%d", threads);
-    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)getpid());
     char real[1024];
-    const ssize_t k = readlink(exe, real, sizeof real - 1);
-    real[k > 0 ? k : 0] = 0;
+    self_exe(real, sizeof real);
     const char *argv[96];
     int a = 0;
     if (n > 1 && use_mpi) {
@@ -218,10 +215,8 @@ static double measure_run(const BenchScalingOptions *o, const char *tmp, int mod
 
 /* a and B fitted by `bench allreduce` on n ranks (mpirun), into *alpha (s) and *bus (B/s); 0 on failure */
 static int measure_interconnect(const char *tmp, int n, double *alpha, double *bus) {
-    char exe[64], real[1024], nbuf[16], res[1024], log[1100], path[1300];
-    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)getpid());
-    const ssize_t k = readlink(exe, real, sizeof real - 1);
-    real[k > 0 ? k : 0] = 0;
+    char real[1024], nbuf[16], res[1024], log[1100], path[1300];
+    self_exe(real, sizeof real);
     snprintf(nbuf, sizeof nbuf, "%d", n);
     snprintf(res, sizeof res, "%s/allreduce", tmp);
     snprintf(log, sizeof log, "%s/allreduce-%d.log", tmp, n);
@@ -436,11 +431,8 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
         if (isfinite(rows[i].err)) cJSON_AddNumberToObject(e, "model_error", rows[i].err);
         cJSON_AddItemToArray(arr, e);
     }
-    char *text = cJSON_Print(j);
-    snprintf(path, sizeof path, "%s/scaling_%s.json", dir, stem);
-    fs_write_atomic(path, text, strlen(text));
-    free(text);
-    cJSON_Delete(j);
+    snprintf(path, sizeof path, "scaling_%s.json", stem);
+    bench_write_json(dir, path, j);
 
     char md[16384];
     size_t len = (size_t)snprintf(md, sizeof md,

@@ -92,7 +92,12 @@ def gate_baseline(tmp_path_factory):
 
 
 def test_gate_passes_a_fresh_run_on_the_same_machine(gate_baseline):
-    p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline])
+    # once more on a failure, as ci/test.sh runs the gate: a burst of a neighbour's load on the shared VM has halved
+    # one op's figure for one run (seen once in this test); a real regression fails both runs
+    args = REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline]
+    p = run(args)
+    if p.returncode == 1:
+        p = run(args)
     assert p.returncode == 0, p.stdout[-3000:]
     assert "ci/regress: passed: 4 figures within their tolerances" in p.stdout
 
