@@ -81,7 +81,7 @@ typedef struct Backend {
     void (*groupnorm_forward)(const GroupNormShape *s, const float *x, const float *gamma, const float *beta,
                               float *y, float *mean, float *rstd);
     void (*groupnorm_backward)(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
-                               const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
+                               const float *beta, const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
                                float beta_dx, float beta_dparam);
     void (*silu_forward)(long count, const float *x, float *y);
     void (*silu_backward)(long count, const float *x, const float *dy, float *dx, float beta);

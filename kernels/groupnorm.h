@@ -1,7 +1,13 @@
-/* groupnorm.h: GroupNorm over NDHWC activations, statistics in at least fp32.
+/* groupnorm.h: GroupNorm over NDHWC activations, statistics in at least fp32, optionally fused with the SiLU
+ * that follows every GroupNorm of the model (shape.silu = 1).
  *   x, y     [n][spatial][c]       spatial = d*h*w; channel c belongs to group c / (c/groups)
- *   gamma, b [c]
+ *   gamma, beta [c]
  *   mean, rstd [n][groups]         saved by forward for backward; rstd = 1/sqrt(var + eps), biased variance
+ * silu = 0: y = (x - mean) * rstd * gamma + beta, and backward's dy is the gradient of that y.
+ * silu = 1: y = silu(that), written in the same pass; backward's dy is the gradient of the SiLU's output and
+ *           the normalised value is recomputed from x, mean, rstd, gamma and beta wherever it is needed. The
+ *           pre-activation tensor is then never stored: one activation and one gradient tensor fewer per
+ *           GroupNorm, and one read-write pass fewer each way (PyTorch eager runs them as two kernels).
  * beta_dx / beta_dparam follow the conv3d.h convention (0 overwrite, 1 accumulate). */
 #pragma once
 
@@ -14,12 +20,13 @@ typedef struct {
     long spatial;
     int c, groups;
     float eps;
+    int silu; /* 1: SiLU fused after the normalisation (see above) */
 } GroupNormShape;
 
 void groupnorm_forward_cpu(const GroupNormShape *s, const float *x, const float *gamma, const float *beta, float *y,
                            float *mean, float *rstd);
 void groupnorm_backward_cpu(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
-                            const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
+                            const float *beta, const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
                             float beta_dx, float beta_dparam);
 
 /* CUDA (kernels/groupnorm_cuda.cu, CUDA builds only): the same semantics on device pointers,
@@ -27,7 +34,7 @@ void groupnorm_backward_cpu(const GroupNormShape *s, const float *dy, const floa
 void groupnorm_forward_cuda(const GroupNormShape *s, const float *x, const float *gamma, const float *beta,
                             float *y, float *mean, float *rstd);
 void groupnorm_backward_cuda(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
-                             const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
+                             const float *beta, const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
                              float beta_dx, float beta_dparam);
 
 #ifdef __cplusplus

@@ -1,4 +1,6 @@
-/* groupnorm_cpu.c: float32 CPU GroupNorm (groupnorm.h) over NDHWC activations, forward and backward.
+/* groupnorm_cpu.c: float32 CPU GroupNorm (groupnorm.h) over NDHWC activations, forward and backward, with the
+ * SiLU optionally fused (shape.silu): the forward applies it in the pass that writes y, the backward recomputes
+ * the pre-activation from x wherever it needs the SiLU's derivative.
  * Statistics are accumulated in double. Every reduction is split into fixed blocks of GN_BLOCK spatial positions
  * per sample: each block writes per-channel partial sums, and the partials are then added in block order, so the
  * results are bit-identical whatever the OpenMP thread count. Accumulating per channel first keeps the inner
@@ -7,6 +9,7 @@
 #include <stdlib.h>
 
 #include "core/util.h"
+#include "exp_cpu.h"
 #include "groupnorm.h"
 
 /* Spatial positions per partial-sum block (fixed: it defines the summation order). */
@@ -73,41 +76,68 @@ void groupnorm_forward_cpu(const GroupNormShape *s, const float *x, const float 
         const long b = r / S;
         const float *xr = x + r * c, *m = cm + b * c, *sc = cs + b * c;
         float *yr = y + r * c;
-        for (int j = 0; j < c; j++) yr[j] = (xr[j] - m[j]) * sc[j] + beta[j];
+        if (s->silu)
+            for (int j = 0; j < c; j++) yr[j] = silu_vec((xr[j] - m[j]) * sc[j] + beta[j]);
+        else
+            for (int j = 0; j < c; j++) yr[j] = (xr[j] - m[j]) * sc[j] + beta[j];
     }
     free(cm);
     free(cs);
 }
 
+/* Fused with SiLU, the gradient of the normalised value at one row of c channels: dz * silu'(pre), the
+ * pre-activation recomputed as the forward computed it, (x - mean) * (rstd*gamma) + beta. */
+static inline void silu_row_grad(int c, const float *dz, const float *x, const float *m, const float *rg,
+                                 const float *beta, float *g) {
+    for (int j = 0; j < c; j++) g[j] = dz[j] * silu_grad_vec((x[j] - m[j]) * rg[j] + beta[j]);
+}
+
 void groupnorm_backward_cpu(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
-                            const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
-                            float beta_dx, float beta_dparam) {
+                            const float *beta, const float *mean, const float *rstd, float *dx, float *dgamma,
+                            float *dbeta, float beta_dx, float beta_dparam) {
     check_shape(s);
     const int n = s->n, c = s->c, G = s->groups, cg = c / G;
     const long S = s->spatial, nb = (S + GN_BLOCK - 1) / GN_BLOCK;
-    /* per-channel copies of each sample's group mean and rstd: cm, cr [n][c] */
+    /* per-channel copies of each sample's group mean, rstd and rstd*gamma: cm, cr, crg [n][c] */
     float *cm = vx_malloc(sizeof(float) * (size_t)n * c), *cr = vx_malloc(sizeof(float) * (size_t)n * c);
+    float *crg = vx_malloc(sizeof(float) * (size_t)n * c);
     for (int b = 0; b < n; b++)
         for (int j = 0; j < c; j++) {
             cm[b * c + j] = mean[b * G + j / cg];
             cr[b * c + j] = rstd[b * G + j / cg];
+            crg[b * c + j] = rstd[b * G + j / cg] * gamma[j];
         }
-    /* part [n][nb][2][c]: per-channel sum of dy and of dy*xhat over each block */
+    /* Fused SiLU: when dx is overwritten (beta_dx 0), the first pass leaves the normalised value's gradient in dx and
+     * the last pass reads it back from there, so the exp is evaluated once per element as in the unfused pair;
+     * when dx accumulates it is recomputed (on the CPU the exp, not the memory traffic, is the cost). */
+    float *stash = s->silu && beta_dx == 0.0f ? dx : NULL;
+    /* part [n][nb][2][c]: per-channel sum of dy and of dy*xhat over each block (dy: the normalised value's) */
     double *part = vx_calloc((size_t)n * nb * 2 * c, sizeof(double));
-#pragma omp parallel for schedule(static)
-    for (long t = 0; t < n * nb; t++) {
-        const long b = t / nb, blk = t % nb;
-        double *sdy = part + t * 2 * c, *sdyx = sdy + c;
-        const float *m = cm + b * c, *rs = cr + b * c;
-        const long p1 = min_l(S, (blk + 1) * GN_BLOCK);
-        for (long p = blk * GN_BLOCK; p < p1; p++) {
-            const float *xr = x + (b * S + p) * c, *dyr = dy + (b * S + p) * c;
-            for (int j = 0; j < c; j++) {
-                const double d = dyr[j];
-                sdy[j] += d;
-                sdyx[j] += d * (double)((xr[j] - m[j]) * rs[j]);
+#pragma omp parallel
+    {
+        float *g = s->silu && !stash ? vx_malloc(sizeof(float) * (size_t)c) : NULL;
+#pragma omp for schedule(static)
+        for (long t = 0; t < n * nb; t++) {
+            const long b = t / nb, blk = t % nb;
+            double *sdy = part + t * 2 * c, *sdyx = sdy + c;
+            const float *m = cm + b * c, *rs = cr + b * c, *rg = crg + b * c;
+            const long p1 = min_l(S, (blk + 1) * GN_BLOCK);
+            for (long p = blk * GN_BLOCK; p < p1; p++) {
+                const float *xr = x + (b * S + p) * c, *dyr = dy + (b * S + p) * c;
+                const float *gr = dyr;
+                if (s->silu) {
+                    float *row = stash ? stash + (b * S + p) * c : g;
+                    silu_row_grad(c, dyr, xr, m, rg, beta, row);
+                    gr = row;
+                }
+                for (int j = 0; j < c; j++) {
+                    const double d = gr[j];
+                    sdy[j] += d;
+                    sdyx[j] += d * (double)((xr[j] - m[j]) * rs[j]);
+                }
             }
         }
+        free(g);
     }
     /* per-channel totals over the blocks of each sample: [n][2][c] */
     double *tot = vx_calloc((size_t)n * 2 * c, sizeof(double));
@@ -153,23 +183,32 @@ void groupnorm_backward_cpu(const GroupNormShape *s, const float *dy, const floa
             }
         }
     free(tot);
-    /* reuse cr as rstd*gamma per channel */
-    for (int b = 0; b < n; b++)
-        for (int j = 0; j < c; j++) cr[b * c + j] *= gamma[j];
 
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < n * S; r++) {
-        const long b = r / S;
-        const float *xr = x + r * c, *dyr = dy + r * c;
-        const float *m = cm + b * c, *rg = cr + b * c, *a1 = ca1 + b * c, *a2 = ca2 + b * c;
-        float *dxr = dx + r * c;
-        if (beta_dx != 0.0f)
-            for (int j = 0; j < c; j++) dxr[j] = beta_dx * dxr[j] + (rg[j] * dyr[j] - a1[j] - a2[j] * (xr[j] - m[j]));
-        else
-            for (int j = 0; j < c; j++) dxr[j] = rg[j] * dyr[j] - a1[j] - a2[j] * (xr[j] - m[j]);
+#pragma omp parallel
+    {
+        float *g = s->silu && !stash ? vx_malloc(sizeof(float) * (size_t)c) : NULL;
+#pragma omp for schedule(static)
+        for (long r = 0; r < n * S; r++) {
+            const long b = r / S;
+            const float *xr = x + r * c, *dyr = dy + r * c;
+            const float *m = cm + b * c, *rg = crg + b * c, *a1 = ca1 + b * c, *a2 = ca2 + b * c;
+            float *dxr = dx + r * c;
+            if (stash) dyr = dxr; /* the first pass's, overwritten element by element below */
+            else if (g) {         /* the SiLU's gradient recomputed into g (unfused, dy is used as it is) */
+                silu_row_grad(c, dyr, xr, m, rg, beta, g);
+                dyr = g;
+            }
+            if (beta_dx != 0.0f)
+                for (int j = 0; j < c; j++)
+                    dxr[j] = beta_dx * dxr[j] + (rg[j] * dyr[j] - a1[j] - a2[j] * (xr[j] - m[j]));
+            else
+                for (int j = 0; j < c; j++) dxr[j] = rg[j] * dyr[j] - a1[j] - a2[j] * (xr[j] - m[j]);
+        }
+        free(g);
     }
     free(cm);
     free(cr);
+    free(crg);
     free(ca1);
     free(ca2);
 }

@@ -16,9 +16,13 @@
  * Thread layout of the row passes: the c channels of a position are `lanes` vectors of V floats (V = 4 when
  * c % 4 == 0 and the big tensors are 16-byte aligned); thread (tx, ty) = (threadIdx % CW, threadIdx / CW) owns
  * lane tx (+ CW, + 2CW, ... when lanes > 256) and rows ty, ty + RY, ...: a warp reads consecutive memory.
- * Element indices are size_t throughout (n*S*c passes 2^31 at 128^3 x 64 channels x batch 16). */
+ * Element indices are size_t throughout (n*S*c passes 2^31 at 128^3 x 64 channels x batch 16).
+ * Fused SiLU (shape.silu, the SILU template flag): the normalize pass writes silu(y); the backward's partial and dx
+ * passes turn the incoming gradient into the normalised value's, dz * silu'(pre), recomputing
+ * pre = (x - mean)*(rstd*gamma) + beta in registers, so no pre-activation tensor is read or written. */
 #include "cuda_check.h"
 #include "groupnorm.h"
+#include "silu_device.cuh"
 
 #define GN_TARGET_BLOCKS 1024 /* partial-pass blocks over all samples (several per SM on an A100/H100) */
 #define GN_MIN_ROWS 32        /* spatial positions per partial-pass block, at least */
@@ -79,10 +83,11 @@ static dim3 rows_grid(const GnGeom *g, const GroupNormShape *s, size_t *rows_per
 
 /* part[b][blk][0][j] = sum over the block's rows of x (BWD: dy), part[b][blk][1][j] = of x^2 (BWD: dy*xhat with
  * xhat = (x - mean)*rstd in float, as the CPU) */
-template <int V, bool BWD>
+template <int V, bool BWD, bool SILU>
 __global__ void gn_partial_kernel(int n, size_t S, int c, int cg, int G, int lanes, int CW, int RY, size_t SB, int nblk,
                                   const float *__restrict__ x, const float *__restrict__ dy,
                                   const float *__restrict__ mean, const float *__restrict__ rstd,
+                                  const float *__restrict__ gamma, const float *__restrict__ beta,
                                   double *__restrict__ part) {
     __shared__ double sh[2][VX_THREADS * 4];
     const int tx = threadIdx.x % CW, ty = threadIdx.x / CW;
@@ -95,12 +100,14 @@ __global__ void gn_partial_kernel(int n, size_t S, int c, int cg, int G, int lan
 #pragma unroll
             for (int k = 0; k < V; k++) s1[k] = s2[k] = 0.0;
             if (ty < RY && lane < lanes) {
-                float m[V], rs[V];
+                float m[V], rs[V], rg[V], bt[V];
 #pragma unroll
                 for (int k = 0; k < V; k++) {
-                    const int g = (lane * V + k) / cg;
+                    const int j = lane * V + k, g = j / cg;
                     m[k] = BWD ? mean[b * G + g] : 0.0f;
                     rs[k] = BWD ? rstd[b * G + g] : 0.0f;
+                    rg[k] = SILU ? rstd[b * G + g] * gamma[j] : 0.0f;
+                    bt[k] = SILU ? beta[j] : 0.0f;
                 }
                 for (size_t p = p0 + ty; p < p1; p += RY) {
                     const size_t vi = ((size_t)b * S + p) * lanes + lane;
@@ -111,6 +118,7 @@ __global__ void gn_partial_kernel(int n, size_t S, int c, int cg, int G, int lan
                         vx_load<V>(dy, vi, dv);
 #pragma unroll
                         for (int k = 0; k < V; k++) {
+                            if constexpr (SILU) dv[k] *= silu_grad_dev((xv[k] - m[k]) * rg[k] + bt[k]);
                             const double d = dv[k];
                             s1[k] += d;
                             s2[k] += d * (double)((xv[k] - m[k]) * rs[k]);
@@ -150,19 +158,25 @@ __global__ void gn_partial_kernel(int n, size_t S, int c, int cg, int G, int lan
     }
 }
 
+/* bwd: dy is the output's gradient (through the fused SiLU when s->silu); forward passes NULL for what it lacks */
 static void launch_partial(const GnGeom *g, const GroupNormShape *s, bool bwd, const float *x, const float *dy,
-                           const float *mean, const float *rstd, double *part) {
+                           const float *mean, const float *rstd, const float *gamma, const float *beta,
+                           double *part) {
     const dim3 grid = partial_grid(g, s->n);
     const int cg = s->c / s->groups;
     cudaStream_t st = vx_cuda_stream();
 #define GN_PARTIAL_ARGS                                                                                        \
-    s->n, (size_t)s->spatial, s->c, cg, s->groups, g->lanes, g->CW, g->RY, g->SB, g->nblk, x, dy, mean, rstd, part
+    s->n, (size_t)s->spatial, s->c, cg, s->groups, g->lanes, g->CW, g->RY, g->SB, g->nblk, x, dy, mean, rstd, gamma, \
+        beta, part
+    const bool silu = bwd && s->silu;
     if (g->V == 4) {
-        if (bwd) gn_partial_kernel<4, true><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
-        else gn_partial_kernel<4, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+        if (silu) gn_partial_kernel<4, true, true><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+        else if (bwd) gn_partial_kernel<4, true, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+        else gn_partial_kernel<4, false, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
     } else {
-        if (bwd) gn_partial_kernel<1, true><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
-        else gn_partial_kernel<1, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+        if (silu) gn_partial_kernel<1, true, true><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+        else if (bwd) gn_partial_kernel<1, true, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+        else gn_partial_kernel<1, false, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
     }
 #undef GN_PARTIAL_ARGS
     LAUNCH_CHECK("gn_partial_kernel");
@@ -196,8 +210,8 @@ __global__ void gn_stats_kernel(int G, int cg, int c, int nblk, double count, fl
     }
 }
 
-/* y = (x - mean) * (rstd*gamma) + beta */
-template <int V>
+/* y = (x - mean) * (rstd*gamma) + beta, then silu(y) when SILU */
+template <int V, bool SILU>
 __global__ void gn_normalize_kernel(int n, size_t S, int cg, int G, int lanes, int CW, int RY, size_t rows_per_block,
                                     size_t row_blocks, const float *__restrict__ x, const float *__restrict__ gamma,
                                     const float *__restrict__ beta, const float *__restrict__ mean,
@@ -221,7 +235,10 @@ __global__ void gn_normalize_kernel(int n, size_t S, int cg, int G, int lanes, i
                     float v[V];
                     vx_load<V>(x, vi, v);
 #pragma unroll
-                    for (int k = 0; k < V; k++) v[k] = (v[k] - m[k]) * sc[k] + bt[k];
+                    for (int k = 0; k < V; k++) {
+                        v[k] = (v[k] - m[k]) * sc[k] + bt[k];
+                        if constexpr (SILU) v[k] = silu_dev(v[k]);
+                    }
                     vx_store<V>(y, vi, v);
                 }
             }
@@ -235,7 +252,7 @@ extern "C" void groupnorm_forward_cuda(const GroupNormShape *s, const float *x, 
     const int vec = s->c % 4 == 0 && vx_aligned16(x) && vx_aligned16(y);
     const GnGeom g = gn_geometry(s, vec);
     double *part = (double *)vx_cuda_scratch();
-    launch_partial(&g, s, false, x, NULL, NULL, NULL, part);
+    launch_partial(&g, s, false, x, NULL, NULL, NULL, NULL, NULL, part);
 
     const int cg = s->c / s->groups;
     const size_t nG = (size_t)s->n * s->groups;
@@ -248,8 +265,13 @@ extern "C" void groupnorm_forward_cuda(const GroupNormShape *s, const float *x, 
     const dim3 grid = rows_grid(&g, s, &rpb, &row_blocks);
 #define GN_NORM_ARGS                                                                                                   \
     s->n, (size_t)s->spatial, cg, s->groups, g.lanes, g.CW, g.RY, rpb, row_blocks, x, gamma, beta, mean, rstd, y
-    if (g.V == 4) gn_normalize_kernel<4><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
-    else gn_normalize_kernel<1><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
+    if (s->silu) {
+        if (g.V == 4) gn_normalize_kernel<4, true><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
+        else gn_normalize_kernel<1, true><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
+    } else {
+        if (g.V == 4) gn_normalize_kernel<4, false><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
+        else gn_normalize_kernel<1, false><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
+    }
 #undef GN_NORM_ARGS
     LAUNCH_CHECK("gn_normalize_kernel");
 }
@@ -303,11 +325,12 @@ __global__ void gn_coef_kernel(int n, int c, int G, int cg, double count, const 
     }
 }
 
-/* dx = [beta*dx +] rstd*gamma*dy - a1 - a2*(x - mean) */
-template <int V, bool ACC>
+/* dx = [beta*dx +] rstd*gamma*dy - a1 - a2*(x - mean); dy first through the fused SiLU's derivative when SILU */
+template <int V, bool ACC, bool SILU>
 __global__ void gn_dx_kernel(int n, size_t S, int cg, int G, int lanes, int CW, int RY, size_t rows_per_block,
                              size_t row_blocks, const float *__restrict__ dy, const float *__restrict__ x,
-                             const float *__restrict__ gamma, const float *__restrict__ mean,
+                             const float *__restrict__ gamma, const float *__restrict__ beta,
+                             const float *__restrict__ mean,
                              const float *__restrict__ rstd, const float *__restrict__ coef, float *__restrict__ dx,
                              float beta_dx) {
     const int tx = threadIdx.x % CW, ty = threadIdx.x / CW;
@@ -316,12 +339,13 @@ __global__ void gn_dx_kernel(int n, size_t S, int cg, int G, int lanes, int CW, 
         for (size_t rb = blockIdx.x; rb < row_blocks; rb += gridDim.x) {
             const size_t p0 = rb * rows_per_block, p1 = p0 + rows_per_block < S ? p0 + rows_per_block : S;
             for (int lane = tx; lane < lanes; lane += CW) {
-                float m[V], rg[V], a1[V], a2[V];
+                float m[V], rg[V], a1[V], a2[V], bt[V];
 #pragma unroll
                 for (int k = 0; k < V; k++) {
                     const int j = lane * V + k, g = b * G + j / cg;
                     m[k] = mean[g];
                     rg[k] = rstd[g] * gamma[j];
+                    bt[k] = SILU ? beta[j] : 0.0f;
                     a1[k] = coef[2 * (size_t)g];
                     a2[k] = coef[2 * (size_t)g + 1];
                 }
@@ -333,6 +357,7 @@ __global__ void gn_dx_kernel(int n, size_t S, int cg, int G, int lanes, int CW, 
                     if constexpr (ACC) vx_load<V>(dx, vi, o);
 #pragma unroll
                     for (int k = 0; k < V; k++) {
+                        if constexpr (SILU) gv[k] *= silu_grad_dev((xv[k] - m[k]) * rg[k] + bt[k]);
                         const float d = rg[k] * gv[k] - a1[k] - a2[k] * (xv[k] - m[k]);
                         if constexpr (ACC) o[k] = beta_dx * o[k] + d;
                         else o[k] = d;
@@ -344,8 +369,8 @@ __global__ void gn_dx_kernel(int n, size_t S, int cg, int G, int lanes, int CW, 
 }
 
 extern "C" void groupnorm_backward_cuda(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
-                                        const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
-                                        float beta_dx, float beta_dparam) {
+                                        const float *beta, const float *mean, const float *rstd, float *dx,
+                                        float *dgamma, float *dbeta, float beta_dx, float beta_dparam) {
     check_shape(s);
     if (s->n <= 0 || s->spatial <= 0) return;
     const int vec = s->c % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) && (!dx || vx_aligned16(dx));
@@ -357,7 +382,7 @@ extern "C" void groupnorm_backward_cuda(const GroupNormShape *s, const float *dy
     float *coef = (float *)(tot + g.tot_doubles);      /* [n][G][2] */
     cudaStream_t st = vx_cuda_stream();
 
-    launch_partial(&g, s, true, x, dy, mean, rstd, part);
+    launch_partial(&g, s, true, x, dy, mean, rstd, gamma, beta, part);
 
     gn_totals_kernel<<<(unsigned)((g.tot_doubles + VX_THREADS - 1) / VX_THREADS), VX_THREADS, 0, st>>>(
         g.tot_doubles, s->c, g.nblk, part, tot);
@@ -372,15 +397,22 @@ extern "C" void groupnorm_backward_cuda(const GroupNormShape *s, const float *dy
     size_t rpb, row_blocks;
     const dim3 grid = rows_grid(&g, s, &rpb, &row_blocks);
 #define GN_DX_ARGS                                                                                             \
-    s->n, (size_t)s->spatial, cg, s->groups, g.lanes, g.CW, g.RY, rpb, row_blocks, dy, x, gamma, mean, rstd, coef, dx, \
-        beta_dx
-    if (beta_dx != 0.0f) {
-        if (g.V == 4) gn_dx_kernel<4, true><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);
-        else gn_dx_kernel<1, true><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);
+    s->n, (size_t)s->spatial, cg, s->groups, g.lanes, g.CW, g.RY, rpb, row_blocks, dy, x, gamma, beta, mean, rstd,  \
+        coef, dx, beta_dx
+#define GN_DX_LAUNCH(ACC, SILU)                                                                                \
+    do {                                                                                                       \
+        if (g.V == 4) gn_dx_kernel<4, ACC, SILU><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);                      \
+        else gn_dx_kernel<1, ACC, SILU><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);                               \
+    } while (0)
+    const bool acc = beta_dx != 0.0f;
+    if (s->silu) {
+        if (acc) GN_DX_LAUNCH(true, true);
+        else GN_DX_LAUNCH(false, true);
     } else {
-        if (g.V == 4) gn_dx_kernel<4, false><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);
-        else gn_dx_kernel<1, false><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);
+        if (acc) GN_DX_LAUNCH(true, false);
+        else GN_DX_LAUNCH(false, false);
     }
+#undef GN_DX_LAUNCH
 #undef GN_DX_ARGS
     LAUNCH_CHECK("gn_dx_kernel");
 }

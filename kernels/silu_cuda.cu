@@ -5,8 +5,7 @@
  *   x, y, dy, dx [count]   flat; float4 when count % 4 == 0 and every pointer is 16-byte aligned, else scalar.
  * beta 0 overwrites dx without reading it (dx may hold NaN); beta 1 adds. */
 #include "cuda_check.h"
-
-__device__ __forceinline__ float silu_exp_neg(float x) { return expf(fminf(fmaxf(-x, -87.0f), 88.0f)); }
+#include "silu_device.cuh"
 
 /* y = x / (1 + exp(-x)); nvec vectors of V floats */
 template <int V> __global__ void silu_forward_kernel(size_t nvec, const float *__restrict__ x, float *__restrict__ y) {

@@ -133,7 +133,9 @@ static void conv_bwd_filter_ref(const KernelCase *k, const float *const *in, dou
     for (long i = 0; i < k->buf_count[1]; i++) ref[3][i % s->c_out] += in[1][i];
 }
 
-/* ---- GroupNorm -------------------------------------------------------------------------------------------- */
+/* ---- GroupNorm (k->gn.silu: fused with the SiLU after it, ops groupnorm_silu_*) ---------------------------- */
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 static void gn_fwd_setup(KernelCase *k, const Backend *be) {
     const GroupNormShape *s = &k->gn;
@@ -167,7 +169,8 @@ static void gn_fwd_ref(const KernelCase *k, const float *const *in, double *cons
                 for (int j = 0; j < cpg; j++) {
                     const int c = g * cpg + j;
                     const long i = ((long)n * s->spatial + p) * s->c + c;
-                    ref[3][i] = (in[0][i] - mean) * rstd * in[1][c] + in[2][c];
+                    const double pre = (in[0][i] - mean) * rstd * in[1][c] + in[2][c];
+                    ref[3][i] = s->silu ? pre * sigmoid(pre) : pre;
                 }
         }
 }
@@ -175,45 +178,50 @@ static void gn_fwd_ref(const KernelCase *k, const float *const *in, double *cons
 static void gn_bwd_setup(KernelCase *k, const Backend *be) {
     const GroupNormShape *s = &k->gn;
     const long x = (long)s->n * s->spatial * s->c, st = (long)s->n * s->groups;
-    bufs(k, 8, (long[]){x, x, s->c, st, st, x, s->c, s->c},
-         (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_OUT});
+    /* dy x gamma beta mean rstd -> dx dgamma dbeta (beta is read only when the SiLU is fused) */
+    bufs(k, 9, (long[]){x, x, s->c, s->c, st, st, x, s->c, s->c},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_OUT});
 }
 static void gn_bwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
-    be->groupnorm_backward(&k->gn, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], 0.0f, 0.0f);
+    be->groupnorm_backward(&k->gn, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], 0.0f, 0.0f);
 }
 /* The statistics are inputs here (gn_fill makes plausible ones); the gradient is the exact derivative for them:
- * xhat = (x - mean) rstd, dx = rstd (g dy - mean(g dy) - xhat mean(g dy xhat)) over the group. */
+ * xhat = (x - mean) rstd, dx = rstd (g dy - mean(g dy) - xhat mean(g dy xhat)) over the group, where dy is the
+ * normalised value's gradient: the incoming one, or through the fused SiLU dz * silu'(xhat gamma + beta). */
 static void gn_bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const GroupNormShape *s = &k->gn;
     const int cpg = s->c / s->groups;
-    for (int c = 0; c < s->c; c++) ref[6][c] = ref[7][c] = 0;
+    for (int c = 0; c < s->c; c++) ref[7][c] = ref[8][c] = 0;
     for (int n = 0; n < s->n; n++)
         for (int g = 0; g < s->groups; g++) {
-            const double mean = in[3][n * s->groups + g], rstd = in[4][n * s->groups + g];
+            const double mean = in[4][n * s->groups + g], rstd = in[5][n * s->groups + g];
             const double cnt = (double)s->spatial * cpg;
             double a = 0, b = 0;
-            for (long p = 0; p < s->spatial; p++)
-                for (int j = 0; j < cpg; j++) {
-                    const int c = g * cpg + j;
-                    const long i = ((long)n * s->spatial + p) * s->c + c;
-                    const double xhat = (in[1][i] - mean) * rstd, gdy = (double)in[2][c] * in[0][i];
-                    a += gdy, b += gdy * xhat;
-                    ref[6][c] += (double)in[0][i] * xhat, ref[7][c] += in[0][i];
-                }
-            a /= cnt, b /= cnt;
-            for (long p = 0; p < s->spatial; p++)
-                for (int j = 0; j < cpg; j++) {
-                    const int c = g * cpg + j;
-                    const long i = ((long)n * s->spatial + p) * s->c + c;
-                    const double xhat = (in[1][i] - mean) * rstd;
-                    ref[5][i] = rstd * ((double)in[2][c] * in[0][i] - a - xhat * b);
-                }
+            for (int pass = 0; pass < 2; pass++)
+                for (long p = 0; p < s->spatial; p++)
+                    for (int j = 0; j < cpg; j++) {
+                        const int c = g * cpg + j;
+                        const long i = ((long)n * s->spatial + p) * s->c + c;
+                        const double xhat = (in[1][i] - mean) * rstd;
+                        double dy = in[0][i];
+                        if (s->silu) {
+                            const double pre = xhat * in[2][c] + in[3][c], sg = sigmoid(pre);
+                            dy *= sg * (1 + pre * (1 - sg));
+                        }
+                        const double gdy = (double)in[2][c] * dy;
+                        if (pass == 0) {
+                            a += gdy, b += gdy * xhat;
+                            ref[7][c] += dy * xhat, ref[8][c] += dy;
+                        } else {
+                            ref[6][i] = rstd * (gdy - a / cnt - xhat * b / cnt);
+                        }
+                    }
         }
 }
 static void gn_bwd_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
     for (long i = 0; i < count; i++) {
         const double u = vx_uniform01(vx_hash3(seed, (uint64_t)b, (uint64_t)i));
-        h[i] = b == 3 ? (float)(0.2 * u - 0.1) : b == 4 ? (float)(0.5 + 1.5 * u) : (float)(2 * u - 1);
+        h[i] = b == 4 ? (float)(0.2 * u - 0.1) : b == 5 ? (float)(0.5 + 1.5 * u) : (float)(2 * u - 1);
     }
 }
 
@@ -225,8 +233,6 @@ static void unary_setup(KernelCase *k, const Backend *be) {
 static void binary_setup(KernelCase *k, const Backend *be) {
     bufs(k, 3, (long[]){k->count, k->count, k->count}, (KernelBufRole[]){KB_IN, KB_IN, KB_OUT});
 }
-static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-
 static void silu_fwd_run(const Backend *be, const KernelCase *k, float *const *b, void *ws) {
     be->silu_forward(k->count, b[0], b[1]);
 }
@@ -405,6 +411,8 @@ static const KernelOp OPS[] = {
     {"conv3d_backward_filter", 1, 1e-4, conv_bwd_filter_setup, conv_bwd_filter_run, conv_bwd_filter_ref, NULL},
     {"groupnorm_forward", 0, 1e-5, gn_fwd_setup, gn_fwd_run, gn_fwd_ref, NULL},
     {"groupnorm_backward", 0, 1e-4, gn_bwd_setup, gn_bwd_run, gn_bwd_ref, gn_bwd_fill},
+    {"groupnorm_silu_forward", 0, 1e-5, gn_fwd_setup, gn_fwd_run, gn_fwd_ref, NULL},
+    {"groupnorm_silu_backward", 0, 1e-4, gn_bwd_setup, gn_bwd_run, gn_bwd_ref, gn_bwd_fill},
     {"silu_forward", 0, 1e-6, unary_setup, silu_fwd_run, silu_fwd_ref, NULL},
     {"silu_backward", 0, 1e-6, binary_setup, silu_bwd_run, silu_bwd_ref, NULL},
     {"upsample2x_forward", 0, 0, up_fwd_setup, up_fwd_run, up_fwd_ref, NULL},
@@ -479,8 +487,8 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
         case OP_GROUPNORM:
             k.gn = nd->gn;
             snprintf(k.shape, sizeof k.shape, "n%d %ldx%d g%d", k.gn.n, k.gn.spatial, k.gn.c, k.gn.groups);
-            add_case(&l, k, "groupnorm_forward");
-            add_case(&l, k, "groupnorm_backward");
+            add_case(&l, k, k.gn.silu ? "groupnorm_silu_forward" : "groupnorm_forward");
+            add_case(&l, k, k.gn.silu ? "groupnorm_silu_backward" : "groupnorm_backward");
             break;
         case OP_SILU:
             add_case(&l, count_case(tx->count), "silu_forward");

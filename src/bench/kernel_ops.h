@@ -11,7 +11,7 @@
 #include "backend.h"
 #include "model/model.h"
 
-enum { KOP_MAX_BUFS = 8 };
+enum { KOP_MAX_BUFS = 9 };
 
 typedef enum { KB_IN = 0, KB_OUT = 1, KB_INOUT = 2 } KernelBufRole;
 

@@ -69,6 +69,12 @@ static const KeySpec SCHEMA[] = {
      "1 = only deterministic GPU algorithms (bit-identical reruns, slower convolutions)"},
     {"train", "tf32", T_INT, OFF(tf32), 0, 1, NULL, "1",
      "1 = let cuDNN use TF32 tensor cores for float32 convolutions (PyTorch's default), 0 = strict FP32"},
+    {"train", "fuse", T_INT, OFF(fuse), 0, 1, NULL, "1",
+     "1 = run each GroupNorm and the SiLU after it as one op (no pre-activation tensor kept: less memory, one pass "
+     "fewer each way); 0 = two ops, as PyTorch eager"},
+    {"train", "checkpoint_activations", T_INT, OFF(checkpoint_activations), 0, 1, NULL, "0",
+     "1 = keep only each ResBlock's input and recompute its inside in backward (less activation memory, about "
+     "one more forward of the blocks per step), as torch.utils.checkpoint"},
     {"train", "stages", T_STAGES, OFF(stages), 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
      "train.steps is then their sum"},

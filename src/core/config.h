@@ -49,6 +49,8 @@ typedef struct {
     int threads;             /* CPU threads, 0 = all cores */
     int deterministic;       /* GPU: deterministic algorithms only */
     int tf32;                /* GPU: TF32 tensor cores allowed in float32 convolutions */
+    int fuse;                /* 1: each GroupNorm and the SiLU after it run as one fused op */
+    int checkpoint_activations; /* 1: ResBlock activations recomputed in backward instead of kept */
     Stage stages[CONFIG_MAX_STAGES]; /* train.stages; n_stages = 0: one stage, the keys above */
     int n_stages;
     /* data */

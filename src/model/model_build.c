@@ -80,6 +80,17 @@ static int silu(Model *m, const char *name, int x) {
     return add_node(m, OP_SILU, name, x, -1, m->tensors[x].dims)->out;
 }
 
+/* GroupNorm then SiLU: one fused node when train.fuse (named "<norm>+<act>", its parameters the norm's), else two */
+static int norm_silu(Model *m, const char *norm_name, const char *act_name, int x) {
+    const int y = groupnorm(m, norm_name, x);
+    if (!m->cfg.fuse) return silu(m, act_name, y);
+    Node *nd = &m->nodes[m->n_nodes - 1];
+    nd->gn.silu = 1;
+    const char *act = strrchr(act_name, '.');
+    snprintf(nd->name, sizeof nd->name, "%s+%s", norm_name, act ? act + 1 : act_name);
+    return y;
+}
+
 static int add(Model *m, const char *name, int a, int b) {
     return add_node(m, OP_ADD, name, a, b, m->tensors[a].dims)->out;
 }
@@ -91,18 +102,18 @@ static int upsample(Model *m, const char *name, int x) {
 
 /* GN -> SiLU -> conv3 -> GN -> SiLU -> conv3, plus the input (1x1 conv when channels change). */
 static int resblock(Model *m, const char *prefix, int x, int c_out) {
-    char n[80];
+    char n[80], n2[80];
     int c_in = m->tensors[x].dims.c;
 #define NAME(s) (snprintf(n, sizeof n, "%s.%s", prefix, s), n)
-    int h = groupnorm(m, NAME("norm1"), x);
-    h = silu(m, NAME("act1"), h);
+#define NAME2(s) (snprintf(n2, sizeof n2, "%s.%s", prefix, s), n2)
+    int h = norm_silu(m, NAME("norm1"), NAME2("act1"), x);
     h = conv(m, NAME("conv1"), h, c_out, 3, 1);
-    h = groupnorm(m, NAME("norm2"), h);
-    h = silu(m, NAME("act2"), h);
+    h = norm_silu(m, NAME("norm2"), NAME2("act2"), h);
     h = conv(m, NAME("conv2"), h, c_out, 3, 1);
     int skip = c_in == c_out ? x : conv(m, NAME("shortcut"), x, c_out, 1, 1);
     return add(m, NAME("add"), h, skip);
 #undef NAME
+#undef NAME2
 }
 
 static void build_graph(Model *m) {
@@ -122,8 +133,7 @@ static void build_graph(Model *m) {
             h = conv(m, n, h, m->tensors[h].dims.c, 3, 2);
         }
     }
-    h = groupnorm(m, "encoder.norm_out", h);
-    h = silu(m, "encoder.act_out", h);
+    h = norm_silu(m, "encoder.norm_out", "encoder.act_out", h);
     m->t_mu = conv(m, "encoder.mu", h, c->latent_channels, 1, 1);
     m->t_logvar = conv(m, "encoder.logvar", h, c->latent_channels, 1, 1);
     m->t_z = add_node(m, OP_LATENT, "latent", m->t_mu, m->t_logvar, m->tensors[m->t_mu].dims)->out;
@@ -143,8 +153,7 @@ static void build_graph(Model *m) {
             h = conv(m, n, h, m->tensors[h].dims.c, 3, 1);
         }
     }
-    h = groupnorm(m, "decoder.norm_out", h);
-    h = silu(m, "decoder.act_out", h);
+    h = norm_silu(m, "decoder.norm_out", "decoder.act_out", h);
     m->t_recon = conv(m, "decoder.conv_out", h, c->in_channels, 3, 1);
 }
 

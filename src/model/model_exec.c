@@ -159,7 +159,8 @@ void model_backward(Model *m, float grad_scale, float param_beta) {
             break;
         case OP_GROUPNORM: {
             const float *mean = (const float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
-            be->groupnorm_backward(&nd->gn, dy, x, param_ptr(m, m->param, nd->weight), mean, rstd, dx,
+            be->groupnorm_backward(&nd->gn, dy, x, param_ptr(m, m->param, nd->weight),
+                                   param_ptr(m, m->param, nd->bias), mean, rstd, dx,
                                    param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
                                    nd->dx_beta[0], param_beta);
             break;

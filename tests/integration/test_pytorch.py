@@ -22,6 +22,7 @@ def rel(a, b):
     ("configs/test/tiny.json", []),                                   # L1, 2 levels
     ("configs/test/probe.json", ["--set", "model.res_blocks=2", "--set", "model.loss=\"l1\"",
                                  "--batch-size", "3"]),               # identity shortcuts, odd batch
+    ("configs/test/probe.json", ["--set", "train.fuse=0"]),           # GroupNorm and SiLU as two ops
 ])
 def test_loss_output_and_gradients_match_pytorch(tmp_path, config, extra):
     prefix = str(tmp_path / "probe")

@@ -338,7 +338,8 @@ static void ref_groupnorm(const GroupNormShape *s, const double *x, const double
             for (long p = 0; p < s->spatial; p++)
                 for (int j = g * cg; j < (g + 1) * cg; j++) {
                     const long i = ((long)n * s->spatial + p) * s->c + j;
-                    y[i] = (x[i] - m) * rs * gamma[j] + beta[j];
+                    const double pre = (x[i] - m) * rs * gamma[j] + beta[j];
+                    y[i] = s->silu ? pre / (1.0 + exp(-pre)) : pre; /* fused SiLU: silu(pre) */
                 }
         }
 }
@@ -356,8 +357,10 @@ static double gn_objective(void *p) {
     return L;
 }
 
-static void check_groupnorm(int n, long spatial, int c, int groups) {
-    const GroupNormShape s = {.n = n, .spatial = spatial, .c = c, .groups = groups, .eps = 1e-5f};
+/* silu = 1: the fused GroupNorm + SiLU, against the same float64 reference followed by SiLU (values and finite
+ * differences) */
+static void check_groupnorm_act(int n, long spatial, int c, int groups, int silu) {
+    const GroupNormShape s = {.n = n, .spatial = spatial, .c = c, .groups = groups, .eps = 1e-5f, .silu = silu};
     const long cnt = (long)n * spatial * c, ng = (long)n * groups;
     /* an offset and a per-channel scale so the statistics are not trivially 0 and 1 */
     float *x = frand(cnt, -1, 1);
@@ -375,7 +378,7 @@ static void check_groupnorm(int n, long spatial, int c, int groups) {
     expect_close("groupnorm rstd", rstd, rrstd, ng, FWD_TOL);
 
     float *dx = fnan(cnt), *dg = fnan(c), *db = fnan(c);
-    groupnorm_backward_cpu(&s, r, x, gamma, mean, rstd, dx, dg, db, 0.0f, 0.0f);
+    groupnorm_backward_cpu(&s, r, x, gamma, beta, mean, rstd, dx, dg, db, 0.0f, 0.0f);
     expect_grad("groupnorm dx", gn_objective, &ctx, ctx.x, cnt, dx);
     expect_grad("groupnorm dgamma", gn_objective, &ctx, ctx.gamma, c, dg);
     expect_grad("groupnorm dbeta", gn_objective, &ctx, ctx.beta, c, db);
@@ -383,14 +386,14 @@ static void check_groupnorm(int n, long spatial, int c, int groups) {
     /* beta 1 on dx only, then on the parameters only */
     float *dx1 = frand(cnt, -1, 1), *dg1 = frand(c, -1, 1), *db1 = frand(c, -1, 1);
     float *dx0 = fcopy(dx1, cnt), *dg0 = fcopy(dg1, c), *db0 = fcopy(db1, c);
-    groupnorm_backward_cpu(&s, r, x, gamma, mean, rstd, dx1, dg1, db1, 1.0f, 0.0f);
+    groupnorm_backward_cpu(&s, r, x, gamma, beta, mean, rstd, dx1, dg1, db1, 1.0f, 0.0f);
     expect_accumulated("groupnorm dx beta 1", dx1, dx0, dx, cnt);
     assert_memory_equal(dg1, dg, sizeof(float) * (size_t)c);
     assert_memory_equal(db1, db, sizeof(float) * (size_t)c);
     memcpy(dx1, dx0, sizeof(float) * (size_t)cnt);
     memcpy(dg1, dg0, sizeof(float) * (size_t)c);
     memcpy(db1, db0, sizeof(float) * (size_t)c);
-    groupnorm_backward_cpu(&s, r, x, gamma, mean, rstd, dx1, dg1, db1, 0.0f, 1.0f);
+    groupnorm_backward_cpu(&s, r, x, gamma, beta, mean, rstd, dx1, dg1, db1, 0.0f, 1.0f);
     assert_memory_equal(dx1, dx, sizeof(float) * (size_t)cnt);
     expect_accumulated("groupnorm dgamma beta 1", dg1, dg0, dg, c);
     expect_accumulated("groupnorm dbeta beta 1", db1, db0, db, c);
@@ -398,6 +401,11 @@ static void check_groupnorm(int n, long spatial, int c, int groups) {
     free(x), free(gamma), free(beta), free(r), free(rmean), free(rrstd), free(y), free(mean), free(rstd);
     free(dx), free(dg), free(db), free(dx1), free(dg1), free(db1), free(dx0), free(dg0), free(db0);
     free(ctx.x), free(ctx.gamma), free(ctx.beta), free(ctx.r), free(ctx.y);
+}
+
+static void check_groupnorm(int n, long spatial, int c, int groups) {
+    check_groupnorm_act(n, spatial, c, groups, 0);
+    check_groupnorm_act(n, spatial, c, groups, 1);
 }
 
 static void test_groupnorm_g1(void **state) { check_groupnorm(2, 3 * 4 * 5, 12, 1); }
@@ -410,8 +418,8 @@ static void test_groupnorm_c5(void **state) {
 /* more spatial positions than one partial-sum block */
 static void test_groupnorm_blocks(void **state) { check_groupnorm(2, 7 * 8 * 9, 6, 2); }
 
-static void test_groupnorm_threads(void **state) {
-    const GroupNormShape s = {.n = 2, .spatial = 3001, .c = 12, .groups = 3, .eps = 1e-5f};
+static void check_groupnorm_threads(int silu) {
+    const GroupNormShape s = {.n = 2, .spatial = 3001, .c = 12, .groups = 3, .eps = 1e-5f, .silu = silu};
     const long cnt = 2L * 3001 * 12;
     float *x = frand(cnt, -2, 3), *gamma = frand(12, 0.5, 1.5), *beta = frand(12, -1, 1), *dy = frand(cnt, -1, 1);
     float *o[2][7];
@@ -420,7 +428,7 @@ static void test_groupnorm_threads(void **state) {
         o[th][0] = fnew(cnt), o[th][1] = fnew(6), o[th][2] = fnew(6);
         o[th][3] = fnew(cnt), o[th][4] = fnew(12), o[th][5] = fnew(12);
         groupnorm_forward_cpu(&s, x, gamma, beta, o[th][0], o[th][1], o[th][2]);
-        groupnorm_backward_cpu(&s, dy, x, gamma, o[th][1], o[th][2], o[th][3], o[th][4], o[th][5], 0.0f, 0.0f);
+        groupnorm_backward_cpu(&s, dy, x, gamma, beta, o[th][1], o[th][2], o[th][3], o[th][4], o[th][5], 0.0f, 0.0f);
     }
     omp_set_num_threads(2);
     const long sizes[6] = {cnt, 6, 6, cnt, 12, 12};
@@ -428,6 +436,11 @@ static void test_groupnorm_threads(void **state) {
     for (int th = 0; th < 2; th++)
         for (int j = 0; j < 6; j++) free(o[th][j]);
     free(x), free(gamma), free(beta), free(dy);
+}
+/* bit-identical results on 1 and 2 threads, plain and fused with SiLU */
+static void test_groupnorm_threads(void **state) {
+    check_groupnorm_threads(0);
+    check_groupnorm_threads(1);
 }
 
 /* ---- silu ------------------------------------------------------------------------------------------------- */

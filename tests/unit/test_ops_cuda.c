@@ -197,8 +197,8 @@ static void test_conv_larger(void **state) {
 /* ---- groupnorm -------------------------------------------------------------------------------------------- */
 
 /* off 1: the big tensors at misaligned addresses (scalar path even when c % 4 == 0) */
-static void check_groupnorm(int n, long spatial, int c, int groups, int off) {
-    const GroupNormShape s = {.n = n, .spatial = spatial, .c = c, .groups = groups, .eps = 1e-5f};
+static void check_groupnorm_act(int n, long spatial, int c, int groups, int off, int silu) {
+    const GroupNormShape s = {.n = n, .spatial = spatial, .c = c, .groups = groups, .eps = 1e-5f, .silu = silu};
     const long cnt = (long)n * spatial * c, ng = (long)n * groups;
     float *x = frand(cnt, -1, 1);
     for (long i = 0; i < cnt; i++) x[i] = 0.5f + x[i] * (1.0f + (float)(i % c) * 0.3f); /* offset, per-channel scale */
@@ -224,20 +224,26 @@ static void check_groupnorm(int n, long spatial, int c, int groups, int off) {
             gpu->copy_to_device(DX, dx, sizeof(float) * (size_t)cnt);
             gpu->copy_to_device(DG, dg, sizeof(float) * (size_t)c);
             gpu->copy_to_device(DB, db, sizeof(float) * (size_t)c);
-            cpu->groupnorm_backward(&s, r, x, gamma, mean, rstd, dx, dg, db, (float)bdx, (float)bp);
-            gpu->groupnorm_backward(&s, R, X, G, M, RS, DX, DG, DB, (float)bdx, (float)bp);
-            char what[64];
-            snprintf(what, sizeof what, "groupnorm dx (beta_dx %d, beta_dparam %d)", bdx, bp);
+            cpu->groupnorm_backward(&s, r, x, gamma, beta, mean, rstd, dx, dg, db, (float)bdx, (float)bp);
+            gpu->groupnorm_backward(&s, R, X, G, Bt, M, RS, DX, DG, DB, (float)bdx, (float)bp);
+            char what[80];
+            snprintf(what, sizeof what, "groupnorm%s dx (beta_dx %d, beta_dparam %d)", silu ? "+silu" : "", bdx, bp);
             expect_close(what, DX, dx, cnt, TOL);
-            snprintf(what, sizeof what, "groupnorm dgamma (beta_dx %d, beta_dparam %d)", bdx, bp);
+            snprintf(what, sizeof what, "groupnorm%s dgamma (beta_dx %d, beta_dparam %d)", silu ? "+silu" : "", bdx, bp);
             expect_close(what, DG, dg, c, TOL);
-            snprintf(what, sizeof what, "groupnorm dbeta (beta_dx %d, beta_dparam %d)", bdx, bp);
+            snprintf(what, sizeof what, "groupnorm%s dbeta (beta_dx %d, beta_dparam %d)", silu ? "+silu" : "", bdx, bp);
             expect_close(what, DB, db, c, TOL);
             free(dx), free(dg), free(db);
         }
     free(x), free(gamma), free(beta), free(r), free(y), free(mean), free(rstd);
     dfree(X, off), dfree(G, 0), dfree(Bt, 0), dfree(R, off), dfree(Y, off), dfree(M, 0), dfree(RS, 0);
     dfree(DX, off), dfree(DG, 0), dfree(DB, 0);
+}
+
+/* plain and fused with SiLU */
+static void check_groupnorm(int n, long spatial, int c, int groups, int off) {
+    check_groupnorm_act(n, spatial, c, groups, off, 0);
+    check_groupnorm_act(n, spatial, c, groups, off, 1);
 }
 
 /* 5x7x9 volumes, batch 3, 12 and 20 channels in 4 groups (float4 path), 5 channels in 1 group (scalar) */
@@ -665,7 +671,7 @@ static void test_deterministic(void **state) {
     float *DX[2], *DG[2], *DBt[2];
     for (int run = 0; run < 2; run++) {
         DX[run] = dalloc(cnt, 0), DG[run] = dalloc(64, 0), DBt[run] = dalloc(64, 0);
-        gpu->groupnorm_backward(&g, GR, GX, GG, M, RS, DX[run], DG[run], DBt[run], 0.0f, 0.0f);
+        gpu->groupnorm_backward(&g, GR, GX, GG, GB, M, RS, DX[run], DG[run], DBt[run], 0.0f, 0.0f);
     }
     expect_bitwise("deterministic groupnorm dx", DX[0], DX[1], cnt);
     expect_bitwise("deterministic groupnorm dgamma", DG[0], DG[1], 64);

@@ -29,25 +29,26 @@ static void cmp(const char *w, const float *g, const float *c, long n, double to
     double e = num != num ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
     if (!(e <= tol)) { printf("FAIL %s: %.3g\n", w, e); fails++; } else printf("ok   %s: %.3g\n", w, e);
 }
-static void gn(int n, long S, int c, int G, int off) {
-    GroupNormShape s = {n, S, c, G, 1e-5f}; long cnt = (long)n * S * c, ng = (long)n * G;
+static void gn_act(int n, long S, int c, int G, int off, int silu) {
+    GroupNormShape s = {n, S, c, G, 1e-5f, silu}; long cnt = (long)n * S * c, ng = (long)n * G;
     float *x = fr(cnt, -1, 1); for (long i = 0; i < cnt; i++) x[i] = 0.5f + x[i] * (1 + (i % c) * 0.3f);
     float *gm = fr(c, .5, 1.5), *bt = fr(c, -.5, .5), *r = fr(cnt, -1, 1);
     float *xg = fc(x, cnt, off), *rg = fc(r, cnt, off);
     float *y = fn(cnt), *m = fn(ng), *rs = fn(ng), *yg = fn(cnt, off), *mg = fn(ng), *rsg = fn(ng);
     groupnorm_forward_cpu(&s, x, gm, bt, y, m, rs); emu_poison_scratch();
     groupnorm_forward_cuda(&s, xg, gm, bt, yg, mg, rsg);
-    char w[128]; snprintf(w, sizeof w, "gn fwd y n%d S%ld c%d G%d off%d", n, S, c, G, off);
+    char w[128]; snprintf(w, sizeof w, "gn%s fwd y n%d S%ld c%d G%d off%d", silu ? "+silu" : "", n, S, c, G, off);
     cmp(w, yg, y, cnt); cmp("gn mean", mg, m, ng); cmp("gn rstd", rsg, rs, ng);
     for (int bd = 0; bd < 2; bd++) for (int bp = 0; bp < 2; bp++) {
         float *dx = bd ? fr(cnt, -1, 1) : fn(cnt), *dg = bp ? fr(c, -1, 1) : fn(c), *db = bp ? fr(c, -1, 1) : fn(c);
         float *dxg = fc(dx, cnt, off); float *dgg = fc(dg, c), *dbg = fc(db, c);
-        groupnorm_backward_cpu(&s, r, x, gm, m, rs, dx, dg, db, bd, bp); emu_poison_scratch();
-        groupnorm_backward_cuda(&s, rg, xg, gm, m, rs, dxg, dgg, dbg, bd, bp);
+        groupnorm_backward_cpu(&s, r, x, gm, bt, m, rs, dx, dg, db, bd, bp); emu_poison_scratch();
+        groupnorm_backward_cuda(&s, rg, xg, gm, bt, m, rs, dxg, dgg, dbg, bd, bp);
         snprintf(w, sizeof w, "gn bwd dx b%d%d", bd, bp); cmp(w, dxg, dx, cnt);
         cmp("gn dgamma", dgg, dg, c); cmp("gn dbeta", dbg, db, c);
     }
 }
+static void gn(int n, long S, int c, int G, int off) { gn_act(n, S, c, G, off, 0); gn_act(n, S, c, G, off, 1); }
 static void up(int n, int d, int h, int w, int c) {
     long nx = (long)n * d * h * w * c, ny = 8 * nx; float *x = fr(nx, -1, 1), *r = fr(ny, -1, 1), *y = fn(ny), *yg = fn(ny);
     upsample2x_forward_cpu(n, d, h, w, c, x, y); upsample2x_forward_cuda(n, d, h, w, c, x, yg); cmp("up fwd", yg, y, ny, 0);
