@@ -15,7 +15,7 @@ static const char *STEP_HELP =
 
 static int cmd_bench_step(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, STEP_HELP, ",config,iters,warmup,batch-size,threads,device,results,set,seed,deterministic,");
+    cli_parse(argc, argv, &a, STEP_HELP, ",config,iters,warmup,batch-size,threads,device,results,set,seed,deterministic,checkpoint-activations,");
     const BenchStepOptions o = {.iters = a.iters, .warmup = a.warmup, .results_dir = a.results_dir,
                                  .config_path = a.config_path};
     return bench_step(&a.cfg, &o);
@@ -30,7 +30,7 @@ static const char *KERNELS_HELP =
 
 static int cmd_bench_kernels(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, KERNELS_HELP, ",config,ops,budget-ms,reps,batch-size,threads,device,results,set,seed,deterministic,");
+    cli_parse(argc, argv, &a, KERNELS_HELP, ",config,ops,budget-ms,reps,batch-size,threads,device,results,set,seed,deterministic,checkpoint-activations,");
     const BenchKernelsOptions o = {.results_dir = a.results_dir, .config_path = a.config_path, .ops = a.ops,
                                    .budget_ms = a.budget_ms, .max_reps = a.reps};
     return bench_kernels(&a.cfg, &o);

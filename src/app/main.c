@@ -39,6 +39,8 @@ static const char *TRAIN_HELP =
     "  --resume CKPT       continue exactly from a checkpoint written by train\n"
     "  --profile A:B       write a profiler trace of optimizer steps A..B to <run>/traces/ (output.profile)\n"
     "  --deterministic     deterministic GPU algorithms only (train.deterministic=1)\n"
+    "  --checkpoint-activations  recompute each ResBlock's inside in backward instead of keeping it: less\n"
+    "                      activation memory for about one more forward of the blocks (train.checkpoint_activations=1)\n"
     "  --gpus N|all        one rank per GPU of this machine, started by train itself (dist.gpus); with\n"
     "                      --device cpu, N CPU ranks. Under mpirun, srun or torchrun the ranks come from them\n"
     "  --lr-scaling S      none | linear | sqrt: lr x f(ranks) when the batch is per rank (train.lr_scaling)\n"
@@ -88,7 +90,7 @@ static void config_stem(const char *path, char *out, size_t len) {
 static int cmd_train(int argc, char **argv) {
     CliArgs a;
     cli_parse(argc, argv, &a, TRAIN_HELP,
-              ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,gpus,"
+              ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
               "lr-scaling,");
     DistEnv env;
     dist_detect(&env);

@@ -41,7 +41,7 @@ static cJSON *dims_json(Dims d) { return cJSON_CreateIntArray((int[]){d.n, d.d, 
 
 int probe_main(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, HELP, ",config,out,seed,batch-size,device,threads,set,deterministic,");
+    cli_parse(argc, argv, &a, HELP, ",config,out,seed,batch-size,device,threads,set,deterministic,checkpoint-activations,");
     if (a.cfg.out_dir[0] == 0) vx_usage_error("probe: --out PREFIX is required");
     Runtime rt;
     runtime_open(&rt, &a.cfg, 0);

@@ -35,6 +35,8 @@ typedef struct {
     Dims dims;
     long count;
     int act;      /* plan item of the activation */
+    int act_bwd;  /* plan item backward reads it from: act, or with activation checkpointing the buffer its block's
+                     recomputation writes (the forward's copy is freed after its last forward use) */
     int grad;     /* plan item of its gradient; -1 when none is needed (the input) */
     int producer; /* node index; -1 for the input */
 } Tensor;
@@ -60,7 +62,15 @@ typedef struct {
     GroupNormShape gn;   /* OP_GROUPNORM */
     int stats;           /* OP_GROUPNORM: plan item of mean and rstd [n][groups] each */
     float dx_beta[2];    /* 0 when this node writes that input's gradient first in backward, else 1 */
+    int recompute;       /* activation checkpointing: rerun by its block's recomputation before the block's backward */
 } Node;
+
+/* A checkpointed segment (a ResBlock): nodes first..last, last the residual add. With activation checkpointing only
+ * its input and output stay in memory after the forward; the nodes marked recompute run again when backward reaches
+ * `last`, writing the tensors backward needs into their act_bwd buffers. */
+typedef struct {
+    int first, last;
+} Block;
 
 typedef struct {
     float recon, kl, total; /* total = recon + kl_weight * kl */
@@ -78,6 +88,9 @@ typedef struct Model {
     long param_count;  /* parameters (the packed layout's length) */
     long param_floats; /* length of each flat buffer: param_count plus the alignment padding */
     int t_input, t_recon, t_mu, t_logvar, t_z;
+    Block *blocks;
+    int n_blocks, cap_blocks;
+    double recompute_flops; /* conv forward FLOPs rerun per micro-batch by activation checkpointing (0 without) */
     int eps_item, scalars_item, workspace_item;
     Plan plan;
     double conv_flops_fwd; /* per micro-batch forward */

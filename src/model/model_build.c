@@ -100,8 +100,10 @@ static int upsample(Model *m, const char *name, int x) {
     return add_node(m, OP_UPSAMPLE, name, x, -1, (Dims){d.n, 2 * d.d, 2 * d.h, 2 * d.w, d.c})->out;
 }
 
-/* GN -> SiLU -> conv3 -> GN -> SiLU -> conv3, plus the input (1x1 conv when channels change). */
+/* GN -> SiLU -> conv3 -> GN -> SiLU -> conv3, plus the input (1x1 conv when channels change); one Block, the unit
+ * activation checkpointing recomputes. */
 static int resblock(Model *m, const char *prefix, int x, int c_out) {
+    const int first = m->n_nodes;
     char n[80], n2[80];
     int c_in = m->tensors[x].dims.c;
 #define NAME(s) (snprintf(n, sizeof n, "%s.%s", prefix, s), n)
@@ -111,7 +113,10 @@ static int resblock(Model *m, const char *prefix, int x, int c_out) {
     h = norm_silu(m, NAME("norm2"), NAME2("act2"), h);
     h = conv(m, NAME("conv2"), h, c_out, 3, 1);
     int skip = c_in == c_out ? x : conv(m, NAME("shortcut"), x, c_out, 1, 1);
-    return add(m, NAME("add"), h, skip);
+    const int out = add(m, NAME("add"), h, skip);
+    GROW(m->blocks, m->n_blocks, m->cap_blocks);
+    m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};
+    return out;
 #undef NAME
 #undef NAME2
 }
@@ -187,15 +192,54 @@ void model_unpack_params(const Model *m, const float *packed, float *flat) {
 
 static int needs_input_in_backward(OpKind k) { return k == OP_CONV || k == OP_GROUPNORM || k == OP_SILU || k == OP_LATENT; }
 
-/* Timeline: node i runs forward at time i, the loss at time F, node i's backward at time 2F - i. */
+/* Activation checkpointing: which tensors are dropped after the forward (checkpointed: made inside a block by any
+ * node but its last, and read only inside it), which of them backward needs again (read by a node that needs its
+ * input in backward, or by a node that is itself rerun), and so which nodes the block reruns. Nodes are visited
+ * last to first so a rerun node's inputs are marked before their producers are looked at. */
+static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
+    for (int bi = 0; bi < m->n_blocks; bi++) {
+        const Block *b = &m->blocks[bi];
+        for (int i = b->first; i < b->last; i++) {
+            const int t = m->nodes[i].out;
+            int inside = 1;
+            for (int j = 0; j < m->n_nodes; j++)
+                for (int s = 0; s < 2; s++)
+                    if (m->nodes[j].in[s] == t && (j < b->first || j > b->last)) inside = 0;
+            checkpointed[t] = inside;
+        }
+        for (int i = b->last; i >= b->first; i--) {
+            Node *nd = &m->nodes[i];
+            nd->recompute = checkpointed[nd->out] && needed_again[nd->out];
+            for (int s = 0; s < 2; s++) {
+                const int t = nd->in[s];
+                if (t >= 0 && checkpointed[t] && (needs_input_in_backward(nd->kind) || nd->recompute))
+                    needed_again[t] = 1;
+            }
+        }
+        for (int i = b->first; i <= b->last; i++)
+            if (m->nodes[i].recompute && m->nodes[i].kind == OP_CONV)
+                m->recompute_flops += conv3d_forward_flops(&m->nodes[i].conv);
+    }
+}
+
+/* Timeline: node i runs forward at time i, the loss at time F, node i's backward at time 2F - i; a block's
+ * recomputation runs at the time of its last node's backward, 2F - last. */
 static void plan_memory(Model *m) {
     int F = m->n_nodes, T = 2 * F;
     int *last_use = vx_malloc((size_t)m->n_tensors * sizeof(int));
     int *first_grad = vx_malloc((size_t)m->n_tensors * sizeof(int));
+    int *checkpointed = vx_calloc((size_t)m->n_tensors, sizeof(int));
+    int *needed_again = vx_calloc((size_t)m->n_tensors, sizeof(int));
+    int *again_first = vx_malloc((size_t)m->n_tensors * sizeof(int)), *again_last = vx_calloc((size_t)m->n_tensors, sizeof(int));
+    if (m->cfg.checkpoint_activations) mark_checkpointed(m, checkpointed, needed_again);
     for (int t = 0; t < m->n_tensors; t++) {
         last_use[t] = m->tensors[t].producer < 0 ? 0 : m->tensors[t].producer;
         first_grad[t] = T + 1;
+        again_first[t] = T + 1;
     }
+    for (int bi = 0; bi < m->n_blocks; bi++) /* a rerun node writes its output when the block is recomputed */
+        for (int i = m->blocks[bi].first; i <= m->blocks[bi].last; i++)
+            if (m->nodes[i].recompute) again_first[m->nodes[i].out] = T - m->blocks[bi].last;
     last_use[m->t_input] = last_use[m->t_recon] = F;
     first_grad[m->t_recon] = F;
     for (int i = 0; i < F; i++) {
@@ -204,7 +248,13 @@ static void plan_memory(Model *m) {
             int t = nd->in[s];
             if (t < 0) continue;
             int use = needs_input_in_backward(nd->kind) ? T - i : i;
-            if (use > last_use[t]) last_use[t] = use;
+            if (checkpointed[t]) { /* forward reads the first copy; backward (and the rerun) the second */
+                if (i > last_use[t]) last_use[t] = i;
+                if (use > again_last[t]) again_last[t] = use;
+                if (again_first[t] > again_last[t]) again_last[t] = again_first[t];
+            } else if (use > last_use[t]) {
+                last_use[t] = use;
+            }
             if (T - i < first_grad[t]) first_grad[t] = T - i;
         }
     }
@@ -217,10 +267,12 @@ static void plan_memory(Model *m) {
     for (int t = 0; t < m->n_tensors; t++) {
         Tensor *tn = &m->tensors[t];
         int born = tn->producer < 0 ? 0 : tn->producer;
-        tn->act = plan_add(&m->plan, (size_t)tn->count * sizeof(float), born, last_use[t]);
+        const size_t bytes = (size_t)tn->count * sizeof(float);
+        tn->act = plan_add(&m->plan, bytes, born, last_use[t]);
+        tn->act_bwd = needed_again[t] ? plan_add(&m->plan, bytes, again_first[t], again_last[t]) : tn->act;
         if (t != m->t_input) {
             int dies = T - (tn->producer < 0 ? 0 : tn->producer);
-            tn->grad = plan_add(&m->plan, (size_t)tn->count * sizeof(float), first_grad[t], dies);
+            tn->grad = plan_add(&m->plan, bytes, first_grad[t], dies);
         }
     }
     size_t ws = 0;
@@ -238,6 +290,10 @@ static void plan_memory(Model *m) {
     plan_solve(&m->plan);
     free(last_use);
     free(first_grad);
+    free(checkpointed);
+    free(needed_again);
+    free(again_first);
+    free(again_last);
 }
 
 Model *model_build(const Config *cfg, int batch, const Backend *be) {
@@ -274,5 +330,6 @@ void model_free(Model *m) {
     free(m->nodes);
     free(m->tensors);
     free(m->params);
+    free(m->blocks);
     free(m);
 }

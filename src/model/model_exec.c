@@ -19,6 +19,8 @@ static ReconLoss recon_loss_kind(const Config *cfg) { return strcmp(cfg->loss, "
 
 static char *item_ptr(const Model *m, int item) { return m->arena + m->plan.items[item].offset; }
 float *model_tensor(const Model *m, int t) { return (float *)item_ptr(m, m->tensors[t].act); }
+/* the copy backward reads: the same buffer, or the one a checkpointed block's recomputation writes */
+static float *tensor_bwd(const Model *m, int t) { return (float *)item_ptr(m, m->tensors[t].act_bwd); }
 float *model_tensor_grad(const Model *m, int t) {
     return m->tensors[t].grad < 0 ? NULL : (float *)item_ptr(m, m->tensors[t].grad);
 }
@@ -87,46 +89,69 @@ static LatentShape latent_shape(const Model *m) {
                          .logvar_min = (float)m->cfg.logvar_min, .logvar_max = (float)m->cfg.logvar_max};
 }
 
-void model_forward(Model *m, int sample_noise, uint64_t first_sample) {
+/* One node's forward. `again` = 1: the recomputation of a checkpointed block, reading and writing the copies
+ * backward uses (act_bwd; the same buffers as the forward's for every tensor that is not checkpointed). */
+static void forward_node(Model *m, const Node *nd, int again, int sample_noise, uint64_t first_sample) {
     const Backend *be = m->be;
     void *ws = item_ptr(m, m->workspace_item);
+    float *(*tensor)(const Model *, int) = again ? tensor_bwd : model_tensor;
+    const float *x = tensor(m, nd->in[0]);
+    float *y = tensor(m, nd->out);
+    const Tensor *tx = &m->tensors[nd->in[0]];
+    switch (nd->kind) {
+    case OP_CONV:
+        be->conv3d_forward(&nd->conv, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y, ws);
+        break;
+    case OP_GROUPNORM: {
+        float *mean = (float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
+        be->groupnorm_forward(&nd->gn, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y,
+                              mean, rstd);
+        break;
+    }
+    case OP_SILU: be->silu_forward(tx->count, x, y); break;
+    case OP_UPSAMPLE: be->upsample2x_forward(tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, x, y); break;
+    case OP_ADD: be->add_forward(tx->count, x, tensor(m, nd->in[1]), y); break;
+    case OP_LATENT: { /* never inside a checkpointed block */
+        LatentShape s = latent_shape(m);
+        float *eps = NULL;
+        if (sample_noise) {
+            eps = model_noise(m);
+            /* sample b's noise is element (first_sample + b) * per-sample of one stream: a pure function of the
+             * global sample index, the same whatever batch (or rank) the sample falls in */
+            be->normal_fill(tx->count, (uint64_t)m->cfg.seed, RNG_STREAM_LATENT,
+                            first_sample * (uint64_t)s.count_per_sample, eps);
+        }
+        be->latent_forward(&s, x, tensor(m, nd->in[1]), eps, y, scalars(m) + SCALAR_KL);
+        break;
+    }
+    }
+}
+
+void model_forward(Model *m, int sample_noise, uint64_t first_sample) {
     trace_range_push("forward", "user_annotation");
     for (int i = 0; i < m->n_nodes; i++) {
-        const Node *nd = &m->nodes[i];
-        const float *x = model_tensor(m, nd->in[0]);
-        float *y = model_tensor(m, nd->out);
-        trace_range_push(nd->name, "cpu_op"); /* one range per layer; NVTX too in CUDA builds */
-        const Tensor *tx = &m->tensors[nd->in[0]];
-        switch (nd->kind) {
-        case OP_CONV:
-            be->conv3d_forward(&nd->conv, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y, ws);
-            break;
-        case OP_GROUPNORM: {
-            float *mean = (float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
-            be->groupnorm_forward(&nd->gn, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias),
-                                  y, mean, rstd);
-            break;
-        }
-        case OP_SILU: be->silu_forward(tx->count, x, y); break;
-        case OP_UPSAMPLE: be->upsample2x_forward(tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, x, y); break;
-        case OP_ADD: be->add_forward(tx->count, x, model_tensor(m, nd->in[1]), y); break;
-        case OP_LATENT: {
-            LatentShape s = latent_shape(m);
-            float *eps = NULL;
-            if (sample_noise) {
-                eps = model_noise(m);
-                /* sample b's noise is element (first_sample + b) * per-sample of one stream: a pure function of the
-                 * global sample index, the same whatever batch (or rank) the sample falls in */
-                be->normal_fill(tx->count, (uint64_t)m->cfg.seed, RNG_STREAM_LATENT,
-                                first_sample * (uint64_t)s.count_per_sample, eps);
-            }
-            be->latent_forward(&s, x, model_tensor(m, nd->in[1]), eps, y, scalars(m) + SCALAR_KL);
-            break;
-        }
-        }
+        trace_range_push(m->nodes[i].name, "cpu_op"); /* one range per layer; NVTX too in CUDA builds */
+        forward_node(m, &m->nodes[i], 0, sample_noise, first_sample);
         trace_range_pop();
     }
     trace_range_pop();
+}
+
+/* Activation checkpointing: before backward enters the block that ends at node i, its rerun nodes run again. */
+static void recompute_block_ending_at(Model *m, int i) {
+    for (int bi = 0; bi < m->n_blocks; bi++) {
+        const Block *b = &m->blocks[bi];
+        if (b->last != i) continue;
+        trace_range_push("recompute", "user_annotation");
+        for (int j = b->first; j < b->last; j++)
+            if (m->nodes[j].recompute) {
+                trace_range_push(m->nodes[j].name, "cpu_op");
+                forward_node(m, &m->nodes[j], 1, 0, 0);
+                trace_range_pop();
+            }
+        trace_range_pop();
+        return;
+    }
 }
 
 void model_loss(Model *m) {
@@ -146,8 +171,9 @@ void model_backward(Model *m, float grad_scale, float param_beta) {
     trace_range_push("backward", "user_annotation");
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         const Node *nd = &m->nodes[i];
+        if (m->cfg.checkpoint_activations) recompute_block_ending_at(m, i);
         trace_range_push(nd->name, "cpu_op");
-        const float *x = model_tensor(m, nd->in[0]);
+        const float *x = tensor_bwd(m, nd->in[0]);
         float *dx = model_tensor_grad(m, nd->in[0]); /* NULL for the input volume */
         const float *dy = model_tensor_grad(m, nd->out);
         const Tensor *tx = &m->tensors[nd->in[0]];
@@ -176,7 +202,7 @@ void model_backward(Model *m, float grad_scale, float param_beta) {
         case OP_LATENT: {
             /* mu and logvar feed only this node, so their gradients are overwritten here (dx_beta is 0). */
             LatentShape s = latent_shape(m);
-            be->latent_backward(&s, x, model_tensor(m, nd->in[1]), model_noise(m), dy,
+            be->latent_backward(&s, x, tensor_bwd(m, nd->in[1]), model_noise(m), dy,
                                 (float)m->cfg.kl_weight * grad_scale, dx, model_tensor_grad(m, nd->in[1]));
             break;
         }

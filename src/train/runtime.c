@@ -53,6 +53,9 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
                "state = %.1f MiB peak\n",
                m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
                4.0 * m->param_floats * sizeof(float) / 1048576.0, model_device_bytes(m) / 1048576.0);
+        if (cfg->checkpoint_activations)
+            vx_log("activation checkpointing: %d ResBlocks keep only their input and output; backward reruns %.2f "
+                   "GFLOP of their convolutions per micro-batch\n", m->n_blocks, m->recompute_flops * 1e-9);
     }
 }
 

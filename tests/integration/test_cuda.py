@@ -6,7 +6,7 @@ where a skip would hide a CUDA start-up failure). TF32 is off in every compariso
 compute in float32 and differ only by summation order:
   - one step's losses, reconstruction and every parameter gradient (probe) agree within 1e-4 relative;
   - 20 training steps follow the CPU's loss curve within 1% per step;
-  - --deterministic runs repeat bit for bit;
+  - --deterministic runs repeat bit for bit, with and without --checkpoint-activations;
   - a profiled GPU run's trace holds our kernels (gn_*_kernel, adamw_kernel, ...) and cuDNN's, and per step the
     GPU was busy (bench/trace_busy.py) for between half and all of the step's GPU window (see the test for why).
 """
@@ -61,6 +61,8 @@ def rel(a, b):
     ("configs/test/probe.json", []),                             # MSE, 3 levels, 6/12 channels, 2 input channels
     ("configs/test/tiny.json", ["--batch-size", "3"]),           # L1, odd batch
     ("configs/default.json", []),                                # 32^3, 16/32 channels
+    ("configs/test/probe.json", ["--set", "train.fuse=0"]),      # GroupNorm and SiLU as two kernels
+    ("configs/test/probe.json", ["--checkpoint-activations"]),   # ResBlocks recomputed in backward
 ])
 def test_one_step_matches_cpu(tmp_path, config, extra):
     cm, cd = probe(tmp_path, "cpu", config, *extra)
@@ -99,6 +101,12 @@ def test_training_follows_the_cpu_loss_curve(tmp_path):
 def test_deterministic_runs_repeat_bit_for_bit(tmp_path):
     a = train(tmp_path, "a", "cuda", "--deterministic")
     b = train(tmp_path, "b", "cuda", "--deterministic")
+    assert [(m["loss"], m["grad_norm"]) for m in a] == [(m["loss"], m["grad_norm"]) for m in b]
+
+
+def test_checkpointed_activations_give_the_stored_gradients_on_the_gpu(tmp_path):
+    a = train(tmp_path, "a", "cuda", "--deterministic")
+    b = train(tmp_path, "b", "cuda", "--deterministic", "--checkpoint-activations")
     assert [(m["loss"], m["grad_norm"]) for m in a] == [(m["loss"], m["grad_norm"]) for m in b]
 
 

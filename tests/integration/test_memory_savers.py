@@ -1,0 +1,55 @@
+"""The two ways voxscale trades work for memory, and that they change nothing else:
+- activation checkpointing (--checkpoint-activations): each ResBlock's inside is recomputed in backward, so the
+  gradients must be bit for bit the stored ones, and the planned arena smaller;
+- the fused GroupNorm + SiLU (train.fuse, default 1): one op instead of two, with the pre-activation recomputed,
+  so the arena is smaller and the results equal the unfused pair's to float rounding (test_pytorch.py pins both to
+  PyTorch)."""
+import re
+
+import pytest
+
+from conftest import metrics, run
+
+
+def planned_arena_mib(tmp_path, *extra):
+    """The planned activation arena (MiB) that `bench step` reports for a config."""
+    p = run("bench", "step", "--iters", "1", "--warmup", "0", "--results", tmp_path / "bench", *extra)
+    m = re.search(r"memory: arena ([0-9.]+) MiB planned", p.stdout + p.stderr)
+    assert m, p.stdout + p.stderr
+    return float(m.group(1))
+
+
+@pytest.mark.parametrize("config,extra", [
+    ("configs/test/probe.json", []),                                        # 1x1 shortcuts (channels change)
+    ("configs/test/probe.json", ["--set", "model.res_blocks=2"]),           # identity shortcuts too
+    ("configs/test/probe.json", ["--set", "train.fuse=0"]),                 # separate SiLU nodes rerun as well
+])
+def test_checkpointed_gradients_are_the_stored_ones_bit_for_bit(tmp_path, config, extra):
+    run("probe", "--config", config, "--out", tmp_path / "stored", *extra)
+    run("probe", "--config", config, "--out", tmp_path / "recomputed", "--checkpoint-activations", *extra)
+    # the .bin holds the input, the noise, the parameters, the output, the losses and every gradient
+    stored = (tmp_path / "stored.bin").read_bytes()
+    assert stored == (tmp_path / "recomputed.bin").read_bytes()
+    assert planned_arena_mib(tmp_path, "--config", config, "--checkpoint-activations", *extra) < \
+        planned_arena_mib(tmp_path, "--config", config, *extra)
+
+
+def test_checkpointed_training_follows_the_same_losses(tmp_path):
+    common = ["--config", "configs/test/tiny.json", "--steps", "6", "--set", "train.log_every=1",
+              "--set", "train.grad_accum=2"]
+    run("train", *common, "--out", tmp_path / "stored")
+    run("train", *common, "--out", tmp_path / "recomputed", "--checkpoint-activations")
+    a = [r["loss"] for r in metrics(tmp_path / "stored") if "loss" in r]
+    b = [r["loss"] for r in metrics(tmp_path / "recomputed") if "loss" in r]
+    assert len(a) == 6 and a == b
+
+
+def test_fused_norm_act_saves_memory_and_matches_the_pair(tmp_path):
+    assert planned_arena_mib(tmp_path) < 0.85 * planned_arena_mib(tmp_path, "--set", "train.fuse=0")
+    common = ["--config", "configs/test/tiny.json", "--steps", "6", "--set", "train.log_every=1"]
+    run("train", *common, "--out", tmp_path / "fused")
+    run("train", *common, "--out", tmp_path / "pair", "--set", "train.fuse=0")
+    a = [r["loss"] for r in metrics(tmp_path / "fused") if "loss" in r]
+    b = [r["loss"] for r in metrics(tmp_path / "pair") if "loss" in r]
+    assert len(a) == 6
+    assert all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(a, b)), (a, b)
