@@ -120,10 +120,12 @@ static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason
 }
 
 /* 1 when cuDNN can run every convolution direction the model needs (planning records why a direction has no
- * algorithm instead of exiting) and the model at the config's batch size (1 when automatic) fits in
- * HW_MEMORY_SHARE of the GPU's free memory. */
+ * algorithm instead of exiting) and the model at the config's batch size fits in HW_MEMORY_SHARE of the GPU's free
+ * memory (when automatic: batch 1 with activation checkpointing, the least hw_auto_batch can fall back to). */
 static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
-    Model *m = model_build(cfg, cfg->batch_size > 0 ? cfg->batch_size : 1, backend_cuda());
+    Config least = *cfg;
+    if (cfg->batch_size == 0) least.checkpoint_activations = 1;
+    Model *m = model_build(&least, cfg->batch_size > 0 ? cfg->batch_size : 1, backend_cuda());
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         char why[2048];
@@ -171,17 +173,42 @@ size_t hw_available_bytes(const HwInfo *hw, const Backend *be) {
     return hw->ram_available;
 }
 
-int hw_auto_batch(const Config *cfg, const Backend *be, size_t available, int cap) {
+/* The largest power of two <= cap whose planned memory fits, or 0; its planned bytes in *need. */
+static int largest_fitting(const Config *cfg, const Backend *be, size_t available, int cap, size_t *need) {
     int best = 0;
     for (int b = 1; b <= cap; b *= 2) {
         Model *m = model_build(cfg, b, be);
-        size_t need = model_device_bytes(m);
+        const size_t bytes = model_device_bytes(m);
         model_free(m);
-        if ((double)need > HW_MEMORY_SHARE * (double)available) break;
+        if ((double)bytes > HW_MEMORY_SHARE * (double)available) {
+            if (best == 0) *need = bytes;
+            break;
+        }
         best = b;
+        *need = bytes;
+    }
+    return best;
+}
+
+int hw_auto_batch(Config *cfg, const Backend *be, size_t available, int cap) {
+    size_t need = 0, need_ckpt = 0;
+    int best = largest_fitting(cfg, be, available, cap, &need);
+    if (best == 0 && !cfg->checkpoint_activations) {
+        /* recomputing the ResBlocks costs time, so only when not even one volume fits without it */
+        Config c = *cfg;
+        c.checkpoint_activations = 1;
+        best = largest_fitting(&c, be, available, cap, &need_ckpt);
+        if (best > 0) {
+            cfg->checkpoint_activations = 1;
+            vx_log("activation checkpointing: on (automatic: batch size 1 plans %.2f GiB without it, more than %.0f%% "
+                   "of the %.2f GiB available; with it batch size %d plans %.2f GiB)\n", need / 1073741824.0,
+                   100 * HW_MEMORY_SHARE, available / 1073741824.0, best, need_ckpt / 1073741824.0);
+        }
     }
     if (best == 0)
-        vx_usage_error("even batch size 1 needs more than %.0f%% of the %.1f GiB available; lower model.input_size or "
-                       "model.channels", 100 * HW_MEMORY_SHARE, available / 1073741824.0);
+        vx_usage_error("even batch size 1 needs %.2f GiB, more than %.0f%% of the %.2f GiB available, with activation "
+                       "checkpointing too; lower model.input_size or model.channels",
+                       (need_ckpt ? need_ckpt : need) / 1073741824.0, 100 * HW_MEMORY_SHARE,
+                       available / 1073741824.0);
     return best;
 }

@@ -40,8 +40,10 @@ size_t hw_available_bytes(const HwInfo *hw, const Backend *be);
  * allocator's rounding. The device choice and the automatic batch size use the same share, so a device that is
  * chosen always has batch size 1 fit. */
 #define HW_MEMORY_SHARE 0.8
-/* The largest micro-batch (power of two, <= cap) whose planned memory fits in HW_MEMORY_SHARE of `available`. */
-int hw_auto_batch(const Config *cfg, const Backend *be, size_t available, int cap);
+/* The largest micro-batch (power of two, <= cap) whose planned memory fits in HW_MEMORY_SHARE of `available`. When
+ * not even batch 1 fits, activation checkpointing is tried and, if it makes batch 1 fit, switched on in cfg (and
+ * said); otherwise exits 2 saying how much batch 1 needs. */
+int hw_auto_batch(Config *cfg, const Backend *be, size_t available, int cap);
 
 /* Implemented in hw_cuda.cu when built with CUDA: fills gpus from their properties (no CUDA context is created),
  * returns their count, or 0 with a reason. */

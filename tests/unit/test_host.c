@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/util.h"
+#include "model/hw.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/phantom.h"
@@ -104,6 +105,79 @@ static void test_model_plan_is_valid_and_saves_memory(void **state) {
     }
     assert_true(m->param_floats > m->param_count); /* the default model has views of odd sizes */
     model_free(m);
+}
+
+/* Activation checkpointing: a valid plan, a smaller arena, the same gradient bookkeeping; only nodes inside a
+ * ResBlock (never its residual add) are rerun, and every tensor a rerun node writes gets its own second buffer. */
+static void test_checkpointed_plan_is_valid_and_smaller(void **state) {
+    (void)state;
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.res_blocks = 2;
+    Model *kept = model_build(&cfg, 2, backend_cpu());
+    cfg.checkpoint_activations = 1;
+    Model *m = model_build(&cfg, 2, backend_cpu());
+    assert_plan_valid(&m->plan);
+    assert_true(m->plan.total < kept->plan.total);
+    assert_int_equal(m->n_blocks, 2 * cfg.levels * cfg.res_blocks);
+    assert_true(m->recompute_flops > 0);
+    int rerun = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        assert_true(nd->dx_beta[0] == kept->nodes[i].dx_beta[0] && nd->dx_beta[1] == kept->nodes[i].dx_beta[1]);
+        int in_block = 0;
+        for (int b = 0; b < m->n_blocks; b++)
+            if (i >= m->blocks[b].first && i < m->blocks[b].last) in_block = 1;
+        if (nd->recompute) {
+            rerun++;
+            assert_true(in_block);
+            assert_int_not_equal(m->tensors[nd->out].act_bwd, m->tensors[nd->out].act);
+        } else {
+            assert_int_equal(m->tensors[nd->out].act_bwd, m->tensors[nd->out].act);
+        }
+    }
+    assert_true(rerun > 0);
+    model_free(kept);
+    model_free(m);
+}
+
+/* The automatic batch on simulated GPUs (the available bytes are the test double; the plan is the CPU backend's):
+ * the largest power of two whose plan fits 80% of the memory, larger on 80 GB than on 24 GB; checkpointing only
+ * when not even one volume fits without it. */
+static void test_auto_batch_on_simulated_gpus(void **state) {
+    (void)state;
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 64;
+    cfg.channels[0] = 32, cfg.channels[1] = 64;
+    const size_t GiB = 1073741824ul;
+    int batch[2];
+    const size_t sizes[2] = {24 * GiB / 10, 80 * GiB / 10}; /* 2.4 and 8 GiB: the model is 1/10 of ae3d-64 */
+    for (int k = 0; k < 2; k++) {
+        Config c = cfg;
+        batch[k] = hw_auto_batch(&c, backend_cpu(), sizes[k], 64);
+        assert_int_equal(c.checkpoint_activations, 0);
+        Model *fit = model_build(&c, batch[k], backend_cpu());
+        assert_true((double)model_device_bytes(fit) <= HW_MEMORY_SHARE * (double)sizes[k]);
+        model_free(fit);
+        if (batch[k] < 64) {
+            Model *over = model_build(&c, 2 * batch[k], backend_cpu());
+            assert_true((double)model_device_bytes(over) > HW_MEMORY_SHARE * (double)sizes[k]);
+            model_free(over);
+        }
+    }
+    assert_true(batch[0] >= 1 && batch[1] > batch[0]);
+    /* memory between what batch 1 needs with checkpointing and without: checkpointing is switched on */
+    Model *plain = model_build(&cfg, 1, backend_cpu());
+    Config cc = cfg;
+    cc.checkpoint_activations = 1;
+    Model *ckpt = model_build(&cc, 1, backend_cpu());
+    const size_t between = (model_device_bytes(plain) + model_device_bytes(ckpt)) / 2;
+    Config c = cfg;
+    assert_int_equal(hw_auto_batch(&c, backend_cpu(), (size_t)(between / HW_MEMORY_SHARE), 64), 1);
+    assert_int_equal(c.checkpoint_activations, 1);
+    model_free(plain);
+    model_free(ckpt);
 }
 
 /* pack(unpack(x)) == x, and unpack writes zeros into the padding: checkpoints are alignment-independent. */
@@ -349,6 +423,8 @@ int main(void) {
         cmocka_unit_test(test_plan_reuses_dead_memory),
         cmocka_unit_test(test_plan_random_intervals_never_collide),
         cmocka_unit_test(test_model_plan_is_valid_and_saves_memory),
+        cmocka_unit_test(test_checkpointed_plan_is_valid_and_smaller),
+        cmocka_unit_test(test_auto_batch_on_simulated_gpus),
         cmocka_unit_test(test_param_pack_round_trip),
         cmocka_unit_test(test_schedule_warmup_then_cosine),
         cmocka_unit_test(test_phantom_is_a_function_of_seed_and_index),
