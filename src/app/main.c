@@ -107,11 +107,11 @@ static int cmd_train(int argc, char **argv) {
 }
 
 static int cmd_detect(int argc, char **argv) {
-    static const char *help = "usage: voxscale detect [--config FILE] [--device D] [--batch-size N] [--gpus N|all]\n"
+    static const char *help = "usage: voxscale detect [--config FILE] [--device D] [--batch-size N] [--checkpoint-activations] [--gpus N|all]\n"
                               "  shows CPUs, RAM, GPUs and what `train` would choose for the config: device, ranks,\n"
                               "  per-rank and global batch\n";
     CliArgs a;
-    cli_parse(argc, argv, &a, help, ",config,device,batch-size,threads,set,gpus,lr-scaling,");
+    cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,");
     HwInfo hw;
     hw_detect(&hw);
     hw_print(&hw);
