@@ -13,7 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "voxscale")
 REGRESS = [os.path.join(ROOT, "ci", "regress")]
-GATE_OPS = "conv3d_forward,groupnorm_forward,silu_forward"
+GATE_OPS = "conv3d_forward,groupnorm_silu_forward,add_forward"
 
 
 def run(args, env=None, **kw):
@@ -36,9 +36,10 @@ def test_every_op_checked_and_rated(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:]
     j, md = report(str(tmp_path))
     ops = {k["op"] for k in j["kernels"]}
-    # every op of the table that the default model calls, forward and backward, and the optimizer
-    assert ops == {"conv3d_forward", "conv3d_backward_data", "conv3d_backward_filter", "groupnorm_forward",
-                   "groupnorm_backward", "silu_forward", "silu_backward", "upsample2x_forward",
+    # every op of the table that the default model calls (GroupNorm fused with SiLU), forward and backward, and
+    # the optimizer
+    assert ops == {"conv3d_forward", "conv3d_backward_data", "conv3d_backward_filter", "groupnorm_silu_forward",
+                   "groupnorm_silu_backward", "upsample2x_forward",
                    "upsample2x_backward", "add_forward", "accumulate", "recon_loss_l1", "latent_forward",
                    "latent_backward", "adamw", "sumsq"}
     assert j["failed_checks"] == 0
@@ -56,8 +57,9 @@ def test_every_op_checked_and_rated(tmp_path):
 
 
 def test_a_wrong_output_fails_the_check_and_names_the_op(tmp_path):
+    # the unfused model (train.fuse=0) has separate SiLU ops
     p = run([BIN, "bench", "kernels", "--device", "cpu", "--ops", "silu_backward,sumsq", "--budget-ms", "5",
-             "--results", str(tmp_path)], env={"VX_TEST_WRONG_OP": "silu_backward"})
+             "--set", "train.fuse=0", "--results", str(tmp_path)], env={"VX_TEST_WRONG_OP": "silu_backward"})
     assert p.returncode == 1, p.stdout[-2000:]
     assert "silu_backward check FAILED: output 2 element 0" in p.stdout
     assert "op check" in p.stdout and "failed" in p.stdout
@@ -104,11 +106,11 @@ def test_gate_passes_a_fresh_run_on_the_same_machine(gate_baseline):
 
 def test_gate_fails_when_one_kernel_is_3x_slower(gate_baseline):
     p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline],
-            env={"VX_TEST_SLOW_OP": "groupnorm_forward:3"})
+            env={"VX_TEST_SLOW_OP": "groupnorm_silu_forward:3"})
     assert p.returncode == 1, p.stdout[-3000:]
     rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.endswith(("ok", "REGRESSED"))}
-    assert rows["groupnorm_forward"].endswith("REGRESSED"), p.stdout
-    assert rows["conv3d_forward"].endswith("ok") and rows["silu_forward"].endswith("ok"), p.stdout
+    assert rows["groupnorm_silu_forward"].endswith("REGRESSED"), p.stdout
+    assert rows["conv3d_forward"].endswith("ok") and rows["add_forward"].endswith("ok"), p.stdout
     assert "FAILED: 1 of 4 figures regressed" in p.stdout
 
 
