@@ -3,13 +3,18 @@
  * (host memory for the CPU backend, device memory for CUDA), allocated through the table's alloc.
  * On CUDA every op is enqueued on one compute stream and returns before the GPU has finished: results written to
  * backend memory (including the single floats of recon_loss, latent_forward and sumsq) are read back with
- * copy_to_host, which waits for the work enqueued before it. */
+ * copy_to_host, which waits for the work enqueued before it, or with copy_to_host_async and an event.
+ * Storage types: activations and their gradients are untyped pointers whose element type (dtype.h) the op is told,
+ * in its shape (conv3d, groupnorm, latent) or as its first argument; parameters, parameter gradients, optimizer
+ * state, statistics, noise and losses are float32. `supports` says which (op, dtype) pairs a backend runs: the CPU
+ * backend is the float32 reference (and casts between any types); CUDA runs float32, bfloat16 and float16. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 #include "augment.h"
 #include "conv3d.h"
+#include "dtype.h"
 #include "elementwise.h"
 #include "groupnorm.h"
 #include "latent.h"
@@ -24,10 +29,24 @@ extern "C" {
 #endif
 
 /* Timer slots of timer_mark / timer_elapsed_ms. */
-#define BACKEND_TIMER_SLOTS 8
+#define BACKEND_TIMER_SLOTS 16
+
+/* The ops of the table, for supports() and for the tables that test and time them (one name each). */
+typedef enum {
+    BOP_CONV3D_FORWARD, BOP_CONV3D_BACKWARD_DATA, BOP_CONV3D_BACKWARD_FILTER, BOP_GROUPNORM_FORWARD,
+    BOP_GROUPNORM_BACKWARD, BOP_SILU_FORWARD, BOP_SILU_BACKWARD, BOP_UPSAMPLE2X_FORWARD, BOP_UPSAMPLE2X_BACKWARD,
+    BOP_ADD_FORWARD, BOP_ACCUMULATE, BOP_SCALE, BOP_CAST, BOP_RECON_LOSS, BOP_LATENT_FORWARD, BOP_LATENT_BACKWARD,
+    BOP_NORMAL_FILL, BOP_ADAMW, BOP_SUMSQ, BOP_OPTIM_PREPARE, BOP_AUGMENT,
+    BOP_COUNT
+} BackendOp;
 
 typedef struct Backend {
     const char *name; /* "cpu" or "cuda" */
+
+    /* 1 when the backend runs `op` with activations (for adamw: the low-precision parameter copy; for cast: either
+     * side) of type dt. Ops without an activation type (scale, normal_fill, sumsq, optim_prepare, augment) answer
+     * for DT_F32 only. */
+    int (*supports)(BackendOp op, DType dt);
 
     /* memory */
     void *(*alloc)(size_t bytes);
@@ -36,17 +55,26 @@ typedef struct Backend {
     void (*copy_to_host)(void *dst, const void *src, size_t bytes);
     void (*zero)(void *ptr, size_t bytes);
     void (*synchronize)(void); /* waits for all enqueued work (compute and uploads) */
+    /* A small host-to-device copy enqueued on the compute stream, in order with the ops: the host buffer may be
+     * reused as soon as it returns (CUDA stages pageable memory before returning), and the host does not wait for
+     * the GPU. For the per-step values a step reads from device memory (the learning rate, the noise offset). */
+    void (*write_async)(void *dst, const void *src, size_t bytes);
+    /* A device-to-host copy enqueued on the compute stream after the work before it, into host memory from
+     * alloc_host; it has landed when an event recorded after it has completed (event_synchronize). */
+    void (*copy_to_host_async)(void *dst_host, const void *src, size_t bytes);
 
     /* Host staging buffers (the data loader's ring slots): pinned (page-locked) memory on CUDA, so uploads from
      * them are true asynchronous DMA; 64-byte aligned malloc on the CPU. Released with release_host only. */
     void *(*alloc_host)(size_t bytes);
     void (*release_host)(void *ptr);
     /* Asynchronous upload of host memory to backend memory. CUDA: the copy runs on a separate copy stream; it
-     * starts after the compute work enqueued before this call (so dst may still be in use by it), and compute
-     * work enqueued after this call waits for the copy (so it sees the data). The host buffer must stay untouched
-     * until upload_wait returns. Call it from the thread that enqueues the ops: "the compute work enqueued before"
-     * is that thread's, and the two events it reuses are not locked. CPU: memcpy. */
-    void (*upload_async)(void *dst_device, const void *src_host, size_t bytes);
+     * starts once `after` (an event recorded on the compute stream with event_record) has completed, or, when after
+     * is NULL, after all the compute work enqueued before this call (so dst may still be in use by it); compute
+     * work enqueued after this call waits for the copy (so it sees the data). With `after` the last reader of dst,
+     * a double-buffered upload overlaps the compute still running. The host buffer must stay untouched until
+     * upload_wait returns. Call it from the thread that enqueues the ops: "the compute work enqueued before" is
+     * that thread's, and the two events it reuses are not locked. CPU: memcpy. */
+    void (*upload_async)(void *dst_device, const void *src_host, size_t bytes, void *after);
     /* Blocks the host until the last upload_async has finished reading its host buffer. CPU: nothing to wait for. */
     void (*upload_wait)(void);
 
@@ -58,12 +86,28 @@ typedef struct Backend {
 
     /* Ordering across streams (the NCCL communicator's stream, dist/comm_nccl.cu): event_record records, on the
      * compute stream, the point after the work enqueued so far; event_wait makes the compute stream's later work
-     * wait for an event recorded on another stream (no host block). CPU: everything runs in program order, so the
-     * four are no-ops (event_create returns a token that is not NULL). */
+     * wait for an event recorded on another stream (no host block); event_synchronize blocks the host until the
+     * event has completed. CPU: everything runs in program order, so an event is the wall-clock time of its record
+     * and the waits do nothing. timed_event_create makes an event event_elapsed_ms can measure between (CUDA: with
+     * timing, which makes waits on it slightly dearer; the others are created without): what per-layer timing
+     * (bench step) records around each layer. */
     void *(*event_create)(void);
+    void *(*timed_event_create)(void);
     void (*event_destroy)(void *ev);
     void (*event_record)(void *ev);
     void (*event_wait)(void *ev);
+    void (*event_synchronize)(void *ev);
+    double (*event_elapsed_ms)(void *from, void *to); /* both timed and recorded; waits for `to` */
+
+    /* CUDA Graphs (--compile): graph_capture_begin starts recording the ops enqueued on the compute stream instead
+     * of running them (no host synchronisation may happen until graph_capture_end: no copy_to_host, no
+     * timer_elapsed_ms, no synchronize); graph_capture_end returns the instantiated graph, or NULL with the
+     * reason in why (the capture is then abandoned and nothing was run); graph_launch enqueues one replay on the
+     * compute stream. NULL on a backend without graphs (the CPU): the caller runs the ops directly. */
+    void (*graph_capture_begin)(void);
+    void *(*graph_capture_end)(char *why, size_t why_len);
+    void (*graph_launch)(void *graph);
+    void (*graph_destroy)(void *graph);
 
     /* Bytes currently allocated through alloc (not alloc_host, not the backend's internal buffers), and the
      * most there have been at once since the process started. */
@@ -72,33 +116,39 @@ typedef struct Backend {
 
     /* ops: see each header for shapes and semantics */
     size_t (*conv3d_workspace_bytes)(const Conv3dShape *s);
-    void (*conv3d_forward)(const Conv3dShape *s, const float *x, const float *wt, const float *bias, float *y,
-                           void *workspace);
-    void (*conv3d_backward_data)(const Conv3dShape *s, const float *dy, const float *wt, float *dx, float beta,
+    void (*conv3d_forward)(const Conv3dShape *s, const void *x, const void *wt, const float *bias, const void *residual,
+                           void *y, void *workspace);
+    void (*conv3d_backward_data)(const Conv3dShape *s, const void *dy, const void *wt, void *dx, float beta,
                                  void *workspace);
-    void (*conv3d_backward_filter)(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
+    void (*conv3d_backward_filter)(const Conv3dShape *s, const void *x, const void *dy, float *dw, float *dbias,
                                    float beta, void *workspace);
-    void (*groupnorm_forward)(const GroupNormShape *s, const float *x, const float *gamma, const float *beta,
-                              float *y, float *mean, float *rstd);
-    void (*groupnorm_backward)(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
-                               const float *beta, const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
-                               float beta_dx, float beta_dparam);
-    void (*silu_forward)(long count, const float *x, float *y);
-    void (*silu_backward)(long count, const float *x, const float *dy, float *dx, float beta);
-    void (*upsample2x_forward)(int n, int d, int h, int w, int c, const float *x, float *y);
-    void (*upsample2x_backward)(int n, int d, int h, int w, int c, const float *dy, float *dx, float beta);
-    void (*add_forward)(long count, const float *a, const float *b, float *y);
-    void (*accumulate)(long count, const float *src, float *dst, float beta);
+    void (*groupnorm_forward)(const GroupNormShape *s, const void *x, const float *gamma, const float *beta, void *y,
+                              float *mean, float *rstd);
+    void (*groupnorm_backward)(const GroupNormShape *s, const void *dy, const void *x, const float *gamma,
+                               const float *beta, const float *mean, const float *rstd, void *dx, float *dgamma,
+                               float *dbeta, float beta_dx, float beta_dparam);
+    void (*silu_forward)(DType dt, long count, const void *x, void *y);
+    void (*silu_backward)(DType dt, long count, const void *x, const void *dy, void *dx, float beta);
+    void (*upsample2x_forward)(DType dt, int n, int d, int h, int w, int c, const void *x, void *y);
+    void (*upsample2x_backward)(DType dt, int n, int d, int h, int w, int c, const void *dy, void *dx, float beta);
+    void (*add_forward)(DType dt, long count, const void *a, const void *b, void *y);
+    void (*accumulate)(DType dt, long count, const void *src, void *dst, float beta);
     void (*scale)(long count, float *x, float scale);
-    void (*recon_loss)(ReconLoss kind, long count, const float *pred, const float *target, float *loss_out,
-                       float *dpred, float grad_scale);
-    void (*latent_forward)(const LatentShape *s, const float *mu, const float *logvar_raw, const float *eps,
-                           float *z, float *kl_out);
-    void (*latent_backward)(const LatentShape *s, const float *mu, const float *logvar_raw, const float *eps,
-                            const float *dz, float kl_scale, float *dmu, float *dlogvar);
-    void (*normal_fill)(long count, uint64_t seed, uint64_t stream, uint64_t offset, float *out);
-    void (*adamw)(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a);
+    void (*cast)(long count, DType from, const void *src, DType to, void *dst);
+    /* grad_scale as loss.h; loss_scale (backend memory, NULL for 1) multiplies it on the device */
+    void (*recon_loss)(ReconLoss kind, DType dt, long count, const void *pred, const float *target, float *loss_out,
+                       void *dpred, float grad_scale, const float *loss_scale);
+    void (*latent_forward)(const LatentShape *s, const void *mu, const void *logvar_raw, const float *eps, void *z,
+                           float *kl_out);
+    void (*latent_backward)(const LatentShape *s, const void *mu, const void *logvar_raw, const float *eps,
+                            const void *dz, float kl_scale, const float *loss_scale, void *dmu, void *dlogvar);
+    /* out[i] = vx_normal(seed, stream, offset[0] + i): offset in backend memory */
+    void (*normal_fill)(long count, uint64_t seed, uint64_t stream, const uint64_t *offset, float *out);
+    /* optim.h: the update from st (backend memory); p_lp (NULL: none) the low-precision copy of type lp_dt */
+    void (*adamw)(long count, float *p, const float *g, float *m, float *v, const OptimState *st, DType lp_dt,
+                  void *p_lp);
     void (*sumsq)(long count, const float *x, float *out);
+    void (*optim_prepare)(const OptimConfig *cfg, const float *sumsq, OptimState *st);
     void (*augment)(int d, int h, int w, int c, uint32_t code, const float *x, float *y);
 } Backend;
 
@@ -107,7 +157,7 @@ const Backend *backend_cpu(void);
 /* Sets the CPU backend's OpenMP thread count (0 = all cores). */
 void backend_cpu_set_threads(int threads);
 
-/* ---- CUDA backend (float32, cuDNN convolutions, own kernels) ------------------------------------------------
+/* ---- CUDA backend (float32, bfloat16, float16; cuDNN convolutions, own kernels) ----------------------------
  * In a build without CUDA (make CUDA=0) backend_cuda_init always returns 0 with the reason and backend_cuda
  * returns NULL. */
 typedef struct {

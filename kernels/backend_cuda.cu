@@ -2,7 +2,8 @@
  * and their peak tracked, pinned host staging buffers, copies, uploads on a separate copy stream, event timers,
  * and the ops of the kernels/..._cuda.cu files. Every op is enqueued on one non-blocking compute stream created at
  * init; the blocking copies (copy_to_device, copy_to_host) synchronize that stream, so they also wait for the ops
- * before them. Also here: the error hints of cuda_check.h, the shared reduction scratch and the reductions' second
+ * before them. Graph capture (--compile) records the compute stream's work into a CUDA Graph replayed by
+ * graph_launch. Also here: the error hints of cuda_check.h, the shared reduction scratch and the reductions' second
  * pass. backend_cuda_shutdown (registered with atexit) frees everything; it never exits on an error itself, so
  * it is safe to run while the process is already exiting because of one. */
 #include <pthread.h>
@@ -34,6 +35,7 @@ static struct {
 
 static BackendOptions g_options = {.deterministic = 0, .allow_tf32 = 1};
 int vx_cuda_sync_launches = 0;
+int vx_cuda_capturing = 0;
 
 static void require_ready(const char *what) {
     if (!g.ready) vx_fatal("CUDA backend used (%s) before a successful backend_cuda_init", what);
@@ -225,14 +227,21 @@ static void cuda_synchronize(void) {
     CUDA_CHECK(cudaStreamSynchronize(g.compute));
     CUDA_CHECK(cudaStreamSynchronize(g.copy));
 }
+/* pageable source: cudaMemcpyAsync stages it before returning, so the caller may reuse it at once */
+static void cuda_write_async(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.compute));
+}
+static void cuda_copy_to_host_async(void *dst_host, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, g.compute));
+}
 
-/* copy stream: after the compute work enqueued so far (dst may still be read by it), before the compute work
- * enqueued from now on */
-static void cuda_upload_async(void *dst_device, const void *src_host, size_t bytes) {
+/* copy stream: after `after`, or the compute work enqueued so far (dst may still be read by it), before the compute
+ * work enqueued from now on */
+static void cuda_upload_async(void *dst_device, const void *src_host, size_t bytes, void *after) {
     if (!bytes) return;
     bind_thread("upload_async");
-    CUDA_CHECK(cudaEventRecord(g.compute_mark, g.compute));
-    CUDA_CHECK(cudaStreamWaitEvent(g.copy, g.compute_mark, 0));
+    if (!after) CUDA_CHECK(cudaEventRecord(g.compute_mark, g.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(g.copy, after ? (cudaEvent_t)after : g.compute_mark, 0));
     CUDA_CHECK(cudaMemcpyAsync(dst_device, src_host, bytes, cudaMemcpyHostToDevice, g.copy));
     CUDA_CHECK(cudaEventRecord(g.upload_done, g.copy));
     CUDA_CHECK(cudaStreamWaitEvent(g.compute, g.upload_done, 0));
@@ -274,20 +283,79 @@ static void *cuda_event_create(void) {
     CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     return (void *)ev;
 }
+static void *cuda_timed_event_create(void) {
+    cudaEvent_t ev;
+    CUDA_CHECK(cudaEventCreate(&ev));
+    return (void *)ev;
+}
+static double cuda_event_elapsed_ms(void *from, void *to) {
+    CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)to));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to));
+    return ms;
+}
 static void cuda_event_destroy(void *ev) {
     if (ev) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)ev));
 }
 static void cuda_event_record(void *ev) { CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev, g.compute)); }
 static void cuda_event_wait(void *ev) { CUDA_CHECK(cudaStreamWaitEvent(g.compute, (cudaEvent_t)ev, 0)); }
+static void cuda_event_synchronize(void *ev) { CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)ev)); }
+
+/* ---- graphs ----------------------------------------------------------------------------------------------- */
+
+/* Thread-local capture: only the capturing thread is kept from unsafe calls (the loader's threads still allocate
+ * and fill pinned buffers). LAUNCH_CHECK does not synchronise while vx_cuda_capturing (VX_CUDA_SYNC would break
+ * the capture). */
+static void cuda_graph_capture_begin(void) {
+    CUDA_CHECK(cudaStreamBeginCapture(g.compute, cudaStreamCaptureModeThreadLocal));
+    vx_cuda_capturing = 1;
+}
+
+static void *cuda_graph_capture_end(char *why, size_t why_len) {
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(g.compute, &graph);
+    vx_cuda_capturing = 0;
+    cudaGraphExec_t exec = NULL;
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        snprintf(why, why_len, "CUDA graph capture failed: %s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+        cudaGetLastError(); /* capture errors invalidate the capture, not the context */
+        return NULL;
+    }
+    return (void *)exec;
+}
+
+static void cuda_graph_launch(void *graph) { CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, g.compute)); }
+static void cuda_graph_destroy(void *graph) {
+    if (graph && g.ready) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
+/* ---- ops -------------------------------------------------------------------------------------------------- */
+
+/* every op with activations runs all three storage types; the rest are float32 only */
+static int cuda_supports(BackendOp op, DType dt) {
+    switch (op) {
+    case BOP_SCALE:
+    case BOP_NORMAL_FILL:
+    case BOP_SUMSQ:
+    case BOP_OPTIM_PREPARE:
+    case BOP_AUGMENT: return dt == DT_F32;
+    default: return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16;
+    }
+}
 
 static const Backend cuda_backend = {
     .name = "cuda",
+    .supports = cuda_supports,
     .alloc = cuda_alloc,
     .release = cuda_release,
     .copy_to_device = cuda_copy_to_device,
     .copy_to_host = cuda_copy_to_host,
     .zero = cuda_zero,
     .synchronize = cuda_synchronize,
+    .write_async = cuda_write_async,
+    .copy_to_host_async = cuda_copy_to_host_async,
     .alloc_host = cuda_alloc_host,
     .release_host = cuda_release_host,
     .upload_async = cuda_upload_async,
@@ -295,9 +363,16 @@ static const Backend cuda_backend = {
     .timer_mark = cuda_timer_mark,
     .timer_elapsed_ms = cuda_timer_elapsed_ms,
     .event_create = cuda_event_create,
+    .timed_event_create = cuda_timed_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,
+    .event_synchronize = cuda_event_synchronize,
+    .event_elapsed_ms = cuda_event_elapsed_ms,
+    .graph_capture_begin = cuda_graph_capture_begin,
+    .graph_capture_end = cuda_graph_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
     .bytes_in_use = cuda_bytes_in_use,
     .peak_bytes = cuda_peak_bytes,
     .conv3d_workspace_bytes = conv3d_workspace_bytes_cuda,
@@ -313,12 +388,14 @@ static const Backend cuda_backend = {
     .add_forward = add_forward_cuda,
     .accumulate = accumulate_cuda,
     .scale = scale_cuda,
+    .cast = cast_cuda,
     .recon_loss = recon_loss_cuda,
     .latent_forward = latent_forward_cuda,
     .latent_backward = latent_backward_cuda,
     .normal_fill = normal_fill_cuda,
     .adamw = adamw_cuda,
     .sumsq = sumsq_cuda,
+    .optim_prepare = optim_prepare_cuda,
     .augment = augment_cuda,
 };
 

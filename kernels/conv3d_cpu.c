@@ -3,7 +3,7 @@
  *
  * Forward (im2col): for output positions P (rows) and K = k^3*c_in (columns),
  *   col[p][((kd*k + kh)*k + kw)*c_in + ci] = x at the input position the tap reads (0 in the padding)
- *   y[P][c_out] = col[P][K] x wt[c_out][K]^T + bias
+ *   y[P][c_out] = col[P][K] x wt[c_out][K]^T + bias, then + residual (the fused skip) while the chunk is in cache
  * Backward filter: dw[c_out][K] = sum over chunks of dy_chunk^T x col_chunk; dbias = sum over P of dy.
  * Backward data (gather form, race-free): every input position gathers the dy values at the output positions
  * that read it and multiplies them by the filter rearranged to [c_in][taps*c_out]. For stride s > 1 the input
@@ -182,8 +182,8 @@ static long fwd_chunk_rows(const Conv3dShape *s) {
     return conv_chunk_rows((long)s->k * s->k * s->k * s->c_in, out_positions(s));
 }
 
-void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, const float *bias, float *y,
-                        void *workspace) {
+void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, const float *bias,
+                        const float *residual, float *y, void *workspace) {
     const long P = out_positions(s), K = (long)s->k * s->k * s->k * s->c_in;
     const int co = s->c_out, pw = is_pointwise(s);
     const long R = fwd_chunk_rows(s), nch = ceil_div(P, R);
@@ -200,6 +200,9 @@ void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, c
                 for (int j = 0; j < co; j++) yc[r * co + j] = bias ? bias[j] : 0.0f;
             /* y [rows][c_out] += col [rows][K] x wt [c_out][K]^T */
             gemm_nt((int)rows, co, (int)K, pw ? x + p0 * K : col, (int)K, wt, (int)K, 1.0f, yc, co);
+            /* (conv + bias) + residual: the same sum, in the same order, as the separate add it replaces */
+            if (residual)
+                for (long i = 0; i < rows * co; i++) yc[i] += residual[p0 * co + i];
         }
     }
     blas_serial_end(saved);

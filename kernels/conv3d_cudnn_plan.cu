@@ -3,7 +3,8 @@
  *
  * Descriptors: x [n][d][h][w][c_in] as 5-D dims {n, c_in, d, h, w} with explicit NDHWC strides, the filter
  * [c_out][k][k][k][c_in] as {c_out, c_in, k, k, k} in CUDNN_TENSOR_NHWC format, y likewise; 3 spatial dims,
- * pad/stride per dim, dilation 1, cross-correlation, float compute. Layouts: a tensor with a single channel (the
+ * pad/stride per dim, dilation 1, cross-correlation, float compute; tensors and filter of the shape's storage type
+ * (float, bfloat16 or half: cuDNN's FLOAT, PSEUDO_BFLOAT16 and PSEUDO_HALF configurations). Layouts: a tensor with a single channel (the
  * first conv's input, the last conv's output) has the same memory in NDHWC and NCDHW, but its NDHWC strides make
  * C and W both stride 1, which cuDNN may refuse or treat as a layout it has no 3-D kernel for. Such shapes are
  * described first as LAYOUT_C1_NCDHW (the single-channel tensor with packed NCDHW strides, and a c_in == 1 filter
@@ -18,8 +19,10 @@
  * direction records why, and that is reported where it matters: when the direction is called (the first conv's
  * backward-data never is), or by conv3d_cuda_usable during the device choice, which then picks the CPU (auto) or
  * stops with the reason (--device cuda). Planning itself never exits.
- * Math: TF32 allowed -> CUDNN_DEFAULT_MATH (TF32 tensor cores on Ampere and newer), else CUDNN_FMA_MATH (float32
- * FMA kernels only); never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (it would round to fp16). cuDNN 9.10.2 to 9.15
+ * Math: float32 storage with TF32 allowed -> CUDNN_DEFAULT_MATH (TF32 tensor cores on Ampere and newer), else
+ * CUDNN_FMA_MATH (float32 FMA kernels only); never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (it would round to fp16).
+ * 16-bit storage: whatever math cuDNN proposes (tensor cores are what it is for; accumulation stays float32).
+ * cuDNN 9.10.2 to 9.15
  * have a broken 3-D TF32 kernel (PyTorch turned TF32 off for conv3d on them): with those loaded, TF32 stays off
  * and the run says so once.
  * Batches whose tensors pass 2^31-1 elements (cuDNN's descriptors take int sizes and strides) run as equal chunks
@@ -41,14 +44,19 @@ static ConvPlan **cache;
 static size_t cache_n, cache_cap;
 
 void conv_shape_str(const Conv3dShape *s, char *buf, size_t len) {
-    snprintf(buf, len, "n=%d %dx%dx%d c_in=%d -> c_out=%d, k=%d stride=%d pad=%d (output %dx%dx%d)", s->n, s->d, s->h,
-             s->w, s->c_in, s->c_out, s->k, s->stride, s->pad, s->od, s->oh, s->ow);
+    snprintf(buf, len, "n=%d %dx%dx%d c_in=%d -> c_out=%d, k=%d stride=%d pad=%d (output %dx%dx%d), %s", s->n, s->d,
+             s->h, s->w, s->c_in, s->c_out, s->k, s->stride, s->pad, s->od, s->oh, s->ow, dtype_name(s->dtype));
 }
 
 static int same_shape(const Conv3dShape *a, const Conv3dShape *b) {
     return a->n == b->n && a->d == b->d && a->h == b->h && a->w == b->w && a->c_in == b->c_in &&
            a->c_out == b->c_out && a->k == b->k && a->stride == b->stride && a->pad == b->pad && a->od == b->od &&
-           a->oh == b->oh && a->ow == b->ow;
+           a->oh == b->oh && a->ow == b->ow && a->dtype == b->dtype;
+}
+
+/* cuDNN's name for a storage type */
+static cudnnDataType_t cudnn_type(DType t) {
+    return t == DT_BF16 ? CUDNN_DATA_BFLOAT16 : t == DT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
 }
 
 extern "C" int conv3d_cuda_tf32_broken(size_t cudnn_version) { return cudnn_version >= 91002 && cudnn_version < 91600; }
@@ -71,6 +79,7 @@ static const char *math_name(cudnnMathType_t m) {
     case CUDNN_DEFAULT_MATH: return "DEFAULT (TF32 allowed)";
     case CUDNN_TENSOR_OP_MATH: return "TENSOR_OP (TF32)";
     case CUDNN_FMA_MATH: return "FMA (float32)";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "TENSOR_OP (conversion allowed)";
     default: return "other";
     }
 }
@@ -182,14 +191,16 @@ static int describe(ConvPlan *p, int layout, char *why, size_t why_len) {
     DESCRIBE_TRY(cudnnCreateTensorDescriptor(&d->xd));
     DESCRIBE_TRY(cudnnCreateTensorDescriptor(&d->yd));
     DESCRIBE_TRY(cudnnCreateFilterDescriptor(&d->wd));
-    DESCRIBE_TRY(cudnnSetTensorNdDescriptor(d->xd, CUDNN_DATA_FLOAT, 5, xdim, xstr));
-    DESCRIBE_TRY(cudnnSetTensorNdDescriptor(d->yd, CUDNN_DATA_FLOAT, 5, ydim, ystr));
-    DESCRIBE_TRY(cudnnSetFilterNdDescriptor(d->wd, CUDNN_DATA_FLOAT, wfmt, 5, wdim));
+    const cudnnDataType_t dt = cudnn_type(s->dtype);
+    DESCRIBE_TRY(cudnnSetTensorNdDescriptor(d->xd, dt, 5, xdim, xstr));
+    DESCRIBE_TRY(cudnnSetTensorNdDescriptor(d->yd, dt, 5, ydim, ystr));
+    DESCRIBE_TRY(cudnnSetFilterNdDescriptor(d->wd, dt, wfmt, 5, wdim));
     for (int dir = 0; dir < 3; dir++) {
         DESCRIBE_TRY(cudnnCreateConvolutionDescriptor(&d->cd[dir]));
         DESCRIBE_TRY(cudnnSetConvolutionNdDescriptor(d->cd[dir], 3, pad, stride, dil, CUDNN_CROSS_CORRELATION,
                                                     CUDNN_DATA_FLOAT));
-        DESCRIBE_TRY(cudnnSetConvolutionMathType(d->cd[dir], p->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+        DESCRIBE_TRY(cudnnSetConvolutionMathType(d->cd[dir], p->tf32 || s->dtype != DT_F32 ? CUDNN_DEFAULT_MATH
+                                                                                         : CUDNN_FMA_MATH));
     }
     /* cuDNN's idea of the output shape must be ours */
     int odim[5] = {0, 0, 0, 0, 0};
@@ -223,7 +234,8 @@ static void plan_destroy(ConvPlan *p) {
 /* ---- algorithms ------------------------------------------------------------------------------------------- */
 
 /* The math type to run a heuristic result with, or -1 to skip it (see the file comment). */
-static int usable_math(cudnnMathType_t m, int tf32) {
+static int usable_math(cudnnMathType_t m, int tf32, DType storage) {
+    if (storage != DT_F32) return (int)m; /* 16-bit inputs: tensor cores with float accumulation */
     if (m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return -1;
     if (tf32) return (int)m;
     return m == CUDNN_TENSOR_OP_MATH ? -1 : (int)CUDNN_FMA_MATH;
@@ -296,7 +308,7 @@ static int choose_algorithms(ConvPlan *p, int dir, int layout, char *why, size_t
         const Heur *r = &heur[i];
         if (r->status != CUDNN_STATUS_SUCCESS) continue;
         if (p->deterministic && r->determinism != CUDNN_DETERMINISTIC) continue;
-        const int math = usable_math(r->math, p->tf32);
+        const int math = usable_math(r->math, p->tf32, p->shape.dtype);
         if (math < 0) continue;
         int dup = 0;
         for (int j = 0; j < p->ncand[dir]; j++)
@@ -410,7 +422,10 @@ void conv3d_cuda_cache_clear(void) {
 
 /* ---- entry points of conv3d.h ----------------------------------------------------------------------------- */
 
-extern "C" size_t conv3d_workspace_bytes_cuda(const Conv3dShape *s) { return conv_plan_get(s)->ws_bytes; }
+extern "C" size_t conv3d_workspace_bytes_cuda(const Conv3dShape *s) {
+    const ConvPlan *p = conv_plan_get(s);
+    return p->ws_bytes + conv_lp_dw_bytes(p);
+}
 
 extern "C" int conv3d_cuda_usable(const Conv3dShape *s, int data_grad, char *why, size_t why_len) {
     ConvPlan *p = conv_plan_get(s);
@@ -437,16 +452,18 @@ extern "C" int conv3d_cuda_describe_layout(const Conv3dShape *s, int i, Conv3dCu
     if (ok && out) {
         /* read back what cuDNN holds */
         const ConvDesc *d = &p->desc[p->order[i]];
-        cudnnDataType_t dt;
+        cudnnDataType_t dt, xt;
         cudnnTensorFormat_t fmt;
         int nb = 0;
         memset(out, 0, sizeof *out);
         out->chunk_n = p->chunk_n;
         snprintf(out->name, sizeof out->name, "%s", LAYOUT_NAME[p->order[i]]);
-        ok = cudnnGetTensorNdDescriptor(d->xd, 5, &dt, &nb, out->x_dims, out->x_strides) == CUDNN_STATUS_SUCCESS &&
+        ok = cudnnGetTensorNdDescriptor(d->xd, 5, &xt, &nb, out->x_dims, out->x_strides) == CUDNN_STATUS_SUCCESS &&
              cudnnGetTensorNdDescriptor(d->yd, 5, &dt, &nb, out->y_dims, out->y_strides) == CUDNN_STATUS_SUCCESS &&
              cudnnGetFilterNdDescriptor(d->wd, 5, &dt, &fmt, &nb, out->w_dims) == CUDNN_STATUS_SUCCESS;
         out->w_nchw = fmt == CUDNN_TENSOR_NCHW;
+        out->x_type = (int)xt;
+        out->w_type = (int)dt;
         if (!ok) snprintf(why, why_len, "reading a descriptor back from cuDNN failed");
     }
     plan_destroy(p);

@@ -43,12 +43,22 @@ typedef struct {
     ConvCand cand[3][CONV_MAX_CAND];
     int ncand[3], cur[3];
     char *unusable[3]; /* when ncand[dir] == 0: why, reported on the direction's first call */
-    size_t ws_bytes;   /* what conv3d_workspace_bytes_cuda reports: max over the directions' first candidates */
+    size_t ws_bytes;   /* cuDNN's part of the workspace: max over the directions' first candidates (the workspace
+                          conv3d_workspace_bytes_cuda reports adds conv_lp_dw_bytes) */
 } ConvPlan;
 
 /* The plan of a shape under the backend's current options, made on first use and cached until
  * conv3d_cuda_cache_clear. Needs a started backend (the cuDNN handle). */
 ConvPlan *conv_plan_get(const Conv3dShape *s);
+
+/* Low-precision storage: cuDNN's weight gradient is of the storage type too, so backward-filter computes it into
+ * the workspace after cuDNN's own (at offset conv_lp_dw_offset) and adds it to the float32 dw from there. */
+static inline size_t conv_lp_dw_offset(const ConvPlan *p) { return (p->ws_bytes + 255) / 256 * 256; }
+static inline size_t conv_lp_dw_bytes(const ConvPlan *p) {
+    if (p->shape.dtype == DT_F32) return 0;
+    const size_t w = (size_t)p->shape.c_out * p->shape.k * p->shape.k * p->shape.k * p->shape.c_in;
+    return conv_lp_dw_offset(p) - p->ws_bytes + (w * dtype_size(p->shape.dtype) + 255) / 256 * 256;
+}
 
 /* The descriptors direction dir runs with. */
 static inline ConvDesc *conv_desc(ConvPlan *p, int dir) { return &p->desc[p->layout[dir]]; }

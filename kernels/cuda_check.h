@@ -26,6 +26,7 @@ extern "C" {
 #include "core/util.h"
 }
 #include "backend.h"
+#include "dtype_cuda.cuh"
 
 /* ---- error checks ----------------------------------------------------------------------------------------- */
 
@@ -35,8 +36,10 @@ const char *vx_cudnn_hint(cudnnStatus_t s);
 /* Prints the failure through vx_fatal_at (errno cleared first so no stale strerror is appended) and exits 1. */
 [[noreturn]] void vx_cuda_fail(const char *file, int line, const char *what, const char *name, const char *text,
                                const char *hint);
-/* Synchronize after every launch (VX_CUDA_SYNC=1): read at backend_cuda_init. */
+/* Synchronize after every launch (VX_CUDA_SYNC=1): read at backend_cuda_init. Not while a graph is being captured
+ * (vx_cuda_capturing), where a synchronisation would invalidate the capture. */
 extern int vx_cuda_sync_launches;
+extern int vx_cuda_capturing;
 
 /* The one body every check shares (ggml's CUDA_CHECK_GEN does the same): VX_CHECK_GEN evaluates `call` once as a
  * T and, when is_ok(result) is false, calls fail(__FILE__, __LINE__, "<the call's text>", result, <any further
@@ -73,7 +76,7 @@ static inline bool vx_cudnn_ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCE
 #define LAUNCH_CHECK(kernel_name)                                                                              \
     do {                                                                                                       \
         VX_CHECK_GEN(cudaError_t, cudaGetLastError(), vx_cuda_ok, vx_launch_check_failed, kernel_name);        \
-        if (vx_cuda_sync_launches) CUDA_CHECK(cudaStreamSynchronize(vx_cuda_stream()));                        \
+        if (vx_cuda_sync_launches && !vx_cuda_capturing) CUDA_CHECK(cudaStreamSynchronize(vx_cuda_stream())); \
     } while (0)
 
 /* ---- backend state (kernels/backend_cuda.cu) -------------------------------------------------------------- */
@@ -116,7 +119,8 @@ static inline int vx_red_blocks(size_t items) {
 
 static inline int vx_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* float4 access is used when the element count is a multiple of 4 and every pointer is 16-byte aligned. */
+/* Vector access (4 elements at once) is used when the element count is a multiple of 4 and every pointer is 16-byte
+ * aligned (what a float4 needs; more than the 8 bytes four 16-bit elements need). */
 static inline int vx_vec4_ok(size_t count, const void *a, const void *b = NULL, const void *c = NULL,
                              const void *d = NULL) {
     return count % 4 == 0 && vx_aligned16(a) && (!b || vx_aligned16(b)) && (!c || vx_aligned16(c)) &&
@@ -125,20 +129,35 @@ static inline int vx_vec4_ok(size_t count, const void *a, const void *b = NULL, 
 
 /* ---- device helpers --------------------------------------------------------------------------------------- */
 
-/* V floats at vector index i of p (V = 4: one 128-bit access; p must be 16-byte aligned). */
-template <int V> __device__ __forceinline__ void vx_load(const float *__restrict__ p, size_t i, float *v) {
-    if constexpr (V == 4) {
+/* V elements at vector index i of p, as floats, and back (V = 4: one 128-bit access of floats, one 64-bit access
+ * of 16-bit types; p must then be aligned to 4 elements). T is float, __nv_bfloat16 or __half (dtype_cuda.cuh);
+ * stores round to nearest even. */
+template <int V, typename T> __device__ __forceinline__ void vx_load(const T *__restrict__ p, size_t i, float *v) {
+    if constexpr (V == 4 && sizeof(T) == 4) {
         const float4 t = reinterpret_cast<const float4 *>(p)[i];
         v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else if constexpr (V == 4) {
+        const uint2 t = reinterpret_cast<const uint2 *>(p)[i];
+        T e[4];
+        memcpy(e, &t, sizeof t);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = vx_f32(e[k]);
     } else {
-        v[0] = p[i];
+        v[0] = vx_f32(p[i]);
     }
 }
-template <int V> __device__ __forceinline__ void vx_store(float *__restrict__ p, size_t i, const float *v) {
-    if constexpr (V == 4) {
+template <int V, typename T> __device__ __forceinline__ void vx_store(T *__restrict__ p, size_t i, const float *v) {
+    if constexpr (V == 4 && sizeof(T) == 4) {
         reinterpret_cast<float4 *>(p)[i] = make_float4(v[0], v[1], v[2], v[3]);
+    } else if constexpr (V == 4) {
+        T e[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) e[k] = vx_to<T>(v[k]);
+        uint2 t;
+        memcpy(&t, e, sizeof t);
+        reinterpret_cast<uint2 *>(p)[i] = t;
     } else {
-        p[i] = v[0];
+        p[i] = vx_to<T>(v[0]);
     }
 }
 

@@ -1,11 +1,13 @@
-/* elementwise_cuda.cu: the vector ops of elementwise.h on the GPU: residual add, gradient accumulation, scale.
- *   a, b, y, src, dst, x [count]   flat; float4 when count % 4 == 0 and every pointer is 16-byte aligned.
+/* elementwise_cuda.cu: the vector ops of elementwise.h on the GPU: residual add, gradient accumulation, scale and
+ * the cast between storage types.
+ *   a, b, y, src, dst, x [count]   flat, of storage type T (dtype_cuda.cuh), computed in float; vectors of 4 when
+ *                                  count % 4 == 0 and every pointer is 16-byte aligned.
  * accumulate with beta 0 copies src without reading dst (which may hold NaN), as accumulate_cpu. */
 #include "cuda_check.h"
 
 /* y = a + b */
-template <int V> __global__ void add_kernel(size_t nvec, const float *__restrict__ a, const float *__restrict__ b,
-                                            float *__restrict__ y) {
+template <typename T, int V>
+__global__ void add_kernel(size_t nvec, const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ y) {
     for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
         float u[V], v[V];
         vx_load<V>(a, i, u);
@@ -17,8 +19,8 @@ template <int V> __global__ void add_kernel(size_t nvec, const float *__restrict
 }
 
 /* dst = beta*dst + src (ACC), dst = src (!ACC) */
-template <int V, bool ACC>
-__global__ void accumulate_kernel(size_t nvec, const float *__restrict__ src, float *__restrict__ dst, float beta) {
+template <typename T, int V, bool ACC>
+__global__ void accumulate_kernel(size_t nvec, const T *__restrict__ src, T *__restrict__ dst, float beta) {
     for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
         float s[V], d[V];
         vx_load<V>(src, i, s);
@@ -42,27 +44,47 @@ template <int V> __global__ void scale_kernel(size_t nvec, float *__restrict__ x
     }
 }
 
-extern "C" void add_forward_cuda(long count, const float *a, const float *b, float *y) {
+/* dst = (To)src */
+template <typename From, typename To, int V>
+__global__ void cast_kernel(size_t nvec, const From *__restrict__ src, To *__restrict__ dst) {
+    for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
+        float u[V];
+        vx_load<V>(src, i, u);
+        vx_store<V>(dst, i, u);
+    }
+}
+
+extern "C" void add_forward_cuda(DType dt, long count, const void *a, const void *b, void *y) {
     if (count <= 0) return;
     const size_t n = (size_t)count;
-    if (vx_vec4_ok(n, a, b, y)) add_kernel<4><<<vx_ew_blocks(n / 4), VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, a, b, y);
-    else add_kernel<1><<<vx_ew_blocks(n), VX_THREADS, 0, vx_cuda_stream()>>>(n, a, b, y);
+    cudaStream_t st = vx_cuda_stream();
+    VX_DTYPE_SWITCH(dt, T, {
+        const T *ta = (const T *)a, *tb = (const T *)b;
+        T *ty = (T *)y;
+        if (vx_vec4_ok(n, a, b, y)) add_kernel<T, 4><<<vx_ew_blocks(n / 4), VX_THREADS, 0, st>>>(n / 4, ta, tb, ty);
+        else add_kernel<T, 1><<<vx_ew_blocks(n), VX_THREADS, 0, st>>>(n, ta, tb, ty);
+    });
     LAUNCH_CHECK("add_kernel");
 }
 
-extern "C" void accumulate_cuda(long count, const float *src, float *dst, float beta) {
+extern "C" void accumulate_cuda(DType dt, long count, const void *src, void *dst, float beta) {
     if (count <= 0) return;
     const size_t n = (size_t)count;
     const bool acc = beta != 0.0f;
-    if (vx_vec4_ok(n, src, dst)) {
-        const unsigned b = vx_ew_blocks(n / 4);
-        if (acc) accumulate_kernel<4, true><<<b, VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, src, dst, beta);
-        else accumulate_kernel<4, false><<<b, VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, src, dst, beta);
-    } else {
-        const unsigned b = vx_ew_blocks(n);
-        if (acc) accumulate_kernel<1, true><<<b, VX_THREADS, 0, vx_cuda_stream()>>>(n, src, dst, beta);
-        else accumulate_kernel<1, false><<<b, VX_THREADS, 0, vx_cuda_stream()>>>(n, src, dst, beta);
-    }
+    cudaStream_t st = vx_cuda_stream();
+    VX_DTYPE_SWITCH(dt, T, {
+        const T *s = (const T *)src;
+        T *d = (T *)dst;
+        if (vx_vec4_ok(n, src, dst)) {
+            const unsigned b = vx_ew_blocks(n / 4);
+            if (acc) accumulate_kernel<T, 4, true><<<b, VX_THREADS, 0, st>>>(n / 4, s, d, beta);
+            else accumulate_kernel<T, 4, false><<<b, VX_THREADS, 0, st>>>(n / 4, s, d, beta);
+        } else {
+            const unsigned b = vx_ew_blocks(n);
+            if (acc) accumulate_kernel<T, 1, true><<<b, VX_THREADS, 0, st>>>(n, s, d, beta);
+            else accumulate_kernel<T, 1, false><<<b, VX_THREADS, 0, st>>>(n, s, d, beta);
+        }
+    });
     LAUNCH_CHECK("accumulate_kernel");
 }
 
@@ -72,4 +94,21 @@ extern "C" void scale_cuda(long count, float *x, float scale) {
     if (vx_vec4_ok(n, x)) scale_kernel<4><<<vx_ew_blocks(n / 4), VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, x, scale);
     else scale_kernel<1><<<vx_ew_blocks(n), VX_THREADS, 0, vx_cuda_stream()>>>(n, x, scale);
     LAUNCH_CHECK("scale_kernel");
+}
+
+extern "C" void cast_cuda(long count, DType from, const void *src, DType to, void *dst) {
+    if (count <= 0) return;
+    const size_t n = (size_t)count;
+    cudaStream_t st = vx_cuda_stream();
+    if (from == to) {
+        if (src != dst) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * dtype_size(from), cudaMemcpyDeviceToDevice, st));
+        return;
+    }
+    VX_DTYPE_SWITCH(from, F, VX_DTYPE_SWITCH(to, D, {
+        const F *s = (const F *)src;
+        D *d = (D *)dst;
+        if (vx_vec4_ok(n, src, dst)) cast_kernel<F, D, 4><<<vx_ew_blocks(n / 4), VX_THREADS, 0, st>>>(n / 4, s, d);
+        else cast_kernel<F, D, 1><<<vx_ew_blocks(n), VX_THREADS, 0, st>>>(n, s, d);
+    }));
+    LAUNCH_CHECK("cast_kernel");
 }

@@ -8,8 +8,11 @@
  *           the normalised value is recomputed from x, mean, rstd, gamma and beta wherever it is needed. The
  *           pre-activation tensor is then never stored: one activation and one gradient tensor fewer per
  *           GroupNorm, and one read-write pass fewer each way (PyTorch eager runs them as two kernels).
- * beta_dx / beta_dparam follow the conv3d.h convention (0 overwrite, 1 accumulate). */
+ * beta_dx / beta_dparam follow the conv3d.h convention (0 overwrite, 1 accumulate).
+ * Storage: the CPU version is the float32 reference. The CUDA one stores x, y, dy and dx as shape.dtype (dtype.h);
+ * gamma, beta, their gradients and the statistics are float32, and every sum runs in double. */
 #pragma once
+#include "dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +24,7 @@ typedef struct {
     int c, groups;
     float eps;
     int silu; /* 1: SiLU fused after the normalisation (see above) */
+    DType dtype; /* storage of x, y, dy, dx (DT_F32 on the CPU) */
 } GroupNormShape;
 
 void groupnorm_forward_cpu(const GroupNormShape *s, const float *x, const float *gamma, const float *beta, float *y,
@@ -31,10 +35,10 @@ void groupnorm_backward_cpu(const GroupNormShape *s, const float *dy, const floa
 
 /* CUDA (kernels/groupnorm_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
-void groupnorm_forward_cuda(const GroupNormShape *s, const float *x, const float *gamma, const float *beta,
-                            float *y, float *mean, float *rstd);
-void groupnorm_backward_cuda(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
-                             const float *beta, const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
+void groupnorm_forward_cuda(const GroupNormShape *s, const void *x, const float *gamma, const float *beta,
+                            void *y, float *mean, float *rstd);
+void groupnorm_backward_cuda(const GroupNormShape *s, const void *dy, const void *x, const float *gamma,
+                             const float *beta, const float *mean, const float *rstd, void *dx, float *dgamma, float *dbeta,
                              float beta_dx, float beta_dparam);
 
 #ifdef __cplusplus

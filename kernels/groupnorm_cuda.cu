@@ -1,7 +1,8 @@
 /* groupnorm_cuda.cu: GroupNorm (groupnorm.h) on the GPU over NDHWC activations, forward and backward, with the
  * math of groupnorm_cpu.c: statistics and gradient sums in double, biased variance E[x^2] - mean^2 clamped at 0,
  * the same float expressions for y and dx.
- *   x, y, dy, dx [n][S][c]    S = spatial; channel j belongs to group j / cg, cg = c / groups
+ *   x, y, dy, dx [n][S][c]    S = spatial; channel j belongs to group j / cg, cg = c / groups; storage type T =
+ *                             shape.dtype (dtype_cuda.cuh), every value computed in float and every sum in double
  *   gamma, beta, dgamma, dbeta [c];  mean, rstd [n][groups]
  *
  * Every reduction is deterministic (no atomics; a fixed partition that depends on the shape only):
@@ -83,9 +84,9 @@ static dim3 rows_grid(const GnGeom *g, const GroupNormShape *s, size_t *rows_per
 
 /* part[b][blk][0][j] = sum over the block's rows of x (BWD: dy), part[b][blk][1][j] = of x^2 (BWD: dy*xhat with
  * xhat = (x - mean)*rstd in float, as the CPU) */
-template <int V, bool BWD, bool SILU>
+template <typename T, int V, bool BWD, bool SILU>
 __global__ void gn_partial_kernel(int n, size_t S, int c, int cg, int G, int lanes, int CW, int RY, size_t SB, int nblk,
-                                  const float *__restrict__ x, const float *__restrict__ dy,
+                                  const T *__restrict__ x, const T *__restrict__ dy,
                                   const float *__restrict__ mean, const float *__restrict__ rstd,
                                   const float *__restrict__ gamma, const float *__restrict__ beta,
                                   double *__restrict__ part) {
@@ -159,25 +160,28 @@ __global__ void gn_partial_kernel(int n, size_t S, int c, int cg, int G, int lan
 }
 
 /* bwd: dy is the output's gradient (through the fused SiLU when s->silu); forward passes NULL for what it lacks */
-static void launch_partial(const GnGeom *g, const GroupNormShape *s, bool bwd, const float *x, const float *dy,
+static void launch_partial(const GnGeom *g, const GroupNormShape *s, bool bwd, const void *x, const void *dy,
                            const float *mean, const float *rstd, const float *gamma, const float *beta,
                            double *part) {
     const dim3 grid = partial_grid(g, s->n);
     const int cg = s->c / s->groups;
     cudaStream_t st = vx_cuda_stream();
 #define GN_PARTIAL_ARGS                                                                                        \
-    s->n, (size_t)s->spatial, s->c, cg, s->groups, g->lanes, g->CW, g->RY, g->SB, g->nblk, x, dy, mean, rstd, gamma, \
-        beta, part
+    s->n, (size_t)s->spatial, s->c, cg, s->groups, g->lanes, g->CW, g->RY, g->SB, g->nblk, tx, tdy, mean, rstd,  \
+        gamma, beta, part
     const bool silu = bwd && s->silu;
-    if (g->V == 4) {
-        if (silu) gn_partial_kernel<4, true, true><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
-        else if (bwd) gn_partial_kernel<4, true, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
-        else gn_partial_kernel<4, false, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
-    } else {
-        if (silu) gn_partial_kernel<1, true, true><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
-        else if (bwd) gn_partial_kernel<1, true, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
-        else gn_partial_kernel<1, false, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
-    }
+    VX_DTYPE_SWITCH(s->dtype, T, {
+        const T *tx = (const T *)x, *tdy = (const T *)dy;
+        if (g->V == 4) {
+            if (silu) gn_partial_kernel<T, 4, true, true><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+            else if (bwd) gn_partial_kernel<T, 4, true, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+            else gn_partial_kernel<T, 4, false, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+        } else {
+            if (silu) gn_partial_kernel<T, 1, true, true><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+            else if (bwd) gn_partial_kernel<T, 1, true, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+            else gn_partial_kernel<T, 1, false, false><<<grid, VX_THREADS, 0, st>>>(GN_PARTIAL_ARGS);
+        }
+    });
 #undef GN_PARTIAL_ARGS
     LAUNCH_CHECK("gn_partial_kernel");
 }
@@ -211,11 +215,11 @@ __global__ void gn_stats_kernel(int G, int cg, int c, int nblk, double count, fl
 }
 
 /* y = (x - mean) * (rstd*gamma) + beta, then silu(y) when SILU */
-template <int V, bool SILU>
+template <typename T, int V, bool SILU>
 __global__ void gn_normalize_kernel(int n, size_t S, int cg, int G, int lanes, int CW, int RY, size_t rows_per_block,
-                                    size_t row_blocks, const float *__restrict__ x, const float *__restrict__ gamma,
+                                    size_t row_blocks, const T *__restrict__ x, const float *__restrict__ gamma,
                                     const float *__restrict__ beta, const float *__restrict__ mean,
-                                    const float *__restrict__ rstd, float *__restrict__ y) {
+                                    const float *__restrict__ rstd, T *__restrict__ y) {
     const int tx = threadIdx.x % CW, ty = threadIdx.x / CW;
     if (ty >= RY) return; /* no block-wide synchronization below */
     for (int b = blockIdx.y; b < n; b += gridDim.y)
@@ -245,8 +249,8 @@ __global__ void gn_normalize_kernel(int n, size_t S, int cg, int G, int lanes, i
         }
 }
 
-extern "C" void groupnorm_forward_cuda(const GroupNormShape *s, const float *x, const float *gamma, const float *beta,
-                                       float *y, float *mean, float *rstd) {
+extern "C" void groupnorm_forward_cuda(const GroupNormShape *s, const void *x, const float *gamma, const float *beta,
+                                       void *y, float *mean, float *rstd) {
     check_shape(s);
     if (s->n <= 0 || s->spatial <= 0) return;
     const int vec = s->c % 4 == 0 && vx_aligned16(x) && vx_aligned16(y);
@@ -264,14 +268,19 @@ extern "C" void groupnorm_forward_cuda(const GroupNormShape *s, const float *x, 
     size_t rpb, row_blocks;
     const dim3 grid = rows_grid(&g, s, &rpb, &row_blocks);
 #define GN_NORM_ARGS                                                                                                   \
-    s->n, (size_t)s->spatial, cg, s->groups, g.lanes, g.CW, g.RY, rpb, row_blocks, x, gamma, beta, mean, rstd, y
-    if (s->silu) {
-        if (g.V == 4) gn_normalize_kernel<4, true><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
-        else gn_normalize_kernel<1, true><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
-    } else {
-        if (g.V == 4) gn_normalize_kernel<4, false><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
-        else gn_normalize_kernel<1, false><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(GN_NORM_ARGS);
-    }
+    s->n, (size_t)s->spatial, cg, s->groups, g.lanes, g.CW, g.RY, rpb, row_blocks, tx, gamma, beta, mean, rstd, ty
+    cudaStream_t st = vx_cuda_stream();
+    VX_DTYPE_SWITCH(s->dtype, T, {
+        const T *tx = (const T *)x;
+        T *ty = (T *)y;
+        if (s->silu) {
+            if (g.V == 4) gn_normalize_kernel<T, 4, true><<<grid, VX_THREADS, 0, st>>>(GN_NORM_ARGS);
+            else gn_normalize_kernel<T, 1, true><<<grid, VX_THREADS, 0, st>>>(GN_NORM_ARGS);
+        } else {
+            if (g.V == 4) gn_normalize_kernel<T, 4, false><<<grid, VX_THREADS, 0, st>>>(GN_NORM_ARGS);
+            else gn_normalize_kernel<T, 1, false><<<grid, VX_THREADS, 0, st>>>(GN_NORM_ARGS);
+        }
+    });
 #undef GN_NORM_ARGS
     LAUNCH_CHECK("gn_normalize_kernel");
 }
@@ -326,12 +335,12 @@ __global__ void gn_coef_kernel(int n, int c, int G, int cg, double count, const 
 }
 
 /* dx = [beta*dx +] rstd*gamma*dy - a1 - a2*(x - mean); dy first through the fused SiLU's derivative when SILU */
-template <int V, bool ACC, bool SILU>
+template <typename T, int V, bool ACC, bool SILU>
 __global__ void gn_dx_kernel(int n, size_t S, int cg, int G, int lanes, int CW, int RY, size_t rows_per_block,
-                             size_t row_blocks, const float *__restrict__ dy, const float *__restrict__ x,
+                             size_t row_blocks, const T *__restrict__ dy, const T *__restrict__ x,
                              const float *__restrict__ gamma, const float *__restrict__ beta,
                              const float *__restrict__ mean,
-                             const float *__restrict__ rstd, const float *__restrict__ coef, float *__restrict__ dx,
+                             const float *__restrict__ rstd, const float *__restrict__ coef, T *__restrict__ dx,
                              float beta_dx) {
     const int tx = threadIdx.x % CW, ty = threadIdx.x / CW;
     if (ty >= RY) return; /* no block-wide synchronization below */
@@ -368,8 +377,8 @@ __global__ void gn_dx_kernel(int n, size_t S, int cg, int G, int lanes, int CW, 
         }
 }
 
-extern "C" void groupnorm_backward_cuda(const GroupNormShape *s, const float *dy, const float *x, const float *gamma,
-                                        const float *beta, const float *mean, const float *rstd, float *dx,
+extern "C" void groupnorm_backward_cuda(const GroupNormShape *s, const void *dy, const void *x, const float *gamma,
+                                        const float *beta, const float *mean, const float *rstd, void *dx,
                                         float *dgamma, float *dbeta, float beta_dx, float beta_dparam) {
     check_shape(s);
     if (s->n <= 0 || s->spatial <= 0) return;
@@ -397,21 +406,25 @@ extern "C" void groupnorm_backward_cuda(const GroupNormShape *s, const float *dy
     size_t rpb, row_blocks;
     const dim3 grid = rows_grid(&g, s, &rpb, &row_blocks);
 #define GN_DX_ARGS                                                                                             \
-    s->n, (size_t)s->spatial, cg, s->groups, g.lanes, g.CW, g.RY, rpb, row_blocks, dy, x, gamma, beta, mean, rstd,  \
-        coef, dx, beta_dx
+    s->n, (size_t)s->spatial, cg, s->groups, g.lanes, g.CW, g.RY, rpb, row_blocks, tdy, tx, gamma, beta, mean, rstd, \
+        coef, tdx, beta_dx
 #define GN_DX_LAUNCH(ACC, SILU)                                                                                \
     do {                                                                                                       \
-        if (g.V == 4) gn_dx_kernel<4, ACC, SILU><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);                      \
-        else gn_dx_kernel<1, ACC, SILU><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);                               \
+        if (g.V == 4) gn_dx_kernel<T, 4, ACC, SILU><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);                   \
+        else gn_dx_kernel<T, 1, ACC, SILU><<<grid, VX_THREADS, 0, st>>>(GN_DX_ARGS);                            \
     } while (0)
     const bool acc = beta_dx != 0.0f;
-    if (s->silu) {
-        if (acc) GN_DX_LAUNCH(true, true);
-        else GN_DX_LAUNCH(false, true);
-    } else {
-        if (acc) GN_DX_LAUNCH(true, false);
-        else GN_DX_LAUNCH(false, false);
-    }
+    VX_DTYPE_SWITCH(s->dtype, T, {
+        const T *tdy = (const T *)dy, *tx = (const T *)x;
+        T *tdx = (T *)dx;
+        if (s->silu) {
+            if (acc) GN_DX_LAUNCH(true, true);
+            else GN_DX_LAUNCH(false, true);
+        } else {
+            if (acc) GN_DX_LAUNCH(true, false);
+            else GN_DX_LAUNCH(false, false);
+        }
+    });
 #undef GN_DX_LAUNCH
 #undef GN_DX_ARGS
     LAUNCH_CHECK("gn_dx_kernel");

@@ -1,6 +1,7 @@
 /* optim_cpu.c: float32 CPU optimizer ops (optim.h): AdamW over the flat parameter buffer, and the sum of squares
  * used for gradient-norm clipping. AdamW follows torch.optim.AdamW's single-tensor path operation by operation
- * (decay first, lerp for the first moment, scalar bias corrections in double) so the two agree to float rounding.
+ * (decay first, lerp for the first moment, scalar bias corrections in double: adamw_consts in optim.h) so the two
+ * agree to float rounding.
  * sumsq reduces in double over fixed chunks added in order: the same bits whatever the thread count. */
 #include <math.h>
 #include <stdlib.h>
@@ -12,15 +13,10 @@
 #define SUMSQ_LANES 8 /* independent accumulators per chunk: a fixed order that still vectorizes */
 #define OPTIM_PARALLEL_MIN 16384L
 
-void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a) {
+void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWConsts *c) {
     /* p, g, m, v [count] */
-    const double t = (double)a->step;
-    const double bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
-    const float decay = (float)(1.0 - a->lr * a->weight_decay);
-    const float neg_step = (float)(-a->lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float w1 = (float)(1.0 - a->beta1), w2 = (float)(1.0 - a->beta2);
-    const float b2 = (float)a->beta2, eps = (float)a->eps, gs = a->grad_scale;
+    const float decay = c->decay, neg_step = c->neg_step, bc2_sqrt = c->bc2_sqrt, w1 = c->w1, w2 = c->w2, b2 = c->b2,
+                eps = c->eps, gs = c->gs;
 #pragma omp parallel for simd schedule(static) if (count >= OPTIM_PARALLEL_MIN)
     for (long i = 0; i < count; i++) {
         const float gi = g[i] * gs;

@@ -1,22 +1,23 @@
 /* optim_cuda.cu: the optimizer ops of optim.h on the GPU, over the flat parameter buffer.
  *   p, g, m, v [count]   float4 when count % 4 == 0 and all four pointers are 16-byte aligned
  *   out [1]              device float
- * adamw follows adamw_cpu operation by operation (decay first, lerp for the first moment, the scalar constants
- * computed on the host in double exactly as there), so the two agree to float rounding (the GPU may contract
- * a multiply and an add into one FMA). sumsq reduces sum(x^2) in double in a fixed order: pass 1 has
+ * adamw follows adamw_cpu operation by operation (decay first, lerp for the first moment, the scalar constants of
+ * optim.h's adamw_consts, computed in double by optim_prepare), so the two agree to float rounding (the GPU may
+ * contract a multiply and an add into one FMA). sumsq reduces sum(x^2) in double in a fixed order: pass 1 has
  * vx_red_blocks(count) blocks writing partial sums to the scratch, pass 2 adds them in order. */
 #include <math.h>
 
 #include "cuda_check.h"
 #include "optim.h"
 
-typedef struct {
-    float decay, neg_step, bc2_sqrt, w1, w2, b2, eps, gs;
-} AdamWConsts;
-
-template <int V>
+/* AdamW reads its constants and the skip flag from the device-resident state (optim_prepare wrote them), so a
+ * captured step replays with each step's own values; p_lp (LP = true) receives the updated parameters rounded to
+ * the low-precision type, the compute copy of mixed precision, in the same pass. */
+template <int V, typename L, bool LP>
 __global__ void adamw_kernel(size_t nvec, float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
-                             float *__restrict__ v, AdamWConsts c) {
+                             float *__restrict__ v, const OptimState *__restrict__ st, L *__restrict__ p_lp) {
+    if (st->skip) return; /* a non-finite gradient: nothing changes (torch.amp.GradScaler skips optimizer.step) */
+    const AdamWConsts c = st->c;
     for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
         float pp[V], gg[V], mm[V], vv[V];
         vx_load<V>(p, i, pp);
@@ -38,27 +39,36 @@ __global__ void adamw_kernel(size_t nvec, float *__restrict__ p, const float *__
         vx_store<V>(p, i, pp);
         vx_store<V>(m, i, mm);
         vx_store<V>(v, i, vv);
+        if constexpr (LP) vx_store<V>(p_lp, i, pp);
     }
 }
 
-extern "C" void adamw_cuda(long count, float *p, const float *g, float *m, float *v, const AdamWParams *a) {
+template <typename L, bool LP>
+static void launch_adamw(size_t n, float *p, const float *g, float *m, float *v, const OptimState *st, void *p_lp) {
+    cudaStream_t s = vx_cuda_stream();
+    L *lp = (L *)p_lp;
+    if (vx_vec4_ok(n, p, g, m, v) && (!LP || vx_aligned16(p_lp)))
+        adamw_kernel<4, L, LP><<<vx_ew_blocks(n / 4), VX_THREADS, 0, s>>>(n / 4, p, g, m, v, st, lp);
+    else adamw_kernel<1, L, LP><<<vx_ew_blocks(n), VX_THREADS, 0, s>>>(n, p, g, m, v, st, lp);
+}
+
+extern "C" void adamw_cuda(long count, float *p, const float *g, float *m, float *v, const OptimState *st, DType lp_dt,
+                           void *p_lp) {
     if (count <= 0) return;
     const size_t n = (size_t)count;
-    const double t = (double)a->step;
-    const double bc1 = 1.0 - pow(a->beta1, t), bc2 = 1.0 - pow(a->beta2, t);
-    AdamWConsts c;
-    c.decay = (float)(1.0 - a->lr * a->weight_decay);
-    c.neg_step = (float)(-a->lr / bc1);
-    c.bc2_sqrt = (float)sqrt(bc2);
-    c.w1 = (float)(1.0 - a->beta1);
-    c.w2 = (float)(1.0 - a->beta2);
-    c.b2 = (float)a->beta2;
-    c.eps = (float)a->eps;
-    c.gs = a->grad_scale;
-    if (vx_vec4_ok(n, p, g, m, v))
-        adamw_kernel<4><<<vx_ew_blocks(n / 4), VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, p, g, m, v, c);
-    else adamw_kernel<1><<<vx_ew_blocks(n), VX_THREADS, 0, vx_cuda_stream()>>>(n, p, g, m, v, c);
+    if (!p_lp) launch_adamw<float, false>(n, p, g, m, v, st, NULL);
+    else VX_DTYPE_SWITCH(lp_dt, L, launch_adamw<L, true>(n, p, g, m, v, st, p_lp));
     LAUNCH_CHECK("adamw_kernel");
+}
+
+/* one thread: optim.h's optim_prepare_step, the same code the CPU backend runs */
+__global__ void optim_prepare_kernel(OptimConfig cfg, const float *__restrict__ sumsq, OptimState *__restrict__ st) {
+    optim_prepare_step(&cfg, sumsq[0], st);
+}
+
+extern "C" void optim_prepare_cuda(const OptimConfig *cfg, const float *sumsq, OptimState *st) {
+    optim_prepare_kernel<<<1, 1, 0, vx_cuda_stream()>>>(*cfg, sumsq, st);
+    LAUNCH_CHECK("optim_prepare_kernel");
 }
 
 template <int V> __global__ void sumsq_kernel(size_t nvec, const float *__restrict__ x, double *__restrict__ partials) {

@@ -7,11 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define VX_HD __host__ __device__ __forceinline__
-#else
-#define VX_HD static inline
-#endif
+#include "vx_hd.h"
 
 /* splitmix64 finalizer: a bijective 64-bit mix with good avalanche. */
 VX_HD uint64_t vx_mix64(uint64_t x) {
@@ -43,8 +39,10 @@ extern "C" {
 #endif
 /* Fills out[i] = vx_normal(seed, stream, offset + i) for i < count. */
 void normal_fill_cpu(long count, uint64_t seed, uint64_t stream, uint64_t offset, float *out);
-/* CUDA (kernels/rng_cuda.cu, CUDA builds only): the same values on the device (to libm rounding, see above). */
-void normal_fill_cuda(long count, uint64_t seed, uint64_t stream, uint64_t offset, float *out);
+/* CUDA (kernels/rng_cuda.cu, CUDA builds only): the same values on the device (to libm rounding, see above), the
+ * offset read from device memory (offset[0]) when the kernel runs, so that a captured step draws each replay's own
+ * noise. */
+void normal_fill_cuda(long count, uint64_t seed, uint64_t stream, const uint64_t *offset, float *out);
 #ifdef __cplusplus
 }
 #endif

@@ -1,12 +1,14 @@
 /* rng_cuda.cu: normal_fill (rng.h) on the GPU: out[i] = vx_normal(seed, stream, offset + i), the same
  * counter-based function the CPU uses (integer hash and uniforms bit-identical; the normals agree to the
  * rounding of logf/cosf/sqrtf, a few ulp: built without fast-math, these are CUDA's accurate versions).
- *   out [count]   float4 stores when count % 4 == 0 and out is 16-byte aligned. */
+ *   out [count]   float4 stores when count % 4 == 0 and out is 16-byte aligned.
+ *   offset [1]    device memory, read by every thread (a captured graph replays with the value of its time). */
 #include "cuda_check.h"
 #include "rng.h"
 
-template <int V> __global__ void normal_fill_kernel(size_t nvec, uint64_t seed, uint64_t stream, uint64_t offset,
-                                                    float *__restrict__ out) {
+template <int V> __global__ void normal_fill_kernel(size_t nvec, uint64_t seed, uint64_t stream,
+                                                    const uint64_t *__restrict__ offset_p, float *__restrict__ out) {
+    const uint64_t offset = *offset_p;
     for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
         float r[V];
 #pragma unroll
@@ -15,7 +17,7 @@ template <int V> __global__ void normal_fill_kernel(size_t nvec, uint64_t seed, 
     }
 }
 
-extern "C" void normal_fill_cuda(long count, uint64_t seed, uint64_t stream, uint64_t offset, float *out) {
+extern "C" void normal_fill_cuda(long count, uint64_t seed, uint64_t stream, const uint64_t *offset, float *out) {
     if (count <= 0) return;
     const size_t n = (size_t)count;
     if (vx_vec4_ok(n, out))

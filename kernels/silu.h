@@ -1,5 +1,7 @@
-/* silu.h: SiLU (x * sigmoid(x)) elementwise over `count` floats. Backward reads the forward input x. */
+/* silu.h: SiLU (x * sigmoid(x)) elementwise over `count` elements. Backward reads the forward input x. The CPU
+ * version is the float32 reference; the CUDA one stores x, y, dy, dx as `dt` (dtype.h) and computes in float32. */
 #pragma once
+#include "dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -11,8 +13,8 @@ void silu_backward_cpu(long count, const float *x, const float *dy, float *dx, f
 
 /* CUDA (kernels/silu_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
-void silu_forward_cuda(long count, const float *x, float *y);
-void silu_backward_cuda(long count, const float *x, const float *dy, float *dx, float beta);
+void silu_forward_cuda(DType dt, long count, const void *x, void *y);
+void silu_backward_cuda(DType dt, long count, const void *x, const void *dy, void *dx, float beta);
 
 #ifdef __cplusplus
 }

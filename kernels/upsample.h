@@ -1,7 +1,9 @@
 /* upsample.h: nearest-neighbour x2 upsampling in all three spatial axes, NDHWC.
  *   x [n][d][h][w][c]  ->  y [n][2d][2h][2w][c]
- * Backward sums the 8 output gradients that each input voxel fed. */
+ * Backward sums the 8 output gradients that each input voxel fed (in float32). The CPU version is the float32
+ * reference; the CUDA one stores x, y, dy, dx as `dt` (dtype.h). */
 #pragma once
+#include "dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -13,8 +15,8 @@ void upsample2x_backward_cpu(int n, int d, int h, int w, int c, const float *dy,
 
 /* CUDA (kernels/upsample_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
-void upsample2x_forward_cuda(int n, int d, int h, int w, int c, const float *x, float *y);
-void upsample2x_backward_cuda(int n, int d, int h, int w, int c, const float *dy, float *dx, float beta);
+void upsample2x_forward_cuda(DType dt, int n, int d, int h, int w, int c, const void *x, void *y);
+void upsample2x_backward_cuda(DType dt, int n, int d, int h, int w, int c, const void *dy, void *dx, float beta);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* upsample_cuda.cu: nearest-neighbour x2 upsampling (upsample.h) on the GPU, NDHWC.
  *   x, dx [n][d][h][w][c]   ->   y, dy [n][2d][2h][2w][c]
+ * Storage type T (dtype_cuda.cuh), sums in float.
  * One thread per input vector of V channels (V = 4 when c % 4 == 0 and the pointers are 16-byte aligned):
  * blockIdx.y walks the input rows r = (b, z, yy) (strided by gridDim.y, at most 65535), blockIdx.x/threadIdx.x
  * the w*c/V vectors of a row. Forward reads the vector once and writes its 8 copies; backward sums the 8 output
@@ -19,9 +20,9 @@ __device__ __forceinline__ size_t up_out_index(size_t bz, size_t yy, int h, size
     return ((bz * 2 + dz) * (2 * (size_t)h) + 2 * yy + dy) * (2 * L) + (size_t)(2 * xx + dx) * cv + jv;
 }
 
-template <int V>
-__global__ void upsample2x_forward_kernel(size_t rows, int h, int L, int cv, const float *__restrict__ x,
-                                          float *__restrict__ y) {
+template <typename T, int V>
+__global__ void upsample2x_forward_kernel(size_t rows, int h, int L, int cv, const T *__restrict__ x,
+                                          T *__restrict__ y) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= L) return;
     const int xx = t / cv, jv = t - xx * cv;
@@ -38,9 +39,9 @@ __global__ void upsample2x_forward_kernel(size_t rows, int h, int L, int cv, con
     }
 }
 
-template <int V, bool ACC>
-__global__ void upsample2x_backward_kernel(size_t rows, int h, int L, int cv, const float *__restrict__ dy,
-                                           float *__restrict__ dx, float beta) {
+template <typename T, int V, bool ACC>
+__global__ void upsample2x_backward_kernel(size_t rows, int h, int L, int cv, const T *__restrict__ dy,
+                                           T *__restrict__ dx, float beta) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= L) return;
     const int xx = t / cv, jv = t - xx * cv;
@@ -80,30 +81,38 @@ static int up_geometry(int n, int d, int h, int w, int c, int V, size_t *rows, i
     return 1;
 }
 
-extern "C" void upsample2x_forward_cuda(int n, int d, int h, int w, int c, const float *x, float *y) {
+extern "C" void upsample2x_forward_cuda(DType dt, int n, int d, int h, int w, int c, const void *x, void *y) {
     const int V = c % 4 == 0 && vx_aligned16(x) && vx_aligned16(y) ? 4 : 1;
     size_t rows;
     int L, cv;
     dim3 grid;
     if (!up_geometry(n, d, h, w, c, V, &rows, &L, &cv, &grid)) return;
-    if (V == 4) upsample2x_forward_kernel<4><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(rows, h, L, cv, x, y);
-    else upsample2x_forward_kernel<1><<<grid, VX_THREADS, 0, vx_cuda_stream()>>>(rows, h, L, cv, x, y);
+    cudaStream_t st = vx_cuda_stream();
+    VX_DTYPE_SWITCH(dt, T, {
+        if (V == 4) upsample2x_forward_kernel<T, 4><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, (const T *)x, (T *)y);
+        else upsample2x_forward_kernel<T, 1><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, (const T *)x, (T *)y);
+    });
     LAUNCH_CHECK("upsample2x_forward_kernel");
 }
 
-extern "C" void upsample2x_backward_cuda(int n, int d, int h, int w, int c, const float *dy, float *dx, float beta) {
+extern "C" void upsample2x_backward_cuda(DType dt, int n, int d, int h, int w, int c, const void *dy, void *dx,
+                                         float beta) {
     const int V = c % 4 == 0 && vx_aligned16(dy) && vx_aligned16(dx) ? 4 : 1;
     size_t rows;
     int L, cv;
     dim3 grid;
     if (!up_geometry(n, d, h, w, c, V, &rows, &L, &cv, &grid)) return;
     cudaStream_t st = vx_cuda_stream();
-    if (beta != 0.0f) {
-        if (V == 4) upsample2x_backward_kernel<4, true><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, dy, dx, beta);
-        else upsample2x_backward_kernel<1, true><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, dy, dx, beta);
-    } else {
-        if (V == 4) upsample2x_backward_kernel<4, false><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, dy, dx, beta);
-        else upsample2x_backward_kernel<1, false><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, dy, dx, beta);
-    }
+    VX_DTYPE_SWITCH(dt, T, {
+        const T *g = (const T *)dy;
+        T *o = (T *)dx;
+        if (beta != 0.0f) {
+            if (V == 4) upsample2x_backward_kernel<T, 4, true><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, g, o, beta);
+            else upsample2x_backward_kernel<T, 1, true><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, g, o, beta);
+        } else {
+            if (V == 4) upsample2x_backward_kernel<T, 4, false><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, g, o, beta);
+            else upsample2x_backward_kernel<T, 1, false><<<grid, VX_THREADS, 0, st>>>(rows, h, L, cv, g, o, beta);
+        }
+    });
     LAUNCH_CHECK("upsample2x_backward_kernel");
 }

@@ -20,3 +20,4 @@ void vx_cuda_fail(const char *file, int line, const char *what, const char *, co
     fprintf(stderr, "fail %s:%d %s\n", file, line, what); abort();
 }
 // vx_reduce_finalize and its kernel: run.sh compiles them from backend_cuda.cu itself (finalize_emu.cpp).
+int vx_cuda_capturing = 0;

@@ -22,10 +22,14 @@ inline const char *cudaGetErrorString(cudaError_t) { return "?"; }
 inline cudaError_t cudaGetLastError() { return 0; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return 0; }
+enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) { memmove(d, s, n); return 0; }
 // 16-byte aligned like CUDA's float4, so UBSan's alignment check (run.sh) flags a float4 access through a
 // pointer that is not 16-byte aligned, as the GPU would fault on it.
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+// four 16-bit elements: 8-byte aligned like CUDA's uint2
+struct alignas(8) uint2 { unsigned x, y; };
 struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
