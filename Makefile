@@ -94,6 +94,12 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libvoxscale.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $< $(BUILD)/libvoxscale.a $(LDLIBS) -lcmocka
 
+# the op tests share their list of cases with the host emulation (tests/tools/cuda_emu)
+$(BUILD)/tests/test_backend_ops: tests/unit/test_backend_ops.c tests/unit/op_cases.c tests/unit/op_cases.h $(BUILD)/libvoxscale.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit $(LDFLAGS) -o $@ tests/unit/test_backend_ops.c tests/unit/op_cases.c \
+		$(BUILD)/libvoxscale.a $(LDLIBS) -lcmocka
+
 # ---- the two README commands ---------------------------------------------------------------------------------
 deps:
 	@bash ci/deps.sh

@@ -18,7 +18,8 @@ for t in "$BUILD"/tests/test_*; do
     p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -1)
     f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -1)
     passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
-    # A binary that cannot run here (the CUDA op tests without a GPU) prints "skipped: <why>" and exits 0.
+    # A binary that cannot run here, whole or in part (the CUDA tests without a GPU; test_backend_ops's CUDA half),
+    # prints "skipped: <why>" and exits 0; the tests it did run count as usual.
     if printf '%s\n' "$out" | grep -q '^skipped: '; then
         skipped=$((skipped + 1)); skipped_names+=("$(basename "$t")")
     fi
@@ -34,7 +35,8 @@ if python3 tests/tools/check_layers.py; then passed=$((passed + 1)); else failed
 
 # The CUDA backend's own kernels, run on the CPU under a host emulation of the execution model against the CPU
 # ops: checks their indexing, partitions and reductions on machines without a GPU (the real GPU tests are
-# test_ops_cuda and tests/integration/test_cuda.py, which skip here). One test, about a minute.
+# the CUDA halves of test_backend_ops, test_cuda_backend and tests/integration/test_cuda.py, which skip here). One
+# test, about two minutes (the sanitizer builds, then some 350 op cases in three storage types).
 echo "=== tests/tools/cuda_emu (CUDA kernels under host emulation)"
 if emu_out=$(bash tests/tools/cuda_emu/run.sh 2>&1); then
     printf '%s\n' "$emu_out"; passed=$((passed + 1))
@@ -47,9 +49,9 @@ fi
 echo "=== CPU-only build (make CUDA=0)"
 cpu_build="$BUILD/cpu-only"
 rm -rf "$cpu_build/run" # a fresh run directory each time: a used one is refused
-if cpu_out=$( { make --no-print-directory -s CUDA=0 BUILD="$cpu_build" all "$cpu_build/tests/test_ops_cuda" &&
+if cpu_out=$( { make --no-print-directory -s CUDA=0 BUILD="$cpu_build" all "$cpu_build/tests/test_cuda_backend" &&
                 "$cpu_build/voxscale" detect --config configs/default.json &&
-                "$cpu_build/tests/test_ops_cuda" &&
+                "$cpu_build/tests/test_cuda_backend" &&
                 "$cpu_build/voxscale" train --config configs/default.json --set train.steps=2 --set train.val_every=0 \
                     --set output.dir="$cpu_build/run" --set output.tensorboard=0; } 2>&1 ) &&
    grep -q '^cuda: not built in' <<<"$cpu_out" && grep -q '^skipped: no CUDA device (this build has no CUDA' <<<"$cpu_out"; then

@@ -11,7 +11,8 @@
 /* Flags shared by train, detect, bench and probe: each maps onto a config key. */
 enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OPT_THREADS, OPT_OUT, OPT_RESUME,
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
-       OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS, OPT_CKPT_ACT };
+       OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS, OPT_CKPT_ACT, OPT_AMP,
+       OPT_COMPILE };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -23,7 +24,8 @@ static const struct option COMMON_OPTS[] = {
     {"profile", required_argument, 0, OPT_PROFILE}, {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
     {"gpus", required_argument, 0, OPT_GPUS}, {"lr-scaling", required_argument, 0, OPT_LR_SCALING},
     {"ops", required_argument, 0, OPT_OPS}, {"budget-ms", required_argument, 0, OPT_BUDGET_MS},
-    {"reps", required_argument, 0, OPT_REPS}, {"checkpoint-activations", no_argument, 0, OPT_CKPT_ACT}, {0, 0, 0, 0}};
+    {"reps", required_argument, 0, OPT_REPS}, {"checkpoint-activations", no_argument, 0, OPT_CKPT_ACT},
+    {"amp", required_argument, 0, OPT_AMP}, {"compile", no_argument, 0, OPT_COMPILE}, {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
 static int cli_count(const char *s, const char *flag) {
@@ -73,6 +75,8 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
         case OPT_PROFILE: key = "output.profile"; break;
         case OPT_DETERMINISTIC: key = "train.deterministic"; optarg = "1"; break;
         case OPT_CKPT_ACT: key = "train.checkpoint_activations"; optarg = "1"; break;
+        case OPT_AMP: key = "train.precision"; break;
+        case OPT_COMPILE: key = "train.compile"; optarg = "1"; break;
         case OPT_GPUS: key = "dist.gpus"; break;
         case OPT_LR_SCALING: key = "train.lr_scaling"; break;
         case OPT_SET: {

@@ -39,6 +39,10 @@ static const char *TRAIN_HELP =
     "  --resume CKPT       continue exactly from a checkpoint written by train\n"
     "  --profile A:B       write a profiler trace of optimizer steps A..B to <run>/traces/ (output.profile)\n"
     "  --deterministic     deterministic GPU algorithms only (train.deterministic=1)\n"
+    "  --amp P             bf16 | fp16 | off: mixed precision on a GPU (train.precision; default auto: bf16 on a GPU,\n"
+    "                      float32 on the CPU); fp16 turns on dynamic loss scaling (train.loss_scale)\n"
+    "  --compile           capture the whole training step in CUDA Graphs and replay it (train.compile=1); losses\n"
+    "                      are read back one step late\n"
     "  --checkpoint-activations  recompute each ResBlock's inside in backward instead of keeping it: less\n"
     "                      activation memory for about one more forward of the blocks (train.checkpoint_activations=1)\n"
     "  --gpus N|all        one rank per GPU of this machine, started by train itself (dist.gpus); with\n"
@@ -91,7 +95,7 @@ static int cmd_train(int argc, char **argv) {
     CliArgs a;
     cli_parse(argc, argv, &a, TRAIN_HELP,
               ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
-              "lr-scaling,");
+              "lr-scaling,amp,compile,");
     DistEnv env;
     dist_detect(&env);
     int on_gpu;
@@ -107,11 +111,13 @@ static int cmd_train(int argc, char **argv) {
 }
 
 static int cmd_detect(int argc, char **argv) {
-    static const char *help = "usage: voxscale detect [--config FILE] [--device D] [--batch-size N] [--checkpoint-activations] [--gpus N|all]\n"
-                              "  shows CPUs, RAM, GPUs and what `train` would choose for the config: device, ranks,\n"
-                              "  per-rank and global batch\n";
+    static const char *help = "usage: voxscale detect [--config FILE] [--device D] [--batch-size N] [--checkpoint-activations]\n"
+                              "                       [--amp P] [--gpus N|all] [--set K=V]\n"
+                              "  shows CPUs, RAM, GPUs and what `train` would choose for the config (the hardware plan):\n"
+                              "  device, ranks, precision, per-rank batch, accumulation for train.global_batch, activation\n"
+                              "  checkpointing, and the planned memory against the device's\n";
     CliArgs a;
-    cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,");
+    cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,amp,");
     HwInfo hw;
     hw_detect(&hw);
     hw_print(&hw);
@@ -123,7 +129,7 @@ static int cmd_detect(int argc, char **argv) {
     const int world = spawned > 1 ? spawned : env.world;
     const double lr_scale = train_plan_ranks(&a.cfg, world);
     Runtime rt;
-    runtime_open_rank(&rt, &a.cfg, 1, env.local_rank, world > 1 ? world : 1);
+    runtime_open_rank(&rt, &a.cfg, 1, env.local_rank, world > 1 ? world : 1, world);
     char who[160];
     if (spawned > 1) snprintf(who, sizeof who, "%d ranks started by train --gpus %.16s, one per %s", spawned, a.cfg.gpus,
                               on_gpu ? "GPU" : "CPU rank");

@@ -12,8 +12,9 @@
 #include "core/util.h"
 #include "train/runtime.h"
 
-static const char *HELP = "usage: voxscale probe --config FILE --out PREFIX [--seed N] [--batch-size N] [--set K=V]\n"
-                          "  runs one forward/backward on batch 0 and writes PREFIX.json and PREFIX.bin\n";
+static const char *HELP = "usage: voxscale probe --config FILE --out PREFIX [--seed N] [--batch-size N] [--amp P] [--set K=V]\n"
+                          "  runs one forward/backward on batch 0 and writes PREFIX.json and PREFIX.bin (float32,\n"
+                          "  whatever the precision the step ran in)\n";
 
 /* A host copy of `count` floats of backend memory. */
 static float *to_host(const Backend *be, const float *src, long count) {
@@ -41,7 +42,7 @@ static cJSON *dims_json(Dims d) { return cJSON_CreateIntArray((int[]){d.n, d.d, 
 
 int probe_main(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, HELP, ",config,out,seed,batch-size,device,threads,set,deterministic,checkpoint-activations,");
+    cli_parse(argc, argv, &a, HELP, ",config,out,seed,batch-size,device,threads,set,deterministic,checkpoint-activations,amp,");
     if (a.cfg.out_dir[0] == 0) vx_usage_error("probe: --out PREFIX is required");
     Runtime rt;
     runtime_open(&rt, &a.cfg, 0);
@@ -50,12 +51,14 @@ int probe_main(int argc, char **argv) {
     model_init_params(m, (uint64_t)a.cfg.seed);
     Tensor *in = &m->tensors[m->t_input];
     float *batch = runtime_load_phantom_batch(&rt, &a.cfg, 0);
-    model_forward(m, 1, 0);
+    model_set_first_sample(m, 0);
+    model_forward(m, 1);
     /* The arena reuses the output's and the noise's memory during backward: copy them out first. */
     Tensor *z = &m->tensors[m->t_z];
-    float *recon = to_host(rt.be, model_tensor(m, m->t_recon), in->count);
+    float *recon = vx_malloc((size_t)in->count * sizeof(float));
+    model_tensor_to_host(m, m->t_recon, recon);
     float *eps = to_host(rt.be, model_noise(m), z->count);
-    model_backward(m, 1.0f, 0.0f);
+    model_backward(m, 1.0f, 0.0f, NULL);
     Losses l = model_read_losses(m);
 
     char path[CONFIG_STR + 16];

@@ -1,6 +1,8 @@
 /* bench.c: benchmarks that write results/<device>/ (JSON for machines, Markdown for people).
- *   bench step: full training steps (forward, backward, grad norm, AdamW) on one fixed batch, after warm-up;
- *               median step time, samples/s, conv GFLOP/s, peak planned memory, against the GEMM ceiling.
+ *   bench step: full training steps as the trainer runs them (train/step.h: forward, loss, backward, norm, clip,
+ *               AdamW; in the config's precision, captured in a CUDA Graph with --compile) on one fixed batch, after
+ *               warm-up; median step time, samples/s, conv GFLOP/s, peak memory, against the GEMM ceiling; then a
+ *               few eager steps timed phase by phase (forward, backward, optimizer).
  *   bench gemm: the machine's sgemm rate at a large square shape and at the convolutions' GEMM shapes. */
 #include "bench/bench.h"
 
@@ -14,7 +16,9 @@
 #include "bench/bench_util.h"
 #include "core/fsutil.h"
 #include "core/util.h"
+#include "dist/comm.h"
 #include "train/runtime.h"
+#include "train/step.h"
 
 #ifndef VX_CUDA
 double bench_cublas_sgemm_gflops(int n, int allow_tf32) {
@@ -45,8 +49,83 @@ static Ceiling measure_ceiling(const Runtime *rt, const Config *cfg) {
     return c;
 }
 
+/* PHASE_STEPS eager steps timed phase by phase: the medians of forward, backward and optimizer (ms) */
+enum { PHASE_STEPS = 3 };
+static void time_phases(Stepper *st, int64_t *step, int batch, double out[3]) {
+    double f[PHASE_STEPS], b[PHASE_STEPS], o[PHASE_STEPS];
+    stepper_time_phases(st, 1);
+    for (int i = 0; i < PHASE_STEPS; i++) {
+        StepOutcome r;
+        stepper_begin(st, ++*step);
+        stepper_micro(st, 0, (*step - 1) * (int64_t)batch);
+        stepper_end(st, 1e-4, 0);
+        stepper_collect(st, &r);
+        f[i] = r.forward_ms, b[i] = r.backward_ms, o[i] = r.optimizer_ms;
+    }
+    stepper_time_phases(st, 0);
+    out[0] = bench_median(f, PHASE_STEPS), out[1] = bench_median(b, PHASE_STEPS), out[2] = bench_median(o, PHASE_STEPS);
+}
+
+/* One eager step with an event before and after every layer's forward and backward: the time spent in the
+ * convolution layers (cuDNN, with their bias and residual epilogues and weight-gradient accumulation, which are
+ * ours), in the other layers (our kernels), and what the step spent outside any layer (the loss, the optimizer,
+ * launch gaps). node_ms[i]: layer i, forward plus backward. */
+typedef struct {
+    const Backend *be;
+    void **ev; /* 4 per node: before/after forward, before/after backward */
+} LayerEvents;
+static void record_layer(void *ctx, int node, int phase) {
+    const LayerEvents *l = ctx;
+    l->be->event_record(l->ev[4 * node + phase]);
+}
+typedef struct {
+    double conv_ms, other_ms, step_ms, *node_ms;
+} LayerTimes;
+static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
+    const Backend *be = m->be;
+    LayerEvents l = {.be = be, .ev = vx_malloc((size_t)4 * m->n_nodes * sizeof(void *))};
+    for (int i = 0; i < 4 * m->n_nodes; i++) l.ev[i] = be->timed_event_create();
+    m->node_hook = record_layer, m->node_hook_ctx = &l;
+    stepper_time_phases(st, 1);
+    StepOutcome r;
+    stepper_begin(st, ++*step);
+    stepper_micro(st, 0, (*step - 1) * (int64_t)m->batch);
+    stepper_end(st, 1e-4, 0);
+    stepper_collect(st, &r);
+    stepper_time_phases(st, 0);
+    m->node_hook = NULL;
+    out->conv_ms = out->other_ms = 0;
+    out->step_ms = r.ms;
+    out->node_ms = vx_malloc((size_t)m->n_nodes * sizeof(double));
+    for (int i = 0; i < m->n_nodes; i++) {
+        void **e = l.ev + 4 * i;
+        out->node_ms[i] = be->event_elapsed_ms(e[0], e[1]) + be->event_elapsed_ms(e[2], e[3]);
+        if (m->nodes[i].kind == OP_CONV) out->conv_ms += out->node_ms[i];
+        else out->other_ms += out->node_ms[i];
+    }
+    for (int i = 0; i < 4 * m->n_nodes; i++) be->event_destroy(l.ev[i]);
+    free(l.ev);
+}
+
+/* The slowest layers of the timed pass, as Markdown rows (at most `top`). */
+static int slowest_layers(const Model *m, const LayerTimes *lt, int top, char *md, size_t cap) {
+    int *order = vx_malloc((size_t)m->n_nodes * sizeof(int)), len = 0;
+    for (int i = 0; i < m->n_nodes; i++) order[i] = i;
+    for (int i = 1; i < m->n_nodes; i++) /* insertion sort, slowest first */
+        for (int j = i; j > 0 && lt->node_ms[order[j]] > lt->node_ms[order[j - 1]]; j--) {
+            const int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    for (int k = 0; k < top && k < m->n_nodes; k++)
+        len += snprintf(md + len, cap - (size_t)len, "| %s | %.3f ms | %.1f%% |\n", m->nodes[order[k]].name,
+                        lt->node_ms[order[k]], 100 * lt->node_ms[order[k]] / lt->step_ms);
+    free(order);
+    return len;
+}
+
 int bench_step(Config *cfg, const BenchStepOptions *o) {
     int iters = o->iters > 0 ? o->iters : 5, warmup = o->warmup >= 0 ? o->warmup : 1;
+    cfg->grad_accum = 1; /* one fixed batch per step */
     Runtime rt;
     runtime_open(&rt, cfg, 1);
     Model *m = rt.model;
@@ -54,20 +133,32 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     model_allocate(m);
     model_init_params(m, (uint64_t)cfg->seed);
     float *batch = runtime_load_phantom_batch(&rt, cfg, 0);
+    Comm *single = comm_single_open();
+    Stepper *st = stepper_create(m, cfg, single, NULL);
     double *t = vx_malloc((size_t)iters * sizeof(double));
+    int64_t step = 0;
     for (int i = -warmup; i < iters; i++) {
-        be->timer_mark(0); /* CUDA events on a GPU, the wall clock on the CPU */
-        model_forward(m, 1, (uint64_t)(i + warmup) * (uint64_t)m->batch); /* fresh noise per step, as in training */
-        model_backward(m, 1.0f, 0.0f);
-        model_grad_sumsq(m);
-        AdamWParams ap = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
-                          .grad_scale = 1.0f, .step = i + warmup + 1};
-        be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &ap);
-        be->timer_mark(1);
-        double dt = be->timer_elapsed_ms(0, 1) * 1e-3;
-        if (i >= 0) t[i] = dt;
-        vx_log("%s %d: %.1f ms\n", i < 0 ? "warm-up" : "step", i < 0 ? i + warmup + 1 : i + 1, dt * 1e3);
+        StepOutcome r;
+        stepper_begin(st, ++step);
+        stepper_micro(st, 0, (step - 1) * (int64_t)m->batch); /* fresh noise per step, as in training */
+        stepper_end(st, 1e-4, 0);
+        stepper_collect(st, &r); /* each step alone, as PyTorch's reference times its steps */
+        if (i >= 0) t[i] = r.ms * 1e-3;
+        vx_log("%s %d: %.2f ms\n", i < 0 ? "warm-up" : "step", i < 0 ? i + warmup + 1 : i + 1, r.ms);
     }
+    const int graphs = stepper_graphs(st);
+    double phase[3];
+    time_phases(st, &step, m->batch, phase);
+    vx_log("phases (eager): forward %.2f ms, backward %.2f ms, optimizer %.2f ms\n", phase[0], phase[1], phase[2]);
+    LayerTimes lt;
+    time_layers(st, m, &step, &lt);
+    vx_log("layers (eager, one step of %.2f ms): convolutions %.2f ms, other layers %.2f ms, optimizer %.2f ms\n",
+           lt.step_ms, lt.conv_ms, lt.other_ms, phase[2]);
+    char layers_md[4096];
+    slowest_layers(m, &lt, 10, layers_md, sizeof layers_md);
+    free(lt.node_ms);
+    stepper_free(st);
+    comm_close(single);
     double tmin = t[0], tmax = t[0];
     for (int i = 1; i < iters; i++) {
         if (t[i] < tmin) tmin = t[i];
@@ -96,7 +187,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     else
         snprintf(device, sizeof device, "%s, %d cores, %d threads, %s", rt.hw.cpu_model, rt.hw.cores, threads,
                  openblas_get_config());
-    char json[8192];
+    char json[16384];
     int n = snprintf(json, sizeof json,
                      "{\n  \"benchmark\": \"step\",\n  \"config\": \"%s\",\n  \"device\": \"%s\",\n  \"backend\": \"%s\",\n"
                      "  \"device_detail\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %d,\n  \"threads\": %d,\n"
@@ -106,27 +197,41 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      "  \"step_ms_max\": %.3f,\n  \"samples_per_s\": %.4f,\n  \"conv_gflop_per_step\": %.4f,\n"
                      "  \"conv_gflops\": %.3f,\n  \"peak_memory_mib\": %.2f,\n  \"ceiling\": \"%s\",\n"
                      "  \"ceiling_gflops\": %.3f,\n  \"ceiling_sgemm_conv_shape_gflops\": %.3f,\n"
-                     "  \"fraction_of_ceiling\": %.4f\n}\n",
+                     "  \"fraction_of_ceiling\": %.4f,\n  \"precision\": \"%s\",\n  \"compile\": %d,\n"
+                     "  \"graphs\": %d,\n  \"forward_ms\": %.3f,\n  \"backward_ms\": %.3f,\n  \"optimizer_ms\": %.3f,\n"
+                     "  \"conv_ms\": %.3f,\n  \"other_layers_ms\": %.3f,\n  \"own_kernels_ms\": %.3f,\n"
+                     "  \"layers_step_ms\": %.3f,\n  \"step_over_conv\": %.4f\n}\n",
                      stem, slug, be->name, device, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
                      __VERSION__, cfg->tf32, cfg->deterministic, commit, m->batch, cfg->input_size[0],
                      cfg->input_size[1], cfg->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
                      tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, peak_mib, ceil.what, ceil.gflops,
-                     ceil.conv_shape, gflops / ceil.gflops);
+                     ceil.conv_shape, gflops / ceil.gflops, m->dtype == DT_F32 ? "fp32" : cfg->precision, cfg->compile,
+                     graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.other_ms + phase[2], lt.step_ms,
+                     med * 1e3 / lt.conv_ms);
     snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
     fs_write_atomic(path, json, (size_t)n);
-    char md[8192];
+    char md[16384];
     n = snprintf(md, sizeof md,
                  "# bench step: %s on %s\n\n"
                  "| metric | value |\n|---|---|\n"
                  "| step time (median of %d, after %d warm-up) | %.1f ms (min %.1f, max %.1f) |\n"
                  "| samples/s | %.3f |\n| batch | %d x %dx%dx%d |\n| conv work per step | %.2f GFLOP |\n"
                  "| achieved conv rate | %.2f GFLOP/s |\n| ceiling: %s | %.2f GFLOP/s |\n"
-                 "| fraction of the ceiling | %.1f%% |\n| peak memory (all backend allocations) | %.1f MiB |\n\n"
+                 "| fraction of the ceiling | %.1f%% |\n| peak memory (all backend allocations) | %.1f MiB |\n"
+                 "| precision, graphs | %s, %s |\n"
+                 "| phases, eager (median of %d) | forward %.2f ms, backward %.2f ms, optimizer %.2f ms |\n"
+                 "| layers, one eager step of %.2f ms | convolutions %.2f ms (%.0f%%), other layers %.2f ms, optimizer "
+                 "%.2f ms |\n| step time / convolution time | %.2f |\n\n"
+                 "Slowest layers of that step (forward + backward):\n\n| layer | time | of the step |\n|---|---|---|\n%s\n"
                  "Device: %s. Backend %s, gcc %s, commit %s. One step = forward, L1+KL loss, backward, global "
                  "gradient norm, AdamW, timed with %s.\n",
                  stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, cfg->input_size[0],
                  cfg->input_size[1], cfg->input_size[2], m->conv_flops_step * 1e-9, gflops, ceil.what, ceil.gflops,
-                 100 * gflops / ceil.gflops, peak_mib, device, be->name, __VERSION__, commit,
+                 100 * gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 ? "fp32" : cfg->precision,
+                 graphs ? "the step replayed as CUDA Graphs" : "eager", PHASE_STEPS, phase[0], phase[1], phase[2],
+                 lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, phase[2], med * 1e3 / lt.conv_ms,
+                 layers_md,
+                 device, be->name, __VERSION__, commit,
                  gpu ? "CUDA events" : "the wall clock");
     snprintf(path, sizeof path, "%s/step_%s.md", dir, stem);
     fs_write_atomic(path, md, (size_t)n);

@@ -29,6 +29,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_util.h"
+#include "bench/kernel_check.h"
 #include "bench/kernel_ops.h"
 #include "core/fsutil.h"
 #include "core/util.h"
@@ -157,7 +158,7 @@ typedef struct {
     double err;     /* the worst output buffer's relative error */
     double tol;
     int ok;
-    char detail[160];
+    char detail[200];
     double med, min, p90; /* seconds */
     int reps, copies;
     double rate, fraction; /* GFLOP/s or GB/s at the median time, and of the ceiling */
@@ -171,83 +172,7 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Inputs of case k: each IN/INOUT buffer filled by the op's fill or uniformly in [-1, 1]; outputs zero. */
-static float **host_inputs(const KernelOp *op, const KernelCase *k, unsigned seed) {
-    float **h = vx_malloc(KOP_MAX_BUFS * sizeof *h);
-    for (int b = 0; b < k->nbuf; b++) {
-        h[b] = vx_malloc((size_t)k->buf_count[b] * sizeof(float));
-        if (k->role[b] == KB_OUT) memset(h[b], 0, (size_t)k->buf_count[b] * sizeof(float));
-        else if (op->fill) op->fill(k, b, h[b], k->buf_count[b], seed);
-        else
-            for (long i = 0; i < k->buf_count[b]; i++)
-                h[b][i] = 2.0f * vx_uniform01(vx_hash3(seed, (uint64_t)b, (uint64_t)i)) - 1.0f;
-    }
-    return h;
-}
-
-/* Every `stride`-th output element of a convolution (an odd stride not divisible by 3, so the samples walk through
- * every channel and position): about 1500 samples, fewer where each costs many multiply-adds (a weight gradient's
- * element sums over the whole batch), so that no reference takes much over 3e8 of them; 1 for the other ops. */
-static long check_stride(const KernelOp *op, const KernelCase *k) {
-    if (!op->compute_bound) return 1;
-    long most = 0;
-    for (int b = 0; b < k->nbuf; b++)
-        if (k->role[b] != KB_IN && k->buf_count[b] > most) most = k->buf_count[b];
-    const double macs_per_element = k->flops / (2.0 * (double)most);
-    double samples = 3e8 / (macs_per_element > 1 ? macs_per_element : 1);
-    samples = samples > 1500 ? 1500 : samples < 64 ? 64 : samples;
-    long s = (long)((double)most / samples);
-    if (s <= 1) return 1;
-    s |= 1;
-    while (s % 3 == 0) s += 2;
-    return s;
-}
-
-static void check_case(const Backend *be, const KernelOp *op, const KernelCase *k, float *const *dev,
-                       float *const *host, void *ws, double tol, CaseResult *r) {
-    op->run(be, k, dev, ws);
-    be->synchronize();
-    const long stride = check_stride(op, k);
-    double *ref[KOP_MAX_BUFS] = {0};
-    for (int b = 0; b < k->nbuf; b++)
-        if (k->role[b] != KB_IN) {
-            ref[b] = vx_malloc((size_t)k->buf_count[b] * sizeof(double));
-            for (long i = 0; i < k->buf_count[b]; i++) ref[b][i] = NAN;
-        }
-    op->reference(k, (const float *const *)host, ref, stride);
-    r->err = 0, r->tol = tol, r->ok = 1;
-    snprintf(r->detail, sizeof r->detail, "ok");
-    float *got = NULL;
-    int first_out = 1;
-    for (int b = 0; b < k->nbuf; b++) {
-        if (k->role[b] == KB_IN) continue;
-        got = realloc(got, (size_t)k->buf_count[b] * sizeof(float));
-        VX_CHECK(got != NULL, "out of memory checking %s", op->name);
-        be->copy_to_host(got, dev[b], (size_t)k->buf_count[b] * sizeof(float));
-        if (first_out && test_wrong(op->name)) got[0] += 1.0f + fabsf(got[0]); /* test-only, see the header */
-        first_out = 0;
-        double worst = 0, scale = 0;
-        long at = -1, compared = 0;
-        for (long i = 0; i < k->buf_count[b]; i++) {
-            if (isnan(ref[b][i])) continue;
-            compared++;
-            if (fabs(ref[b][i]) > scale) scale = fabs(ref[b][i]);
-            const double d = isfinite(got[i]) ? fabs(got[i] - ref[b][i]) : INFINITY;
-            if (d > worst || (at < 0 && d != d)) worst = d, at = i;
-        }
-        const double e = worst / (scale > 0 ? scale : 1.0);
-        if (e > r->err || !(e == e)) r->err = e;
-        if (!(e <= tol) && r->ok) {
-            r->ok = 0;
-            snprintf(r->detail, sizeof r->detail, "output %d element %ld: %.9g, reference %.9g (%ld compared)", b, at,
-                     (double)got[at], ref[b][at], compared);
-        }
-    }
-    free(got);
-    for (int b = 0; b < k->nbuf; b++) free(ref[b]);
-}
-
-static void time_case(const Backend *be, const KernelOp *op, const KernelCase *k, float *const *const *sets,
+static void time_case(const Backend *be, const KernelOp *op, const KernelCase *k, void *const *const *sets,
                       int copies, void *ws, double budget_s, int max_reps, CaseResult *r) {
     const int slow = test_slow_factor(op->name);
     double first = 0;
@@ -319,7 +244,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         if (!want[k->op]) continue;
         n_run++;
         size_t set_bytes = 0;
-        for (int b = 0; b < k->nbuf; b++) set_bytes += (size_t)k->buf_count[b] * sizeof(float);
+        for (int b = 0; b < k->nbuf; b++) set_bytes += kernel_case_bytes(k, b);
         const size_t cap = (size_t)1 << 30; /* the copies together stay under 1 GiB */
         /* at least 128 MiB: a VM's /sys may show less cache than the host's last level really has (the 2-core
          * EPYC VM lists 8 MiB, yet ops on 36 MiB of copies there still ran above memcpy's rate) */
@@ -327,28 +252,32 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         int copies = (int)((target + set_bytes - 1) / set_bytes) + 1;
         if (copies > 256) copies = 256;
         if ((size_t)copies * set_bytes > cap) copies = (int)(cap / set_bytes) > 1 ? (int)(cap / set_bytes) : 1;
-        float **host = host_inputs(op, k, 1234u + (unsigned)c);
-        float ***sets = vx_malloc((size_t)copies * sizeof *sets);
+        CaseResult *r = &res[c];
+        KernelCheck chk;
+        kernel_check_case(be, k, 0, 1234u + (unsigned)c, kernel_check_tolerance(k, gpu && cfg->tf32),
+                          test_wrong(op->name), &chk);
+        r->ok = chk.ok, r->err = chk.err, r->tol = chk.tol;
+        snprintf(r->detail, sizeof r->detail, "%s", chk.detail);
+        n_failed += !r->ok;
+        float **host = kernel_case_inputs(k, 1234u + (unsigned)c);
+        void ***sets = vx_malloc((size_t)copies * sizeof *sets);
         for (int s = 0; s < copies; s++) {
             sets[s] = vx_malloc(KOP_MAX_BUFS * sizeof **sets);
             for (int b = 0; b < k->nbuf; b++) {
-                sets[s][b] = be->alloc((size_t)k->buf_count[b] * sizeof(float));
-                be->copy_to_device(sets[s][b], host[b], (size_t)k->buf_count[b] * sizeof(float));
+                sets[s][b] = be->alloc(kernel_case_bytes(k, b));
+                kernel_case_upload(be, k, b, host[b], sets[s][b]);
             }
         }
         void *ws = k->workspace ? be->alloc(k->workspace) : NULL;
-        const double tol = gpu && op->compute_bound && cfg->tf32 ? 1e-2 : op->tolerance;
-        CaseResult *r = &res[c];
-        check_case(be, op, k, sets[0], host, ws, tol, r);
-        n_failed += !r->ok;
         const double before = gpu ? 0 : probe_rate(&probe, op->compute_bound);
-        time_case(be, op, k, (float *const *const *)sets, copies, ws, budget_s, max_reps, r);
+        time_case(be, op, k, (void *const *const *)sets, copies, ws, budget_s, max_reps, r);
         const double after = gpu ? 0 : probe_rate(&probe, op->compute_bound);
         r->local_ceiling = before > after ? before : after;
         r->rate = (op->compute_bound ? k->flops : k->bytes) / r->med * 1e-9;
         vx_log("%-24s %-34s %s  %9.1f us  %8.2f %s\n", op->name, k->shape, r->ok ? "ok    " : "FAILED",
                r->med * 1e6, r->rate, op->compute_bound ? "GFLOP/s" : "GB/s");
-        if (!r->ok) vx_log("  %s check FAILED: %s (error %.3g > tolerance %.3g)\n", op->name, r->detail, r->err, tol);
+        if (!r->ok)
+            vx_log("  %s check FAILED: %s (error %.3g > tolerance %.3g)\n", op->name, r->detail, r->err, r->tol);
         if (ws) be->release(ws);
         for (int s = 0; s < copies; s++) {
             for (int b = 0; b < k->nbuf; b++) be->release(sets[s][b]);
@@ -407,7 +336,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     cJSON_AddNumberToObject(cj, "copy_gbps", ceil.copy_gbps);
     cJSON_AddStringToObject(cj, "copy", ceil.copy_what);
     cJSON_AddNumberToObject(cj, "cache_bytes", (double)ceil.cache_bytes);
-    cJSON_AddStringToObject(j, "casts", "none: every op is float32 until mixed precision (issue 12) adds them");
+    cJSON_AddStringToObject(j, "precision", dtype_name(rt.model->dtype));
     cJSON *arr = cJSON_AddArrayToObject(j, "kernels");
     for (int c = 0; c < n_all; c++) {
         if (!want[cases[c].op]) continue;
@@ -459,9 +388,9 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
                                 op->compute_bound ? "GFLOP/s" : "GB/s", 100 * r->fraction);
     }
     len += (size_t)snprintf(md + len, cap - len,
-                            "\nDevice: %s. Batch %d, commit %s. Memory-bound ops count the bytes they must read and "
-                            "write once; no dtype casts exist yet (every op is float32).\n",
-                            device, rt.model->batch, commit);
+                            "\nDevice: %s. Batch %d, activations %s, commit %s. Memory-bound ops count the bytes they "
+                            "must read and write once, at their storage type's size.\n",
+                            device, rt.model->batch, dtype_name(rt.model->dtype), commit);
     snprintf(path, sizeof path, "%s/kernels_%s.md", dir, stem);
     fs_write_atomic(path, md, len);
     printf("\nwritten: %s/kernels_%s.{json,md}: %d cases, %d failed checks\n", dir, stem, n_run, n_failed);

@@ -37,6 +37,7 @@
 #include "tb/png_encode.h"
 #include "tb/tb_writer.h"
 #include "train/runtime.h"
+#include "train/step.h"
 #include "train/train.h"
 
 /* Interconnect presets: bus bandwidth B (what nccl-tests calls busbw) and latency per ring step a. Not measured
@@ -96,26 +97,23 @@ static Timeline measure_timeline(const Config *base, int batch, int threads) {
     double f[STEPS], b[STEPS], o[STEPS], *r = vx_malloc((size_t)STEPS * bk->n * sizeof(double));
     hook_t = vx_malloc((size_t)m->n_nodes * sizeof(double));
     if (!gpu) m->backward_hook = record_hook, m->backward_hook_ctx = NULL;
+    cfg.grad_accum = 1;
+    Stepper *st = stepper_create(m, &cfg, single, NULL); /* the trainer's step, its phases timed apart */
+    stepper_time_phases(st, 1);
     for (int s = -WARM; s < STEPS; s++) {
-        be->timer_mark(0);
-        model_forward(m, 1, (uint64_t)(s + WARM) * (uint64_t)batch);
-        be->timer_mark(1);
-        const double t1 = now_s();
-        model_backward(m, 1.0f, 0.0f);
-        be->timer_mark(2);
-        model_grad_sumsq(m);
-        AdamWParams ap = {.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
-                          .grad_scale = 1.0f, .step = s + WARM + 1};
-        be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &ap);
-        be->timer_mark(3);
-        if (s < 0) {
-            be->timer_elapsed_ms(0, 3);
-            continue;
-        }
-        f[s] = be->timer_elapsed_ms(0, 1) * 1e-3, b[s] = be->timer_elapsed_ms(1, 2) * 1e-3;
-        o[s] = be->timer_elapsed_ms(2, 3) * 1e-3;
+        const int64_t step1 = s + WARM + 1;
+        StepOutcome out;
+        stepper_begin(st, step1);
+        const double t0 = now_s(); /* the CPU's ops are synchronous: backward starts forward_ms after this */
+        stepper_micro(st, 0, (step1 - 1) * (int64_t)batch);
+        stepper_end(st, 1e-4, 0);
+        stepper_collect(st, &out);
+        if (s < 0) continue;
+        f[s] = out.forward_ms * 1e-3, b[s] = out.backward_ms * 1e-3, o[s] = out.optimizer_ms * 1e-3;
+        const double t1 = t0 + out.forward_ms * 1e-3;
         for (int i = 0; i < bk->n && !gpu; i++) r[s * bk->n + i] = hook_t[bk->b[i].ready_step] - t1;
     }
+    stepper_free(st);
     tl.fwd = bench_median(f, STEPS), tl.bwd = bench_median(b, STEPS), tl.opt = bench_median(o, STEPS);
     double total = 0, *flops = vx_malloc((size_t)m->n_nodes * sizeof(double));
     for (int i = 0; i < m->n_nodes; i++)

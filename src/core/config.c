@@ -75,6 +75,20 @@ static const KeySpec SCHEMA[] = {
     {"train", "checkpoint_activations", T_INT, OFF(checkpoint_activations), 0, 1, NULL, "0",
      "1 = keep only each ResBlock's input and recompute its inside in backward (less activation memory, about "
      "one more forward of the blocks per step), as torch.utils.checkpoint"},
+    {"train", "precision", T_STRING, OFF(precision), 0, 0, "auto|bf16|fp16|off", "\"auto\"",
+     "storage and compute type of activations (--amp): bf16 or fp16 = mixed precision on a GPU (float32 master "
+     "weights, optimizer state, statistics and every reduction); off = float32; auto = bf16 on a GPU (all this build "
+     "runs on have it), float32 on the CPU"},
+    {"train", "loss_scale", T_STRING, OFF(loss_scale), 0, 0, "auto|dynamic|off", "\"auto\"",
+     "dynamic loss scaling, as torch.amp.GradScaler: a step whose gradient is not finite is skipped and the scale "
+     "halved, growth_interval finite steps double it; auto = with fp16 only"},
+    {"train", "loss_scale_init", T_FLOAT, OFF(loss_scale_init), 1, 1 << 24, NULL, "65536",
+     "the first loss scale (a power of two, so scaling is exact)"},
+    {"train", "loss_scale_growth_interval", T_INT, OFF(loss_scale_growth_interval), 1, 1e9, NULL, "2000",
+     "finite steps in a row after which the loss scale doubles"},
+    {"train", "compile", T_INT, OFF(compile), 0, 1, NULL, "0",
+     "1 = capture the whole training step (forward, loss, backward, clipping, AdamW) in a CUDA Graph and replay it "
+     "(--compile; GPU only, the CPU runs the same step eagerly); losses are read back one step late"},
     {"train", "stages", T_STAGES, OFF(stages), 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
      "train.steps is then their sum"},
@@ -447,6 +461,10 @@ void config_validate(const Config *cfg, const char *origin) {
         if (*end || n < 1 || n > 1024)
             vx_usage_error("%s: dist.gpus = \"%s\" must be a number of GPUs 1..1024 or \"all\"", origin, cfg->gpus);
     }
+    int exp2;
+    if (frexp(cfg->loss_scale_init, &exp2) != 0.5)
+        vx_usage_error("%s: train.loss_scale_init = %g must be a power of two (scaling by it must be exact)", origin,
+                       cfg->loss_scale_init);
     if (cfg->lr * cfg->weight_decay >= 1)
         vx_usage_error("%s: train.lr * train.weight_decay = %g must be below 1 (decoupled weight decay multiplies the "
                        "weights by 1 - lr * weight_decay every step); lower one of them", origin,

@@ -51,6 +51,11 @@ typedef struct {
     int tf32;                /* GPU: TF32 tensor cores allowed in float32 convolutions */
     int fuse;                /* 1: each GroupNorm and the SiLU after it run as one fused op */
     int checkpoint_activations; /* 1: ResBlock activations recomputed in backward instead of kept */
+    char precision[CONFIG_STR]; /* "auto" | "bf16" | "fp16" | "off": activation storage (runtime resolves auto) */
+    char loss_scale[CONFIG_STR]; /* "auto" | "dynamic" | "off" */
+    double loss_scale_init;
+    int loss_scale_growth_interval;
+    int compile;                /* 1: the step is captured in a CUDA Graph and replayed */
     Stage stages[CONFIG_MAX_STAGES]; /* train.stages; n_stages = 0: one stage, the keys above */
     int n_stages;
     /* data */

@@ -30,23 +30,28 @@ CkptExpect ckpt_expect(const Model *m) {
                         .steps = m->cfg.steps};
 }
 
-size_t ckpt_file_bytes(uint64_t param_count) {
-    return sizeof(CkptHeader) + 3 * (size_t)param_count * sizeof(float) + sizeof(uint32_t);
+static size_t file_bytes(size_t header_bytes, uint64_t param_count) {
+    return header_bytes + 3 * (size_t)param_count * sizeof(float) + sizeof(uint32_t);
 }
+size_t ckpt_file_bytes(uint64_t param_count) { return file_bytes(sizeof(CkptHeader), param_count); }
 
 void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, const char *origin, CkptHeader *out) {
     CkptHeader h;
-    if (len < sizeof h + sizeof(uint32_t) || memcmp(buf, CKPT_MAGIC, 8) != 0)
+    memset(&h, 0, sizeof h);
+    if (len < CKPT_V1_HEADER_BYTES + sizeof(uint32_t) || memcmp(buf, CKPT_MAGIC, 8) != 0)
         vx_usage_error("%s: not a voxscale checkpoint (bad magic or too short)", origin);
-    memcpy(&h, buf, sizeof h);
-    if (h.version != CKPT_VERSION)
-        vx_usage_error("%s: checkpoint format version %u is not supported by this build (it reads version %d)", origin,
-                       h.version, CKPT_VERSION);
-    if (h.header_bytes != sizeof h)
-        vx_usage_error("%s: checkpoint header says it is %u bytes, version %d headers are %zu: the file is corrupted",
-                       origin, h.header_bytes, CKPT_VERSION, sizeof h);
+    memcpy(&h, buf, CKPT_V1_HEADER_BYTES);
+    if (h.version != 1 && h.version != CKPT_VERSION)
+        vx_usage_error("%s: checkpoint format version %u is not supported by this build (it reads versions 1 and %d)",
+                       origin, h.version, CKPT_VERSION);
+    const size_t hb = h.version == 1 ? CKPT_V1_HEADER_BYTES : sizeof h;
+    if (h.header_bytes != hb)
+        vx_usage_error("%s: checkpoint header says it is %u bytes, version %u headers are %zu: the file is corrupted",
+                       origin, h.header_bytes, h.version, hb);
+    if (len < hb + sizeof(uint32_t)) vx_usage_error("%s: not a voxscale checkpoint (too short)", origin);
+    memcpy(&h, buf, hb);
     /* the size the header implies, computed without overflow before it is compared */
-    if (h.param_count > (SIZE_MAX - sizeof h) / (3 * sizeof(float)) - 1 || len != ckpt_file_bytes(h.param_count))
+    if (h.param_count > (SIZE_MAX - hb) / (3 * sizeof(float)) - 1 || len != file_bytes(hb, h.param_count))
         vx_usage_error("%s: checkpoint is %zu bytes, its header's parameter count (%llu) implies another size: the "
                        "file is truncated or corrupted", origin, len, (unsigned long long)h.param_count);
     uint32_t stored;
@@ -79,6 +84,18 @@ void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, c
                        (long long)h.world_size);
     if (!isfinite(h.loss_ema))
         vx_usage_error("%s: checkpoint's running loss is %g: the file is corrupted", origin, h.loss_ema);
+    if (h.version == 1) { /* before the optimizer's state was stored: AdamW counted every step, the scale starts over */
+        h.adam_step = h.step;
+        h.skipped_steps = h.growth_tracker = 0;
+        h.loss_scale = 0;
+    }
+    int exp2;
+    if (h.adam_step < 0 || h.adam_step > h.step || h.skipped_steps < 0 || h.skipped_steps > h.step ||
+        h.growth_tracker < 0 || h.growth_tracker > h.step ||
+        !(h.loss_scale == 0 || (h.loss_scale > 0 && h.loss_scale <= 3.0e38 && frexp(h.loss_scale, &exp2) == 0.5)))
+        vx_usage_error("%s: checkpoint's optimizer state (AdamW step %lld, %lld skipped, loss scale %g after %lld "
+                       "good steps) cannot follow %lld steps: the file is corrupted", origin, (long long)h.adam_step,
+                       (long long)h.skipped_steps, h.loss_scale, (long long)h.growth_tracker, (long long)h.step);
     if (out) *out = h;
 }
 
@@ -88,6 +105,7 @@ void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out) {
     want.steps = steps; /* the run's, over all its stages (the model holds its stage's) */
     /* one byte more than a checkpoint of this model can hold: a longer file is refused by size, not read whole */
     unsigned char *buf = (unsigned char *)fs_read_file(path, ckpt_file_bytes(want.param_count) + 1, &out->bytes);
+    /* (a version 1 checkpoint is shorter: its header lacks the optimizer state) */
     if (!buf) {
         if (errno == EFBIG)
             vx_usage_error("%s: larger than a checkpoint of this model (%zu bytes): not a checkpoint of it; use the "
@@ -101,10 +119,14 @@ void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out) {
 void ckpt_apply(const Ckpt *c, Model *m, CkptState *st) {
     const size_t pbytes = (size_t)c->header.param_count * sizeof(float);
     float *const dst[3] = {m->param, m->adam_m, m->adam_v};
-    for (int k = 0; k < 3; k++) model_upload_packed(m, (const float *)(c->file + sizeof(CkptHeader) + k * pbytes), dst[k]);
+    const unsigned char *data = c->file + c->header.header_bytes;
+    for (int k = 0; k < 3; k++) model_upload_packed(m, (const float *)(data + k * pbytes), dst[k]);
+    model_sync_lp(m);
     st->step = c->header.step;
     st->next_sample = c->header.next_sample;
     st->loss_ema = c->header.loss_ema;
+    st->opt = (OptimCarry){.loss_scale = c->header.loss_scale, .adam_step = c->header.adam_step,
+                           .skipped_steps = c->header.skipped_steps, .growth_tracker = c->header.growth_tracker};
 }
 
 void ckpt_free(Ckpt *c) {
@@ -135,6 +157,10 @@ void ckpt_save(const char *path, const Model *m, const CkptState *st) {
     h.seed = m->cfg.seed;
     h.world_size = st->world_size > 0 ? st->world_size : 1;
     h.loss_ema = st->loss_ema;
+    h.adam_step = st->opt.adam_step;
+    h.skipped_steps = st->opt.skipped_steps;
+    h.growth_tracker = st->opt.growth_tracker;
+    h.loss_scale = st->opt.loss_scale;
     memcpy(buf, &h, sizeof h);
     /* the packed layout: the file does not depend on the device buffers' alignment padding */
     const float *const src[3] = {m->param, m->adam_m, m->adam_v};

@@ -6,7 +6,9 @@
  *
  * Layout (little endian):
  *   CkptHeader | params[count] f32 | adam_m[count] f32 | adam_v[count] f32 | crc32 (u32, of all bytes before)
- * with each array in the model's packed layout (views back to back, model.h), whatever the device alignment. */
+ * with each array in the model's packed layout (views back to back, model.h), whatever the device alignment.
+ * Version 2 added the optimizer's carried state (AdamW's t, the loss scale and its growth count, the skipped steps)
+ * to the end of the header; a version 1 checkpoint still loads: AdamW's t is its step, the loss scale the run's. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -14,7 +16,7 @@
 #include "model/model.h"
 
 #define CKPT_MAGIC "VXCKPT\r\n"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
 #define CKPT_MAX_WORLD (1 << 20) /* ranks: far beyond any cluster, small enough that products cannot overflow */
 
 typedef struct {
@@ -28,12 +30,17 @@ typedef struct {
     int64_t seed;
     int64_t world_size;  /* ranks that wrote it */
     double loss_ema;     /* for the progress line only */
+    /* version 2: */
+    int64_t adam_step, skipped_steps, growth_tracker;
+    double loss_scale;
 } CkptHeader;
+#define CKPT_V1_HEADER_BYTES offsetof(CkptHeader, adam_step)
 
 typedef struct {
     int64_t step, next_sample;
     double loss_ema;
     int64_t world_size; /* ranks of the run that saves it (0 is taken as 1) */
+    OptimCarry opt;     /* the optimizer's carried state (optim.h) */
 } CkptState;
 
 /* What a checkpoint must agree with: the model it is loaded into and the run's config. */
@@ -50,7 +57,7 @@ typedef struct {
 } Ckpt;
 
 CkptExpect ckpt_expect(const Model *m);
-/* Bytes of a checkpoint of param_count parameters. */
+/* Bytes of a checkpoint of param_count parameters (in the current version). */
 size_t ckpt_file_bytes(uint64_t param_count);
 /* Verifies buf[len] as a checkpoint matching `want` (origin names it in errors) and copies its header to out.
  * Exits 2 with one line naming the first problem. The checkpoint loader's fuzz target enters here. */

@@ -120,11 +120,12 @@ static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason
 }
 
 /* 1 when cuDNN can run every convolution direction the model needs (planning records why a direction has no
- * algorithm instead of exiting) and the model at the config's batch size fits in HW_MEMORY_SHARE of the GPU's free
- * memory (when automatic: batch 1 with activation checkpointing, the least hw_auto_batch can fall back to). */
+ * algorithm instead of exiting) and the model at the config's batch size (batch 1 when automatic) fits in
+ * HW_MEMORY_SHARE of the GPU's free memory with activation checkpointing, the least the hardware plan can fall back
+ * to (hw_plan.h: it switches checkpointing on only when the batch needs it). */
 static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
     Config least = *cfg;
-    if (cfg->batch_size == 0) least.checkpoint_activations = 1;
+    least.checkpoint_activations = 1;
     Model *m = model_build(&least, cfg->batch_size > 0 ? cfg->batch_size : 1, backend_cuda());
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
@@ -173,42 +174,11 @@ size_t hw_available_bytes(const HwInfo *hw, const Backend *be) {
     return hw->ram_available;
 }
 
-/* The largest power of two <= cap whose planned memory fits, or 0; its planned bytes in *need. */
-static int largest_fitting(const Config *cfg, const Backend *be, size_t available, int cap, size_t *need) {
-    int best = 0;
-    for (int b = 1; b <= cap; b *= 2) {
-        Model *m = model_build(cfg, b, be);
-        const size_t bytes = model_device_bytes(m);
-        model_free(m);
-        if ((double)bytes > HW_MEMORY_SHARE * (double)available) {
-            if (best == 0) *need = bytes;
-            break;
-        }
-        best = b;
-        *need = bytes;
+HwPlanDevice hw_plan_device(const HwInfo *hw, const Backend *be) {
+    HwPlanDevice d = {.available = hw_available_bytes(hw, be), .cap = hw->cores < 2 ? 1 : hw->cores};
+    if (strcmp(be->name, "cuda") == 0 && hw->n_gpus > hw->gpu) {
+        const HwGpu *g = &hw->gpus[hw->gpu];
+        d.gpu = 1, d.cc_major = g->cc_major, d.cc_minor = g->cc_minor, d.cap = HW_AUTO_BATCH_CAP_GPU;
     }
-    return best;
-}
-
-int hw_auto_batch(Config *cfg, const Backend *be, size_t available, int cap) {
-    size_t need = 0, need_ckpt = 0;
-    int best = largest_fitting(cfg, be, available, cap, &need);
-    if (best == 0 && !cfg->checkpoint_activations) {
-        /* recomputing the ResBlocks costs time, so only when not even one volume fits without it */
-        Config c = *cfg;
-        c.checkpoint_activations = 1;
-        best = largest_fitting(&c, be, available, cap, &need_ckpt);
-        if (best > 0) {
-            cfg->checkpoint_activations = 1;
-            vx_log("activation checkpointing: on (automatic: batch size 1 plans %.2f GiB without it, more than %.0f%% "
-                   "of the %.2f GiB available; with it batch size %d plans %.2f GiB)\n", need / 1073741824.0,
-                   100 * HW_MEMORY_SHARE, available / 1073741824.0, best, need_ckpt / 1073741824.0);
-        }
-    }
-    if (best == 0)
-        vx_usage_error("even batch size 1 needs %.2f GiB, more than %.0f%% of the %.2f GiB available, with activation "
-                       "checkpointing too; lower model.input_size or model.channels",
-                       (need_ckpt ? need_ckpt : need) / 1073741824.0, 100 * HW_MEMORY_SHARE,
-                       available / 1073741824.0);
-    return best;
+    return d;
 }

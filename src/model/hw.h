@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "core/config.h"
+#include "model/hw_plan.h"
 
 #define HW_MAX_GPUS 16
 
@@ -40,10 +41,10 @@ size_t hw_available_bytes(const HwInfo *hw, const Backend *be);
  * allocator's rounding. The device choice and the automatic batch size use the same share, so a device that is
  * chosen always has batch size 1 fit. */
 #define HW_MEMORY_SHARE 0.8
-/* The largest micro-batch (power of two, <= cap) whose planned memory fits in HW_MEMORY_SHARE of `available`. When
- * not even batch 1 fits, activation checkpointing is tried and, if it makes batch 1 fit, switched on in cfg (and
- * said); otherwise exits 2 saying how much batch 1 needs. */
-int hw_auto_batch(Config *cfg, const Backend *be, size_t available, int cap);
+#define HW_AUTO_BATCH_CAP_GPU 64
+/* What the hardware plan (hw_plan.h) knows of the device be runs on: GPU or CPU, compute capability, the memory it
+ * may plan against, and the largest automatic batch (the CPU's core count: more only adds latency; 64 on a GPU). */
+HwPlanDevice hw_plan_device(const HwInfo *hw, const Backend *be);
 
 /* Implemented in hw_cuda.cu when built with CUDA: fills gpus from their properties (no CUDA context is created),
  * returns their count, or 0 with a reason. */

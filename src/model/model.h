@@ -9,6 +9,14 @@
  *   ResBlock(cin -> cout): GN -> SiLU -> conv 3^3 -> GN -> SiLU -> conv 3^3, plus x (1x1 conv when cin != cout)
  *   loss = L1 (or MSE) mean over voxels + kl_weight * KL (mean over samples of the per-sample sum)
  *
+ * Precision: every activation tensor and its gradient is stored as the model's dtype (train.precision: float32, or
+ * bfloat16 / float16 for mixed precision on a GPU); the input volume (the loss target) and the noise stay float32, a
+ * cast node makes the low-precision copy conv_in reads. The parameters, their gradients and AdamW's moments are
+ * float32 (the master copy); with a 16-bit dtype the convolutions read a low-precision copy of the flat parameters
+ * (param_lp), which AdamW rewrites in the same pass as the master and model_sync_lp refreshes after any other write.
+ * Fusion (train.fuse): GroupNorm + SiLU as one node, and the residual add of each ResBlock folded into the epilogue
+ * of the convolution that runs last in the block (in[1] of an OP_CONV node: y = conv(x) + bias + in[1]).
+ *
  * Parameters, gradients and AdamW moments are four flat buffers with the same layout: each parameter is a view
  * (offset, count). Views are laid out in reverse layer order, so backward fills the gradient buffer from offset 0
  * upward (what bucketed all-reduce will overlap with). Each view starts on a MODEL_PARAM_ALIGN-float (256-byte)
@@ -25,7 +33,7 @@
 #include "core/config.h"
 #include "model/plan.h"
 
-typedef enum { OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT } OpKind;
+typedef enum { OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST } OpKind;
 
 typedef struct {
     int n, d, h, w, c; /* NDHWC */
@@ -34,10 +42,11 @@ typedef struct {
 typedef struct {
     Dims dims;
     long count;
+    DType dtype;  /* storage of the activation and its gradient */
     int act;      /* plan item of the activation */
     int act_bwd;  /* plan item backward reads it from: act, or with activation checkpointing the buffer its block's
                      recomputation writes (the forward's copy is freed after its last forward use) */
-    int grad;     /* plan item of its gradient; -1 when none is needed (the input) */
+    int grad;     /* plan item of its gradient; -1 when none is needed (the input and its low-precision copy) */
     int producer; /* node index; -1 for the input */
 } Tensor;
 
@@ -55,7 +64,8 @@ typedef struct {
 typedef struct {
     OpKind kind;
     char name[80];
-    int in[2];           /* tensor ids; in[1] is the second addend (OP_ADD) or logvar (OP_LATENT), else -1 */
+    int in[2];           /* tensor ids; in[1] is the second addend (OP_ADD), logvar (OP_LATENT), the fused residual
+                            (OP_CONV), else -1 */
     int out;             /* tensor id */
     int weight, bias;    /* ParamView ids (conv: weight, bias; groupnorm: gamma, beta), -1 when none */
     Conv3dShape conv;    /* OP_CONV */
@@ -79,6 +89,7 @@ typedef struct {
 typedef struct Model {
     Config cfg;
     int batch;
+    DType dtype; /* of the activations (model_dtype) */
     Node *nodes;
     int n_nodes, cap_nodes;
     Tensor *tensors;
@@ -87,11 +98,11 @@ typedef struct Model {
     int n_params, cap_params;
     long param_count;  /* parameters (the packed layout's length) */
     long param_floats; /* length of each flat buffer: param_count plus the alignment padding */
-    int t_input, t_recon, t_mu, t_logvar, t_z;
+    int t_input, t_input_lp, t_recon, t_mu, t_logvar, t_z; /* t_input_lp: what conv_in reads (t_input in float32) */
     Block *blocks;
     int n_blocks, cap_blocks;
     double recompute_flops; /* conv forward FLOPs rerun per micro-batch by activation checkpointing (0 without) */
-    int eps_item, scalars_item, workspace_item;
+    int eps_item, scalars_item, workspace_item, noise_offset_item;
     Plan plan;
     double conv_flops_fwd; /* per micro-batch forward */
     double conv_flops_step; /* forward + backward data + backward filter */
@@ -101,17 +112,28 @@ typedef struct Model {
      * parallelism launches the all-reduce of each gradient bucket as soon as backward has written it. */
     void (*backward_hook)(void *ctx, int node);
     void *backward_hook_ctx;
+    /* Called right before (phase 0) and after (1) node i's forward, and before (2) and after (3) its backward (a
+     * checkpointed block's recomputation stays outside), when set: where bench step records per-layer timing events. */
+    void (*node_hook)(void *ctx, int node, int phase);
+    void *node_hook_ctx;
     /* set by model_allocate */
     int allocated;
     char *arena;
     float *param, *grad, *adam_m, *adam_v; /* flat, param_floats each */
+    void *param_lp;  /* flat low-precision copy of param (param_floats of dtype); NULL in float32 */
+    float *losses;   /* where the loss ops write {recon, kl} (the arena's scalars; backend memory) */
 } Model;
+
+/* The activation type train.precision asks for on backend be: off float32, bf16, fp16, auto bf16 where the backend
+ * runs it (CUDA) and float32 where it does not (the CPU). 0 with the reason in why when an explicit choice is one
+ * the backend cannot run. */
+int model_dtype(const Config *cfg, const Backend *be, DType *out, char *why, size_t why_len);
 
 /* Builds the graph and the memory plan for micro-batch `batch` on backend `be` (whose convolution workspace
  * sizes enter the plan); allocates nothing. */
 Model *model_build(const Config *cfg, int batch, const Backend *be);
 void model_free(Model *m);
-/* Bytes the backend will hold: arena + 4 flat buffers. */
+/* Bytes the backend will hold: arena + 4 flat float32 buffers (+ the low-precision parameter copy). */
 size_t model_device_bytes(const Model *m);
 /* Flat buffer (param_floats, host memory) -> packed (param_count) and back; unpack zeroes the padding. */
 void model_pack_params(const Model *m, const float *flat, float *packed);
@@ -124,20 +146,31 @@ void model_upload_packed(const Model *m, const float *packed, float *flat_device
 void model_allocate(Model *m);
 /* Gives them back (the graph and plan stay); model_allocate may be called again. */
 void model_release_memory(Model *m);
-/* Deterministic initialization from the seed (PyTorch's default bounds: U(-1/sqrt(fan_in), +)), zero moments. */
+/* Deterministic initialization from the seed (PyTorch's default bounds: U(-1/sqrt(fan_in), +)), zero moments;
+ * the low-precision copy follows. */
 void model_init_params(Model *m, uint64_t seed);
+/* Refreshes param_lp from param (after anything but AdamW wrote the parameters); nothing in float32. */
+void model_sync_lp(Model *m);
 
-float *model_tensor(const Model *m, int tensor);      /* activation pointer (backend memory) */
-float *model_tensor_grad(const Model *m, int tensor); /* gradient pointer, NULL when none */
+void *model_tensor(const Model *m, int tensor);      /* activation pointer (backend memory, of the tensor's dtype) */
+void *model_tensor_grad(const Model *m, int tensor); /* gradient pointer, NULL when none */
 float *model_noise(const Model *m); /* eps of the last sampled forward, shaped like z; valid until backward ends */
+/* A tensor's activation copied to host memory as float32 (converted from its dtype); waits for the device. */
+void model_tensor_to_host(const Model *m, int tensor, float *out);
 
-/* Forward over the batch already copied to model_tensor(m, m->t_input), whose first volume is global sample
- * `first_sample`: each sample's reparameterization noise is keyed by its global index (the same noise for a sample
- * whatever batch it falls in); sample_noise = 0 uses z = mu (validation). */
-void model_forward(Model *m, int sample_noise, uint64_t first_sample);
+/* The next forward's batch starts at global sample first_sample: each sample's reparameterization noise is keyed
+ * by its global index (the same noise for a sample whatever batch it falls in). Written to backend memory on the
+ * compute stream (write_async), where model_forward's noise op reads it: a captured forward draws each replay's
+ * own noise. */
+void model_set_first_sample(Model *m, uint64_t first_sample);
+/* Forward over the batch already copied to model_tensor(m, m->t_input) (float32); sample_noise = 0 uses z = mu
+ * (validation). Enqueues device work only (capturable). */
+void model_forward(Model *m, int sample_noise);
 /* Loss forward+gradient, then backward through every node. grad_scale multiplies the loss gradient
- * (1/grad_accum); param_beta = 0 overwrites the parameter gradients, 1 adds to them (later micro-batches). */
-void model_backward(Model *m, float grad_scale, float param_beta);
+ * (1/(grad_accum x ranks)); loss_scale (backend memory, NULL for 1) multiplies it too, on the device (the dynamic
+ * loss scale); param_beta = 0 overwrites the parameter gradients, 1 adds to them (later micro-batches). Enqueues
+ * device work only (capturable). */
+void model_backward(Model *m, float grad_scale, float param_beta, const float *loss_scale);
 /* Reads the losses of the last forward (after model_backward, or model_loss for evaluation). */
 void model_loss(Model *m);
 Losses model_read_losses(const Model *m);

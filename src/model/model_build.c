@@ -17,10 +17,10 @@
         }                                                                                                        \
     } while (0)
 
-static int add_tensor(Model *m, Dims d, int producer) {
+static int add_tensor(Model *m, Dims d, int producer, DType dtype) {
     GROW(m->tensors, m->n_tensors, m->cap_tensors);
-    m->tensors[m->n_tensors] = (Tensor){.dims = d, .count = (long)d.n * d.d * d.h * d.w * d.c, .act = -1,
-                                        .grad = -1, .producer = producer};
+    m->tensors[m->n_tensors] = (Tensor){.dims = d, .count = (long)d.n * d.d * d.h * d.w * d.c, .dtype = dtype,
+                                        .act = -1, .grad = -1, .producer = producer};
     return m->n_tensors++;
 }
 
@@ -49,7 +49,7 @@ static Node *add_node(Model *m, OpKind kind, const char *name, int in0, int in1,
     nd->in[0] = in0;
     nd->in[1] = in1;
     nd->weight = nd->bias = nd->stats = -1;
-    nd->out = add_tensor(m, out, m->n_nodes);
+    nd->out = add_tensor(m, out, m->n_nodes, m->dtype);
     m->n_nodes++;
     return nd;
 }
@@ -58,6 +58,7 @@ static int conv(Model *m, const char *name, int x, int c_out, int k, int stride)
     Dims in = m->tensors[x].dims;
     int pad = k / 2;
     Conv3dShape s = conv3d_shape(in.n, in.d, in.h, in.w, in.c, c_out, k, stride, pad);
+    s.dtype = m->dtype;
     Node *nd = add_node(m, OP_CONV, name, x, -1, (Dims){in.n, s.od, s.oh, s.ow, c_out});
     nd->conv = s;
     nd->weight = add_param(m, name, "weight", 5, (int[]){c_out, k, k, k, in.c});
@@ -70,7 +71,7 @@ static int groupnorm(Model *m, const char *name, int x) {
     Dims in = m->tensors[x].dims;
     Node *nd = add_node(m, OP_GROUPNORM, name, x, -1, in);
     nd->gn = (GroupNormShape){.n = in.n, .spatial = (long)in.d * in.h * in.w, .c = in.c,
-                              .groups = m->cfg.norm_groups, .eps = (float)m->cfg.norm_eps};
+                              .groups = m->cfg.norm_groups, .eps = (float)m->cfg.norm_eps, .dtype = m->dtype};
     nd->weight = add_param(m, name, "weight", 1, (int[]){in.c});
     nd->bias = add_param(m, name, "bias", 1, (int[]){in.c});
     return nd->out;
@@ -100,6 +101,18 @@ static int upsample(Model *m, const char *name, int x) {
     return add_node(m, OP_UPSAMPLE, name, x, -1, (Dims){d.n, 2 * d.d, 2 * d.h, 2 * d.w, d.c})->out;
 }
 
+/* The residual add h + skip: a node of its own, or (train.fuse) folded into the convolution that produced the later
+ * of the two, which then adds the other in its epilogue: conv(x) + bias + other, the same sum in the same order
+ * (float addition commutes), one tensor and one pass fewer each way. */
+static int residual_add(Model *m, const char *name, int h, int skip) {
+    const int later = m->tensors[h].producer > m->tensors[skip].producer ? h : skip;
+    Node *last = &m->nodes[m->n_nodes - 1];
+    if (!m->cfg.fuse || last->kind != OP_CONV || last->out != later) return add(m, name, h, skip);
+    last->in[1] = later == h ? skip : h;
+    snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name), "+add");
+    return later;
+}
+
 /* GN -> SiLU -> conv3 -> GN -> SiLU -> conv3, plus the input (1x1 conv when channels change); one Block, the unit
  * activation checkpointing recomputes. */
 static int resblock(Model *m, const char *prefix, int x, int c_out) {
@@ -113,7 +126,7 @@ static int resblock(Model *m, const char *prefix, int x, int c_out) {
     h = norm_silu(m, NAME("norm2"), NAME2("act2"), h);
     h = conv(m, NAME("conv2"), h, c_out, 3, 1);
     int skip = c_in == c_out ? x : conv(m, NAME("shortcut"), x, c_out, 1, 1);
-    const int out = add(m, NAME("add"), h, skip);
+    const int out = residual_add(m, NAME("add"), h, skip);
     GROW(m->blocks, m->n_blocks, m->cap_blocks);
     m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};
     return out;
@@ -125,9 +138,13 @@ static void build_graph(Model *m) {
     const Config *c = &m->cfg;
     char n[80];
     int L = c->levels;
-    m->t_input = add_tensor(m, (Dims){m->batch, c->input_size[0], c->input_size[1], c->input_size[2], c->in_channels}, -1);
+    m->t_input = add_tensor(m, (Dims){m->batch, c->input_size[0], c->input_size[1], c->input_size[2], c->in_channels}, -1,
+                            DT_F32);
+    /* the loss compares with the float32 input; conv_in reads it in the model's type */
+    m->t_input_lp = m->dtype == DT_F32 ? m->t_input
+                                       : add_node(m, OP_CAST, "input_cast", m->t_input, -1, m->tensors[m->t_input].dims)->out;
 
-    int h = conv(m, "encoder.conv_in", m->t_input, c->channels[0], 3, 1);
+    int h = conv(m, "encoder.conv_in", m->t_input_lp, c->channels[0], 3, 1);
     for (int l = 0; l < L; l++) {
         for (int b = 0; b < c->res_blocks; b++) {
             snprintf(n, sizeof n, "encoder.down.%d.res.%d", l, b);
@@ -190,7 +207,17 @@ void model_unpack_params(const Model *m, const float *packed, float *flat) {
     }
 }
 
-static int needs_input_in_backward(OpKind k) { return k == OP_CONV || k == OP_GROUPNORM || k == OP_SILU || k == OP_LATENT; }
+/* Whether node nd's backward reads its input `slot` (a conv's fused residual, an add's operands, an upsample's input
+ * are not read) */
+static int needs_input_in_backward(const Node *nd, int slot) {
+    switch (nd->kind) {
+    case OP_CONV:
+    case OP_GROUPNORM:
+    case OP_SILU: return slot == 0;
+    case OP_LATENT: return 1;
+    default: return 0;
+    }
+}
 
 /* Activation checkpointing: which tensors are dropped after the forward (checkpointed: made inside a block by any
  * node but its last, and read only inside it), which of them backward needs again (read by a node that needs its
@@ -212,7 +239,7 @@ static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
             nd->recompute = checkpointed[nd->out] && needed_again[nd->out];
             for (int s = 0; s < 2; s++) {
                 const int t = nd->in[s];
-                if (t >= 0 && checkpointed[t] && (needs_input_in_backward(nd->kind) || nd->recompute))
+                if (t >= 0 && checkpointed[t] && (needs_input_in_backward(nd, s) || nd->recompute))
                     needed_again[t] = 1;
             }
         }
@@ -247,7 +274,7 @@ static void plan_memory(Model *m) {
         for (int s = 0; s < 2; s++) {
             int t = nd->in[s];
             if (t < 0) continue;
-            int use = needs_input_in_backward(nd->kind) ? T - i : i;
+            int use = needs_input_in_backward(nd, s) ? T - i : i;
             if (checkpointed[t]) { /* forward reads the first copy; backward (and the rerun) the second */
                 if (i > last_use[t]) last_use[t] = i;
                 if (use > again_last[t]) again_last[t] = use;
@@ -267,10 +294,10 @@ static void plan_memory(Model *m) {
     for (int t = 0; t < m->n_tensors; t++) {
         Tensor *tn = &m->tensors[t];
         int born = tn->producer < 0 ? 0 : tn->producer;
-        const size_t bytes = (size_t)tn->count * sizeof(float);
+        const size_t bytes = (size_t)tn->count * dtype_size(tn->dtype);
         tn->act = plan_add(&m->plan, bytes, born, last_use[t]);
         tn->act_bwd = needed_again[t] ? plan_add(&m->plan, bytes, again_first[t], again_last[t]) : tn->act;
-        if (t != m->t_input) {
+        if (t != m->t_input && t != m->t_input_lp) { /* the data needs no gradient */
             int dies = T - (tn->producer < 0 ? 0 : tn->producer);
             tn->grad = plan_add(&m->plan, bytes, first_grad[t], dies);
         }
@@ -287,6 +314,7 @@ static void plan_memory(Model *m) {
     }
     m->workspace_item = plan_add(&m->plan, ws, 0, T);
     m->scalars_item = plan_add(&m->plan, 16 * sizeof(float), 0, T);
+    m->noise_offset_item = plan_add(&m->plan, sizeof(uint64_t), 0, T);
     plan_solve(&m->plan);
     free(last_use);
     free(first_grad);
@@ -296,20 +324,41 @@ static void plan_memory(Model *m) {
     free(again_last);
 }
 
+int model_dtype(const Config *cfg, const Backend *be, DType *out, char *why, size_t why_len) {
+    const char *p = cfg->precision;
+    if (strcmp(p, "auto") == 0) {
+        *out = be->supports(BOP_CONV3D_FORWARD, DT_BF16) ? DT_BF16 : DT_F32;
+        return 1;
+    }
+    *out = strcmp(p, "bf16") == 0 ? DT_BF16 : strcmp(p, "fp16") == 0 ? DT_F16 : DT_F32;
+    if (be->supports(BOP_CONV3D_FORWARD, *out)) return 1;
+    snprintf(why, why_len, "train.precision %s needs a GPU: the %s backend computes in float32 only", p, be->name);
+    return 0;
+}
+
 Model *model_build(const Config *cfg, int batch, const Backend *be) {
     Model *m = vx_calloc(1, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
     m->batch = batch;
+    char why[160];
+    if (!model_dtype(cfg, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     build_graph(m);
     finish_params(m);
     plan_memory(m);
-    /* Backward: filter gradients for every conv, data gradients for all but the first (its input is data). */
-    m->conv_flops_step = 3 * m->conv_flops_fwd - conv3d_forward_flops(&m->nodes[0].conv);
+    /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). */
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        if (nd->kind != OP_CONV) continue;
+        m->conv_flops_step += conv3d_forward_flops(&nd->conv) * (m->tensors[nd->in[0]].grad >= 0 ? 3 : 2);
+    }
     return m;
 }
 
-size_t model_device_bytes(const Model *m) { return m->plan.total + 4 * (size_t)m->param_floats * sizeof(float); }
+size_t model_device_bytes(const Model *m) {
+    return m->plan.total + 4 * (size_t)m->param_floats * sizeof(float) +
+           (m->dtype == DT_F32 ? 0 : (size_t)m->param_floats * dtype_size(m->dtype));
+}
 
 void model_release_memory(Model *m) {
     if (!m || !m->allocated) return;
@@ -318,6 +367,8 @@ void model_release_memory(Model *m) {
     m->be->release(m->grad);
     m->be->release(m->adam_m);
     m->be->release(m->adam_v);
+    if (m->param_lp) m->be->release(m->param_lp);
+    m->param_lp = NULL;
     m->arena = NULL;
     m->param = m->grad = m->adam_m = m->adam_v = NULL;
     m->allocated = 0;

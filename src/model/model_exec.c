@@ -1,5 +1,9 @@
 /* model_exec.c: allocation, initialization, forward and backward of the model built by model_build.c.
- * Every op goes through the backend table, so this file runs unchanged on the CPU and (next) on CUDA. */
+ * Every op goes through the backend table, so this file runs unchanged on the CPU and on CUDA, in float32 or in a
+ * 16-bit activation type (each tensor carries its dtype; parameters and their gradients are float32, and the
+ * convolutions read the low-precision copy of the weights). Forward and backward only enqueue device work: the
+ * values a step needs from the host (the noise offset, the loss scale) are read from backend memory, so a CUDA
+ * Graph can capture them. */
 #include <math.h>
 #include <string.h>
 
@@ -18,14 +22,17 @@
 static ReconLoss recon_loss_kind(const Config *cfg) { return strcmp(cfg->loss, "mse") == 0 ? LOSS_MSE : LOSS_L1; }
 
 static char *item_ptr(const Model *m, int item) { return m->arena + m->plan.items[item].offset; }
-float *model_tensor(const Model *m, int t) { return (float *)item_ptr(m, m->tensors[t].act); }
+void *model_tensor(const Model *m, int t) { return item_ptr(m, m->tensors[t].act); }
 /* the copy backward reads: the same buffer, or the one a checkpointed block's recomputation writes */
-static float *tensor_bwd(const Model *m, int t) { return (float *)item_ptr(m, m->tensors[t].act_bwd); }
-float *model_tensor_grad(const Model *m, int t) {
-    return m->tensors[t].grad < 0 ? NULL : (float *)item_ptr(m, m->tensors[t].grad);
-}
+static void *tensor_bwd(const Model *m, int t) { return item_ptr(m, m->tensors[t].act_bwd); }
+void *model_tensor_grad(const Model *m, int t) { return m->tensors[t].grad < 0 ? NULL : item_ptr(m, m->tensors[t].grad); }
 float *model_noise(const Model *m) { return (float *)item_ptr(m, m->eps_item); }
 static float *param_ptr(const Model *m, float *flat, int view) { return view < 0 ? NULL : flat + m->params[view].offset; }
+/* a convolution's weights as the convolution reads them: the low-precision copy in mixed precision */
+static const void *weight_ptr(const Model *m, int view) {
+    if (!m->param_lp) return param_ptr(m, m->param, view);
+    return (const char *)m->param_lp + (size_t)m->params[view].offset * dtype_size(m->dtype);
+}
 static float *scalars(const Model *m) { return (float *)item_ptr(m, m->scalars_item); }
 
 void model_allocate(Model *m) {
@@ -36,9 +43,15 @@ void model_allocate(Model *m) {
     m->grad = be->alloc(pbytes);
     m->adam_m = be->alloc(pbytes);
     m->adam_v = be->alloc(pbytes);
+    if (m->dtype != DT_F32) m->param_lp = be->alloc((size_t)m->param_floats * dtype_size(m->dtype));
     be->zero(m->arena, m->plan.total);
     be->zero(m->grad, pbytes);
+    m->losses = scalars(m);
     m->allocated = 1;
+}
+
+void model_sync_lp(Model *m) {
+    if (m->param_lp) m->be->cast(m->param_floats, DT_F32, m->param, m->dtype, m->param_lp);
 }
 
 void model_init_params(Model *m, uint64_t seed) {
@@ -64,6 +77,7 @@ void model_init_params(Model *m, uint64_t seed) {
     m->be->copy_to_device(m->param, host, bytes);
     m->be->zero(m->adam_m, bytes);
     m->be->zero(m->adam_v, bytes);
+    model_sync_lp(m);
     free(host);
 }
 
@@ -83,24 +97,46 @@ void model_upload_packed(const Model *m, const float *packed, float *flat_device
     free(flat);
 }
 
+void model_tensor_to_host(const Model *m, int t, float *out) {
+    const Tensor *tn = &m->tensors[t];
+    if (tn->dtype == DT_F32) {
+        m->be->copy_to_host(out, model_tensor(m, t), (size_t)tn->count * sizeof(float));
+        return;
+    }
+    void *raw = vx_malloc((size_t)tn->count * dtype_size(tn->dtype));
+    m->be->copy_to_host(raw, model_tensor(m, t), (size_t)tn->count * dtype_size(tn->dtype));
+    dtype_convert((size_t)tn->count, tn->dtype, raw, DT_F32, out);
+    free(raw);
+}
+
 static LatentShape latent_shape(const Model *m) {
     const Tensor *mu = &m->tensors[m->t_mu];
     return (LatentShape){.n = mu->dims.n, .count_per_sample = mu->count / mu->dims.n,
-                         .logvar_min = (float)m->cfg.logvar_min, .logvar_max = (float)m->cfg.logvar_max};
+                         .logvar_min = (float)m->cfg.logvar_min, .logvar_max = (float)m->cfg.logvar_max,
+                         .dtype = mu->dtype};
+}
+
+void model_set_first_sample(Model *m, uint64_t first_sample) {
+    /* sample b's noise is element (first_sample + b) * per-sample of one stream: a pure function of the global
+     * sample index, the same whatever batch (or rank) the sample falls in */
+    const uint64_t offset = first_sample * (uint64_t)latent_shape(m).count_per_sample;
+    m->be->write_async(item_ptr(m, m->noise_offset_item), &offset, sizeof offset);
 }
 
 /* One node's forward. `again` = 1: the recomputation of a checkpointed block, reading and writing the copies
  * backward uses (act_bwd; the same buffers as the forward's for every tensor that is not checkpointed). */
-static void forward_node(Model *m, const Node *nd, int again, int sample_noise, uint64_t first_sample) {
+static void forward_node(Model *m, const Node *nd, int again, int sample_noise) {
     const Backend *be = m->be;
     void *ws = item_ptr(m, m->workspace_item);
-    float *(*tensor)(const Model *, int) = again ? tensor_bwd : model_tensor;
-    const float *x = tensor(m, nd->in[0]);
-    float *y = tensor(m, nd->out);
+    void *(*tensor)(const Model *, int) = again ? tensor_bwd : model_tensor;
+    const void *x = tensor(m, nd->in[0]);
+    void *y = tensor(m, nd->out);
     const Tensor *tx = &m->tensors[nd->in[0]];
+    const DType dt = tx->dtype;
     switch (nd->kind) {
     case OP_CONV:
-        be->conv3d_forward(&nd->conv, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y, ws);
+        be->conv3d_forward(&nd->conv, x, weight_ptr(m, nd->weight), param_ptr(m, m->param, nd->bias),
+                           nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL, y, ws);
         break;
     case OP_GROUPNORM: {
         float *mean = (float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
@@ -108,30 +144,31 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise, 
                               mean, rstd);
         break;
     }
-    case OP_SILU: be->silu_forward(tx->count, x, y); break;
-    case OP_UPSAMPLE: be->upsample2x_forward(tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, x, y); break;
-    case OP_ADD: be->add_forward(tx->count, x, tensor(m, nd->in[1]), y); break;
+    case OP_SILU: be->silu_forward(dt, tx->count, x, y); break;
+    case OP_UPSAMPLE: be->upsample2x_forward(dt, tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, x, y); break;
+    case OP_ADD: be->add_forward(dt, tx->count, x, tensor(m, nd->in[1]), y); break;
+    case OP_CAST: be->cast(tx->count, dt, x, m->tensors[nd->out].dtype, y); break;
     case OP_LATENT: { /* never inside a checkpointed block */
         LatentShape s = latent_shape(m);
         float *eps = NULL;
         if (sample_noise) {
             eps = model_noise(m);
-            /* sample b's noise is element (first_sample + b) * per-sample of one stream: a pure function of the
-             * global sample index, the same whatever batch (or rank) the sample falls in */
             be->normal_fill(tx->count, (uint64_t)m->cfg.seed, RNG_STREAM_LATENT,
-                            first_sample * (uint64_t)s.count_per_sample, eps);
+                            (const uint64_t *)item_ptr(m, m->noise_offset_item), eps);
         }
-        be->latent_forward(&s, x, tensor(m, nd->in[1]), eps, y, scalars(m) + SCALAR_KL);
+        be->latent_forward(&s, x, tensor(m, nd->in[1]), eps, y, m->losses + SCALAR_KL);
         break;
     }
     }
 }
 
-void model_forward(Model *m, int sample_noise, uint64_t first_sample) {
+void model_forward(Model *m, int sample_noise) {
     trace_range_push("forward", "user_annotation");
     for (int i = 0; i < m->n_nodes; i++) {
         trace_range_push(m->nodes[i].name, "cpu_op"); /* one range per layer; NVTX too in CUDA builds */
-        forward_node(m, &m->nodes[i], 0, sample_noise, first_sample);
+        if (m->node_hook) m->node_hook(m->node_hook_ctx, i, 0);
+        forward_node(m, &m->nodes[i], 0, sample_noise);
+        if (m->node_hook) m->node_hook(m->node_hook_ctx, i, 1);
         trace_range_pop();
     }
     trace_range_pop();
@@ -146,7 +183,7 @@ static void recompute_block_ending_at(Model *m, int i) {
         for (int j = b->first; j < b->last; j++)
             if (m->nodes[j].recompute) {
                 trace_range_push(m->nodes[j].name, "cpu_op");
-                forward_node(m, &m->nodes[j], 1, 0, 0);
+                forward_node(m, &m->nodes[j], 1, 0);
                 trace_range_pop();
             }
         trace_range_pop();
@@ -154,59 +191,70 @@ static void recompute_block_ending_at(Model *m, int i) {
     }
 }
 
-void model_loss(Model *m) {
+static void loss(Model *m, void *dpred, float grad_scale, const float *loss_scale) {
     const Tensor *r = &m->tensors[m->t_recon];
-    m->be->recon_loss(recon_loss_kind(&m->cfg), r->count, model_tensor(m, m->t_recon), model_tensor(m, m->t_input),
-                      scalars(m) + SCALAR_RECON, NULL, 1.0f);
+    m->be->recon_loss(recon_loss_kind(&m->cfg), r->dtype, r->count, model_tensor(m, m->t_recon),
+                      (const float *)model_tensor(m, m->t_input), m->losses + SCALAR_RECON, dpred, grad_scale,
+                      loss_scale);
 }
 
-void model_backward(Model *m, float grad_scale, float param_beta) {
+void model_loss(Model *m) { loss(m, NULL, 1.0f, NULL); }
+
+/* Node nd's backward: the gradients of its inputs (dx_beta: overwrite or add) and of its parameters (param_beta). */
+static void backward_node(Model *m, const Node *nd, float grad_scale, float param_beta, const float *loss_scale) {
     const Backend *be = m->be;
     void *ws = item_ptr(m, m->workspace_item);
-    const Tensor *r = &m->tensors[m->t_recon];
+    const void *x = tensor_bwd(m, nd->in[0]);
+    void *dx = model_tensor_grad(m, nd->in[0]); /* NULL for the input volume */
+    const void *dy = model_tensor_grad(m, nd->out);
+    const Tensor *tx = &m->tensors[nd->in[0]];
+    const DType dt = tx->dtype;
+    switch (nd->kind) {
+    case OP_CONV:
+        be->conv3d_backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
+                                   param_beta, ws);
+        if (dx) be->conv3d_backward_data(&nd->conv, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0], ws);
+        /* the fused residual's gradient is the output's */
+        if (nd->in[1] >= 0) be->accumulate(dt, m->tensors[nd->out].count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
+        break;
+    case OP_GROUPNORM: {
+        const float *mean = (const float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
+        be->groupnorm_backward(&nd->gn, dy, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias),
+                               mean, rstd, dx, param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
+                               nd->dx_beta[0], param_beta);
+        break;
+    }
+    case OP_SILU: be->silu_backward(dt, tx->count, x, dy, dx, nd->dx_beta[0]); break;
+    case OP_UPSAMPLE:
+        be->upsample2x_backward(dt, tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, dy, dx, nd->dx_beta[0]);
+        break;
+    case OP_ADD:
+        be->accumulate(dt, tx->count, dy, dx, nd->dx_beta[0]);
+        be->accumulate(dt, tx->count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
+        break;
+    case OP_CAST: break; /* the data's copy: no gradient */
+    case OP_LATENT: {
+        /* mu and logvar feed only this node, so their gradients are overwritten here (dx_beta is 0). */
+        LatentShape s = latent_shape(m);
+        be->latent_backward(&s, x, tensor_bwd(m, nd->in[1]), model_noise(m), dy, (float)m->cfg.kl_weight * grad_scale,
+                            loss_scale, dx, model_tensor_grad(m, nd->in[1]));
+        break;
+    }
+    }
+}
+
+void model_backward(Model *m, float grad_scale, float param_beta, const float *loss_scale) {
     trace_range_push("loss", "cpu_op");
-    be->recon_loss(recon_loss_kind(&m->cfg), r->count, model_tensor(m, m->t_recon), model_tensor(m, m->t_input),
-                   scalars(m) + SCALAR_RECON, model_tensor_grad(m, m->t_recon), grad_scale);
+    loss(m, model_tensor_grad(m, m->t_recon), grad_scale, loss_scale);
     trace_range_pop();
     trace_range_push("backward", "user_annotation");
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         const Node *nd = &m->nodes[i];
         if (m->cfg.checkpoint_activations) recompute_block_ending_at(m, i);
         trace_range_push(nd->name, "cpu_op");
-        const float *x = tensor_bwd(m, nd->in[0]);
-        float *dx = model_tensor_grad(m, nd->in[0]); /* NULL for the input volume */
-        const float *dy = model_tensor_grad(m, nd->out);
-        const Tensor *tx = &m->tensors[nd->in[0]];
-        switch (nd->kind) {
-        case OP_CONV:
-            be->conv3d_backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight),
-                                       param_ptr(m, m->grad, nd->bias), param_beta, ws);
-            if (dx) be->conv3d_backward_data(&nd->conv, dy, param_ptr(m, m->param, nd->weight), dx, nd->dx_beta[0], ws);
-            break;
-        case OP_GROUPNORM: {
-            const float *mean = (const float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
-            be->groupnorm_backward(&nd->gn, dy, x, param_ptr(m, m->param, nd->weight),
-                                   param_ptr(m, m->param, nd->bias), mean, rstd, dx,
-                                   param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
-                                   nd->dx_beta[0], param_beta);
-            break;
-        }
-        case OP_SILU: be->silu_backward(tx->count, x, dy, dx, nd->dx_beta[0]); break;
-        case OP_UPSAMPLE:
-            be->upsample2x_backward(tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, dy, dx, nd->dx_beta[0]);
-            break;
-        case OP_ADD:
-            be->accumulate(tx->count, dy, dx, nd->dx_beta[0]);
-            be->accumulate(tx->count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
-            break;
-        case OP_LATENT: {
-            /* mu and logvar feed only this node, so their gradients are overwritten here (dx_beta is 0). */
-            LatentShape s = latent_shape(m);
-            be->latent_backward(&s, x, tensor_bwd(m, nd->in[1]), model_noise(m), dy,
-                                (float)m->cfg.kl_weight * grad_scale, dx, model_tensor_grad(m, nd->in[1]));
-            break;
-        }
-        }
+        if (m->node_hook) m->node_hook(m->node_hook_ctx, i, 2);
+        backward_node(m, nd, grad_scale, param_beta, loss_scale);
+        if (m->node_hook) m->node_hook(m->node_hook_ctx, i, 3);
         trace_range_pop();
         if (m->backward_hook) m->backward_hook(m->backward_hook_ctx, i);
     }
@@ -215,7 +263,7 @@ void model_backward(Model *m, float grad_scale, float param_beta) {
 
 Losses model_read_losses(const Model *m) {
     float s[2];
-    m->be->copy_to_host(s, scalars(m), sizeof s);
+    m->be->copy_to_host(s, m->losses, sizeof s);
     return (Losses){.recon = s[SCALAR_RECON], .kl = s[SCALAR_KL],
                     .total = s[SCALAR_RECON] + (float)m->cfg.kl_weight * s[SCALAR_KL]};
 }

@@ -35,8 +35,8 @@ float *evaluate_reconstruct(Model *m, const float *vols, int count) {
         int used = count - start < m->batch ? count - start : m->batch;
         memcpy(batch, vols + (long)start * vol, (size_t)used * vol * sizeof(float));
         m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
-        model_forward(m, 0, 0);
-        m->be->copy_to_host(out, model_tensor(m, m->t_recon), (size_t)per_batch * sizeof(float));
+        model_forward(m, 0);
+        model_tensor_to_host(m, m->t_recon, out);
         memcpy(recon + (long)start * vol, out, (size_t)used * vol * sizeof(float));
     }
     free(out);

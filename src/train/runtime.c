@@ -7,11 +7,20 @@
 #include "core/util.h"
 #include "data/phantom.h"
 
-#define AUTO_BATCH_CAP_GPU 64
+void runtime_open(Runtime *rt, Config *cfg, int verbose) { runtime_open_rank(rt, cfg, verbose, 0, 1, 1); }
 
-void runtime_open(Runtime *rt, Config *cfg, int verbose) { runtime_open_rank(rt, cfg, verbose, 0, 1); }
+void runtime_resolve_precision(Config *cfg, const Backend *be, const char *device_reason) {
+    DType dt;
+    char why[160];
+    if (!model_dtype(cfg, be, &dt, why, sizeof why))
+        vx_usage_error("%s (device: %s: %s); use --amp off, or a machine whose GPU voxscale can use", why, be->name,
+                       device_reason);
+    snprintf(cfg->precision, sizeof cfg->precision, "%s", dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "fp16" : "off");
+    if (strcmp(cfg->loss_scale, "auto") == 0)
+        snprintf(cfg->loss_scale, sizeof cfg->loss_scale, "%s", dt == DT_F16 ? "dynamic" : "off");
+}
 
-void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threads_share) {
+void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threads_share, int world) {
     memset(rt, 0, sizeof *rt);
     hw_detect(&rt->hw);
     /* NCCL 2.30 lets several ranks share a GPU (NCCL_MULTI_RANK_GPU_ENABLE=1): ranks then go round the GPUs */
@@ -27,14 +36,20 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
     int threads = cfg->threads;
     if (threads == 0 && threads_share > 1) threads = rt->hw.cores / threads_share > 1 ? rt->hw.cores / threads_share : 1;
     if (strcmp(rt->be->name, "cpu") == 0) backend_cpu_set_threads(threads);
-    if (cfg->batch_size == 0) {
-        /* On the CPU a batch beyond the core count only adds latency; on a GPU fill the memory. */
-        int cap = strcmp(rt->be->name, "cpu") == 0 ? (rt->hw.cores < 2 ? 1 : rt->hw.cores) : AUTO_BATCH_CAP_GPU;
-        cfg->batch_size = hw_auto_batch(cfg, rt->be, hw_available_bytes(&rt->hw, rt->be), cap);
-        if (verbose)
-            vx_log("batch size: %d (automatic: largest power of two <= %d that fits in %.0f%% of memory)\n",
-                   cfg->batch_size, cap, 100 * HW_MEMORY_SHARE);
-    }
+    runtime_resolve_precision(cfg, rt->be, rt->device_reason);
+    rt->dev = hw_plan_device(&rt->hw, rt->be);
+    char why[400];
+    const int automatic = cfg->batch_size == 0;
+    if (hw_plan(cfg, rt->be, &rt->dev, world, &rt->plan, why, sizeof why)) {
+        hw_plan_apply(&rt->plan, cfg);
+        if (verbose) {
+            char line[700];
+            hw_plan_describe(&rt->plan, &rt->dev, cfg, line, sizeof line);
+            vx_log("%s%s\n", line, automatic ? " (train.batch_size 0: the largest power of two that fits)" : "");
+        }
+    } else if (automatic) {
+        vx_usage_error("no batch size fits: %s; lower model.input_size or model.channels", why);
+    } /* a given batch that does not fit: the memory checks below and train's say so with their exit codes */
     rt->model = model_build(cfg, cfg->batch_size, rt->be);
     const Model *m = rt->model;
     if (verbose) {
@@ -49,10 +64,20 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
         }
         vx_log("model: %ld parameters in %d tensors, %d nodes, %.2f GFLOP per micro-batch step\n", m->param_count,
                m->n_params, m->n_nodes, m->conv_flops_step * 1e-9);
+        if (m->dtype != DT_F32)
+            vx_log("precision: %s activations and convolutions (mixed precision: float32 master weights, gradients, "
+                   "AdamW state, statistics and reductions)%s\n", cfg->precision,
+                   strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");
+        else vx_log("precision: float32%s\n", strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");
+        if (cfg->compile)
+            vx_log("compile: %s\n", rt->be->graph_capture_begin ? "the training step is captured in a CUDA Graph "
+                   "after its first (eager) run and replayed" : "no graphs on this backend: the step runs eagerly, "
+                   "reading its per-step values from memory as the captured step does");
         vx_log("memory: arena %.1f MiB planned (%.1f MiB without reuse) + %.1f MiB parameters, gradients and AdamW "
-               "state = %.1f MiB peak\n",
+               "state%s = %.1f MiB peak\n",
                m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
-               4.0 * m->param_floats * sizeof(float) / 1048576.0, model_device_bytes(m) / 1048576.0);
+               (model_device_bytes(m) - m->plan.total) / 1048576.0,
+               m->dtype != DT_F32 ? " (and their low-precision copy)" : "", model_device_bytes(m) / 1048576.0);
         if (cfg->checkpoint_activations)
             vx_log("activation checkpointing: %d ResBlocks keep only their input and output; backward reruns %.2f "
                    "GFLOP of their convolutions per micro-batch\n", m->n_blocks, m->recompute_flops * 1e-9);

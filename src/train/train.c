@@ -2,22 +2,25 @@
  * every stage, checkpoint), then takes the run directory (run_dir.h), then writes there: a refused run touches
  * nothing. It runs its stages (train_plan.h: one, or train.stages' progressive input sizes) in order; between two
  * the model is rebuilt at the new size, the parameters carry over and the optimizer restarts.
- * One optimizer step (train_step), on each of W data-parallel ranks (W = 1 for one process):
- *   for each of grad_accum micro-batches: copy the loader's batch in (rank r reads part r of the global micro-batch:
- *   samples next_sample + r*batch ..; on a GPU the flips and rotations of data.augment are applied after the
- *   upload), forward (each sample's noise keyed by its global index), loss and backward (loss gradient scaled by
- *   1/(grad_accum x W), parameter gradients accumulated after the first); during the last backward every gradient
- *   bucket is all-reduced (summed) as soon as it is complete (dist/buckets.h); then the optimizer waits for what is
- *   in flight, and the global gradient norm -> clip factor -> fused AdamW run on the reduced gradients, identically
- *   on every rank. The losses are averaged over ranks and a stop request shared, so every rank takes the same
- *   decisions. A non-finite loss or gradient norm ends the run (exit 4) before anything is updated or saved. Rank 0
- *   alone writes the run directory, validates and logs. */
+ * One optimizer step, on each of W data-parallel ranks (W = 1 for one process), is enqueued by train_step through
+ * the stepper (step.h): for each of grad_accum micro-batches the loader's batch goes in (rank r reads part r of the
+ * global micro-batch: samples next_sample + r*batch ..; on a GPU through a double-buffered staging upload, with the
+ * flips and rotations of data.augment applied after it), forward, loss and backward run; during the last backward
+ * every gradient bucket is all-reduced (summed) as soon as it is complete (dist/buckets.h); then the optimizer
+ * decides on the device (global norm, clip factor, skip of a non-finite step, loss scale) and updates. The
+ * outcome is collected after the step, or, with --compile between steps that need nothing from the host, one step
+ * late while the next step runs. The losses are summed over ranks and a stop request shared, so every rank takes
+ * the same decisions. A non-finite loss, or a non-finite gradient without dynamic loss scaling, ends the run
+ * (exit 4); no checkpoint is written for it. Rank 0 alone writes the run directory, validates and logs.
+ * Test-only hook: VX_TEST_NONFINITE_GRAD=S[,S...] makes the gradient of those steps non-finite (a NaN written into
+ * it before the optimizer), as a float16 overflow would, so the tests can watch a step being skipped. */
 #include "train/train.h"
 
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -36,9 +39,9 @@
 #include "train/run_dir.h"
 #include "train/runtime.h"
 #include "train/schedule.h"
+#include "train/step.h"
 #include "train/train_log.h"
 
-#define AUTO_BATCH_CAP_GPU 64
 
 static volatile sig_atomic_t stop_requested = 0;
 static void on_signal(int sig) {
@@ -58,24 +61,26 @@ typedef struct {
     Dataset *ds;
     Loader loader;
     int loader_on;
-    float *aug_src; /* GPU: the uploaded batch before its flips and rotations (data.augment) */
+    /* GPU: two staging buffers the batches are uploaded into (the next while the current step runs), each with the
+     * event after the step's copy out of it; the CPU copies the loader's slot straight into the model's input */
+    float *staging[2];
+    void *staging_read[2];
+    int staging_next;
     FILE *metrics;
     FILE *samples; /* output.sample_log: one line per micro-batch, the global samples it read */
     TrainLog *tb;
-    CkptState st;
+    CkptState st;      /* st.step counts the steps enqueued; collected counts those whose outcome is in */
+    int64_t collected;
+    int64_t saved_step; /* of the last step_N checkpoint, -1 before any */
+    double wait_s[2], lr[2]; /* the loader wait and the learning rate of the steps in flight, by parity */
     HeldOut held;   /* rank 0's validation volumes at the stage's size */
     double best_l1; /* of this stage: its best checkpoint */
     DistEnv env;
     Comm *comm;        /* single for one process */
     Buckets *buckets;  /* NULL for one process */
+    Stepper *stepper;
     double lr_scale;   /* train.lr_scaling's factor for this number of ranks */
 } Trainer;
-
-typedef struct {
-    double loss, recon, kl, lr, gnorm, ms, wait_s;
-    double comm_wait_ms; /* how long the optimizer waited for the gradient buckets still in flight */
-    int stop;            /* a rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step */
-} StepResult;
 
 /* A non-finite value: the run ends with exit 4 before the step's update, so the last checkpoint is the last good
  * state (ckpt_save refuses non-finite parameters, should any ever get there). */
@@ -91,7 +96,9 @@ static void save_checkpoint(Trainer *t, const char *name) {
     char path[CONFIG_STR + 64];
     if (name) snprintf(path, sizeof path, "%s/checkpoints/%s", t->cfg->out_dir, name);
     else snprintf(path, sizeof path, "%s/checkpoints/step_%ld.ckpt", t->cfg->out_dir, (long)t->st.step);
+    t->st.opt = stepper_carry(t->stepper); /* (no step is in flight: the loop saves only after collecting) */
     ckpt_save(path, t->m, &t->st);
+    if (!name) t->saved_step = t->st.step;
     vx_log("checkpoint: %s\n", path);
 }
 
@@ -187,33 +194,55 @@ static void trace_buckets(const Buckets *bk) {
     }
 }
 
-/* The batch just taken from the loader into the model's input. A GPU run applies data.augment's flips and
- * rotations here, after the upload (the loader's workers do it on the CPU path). */
+/* The batch just taken from the loader into the model's input. On a GPU it goes to the next staging buffer on the
+ * copy stream, which waits only for the step that last read that buffer, so the upload overlaps the step still
+ * running; the compute stream then moves it into the input, applying data.augment's flips and rotations there
+ * when asked (the loader's workers do those on the CPU path). */
 static void upload_batch(Trainer *t, const float *batch, int64_t first) {
     Model *m = t->m;
+    const Backend *be = t->be;
     const size_t bytes = (size_t)m->tensors[m->t_input].count * sizeof(float);
-    if (!t->aug_src) {
-        t->be->upload_async(model_tensor(m, m->t_input), batch, bytes); /* pinned slot, copy stream */
+    float *input = model_tensor(m, m->t_input);
+    if (!t->staging[0]) {
+        be->upload_async(input, batch, bytes, NULL); /* the CPU: a copy */
         return;
     }
-    t->be->upload_async(t->aug_src, batch, bytes);
+    const int k = t->staging_next;
+    t->staging_next ^= 1;
+    be->upload_async(t->staging[k], batch, bytes, t->staging_read[k]); /* pinned slot, copy stream */
     const Dims d = m->tensors[m->t_input].dims;
     const long vol = (long)d.d * d.h * d.w * d.c;
-    for (int b = 0; b < m->batch; b++)
-        t->be->augment(d.d, d.h, d.w, d.c, dataset_augment_code(t->ds, first + b), t->aug_src + b * vol,
-                       model_tensor(m, m->t_input) + b * vol);
+    if (t->cfg->data_augment && dataset_epoch_samples(t->ds) > 0) {
+        for (int b = 0; b < m->batch; b++)
+            be->augment(d.d, d.h, d.w, d.c, dataset_augment_code(t->ds, first + b), t->staging[k] + b * vol,
+                        input + b * vol);
+    } else {
+        be->cast(m->tensors[m->t_input].count, DT_F32, t->staging[k], DT_F32, input); /* a device copy */
+    }
+    be->event_record(t->staging_read[k]);
 }
 
-/* One optimizer step (see the file comment); advances t->st. */
-static void train_step(Trainer *t, StepResult *r) {
+/* VX_TEST_NONFINITE_GRAD lists step s? (see the file comment) */
+static int test_nonfinite_grad(int64_t s) {
+    const char *e = getenv("VX_TEST_NONFINITE_GRAD");
+    for (const char *p = e; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        char *end;
+        if (strtoll(p, &end, 10) == s && (*end == ',' || *end == 0)) return 1;
+    }
+    return 0;
+}
+
+/* Enqueues one optimizer step (see the file comment) and advances t->st past it; its outcome is collected later
+ * (stepper_collect). */
+static void train_step(Trainer *t) {
     Model *m = t->m;
     const Backend *be = t->be;
     const Config *cfg = t->cfg;
     const int world = t->comm->world, rank = t->comm->rank;
     const int64_t step1 = t->st.step + 1;
-    be->timer_mark(0); /* CUDA: an event on the compute stream; the step is timed on the device's clock */
-    *r = (StepResult){.lr = schedule_lr(t->sc, t->st.step - t->stages[t->stage].first_step) * t->lr_scale};
+    const double lr = schedule_lr(t->sc, t->st.step - t->stages[t->stage].first_step) * t->lr_scale;
     const double wait_before = t->loader.wait_seconds;
+    stepper_begin(t->stepper, step1);
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
         trace_range_push("data wait", "dataloader");
         const float *batch = loader_next(&t->loader);
@@ -223,54 +252,21 @@ static void train_step(Trainer *t, StepResult *r) {
         upload_batch(t, batch, first);
         trace_range_pop();
         if (t->samples) fprintf(t->samples, "%lld\t%d\t%lld\t%d\n", (long long)step1, micro, (long long)first, m->batch);
-        model_forward(m, 1, (uint64_t)first);
-        const int reduce = t->buckets && micro == cfg->grad_accum - 1; /* accumulate locally, reduce once */
-        if (reduce) {
-            buckets_begin(t->buckets, step1);
-            m->backward_hook = buckets_backward_hook;
-            m->backward_hook_ctx = t->buckets;
-        }
-        model_backward(m, 1.0f / (float)(cfg->grad_accum * world), micro == 0 ? 0.0f : 1.0f);
-        m->backward_hook = NULL;
-        Losses l = model_read_losses(m); /* waits for this micro-batch's device work */
-        be->upload_wait();
-        loader_release(&t->loader); /* only now may the loader refill the slot */
-        r->loss += l.total / cfg->grad_accum;
-        r->recon += l.recon / cfg->grad_accum;
-        r->kl += l.kl / cfg->grad_accum;
+        stepper_micro(t->stepper, micro, first);
+        be->upload_wait(); /* the copy has read the loader's slot: only now may the loader refill it */
+        loader_release(&t->loader);
         t->st.next_sample += (int64_t)m->batch * world;
     }
-    r->wait_s = t->loader.wait_seconds - wait_before;
-    /* the optimizer waits for the buckets still in flight: on a GPU the compute stream does, between the marks */
-    be->timer_mark(2);
-    if (t->buckets) buckets_wait(t->buckets);
-    be->timer_mark(3);
-    r->comm_wait_ms = be->timer_elapsed_ms(2, 3);
-    trace_buckets(t->buckets);
-    /* every rank decides on the same numbers: the mean loss over ranks, and whether any rank must stop */
-    float g[4] = {(float)r->loss, (float)r->recon, (float)r->kl, stop_requested ? 1.0f : 0.0f};
-    if (t->buckets) { /* a communicator is running (always, with several ranks) */
-        comm_allreduce_host(t->comm, g, 4, COMM_SUM, "the step's losses");
-        for (int i = 0; i < 3; i++) g[i] /= (float)world;
+    t->wait_s[step1 % 2] = t->loader.wait_seconds - wait_before;
+    t->lr[step1 % 2] = lr;
+    if (test_nonfinite_grad(step1)) {
+        const float nan = NAN;
+        be->write_async(m->grad, &nan, sizeof nan);
     }
-    r->loss = g[0];
-    r->recon = g[1];
-    r->kl = g[2];
-    r->stop = g[3] > 0;
-    if (!isfinite(r->loss)) diverged(t, step1, "the loss", r->loss);
     trace_range_push("optimizer", "optimizer");
-    r->gnorm = sqrt(model_grad_sumsq(m)); /* of the reduced gradients: the same on every rank */
-    if (!isfinite(r->gnorm)) diverged(t, step1, "the gradient norm", r->gnorm);
-    float clip = 1.0f;
-    if (cfg->grad_clip > 0 && r->gnorm > cfg->grad_clip) clip = (float)(cfg->grad_clip / (r->gnorm + 1e-6));
-    AdamWParams a = {.lr = r->lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->adam_eps,
-                     .weight_decay = cfg->weight_decay, .grad_scale = clip, .step = step1};
-    be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &a);
-    be->timer_mark(1);
-    r->ms = be->timer_elapsed_ms(0, 1); /* waits for the device: the step range covers its work */
+    stepper_end(t->stepper, lr, stop_requested != 0);
     trace_range_pop();
     t->st.step++;
-    t->st.loss_ema = t->st.step == 1 ? r->loss : 0.9 * t->st.loss_ema + 0.1 * r->loss;
 }
 
 /* ---- the run ------------------------------------------------------------------------------------------------ */
@@ -290,33 +286,39 @@ Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double
     return b;
 }
 
-/* The progress line, metrics.jsonl and TensorBoard for the steps since the last log line. */
-static void log_progress(Trainer *t, const StepResult *r, double ms_window, double wait_window, double comm_window,
+/* The progress line, metrics.jsonl and TensorBoard for the steps since the last log line, at step r->step. */
+static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, double wait_window, double comm_window,
                          long window_steps) {
     const Config *cfg = t->cfg;
-    const double dt = ms_window / 1e3 / window_steps;
+    const double dt = ms_window / 1e3 / window_steps, lr = t->lr[r->step % 2];
     const double sps = (double)t->m->batch * cfg->grad_accum * t->comm->world / dt; /* global samples/s */
     const double wait_ms = wait_window * 1e3 / window_steps, comm_ms = comm_window / window_steps;
-    char eta[32];
-    format_eta(dt * (cfg->steps - t->st.step), eta, sizeof eta);
-    char comm[48] = "";
+    const int scaling = strcmp(cfg->loss_scale, "dynamic") == 0;
+    char eta[32], comm[48] = "", scale[64] = "";
+    format_eta(dt * (cfg->steps - r->step), eta, sizeof eta);
     if (t->comm->world > 1) snprintf(comm, sizeof comm, " | comm wait %.1f ms", comm_ms);
-    vx_log("step %5ld/%d | loss %.6f (recon %.6f kl %.3f) | lr %.3e | grad norm %.4f | %.2f samples/s | "
+    if (scaling) snprintf(scale, sizeof scale, " | loss scale %g (%lld skipped)", r->loss_scale, (long long)r->skipped_total);
+    vx_log("step %5ld/%d | loss %.6f (recon %.6f kl %.3f) | lr %.3e | grad norm %.4f%s | %.2f samples/s | "
            "%.0f ms/step | data wait %.1f ms%s | eta %s\n",
-           (long)t->st.step, cfg->steps, r->loss, r->recon, r->kl, r->lr, r->gnorm, sps, dt * 1e3, wait_ms, comm, eta);
-    /* metrics.jsonl and TensorBoard get the same float32 values (9 digits print a float32 exactly). */
+           (long)r->step, cfg->steps, r->loss, r->recon, r->kl, lr, r->grad_norm, scale, sps, dt * 1e3, wait_ms, comm,
+           eta);
+    /* metrics.jsonl and TensorBoard get the same float32 values (9 digits print a float32 exactly); the loss scale
+     * and the skipped steps only where dynamic loss scaling runs */
     static const char *const KEYS[] = {"loss", "recon", "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
-                                       "data_wait_ms", "comm_wait_ms", "peak_mib"};
+                                       "data_wait_ms", "comm_wait_ms", "peak_mib", "loss_scale", "skipped_steps"};
     static const char *const TAGS[] = {"train/loss", "train/recon", "train/kl", "lr", "grad_norm",
                                        "perf/samples_per_s", "perf/step_ms", "perf/data_wait_ms", "perf/comm_wait_ms",
-                                       "memory/peak_mib"};
-    const float values[] = {(float)r->loss, (float)r->recon, (float)r->kl, (float)r->lr, (float)r->gnorm,
+                                       "memory/peak_mib", "train/loss_scale", "train/skipped_steps"};
+    const float values[] = {(float)r->loss, (float)r->recon, (float)r->kl, (float)lr, (float)r->grad_norm,
                             (float)sps, (float)(dt * 1e3), (float)wait_ms, (float)comm_ms,
-                            (float)(t->be->peak_bytes() / 1048576.0)};
-    fprintf(t->metrics, "{\"step\": %ld", (long)t->st.step);
-    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
-        fprintf(t->metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
-        train_log_scalar(t->tb, TAGS[i], t->st.step, values[i]);
+                            (float)(t->be->peak_bytes() / 1048576.0), (float)r->loss_scale, (float)r->skipped_total};
+    const size_t n = sizeof values / sizeof values[0] - (scaling ? 0 : 2);
+    fprintf(t->metrics, "{\"step\": %ld", (long)r->step);
+    for (size_t i = 0; i < n; i++) {
+        /* JSON has no NaN: a skipped step's gradient norm is written null (TensorBoard takes the NaN) */
+        if (isfinite(values[i])) fprintf(t->metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
+        else fprintf(t->metrics, ", \"%s\": null", KEYS[i]);
+        train_log_scalar(t->tb, TAGS[i], r->step, values[i]);
     }
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
@@ -331,11 +333,18 @@ static FILE *open_run_file(const Config *cfg, const char *name) {
     return f;
 }
 
-/* The batch of a stage: its own, or the largest that fits (0). */
+/* The batch of a stage: its own, or the largest that fits (0), by the hardware plan (the run's accumulation). */
 static int stage_batch(Trainer *t, Config *sc) {
     if (sc->batch_size > 0) return sc->batch_size;
-    const int cap = strcmp(t->be->name, "cpu") == 0 ? (t->rt.hw.cores < 2 ? 1 : t->rt.hw.cores) : AUTO_BATCH_CAP_GPU;
-    sc->batch_size = hw_auto_batch(sc, t->be, hw_available_bytes(&t->rt.hw, t->be), cap);
+    Config c = *sc;
+    c.global_batch = 0; /* the accumulation is the run's: the stage only sizes its batch */
+    HwPlan p;
+    char why[400];
+    if (!hw_plan(&c, t->be, &t->rt.dev, t->comm ? t->comm->world : t->env.world, &p, why, sizeof why))
+        vx_usage_error("stage at input %dx%dx%d: no batch size fits: %s", sc->input_size[0], sc->input_size[1],
+                       sc->input_size[2], why);
+    sc->batch_size = p.batch;
+    sc->checkpoint_activations = p.checkpoint_activations;
     return sc->batch_size;
 }
 
@@ -355,8 +364,27 @@ static void check_stages(Trainer *t) {
     }
 }
 
+/* The GPU's staging buffers for uploads (upload_batch): made for the current model's input size; none on the CPU. */
+static void staging_free(Trainer *t) {
+    for (int k = 0; k < 2; k++) {
+        if (t->staging[k]) t->be->release(t->staging[k]);
+        if (t->staging_read[k]) t->be->event_destroy(t->staging_read[k]);
+        t->staging[k] = NULL;
+        t->staging_read[k] = NULL;
+    }
+}
+static void staging_make(Trainer *t) {
+    staging_free(t);
+    if (strcmp(t->be->name, "cpu") == 0) return;
+    for (int k = 0; k < 2; k++) {
+        t->staging[k] = t->be->alloc((size_t)t->m->tensors[t->m->t_input].count * sizeof(float));
+        t->staging_read[k] = t->be->event_create();
+        t->be->event_record(t->staging_read[k]); /* nothing to wait for before the first upload */
+    }
+}
+
 /* Makes stage k the current one: the model at its size (parameters and, unless fresh_optimizer, AdamW's moments
- * carried over from the model before), its buckets, held-out volumes, augmentation buffer and loader. */
+ * carried over from the model before), its buckets, held-out volumes, staging buffers and loader. */
 static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
     StagePlan *sp = &t->stages[k];
     snprintf(sp->cfg.out_dir, sizeof sp->cfg.out_dir, "%s", t->cfg->out_dir);
@@ -371,6 +399,7 @@ static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
             model_upload_packed(m, packed, to[i]);
         }
         free(packed);
+        model_sync_lp(m);
         model_free(old);
         t->m = t->rt.model = m;
         if (t->buckets) {
@@ -378,11 +407,15 @@ static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
             t->buckets = buckets_plan_model(m, t->comm, t->cfg->bucket_mb, t->cfg->first_bucket_mb);
             buckets_free(b);
         }
+        stepper_set_model(t->stepper, m, t->buckets);
     }
     Model *m = t->m;
-    if (fresh_optimizer) { /* a new stage: AdamW starts over */
+    if (fresh_optimizer) { /* a new stage: AdamW starts over, its t too (the loss scale carries on) */
         t->be->zero(m->adam_m, (size_t)m->param_floats * sizeof(float));
         t->be->zero(m->adam_v, (size_t)m->param_floats * sizeof(float));
+        OptimCarry c = stepper_carry(t->stepper);
+        c.adam_step = 0;
+        stepper_set_carry(t->stepper, &c);
     }
     t->stage = k;
     t->sc = &sp->cfg;
@@ -391,14 +424,11 @@ static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
     if (t->comm->rank == 0) heldout_build(&t->held, t->ds, &sp->cfg, m);
     t->best_l1 = INFINITY;
     const long vol = m->tensors[m->t_input].count / m->batch;
-    if (t->aug_src) t->be->release(t->aug_src);
-    t->aug_src = NULL; /* a GPU augments after the upload, from this buffer; the CPU path on the loader's workers */
-    if (strcmp(t->be->name, "cpu") != 0 && t->cfg->data_augment && dataset_epoch_samples(t->ds) > 0)
-        t->aug_src = t->be->alloc((size_t)m->tensors[m->t_input].count * sizeof(float));
+    staging_make(t); /* a GPU augments after the upload, from these; the CPU path on the loader's workers */
     const int workers = t->cfg->data_workers ? t->cfg->data_workers
                                              : (t->rt.hw.cores / t->env.local_world > 1 ? t->rt.hw.cores / t->env.local_world : 1);
     loader_start(&t->loader, t->ds, m->batch, vol, t->st.next_sample + (int64_t)t->comm->rank * m->batch,
-                 (int64_t)m->batch * t->comm->world, t->cfg->prefetch, workers, t->aug_src == NULL, t->be);
+                 (int64_t)m->batch * t->comm->world, t->cfg->prefetch, workers, t->staging[0] == NULL, t->be);
     t->loader_on = 1;
     if (t->n_stages > 1) {
         vx_log("stage %d/%d: input %dx%dx%d, batch %d, %d steps from step %lld, lr %g\n", k + 1, t->n_stages,
@@ -439,9 +469,15 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     t->n_stages = train_stages(cfg, dataset_epoch_samples(t->ds), world, t->stages);
     cfg->steps = (int)(t->stages[t->n_stages - 1].first_step + t->stages[t->n_stages - 1].cfg.steps);
     /* the runtime (device, stage 0's model: what checkpoints are checked against) */
-    runtime_open_rank(&t->rt, &t->stages[0].cfg, 1, t->env.local_rank, t->env.local_world);
+    runtime_open_rank(&t->rt, &t->stages[0].cfg, 1, t->env.local_rank, t->env.local_world, world);
+    /* the plan's choices for stage 0 are the run's: its accumulation (train.global_batch with an automatic batch) and
+     * whether activation checkpointing had to be switched on */
+    cfg->grad_accum = t->stages[0].cfg.grad_accum;
+    cfg->checkpoint_activations = t->stages[0].cfg.checkpoint_activations;
     t->m = t->rt.model;
     t->be = t->rt.be;
+    for (int k = -1; k < t->n_stages; k++) /* the run's config (config.json) and every stage's say what runs */
+        runtime_resolve_precision(k < 0 ? cfg : &t->stages[k].cfg, t->be, t->rt.device_reason);
     check_stages(t);
     Ckpt ck = {0};
     if (resume_path) ckpt_read(resume_path, t->m, cfg->steps, &ck);
@@ -483,10 +519,14 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         static const char *const NAME[3] = {"the parameters", "AdamW's first moments", "AdamW's second moments"};
         for (int k = 0; k < 3; k++)
             comm_wait(t->comm, comm_broadcast(t->comm, state[k], (size_t)m->param_floats, 0, NAME[k]), NULL);
+        model_sync_lp(m);
         t->buckets = buckets_plan_model(m, t->comm, cfg->bucket_mb, cfg->first_bucket_mb);
         vx_log("buckets: %d gradient buckets of up to %g MB (the first up to %g MB), all-reduced during backward\n",
                t->buckets->n, cfg->bucket_mb, cfg->first_bucket_mb);
     }
+    t->stepper = stepper_create(m, cfg, t->comm, t->buckets);
+    if (resume_path) stepper_set_carry(t->stepper, &t->st.opt);
+    t->collected = t->st.step;
     vx_log("run: %s (config written there), %d steps, batch %d x %d accumulation\n", cfg->out_dir, cfg->steps,
            m->batch, cfg->grad_accum);
     const int k = stage_of(t, t->st.step);
@@ -494,8 +534,52 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     enter_stage(t, k, k > 0 && t->st.step == t->stages[k].first_step);
 }
 
+/* What the loop keeps between collected steps: the log window and the outcome that asked to stop. */
+typedef struct {
+    double ms, wait, comm;
+    long steps;
+    int stopping;
+} LoopState;
+
+/* One collected step: the divergence checks, the loss scale's news, the running loss and the log window. */
+static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int rank0) {
+    const Config *cfg = t->cfg;
+    if (!isfinite(r->loss)) diverged(t, r->step, "the loss", r->loss);
+    if (r->skipped) {
+        if (strcmp(cfg->loss_scale, "dynamic") != 0) diverged(t, r->step, "the gradient norm", r->grad_norm);
+        if (r->loss_scale < 0x1p-24)
+            diverged(t, r->step, "the loss scale (halved at every non-finite gradient)", r->loss_scale);
+        vx_log("step %5ld: gradient not finite: update skipped, loss scale now %g (%lld steps skipped so far)\n",
+               (long)r->step, r->loss_scale, (long long)r->skipped_total);
+    }
+    t->st.loss_ema = r->step == 1 ? r->loss : 0.9 * t->st.loss_ema + 0.1 * r->loss;
+    t->collected = r->step;
+    ls->ms += r->ms;
+    ls->wait += t->wait_s[r->step % 2];
+    ls->comm += r->comm_wait_ms;
+    ls->steps++;
+    const int last = r->step == cfg->steps;
+    if (r->step % cfg->log_every == 0 || last) {
+        if (rank0) log_progress(t, r, ls->ms, ls->wait, ls->comm, ls->steps);
+        ls->ms = ls->wait = ls->comm = 0;
+        ls->steps = 0;
+    }
+    if (r->stop) ls->stopping = 1; /* every rank saw the same flag in the step's all-reduce */
+}
+
+/* Whether the host needs the model's state right after step s (validation, images, histograms, a checkpoint, the
+ * end of a stage or of the run, a profiled step): the loop then collects s before going on, instead of letting
+ * --compile run a step ahead. */
+static int host_work_after(const Trainer *t, const ProfileWindow *prof, int64_t s) {
+    const Config *cfg = t->cfg;
+    const int stage_end = t->stage + 1 < t->n_stages && s == t->stages[t->stage + 1].first_step;
+    return s == cfg->steps || stage_end || (cfg->val_samples > 0 && every(cfg->val_every, s)) ||
+           every(cfg->image_every, s) || (t->tb && every(cfg->hist_every, s)) || every(cfg->ckpt_every, s) ||
+           (prof->first > 0 && s + 1 >= prof->first && s <= prof->last);
+}
+
 int train_run(Config *cfg, const char *config_name, const char *resume_path) {
-    Trainer t = {.cfg = cfg};
+    Trainer t = {.cfg = cfg, .saved_step = -1};
     open_run(&t, config_name, resume_path);
     const int rank0 = t.comm->rank == 0;
     signal(SIGINT, on_signal);
@@ -503,38 +587,37 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
 
     ProfileWindow prof = {0};
     if (cfg->profile[0] && rank0) config_profile_window(cfg, &prof.first, &prof.last); /* rank 0's trace */
-    double t_start = vx_now(), ms_window = 0, wait_window = 0, comm_window = 0;
-    long window_steps = 0;
+    /* --compile: collect step k while step k+1 runs, unless k needs the host; without it, every step at once */
+    const int ahead = cfg->compile != 0;
+    double t_start = vx_now();
+    LoopState ls = {0};
     int exit_code = 0;
     if (t.st.step == 0 && rank0) { /* the untrained baseline that later validations improve on */
         validate_and_log(&t, 0);
         log_images(&t, 0);
     }
-    while (t.st.step < cfg->steps) {
+    while (t.st.step < cfg->steps && !ls.stopping) {
         if (t.stage + 1 < t.n_stages && t.st.step == t.stages[t.stage + 1].first_step) enter_stage(&t, t.stage + 1, 1);
         const int64_t step1 = t.st.step + 1;
         profile_step_begin(&prof, cfg, &t.rt, step1);
         char step_name[40];
         snprintf(step_name, sizeof step_name, "ProfilerStep#%ld", (long)step1); /* PyTorch's name for a step */
         trace_range_push(step_name, "user_annotation");
-        StepResult r;
-        train_step(&t, &r);
+        train_step(&t);
         trace_range_pop(); /* ProfilerStep */
-        ms_window += r.ms;
-        wait_window += r.wait_s;
-        comm_window += r.comm_wait_ms;
-        window_steps++;
-
+        /* the outcomes: the step before this one (running ahead), or everything up to this one */
+        const int drain = !ahead || host_work_after(&t, &prof, step1);
+        while (stepper_pending(t.stepper) > (drain ? 0 : 1)) {
+            StepOutcome r;
+            stepper_collect(t.stepper, &r);
+            handle_outcome(&t, &ls, &r, rank0);
+        }
+        if (!drain) continue;
+        trace_buckets(t.buckets);
+        /* Validation, images, histograms, checkpoints and trace writing happen outside the steps' timer marks, so
+         * they stay out of the step time; they are rank 0's, and none holds a collective. */
         const int last = t.st.step == cfg->steps;
         const int stage_end = t.st.step == t.stages[t.stage].first_step + t.sc->steps;
-        if (rank0 && (t.st.step % cfg->log_every == 0 || last))
-            log_progress(&t, &r, ms_window, wait_window, comm_window, window_steps);
-        if (t.st.step % cfg->log_every == 0 || last) {
-            ms_window = wait_window = comm_window = 0;
-            window_steps = 0;
-        }
-        /* Validation, images, histograms, checkpoints and trace writing happen between the timer marks, so they
-         * stay out of the step time; they are rank 0's, and none holds a collective. */
         if (rank0) {
             if (cfg->val_samples > 0 && (every(cfg->val_every, t.st.step) || last || stage_end))
                 validate_and_log(&t, t.st.step);
@@ -543,13 +626,17 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
             if (every(cfg->ckpt_every, t.st.step) || last) save_checkpoint(&t, NULL);
         }
         profile_step_end(&prof, t.be, t.st.step, 0);
-        if (r.stop && !last) { /* every rank saw the same flag in the step's all-reduce */
-            vx_log("stopping on signal %d after step %ld\n", stop_requested ? (int)stop_requested : SIGTERM,
-                   (long)t.st.step);
-            if (rank0 && !every(cfg->ckpt_every, t.st.step)) save_checkpoint(&t, NULL);
-            exit_code = VX_EXIT_SIGNAL;
-            break;
-        }
+    }
+    while (stepper_pending(t.stepper)) { /* a stop seen one step late: the step after it has run too */
+        StepOutcome r;
+        stepper_collect(t.stepper, &r);
+        handle_outcome(&t, &ls, &r, rank0);
+    }
+    if (ls.stopping && t.st.step < cfg->steps) {
+        vx_log("stopping on signal %d after step %ld\n", stop_requested ? (int)stop_requested : SIGTERM,
+               (long)t.st.step);
+        if (rank0 && t.saved_step != t.st.step) save_checkpoint(&t, NULL);
+        exit_code = VX_EXIT_SIGNAL;
     }
     profile_step_end(&prof, t.be, t.st.step, 1);
     double total = vx_now() - t_start;
@@ -560,10 +647,11 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     train_log_close(t.tb, 0);
     if (t.metrics && fclose(t.metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
     if (t.samples && fclose(t.samples) != 0) fs_write_failed("write", "samples.tsv in the run directory", errno);
+    stepper_free(t.stepper);
     buckets_free(t.buckets);
     comm_close(t.comm);
     heldout_free(&t.held);
-    if (t.aug_src) t.be->release(t.aug_src);
+    staging_free(&t);
     dataset_close(t.ds);
     runtime_close(&t.rt);
     return exit_code;

@@ -11,6 +11,7 @@
 
 double train_plan_ranks(Config *cfg, int world) {
     if (cfg->global_batch > 0) {
+        if (cfg->batch_size == 0) return 1.0; /* the hardware plan chooses batch and accumulation (hw_plan.h) */
         const long per = (long)world * cfg->grad_accum;
         if (cfg->global_batch % per != 0)
             vx_usage_error("train.global_batch = %d cannot be split into %d rank(s) x %d micro-batches "

@@ -13,7 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "voxscale")
 REGRESS = [os.path.join(ROOT, "ci", "regress")]
-GATE_OPS = "conv3d_forward,groupnorm_silu_forward,add_forward"
+GATE_OPS = "conv3d_forward,groupnorm_silu_forward,accumulate"
 
 
 def run(args, env=None, **kw):
@@ -36,12 +36,12 @@ def test_every_op_checked_and_rated(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:]
     j, md = report(str(tmp_path))
     ops = {k["op"] for k in j["kernels"]}
-    # every op of the table that the default model calls (GroupNorm fused with SiLU), forward and backward, and
-    # the optimizer
-    assert ops == {"conv3d_forward", "conv3d_backward_data", "conv3d_backward_filter", "groupnorm_silu_forward",
-                   "groupnorm_silu_backward", "upsample2x_forward",
-                   "upsample2x_backward", "add_forward", "accumulate", "recon_loss_l1", "latent_forward",
-                   "latent_backward", "adamw", "sumsq"}
+    # every op of the table that the default model calls (GroupNorm fused with SiLU, the ResBlocks' residual add
+    # fused into a convolution, whose backward accumulates the skip's gradient), forward and backward, and the
+    # optimizer
+    assert ops == {"conv3d_forward", "conv3d_forward_add", "conv3d_backward_data", "conv3d_backward_filter",
+                   "groupnorm_silu_forward", "groupnorm_silu_backward", "upsample2x_forward", "upsample2x_backward",
+                   "accumulate", "recon_loss_l1", "latent_forward", "latent_backward", "adamw", "sumsq"}
     assert j["failed_checks"] == 0
     assert j["ceilings"]["gemm_gflops"] > 1 and j["ceilings"]["copy_gbps"] > 0.5
     for k in j["kernels"]:
@@ -110,7 +110,7 @@ def test_gate_fails_when_one_kernel_is_3x_slower(gate_baseline):
     assert p.returncode == 1, p.stdout[-3000:]
     rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.endswith(("ok", "REGRESSED"))}
     assert rows["groupnorm_silu_forward"].endswith("REGRESSED"), p.stdout
-    assert rows["conv3d_forward"].endswith("ok") and rows["add_forward"].endswith("ok"), p.stdout
+    assert rows["conv3d_forward"].endswith("ok") and rows["accumulate"].endswith("ok"), p.stdout
     assert "FAILED: 1 of 4 figures regressed" in p.stdout
 
 

@@ -1,5 +1,6 @@
 """Bad input is one line on stderr naming what was wrong, and exit code 2; --help works everywhere."""
 import json
+import re
 
 import pytest
 
@@ -92,8 +93,23 @@ def test_detect_reports_hardware_and_the_choice():
 
 
 def test_detect_auto_batch(tmp_path):
-    p = run("detect", "--config", "configs/default.json", "--batch-size", "0")
-    assert "batch size:" in p.stdout and "automatic" in p.stdout
+    p = run("detect", "--config", "configs/default.json", "--batch-size", "0", "--device", "cpu")
+    # the hardware plan's line: float32 on the CPU, the batch capped at the cores, checkpointing not needed
+    plan = [line for line in p.stdout.splitlines() if line.startswith("plan: ")]
+    assert len(plan) == 1, p.stdout
+    assert plan[0].startswith("plan: float32; batch ") and "activation checkpointing off" in plan[0], plan[0]
+    assert "train.batch_size 0: the largest power of two that fits" in plan[0]
+    assert "batch size:" in p.stdout
+
+
+def test_detect_plans_accumulation_for_a_global_batch(tmp_path):
+    p = run("detect", "--config", "configs/default.json", "--batch-size", "0", "--device", "cpu",
+            "--set", "train.global_batch=16")
+    [plan] = [line for line in p.stdout.splitlines() if line.startswith("plan: ")]
+    # the automatic batch divides the global one and accumulation makes up the rest (2 cores: batch 2 at most)
+    assert "= 16 samples per step (train.global_batch)" in plan, plan
+    batch, accum = (int(w) for w in re.search(r"batch (\d+) per rank x 1 rank\(s\) x (\d+) accumulation", plan).groups())
+    assert batch * accum == 16 and batch >= 1
 
 
 def test_bench_step_writes_results(tmp_path):

@@ -2,11 +2,18 @@
 
 Runs only where `voxscale detect` chooses the GPU; elsewhere every test is skipped with
 "no CUDA device (<the reason detect gives>)", or fails with it under VX_REQUIRE_GPU=1 (ci/gpu.sh on a GPU machine,
-where a skip would hide a CUDA start-up failure). TF32 is off in every comparison (train.tf32=0), so both sides
-compute in float32 and differ only by summation order:
+where a skip would hide a CUDA start-up failure). In the float32 comparisons TF32 is off (train.tf32=0) and
+mixed precision too (--amp off: a GPU's default is bf16), so both sides compute in float32 and differ only by
+summation order:
   - one step's losses, reconstruction and every parameter gradient (probe) agree within 1e-4 relative;
   - 20 training steps follow the CPU's loss curve within 1% per step;
   - --deterministic runs repeat bit for bit, with and without --checkpoint-activations;
+Mixed precision and graphs:
+  - one bf16 step's gradients within 2e-2 (relative norm) of the CPU's float32 ones, and 20 bf16 steps (the GPU's
+    default) and 20 fp16 steps (with dynamic loss scaling) following the float32 curve within 5% per step;
+  - fp16 loss scaling skips a step whose gradient is not finite (VX_TEST_NONFINITE_GRAD) and recovers;
+  - --compile (the step captured in CUDA Graphs, losses read one step late) gives the eager run's losses and norms
+    bit for bit over 20 steps under --deterministic, in float32 and in bf16;
   - a profiled GPU run's trace holds our kernels (gn_*_kernel, adamw_kernel, ...) and cuDNN's, and per step the
     GPU was busy (bench/trace_busy.py) for between half and all of the step's GPU window (see the test for why).
 """
@@ -47,7 +54,8 @@ def need_gpu():
 
 def probe(tmp_path, device, config, *extra):
     prefix = tmp_path / f"probe_{device}"
-    run("probe", "--config", config, "--out", prefix, "--device", device, "--set", "train.tf32=0", *extra)
+    run("probe", "--config", config, "--out", prefix, "--device", device, "--set", "train.tf32=0", "--amp", "off",
+        *extra)
     meta = json.loads(prefix.with_suffix(".json").read_text())
     data = np.fromfile(prefix.with_suffix(".bin"), dtype=np.float32)
     return meta, data
@@ -82,10 +90,11 @@ def test_one_step_matches_cpu(tmp_path, config, extra):
         assert rel(g, c) <= 1e-3, p["name"]
 
 
-def train(tmp_path, name, device, *extra):
+def train(tmp_path, name, device, *extra, amp="off", env=None):
     out = tmp_path / name
     run("train", "--config", "configs/test/small.json", "--steps", "20", "--out", out, "--device", device,
-        "--set", "train.log_every=1", "--set", "train.tf32=0", "--set", "output.tensorboard=0", *extra)
+        "--set", "train.log_every=1", "--set", "train.tf32=0", "--set", "output.tensorboard=0", "--amp", amp, *extra,
+        env=env)
     return [m for m in metrics(out) if "loss" in m]
 
 
@@ -140,3 +149,50 @@ def test_gpu_trace_kernels_add_up_to_the_step_time(tmp_path):
         assert r["kernels"] > 50, r
         assert r["busy_ms"] <= 1.05 * r["window_ms"] + 0.1, r
         assert r["fraction"] >= 0.5, r
+
+
+def test_one_bf16_step_is_close_to_the_cpu(tmp_path):
+    cm, cd = probe(tmp_path, "cpu", "configs/test/probe.json")
+    prefix = tmp_path / "probe_bf16"
+    run("probe", "--config", "configs/test/probe.json", "--out", prefix, "--device", "cuda", "--amp", "bf16")
+    gm = json.loads(prefix.with_suffix(".json").read_text())
+    gd = np.fromfile(prefix.with_suffix(".bin"), dtype=np.float32)
+    pc = cm["param_count"]
+    sl = lambda meta, data, key, n: data[int(meta[key]):int(meta[key]) + n]  # noqa: E731
+    assert gm["losses"]["total"] == pytest.approx(cm["losses"]["total"], rel=2e-2)
+    assert rel(sl(gm, gd, "grad_values", pc), sl(cm, cd, "grad_values", pc)) <= 2e-2
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_mixed_precision_follows_the_float32_curve(tmp_path, amp):
+    ref = train(tmp_path, "fp32", "cuda")
+    mixed = train(tmp_path, amp, "cuda", amp=amp)
+    assert [m["step"] for m in mixed] == list(range(1, 21))
+    for a, b in zip(ref, mixed):
+        assert b["loss"] == pytest.approx(a["loss"], rel=5e-2), a["step"]
+    assert mixed[-1]["loss"] < 0.7 * mixed[0]["loss"]
+    if amp == "fp16":  # dynamic loss scaling, logged with the step
+        assert all("loss_scale" in m for m in mixed)
+
+
+def test_fp16_loss_scaling_skips_a_nonfinite_step_and_recovers(tmp_path):
+    env = dict(os.environ, VX_TEST_NONFINITE_GRAD="5")
+    m = train(tmp_path, "fp16", "cuda", "--set", "train.loss_scale_growth_interval=4", amp="fp16", env=env)
+    by = {r["step"]: r for r in m}
+    assert by[4]["skipped_steps"] == 0 and by[5]["skipped_steps"] == 1 and by[20]["skipped_steps"] == 1
+    assert by[5]["loss_scale"] == by[4]["loss_scale"] / 2
+    assert by[20]["loss_scale"] > by[5]["loss_scale"]  # grown back
+    assert all(r["loss"] == r["loss"] for r in m) and by[20]["loss"] < by[1]["loss"]
+
+
+@pytest.mark.parametrize("amp", ["off", "bf16"])
+def test_compile_gives_the_eager_losses_bit_for_bit(tmp_path, amp):
+    eager = train(tmp_path, "eager", "cuda", "--deterministic", amp=amp)
+    out = tmp_path / "graphs"
+    p = run("train", "--config", "configs/test/small.json", "--steps", "20", "--out", out, "--device", "cuda",
+            "--set", "train.log_every=1", "--set", "train.tf32=0", "--set", "output.tensorboard=0", "--amp", amp,
+            "--deterministic", "--compile")
+    assert "every step replays CUDA Graphs" in p.stdout, p.stdout  # not an eager fallback
+    graphs = [m for m in metrics(out) if "loss" in m]
+    key = lambda r: (r["step"], r["loss"], r["recon"], r["kl"], r["grad_norm"])  # noqa: E731
+    assert [key(r) for r in eager] == [key(r) for r in graphs]

@@ -6,7 +6,8 @@
  * that a wrong output shape and a sample beyond cuDNN's int sizes are reported, not run; that a single-channel
  * tensor (the first conv's input, the last conv's output) is also described as NCDHW, with a c_in == 1 filter in
  * NCHW format, addressing exactly the memory the NDHWC description does (read back from cuDNN's descriptors); and
- * which cuDNN versions get TF32 turned off for their broken 3-D kernels.
+ * which cuDNN versions get TF32 turned off for their broken 3-D kernels. Every conv is described in float32, bfloat16
+ * and float16 storage (mixed precision), and the data type cuDNN holds is read back.
  * A CPU-only build prints "skipped: this build has no CUDA" and exits 0 (exit 1 with VX_REQUIRE_GPU=1). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +24,9 @@
 #include "core/config.h"
 #include "model/model.h"
 #include "require_gpu.h"
+#ifdef VX_CUDA
+#include <cudnn.h>
+#endif
 
 /* The largest divisor of n whose chunk keeps each tensor (x and y of one call) within int range. */
 static int expected_chunk(const Conv3dShape *s) {
@@ -33,7 +37,9 @@ static int expected_chunk(const Conv3dShape *s) {
     return 0;
 }
 
-static void check_config(const char *path, int batch, int *split_seen) {
+/* Every conv of the config at the batch, in storage type dt (the model plans with the CPU backend; the shapes are
+ * the GPU's, with the storage type the GPU run would give them). */
+static void check_config(const char *path, int batch, DType dt, int *split_seen) {
     Config cfg;
     config_load(&cfg, path);
     Model *m = model_build(&cfg, batch, backend_cpu());
@@ -42,12 +48,21 @@ static void check_config(const char *path, int batch, int *split_seen) {
         const Node *nd = &m->nodes[i];
         if (nd->kind != OP_CONV) continue;
         convs++;
+        Conv3dShape s = nd->conv;
+        s.dtype = dt;
         char why[600] = "";
         int chunk = -1;
-        const int ok = conv3d_cuda_describe(&nd->conv, &chunk, why, sizeof why);
-        if (!ok) fail_msg("%s batch %d, %s: %s", path, batch, nd->name, why);
-        assert_int_equal(chunk, expected_chunk(&nd->conv));
-        *split_seen |= chunk < nd->conv.n;
+        const int ok = conv3d_cuda_describe(&s, &chunk, why, sizeof why);
+        if (!ok) fail_msg("%s batch %d, %s, %s: %s", path, batch, nd->name, dtype_name(dt), why);
+        assert_int_equal(chunk, expected_chunk(&s));
+        *split_seen |= chunk < s.n;
+#ifdef VX_CUDA
+        Conv3dCudnnLayout l;
+        assert_true(conv3d_cuda_describe_layout(&s, 0, &l, why, sizeof why));
+        const int want = dt == DT_BF16 ? CUDNN_DATA_BFLOAT16 : dt == DT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+        assert_int_equal(l.x_type, want); /* the storage type reached cuDNN */
+        assert_int_equal(l.w_type, want);
+#endif
     }
     assert_true(convs > 5);
     model_free(m);
@@ -59,7 +74,8 @@ static void test_every_conv_of_the_shipped_configs_is_accepted(void **state) {
     static const int batches[] = {1, 8, 32};
     int split_seen = 0;
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
-        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) check_config(configs[c], batches[b], &split_seen);
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+            for (int dt = 0; dt < DT_COUNT; dt++) check_config(configs[c], batches[b], (DType)dt, &split_seen);
     /* ae3d-128 at batch 32 has 64-channel 128^3 tensors of 2^32 elements: the chunked path was exercised */
     assert_true(split_seen);
 }

@@ -141,43 +141,110 @@ static void test_checkpointed_plan_is_valid_and_smaller(void **state) {
     model_free(m);
 }
 
-/* The automatic batch on simulated GPUs (the available bytes are the test double; the plan is the CPU backend's):
- * the largest power of two whose plan fits 80% of the memory, larger on 80 GB than on 24 GB; checkpointing only
- * when not even one volume fits without it. */
-static void test_auto_batch_on_simulated_gpus(void **state) {
+/* The hardware plan (hw_plan.h) on simulated GPUs: a test double of the device (its free memory and compute
+ * capability) and of the backend (the CPU's table, planning bytes with its workspace sizes, but answering supports()
+ * for every storage type as a GPU does). ae3d-64's model. */
+static int all_types(BackendOp op, DType dt) { return 1; }
+static Backend gpu_double(void) {
+    Backend b = *backend_cpu();
+    b.supports = all_types;
+    return b;
+}
+static Config ae3d_64(void) {
+    Config c;
+    config_defaults(&c);
+    c.input_size[0] = c.input_size[1] = c.input_size[2] = 64;
+    c.channels[0] = 32, c.channels[1] = 64, c.channels[2] = 64, c.levels = 3;
+    c.norm_groups = 16, c.latent_channels = 3, c.batch_size = 0;
+    return c;
+}
+static size_t plan_bytes(const Config *cfg, const Backend *be, int batch, DType dt, int ckpt) {
+    Config c = *cfg;
+    snprintf(c.precision, sizeof c.precision, "%s", dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "fp16" : "off");
+    c.checkpoint_activations = ckpt;
+    Model *m = model_build(&c, batch, be);
+    const size_t b = model_device_bytes(m);
+    model_free(m);
+    return b;
+}
+
+static void test_hardware_plan_on_simulated_gpus(void **state) {
     (void)state;
-    Config cfg;
-    config_defaults(&cfg);
-    cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 64;
-    cfg.channels[0] = 32, cfg.channels[1] = 64;
+    const Backend be = gpu_double();
+    const Config cfg = ae3d_64();
     const size_t GiB = 1073741824ul;
-    int batch[2];
-    const size_t sizes[2] = {24 * GiB / 10, 80 * GiB / 10}; /* 2.4 and 8 GiB: the model is 1/10 of ae3d-64 */
+    const HwPlanDevice l4 = {.gpu = 1, .cc_major = 8, .cc_minor = 9, .available = 24 * GiB, .cap = 64},
+                       h100 = {.gpu = 1, .cc_major = 9, .cc_minor = 0, .available = 80 * GiB, .cap = 64};
+    HwPlan a, b;
+    char why[400];
+    assert_true(hw_plan(&cfg, &be, &l4, 1, &a, why, sizeof why));
+    assert_true(hw_plan(&cfg, &be, &h100, 1, &b, why, sizeof why));
+    /* bf16 on both (8.9 and 9.0); the largest power of two that fits 80%, larger on 80 GB; no checkpointing needed */
+    assert_int_equal(a.precision, DT_BF16);
+    assert_int_equal(b.precision, DT_BF16);
+    assert_true(a.batch >= 1 && b.batch > a.batch);
+    assert_int_equal(a.checkpoint_activations + b.checkpoint_activations, 0);
+    const HwPlanDevice *devs[2] = {&l4, &h100};
+    const HwPlan *plans[2] = {&a, &b};
     for (int k = 0; k < 2; k++) {
-        Config c = cfg;
-        batch[k] = hw_auto_batch(&c, backend_cpu(), sizes[k], 64);
-        assert_int_equal(c.checkpoint_activations, 0);
-        Model *fit = model_build(&c, batch[k], backend_cpu());
-        assert_true((double)model_device_bytes(fit) <= HW_MEMORY_SHARE * (double)sizes[k]);
-        model_free(fit);
-        if (batch[k] < 64) {
-            Model *over = model_build(&c, 2 * batch[k], backend_cpu());
-            assert_true((double)model_device_bytes(over) > HW_MEMORY_SHARE * (double)sizes[k]);
-            model_free(over);
-        }
+        const double budget = HW_MEMORY_SHARE * (double)devs[k]->available;
+        assert_int_equal(plans[k]->need_bytes, plan_bytes(&cfg, &be, plans[k]->batch, DT_BF16, 0));
+        assert_true((double)plans[k]->need_bytes <= budget);
+        if (plans[k]->batch < 64) assert_true((double)plan_bytes(&cfg, &be, 2 * plans[k]->batch, DT_BF16, 0) > budget);
     }
-    assert_true(batch[0] >= 1 && batch[1] > batch[0]);
-    /* memory between what batch 1 needs with checkpointing and without: checkpointing is switched on */
-    Model *plain = model_build(&cfg, 1, backend_cpu());
-    Config cc = cfg;
-    cc.checkpoint_activations = 1;
-    Model *ckpt = model_build(&cc, 1, backend_cpu());
-    const size_t between = (model_device_bytes(plain) + model_device_bytes(ckpt)) / 2;
-    Config c = cfg;
-    assert_int_equal(hw_auto_batch(&c, backend_cpu(), (size_t)(between / HW_MEMORY_SHARE), 64), 1);
-    assert_int_equal(c.checkpoint_activations, 1);
-    model_free(plain);
-    model_free(ckpt);
+    /* bf16 activations: more fits than in float32 */
+    Config f32 = cfg;
+    snprintf(f32.precision, sizeof f32.precision, "off");
+    HwPlan c;
+    assert_true(hw_plan(&f32, &be, &l4, 1, &c, why, sizeof why));
+    assert_int_equal(c.precision, DT_F32);
+    assert_true(c.batch < a.batch);
+    /* no bf16 below compute capability 8.0: fp16 */
+    const HwPlanDevice t4 = {.gpu = 1, .cc_major = 7, .cc_minor = 5, .available = 16 * GiB, .cap = 64};
+    assert_true(hw_plan(&cfg, &be, &t4, 1, &c, why, sizeof why));
+    assert_int_equal(c.precision, DT_F16);
+    /* a global batch of 64 on 4 of the 24 GB GPUs: the batch divides 16 per rank, accumulation makes up the rest */
+    Config g = cfg;
+    g.global_batch = 64;
+    assert_true(hw_plan(&g, &be, &l4, 4, &c, why, sizeof why));
+    assert_int_equal(c.batch * 4 * c.accum, 64);
+    assert_int_equal(16 % c.batch, 0);
+    assert_true(c.batch <= a.batch);
+    g.global_batch = 66; /* 66 does not split into 4 ranks */
+    assert_false(hw_plan(&g, &be, &l4, 4, &c, why, sizeof why));
+    assert_non_null(strstr(why, "does not split"));
+}
+
+/* Activation checkpointing only when the batch would not fit without it: memory between what batch 1 needs with
+ * and without it switches it on; a given batch that fits only with it gets it; one that fits does not. */
+static void test_hardware_plan_switches_checkpointing_on_only_when_needed(void **state) {
+    (void)state;
+    const Backend be = gpu_double();
+    Config cfg = ae3d_64();
+    const size_t plain = plan_bytes(&cfg, &be, 1, DT_BF16, 0), ckpt = plan_bytes(&cfg, &be, 1, DT_BF16, 1);
+    assert_true(ckpt < plain);
+    const HwPlanDevice dev = {.gpu = 1, .cc_major = 9, .available = (size_t)((plain + ckpt) / 2 / HW_MEMORY_SHARE),
+                              .cap = 64};
+    HwPlan p;
+    char why[400];
+    assert_true(hw_plan(&cfg, &be, &dev, 1, &p, why, sizeof why));
+    assert_int_equal(p.batch, 1);
+    assert_true(p.checkpoint_activations && p.checkpoint_switched_on);
+    cfg.batch_size = 1; /* given, and fitting only with checkpointing */
+    assert_true(hw_plan(&cfg, &be, &dev, 1, &p, why, sizeof why));
+    assert_true(p.checkpoint_activations && p.checkpoint_switched_on);
+    const HwPlanDevice roomy = {.gpu = 1, .cc_major = 9, .available = 2 * plain, .cap = 64};
+    assert_true(hw_plan(&cfg, &be, &roomy, 1, &p, why, sizeof why));
+    assert_int_equal(p.checkpoint_activations, 0);
+    const HwPlanDevice tiny = {.gpu = 1, .cc_major = 9, .available = ckpt / 4, .cap = 64};
+    cfg.batch_size = 0;
+    assert_false(hw_plan(&cfg, &be, &tiny, 1, &p, why, sizeof why));
+    assert_non_null(strstr(why, "even batch size 1"));
+    /* the CPU: float32, capped at its cores */
+    const HwPlanDevice cpu = {.gpu = 0, .available = 64ul << 30, .cap = 2};
+    assert_true(hw_plan(&cfg, backend_cpu(), &cpu, 1, &p, why, sizeof why));
+    assert_int_equal(p.precision, DT_F32);
+    assert_int_equal(p.batch, 2);
 }
 
 /* pack(unpack(x)) == x, and unpack writes zeros into the padding: checkpoints are alignment-independent. */
@@ -286,12 +353,15 @@ static void test_noise_is_keyed_by_the_global_sample(void **state) {
     model_init_params(small, 1);
     memset(model_tensor(big, big->t_input), 0, (size_t)big->tensors[big->t_input].count * sizeof(float));
     memset(model_tensor(small, small->t_input), 0, (size_t)small->tensors[small->t_input].count * sizeof(float));
-    model_forward(big, 1, 4);
-    model_forward(small, 1, 6);
+    model_set_first_sample(big, 4);
+    model_forward(big, 1);
+    model_set_first_sample(small, 6);
+    model_forward(small, 1);
     const long per = big->tensors[big->t_z].count / 4;
     assert_memory_equal(model_noise(big) + 2 * per, model_noise(small), 2 * (size_t)per * sizeof(float));
     /* and another start gives other noise (the test above is not vacuous) */
-    model_forward(small, 1, 5);
+    model_set_first_sample(small, 5);
+    model_forward(small, 1);
     assert_memory_not_equal(model_noise(big) + 2 * per, model_noise(small), (size_t)per * sizeof(float));
     model_free(big);
     model_free(small);
@@ -424,7 +494,8 @@ int main(void) {
         cmocka_unit_test(test_plan_random_intervals_never_collide),
         cmocka_unit_test(test_model_plan_is_valid_and_saves_memory),
         cmocka_unit_test(test_checkpointed_plan_is_valid_and_smaller),
-        cmocka_unit_test(test_auto_batch_on_simulated_gpus),
+        cmocka_unit_test(test_hardware_plan_on_simulated_gpus),
+        cmocka_unit_test(test_hardware_plan_switches_checkpointing_on_only_when_needed),
         cmocka_unit_test(test_param_pack_round_trip),
         cmocka_unit_test(test_schedule_warmup_then_cosine),
         cmocka_unit_test(test_phantom_is_a_function_of_seed_and_index),

@@ -194,9 +194,15 @@ static void check_conv(ConvCase cc, int use_fd) {
 
     /* forward (y starts NaN: it must be overwritten) */
     float *y = fnan(ny);
-    conv3d_forward_cpu(&s, x, w, b, y, ws);
+    conv3d_forward_cpu(&s, x, w, b, NULL, y, ws);
     ref_conv_forward(&s, c.x, c.w, c.b, c.y);
     expect_close("conv forward", y, c.y, ny, FWD_TOL);
+    /* with the fused residual: exactly the separate add of the same two tensors */
+    float *y2 = fnan(ny), *sum = fnew(ny);
+    conv3d_forward_cpu(&s, x, w, b, r, y2, ws);
+    add_forward_cpu(ny, y, r, sum);
+    assert_memory_equal(y2, sum, (size_t)ny * sizeof(float));
+    free(y2), free(sum);
 
     /* backward with beta 0 into NaN-filled gradients */
     float *dx = fnan(nx), *dw = fnan(nw), *db = fnan(cc.co);
@@ -302,7 +308,7 @@ static void test_conv_threads(void **state) {
         for (int run = 0; run < 3; run++) {
             set_threads(threads[run]);
             for (int j = 0; j < 4; j++) out[run][j] = fnew(sizes[j]);
-            conv3d_forward_cpu(&s, x, w, b, out[run][0], ws);
+            conv3d_forward_cpu(&s, x, w, b, NULL, out[run][0], ws);
             conv3d_backward_data_cpu(&s, r, w, out[run][1], 0.0f, ws);
             conv3d_backward_filter_cpu(&s, x, r, out[run][2], out[run][3], 0.0f, ws);
         }
@@ -740,15 +746,17 @@ static void test_adamw(void **state) {
     double *rp = to_d(p, n), *rm = dnew(n), *rv = dnew(n);
     /* the betas as a config gives them (doubles): 1 - beta is taken from them, not from their float rounding,
      * which would put the second moment 1.3e-5 off torch's (0.999f is 0.99899999) */
-    AdamWParams a = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05, .grad_scale = 0.5f};
+    const OptimConfig a = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
+    const double lr = 1e-2;
+    const float gs = 0.5f;
     for (long t = 1; t <= 5; t++) {
         float *g = frand(n, -1, 1);
-        a.step = t;
-        adamw_cpu(n, p, g, m, v, &a);
+        const AdamWConsts c = adamw_consts(&a, lr, t, gs);
+        adamw_cpu(n, p, g, m, v, &c);
         /* torch.optim.AdamW, single tensor: decay, moments, bias-corrected step */
-        const double b1 = a.beta1, b2 = a.beta2, lr = a.lr;
+        const double b1 = a.beta1, b2 = a.beta2;
         for (long i = 0; i < n; i++) {
-            const double gi = (double)g[i] * a.grad_scale;
+            const double gi = (double)g[i] * gs;
             rp[i] *= 1.0 - lr * a.weight_decay;
             rm[i] = b1 * rm[i] + (1.0 - b1) * gi;
             rv[i] = b2 * rv[i] + (1.0 - b2) * gi * gi;
@@ -820,16 +828,14 @@ static void test_backend_table(void **state) {
     be->event_record(ev);
     be->event_wait(ev);
     be->event_destroy(ev);
-    assert_true(be->conv3d_workspace_bytes == conv3d_workspace_bytes_cpu && be->conv3d_forward == conv3d_forward_cpu &&
-                be->conv3d_backward_data == conv3d_backward_data_cpu &&
-                be->conv3d_backward_filter == conv3d_backward_filter_cpu);
-    assert_true(be->groupnorm_forward == groupnorm_forward_cpu && be->groupnorm_backward == groupnorm_backward_cpu);
-    assert_true(be->silu_forward == silu_forward_cpu && be->silu_backward == silu_backward_cpu);
-    assert_true(be->upsample2x_forward == upsample2x_forward_cpu && be->upsample2x_backward == upsample2x_backward_cpu);
-    assert_true(be->add_forward == add_forward_cpu && be->accumulate == accumulate_cpu && be->scale == scale_cpu);
-    assert_true(be->recon_loss == recon_loss_cpu && be->latent_forward == latent_forward_cpu &&
-                be->latent_backward == latent_backward_cpu);
-    assert_true(be->normal_fill == normal_fill_cpu && be->adamw == adamw_cpu && be->sumsq == sumsq_cpu);
+    /* the float32 reference: every op in float32, none in 16 bits but the cast; no graphs */
+    for (int op = 0; op < BOP_COUNT; op++) {
+        assert_true(be->supports((BackendOp)op, DT_F32));
+        for (int dt = DT_BF16; dt <= DT_F16; dt++) assert_int_equal(be->supports((BackendOp)op, (DType)dt), op == BOP_CAST);
+    }
+    assert_true(be->conv3d_workspace_bytes == conv3d_workspace_bytes_cpu && be->scale == scale_cpu &&
+                be->cast == cast_cpu && be->sumsq == sumsq_cpu);
+    assert_null(be->graph_capture_begin);
     float *buf = be->alloc(1000 * sizeof(float));
     assert_true(((uintptr_t)buf & 63) == 0);
     be->zero(buf, 1000 * sizeof(float));
@@ -860,7 +866,7 @@ static void test_backend_extras(void **state) {
     assert_true(((uintptr_t)h & 63) == 0);
     assert_int_equal(be->bytes_in_use(), before + 1000 * sizeof(float)); /* host buffers are not counted */
     for (int i = 0; i < 1000; i++) h[i] = (float)i;
-    be->upload_async(a, h, 1000 * sizeof(float));
+    be->upload_async(a, h, 1000 * sizeof(float), NULL);
     be->upload_wait();
     assert_memory_equal(a, h, 1000 * sizeof(float));
     be->release_host(h);

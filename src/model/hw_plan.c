@@ -1,0 +1,129 @@
+/* hw_plan.c: the hardware plan (see hw_plan.h). */
+#include "model/hw_plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "model/hw.h"
+#include "model/model.h"
+
+static const char *precision_key(DType t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "off"; }
+
+static DType plan_precision(const Config *cfg, const HwPlanDevice *dev) {
+    const char *p = cfg->precision;
+    if (strcmp(p, "bf16") == 0) return DT_BF16;
+    if (strcmp(p, "fp16") == 0) return DT_F16;
+    if (strcmp(p, "off") == 0 || !dev->gpu) return DT_F32;
+    return dev->cc_major >= 8 ? DT_BF16 : DT_F16; /* bf16 tensor cores came with Ampere */
+}
+
+static size_t planned_bytes(const Config *c, int batch, const Backend *be) {
+    Model *m = model_build(c, batch, be);
+    const size_t b = model_device_bytes(m);
+    model_free(m);
+    return b;
+}
+
+/* The largest batch (a power of two <= cap dividing `share` when share > 0) whose plan fits budget; 0 if none. */
+static int largest_fit(const Config *c, const Backend *be, int cap, int share, double budget, size_t *need) {
+    int best = 0;
+    for (int b = 1; b <= cap; b *= 2) {
+        if (share > 0 && share % b) continue;
+        const size_t bytes = planned_bytes(c, b, be);
+        if ((double)bytes > budget) {
+            if (!best) *need = bytes;
+            break;
+        }
+        best = b, *need = bytes;
+    }
+    return best;
+}
+
+int hw_plan(const Config *cfg, const Backend *be, const HwPlanDevice *dev, int ranks, HwPlan *out, char *why,
+            size_t why_len) {
+    memset(out, 0, sizeof *out);
+    Config c = *cfg;
+    out->precision = plan_precision(cfg, dev);
+    snprintf(c.precision, sizeof c.precision, "%s", precision_key(out->precision));
+    out->ranks = ranks > 0 ? ranks : 1;
+    const double budget = HW_MEMORY_SHARE * (double)dev->available;
+    out->budget_bytes = (size_t)budget;
+    const int G = cfg->global_batch, share = G > 0 ? G / out->ranks : 0;
+    if (G > 0 && G % out->ranks) {
+        snprintf(why, why_len, "train.global_batch = %d does not split into %d ranks", G, out->ranks);
+        return 0;
+    }
+    if (cfg->batch_size > 0) { /* given: check it, switching checkpointing on if that makes it fit */
+        out->batch = cfg->batch_size;
+        out->need_bytes = planned_bytes(&c, out->batch, be);
+        if ((double)out->need_bytes > budget && !c.checkpoint_activations) {
+            c.checkpoint_activations = 1;
+            const size_t with = planned_bytes(&c, out->batch, be);
+            if ((double)with <= budget) out->need_bytes = with, out->checkpoint_switched_on = 1;
+            else c.checkpoint_activations = 0;
+        }
+        if ((double)out->need_bytes > budget) {
+            snprintf(why, why_len, "batch size %d plans %.2f GiB, more than the %.2f GiB budget (%.0f%% of %.2f GiB)",
+                     out->batch, out->need_bytes / 1073741824.0, budget / 1073741824.0, 100 * HW_MEMORY_SHARE,
+                     dev->available / 1073741824.0);
+            return 0;
+        }
+    } else {
+        size_t need = 0;
+        out->batch = largest_fit(&c, be, dev->cap, share, budget, &need);
+        if (!out->batch && !c.checkpoint_activations) {
+            /* recomputing the ResBlocks costs time, so only when not even one volume fits without it */
+            c.checkpoint_activations = 1;
+            size_t need_ckpt = 0;
+            out->batch = largest_fit(&c, be, dev->cap, share, budget, &need_ckpt);
+            out->checkpoint_switched_on = out->batch > 0;
+            if (out->batch) need = need_ckpt;
+        }
+        out->need_bytes = need;
+        if (!out->batch) {
+            snprintf(why, why_len, "even batch size 1 plans %.2f GiB, more than %.0f%% of the %.2f GiB available, with "
+                     "activation checkpointing too", need / 1073741824.0, 100 * HW_MEMORY_SHARE,
+                     dev->available / 1073741824.0);
+            return 0;
+        }
+    }
+    out->checkpoint_activations = c.checkpoint_activations;
+    if (G > 0 && cfg->batch_size == 0) {
+        out->accum = share / out->batch; /* the batch divides the share */
+    } else if (G > 0) {
+        if (share % out->batch) {
+            snprintf(why, why_len, "train.global_batch = %d is not a multiple of %d ranks x batch size %d", G,
+                     out->ranks, out->batch);
+            return 0;
+        }
+        out->accum = share / out->batch;
+    } else {
+        out->accum = cfg->grad_accum;
+    }
+    out->global_batch = out->batch * out->ranks * out->accum;
+    return 1;
+}
+
+void hw_plan_apply(const HwPlan *p, Config *cfg) {
+    cfg->batch_size = p->batch;
+    cfg->grad_accum = p->accum;
+    cfg->checkpoint_activations = p->checkpoint_activations;
+    snprintf(cfg->precision, sizeof cfg->precision, "%s", precision_key(p->precision));
+}
+
+void hw_plan_describe(const HwPlan *p, const HwPlanDevice *dev, const Config *cfg, char *out, size_t len) {
+    char prec[160];
+    if (p->precision == DT_F32) snprintf(prec, sizeof prec, "float32");
+    else if (strcmp(cfg->precision, "auto") == 0)
+        snprintf(prec, sizeof prec, "%s mixed precision (compute capability %d.%d: %s)", dtype_name(p->precision),
+                 dev->cc_major, dev->cc_minor, dev->cc_major >= 8 ? "bf16 tensor cores" : "fp16, no bf16 below 8.0");
+    else snprintf(prec, sizeof prec, "%s mixed precision (train.precision)", dtype_name(p->precision));
+    snprintf(out, len,
+             "plan: %s; batch %d per %s x %d %s x %d accumulation = %d samples per step%s; activation checkpointing "
+             "%s; batch %d plans %.2f GiB of the %.2f GiB budget (%.0f%% of %.2f GiB %s)",
+             prec, p->batch, dev->gpu ? "GPU" : "rank", p->ranks, dev->gpu ? "GPU(s)" : "rank(s)", p->accum,
+             p->global_batch, cfg->global_batch > 0 ? " (train.global_batch)" : "",
+             p->checkpoint_switched_on ? "on (batch 1 does not fit without it)" : p->checkpoint_activations ? "on" : "off",
+             p->batch, p->need_bytes / 1073741824.0, p->budget_bytes / 1073741824.0, 100 * HW_MEMORY_SHARE,
+             dev->available / 1073741824.0, dev->gpu ? "free" : "available");
+}

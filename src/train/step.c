@@ -1,0 +1,240 @@
+/* step.c: one optimizer step on the model's backend, eager or as CUDA Graph replays (see step.h). */
+#include "train/step.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+enum { SUM_RECON = 0, SUM_KL = 1, SUM_STOP = 2, SUM_SUMSQ = 3, SUM_COUNT = 4 };
+#define SUMS_REDUCED 3 /* recon, kl, stop: summed over the ranks */
+
+/* The step's device-resident values (backend memory), copied back whole after each step. */
+typedef struct {
+    OptimState opt;
+    float sums[SUM_COUNT]; /* recon and kl summed over the micro-batches (then over the ranks), stop flag, sumsq */
+} StepDev;
+
+/* A graph slot: the captured replay of one variant of a step's part, and how often it was asked for. */
+typedef struct {
+    void *graph;
+    int uses;
+} GraphSlot;
+
+struct Stepper {
+    Model *m;
+    const Backend *be;
+    Comm *comm;
+    Buckets *buckets;
+    OptimConfig ocfg;
+    int accum, world, use_graphs, phases, graphs_asked, said;
+    StepDev *dev;
+    StepDev *host[2]; /* pinned: the outcome of the steps of each parity */
+    void *landed[2];  /* events recorded after each copy back */
+    int64_t step_of[2];
+    int64_t cur; /* the step being enqueued */
+    int pending;
+    GraphSlot micro[2]; /* by parameter-gradient beta (0 on the first micro-batch, 1 after) */
+    GraphSlot opt;
+};
+
+/* timer slots of step `step`: two sets, so that step k+1 can be marked before step k is read; in each, the marks */
+enum { T_BEGIN = 0, T_END = 1, T_COMM0 = 2, T_COMM1 = 3, T_FORWARD = 4, T_BACKWARD = 5, T_SLOTS = 8 };
+static int timer_base(int64_t step) { return (int)(step % 2) * T_SLOTS; }
+
+static void drop_graphs(Stepper *s) {
+    GraphSlot *slots[3] = {&s->micro[0], &s->micro[1], &s->opt};
+    for (int i = 0; i < 3; i++) {
+        if (slots[i]->graph) s->be->graph_destroy(slots[i]->graph);
+        *slots[i] = (GraphSlot){0};
+    }
+}
+
+/* Runs body(s, arg) eagerly, or as the replay of its captured graph: captured on the second use (the first runs
+ * eagerly: cuDNN loads kernels and settles its algorithm fallbacks there, outside any capture). A failed capture
+ * has run nothing; the run then goes on eagerly and says why once. */
+static void run(Stepper *s, GraphSlot *slot, void (*body)(Stepper *, int), int arg) {
+    if (!s->use_graphs || slot->uses++ == 0) {
+        body(s, arg);
+        return;
+    }
+    if (!slot->graph) {
+        s->be->graph_capture_begin();
+        body(s, arg);
+        char why[256];
+        slot->graph = s->be->graph_capture_end(why, sizeof why);
+        if (!slot->graph) {
+            vx_log("compile: %s; the step runs eagerly from here on\n", why);
+            drop_graphs(s);
+            s->use_graphs = 0;
+            body(s, arg);
+            return;
+        }
+        if (slot == &s->opt && !s->said) {
+            vx_log("compile: from step %lld on, every step replays CUDA Graphs\n", (long long)s->cur);
+            s->said = 1;
+        }
+    }
+    s->be->graph_launch(slot->graph);
+}
+
+static void micro_body(Stepper *s, int beta) {
+    Model *m = s->m;
+    model_forward(m, 1);
+    if (s->phases) s->be->timer_mark(timer_base(s->cur) + T_FORWARD);
+    model_backward(m, 1.0f / (float)(s->accum * s->world), (float)beta, &s->dev->opt.loss_scale);
+    /* the micro-batch's {recon, kl} onto the step's sums (the first overwrites) */
+    s->be->accumulate(DT_F32, 2, m->losses, s->dev->sums + SUM_RECON, (float)beta);
+}
+
+static void optimizer_body(Stepper *s, int unused) {
+    (void)unused;
+    Model *m = s->m;
+    float *sumsq = s->dev->sums + SUM_SUMSQ;
+    s->be->sumsq(m->param_floats, m->grad, sumsq); /* of the reduced gradients: the same on every rank */
+    s->be->optim_prepare(&s->ocfg, sumsq, &s->dev->opt);
+    s->be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &s->dev->opt, m->dtype, m->param_lp);
+}
+
+Stepper *stepper_create(Model *m, const Config *cfg, Comm *comm, Buckets *buckets) {
+    Stepper *s = vx_calloc(1, sizeof *s);
+    s->be = m->be;
+    s->comm = comm;
+    s->accum = cfg->grad_accum;
+    s->world = comm->world;
+    const int dynamic = strcmp(cfg->loss_scale, "dynamic") == 0;
+    s->ocfg = (OptimConfig){.beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->adam_eps,
+                            .weight_decay = cfg->weight_decay, .grad_clip = cfg->grad_clip, .dynamic_scale = dynamic,
+                            .growth_interval = cfg->loss_scale_growth_interval, .growth = 2.0, .backoff = 0.5};
+    s->dev = s->be->alloc(sizeof(StepDev));
+    for (int i = 0; i < 2; i++) {
+        s->host[i] = s->be->alloc_host(sizeof(StepDev));
+        s->landed[i] = s->be->event_create();
+    }
+    StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}};
+    s->be->copy_to_device(s->dev, &init, sizeof init);
+    stepper_set_model(s, m, buckets);
+    s->use_graphs = s->graphs_asked = cfg->compile && s->be->graph_capture_begin != NULL;
+    if (cfg->compile && s->be->graph_capture_begin && buckets) {
+        s->use_graphs = 0;
+        vx_log("compile: %d ranks: the gradient buckets' all-reduces are not captured yet, so the step runs eagerly\n",
+               comm->world);
+    }
+    return s;
+}
+
+void stepper_free(Stepper *s) {
+    if (!s) return;
+    drop_graphs(s);
+    for (int i = 0; i < 2; i++) {
+        s->be->release_host(s->host[i]);
+        s->be->event_destroy(s->landed[i]);
+    }
+    s->be->release(s->dev);
+    free(s);
+}
+
+void stepper_set_model(Stepper *s, Model *m, Buckets *buckets) {
+    if (s->pending) vx_fatal("stepper_set_model with %d steps not collected", s->pending);
+    drop_graphs(s);
+    s->m = m;
+    s->buckets = buckets;
+}
+
+int stepper_graphs(const Stepper *s) { return s->use_graphs; }
+
+void stepper_time_phases(Stepper *s, int on) {
+    if (on && s->accum != 1) vx_fatal("stepper_time_phases: %d micro-batches per step (one is timed apart)", s->accum);
+    s->phases = on;
+    drop_graphs(s);
+    s->use_graphs = on ? 0 : s->graphs_asked; /* the marks go between the ops: no graphs */
+}
+
+OptimCarry stepper_carry(const Stepper *s) {
+    if (s->pending) vx_fatal("stepper_carry with %d steps not collected", s->pending);
+    OptimState o;
+    s->be->copy_to_host(&o, &s->dev->opt, sizeof o);
+    return (OptimCarry){.loss_scale = o.loss_scale, .adam_step = o.adam_step, .skipped_steps = o.skipped_steps,
+                        .growth_tracker = o.growth_tracker};
+}
+
+void stepper_set_carry(Stepper *s, const OptimCarry *c) {
+    if (s->pending) vx_fatal("stepper_set_carry with %d steps not collected", s->pending);
+    OptimState o;
+    s->be->copy_to_host(&o, &s->dev->opt, sizeof o);
+    if (c->loss_scale > 0) o.loss_scale = (float)c->loss_scale;
+    o.adam_step = c->adam_step;
+    o.skipped_steps = c->skipped_steps;
+    o.growth_tracker = c->growth_tracker;
+    s->be->copy_to_device(&s->dev->opt, &o, sizeof o);
+}
+
+void stepper_begin(Stepper *s, int64_t step1) {
+    if (s->pending == 2) vx_fatal("stepper_begin: two steps not collected");
+    s->cur = step1;
+    s->be->timer_mark(timer_base(step1) + T_BEGIN); /* CUDA: an event on the compute stream; the step is timed on
+                                                     the device */
+}
+
+void stepper_micro(Stepper *s, int micro, int64_t first_sample) {
+    Model *m = s->m;
+    model_set_first_sample(m, (uint64_t)first_sample);
+    const int reduce = s->buckets && micro == s->accum - 1; /* accumulate locally, reduce once */
+    if (reduce) {
+        buckets_begin(s->buckets, s->cur);
+        m->backward_hook = buckets_backward_hook;
+        m->backward_hook_ctx = s->buckets;
+    }
+    const int beta = micro > 0;
+    run(s, &s->micro[beta], micro_body, beta);
+    if (s->phases) s->be->timer_mark(timer_base(s->cur) + T_BACKWARD);
+    if (reduce) m->backward_hook = NULL;
+}
+
+void stepper_end(Stepper *s, double lr, int stop_request) {
+    const Backend *be = s->be;
+    const int base = timer_base(s->cur), slot = (int)(s->cur % 2);
+    /* the optimizer waits for the buckets still in flight: on a GPU the compute stream does, between the marks */
+    be->timer_mark(base + T_COMM0);
+    if (s->buckets) buckets_wait(s->buckets);
+    be->timer_mark(base + T_COMM1);
+    const float stop = stop_request ? 1.0f : 0.0f;
+    be->write_async(&s->dev->opt.lr, &lr, sizeof lr);
+    be->write_async(s->dev->sums + SUM_STOP, &stop, sizeof stop);
+    /* every rank decides on the same numbers: the losses summed over the ranks, and whether any rank must stop */
+    if (s->buckets) comm_wait(s->comm, comm_allreduce(s->comm, s->dev->sums, SUMS_REDUCED, COMM_SUM, "the step's losses"), NULL);
+    run(s, &s->opt, optimizer_body, 0);
+    be->timer_mark(base + T_END);
+    be->copy_to_host_async(s->host[slot], s->dev, sizeof(StepDev));
+    be->event_record(s->landed[slot]);
+    s->step_of[slot] = s->cur;
+    s->pending++;
+}
+
+int stepper_pending(const Stepper *s) { return s->pending; }
+
+void stepper_collect(Stepper *s, StepOutcome *out) {
+    if (!s->pending) vx_fatal("stepper_collect with no step pending");
+    const int64_t step = s->cur - (s->pending - 1);
+    const int slot = (int)(step % 2), base = timer_base(step);
+    if (s->step_of[slot] != step) vx_fatal("stepper_collect: slot %d holds step %lld, not %lld", slot,
+                                           (long long)s->step_of[slot], (long long)step);
+    s->be->event_synchronize(s->landed[slot]);
+    const StepDev *h = s->host[slot];
+    const double n = (double)s->accum * s->world;
+    *out = (StepOutcome){.step = step, .recon = h->sums[SUM_RECON] / n, .kl = h->sums[SUM_KL] / n,
+                         .grad_norm = h->opt.grad_norm, .clip = h->opt.clip, .loss_scale = h->opt.loss_scale,
+                         .skipped = h->opt.skip, .skipped_total = h->opt.skipped_steps,
+                         .stop = h->sums[SUM_STOP] > 0.0f};
+    out->loss = out->recon + s->m->cfg.kl_weight * out->kl;
+    out->ms = s->be->timer_elapsed_ms(base + T_BEGIN, base + T_END);
+    out->comm_wait_ms = s->be->timer_elapsed_ms(base + T_COMM0, base + T_COMM1);
+    if (s->phases) {
+        out->forward_ms = s->be->timer_elapsed_ms(base + T_BEGIN, base + T_FORWARD);
+        out->backward_ms = s->be->timer_elapsed_ms(base + T_FORWARD, base + T_BACKWARD);
+        out->optimizer_ms = s->be->timer_elapsed_ms(base + T_COMM1, base + T_END);
+    }
+    s->step_of[slot] = 0;
+    s->pending--;
+}

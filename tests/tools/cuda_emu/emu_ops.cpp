@@ -1,0 +1,158 @@
+// emu_ops.cpp: the op tests' cases (tests/unit/op_cases.c, those marked emu) on the CUDA backend's own kernels run
+// under the host emulation (run.sh), in every storage type, against the float64 references of the op table
+// (src/bench/kernel_ops.c) through the same check as test_backend_ops (src/bench/kernel_check.c). The backend here
+// is the CUDA op table with host memory: buffers from posix_memalign with no slack (ASan sees any access past one),
+// copies as memcpy, the reduction scratch poisoned with NaN before every op. Convolutions are cuDNN's and have no
+// emulation: their bias and dw-accumulation kernels are checked by bias_test.cpp.
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <chrono>
+extern "C" {
+#include "backend.h"
+#include "bench/kernel_check.h"
+#include "op_cases.h"
+}
+void emu_poison_scratch(void);
+
+static void *emu_alloc(size_t bytes) {
+    void *p = nullptr;
+    if (posix_memalign(&p, 64, bytes ? bytes : 1)) abort();
+    return p;
+}
+static void emu_copy(void *d, const void *s, size_t n) { if (n) memcpy(d, s, n); }
+static void emu_zero(void *p, size_t n) { if (n) memset(p, 0, n); }
+static void emu_nop(void) {}
+static void emu_upload(void *d, const void *s, size_t n, void *) { emu_copy(d, s, n); }
+static int emu_token;
+static void *emu_event_create(void) { return &emu_token; }
+static void emu_event_nop(void *) {}
+static void emu_mark(int) {}
+static double emu_elapsed(int, int) { return 0; }
+static size_t emu_zero_bytes(void) { return 0; }
+static size_t emu_no_workspace(const Conv3dShape *) { return 0; }
+
+static int emu_supports(BackendOp op, DType dt) {
+    switch (op) {
+    case BOP_CONV3D_FORWARD:
+    case BOP_CONV3D_BACKWARD_DATA:
+    case BOP_CONV3D_BACKWARD_FILTER: return 0; /* cuDNN */
+    case BOP_SCALE:
+    case BOP_NORMAL_FILL:
+    case BOP_SUMSQ:
+    case BOP_OPTIM_PREPARE:
+    case BOP_AUGMENT: return dt == DT_F32;
+    default: return 1;
+    }
+}
+
+/* the reducing ops read the scratch: poison it first, so a partial sum read before it is written shows */
+static void emu_gn_forward(const GroupNormShape *s, const void *x, const float *g, const float *b, void *y, float *m,
+                           float *r) {
+    emu_poison_scratch();
+    groupnorm_forward_cuda(s, x, g, b, y, m, r);
+}
+static void emu_gn_backward(const GroupNormShape *s, const void *dy, const void *x, const float *g, const float *b,
+                            const float *m, const float *r, void *dx, float *dg, float *db, float bx, float bp) {
+    emu_poison_scratch();
+    groupnorm_backward_cuda(s, dy, x, g, b, m, r, dx, dg, db, bx, bp);
+}
+static void emu_loss(ReconLoss k, DType dt, long n, const void *p, const float *t, float *l, void *dp, float gs,
+                     const float *ls) {
+    emu_poison_scratch();
+    recon_loss_cuda(k, dt, n, p, t, l, dp, gs, ls);
+}
+static void emu_latent_forward(const LatentShape *s, const void *mu, const void *lv, const float *e, void *z, float *kl) {
+    emu_poison_scratch();
+    latent_forward_cuda(s, mu, lv, e, z, kl);
+}
+static void emu_sumsq(long n, const float *x, float *out) {
+    emu_poison_scratch();
+    sumsq_cuda(n, x, out);
+}
+
+static const Backend emu_backend = {
+    .name = "cuda-emulated",
+    .supports = emu_supports,
+    .alloc = emu_alloc,
+    .release = free,
+    .copy_to_device = emu_copy,
+    .copy_to_host = emu_copy,
+    .zero = emu_zero,
+    .synchronize = emu_nop,
+    .write_async = emu_copy,
+    .copy_to_host_async = emu_copy,
+    .alloc_host = emu_alloc,
+    .release_host = free,
+    .upload_async = emu_upload,
+    .upload_wait = emu_nop,
+    .timer_mark = emu_mark,
+    .timer_elapsed_ms = emu_elapsed,
+    .event_create = emu_event_create,
+    .timed_event_create = emu_event_create,
+    .event_destroy = emu_event_nop,
+    .event_record = emu_event_nop,
+    .event_wait = emu_event_nop,
+    .event_synchronize = emu_event_nop,
+    .event_elapsed_ms = nullptr,
+    .graph_capture_begin = nullptr,
+    .graph_capture_end = nullptr,
+    .graph_launch = nullptr,
+    .graph_destroy = nullptr,
+    .bytes_in_use = emu_zero_bytes,
+    .peak_bytes = emu_zero_bytes,
+    .conv3d_workspace_bytes = emu_no_workspace,
+    .conv3d_forward = nullptr,
+    .conv3d_backward_data = nullptr,
+    .conv3d_backward_filter = nullptr,
+    .groupnorm_forward = emu_gn_forward,
+    .groupnorm_backward = emu_gn_backward,
+    .silu_forward = silu_forward_cuda,
+    .silu_backward = silu_backward_cuda,
+    .upsample2x_forward = upsample2x_forward_cuda,
+    .upsample2x_backward = upsample2x_backward_cuda,
+    .add_forward = add_forward_cuda,
+    .accumulate = accumulate_cuda,
+    .scale = scale_cuda,
+    .cast = cast_cuda,
+    .recon_loss = emu_loss,
+    .latent_forward = emu_latent_forward,
+    .latent_backward = latent_backward_cuda,
+    .normal_fill = normal_fill_cuda,
+    .adamw = adamw_cuda,
+    .sumsq = emu_sumsq,
+    .optim_prepare = optim_prepare_cuda,
+    .augment = augment_cuda,
+};
+
+int main() {
+    int n_cases, n_ops, failed = 0, run = 0;
+    const OpTestCase *cases = op_test_cases(&n_cases);
+    const KernelOp *ops = kernel_ops(&n_ops);
+    for (int c = 0; c < n_cases; c++) {
+        if (!cases[c].emu) continue;
+        const KernelOp *op = &ops[kernel_op_find(cases[c].op)];
+        for (int dt = 0; dt < DT_COUNT; dt++) {
+            if (!emu_backend.supports(op->bop, (DType)dt) || (cases[c].emu == 2 && dt != DT_F32)) continue;
+            KernelCase k = cases[c].k;
+            k.dtype = (DType)dt;
+            kernel_case_setup(&k, cases[c].op, &emu_backend);
+            KernelCheck r;
+            const auto t0 = std::chrono::steady_clock::now();
+            kernel_check_case(&emu_backend, &k, cases[c].offset, 0x5EEDu + (unsigned)c, kernel_check_tolerance(&k, 0), 0, &r);
+            if (getenv("VX_EMU_TIMES"))
+                fprintf(stderr, "%8.3f s %s %s %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                        cases[c].op, dtype_name((DType)dt), k.shape);
+            run++;
+            if (!r.ok) {
+                char name[200];
+                op_test_case_name(&cases[c], (DType)dt, name, sizeof name);
+                printf("FAIL %s: error %.3g > %.3g: %s\n", name, r.err, r.tol, r.detail);
+                failed++;
+            }
+        }
+    }
+    printf("%d cases run under the emulation, %d failures\n", run, failed);
+    return failed != 0 || run == 0;
+}

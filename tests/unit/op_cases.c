@@ -1,0 +1,129 @@
+/* op_cases.c: the op tests' cases (see op_cases.h). */
+#include "op_cases.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "augment.h"
+
+#define MAX_CASES 512
+
+static OpTestCase cases[MAX_CASES];
+static int n_cases;
+
+static void add(const char *op, KernelCase k, int offset, int emu) {
+    if (n_cases == MAX_CASES) return;
+    cases[n_cases++] = (OpTestCase){.k = k, .op = op, .offset = offset, .emu = emu};
+}
+
+/* with beta 0 and 1 */
+static void add_betas(const char *op, KernelCase k, int offset, int emu) {
+    for (int b = 0; b < 2; b++) {
+        k.beta = (float)b;
+        add(op, k, offset, emu);
+    }
+}
+
+static void conv(int n, int d, int h, int w, int ci, int co, int kk, int stride, int pad) {
+    KernelCase k = {.conv = conv3d_shape(n, d, h, w, ci, co, kk, stride, pad)};
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", n, d, h, w, ci, co, kk, stride);
+    add("conv3d_forward", k, 0, 0);
+    add("conv3d_forward_add", k, 0, 0);
+    add_betas("conv3d_backward_data", k, 0, 0);
+    add_betas("conv3d_backward_filter", k, 0, 0);
+}
+
+static void groupnorm(int n, long spatial, int c, int groups, int offset, int emu) {
+    for (int silu = 0; silu < 2; silu++) {
+        KernelCase k = {.gn = {.n = n, .spatial = spatial, .c = c, .groups = groups, .eps = 1e-5f, .silu = silu}};
+        snprintf(k.shape, sizeof k.shape, "n%d %ldx%d g%d", n, spatial, c, groups);
+        add(silu ? "groupnorm_silu_forward" : "groupnorm_forward", k, offset, emu);
+        add_betas(silu ? "groupnorm_silu_backward" : "groupnorm_backward", k, offset, emu);
+    }
+}
+
+static KernelCase count(long n) {
+    KernelCase k = {.count = n};
+    snprintf(k.shape, sizeof k.shape, "%ld", n);
+    return k;
+}
+
+static void elementwise(long n, int offset) {
+    const int emu = n <= 10000;
+    add("silu_forward", count(n), offset, emu);
+    add_betas("silu_backward", count(n), offset, emu);
+    add("add_forward", count(n), offset, emu);
+    add_betas("accumulate", count(n), offset, emu);
+    add("cast_to", count(n), offset, emu);
+    add("cast_from", count(n), offset, emu);
+    add("recon_loss_l1", count(n), offset, emu);
+    add("recon_loss_mse", count(n), offset, emu);
+    add("normal_fill", count(n), offset, emu);
+    add("adamw", count(n), offset, emu);
+    add("sumsq", count(n), offset, emu);
+}
+
+static void upsample(int n, int d, int h, int w, int c) {
+    KernelCase k = {.dims = {n, d, h, w, c}};
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d", n, d, h, w, c);
+    add("upsample2x_forward", k, 0, 1);
+    add_betas("upsample2x_backward", k, 0, 1);
+}
+
+static void latent(int n, long cps, int emu) {
+    KernelCase k = {.lat = {.n = n, .count_per_sample = cps, .logvar_min = -5, .logvar_max = 3}};
+    snprintf(k.shape, sizeof k.shape, "n%d x%ld", n, cps);
+    add("latent_forward", k, 0, emu);
+    add("latent_backward", k, 0, emu);
+}
+
+/* every flip and rotation code on a cube, the even rotations on a box */
+static void augment(int d, int h, int w, int c) {
+    for (uint32_t code = 0; code < 32; code++) {
+        if (h != w && ((code >> AUGMENT_ROT_SHIFT) & 1u)) continue;
+        KernelCase k = {.dims = {d, h, w, c}, .count = code};
+        snprintf(k.shape, sizeof k.shape, "%dx%dx%dx%d code %u", d, h, w, c, code);
+        add("augment", k, 0, 1);
+    }
+}
+
+static void build(void) {
+    conv(3, 5, 7, 9, 3, 5, 3, 1, 1);
+    conv(3, 5, 7, 9, 12, 20, 3, 2, 1);
+    conv(3, 6, 5, 8, 5, 3, 3, 2, 1);
+    conv(2, 5, 6, 7, 12, 5, 1, 1, 0);
+    conv(2, 5, 6, 7, 12, 12, 1, 2, 0);
+    conv(2, 6, 5, 7, 1, 8, 3, 1, 1); /* the first conv: a single input channel */
+    conv(2, 6, 5, 7, 8, 1, 3, 1, 1); /* the last conv: a single output channel */
+    groupnorm(3, 5 * 7 * 9, 12, 4, 0, 1);
+    groupnorm(3, 5 * 7 * 9, 20, 4, 0, 1);
+    groupnorm(2, 5 * 7 * 9, 5, 1, 0, 1);
+    groupnorm(2, 60, 12, 12, 0, 1);
+    groupnorm(2, 60, 12, 1, 1, 1);
+    groupnorm(2, 50, 258, 2, 0, 1); /* more than 256 vector lanes */
+    groupnorm(1, 30, 1040, 8, 0, 1);
+    groupnorm(2, 40 * 40 * 40, 16, 4, 0, 0); /* many partial-sum blocks per sample */
+    elementwise(1001, 0);
+    elementwise(7000, 0);
+    elementwise(7000, 1);
+    elementwise(300001, 0);
+    upsample(3, 5, 7, 9, 3);
+    upsample(2, 3, 4, 5, 12);
+    upsample(1, 2, 3, 2, 20);
+    latent(3, 35, 1);
+    latent(2, 4096 * 5 + 7, 1);
+    latent(1500, 3, 2); /* more samples than the reduction's 1024 blocks */
+    augment(5, 6, 6, 1);
+    augment(4, 5, 7, 3);
+    augment(3, 8, 8, 2);
+}
+
+const OpTestCase *op_test_cases(int *n) {
+    if (!n_cases) build();
+    *n = n_cases;
+    return cases;
+}
+
+void op_test_case_name(const OpTestCase *c, DType dt, char *out, size_t len) {
+    snprintf(out, len, "%s %s [%s] beta %g offset %d", c->op, dtype_name(dt), c->k.shape, (double)c->k.beta, c->offset);
+}

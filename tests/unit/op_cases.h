@@ -1,0 +1,21 @@
+/* op_cases.h: the op tests' one list of cases: every op of the table (src/bench/kernel_ops.c) at shapes chosen to
+ * reach its edges (odd sizes, channel counts 1, 3, 5, 12, 20 and more than 1024, stride 1 and 2, multi-block
+ * reductions, counts that are not a multiple of 4), with beta 0 and 1 where the op takes it, on aligned and
+ * misaligned buffers. tests/unit/test_backend_ops.c runs them on the CPU and CUDA backends, and
+ * tests/tools/cuda_emu on the CUDA kernels under the host emulation, each in every storage type the backend supports
+ * for the op. A new op or shape is one line here. */
+#pragma once
+#include "bench/kernel_ops.h"
+
+typedef struct {
+    KernelCase k; /* op, shape fields and beta set; buffers set up per backend and storage type */
+    const char *op;
+    int offset;   /* buffers start this many elements past an allocation (1: the scalar paths) */
+    int emu;      /* under the host emulation too: 1 in every storage type, 2 in float32 only (its many blocks are
+                     slow to emulate), 0 not */
+} OpTestCase;
+
+/* The list (static storage) and its length. */
+const OpTestCase *op_test_cases(int *n);
+/* "op dtype shape beta offset": a case's name in failure messages. */
+void op_test_case_name(const OpTestCase *c, DType dt, char *out, size_t len);

@@ -1,0 +1,102 @@
+/* test_backend_ops.c: every op of the table (src/bench/kernel_ops.c), at every case of op_cases.c, on every backend
+ * this machine can run (the CPU always; CUDA when a GPU is usable, else a "skipped:" line says why) and in
+ * every storage type the backend supports for the op (backend.h's supports()), against the float64 reference:
+ * float32 to the op's tolerance (TF32 off), bfloat16 and float16 to kernel_check.c's wider bounds. Outputs a call
+ * overwrites start as NaN; beta-1 outputs start with values of their own and must end as those plus the result.
+ * One cmocka test per (backend, op) keeps the report short and names what failed; every failing case is printed.
+ * `test_backend_ops --list` prints the test names, `test_backend_ops PATTERN...` runs those matching a shell pattern
+ * (ci/gpu.sh runs the CUDA ones one per process). With VX_REQUIRE_GPU=1 a missing GPU is a failure, not a note. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "bench/kernel_check.h"
+#include "op_cases.h"
+
+typedef struct {
+    const Backend *be;
+    int op;
+} Target;
+
+/* Runs every case of op t->op on backend t->be in each storage type it supports; fails when one case does. */
+static void run_op(void **state) {
+    const Target *t = *state;
+    int n_cases, n_ops, failed = 0, run = 0;
+    const OpTestCase *cases = op_test_cases(&n_cases);
+    const KernelOp *ops = kernel_ops(&n_ops);
+    for (int c = 0; c < n_cases; c++) {
+        if (kernel_op_find(cases[c].op) != t->op) continue;
+        for (int dt = 0; dt < DT_COUNT; dt++) {
+            if (!t->be->supports(ops[t->op].bop, (DType)dt)) continue;
+            KernelCase k = cases[c].k;
+            k.dtype = (DType)dt;
+            kernel_case_setup(&k, cases[c].op, t->be);
+            KernelCheck r;
+            kernel_check_case(t->be, &k, cases[c].offset, 0x5EEDu + (unsigned)c, kernel_check_tolerance(&k, 0), 0, &r);
+            run++;
+            if (!r.ok) {
+                char name[200];
+                op_test_case_name(&cases[c], (DType)dt, name, sizeof name);
+                print_error("%s on %s: error %.3g > %.3g: %s\n", name, t->be->name, r.err, r.tol, r.detail);
+                failed++;
+            }
+        }
+    }
+    if (run == 0) print_error("%s on %s: no case ran\n", ops[t->op].name, t->be->name);
+    assert_true(run > 0);
+    assert_int_equal(failed, 0);
+}
+
+#define MAX_TESTS 128
+
+int main(int argc, char **argv) {
+    int n_ops;
+    const KernelOp *ops = kernel_ops(&n_ops);
+    static Target targets[MAX_TESTS];
+    static char names[MAX_TESTS][80];
+    struct CMUnitTest tests[MAX_TESTS];
+    int n = 0, listed = argc > 1 && strcmp(argv[1], "--list") == 0;
+    /* CUDA: convolutions under float32 math (TF32 off), the tolerance being float32's */
+    const BackendOptions strict = {.deterministic = 0, .allow_tf32 = 0};
+    backend_cuda_set_options(&strict);
+    char why[256];
+    const Backend *backends[2] = {backend_cpu(), NULL};
+    if (backend_cuda_init(0, why, sizeof why)) backends[1] = backend_cuda();
+    else if (!listed) {
+        const char *req = getenv("VX_REQUIRE_GPU");
+        if (req && strcmp(req, "1") == 0) {
+            printf("FAILED: no CUDA device (%s) and VX_REQUIRE_GPU=1\n", why);
+            return 1;
+        }
+        printf("skipped: the CUDA backend's op cases: no CUDA device (%s); the CPU's run\n", why);
+    }
+    for (int b = 0; b < 2; b++) {
+        if (!backends[b] && !listed) continue;
+        const char *bname = b == 0 ? "cpu" : "cuda";
+        for (int op = 0; op < n_ops && n < MAX_TESTS; op++) {
+            snprintf(names[n], sizeof names[n], "%s_%s", bname, ops[op].name);
+            int wanted = argc <= 1 || listed;
+            for (int a = 1; a < argc && !wanted; a++) wanted = fnmatch(argv[a], names[n], 0) == 0;
+            if (!wanted) continue;
+            if (listed) {
+                printf("%s\n", names[n]);
+                continue;
+            }
+            targets[n] = (Target){.be = backends[b], .op = op};
+            tests[n] = (struct CMUnitTest){.name = names[n], .test_func = run_op, .initial_state = &targets[n]};
+            n++;
+        }
+    }
+    if (listed) return 0;
+    const int rc = _cmocka_run_group_tests("backend_ops", tests, (size_t)n, NULL, NULL);
+    backend_cuda_shutdown();
+    return rc;
+}
