@@ -79,8 +79,9 @@ def ratio_verdict(got, need):
             "MISSED (%.2fx of %.2fx)" % (got, need))
 
 
-def evaluate(vxc, pt, modes):
-    """One dict per goal: goal, target, measured, verdict (PASS / MISSED ... / not run / not measured), short."""
+def evaluate(vxc, pt, modes, unusable):
+    """One dict per goal: goal, target, measured, verdict (PASS / MISSED ... / not run / not measured), short.
+    unusable: {mode: why} for PyTorch runs that finished but cannot be compared."""
     out = []
     for key, what, need in GOALS:
         g = {"goal": key, "what": what, "threshold": need, "measured": None, "ratio": None}
@@ -90,7 +91,7 @@ def evaluate(vxc, pt, modes):
             if mode not in modes:
                 g["verdict"] = g["short"] = "not run (PyTorch %s not asked for in this run)" % mode
             elif mode not in pt:
-                g["verdict"] = g["short"] = "no result (PyTorch %s did not finish)" % mode
+                g["verdict"] = g["short"] = "no result (PyTorch %s %s)" % (mode, unusable.get(mode, "did not finish"))
             else:
                 g["ratio"] = vxc["samples_per_s"] / pt[mode]["samples_per_s"]
                 g["measured"] = "%.2fx (%.1f vs %.1f samples/s)" % (g["ratio"], vxc["samples_per_s"],
@@ -206,15 +207,17 @@ def main():
     for which, r in vx.items():
         if r["precision"] != a.dtype:
             problems.append("voxscale %s ran in %s, not %s" % (which, r["precision"], a.dtype))
+    unusable = {}
     for m in modes:
         if m not in pt:
             problems.append("no PyTorch %s %s result" % (a.dtype, m))
         elif pt[m]["batch"] != head["batch"]:
             problems.append("PyTorch %s ran batch %d, voxscale %d" % (m, pt[m]["batch"], head["batch"]))
+            unusable[m] = "ran another batch"
             del pt[m]
         elif pt[m].get("device") != "cpu" and pt[m]["peak_memory_mib"] is None:
             problems.append("PyTorch %s has no peak memory" % m)
-    goals = evaluate(head, pt, modes)
+    goals = evaluate(head, pt, modes, unusable)
     md = table(vx, pt, goals, a.dtype)
     if problems:
         md += ["", "Incomplete: " + "; ".join(problems) + "."]

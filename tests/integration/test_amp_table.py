@@ -65,8 +65,8 @@ def table(tmp_path, vx, pt_lines, *args):
 
 def verdicts(md):
     """{goal text: verdict} from the goal table's rows."""
-    rows = [l.split(" | ") for l in md.splitlines() if l.startswith("| samples/s vs") or l.startswith("| peak memory vs")
-            or l.startswith("| step time vs")]
+    goal_rows = ("| samples/s vs", "| peak memory vs", "| step time vs")
+    rows = [l.split(" | ") for l in md.splitlines() if l.startswith(goal_rows)]
     return {r[0][2:]: r[3].rstrip(" |") for r in rows}
 
 
@@ -94,7 +94,8 @@ def test_missed_goals_say_by_how_much_and_do_not_fail(tmp_path):
     assert v["samples/s vs PyTorch torch.compile"] == "MISSED by 8.3%: needs 1.20x, 9.1% more samples/s"
     assert v["peak memory vs PyTorch"] == "MISSED by 100 MiB (6.7% above PyTorch compile)"  # the lower of 1800, 1500
     assert v["step time vs its cuDNN convolutions"] == "MISSED by 0.80 ms (8.7% over the bound)"  # 10 vs 1.15 x 8
-    assert "| step time vs its cuDNN convolutions | <= 9.20 ms (1.15 x conv_ms 8.00) | 10.00 ms = 1.25 x conv_ms |" in md
+    assert ("| step time vs its cuDNN convolutions | <= 9.20 ms (1.15 x conv_ms 8.00) | 10.00 ms = 1.25 x conv_ms |"
+            in md)
     assert ("convolutions 8.00 ms (80%), own kernels 1.50 ms (15%), GPU not busy with either (launch gaps, host "
             "waits) 0.50 ms (5%) of the 10.00 ms step") in md
     assert [g["verdict"] == "PASS" for g in js["goals"]] == [True, False, False, False]
@@ -154,6 +155,14 @@ def test_incomparable_or_missing_results_fail(tmp_path, vx, pt, problem):
     pt = pt or [pytorch("eager", 20.0, 1800.0), pytorch("compile", 11.0, 1500.0)]
     rc, line, _, _ = table(tmp_path, vx, pt)
     assert rc == 1 and problem in line, line
+
+
+def test_another_batch_is_not_compared(tmp_path):
+    rc, line, md, _ = table(tmp_path, [voxscale(1, 10.0, 1600.0)],
+                            [pytorch("eager", 20.0, 1800.0), pytorch("compile", 5.0, 900.0, batch=2)])
+    assert rc == 1 and "PyTorch compile ran batch 2, voxscale 4" in line, line
+    assert verdicts(md)["samples/s vs PyTorch torch.compile"] == "no result (PyTorch compile ran another batch)"
+    assert verdicts(md)["peak memory vs PyTorch"] == "PASS"  # against eager's 1800 MiB alone, not compile's 900
 
 
 def test_no_pytorch_output_at_all_fails(tmp_path):
