@@ -176,14 +176,15 @@ def table(vx, pt, goals, dtype):
                % (why or "no breakdown in its result")]
     some = next(iter(pt.values()), {})
     md += ["", "Batch %d of %s; voxscale %s (precision %s), commit %s, timed with CUDA events; %s (cuDNN %s, "
-           "channels_last_3d %s, fused AdamW, %s autocast around forward and loss), wall clock around synchronized "
+           "channels_last_3d %s, %s, %s autocast around forward and loss), wall clock around synchronized "
            "steps. One step = forward, L1+KL loss, backward, global-norm clip, AdamW. voxscale's peak memory counts "
            "its own allocations (arena, parameters, gradients, AdamW state); PyTorch's is "
            "torch.cuda.max_memory_allocated since a reset before the model was built (steady: the timed steps "
            "alone); the memory goal is judged against the lower PyTorch figure."
            % (head["batch"], "x".join(map(str, head["input_size"])), head["device_detail"], head["precision"],
               head["commit"], some.get("framework", "PyTorch: no result"), some.get("cudnn"),
-              "on" if some.get("channels_last") else "off", dtype)]
+              "on" if some.get("channels_last") else "off",
+              "fused AdamW" if some.get("fused_adamw", 1) else "AdamW, not fused", dtype)]
     return md
 
 

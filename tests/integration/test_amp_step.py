@@ -85,6 +85,7 @@ def test_quick_amp_step_wires_voxscale_pytorch_and_the_table(tmp_path):
     assert "compile not run (PyTorch compile not asked for in this run)" in figure
     md = (step_dir / "amp_ae3d-64.md").read_text()
     assert "| step (median) | 4.00 ms (of 5) | 5.00 ms (of 5) |" in md
+    assert "channels_last_3d on, AdamW, not fused" in md  # what the CPU ran, as its line says
     assert json.load(open(step_dir / "amp_ae3d-64.json"))["problems"] == []
 
 

@@ -82,6 +82,7 @@ def test_every_goal_met(tmp_path):
     assert "| step / conv_ms | 1.06x | - | - | - |" in md  # the eager result has no breakdown: shown as "-"
     assert "| peak memory | 1400 MiB | 1400 MiB | 1800 MiB (steady 1710) | 1500 MiB (steady 1425) |" in md
     assert "Where voxscale's" not in md  # the breakdown's explanation is for missed goals
+    assert "(cuDNN 91300, channels_last_3d on, fused AdamW, bf16 autocast around forward and loss)" in md
 
 
 def test_missed_goals_say_by_how_much_and_do_not_fail(tmp_path):
