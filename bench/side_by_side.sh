@@ -24,7 +24,7 @@ with open(sys.argv[3], "w") as f:
     f.write("| | voxscale (%s, %d threads) | %s (%d threads) |\n|---|---|---|\n" % (vx["backend"], vx["threads"], pt["framework"], pt["threads"]))
     f.write("| step time, median of %d | %.1f ms | %.1f ms |\n" % (vx["iters"], vx["step_ms_median"], pt["step_ms_median"]))
     f.write("| samples/s | %.3f | %.3f |\n" % (vx["samples_per_s"], pt["samples_per_s"]))
-    if "peak_memory_mib" in pt:
+    if pt.get("peak_memory_mib") is not None:  # null on a CPU: CUDA's allocator statistics only
         f.write("| peak memory | %.0f MiB | %.0f MiB |\n" % (vx["peak_memory_mib"], pt["peak_memory_mib"]))
     f.write("| speed-up of voxscale | %.2fx | |\n\n" % (pt["step_ms_median"] / vx["step_ms_median"]))
     f.write("Both: batch %d, fp32 (TF32 in convolutions %s), one step = forward, L1+KL loss, backward, global-norm "

@@ -5,12 +5,14 @@
 #   ci/gpu.sh [--quick]   on the GPU machine, from the repository root, with build/gpu/ there: unpacks it, sets the
 #                         library path (ci/gpu/libpath.sh), records the machine (ci/gpu/env.py), then runs the steps
 #                         registered below, each timed, under its time limit, marked pass, fail or timeout, going on
-#                         after a failure; writes summary.md, summary.json, logs.tar.gz and the side-by-side
-#                         benchmark tables to $OUT when set (the device tool), else to results/<gpu>/
+#                         after a failure; writes summary.md, summary.json, logs.tar.gz and the benchmark
+#                         tables (amp_*.md/json, side_by_side_*.md) to $OUT when set (the device tool), else to
+#                         results/<gpu>/
 #   ci/gpu.sh --dry-run   anywhere: the same bookkeeping and reports with each step's command replaced by a
 #                         stand-in (VX_GPU_DRY_FAIL=STEP plants a failing one, VX_GPU_DRY_HANG=STEP one that runs
 #                         past its limit), so CI checks the runner without a GPU
-# Also: --only STEP[,STEP] runs those steps alone, --results DIR writes the reports there, --list prints the steps.
+# Also: --only STEP[,STEP] runs those steps alone (the on-demand ones run only so), --results DIR writes the reports
+# there, --list prints the steps.
 # Environment: VX_GPU_DIR (build/gpu), VX_GPU_WORK (build/gpu-run, emptied first), VX_PYTHON (python3: the one with
 # PyTorch and pytest), NVIDIA_PYTHON (VX_PYTHON: whose nvidia-* packages hold cuDNN, CUPTI, NCCL), CUDA_HOME.
 # Exit code: 0 when every step run passed, 1 when one did not, 2 for bad usage or a missing build.
@@ -19,24 +21,31 @@ SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/.." || exit 2
 
 # ---- the steps ----------------------------------------------------------------------------------------------
-# register NAME LIMIT QUICK_LIMIT FUNCTION WHAT: a step of a full run with a time limit of LIMIT seconds, and of a
-# --quick run with QUICK_LIMIT (0: not in --quick). FUNCTION is in ci/gpu/steps.sh. A later GPU check (NCCL ranks,
-# mixed precision, graph capture, kernel and all-reduce benchmarks) is one more function and one more line here.
-# The limits bound the run: a full run is at most the sum of LIMITs (480 s) plus the environment probe (25 s: the
-# first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 510 s, 8.5 minutes (the
-# device tool allows 10 a call);
-# --quick at most 150 + 25 + 5 s, 3 minutes (a step killed at its limit may take 3 s more to die). The times they
+# register NAME LIMIT QUICK_LIMIT FUNCTION WHAT [on-demand]: a step of a full run with a time limit of LIMIT seconds,
+# and of a --quick run with QUICK_LIMIT (0: not in --quick). FUNCTION is in ci/gpu/steps.sh. An on-demand step is in
+# neither list and runs only when --only names it, under LIMIT. A later GPU check is one more function and one more
+# line here.
+# The limits bound the run: a full run is at most the sum of its LIMITs (510 s) plus the environment probe (25 s:
+# the first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 540 s, 9 minutes (the
+# device tool allows 10 a call); --quick at most 150 + 25 + 5 s, 3 minutes; the on-demand fp32 comparisons
+# (--only bench-64,bench-128) 110 + 30 s (a step killed at its limit may take 3 s more to die). The times they
 # should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 23 x
-# ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s, bench-64 ~60 s (voxscale 2 x 5 s; PyTorch import 5 s,
-# eager 2 x 2 s, torch.compile 2 x 20-40 s), bench-128 ~50 s, bench-kernels ~30 s (the default config's ops, its gate, then ae3d-64's ops in what is left), profile ~10 s: some 5 minutes. bench-* give PyTorch
-# what is left of their limit and keep the runs that finished; iterations: 10 after 3 warm-up (ae3d-64), 5 after 2
-# (ae3d-128, and ae3d-64 under --quick); nccl ~20 s (three small runs and a profiled ae3d-64 run of 4 steps);
-# nccl-unit ~30 s (its watchdog case waits out the 10 s abort grace on purpose).
+# ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s, amp-64 ~50 s (voxscale bf16 --compile and eager,
+# 2 x ~5 s; PyTorch import ~5 s, bf16 eager ~2 s, torch.compile 20-40 s), amp-128 ~65 s (voxscale 2 x ~7 s; PyTorch
+# import ~5 s, eager ~3 s, torch.compile of ae3d-128 in bf16 30-60 s), bench-kernels ~30 s (the default config's
+# ops, its gate, then ae3d-64's ops in what is left), profile ~10 s: some 5.5 minutes. amp-* and bench-* give
+# PyTorch what is left of their limit and keep the runs that finished; iterations: 10 after 3 warm-up (ae3d-64),
+# 5 after 2 (ae3d-128, and amp-64 under --quick, where PyTorch runs eager only); nccl ~20 s (three small runs and a
+# profiled ae3d-64 run of 4 steps); nccl-unit ~30 s (its watchdog case waits out the 10 s abort grace on purpose).
+# Issue 12 made voxscale bf16 + --compile against PyTorch bf16 the GPU headline (amp-64, amp-128, in the full and
+# the quick run); the fp32 comparisons (TF32 on and off, eager and torch.compile: bench-64 ~60 s, bench-128 ~50 s)
+# went on demand to make room, and profile (25 -> 20 s, its quick limit) and bench-kernels (40 -> 35 s: the time
+# it gives ae3d-64's ops) were trimmed.
 STEP_NAMES=()
-declare -A STEP_LIMIT STEP_QUICK STEP_FN STEP_WHAT
+declare -A STEP_LIMIT STEP_QUICK STEP_FN STEP_WHAT STEP_DEMAND
 register() {
     STEP_NAMES+=("$1")
-    STEP_LIMIT[$1]=$2 STEP_QUICK[$1]=$3 STEP_FN[$1]=$4 STEP_WHAT[$1]=$5
+    STEP_LIMIT[$1]=$2 STEP_QUICK[$1]=$3 STEP_FN[$1]=$4 STEP_WHAT[$1]=$5 STEP_DEMAND[$1]=${6:-}
 }
 register libs         5  5 step_libs        "every binary's libraries resolve through the carried library path (ldd)"
 register detect      10 15 step_detect      "voxscale detect --device cuda chooses the GPU"
@@ -45,12 +54,14 @@ register ops         50 35 step_ops         "test_ops_cuda against the CPU ops, 
 register integration 45 40 step_integration "tests/integration/test_cuda.py against the CPU backend"
 register memcheck    35  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
 register racecheck   30  0 step_racecheck   "compute-sanitizer racecheck: the kernels that reduce in shared memory"
-register bench-64    65 35 step_bench_64    "bench step ae3d-64, TF32 on and off, vs PyTorch eager and torch.compile"
-register bench-128   45  0 step_bench_128   "bench step ae3d-128, TF32 on and off, vs PyTorch eager and torch.compile"
-register bench-kernels 40 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
+register amp-64      65 35 step_amp_64      "ae3d-64 bf16: voxscale --compile and eager vs PyTorch autocast eager and torch.compile (issue 12)"
+register amp-128     85  0 step_amp_128     "ae3d-128 bf16: voxscale --compile and eager vs PyTorch autocast eager and torch.compile (issue 12)"
+register bench-64    65  0 step_bench_64    "bench step ae3d-64 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
+register bench-128   45  0 step_bench_128   "bench step ae3d-128 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
+register bench-kernels 35 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
 register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30"
 register bench-scaling 40 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"
-register profile     25 20 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
+register profile     20 20 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
 register nccl        25  0 step_nccl        "NCCL: 1 rank vs none, 2 ranks on the GPU vs 1 (NCCL >= 2.30), ae3d-64's bucket timeline"
 register nccl-unit   20  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit"
 # Every step runs with VX_REQUIRE_GPU=1 where a test could skip: on a GPU machine a skip is a failure.
@@ -79,8 +90,10 @@ while [ $# -gt 0 ]; do
     --results) [ $# -ge 2 ] || die "--results needs a directory"; RESULTS=$2; shift ;;
     --list)
         for n in "${STEP_NAMES[@]}"; do
-            printf '%-12s %4s s  %-9s %s\n' "$n" "${STEP_LIMIT[$n]}" \
-                "$([ "${STEP_QUICK[$n]}" = 0 ] && echo "" || echo "quick ${STEP_QUICK[$n]} s")" "${STEP_WHAT[$n]}"
+            if [ -n "${STEP_DEMAND[$n]}" ]; then kind="on demand"
+            elif [ "${STEP_QUICK[$n]}" = 0 ]; then kind=""
+            else kind="quick ${STEP_QUICK[$n]} s"; fi
+            printf '%-12s %4s s  %-9s %s\n' "$n" "${STEP_LIMIT[$n]}" "$kind" "${STEP_WHAT[$n]}"
         done
         exit 0 ;;
     -h | --help) usage 0 ;;
@@ -145,6 +158,8 @@ for name in "${STEP_NAMES[@]}"; do
     why_not=""
     [ "$limit" = 0 ] && why_not="not in --quick"
     [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]] && why_not="not in --only"
+    [ -z "$why_not" ] && [ -n "${STEP_DEMAND[$name]}" ] && [[ ",$ONLY," != *",$name,"* ]] &&
+        why_not="on demand: ci/gpu.sh --only $name"
     if [ -n "$why_not" ]; then
         printf '%s\tnot run\t0\t%s\t\t%s\t%s\n' "$name" "${STEP_LIMIT[$name]}" "${STEP_WHAT[$name]}" "$why_not" >>"$WORK/steps.tsv"
         continue
@@ -200,7 +215,9 @@ if [ "$(du -b "$outdir/logs.tar.gz" | cut -f1)" -gt $((15 << 20)) ]; then
         logs steps env.json steps.tsv 2>/dev/null
     echo "gpu.sh: the traces were left out of logs.tar.gz to keep it under 15 MiB"
 fi
-for f in "$WORK"/steps/*/side_by_side_*.md; do [ -f "$f" ] && cp "$f" "$outdir/"; done
+for f in "$WORK"/steps/*/side_by_side_*.md "$WORK"/steps/*/amp_*.md "$WORK"/steps/*/amp_*.json; do
+    [ -f "$f" ] && cp "$f" "$outdir/"
+done
 total=$(awk -v a="$T_START" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.0f", b - a}')
 echo "== $(head -1 "$outdir/summary.md" 2>/dev/null | sed 's/^# //'); ${total} s in all; reports in $outdir"
 exit $any_failed

@@ -25,6 +25,7 @@ def main():
     try:
         with open(pt_path) as f:
             runs = [json.loads(l) for l in f if l.startswith("{")]
+        runs = [r for r in runs if r.get("dtype", "fp32") == "fp32"]  # bf16/fp16 runs are amp_table.py's
     except OSError:
         runs = []
     if not runs:
@@ -54,7 +55,8 @@ def main():
     md.append("| peak memory: voxscale | " + " | ".join("%.0f MiB" % vx[t]["peak_memory_mib"] for t in tf32s) + " |")
     for m in modes:
         md.append("| peak memory: PyTorch %s | " % m + " | ".join(
-            "%.0f MiB" % by[(t, m)]["peak_memory_mib"] if (t, m) in by and "peak_memory_mib" in by[(t, m)] else "-"
+            "%.0f MiB" % by[(t, m)]["peak_memory_mib"] if by.get((t, m), {}).get("peak_memory_mib") is not None
+            else "-"
             for t in tf32s) + " |")
     if "compile" in modes:
         md.append("| torch.compile warm-up (compilation) | " + " | ".join(

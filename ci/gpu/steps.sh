@@ -182,12 +182,62 @@ bench_pair() {
     return $rc
 }
 
-step_bench_64() {
-    if [ "$VX_QUICK" = 1 ]; then bench_pair configs/ae3d-64.json 5 2 eager
-    else bench_pair configs/ae3d-64.json 10 3 eager,compile; fi
-}
+# bench-64 and bench-128 are on demand (ci/gpu.sh --only bench-64,bench-128): fp32 is no longer the GPU headline
+step_bench_64() { bench_pair configs/ae3d-64.json 10 3 eager,compile; }
 
 step_bench_128() { bench_pair configs/ae3d-128.json 5 2 eager,compile; }
+
+# amp_pair CONFIG ITERS WARMUP MODES: issue 12's comparison. voxscale bench step --amp bf16 with --compile (the whole
+# step one CUDA graph: the contender) and without (what the graph buys), then the same model in PyTorch as the field
+# runs it (bf16 autocast, channels_last_3d, fused AdamW; MODES: eager and/or torch.compile) at voxscale's batch, in
+# one process given what is left of the step less 5 s (torch.compile of ae3d-128 in bf16 may take 30-60 s; the runs
+# finished before a stop are kept), then ci/gpu/amp_table.py: the table and a verdict per goal. A missed goal is
+# reported in the figure; the step fails only when a run failed or a result is missing.
+amp_pair() {
+    local config=$1 iters=$2 warmup=$3 modes=$4 stem rc=0 v batch left t line flag
+    stem=$(basename "$config" .json)
+    for v in compile eager; do
+        flag=()
+        [ $v = compile ] && flag=(--compile)
+        echo "=== voxscale bench step $stem --amp bf16 ${flag[*]:-(eager)}"
+        "$VX_BIN" bench step --config "$config" --device cuda --amp bf16 "${flag[@]}" \
+            --iters "$iters" --warmup "$warmup" --results "$VX_STEP_DIR/vx-bf16-$v" 2>&1 |
+            tee "$VX_STEP_DIR/voxscale-bf16-$v.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || { rc=1; figure "voxscale bf16 $v: $(tail -1 "$VX_STEP_DIR/voxscale-bf16-$v.log")"; }
+    done
+    # the batch voxscale ran (--compile's result first); PyTorch runs the config's when neither has one
+    batch=$(sed -n 's/.*"batch": \([0-9]*\).*/\1/p' "$VX_STEP_DIR"/vx-bf16-*/*/step_"$stem".json 2>/dev/null | head -1)
+    left=$((VX_STEP_DEADLINE - EPOCHSECONDS - 5))
+    echo "=== PyTorch $stem bf16 autocast, channels_last_3d, fused AdamW ($modes), batch ${batch:-?}, within ${left} s"
+    if [ "$left" -gt 0 ]; then
+        py_orig_timeout "$left" bench/reference/ae3d.py --config "$config" --bench --device cuda --iters "$iters" \
+            --warmup "$warmup" --batch-size "${batch:-0}" --modes "$modes" --dtypes bf16 --channels-last \
+            >"$VX_STEP_DIR/pytorch_amp_$stem.jsonl"
+        t=$?
+        [ $t = 0 ] || { rc=1; [ $t = 124 ] && echo "PyTorch stopped after ${left} s, before the step's time limit"; }
+        cat "$VX_STEP_DIR/pytorch_amp_$stem.jsonl"
+    else
+        rc=1
+    fi
+    if line=$($VX_PYTHON ci/gpu/amp_table.py --out "$VX_STEP_DIR/amp_$stem.md" --json "$VX_STEP_DIR/amp_$stem.json" \
+        --dtype bf16 --modes "$modes" "$VX_STEP_DIR/pytorch_amp_$stem.jsonl" \
+        "$VX_STEP_DIR"/vx-bf16-*/*/step_"$stem".json); then
+        figure "$line"
+    else
+        figure "${line:-no amp table}"
+        rc=1
+    fi
+    [ -f "$VX_STEP_DIR/amp_$stem.md" ] && cat "$VX_STEP_DIR/amp_$stem.md"
+    return $rc
+}
+
+# --quick: PyTorch eager only (its torch.compile alone would take most of the quick run), 5 steps after 2
+step_amp_64() {
+    if [ "$VX_QUICK" = 1 ]; then amp_pair configs/ae3d-64.json 5 2 eager
+    else amp_pair configs/ae3d-64.json 10 3 eager,compile; fi
+}
+
+step_amp_128() { amp_pair configs/ae3d-128.json 5 2 eager,compile; }
 
 # bench kernels on the GPU: every op checked against its float64 reference, then timed against the cuBLAS SGEMM and
 # device-to-device copy ceilings measured in the same run. First the default config, for the regression gate
