@@ -29,8 +29,10 @@ cd "$(dirname "$0")/.." || exit 2
 # the first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 540 s, 9 minutes (the
 # device tool allows 10 a call); --quick at most 150 + 25 + 5 s, 3 minutes; the on-demand fp32 comparisons
 # (--only bench-64,bench-128) 110 + 30 s (a step killed at its limit may take 3 s more to die). The times they
-# should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 23 x
-# ~1.5 s, integration ~40 s, memcheck ~40 s, racecheck ~20 s, amp-64 ~50 s (voxscale bf16 --compile and eager,
+# should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 33 x
+# ~1.5 s (24 op tests of the table in three types, 9 backend tests), integration ~60 s (about 25 short runs:
+# fp32 against the CPU, bf16 and fp16 curves, loss scaling, graphs against eager), memcheck ~40 s, racecheck
+# ~20 s, amp-64 ~50 s (voxscale bf16 --compile and eager,
 # 2 x ~5 s; PyTorch import ~5 s, bf16 eager ~2 s, torch.compile 20-40 s), amp-128 ~65 s (voxscale 2 x ~7 s; PyTorch
 # import ~5 s, eager ~3 s, torch.compile of ae3d-128 in bf16 30-60 s), bench-kernels ~30 s (the default config's
 # ops, its gate, then ae3d-64's ops in what is left), profile ~10 s: some 5.5 minutes. amp-* and bench-* give
@@ -40,7 +42,9 @@ cd "$(dirname "$0")/.." || exit 2
 # Issue 12 made voxscale bf16 + --compile against PyTorch bf16 the GPU headline (amp-64, amp-128, in the full and
 # the quick run); the fp32 comparisons (TF32 on and off, eager and torch.compile: bench-64 ~60 s, bench-128 ~50 s)
 # went on demand to make room, and profile (25 -> 20 s, its quick limit) and bench-kernels (40 -> 35 s: the time
-# it gives ae3d-64's ops) were trimmed.
+# it gives ae3d-64's ops) were trimmed; the mixed-precision and graph tests of test_cuda.py took integration from 45
+# to 70 s, paid by bench-scaling (40 -> 30: one rank's timeline), racecheck (30 -> 25), bench-allreduce (20 -> 15)
+# and profile (20 -> 15 s in the full run).
 STEP_NAMES=()
 declare -A STEP_LIMIT STEP_QUICK STEP_FN STEP_WHAT STEP_DEMAND
 register() {
@@ -50,18 +54,18 @@ register() {
 register libs         5  5 step_libs        "every binary's libraries resolve through the carried library path (ldd)"
 register detect      10 15 step_detect      "voxscale detect --device cuda chooses the GPU"
 register unit        25  0 step_unit        "cuDNN descriptors against this cuDNN; live CUPTI records"
-register ops         50 35 step_ops         "test_ops_cuda against the CPU ops, one test per process"
-register integration 45 40 step_integration "tests/integration/test_cuda.py against the CPU backend"
+register ops         50 35 step_ops         "the op table in f32/bf16/fp16 against float64, the CUDA backend's tests, one per process"
+register integration 70 40 step_integration "tests/integration/test_cuda.py: fp32 against the CPU, bf16/fp16, graphs"
 register memcheck    35  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
-register racecheck   30  0 step_racecheck   "compute-sanitizer racecheck: the kernels that reduce in shared memory"
+register racecheck   25  0 step_racecheck   "compute-sanitizer racecheck: the kernels that reduce in shared memory"
 register amp-64      65 35 step_amp_64      "ae3d-64 bf16: voxscale --compile and eager vs PyTorch autocast eager and torch.compile (issue 12)"
 register amp-128     85  0 step_amp_128     "ae3d-128 bf16: voxscale --compile and eager vs PyTorch autocast eager and torch.compile (issue 12)"
 register bench-64    65  0 step_bench_64    "bench step ae3d-64 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
 register bench-128   45  0 step_bench_128   "bench step ae3d-128 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
 register bench-kernels 35 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
-register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30"
-register bench-scaling 40 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"
-register profile     20 20 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
+register bench-allreduce 15 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30"
+register bench-scaling 30 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"
+register profile     15 20 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
 register nccl        25  0 step_nccl        "NCCL: 1 rank vs none, 2 ranks on the GPU vs 1 (NCCL >= 2.30), ae3d-64's bucket timeline"
 register nccl-unit   20  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit"
 # Every step runs with VX_REQUIRE_GPU=1 where a test could skip: on a GPU machine a skip is a failure.

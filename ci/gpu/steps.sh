@@ -71,24 +71,30 @@ step_unit() {
     return $rc
 }
 
-# test_ops_cuda, one test per process: a fatal CUDA error in one cannot hide the others
+# the op table on the GPU (test_backend_ops' cuda_* tests: every op in float32, bf16 and fp16 against float64) and
+# the CUDA backend's own tests (test_cuda_backend: streams, events, graphs, determinism), one test per process: a
+# fatal CUDA error in one cannot hide the others
 step_ops() {
-    local names n pass=0 failed=()
-    names=$("$VX_TESTS/test_ops_cuda" --list) || return 1
-    for n in $names; do
-        echo "=== $n"
-        # --foreground: the step's own limit can still stop it (no process group of its own)
-        if VX_REQUIRE_GPU=1 VX_CUDA_SYNC=1 VX_CONV_LOG=1 timeout --foreground -k 3 "${VX_OPS_TEST_LIMIT:-30}" \
-            "$VX_TESTS/test_ops_cuda" "$n" >"$VX_STEP_DIR/$n.log" 2>&1; then
-            pass=$((pass + 1))
-        else
-            failed+=("$n")
-        fi
-        cat "$VX_STEP_DIR/$n.log"
+    local names n bin pass=0 failed=() total=0
+    for bin in test_backend_ops test_cuda_backend; do
+        names=$("$VX_TESTS/$bin" --list) || return 1
+        [ $bin = test_backend_ops ] && names=$(grep '^cuda_' <<<"$names")
+        for n in $names; do
+            echo "=== $bin $n"
+            total=$((total + 1))
+            # --foreground: the step's own limit can still stop it (no process group of its own)
+            if VX_REQUIRE_GPU=1 VX_CUDA_SYNC=1 VX_CONV_LOG=1 timeout --foreground -k 3 "${VX_OPS_TEST_LIMIT:-30}" \
+                "$VX_TESTS/$bin" "$n" >"$VX_STEP_DIR/$n.log" 2>&1; then
+                pass=$((pass + 1))
+            else
+                failed+=("$n")
+            fi
+            cat "$VX_STEP_DIR/$n.log"
+        done
     done
     local shown="${failed[*]:0:5}"
     [ ${#failed[@]} -gt 5 ] && shown+=" and $((${#failed[@]} - 5)) more"
-    figure "$pass/$(wc -w <<<"$names") tests passed${failed:+; failed: $shown}"
+    figure "$pass/$total tests passed${failed:+; failed: $shown}"
     [ ${#failed[@]} -eq 0 ]
 }
 
@@ -118,9 +124,12 @@ sanitizer_summary() { grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -1 |
 step_memcheck() {
     local cs rc=0
     cs=$(sanitizer) || return 1
-    echo "=== memcheck: the op tests"
-    VX_REQUIRE_GPU=1 "$cs" --tool memcheck --leak-check full --error-exitcode 90 "$VX_TESTS/test_ops_cuda" \
-        >"$VX_STEP_DIR/ops.log" 2>&1 || rc=1
+    echo "=== memcheck: the op cases (float32 and bf16: the 4- and 2-byte access paths; the small cases) and the
+=== backend's tests"
+    VX_REQUIRE_GPU=1 VX_OP_TYPES=f32,bf16 VX_OP_SMALL=1 "$cs" --tool memcheck --leak-check full --error-exitcode 90 \
+        "$VX_TESTS/test_backend_ops" 'cuda_*' >"$VX_STEP_DIR/ops.log" 2>&1 || rc=1
+    VX_REQUIRE_GPU=1 "$cs" --tool memcheck --leak-check full --error-exitcode 90 "$VX_TESTS/test_cuda_backend" \
+        >>"$VX_STEP_DIR/ops.log" 2>&1 || rc=1
     cat "$VX_STEP_DIR/ops.log"
     echo "=== memcheck: three training steps"
     "$cs" --tool memcheck --leak-check full --error-exitcode 90 "$VX_BIN" train --config configs/test/small.json \
@@ -131,13 +140,14 @@ step_memcheck() {
     return $rc
 }
 
-# racecheck on the tests of our kernels that reduce through shared memory: GroupNorm statistics and gradients,
-# the losses, sumsq, the KL term, the conv bias gradient (in every conv test; k3s1 is the smallest)
+# racecheck on the ops of our kernels that reduce through shared memory: GroupNorm statistics and gradients, the
+# losses, sumsq, the KL term, the conv bias gradient (in backward-filter); float32, the small cases
 step_racecheck() {
     local cs rc=0
     cs=$(sanitizer) || return 1
-    VX_REQUIRE_GPU=1 "$cs" --tool racecheck --error-exitcode 90 "$VX_TESTS/test_ops_cuda" \
-        'test_groupnorm_*' test_loss test_sumsq test_latent test_conv_k3s1 >"$VX_STEP_DIR/racecheck.log" 2>&1 || rc=1
+    VX_REQUIRE_GPU=1 VX_OP_TYPES=f32 VX_OP_SMALL=1 "$cs" --tool racecheck --error-exitcode 90 \
+        "$VX_TESTS/test_backend_ops" 'cuda_groupnorm_*' 'cuda_recon_loss_*' cuda_sumsq cuda_latent_forward \
+        cuda_conv3d_backward_filter >"$VX_STEP_DIR/racecheck.log" 2>&1 || rc=1
     cat "$VX_STEP_DIR/racecheck.log"
     figure "$(sanitizer_summary "$VX_STEP_DIR/racecheck.log")"
     return $rc
@@ -151,7 +161,7 @@ bench_pair() {
     stem=$(basename "$config" .json)
     for t in 1 0; do
         echo "=== voxscale bench step $stem, TF32 $t"
-        "$VX_BIN" bench step --config "$config" --device cuda --iters "$iters" --warmup "$warmup" \
+        "$VX_BIN" bench step --config "$config" --device cuda --iters "$iters" --warmup "$warmup" --amp off \
             --set train.tf32=$t --results "$VX_STEP_DIR/tf32-$t" 2>&1 | tee "$VX_STEP_DIR/voxscale-tf32-$t.log"
         [ "${PIPESTATUS[0]}" = 0 ] || { rc=1; figure "voxscale TF32 $t: $(tail -1 "$VX_STEP_DIR/voxscale-tf32-$t.log")"; }
     done

@@ -5,7 +5,9 @@
  * overwrites start as NaN; beta-1 outputs start with values of their own and must end as those plus the result.
  * One cmocka test per (backend, op) keeps the report short and names what failed; every failing case is printed.
  * `test_backend_ops --list` prints the test names, `test_backend_ops PATTERN...` runs those matching a shell pattern
- * (ci/gpu.sh runs the CUDA ones one per process). With VX_REQUIRE_GPU=1 a missing GPU is a failure, not a note. */
+ * (ci/gpu.sh runs the CUDA ones one per process). With VX_REQUIRE_GPU=1 a missing GPU is a failure, not a skip.
+ * For the sanitizers (compute-sanitizer runs 10-100x slower): VX_OP_TYPES=f32,bf16 keeps those storage types,
+ * VX_OP_SMALL=1 the cases small enough for the host emulation. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,16 +28,29 @@ typedef struct {
     int op;
 } Target;
 
+/* VX_OP_TYPES (a comma list of dtype names) allows dt; unset: every type */
+static int type_wanted(DType dt) {
+    const char *e = getenv("VX_OP_TYPES");
+    if (!e || !*e) return 1;
+    const char *name = dtype_name(dt);
+    const size_t n = strlen(name);
+    for (const char *p = e; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ','))
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
 /* Runs every case of op t->op on backend t->be in each storage type it supports; fails when one case does. */
 static void run_op(void **state) {
     const Target *t = *state;
     int n_cases, n_ops, failed = 0, run = 0;
     const OpTestCase *cases = op_test_cases(&n_cases);
     const KernelOp *ops = kernel_ops(&n_ops);
+    const char *small = getenv("VX_OP_SMALL");
     for (int c = 0; c < n_cases; c++) {
         if (kernel_op_find(cases[c].op) != t->op) continue;
+        if (small && strcmp(small, "1") == 0 && !cases[c].emu) continue;
         for (int dt = 0; dt < DT_COUNT; dt++) {
-            if (!t->be->supports(ops[t->op].bop, (DType)dt)) continue;
+            if (!t->be->supports(ops[t->op].bop, (DType)dt) || !type_wanted((DType)dt)) continue;
             KernelCase k = cases[c].k;
             k.dtype = (DType)dt;
             kernel_case_setup(&k, cases[c].op, t->be);
