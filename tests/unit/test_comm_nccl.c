@@ -19,7 +19,6 @@
 #include <stdint.h>
 
 #include <cmocka.h>
-#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +26,7 @@
 #include "backend.h"
 #include "dist/comm.h"
 #include "require_gpu.h"
+#include "test_select.h"
 
 #ifdef VX_NCCL
 #include <cuda_runtime.h>
@@ -458,21 +458,10 @@ static int run_comm_tests(int argc, char **argv) {
         TMP_TEST(test_two_ranks),                    TMP_TEST(test_two_ranks_missing_peer),
     };
     const size_t n_all = sizeof all / sizeof all[0];
-    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
-        for (size_t i = 0; i < n_all; i++) printf("%s\n", all[i].name);
-        return 0;
-    }
     struct CMUnitTest chosen[sizeof all / sizeof all[0]];
-    size_t n = 0;
-    for (size_t i = 0; i < n_all; i++) {
-        int match = argc < 2;
-        for (int a = 1; a < argc && !match; a++) match = fnmatch(argv[a], all[i].name, 0) == 0;
-        if (match) chosen[n++] = all[i];
-    }
-    if (n == 0) {
-        fprintf(stderr, "test_comm_nccl: no test matches the given patterns; --list prints the names\n");
-        return 2;
-    }
+    size_t n;
+    const int done = select_tests("test_comm_nccl", argc, argv, all, n_all, chosen, &n);
+    if (done >= 0) return done;
     gpu = backend_cuda();
     const int failed = _cmocka_run_group_tests("test_comm_nccl", chosen, n, open_comm, close_comm);
     backend_cuda_shutdown();

@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include <cmocka.h>
-#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 
 #include "backend.h"
 #include "require_gpu.h"
+#include "test_select.h"
 #ifdef VX_CUDA
 #include <cuda_runtime.h> /* a second stream, as the NCCL communicator has, for the cross-stream events */
 #endif
@@ -436,21 +436,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_deterministic),
     };
     const size_t n_all = sizeof all / sizeof all[0];
-    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
-        for (size_t i = 0; i < n_all; i++) printf("%s\n", all[i].name);
-        return 0;
-    }
     struct CMUnitTest chosen[sizeof all / sizeof all[0]];
-    size_t n = 0;
-    for (size_t i = 0; i < n_all; i++) {
-        int match = argc < 2;
-        for (int a = 1; a < argc && !match; a++) match = fnmatch(argv[a], all[i].name, 0) == 0;
-        if (match) chosen[n++] = all[i];
-    }
-    if (n == 0) {
-        fprintf(stderr, "test_cuda_backend: no test matches the given patterns; --list prints the names\n");
-        return 2;
-    }
+    size_t n;
+    const int done = select_tests("test_cuda_backend", argc, argv, all, n_all, chosen, &n);
+    if (done >= 0) return done;
 
     set_options(0, 0); /* TF32 off: the comparisons need float32 accuracy */
     char reason[256];
