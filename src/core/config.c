@@ -87,8 +87,9 @@ static const KeySpec SCHEMA[] = {
     {"train", "loss_scale_growth_interval", T_INT, OFF(loss_scale_growth_interval), 1, 1e9, NULL, "2000",
      "finite steps in a row after which the loss scale doubles"},
     {"train", "compile", T_INT, OFF(compile), 0, 1, NULL, "0",
-     "1 = capture the whole training step (forward, loss, backward, clipping, AdamW) in a CUDA Graph and replay it "
-     "(--compile; GPU only, the CPU runs the same step eagerly); losses are read back one step late"},
+     "1 = capture the training step in CUDA Graphs on its second use and replay them (--compile): one per kind of "
+     "micro-batch (forward, loss, backward) and one for clipping and AdamW; losses are read back one step late. "
+     "The CPU, and runs of more than one rank (NCCL is not captured yet), run the same step eagerly"},
     {"train", "stages", T_STAGES, OFF(stages), 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
      "train.steps is then their sum"},
