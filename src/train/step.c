@@ -28,7 +28,9 @@ struct Stepper {
     Comm *comm;
     Buckets *buckets;
     OptimConfig ocfg;
-    int accum, world, use_graphs, phases, graphs_asked, said;
+    int accum, world, phases, said;
+    int graphs_asked; /* --compile and graphs possible here (a backend that captures, one rank) */
+    int use_graphs;   /* graphs_asked, unless the phases are timed or a capture failed */
     StepDev *dev;
     StepDev *host[2]; /* pinned: the outcome of the steps of each parity */
     void *landed[2];  /* events recorded after each copy back */
@@ -115,12 +117,13 @@ Stepper *stepper_create(Model *m, const Config *cfg, Comm *comm, Buckets *bucket
     StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}};
     s->be->copy_to_device(s->dev, &init, sizeof init);
     stepper_set_model(s, m, buckets);
-    s->use_graphs = s->graphs_asked = cfg->compile && s->be->graph_capture_begin != NULL;
-    if (cfg->compile && s->be->graph_capture_begin && buckets) {
-        s->use_graphs = 0;
+    s->graphs_asked = cfg->compile && s->be->graph_capture_begin != NULL;
+    if (s->graphs_asked && buckets) {
+        s->graphs_asked = 0; /* for good: stepper_time_phases(s, 0) must not turn them on either */
         vx_log("compile: %d ranks: the gradient buckets' all-reduces are not captured yet, so the step runs eagerly\n",
                comm->world);
     }
+    s->use_graphs = s->graphs_asked;
     return s;
 }
 
