@@ -88,9 +88,7 @@ int hw_plan(const Config *cfg, const Backend *be, const HwPlanDevice *dev, int r
         }
     }
     out->checkpoint_activations = c.checkpoint_activations;
-    if (G > 0 && cfg->batch_size == 0) {
-        out->accum = share / out->batch; /* the batch divides the share */
-    } else if (G > 0) {
+    if (G > 0) { /* (a chosen batch divides the share: only a given one can fail here) */
         if (share % out->batch) {
             snprintf(why, why_len, "train.global_batch = %d is not a multiple of %d ranks x batch size %d", G,
                      out->ranks, out->batch);
@@ -112,18 +110,22 @@ void hw_plan_apply(const HwPlan *p, Config *cfg) {
 }
 
 void hw_plan_describe(const HwPlan *p, const HwPlanDevice *dev, const Config *cfg, char *out, size_t len) {
-    char prec[160];
+    char prec[160], ckpt[80];
     if (p->precision == DT_F32) snprintf(prec, sizeof prec, "float32");
     else if (strcmp(cfg->precision, "auto") == 0)
         snprintf(prec, sizeof prec, "%s mixed precision (compute capability %d.%d: %s)", dtype_name(p->precision),
                  dev->cc_major, dev->cc_minor, dev->cc_major >= 8 ? "bf16 tensor cores" : "fp16, no bf16 below 8.0");
     else snprintf(prec, sizeof prec, "%s mixed precision (train.precision)", dtype_name(p->precision));
+    /* switched on: an automatic batch when not even batch 1 fit without it, a given batch when that batch did not */
+    if (p->checkpoint_switched_on)
+        snprintf(ckpt, sizeof ckpt, "on (batch %d does not fit without it)", cfg->batch_size > 0 ? p->batch : 1);
+    else snprintf(ckpt, sizeof ckpt, "%s", p->checkpoint_activations ? "on" : "off");
     snprintf(out, len,
              "plan: %s; batch %d per %s x %d %s x %d accumulation = %d samples per step%s; activation checkpointing "
              "%s; batch %d plans %.2f GiB of the %.2f GiB budget (%.0f%% of %.2f GiB %s)",
              prec, p->batch, dev->gpu ? "GPU" : "rank", p->ranks, dev->gpu ? "GPU(s)" : "rank(s)", p->accum,
              p->global_batch, cfg->global_batch > 0 ? " (train.global_batch)" : "",
-             p->checkpoint_switched_on ? "on (batch 1 does not fit without it)" : p->checkpoint_activations ? "on" : "off",
+             ckpt,
              p->batch, p->need_bytes / 1073741824.0, p->budget_bytes / 1073741824.0, 100 * HW_MEMORY_SHARE,
              dev->available / 1073741824.0, dev->gpu ? "free" : "available");
 }
