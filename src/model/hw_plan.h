@@ -43,5 +43,6 @@ int hw_plan(const Config *cfg, const Backend *be, const HwPlanDevice *dev, int r
             size_t why_len);
 /* Writes the plan into cfg: batch_size, grad_accum, precision, checkpoint_activations. */
 void hw_plan_apply(const HwPlan *p, Config *cfg);
-/* One line: "plan: bf16 mixed precision (...); batch ..." */
+/* One line: "plan: bf16 mixed precision (...); batch ..."; cfg as given to hw_plan (it says what was asked: auto
+ * precision, an automatic batch, a global batch) */
 void hw_plan_describe(const HwPlan *p, const HwPlanDevice *dev, const Config *cfg, char *out, size_t len);

@@ -36,15 +36,19 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
     int threads = cfg->threads;
     if (threads == 0 && threads_share > 1) threads = rt->hw.cores / threads_share > 1 ? rt->hw.cores / threads_share : 1;
     if (strcmp(rt->be->name, "cpu") == 0) backend_cpu_set_threads(threads);
+    /* the plan decides train.precision auto and an automatic batch itself, and says which it decided: it gets the
+     * config as asked. Resolving the precision first refuses a 16-bit type the backend cannot run, with the device's
+     * reason; where the two choose (auto), they agree on every device this build runs on (the CPU, sm_80 and newer) */
+    const Config asked = *cfg;
     runtime_resolve_precision(cfg, rt->be, rt->device_reason);
     rt->dev = hw_plan_device(&rt->hw, rt->be);
     char why[400];
     const int automatic = cfg->batch_size == 0;
-    if (hw_plan(cfg, rt->be, &rt->dev, world, &rt->plan, why, sizeof why)) {
+    if (hw_plan(&asked, rt->be, &rt->dev, world, &rt->plan, why, sizeof why)) {
         hw_plan_apply(&rt->plan, cfg);
         if (verbose) {
             char line[700];
-            hw_plan_describe(&rt->plan, &rt->dev, cfg, line, sizeof line);
+            hw_plan_describe(&rt->plan, &rt->dev, &asked, line, sizeof line);
             vx_log("%s%s\n", line, automatic ? " (train.batch_size 0: the largest power of two that fits)" : "");
         }
     } else if (automatic) {

@@ -173,6 +173,14 @@ def test_gpu_trace_kernels_add_up_to_the_step_time(tmp_path):
         assert r["fraction"] >= 0.5, r
 
 
+def test_detect_plans_bf16_by_compute_capability():
+    """precision auto on a GPU: the plan chooses bf16 and says it chose by compute capability."""
+    p = run("detect", "--device", "cuda", "--config", "configs/default.json")
+    [plan] = [line for line in p.stdout.splitlines() if line.startswith("plan: ")]
+    assert plan.startswith("plan: bf16 mixed precision (compute capability "), plan
+    assert "bf16 tensor cores" in plan, plan
+
+
 def test_one_bf16_step_is_close_to_the_cpu(tmp_path):
     cm, cd = probe(tmp_path, "cpu", "configs/test/probe.json")
     prefix = tmp_path / "probe_bf16"

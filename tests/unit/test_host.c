@@ -203,6 +203,16 @@ static void test_hardware_plan_on_simulated_gpus(void **state) {
     const HwPlanDevice t4 = {.gpu = 1, .cc_major = 7, .cc_minor = 5, .available = 16 * GiB, .cap = 64};
     assert_true(hw_plan(&cfg, &be, &t4, 1, &c, why, sizeof why));
     assert_int_equal(c.precision, DT_F16);
+    /* the plan's line says why: auto chose by compute capability; an explicit type is the config's */
+    char line[700];
+    hw_plan_describe(&b, &h100, &cfg, line, sizeof line);
+    assert_non_null(strstr(line, "plan: bf16 mixed precision (compute capability 9.0: bf16 tensor cores); batch "));
+    hw_plan_describe(&c, &t4, &cfg, line, sizeof line);
+    assert_non_null(strstr(line, "plan: f16 mixed precision (compute capability 7.5: fp16, no bf16 below 8.0)"));
+    Config asked_bf16 = cfg;
+    snprintf(asked_bf16.precision, sizeof asked_bf16.precision, "bf16");
+    hw_plan_describe(&b, &h100, &asked_bf16, line, sizeof line);
+    assert_non_null(strstr(line, "plan: bf16 mixed precision (train.precision); "));
     /* a global batch of 64 on 4 of the 24 GB GPUs: the batch divides 16 per rank, accumulation makes up the rest */
     Config g = cfg;
     g.global_batch = 64;
@@ -227,12 +237,25 @@ static void test_hardware_plan_switches_checkpointing_on_only_when_needed(void *
                               .cap = 64};
     HwPlan p;
     char why[400];
+    char line[700];
     assert_true(hw_plan(&cfg, &be, &dev, 1, &p, why, sizeof why));
     assert_int_equal(p.batch, 1);
     assert_true(p.checkpoint_activations && p.checkpoint_switched_on);
+    hw_plan_describe(&p, &dev, &cfg, line, sizeof line);
+    assert_non_null(strstr(line, "activation checkpointing on (batch 1 does not fit without it)"));
     cfg.batch_size = 1; /* given, and fitting only with checkpointing */
     assert_true(hw_plan(&cfg, &be, &dev, 1, &p, why, sizeof why));
     assert_true(p.checkpoint_activations && p.checkpoint_switched_on);
+    /* a given batch 2 that fits only with it: the line names that batch */
+    const size_t plain2 = plan_bytes(&cfg, &be, 2, DT_BF16, 0), ckpt2 = plan_bytes(&cfg, &be, 2, DT_BF16, 1);
+    const HwPlanDevice dev2 = {.gpu = 1, .cc_major = 9, .available = (size_t)((plain2 + ckpt2) / 2 / HW_MEMORY_SHARE),
+                               .cap = 64};
+    cfg.batch_size = 2;
+    assert_true(hw_plan(&cfg, &be, &dev2, 1, &p, why, sizeof why));
+    assert_true(p.checkpoint_activations && p.checkpoint_switched_on);
+    hw_plan_describe(&p, &dev2, &cfg, line, sizeof line);
+    assert_non_null(strstr(line, "activation checkpointing on (batch 2 does not fit without it)"));
+    cfg.batch_size = 1;
     const HwPlanDevice roomy = {.gpu = 1, .cc_major = 9, .available = 2 * plain, .cap = 64};
     assert_true(hw_plan(&cfg, &be, &roomy, 1, &p, why, sizeof why));
     assert_int_equal(p.checkpoint_activations, 0);
