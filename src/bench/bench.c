@@ -51,15 +51,12 @@ static Ceiling measure_ceiling(const Runtime *rt, const Config *cfg) {
 
 /* PHASE_STEPS eager steps timed phase by phase: the medians of forward, backward and optimizer (ms) */
 enum { PHASE_STEPS = 3 };
-static void time_phases(Stepper *st, int64_t *step, int batch, double out[3]) {
+static void time_phases(Stepper *st, int64_t *step, double out[3]) {
     double f[PHASE_STEPS], b[PHASE_STEPS], o[PHASE_STEPS];
     stepper_time_phases(st, 1);
     for (int i = 0; i < PHASE_STEPS; i++) {
         StepOutcome r;
-        stepper_begin(st, ++*step);
-        stepper_micro(st, 0, (*step - 1) * (int64_t)batch);
-        stepper_end(st, 1e-4, 0);
-        stepper_collect(st, &r);
+        stepper_one(st, ++*step, 1e-4, &r);
         f[i] = r.forward_ms, b[i] = r.backward_ms, o[i] = r.optimizer_ms;
     }
     stepper_time_phases(st, 0);
@@ -88,10 +85,7 @@ static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
     m->node_hook = record_layer, m->node_hook_ctx = &l;
     stepper_time_phases(st, 1);
     StepOutcome r;
-    stepper_begin(st, ++*step);
-    stepper_micro(st, 0, (*step - 1) * (int64_t)m->batch);
-    stepper_end(st, 1e-4, 0);
-    stepper_collect(st, &r);
+    stepper_one(st, ++*step, 1e-4, &r);
     stepper_time_phases(st, 0);
     m->node_hook = NULL;
     out->conv_ms = out->other_ms = 0;
@@ -139,16 +133,13 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     int64_t step = 0;
     for (int i = -warmup; i < iters; i++) {
         StepOutcome r;
-        stepper_begin(st, ++step);
-        stepper_micro(st, 0, (step - 1) * (int64_t)m->batch); /* fresh noise per step, as in training */
-        stepper_end(st, 1e-4, 0);
-        stepper_collect(st, &r); /* each step alone, as PyTorch's reference times its steps */
+        stepper_one(st, ++step, 1e-4, &r); /* each step alone, as PyTorch's reference times its steps */
         if (i >= 0) t[i] = r.ms * 1e-3;
         vx_log("%s %d: %.2f ms\n", i < 0 ? "warm-up" : "step", i < 0 ? i + warmup + 1 : i + 1, r.ms);
     }
     const int graphs = stepper_graphs(st);
     double phase[3];
-    time_phases(st, &step, m->batch, phase);
+    time_phases(st, &step, phase);
     vx_log("phases (eager): forward %.2f ms, backward %.2f ms, optimizer %.2f ms\n", phase[0], phase[1], phase[2]);
     LayerTimes lt;
     time_layers(st, m, &step, &lt);

@@ -103,11 +103,8 @@ static Timeline measure_timeline(const Config *base, int batch, int threads) {
     for (int s = -WARM; s < STEPS; s++) {
         const int64_t step1 = s + WARM + 1;
         StepOutcome out;
-        stepper_begin(st, step1);
-        const double t0 = now_s(); /* the CPU's ops are synchronous: backward starts forward_ms after this */
-        stepper_micro(st, 0, (step1 - 1) * (int64_t)batch);
-        stepper_end(st, 1e-4, 0);
-        stepper_collect(st, &out);
+        const double t0 = now_s(); /* the CPU's ops are synchronous: backward starts about forward_ms after this */
+        stepper_one(st, step1, 1e-4, &out);
         if (s < 0) continue;
         f[s] = out.forward_ms * 1e-3, b[s] = out.backward_ms * 1e-3, o[s] = out.optimizer_ms * 1e-3;
         const double t1 = t0 + out.forward_ms * 1e-3;

@@ -215,6 +215,14 @@ void stepper_end(Stepper *s, double lr, int stop_request) {
     s->pending++;
 }
 
+void stepper_one(Stepper *s, int64_t step1, double lr, StepOutcome *out) {
+    if (s->pending) vx_fatal("stepper_one with %d steps not collected", s->pending);
+    stepper_begin(s, step1);
+    stepper_micro(s, 0, (step1 - 1) * (int64_t)s->m->batch);
+    stepper_end(s, lr, 0);
+    stepper_collect(s, out);
+}
+
 int stepper_pending(const Stepper *s) { return s->pending; }
 
 void stepper_collect(Stepper *s, StepOutcome *out) {

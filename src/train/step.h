@@ -61,6 +61,9 @@ void stepper_begin(Stepper *s, int64_t step1);
 void stepper_micro(Stepper *s, int micro, int64_t first_sample);
 /* The optimizer at learning rate lr; stop_request: this rank wants to stop after this step. */
 void stepper_end(Stepper *s, double lr, int stop_request);
+/* The benchmarks' step: begin, one micro-batch whose first volume is sample (step1 - 1) x the model's batch (fresh
+ * noise each step), end at lr, collect (nothing else may be pending). */
+void stepper_one(Stepper *s, int64_t step1, double lr, StepOutcome *out);
 /* Steps ended but not collected (0, 1 or 2). */
 int stepper_pending(const Stepper *s);
 /* Waits for the oldest pending step and returns its outcome. */
