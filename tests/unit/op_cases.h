@@ -19,3 +19,6 @@ typedef struct {
 const OpTestCase *op_test_cases(int *n);
 /* "op dtype shape beta offset": a case's name in failure messages. */
 void op_test_case_name(const OpTestCase *c, DType dt, char *out, size_t len);
+/* Runs case c (index: its seed) in storage type dt on be through kernel_check_case at the op's tolerance (TF32
+ * off). Returns 1 when it passed; else 0 with "name on backend: error E > T: detail" in why. */
+int op_test_case_check(const OpTestCase *c, int index, DType dt, const Backend *be, char *why, size_t why_len);
