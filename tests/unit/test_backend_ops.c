@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "op_cases.h"
+#include "require_gpu.h"
 
 typedef struct {
     const Backend *be;
@@ -79,9 +80,8 @@ int main(int argc, char **argv) {
     const Backend *backends[2] = {backend_cpu(), NULL};
     if (backend_cuda_init(0, why, sizeof why)) backends[1] = backend_cuda();
     else if (!listed) {
-        const char *req = getenv("VX_REQUIRE_GPU");
-        if (req && strcmp(req, "1") == 0) {
-            printf("FAILED: no CUDA device (%s) and VX_REQUIRE_GPU=1\n", why);
+        if (vx_require_gpu()) {
+            printf("FAILED: no CUDA device (%s), and VX_REQUIRE_GPU=1 turns the skip into a failure\n", why);
             return 1;
         }
         printf("skipped: the CUDA backend's op cases: no CUDA device (%s); the CPU's run\n", why);
