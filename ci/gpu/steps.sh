@@ -340,7 +340,8 @@ PY
 }
 
 # NCCL on this one GPU. One rank through the NCCL communicator (VX_COMM=nccl: buckets, stream ordering, the
-# watchdog) must train what the run without a communicator trains (a one-rank all-reduce copies); where the loaded
+# watchdog) must train what the run without a communicator trains (a one-rank all-reduce copies), with --compile
+# (the all-reduces captured in the graphs) what it trains eagerly; where the loaded
 # NCCL is 2.30 or newer, two ranks sharing the GPU (NCCL_MULTI_RANK_GPU_ENABLE=1) must train what one rank trains at
 # the same global batch; then the bucket timeline of ae3d-64 (bench/bucket_timeline.py on its trace), the measured
 # input of the scaling projection. Deterministic algorithms, so that differences are summation order only.
@@ -365,10 +366,18 @@ sys.exit(0 if err <= 1e-5 else 1)
 PY
     }
     figure "$(compare nccl1 none '1 rank NCCL vs none')" || rc=1
+    # --compile: the bucket and loss all-reduces captured in the graphs must give the eager NCCL run's curve
+    VX_COMM=nccl "$VX_BIN" train "${common[@]}" --compile --out "$VX_STEP_DIR/nccl1c" >"$VX_STEP_DIR/nccl1c.log" 2>&1 ||
+        { cat "$VX_STEP_DIR/nccl1c.log"; rc=1; }
+    grep -q 'the all-reduces in them' "$VX_STEP_DIR/nccl1c.log" || { echo "nccl1c: no replay of captured all-reduces"; rc=1; }
+    figure "$(compare nccl1c nccl1 '1 rank NCCL --compile (all-reduces captured) vs eager')" || rc=1
     if [ -n "$version" ] && [ "$version" -ge 23000 ]; then
         NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_NVLS_ENABLE=0 "$VX_BIN" train "${common[@]}" --gpus 2 --out "$VX_STEP_DIR/nccl2" \
             >"$VX_STEP_DIR/nccl2.log" 2>&1 || { cat "$VX_STEP_DIR/nccl2.log"; rc=1; }
         figure "$(compare nccl2 none '2 ranks on 1 GPU vs 1 rank')" || rc=1
+        NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_NVLS_ENABLE=0 "$VX_BIN" train "${common[@]}" --gpus 2 --compile \
+            --out "$VX_STEP_DIR/nccl2c" >"$VX_STEP_DIR/nccl2c.log" 2>&1 || { cat "$VX_STEP_DIR/nccl2c.log"; rc=1; }
+        figure "$(compare nccl2c nccl2 '2 ranks on 1 GPU --compile vs eager')" || rc=1
     else
         figure "2 ranks on 1 GPU: not run (NCCL ${version:-?} < 2.30 cannot share a GPU between ranks); owed"
     fi

@@ -88,8 +88,9 @@ static const KeySpec SCHEMA[] = {
      "finite steps in a row after which the loss scale doubles"},
     {"train", "compile", T_INT, OFF(compile), 0, 1, NULL, "0",
      "1 = capture the training step in CUDA Graphs on its second use and replay them (--compile): one per kind of "
-     "micro-batch (forward, loss, backward) and one for clipping and AdamW; losses are read back one step late. "
-     "The CPU, and runs of more than one rank (NCCL is not captured yet), run the same step eagerly"},
+     "micro-batch (forward, loss, backward; with ranks the last one holds the gradient buckets' NCCL all-reduces) and "
+     "one for the losses' all-reduce, clipping and AdamW; losses are read back one step late. The CPU runs the "
+     "same step eagerly"},
     {"train", "stages", T_STAGES, OFF(stages), 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
      "train.steps is then their sum"},

@@ -77,6 +77,16 @@ typedef struct {
      * from their own watchdog) and exits, bounded by a grace period. NULL: this rank exits and the others find out from the closed sockets
      * (tcp). */
     void (*abort_all)(Comm *c, int code);
+    /* CUDA Graph capture of collectives (--compile with data parallelism); NULL where the collectives run on the
+     * host (mpi, tcp, single: a CPU backend has no graphs). Between capture_begin and capture_end the caller
+     * captures its compute stream: the collectives issued meanwhile are ordered against it as always (the event and
+     * wait pairs fork the communication stream into the capture and join it back), but they do not run, so nothing
+     * queries or watches them: test returns 0 and wait only orders the streams. capture_end returns how many were
+     * captured. replayed: a graph holding collectives was just launched on the compute stream; the watchdog keeps
+     * it, named by `what`, until the compute stream passes this point, against the deadline of one collective. */
+    void (*capture_begin)(Comm *c);
+    int (*capture_end)(Comm *c);
+    void (*replayed)(Comm *c, const char *what);
 } CommOps;
 
 struct Comm {
@@ -111,6 +121,11 @@ static inline CommWork *comm_all_gather(Comm *c, const float *send, float *recv,
 static inline CommWork *comm_barrier(Comm *c, const char *what) { return c->ops->barrier(c, what); }
 static inline int comm_test(Comm *c, CommWork *w) { return c->ops->test(c, w); }
 static inline void comm_wait(Comm *c, CommWork *w, CommTimes *times) { c->ops->wait(c, w, times); }
+/* 1 when this communicator's collectives can be captured in a CUDA Graph (nccl). */
+static inline int comm_can_capture(const Comm *c) { return c->ops->capture_begin != NULL; }
+static inline void comm_capture_begin(Comm *c) { c->ops->capture_begin(c); }
+static inline int comm_capture_end(Comm *c) { return c->ops->capture_end(c); }
+static inline void comm_replayed(Comm *c, const char *what) { c->ops->replayed(c, what); }
 /* Blocking all-reduce of a few host floats, on every implementation. */
 void comm_allreduce_host(Comm *c, float *vals, size_t count, CommOp op, const char *what);
 

@@ -415,7 +415,8 @@ static void mpi_close(Comm *c) {
 }
 
 static const CommOps MPI_OPS = {mpi_allreduce, mpi_broadcast, mpi_reduce_scatter, mpi_all_gather, mpi_barrier,
-                                mpi_test,      mpi_wait,      NULL,               mpi_close,      mpi_abort_all};
+                                mpi_test,      mpi_wait,      NULL,               mpi_close,      mpi_abort_all,
+                                NULL,          NULL,          NULL}; /* host collectives: nothing to capture */
 
 int comm_mpi_built(void) { return 1; }
 

@@ -26,14 +26,18 @@
  * of the ncclComm_t between the caller's thread and the watchdog (NCCL allows one thread at a time), and a failing
  * thread keeps it: the other blocks there instead of racing it to exit.
  *
- * CUDA Graph capture (the mixed-precision issue will capture the whole step). Legal inside a captured region: the
- * collectives' enqueue (NCCL >= 2.9 captures its kernels; every rank must capture the same collectives), the event
- * record and stream wait pairs (they fork the communication stream into the capture and join it back), and the
- * settle polling, which is host-only. Not legal or not meaningful there: the watchdog's cudaEventQuery of an event
- * recorded during capture (it never fires; capture with cudaStreamCaptureModeThreadLocal so the watchdog thread's
- * calls are not refused, and register the graph's collectives with the watchdog at each launch instead, work owed
- * to that issue), comm_test, allreduce_host (host memory and a host wait) and close. Creating the per-collective
- * event is allowed; a captured step should still reuse events rather than create them. */
+ * CUDA Graph capture (--compile with ranks: the stepper captures each micro-batch with its bucket all-reduces, and
+ * the optimizer with the losses' all-reduce). Legal inside a captured region, and all that a collective does
+ * there: the enqueue (NCCL >= 2.9 captures its kernels; every rank captures the same collectives, as every rank
+ * runs the same step), the event record and stream wait pairs (they fork the communication stream into the
+ * capture and join it back; the backend captures with cudaStreamCaptureModeThreadLocal, so the watchdog thread's
+ * own calls are not refused meanwhile), creating the work's event, and the settle polling, which is host-only.
+ * Not legal there: querying an event recorded during the capture (it records nothing; CUDA refuses the query). So
+ * between capture_begin and capture_end a work is never put on the watchdog's list, comm_test answers 0 and
+ * comm_wait only joins the streams; the works are freed at capture_end. Each replay is watched instead:
+ * `replayed` records an event on the compute stream after the launch and puts it on the list with a deadline, so a
+ * replay whose collectives hang ends the run as an eager collective would. allreduce_host and close never run
+ * inside a capture. */
 #include "dist/comm.h"
 
 #ifdef VX_NCCL
@@ -77,6 +81,9 @@ typedef struct {
     pthread_t watchdog;
     int watchdog_running, stop;
     struct CommWork *inflight;
+    int capturing;            /* between capture_begin and capture_end (the caller's thread only) */
+    int captured;             /* collectives issued in this capture */
+    struct CommWork *in_capture; /* their works, freed at capture_end (their events are the capture's) */
 } Nccl;
 
 static Nccl *impl(Comm *c) { return (Nccl *)c->impl; }
@@ -247,18 +254,36 @@ static void before(Nccl *n) {
     CUDA_CHECK(cudaStreamWaitEvent(n->stream, (cudaEvent_t)n->compute_event, 0));
 }
 
-/* After it (under the mutex): the completion event, and the work on the watchdog's list. */
-static CommWork *after(Comm *c, const char *kind, const char *what) {
+/* A work for event `done` (under the mutex), on the watchdog's list: the caller's and the watchdog's references. */
+static CommWork *watch(Comm *c, cudaEvent_t done, const char *kind, const char *what) {
     Nccl *n = impl(c);
     struct CommWork *w = (struct CommWork *)vx_calloc(1, sizeof *w);
+    w->done = done;
     w->kind = kind;
     snprintf(w->what, sizeof w->what, "%s", what);
     w->deadline = comm_deadline(c);
     w->refs = 2;
-    CUDA_CHECK(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(w->done, n->stream));
     w->next = n->inflight;
     n->inflight = w;
+    return w;
+}
+
+/* After it (under the mutex): the completion event, and the work on the watchdog's list, or, inside a capture, on
+ * the capture's list (its event records nothing until a replay: nothing may query it). */
+static CommWork *after(Comm *c, const char *kind, const char *what) {
+    Nccl *n = impl(c);
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, n->stream));
+    if (!n->capturing) return watch(c, done, kind, what);
+    struct CommWork *w = (struct CommWork *)vx_calloc(1, sizeof *w);
+    w->done = done;
+    w->kind = kind;
+    snprintf(w->what, sizeof w->what, "%s", what);
+    w->refs = 2; /* the caller's and the capture's */
+    w->next = n->in_capture;
+    n->in_capture = w;
+    n->captured++;
     return w;
 }
 
@@ -322,9 +347,10 @@ static CommWork *nccl_barrier(Comm *c, const char *what) {
     return w;
 }
 
-/* w is the caller's until comm_wait, whatever the watchdog has seen: no lock needed to query it. */
+/* w is the caller's until comm_wait, whatever the watchdog has seen: no lock needed to query it. Inside a capture
+ * nothing has run: not finished. */
 static int nccl_test(Comm *c, CommWork *w) {
-    (void)c;
+    if (impl(c)->capturing) return 0;
     const cudaError_t q = cudaEventQuery(w->done);
     if (q == cudaErrorNotReady) return 0;
     CUDA_CHECK(q);
@@ -337,11 +363,14 @@ static int nccl_test(Comm *c, CommWork *w) {
 static void nccl_wait(Comm *c, CommWork *w, CommTimes *times) {
     Nccl *n = impl(c);
     pthread_mutex_lock(&n->mu);
-    settle(c, __FILE__, __LINE__, "ncclCommGetAsyncError (NCCL's state at comm_wait)", w->kind, w->what, w->deadline);
-    const cudaError_t q = cudaEventQuery(w->done);
-    if (q != cudaSuccess && q != cudaErrorNotReady) CUDA_CHECK(q);
-    if (q == cudaErrorNotReady && vx_now() > w->deadline)
-        comm_fail(c, w->kind, w->what, "did not finish within the deadline: a rank is stopped, hung or gone");
+    if (!n->capturing) { /* in a capture there is nothing to check yet: the replays are watched */
+        settle(c, __FILE__, __LINE__, "ncclCommGetAsyncError (NCCL's state at comm_wait)", w->kind, w->what,
+               w->deadline);
+        const cudaError_t q = cudaEventQuery(w->done);
+        if (q != cudaSuccess && q != cudaErrorNotReady) CUDA_CHECK(q);
+        if (q == cudaErrorNotReady && vx_now() > w->deadline)
+            comm_fail(c, w->kind, w->what, "did not finish within the deadline: a rank is stopped, hung or gone");
+    }
     n->be->event_wait((void *)w->done);
     work_release(w);
     pthread_mutex_unlock(&n->mu);
@@ -384,27 +413,43 @@ static void nccl_allreduce_host(Comm *c, float *vals, size_t count, CommOp op, c
 
 /* ---- close and open --------------------------------------------------------------------------------------- */
 
-/* Waits (bounded, the watchdog still running) for what is left on the communication stream, stops the watchdog,
- * finalizes the communicator (it settles once every rank has finalized) and frees everything. */
+/* Whether every work on the watchdog's list has finished (under the mutex): the replays' collectives ran on the
+ * compute stream, so the communication stream's being idle does not cover them. */
+static int all_fired(Nccl *n) {
+    for (struct CommWork *w = n->inflight; w; w = w->next) {
+        const cudaError_t q = cudaEventQuery(w->done);
+        if (q == cudaErrorNotReady) return 0;
+        CUDA_CHECK(q);
+    }
+    return 1;
+}
+
+/* Waits (bounded, the watchdog still running) for what is left on the communication stream and for the graph
+ * replays still watched, stops the watchdog, finalizes the communicator (it settles once every rank has
+ * finalized) and frees everything. */
 static void nccl_close(Comm *c) {
     Nccl *n = impl(c);
     const double deadline = comm_deadline(c);
-    cudaError_t q;
-    while ((q = cudaStreamQuery(n->stream)) == cudaErrorNotReady) {
+    for (;;) {
+        const cudaError_t q = cudaStreamQuery(n->stream);
+        if (q != cudaErrorNotReady) CUDA_CHECK(q);
+        pthread_mutex_lock(&n->mu);
+        const int done = q == cudaSuccess && all_fired(n);
+        pthread_mutex_unlock(&n->mu);
+        if (done) break;
         if (vx_now() > deadline) {
             pthread_mutex_lock(&n->mu);
             comm_fail(c, "close", "the collectives still in flight", "did not finish within the deadline");
         }
         usleep(200);
     }
-    CUDA_CHECK(q);
     pthread_mutex_lock(&n->mu);
     n->stop = 1;
     pthread_mutex_unlock(&n->mu);
     if (n->watchdog_running) pthread_join(n->watchdog, NULL);
     n->watchdog_running = 0;
     g_open = NULL;
-    for (struct CommWork *w = n->inflight, *next; w; w = next) { /* all done: the stream is idle */
+    for (struct CommWork *w = n->inflight, *next; w; w = next) { /* all done: all_fired */
         next = w->next;
         w->refs = 1; /* the caller's reference too: comm.h's contract has every work waited for before close */
         work_release(w);
@@ -422,9 +467,49 @@ static void nccl_close(Comm *c) {
     free(c);
 }
 
-static const CommOps NCCL_OPS = {nccl_allreduce, nccl_broadcast, nccl_reduce_scatter, nccl_all_gather,
-                                 nccl_barrier,   nccl_test,      nccl_wait,           nccl_allreduce_host,
-                                 nccl_close,     nccl_abort_all};
+/* ---- CUDA Graph capture ----------------------------------------------------------------------------------- */
+
+static void nccl_capture_begin(Comm *c) {
+    Nccl *n = impl(c);
+    pthread_mutex_lock(&n->mu);
+    if (n->capturing) vx_fatal("comm capture_begin inside a capture");
+    n->capturing = 1;
+    n->captured = 0;
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* The capture has ended (the graph was instantiated, or the capture failed): its works' events belong to no
+ * stream work any more and are destroyed with them. */
+static int nccl_capture_end(Comm *c) {
+    Nccl *n = impl(c);
+    pthread_mutex_lock(&n->mu);
+    for (struct CommWork *w = n->in_capture, *next; w; w = next) {
+        next = w->next;
+        w->refs = 1; /* the caller's was dropped by comm_wait, or the work was never waited for in a failed capture */
+        work_release(w);
+    }
+    n->in_capture = NULL;
+    n->capturing = 0;
+    const int count = n->captured;
+    pthread_mutex_unlock(&n->mu);
+    return count;
+}
+
+/* After a graph with collectives was launched on the compute stream: an event there, watched until it fires. */
+static void nccl_replayed(Comm *c, const char *what) {
+    Nccl *n = impl(c);
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    n->be->event_record((void *)done);
+    pthread_mutex_lock(&n->mu);
+    work_release(watch(c, done, "graph replay", what)); /* the watchdog's reference only */
+    pthread_mutex_unlock(&n->mu);
+}
+
+static const CommOps NCCL_OPS = {nccl_allreduce, nccl_broadcast,      nccl_reduce_scatter, nccl_all_gather,
+                                 nccl_barrier,   nccl_test,           nccl_wait,           nccl_allreduce_host,
+                                 nccl_close,     nccl_abort_all,      nccl_capture_begin,  nccl_capture_end,
+                                 nccl_replayed};
 
 static int hex_value(char ch) {
     if (ch >= '0' && ch <= '9') return ch - '0';

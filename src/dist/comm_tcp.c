@@ -295,7 +295,8 @@ static void tcp_close(Comm *c) {
 }
 
 static const CommOps TCP_OPS = {tcp_allreduce, tcp_broadcast, tcp_reduce_scatter, tcp_all_gather, tcp_barrier,
-                                tcp_test,      tcp_wait,      NULL,               tcp_close,      NULL};
+                                tcp_test,      tcp_wait,      NULL,               tcp_close,      NULL,
+                                NULL,          NULL,          NULL}; /* host collectives: nothing to capture */
 
 Comm *comm_tcp_open(const DistEnv *env, double timeout_s) {
     Comm *c = vx_calloc(1, sizeof *c);

@@ -2,6 +2,7 @@
 #include "train/step.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,10 +17,12 @@ typedef struct {
     float sums[SUM_COUNT]; /* recon and kl summed over the micro-batches (then over the ranks), stop flag, sumsq */
 } StepDev;
 
-/* A graph slot: the captured replay of one variant of a step's part, and how often it was asked for. */
+/* A graph slot: the captured replay of one variant of a step's part, how often it was asked for, and how many
+ * collectives it holds (each replay of one that holds any is handed to the communicator's watchdog). */
 typedef struct {
     void *graph;
-    int uses;
+    int uses, collectives;
+    const char *name;
 } GraphSlot;
 
 struct Stepper {
@@ -29,15 +32,18 @@ struct Stepper {
     Buckets *buckets;
     OptimConfig ocfg;
     int accum, world, phases, said;
-    int graphs_asked; /* --compile and graphs possible here (a backend that captures, one rank) */
+    int graphs_asked; /* --compile and graphs possible here (a backend that captures; ranks: a comm that does) */
     int use_graphs;   /* graphs_asked, unless the phases are timed or a capture failed */
     StepDev *dev;
     StepDev *host[2]; /* pinned: the outcome of the steps of each parity */
     void *landed[2];  /* events recorded after each copy back */
     int64_t step_of[2];
-    int64_t cur; /* the step being enqueued */
+    int comm_timed[2]; /* the step of each parity waited for its buckets between the comm marks (else in a graph) */
+    int64_t cur;       /* the step being enqueued */
     int pending;
-    GraphSlot micro[2]; /* by parameter-gradient beta (0 on the first micro-batch, 1 after) */
+    /* by variant: the parameter-gradient beta (0 on the first micro-batch, 1 after) + 2 x whether the buckets are
+     * all-reduced during its backward (the last micro-batch, with ranks) */
+    GraphSlot micro[4];
     GraphSlot opt;
 };
 
@@ -46,26 +52,42 @@ enum { T_BEGIN = 0, T_END = 1, T_COMM0 = 2, T_COMM1 = 3, T_FORWARD = 4, T_BACKWA
 static int timer_base(int64_t step) { return (int)(step % 2) * T_SLOTS; }
 
 static void drop_graphs(Stepper *s) {
-    GraphSlot *slots[3] = {&s->micro[0], &s->micro[1], &s->opt};
-    for (int i = 0; i < 3; i++) {
+    static const char *const NAMES[5] = {"first micro-batch", "micro-batch", "first micro-batch with its buckets",
+                                         "last micro-batch with its buckets", "optimizer"};
+    GraphSlot *slots[5] = {&s->micro[0], &s->micro[1], &s->micro[2], &s->micro[3], &s->opt};
+    for (int i = 0; i < 5; i++) {
         if (slots[i]->graph) s->be->graph_destroy(slots[i]->graph);
-        *slots[i] = (GraphSlot){0};
+        *slots[i] = (GraphSlot){.name = NAMES[i]};
     }
 }
 
 /* Runs body(s, arg) eagerly, or as the replay of its captured graph: captured on the second use (the first runs
- * eagerly: cuDNN loads kernels and settles its algorithm fallbacks there, outside any capture). A failed capture
- * has run nothing; the run then goes on eagerly and says why once. */
+ * eagerly: cuDNN loads kernels and settles its algorithm fallbacks there, outside any capture). With ranks the
+ * communicator captures the collectives the body issues (comm.h), and each replay of a graph that holds some is
+ * handed to its watchdog. A failed capture has run nothing; the run then goes on eagerly and says why once, unless
+ * the capture held collectives: the other ranks may have captured theirs, and NCCL's state after an abandoned
+ * capture of its kernels is not something to go on from, so the run ends on every rank. */
 static void run(Stepper *s, GraphSlot *slot, void (*body)(Stepper *, int), int arg) {
     if (!s->use_graphs || slot->uses++ == 0) {
         body(s, arg);
         return;
     }
     if (!slot->graph) {
+        const int ranks = s->buckets != NULL;
+        if (ranks) comm_capture_begin(s->comm);
         s->be->graph_capture_begin();
         body(s, arg);
         char why[256];
         slot->graph = s->be->graph_capture_end(why, sizeof why);
+        slot->collectives = ranks ? comm_capture_end(s->comm) : 0;
+        if (!slot->graph && slot->collectives > 0) {
+            char what[96];
+            snprintf(what, sizeof what, "the %s of step %lld (%d collectives)", slot->name, (long long)s->cur,
+                     slot->collectives);
+            char reason[400];
+            snprintf(reason, sizeof reason, "failed (%s); rerun without --compile", why);
+            comm_fail(s->comm, "capture", what, reason);
+        }
         if (!slot->graph) {
             vx_log("compile: %s; the step runs eagerly from here on\n", why);
             drop_graphs(s);
@@ -74,25 +96,48 @@ static void run(Stepper *s, GraphSlot *slot, void (*body)(Stepper *, int), int a
             return;
         }
         if (slot == &s->opt && !s->said) {
-            vx_log("compile: from step %lld on, every step replays CUDA Graphs\n", (long long)s->cur);
+            vx_log("compile: from step %lld on, every step replays CUDA Graphs%s\n", (long long)s->cur,
+                   ranks ? ", the all-reduces in them" : "");
             s->said = 1;
         }
     }
     s->be->graph_launch(slot->graph);
+    if (slot->collectives > 0) {
+        char what[96];
+        snprintf(what, sizeof what, "the %d collectives of the %s of step %lld", slot->collectives, slot->name,
+                 (long long)s->cur);
+        comm_replayed(s->comm, what);
+    }
 }
 
-static void micro_body(Stepper *s, int beta) {
+/* variant: beta + 2 x reduce (GraphSlot micro[]). With reduce, backward's hook launches the buckets; under
+ * graphs the compute stream also waits for them here, so that the capture joins what it forked (eagerly,
+ * stepper_end waits for them, timed between its marks). */
+static void micro_body(Stepper *s, int variant) {
     Model *m = s->m;
+    const int beta = variant & 1, reduce = variant >> 1;
+    if (reduce) {
+        buckets_begin(s->buckets, s->cur);
+        m->backward_hook = buckets_backward_hook;
+        m->backward_hook_ctx = s->buckets;
+    }
     model_forward(m, 1);
     if (s->phases) s->be->timer_mark(timer_base(s->cur) + T_FORWARD);
     model_backward(m, 1.0f / (float)(s->accum * s->world), (float)beta, &s->dev->opt.loss_scale);
     /* the micro-batch's {recon, kl} onto the step's sums (the first overwrites) */
     s->be->accumulate(DT_F32, 2, m->losses, s->dev->sums + SUM_RECON, (float)beta);
+    if (reduce) {
+        m->backward_hook = NULL;
+        if (s->use_graphs) buckets_wait(s->buckets);
+    }
 }
 
 static void optimizer_body(Stepper *s, int unused) {
     (void)unused;
     Model *m = s->m;
+    /* every rank decides on the same numbers: the losses summed over the ranks, and whether any rank must stop */
+    if (s->buckets)
+        comm_wait(s->comm, comm_allreduce(s->comm, s->dev->sums, SUMS_REDUCED, COMM_SUM, "the step's losses"), NULL);
     float *sumsq = s->dev->sums + SUM_SUMSQ;
     s->be->sumsq(m->param_floats, m->grad, sumsq); /* of the reduced gradients: the same on every rank */
     s->be->optim_prepare(&s->ocfg, sumsq, &s->dev->opt);
@@ -118,10 +163,10 @@ Stepper *stepper_create(Model *m, const Config *cfg, Comm *comm, Buckets *bucket
     s->be->copy_to_device(s->dev, &init, sizeof init);
     stepper_set_model(s, m, buckets);
     s->graphs_asked = cfg->compile && s->be->graph_capture_begin != NULL;
-    if (s->graphs_asked && buckets) {
+    if (s->graphs_asked && buckets && !comm_can_capture(comm)) {
         s->graphs_asked = 0; /* for good: stepper_time_phases(s, 0) must not turn them on either */
-        vx_log("compile: %d ranks: the gradient buckets' all-reduces are not captured yet, so the step runs eagerly\n",
-               comm->world);
+        vx_log("compile: the %s communicator's collectives cannot be captured in a CUDA Graph, so the step runs "
+               "eagerly\n", comm->name);
     }
     s->use_graphs = s->graphs_asked;
     return s;
@@ -181,32 +226,25 @@ void stepper_begin(Stepper *s, int64_t step1) {
 }
 
 void stepper_micro(Stepper *s, int micro, int64_t first_sample) {
-    Model *m = s->m;
-    model_set_first_sample(m, (uint64_t)first_sample);
+    model_set_first_sample(s->m, (uint64_t)first_sample);
     const int reduce = s->buckets && micro == s->accum - 1; /* accumulate locally, reduce once */
-    if (reduce) {
-        buckets_begin(s->buckets, s->cur);
-        m->backward_hook = buckets_backward_hook;
-        m->backward_hook_ctx = s->buckets;
-    }
-    const int beta = micro > 0;
-    run(s, &s->micro[beta], micro_body, beta);
+    const int variant = (micro > 0) + 2 * reduce;
+    run(s, &s->micro[variant], micro_body, variant);
     if (s->phases) s->be->timer_mark(timer_base(s->cur) + T_BACKWARD);
-    if (reduce) m->backward_hook = NULL;
 }
 
 void stepper_end(Stepper *s, double lr, int stop_request) {
     const Backend *be = s->be;
     const int base = timer_base(s->cur), slot = (int)(s->cur % 2);
-    /* the optimizer waits for the buckets still in flight: on a GPU the compute stream does, between the marks */
+    /* the optimizer waits for the buckets still in flight: on a GPU the compute stream does, between the marks
+     * (under graphs the last micro-batch's replay already did: buckets_wait ran inside its capture) */
+    s->comm_timed[slot] = !s->buckets || s->buckets->active;
     be->timer_mark(base + T_COMM0);
-    if (s->buckets) buckets_wait(s->buckets);
+    if (s->buckets && s->buckets->active) buckets_wait(s->buckets);
     be->timer_mark(base + T_COMM1);
     const float stop = stop_request ? 1.0f : 0.0f;
     be->write_async(&s->dev->opt.lr, &lr, sizeof lr);
     be->write_async(s->dev->sums + SUM_STOP, &stop, sizeof stop);
-    /* every rank decides on the same numbers: the losses summed over the ranks, and whether any rank must stop */
-    if (s->buckets) comm_wait(s->comm, comm_allreduce(s->comm, s->dev->sums, SUMS_REDUCED, COMM_SUM, "the step's losses"), NULL);
     run(s, &s->opt, optimizer_body, 0);
     be->timer_mark(base + T_END);
     be->copy_to_host_async(s->host[slot], s->dev, sizeof(StepDev));
@@ -240,7 +278,7 @@ void stepper_collect(Stepper *s, StepOutcome *out) {
                          .stop = h->sums[SUM_STOP] > 0.0f};
     out->loss = out->recon + s->m->cfg.kl_weight * out->kl;
     out->ms = s->be->timer_elapsed_ms(base + T_BEGIN, base + T_END);
-    out->comm_wait_ms = s->be->timer_elapsed_ms(base + T_COMM0, base + T_COMM1);
+    out->comm_wait_ms = s->comm_timed[slot] ? s->be->timer_elapsed_ms(base + T_COMM0, base + T_COMM1) : NAN;
     if (s->phases) {
         out->forward_ms = s->be->timer_elapsed_ms(base + T_BEGIN, base + T_FORWARD);
         out->backward_ms = s->be->timer_elapsed_ms(base + T_FORWARD, base + T_BACKWARD);

@@ -18,7 +18,10 @@
  * the device through write_async before a replay (learning rate, noise offset, stop flag) or live there (loss
  * scale, AdamW's t). The trainer may then enqueue step k+1 before collecting step k: the outcome arrives one step
  * late and the host stays a step ahead of the GPU. Without graphs (eager, or the CPU) the same ops run directly.
- * Multi-rank runs with --compile run eagerly (the bucket all-reduces are not captured yet) and say so. */
+ * With ranks (NCCL) the collectives are in the graphs too: the last micro-batch's graph holds its bucket
+ * all-reduces, forked onto the communication stream while backward goes on and joined at its end, and the
+ * optimizer's holds the losses' all-reduce; the communicator's watchdog keeps each such replay against the deadline
+ * (comm.h). The wait for the buckets is then inside the replay and not timed apart (comm_wait_ms is NaN). */
 #pragma once
 #include <stdint.h>
 
@@ -37,7 +40,8 @@ typedef struct {
     int64_t skipped_total;   /* steps skipped so far */
     int stop;                /* some rank asked to stop (SIGINT/SIGTERM) before this step's end */
     double ms;               /* the step on the device's clock */
-    double comm_wait_ms;     /* how long the optimizer waited for the gradient buckets still in flight */
+    double comm_wait_ms;     /* how long the optimizer waited for the gradient buckets still in flight; NaN under
+                              * graphs with ranks (the wait is inside the last micro-batch's replay) */
     /* with stepper_time_phases (one micro-batch, eager): forward (with the noise), loss + backward, and the
      * optimizer (norm, prepare, AdamW, after the buckets' wait) on the device's clock; else 0 */
     double forward_ms, backward_ms, optimizer_ms;

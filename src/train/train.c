@@ -296,7 +296,8 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     const int scaling = strcmp(cfg->loss_scale, "dynamic") == 0;
     char eta[32], comm[48] = "", scale[64] = "";
     format_eta(dt * (cfg->steps - r->step), eta, sizeof eta);
-    if (t->comm->world > 1) snprintf(comm, sizeof comm, " | comm wait %.1f ms", comm_ms);
+    if (t->comm->world > 1)
+        snprintf(comm, sizeof comm, isfinite(comm_ms) ? " | comm wait %.1f ms" : " | comm wait in the graphs", comm_ms);
     if (scaling) snprintf(scale, sizeof scale, " | loss scale %g (%lld skipped)", r->loss_scale, (long long)r->skipped_total);
     vx_log("step %5ld/%d | loss %.6f (recon %.6f kl %.3f) | lr %.3e | grad norm %.4f%s | %.2f samples/s | "
            "%.0f ms/step | data wait %.1f ms%s | eta %s\n",

@@ -13,7 +13,8 @@ Mixed precision and graphs:
     default) and 20 fp16 steps (with dynamic loss scaling) following the float32 curve within 5% per step;
   - fp16 loss scaling skips a step whose gradient is not finite (VX_TEST_NONFINITE_GRAD) and recovers;
   - --compile (the step captured in CUDA Graphs, losses read one step late) gives the eager run's losses and norms
-    bit for bit over 20 steps under --deterministic, in float32 and in bf16;
+    bit for bit over 20 steps under --deterministic, in float32 and in bf16, and so it does through the NCCL
+    communicator (VX_COMM=nccl, one rank), whose bucket and loss all-reduces it captures in the graphs;
   - a profiled GPU run's trace holds our kernels (gn_*_kernel, adamw_kernel, ...) and cuDNN's, and per step the
     GPU was busy (bench/trace_busy.py) for between half and all of the step's GPU window (see the test for why).
 """
@@ -223,3 +224,20 @@ def test_compile_gives_the_eager_losses_bit_for_bit(runs_dir, amp):
     assert "every step replays CUDA Graphs" in stdout, stdout  # not an eager fallback
     key = lambda r: (r["step"], r["loss"], r["recon"], r["kl"], r["grad_norm"])  # noqa: E731
     assert [key(r) for r in eager] == [key(r) for r in graphs]
+
+
+@pytest.mark.parametrize("accum", ["1", "3"])
+def test_compile_with_nccl_captures_the_all_reduces_and_gives_the_eager_losses(runs_dir, accum):
+    """One rank through the NCCL communicator (VX_COMM=nccl: gradient buckets and the losses' all-reduce, as with
+    ranks): --compile captures the all-reduces in the graphs (the last micro-batch's and the optimizer's) and must
+    give the eager run's losses bit for bit; with 3 micro-batches three kinds of micro-batch graph are captured."""
+    args = ("--deterministic", "--set", "train.grad_accum=" + accum)
+    env = {"VX_COMM": "nccl"}
+    eager = train(runs_dir, "eager", "cuda", *args, env_extra=env)
+    graphs = train(runs_dir, "graphs", "cuda", *args, "--compile", env_extra=env)
+    stdout = train(runs_dir, "stdout", "cuda", *args, "--compile", env_extra=env)
+    assert "every step replays CUDA Graphs, the all-reduces in them" in stdout, stdout
+    assert "comm wait in the graphs" in stdout, stdout
+    key = lambda r: (r["step"], r["loss"], r["recon"], r["kl"], r["grad_norm"])  # noqa: E731
+    assert [key(r) for r in eager] == [key(r) for r in graphs]
+    assert all(r["comm_wait_ms"] is None for r in graphs) and all(r["comm_wait_ms"] is not None for r in eager)

@@ -10,6 +10,9 @@
  * NCCL 2.30 or newer sharing one with NCCL_MULTI_RANK_GPU_ENABLE=1), two ranks whose sums, averages, broadcast,
  * reduce-scatter blocks and all-gather order are checked exactly (what one rank cannot check), and a peer that
  * never joins a collective (the real hang, ended by the watchdog).
+ * CUDA Graph capture (--compile with ranks): a collective captured between two kernels and replayed with new data
+ * (one rank here, two in children where they fit: sums exact), nothing queried inside the capture, and a replay
+ * held behind the compute stream ended by the watchdog (exit 3, "graph replay of ...").
  * Without a usable GPU it prints one line, "skipped: no CUDA device (<reason>)", and exits 0 (a CUDA build without
  * NCCL: "skipped: this build has no NCCL"); VX_REQUIRE_GPU=1 makes either a failure. `--list` names the tests;
  * `test_comm_nccl PATTERN...` runs the matching ones. */
@@ -106,6 +109,8 @@ static cudaStream_t hold_compute(Hold *h) {
     gpu->event_destroy(ev);
     return side;
 }
+
+static int child_fail(int rank, const char *what, const float *got, const float *want, long n);
 
 /* ---- one rank, in this process ---------------------------------------------------------------------------- */
 
@@ -222,6 +227,64 @@ static void test_allreduce_host(void **state) {
     free(many), free(ref);
 }
 
+/* ---- CUDA Graph capture ----------------------------------------------------------------------------------- */
+
+/* Captures, on the compute stream: D *= 2 (compute before), the all-reduce of D (sum), OUT += D (compute after).
+ * Checks what holds inside a capture: the collective is not seen finished, and the capture counts it. */
+static void *capture_sum(Comm *c, float *D, float *OUT, long n, int *bad) {
+    comm_capture_begin(c);
+    gpu->graph_capture_begin();
+    gpu->scale(n, D, 2.0f);
+    CommWork *w = comm_allreduce(c, D, (size_t)n, COMM_SUM, "the captured sum");
+    if (comm_test(c, w) != 0) fprintf(stderr, "comm_test said finished inside a capture\n"), *bad = 1;
+    comm_wait(c, w, NULL);
+    gpu->accumulate(DT_F32, n, D, OUT, 1.0f);
+    char why[256] = "";
+    void *graph = gpu->graph_capture_end(why, sizeof why);
+    const int captured = comm_capture_end(c);
+    if (!graph) fprintf(stderr, "capture failed: %s\n", why), *bad = 1;
+    if (captured != 1) fprintf(stderr, "the capture counted %d collectives, not 1\n", captured), *bad = 1;
+    return graph;
+}
+
+/* Replays the captured sum `replays` times, D refilled with pattern(n, world x k + rank) before each; OUT then holds
+ * the sum over k and ranks of 2 x the pattern (exact: multiples of 1/2, small). */
+static int replay_sums(Comm *c, int r, int world, int replays) {
+    const long n = 65537;
+    float *D = dalloc(n), *OUT = dalloc(n), *want = calloc((size_t)n, sizeof(float));
+    int bad = 0;
+    void *graph = capture_sum(c, D, OUT, n, &bad);
+    if (!graph) return 1;
+    for (int k = 0; k < replays; k++) {
+        float *h = pattern(n, world * k + r);
+        gpu->copy_to_device(D, h, sizeof(float) * (size_t)n); /* ordered before the launch on the compute stream */
+        gpu->graph_launch(graph);
+        comm_replayed(c, "the test's captured sum");
+        free(h);
+        for (int q = 0; q < world; q++) {
+            float *hq = pattern(n, world * k + q);
+            for (long i = 0; i < n; i++) want[i] += 2.0f * hq[i];
+            free(hq);
+        }
+    }
+    gpu->synchronize();
+    float *got = malloc(sizeof(float) * (size_t)n);
+    gpu->copy_to_host(got, OUT, sizeof(float) * (size_t)n);
+    bad |= child_fail(r, "captured all-reduce replayed", got, want, n);
+    gpu->graph_destroy(graph);
+    free(want), free(got);
+    gpu->release(D), gpu->release(OUT);
+    return bad;
+}
+
+static void test_captured_collective_replays(void **state) {
+    (void)state;
+    assert_true(comm_can_capture(comm));
+    assert_int_equal(replay_sums(comm, 0, 1, 3), 0);
+    /* an eager collective after the replays is watched and waited for as usual */
+    test_finished_long_before_wait(state);
+}
+
 /* ---- child processes -------------------------------------------------------------------------------------- */
 
 static DistEnv env_of(int rank, int world, const char *hex) {
@@ -300,6 +363,23 @@ static int child_hang(Comm *c, int r, int world) {
     return 1;
 }
 
+/* A replay whose collective never runs: the compute stream is held before the launch (one rank). Only the watchdog,
+ * watching the replay, can end this. */
+static int child_graph_hang(Comm *c, int r) {
+    const long n = 1 << 16;
+    float *D = dalloc(n), *OUT = dalloc(n);
+    int bad = 0;
+    void *graph = capture_sum(c, D, OUT, n, &bad);
+    if (!graph) return 1;
+    static Hold hold = {0, 60.0};
+    hold_compute(&hold);
+    gpu->graph_launch(graph);
+    comm_replayed(c, "the replay that never completes");
+    gpu->synchronize(); /* blocks */
+    fprintf(stderr, "rank %d: the replay completed; the watchdog should have ended the rank first\n", r);
+    return 1;
+}
+
 /* --child MODE RANK WORLD DEVICE TIMEOUT [HEX]: one rank of a test in a process of its own; exit 0 passes. */
 static int child_main(int argc, char **argv) {
     if (argc < 7) return 64;
@@ -313,7 +393,10 @@ static int child_main(int argc, char **argv) {
     gpu = backend_cuda();
     const DistEnv e = env_of(r, world, argc > 7 ? argv[7] : NULL);
     Comm *c = comm_nccl_open(&e, atof(argv[6]));
-    const int rc = strcmp(mode, "sums") == 0 ? child_sums(c, r) : child_hang(c, r, world);
+    const int rc = strcmp(mode, "sums") == 0        ? child_sums(c, r)
+                   : strcmp(mode, "graph") == 0     ? replay_sums(c, r, world, 2)
+                   : strcmp(mode, "graph_hang") == 0 ? child_graph_hang(c, r)
+                                                     : child_hang(c, r, world);
     comm_close(c);
     return rc;
 }
@@ -383,6 +466,18 @@ static void test_watchdog_one_rank(void **state) {
     assert_true(log_has(log, "allreduce of the collective that never completes did not finish within the deadline"));
 }
 
+/* The same for a graph replay: the watchdog watches replays too (comm.h's replayed). */
+static void test_watchdog_graph_replay(void **state) {
+    char log[512];
+    snprintf(log, sizeof log, "%s/graph_hang.log", (char *)*state);
+    double took = 0;
+    const int rc = reap(spawn_child("graph_hang", 0, 1, 0, 1.0, NULL, log, 0), 40.0, &took);
+    fprintf(stderr, "watchdog, one rank, graph replay: exit %d after %.1f s\n", rc, took);
+    assert_int_equal(rc, VX_EXIT_DIST);
+    assert_true(took < 30.0);
+    assert_true(log_has(log, "graph replay of the replay that never completes did not finish within the deadline"));
+}
+
 /* Where two ranks can meet: two GPUs, or one shared by NCCL >= 2.30. Returns 0 (and skips) otherwise. */
 static int two_rank_placement(int device[2], int *share) {
     int n_gpus = 0, version = 0;
@@ -423,6 +518,12 @@ static void test_two_ranks(void **state) {
     run_two_ranks(*state, "sums", 60.0, want, 120.0, NULL);
 }
 
+/* Two ranks capture the same all-reduce and replay it twice with new data: the sums, exactly. */
+static void test_two_ranks_graph(void **state) {
+    int want[2] = {0, 0};
+    run_two_ranks(*state, "graph", 60.0, want, 120.0, NULL);
+}
+
 /* Rank 1 opens the communicator and then stays silent: rank 0's all-reduce spins on the GPU until the watchdog
  * aborts it (timeout 2 s). Rank 1 is killed afterwards. */
 static void test_two_ranks_missing_peer(void **state) {
@@ -454,8 +555,10 @@ static int run_comm_tests(int argc, char **argv) {
     const struct CMUnitTest all[] = {
         cmocka_unit_test(test_collectives),          cmocka_unit_test(test_order_against_compute),
         cmocka_unit_test(test_wait_does_not_block),  cmocka_unit_test(test_finished_long_before_wait),
-        cmocka_unit_test(test_allreduce_host),       TMP_TEST(test_watchdog_one_rank),
-        TMP_TEST(test_two_ranks),                    TMP_TEST(test_two_ranks_missing_peer),
+        cmocka_unit_test(test_allreduce_host),       cmocka_unit_test(test_captured_collective_replays),
+        TMP_TEST(test_watchdog_one_rank),            TMP_TEST(test_watchdog_graph_replay),
+        TMP_TEST(test_two_ranks),                    TMP_TEST(test_two_ranks_graph),
+        TMP_TEST(test_two_ranks_missing_peer),
     };
     const size_t n_all = sizeof all / sizeof all[0];
     struct CMUnitTest chosen[sizeof all / sizeof all[0]];

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,8 @@
 #include "dist/buckets.h"
 #include "dist/launch.h"
 #include "model/model.h"
+#include "train/step.h"
+#include "train/train.h"
 
 /* ---- a communicator that records what it is asked ---------------------------------------------------------- */
 
@@ -107,6 +110,201 @@ static void test_buckets_cover_the_gradients_in_backward_order(void **state) {
     buckets_free(bk);
     free(spans);
     model_free(m);
+}
+
+/* ---- the stepper's CUDA Graphs with ranks (--compile): which collectives are captured, and when -------------- */
+
+/* The order of calls, one letter each, as a backend with graphs and a communicator that captures would see them:
+ * g/G graph capture begin/end, L graph launch, b/e the communicator's capture begin/end, A an all-reduce (a if
+ * issued inside a capture), W a wait, R a replay handed to the watchdog. The CPU runs the ops themselves eagerly and
+ * during "captures"; a launch runs nothing, so the numbers are not the point here: the order is. */
+static char seq[4096];
+static int seq_n, seq_capturing, seq_captured, seq_fail_capture;
+static void put(char ch) {
+    assert_true(seq_n < (int)sizeof seq - 1);
+    seq[seq_n++] = ch;
+    seq[seq_n] = 0;
+}
+
+static void seq_graph_capture_begin(void) { put('g'); }
+static void *seq_graph_capture_end(char *why, size_t why_len) {
+    put('G');
+    if (seq_fail_capture) {
+        snprintf(why, why_len, "CUDA graph capture failed: planted");
+        return NULL;
+    }
+    return (void *)&seq_n; /* any non-NULL handle */
+}
+static void seq_graph_launch(void *g) {
+    (void)g;
+    put('L');
+}
+static void seq_graph_destroy(void *g) { (void)g; }
+
+static CommWork *seq_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {
+    (void)c, (void)buf, (void)count, (void)op, (void)what;
+    put(seq_capturing ? 'a' : 'A');
+    seq_captured += seq_capturing;
+    return &works[0];
+}
+static int seq_test(Comm *c, CommWork *w) {
+    (void)c, (void)w;
+    return !seq_capturing;
+}
+static void seq_wait(Comm *c, CommWork *w, CommTimes *t) {
+    (void)c, (void)w;
+    put('W');
+    if (t) *t = (CommTimes){0, 0};
+}
+static void seq_capture_begin(Comm *c) {
+    (void)c;
+    put('b');
+    seq_capturing = 1;
+    seq_captured = 0;
+}
+static int seq_capture_end(Comm *c) {
+    (void)c;
+    put('e');
+    seq_capturing = 0;
+    return seq_captured;
+}
+static void seq_replayed(Comm *c, const char *what) {
+    (void)c;
+    assert_non_null(strstr(what, "collectives of the"));
+    put('R');
+}
+static const CommOps SEQ_OPS = {.allreduce = seq_allreduce, .test = seq_test, .wait = seq_wait,
+                                .capture_begin = seq_capture_begin, .capture_end = seq_capture_end,
+                                .replayed = seq_replayed};
+static const CommOps SEQ_HOST_OPS = {.allreduce = seq_allreduce, .test = seq_test, .wait = seq_wait};
+
+/* A small model on the CPU backend with the recording graph functions; steps 1..steps of `accum` micro-batches,
+ * the call letters of each step in out[step - 1]. */
+typedef struct {
+    Backend be;
+    Config cfg;
+    Model *m;
+    Comm comm;
+    Buckets *bk;
+    Stepper *st;
+} SeqRun;
+
+static void seq_open(SeqRun *r, int accum, const CommOps *ops) {
+    memset(r, 0, sizeof *r);
+    r->be = *backend_cpu();
+    r->be.graph_capture_begin = seq_graph_capture_begin;
+    r->be.graph_capture_end = seq_graph_capture_end;
+    r->be.graph_launch = seq_graph_launch;
+    r->be.graph_destroy = seq_graph_destroy;
+    config_defaults(&r->cfg);
+    r->cfg.input_size[0] = r->cfg.input_size[1] = r->cfg.input_size[2] = 16;
+    r->cfg.grad_accum = accum;
+    r->cfg.compile = 1;
+    r->m = model_build(&r->cfg, 1, &r->be);
+    model_allocate(r->m);
+    model_init_params(r->m, 1);
+    r->comm = (Comm){.name = "record", .rank = 0, .world = 2, .ops = ops};
+    r->bk = buckets_plan_model(r->m, &r->comm, 0.1, 0.02);
+    r->st = stepper_create(r->m, &r->cfg, &r->comm, r->bk);
+    seq_n = 0;
+    seq[0] = 0;
+    seq_fail_capture = 0;
+}
+
+static void seq_step(SeqRun *r, int64_t step1, char *out, size_t out_len) {
+    seq_n = 0;
+    seq[0] = 0;
+    stepper_begin(r->st, step1);
+    for (int k = 0; k < r->cfg.grad_accum; k++) stepper_micro(r->st, k, (step1 - 1) * r->cfg.grad_accum + k);
+    stepper_end(r->st, 1e-4, 0);
+    StepOutcome o;
+    stepper_collect(r->st, &o);
+    if (r->st && stepper_graphs(r->st)) assert_true(isnan(o.comm_wait_ms)); /* the wait is inside the replay */
+    snprintf(out, out_len, "%s", seq);
+}
+
+static void seq_close(SeqRun *r) {
+    stepper_free(r->st);
+    buckets_free(r->bk);
+    model_free(r->m);
+}
+
+/* "X" n times */
+static const char *times(char ch, int n) {
+    static char buf[8][256];
+    static int k;
+    char *b = buf[k++ % 8];
+    memset(b, ch, (size_t)n);
+    b[n] = 0;
+    return b;
+}
+
+static void check_graph_steps(int accum) {
+    SeqRun r;
+    seq_open(&r, accum, &SEQ_OPS);
+    assert_int_equal(stepper_graphs(r.st), 1);
+    const int nb = r.bk->n;
+    char got[3][4096], want[4096];
+    for (int s = 1; s <= 3; s++) seq_step(&r, s, got[s - 1], sizeof got[s - 1]);
+    /* step 1, eager: the buckets go out during the last micro-batch's backward and are waited for at its end (as
+     * its capture will have to), then the losses' all-reduce */
+    snprintf(want, sizeof want, "%s%sAW", times('A', nb), times('W', nb));
+    assert_string_equal(got[0], want);
+    /* step 2, the captures: each micro-batch kind (only the last holds collectives: its buckets, issued and joined
+     * inside the capture, then a watched replay), then the optimizer with the losses' all-reduce */
+    char micro[1024] = "";
+    for (int k = 0; k < accum - 1; k++) strcat(micro, "bgGeL"); /* the micro-batches without buckets */
+    snprintf(want, sizeof want, "%sbg%s%sGeLRbgaWGeLR", micro, times('a', nb), times('W', nb));
+    assert_string_equal(got[1], want);
+    /* step 3: replays only, no collective issued by the host; each replay with collectives watched */
+    snprintf(want, sizeof want, "%sLRLR", times('L', accum - 1));
+    assert_string_equal(got[2], want);
+    seq_close(&r);
+}
+
+static void test_compile_with_ranks_captures_the_collectives(void **state) {
+    (void)state;
+    check_graph_steps(1);
+    check_graph_steps(3); /* three micro-batches: beta 0, beta 1, beta 1 with the buckets: three kinds */
+}
+
+/* A communicator whose collectives run on the host cannot be captured: the step runs eagerly, every step the same. */
+static void test_compile_with_host_collectives_steps_eagerly(void **state) {
+    (void)state;
+    SeqRun r;
+    seq_open(&r, 1, &SEQ_HOST_OPS);
+    assert_int_equal(stepper_graphs(r.st), 0);
+    const int nb = r.bk->n;
+    char got[4096], want[4096];
+    snprintf(want, sizeof want, "%s%sAW", times('A', nb), times('W', nb));
+    for (int s = 1; s <= 3; s++) {
+        seq_step(&r, s, got, sizeof got);
+        assert_string_equal(got, want);
+    }
+    seq_close(&r);
+}
+
+static jmp_buf capture_jmp;
+static void capture_exit(int code) { longjmp(capture_jmp, code); }
+
+/* A failed capture that held collectives ends the run with the communicator's exit code (3): the other ranks may
+ * have captured theirs, so going on eagerly here could issue collectives they no longer do. */
+static void test_failed_capture_with_collectives_ends_the_run(void **state) {
+    (void)state;
+    SeqRun r;
+    seq_open(&r, 1, &SEQ_OPS);
+    char got[4096];
+    seq_step(&r, 1, got, sizeof got);
+    seq_fail_capture = 1;
+    vx_set_exit_handler(capture_exit);
+    const int code = setjmp(capture_jmp);
+    if (code == 0) {
+        seq_step(&r, 2, got, sizeof got);
+        fail_msg("the run went on after a failed capture of collectives");
+    }
+    vx_set_exit_handler(NULL);
+    assert_int_equal(code, VX_EXIT_DIST);
+    /* the stepper is left mid-step: only its memory is freed, which the test process does at exit */
 }
 
 /* ---- the launch environment -------------------------------------------------------------------------------- */
@@ -218,6 +416,9 @@ static void test_loader_reads_a_ranks_share(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets_cover_the_gradients_in_backward_order),
+        cmocka_unit_test(test_compile_with_ranks_captures_the_collectives),
+        cmocka_unit_test(test_compile_with_host_collectives_steps_eagerly),
+        cmocka_unit_test(test_failed_capture_with_collectives_ends_the_run),
         cmocka_unit_test(test_dist_detect_reads_each_launcher),
         cmocka_unit_test(test_loader_reads_a_ranks_share),
     };
