@@ -568,15 +568,29 @@ static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int 
     if (r->stop) ls->stopping = 1; /* every rank saw the same flag in the step's all-reduce */
 }
 
-/* Whether the host needs the model's state right after step s (validation, images, histograms, a checkpoint, the
- * end of a stage or of the run, a profiled step): the loop then collects s before going on, instead of letting
- * --compile run a step ahead. */
+/* What the host does with the model right after step s (one table of conditions: the loop drains the steps it ran
+ * ahead when any is due, and then does exactly these). Histograms need rank 0's event file; the rest is decided
+ * alike on every rank, though only rank 0 validates, draws and writes. */
+enum {
+    HOST_VALIDATE = 1 << 0,
+    HOST_IMAGES = 1 << 1,
+    HOST_HISTOGRAMS = 1 << 2,
+    HOST_CHECKPOINT = 1 << 3,
+    HOST_BOUNDARY = 1 << 4, /* a stage's or the run's end: the next step may rebuild the model */
+    HOST_PROFILE = 1 << 5,  /* a profiled step, or the one before the window: the trace sees each step alone */
+};
 static int host_work_after(const Trainer *t, const ProfileWindow *prof, int64_t s) {
     const Config *cfg = t->cfg;
+    const int last = s == cfg->steps;
     const int stage_end = t->stage + 1 < t->n_stages && s == t->stages[t->stage + 1].first_step;
-    return s == cfg->steps || stage_end || (cfg->val_samples > 0 && every(cfg->val_every, s)) ||
-           every(cfg->image_every, s) || (t->tb && every(cfg->hist_every, s)) || every(cfg->ckpt_every, s) ||
-           (prof->first > 0 && s + 1 >= prof->first && s <= prof->last);
+    int work = 0;
+    if (last || stage_end) work |= HOST_BOUNDARY;
+    if (cfg->val_samples > 0 && (every(cfg->val_every, s) || last || stage_end)) work |= HOST_VALIDATE;
+    if (every(cfg->image_every, s)) work |= HOST_IMAGES;
+    if (t->tb && every(cfg->hist_every, s)) work |= HOST_HISTOGRAMS;
+    if (every(cfg->ckpt_every, s) || last) work |= HOST_CHECKPOINT;
+    if (prof->first > 0 && s + 1 >= prof->first && s <= prof->last) work |= HOST_PROFILE;
+    return work;
 }
 
 int train_run(Config *cfg, const char *config_name, const char *resume_path) {
@@ -607,7 +621,8 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         train_step(&t);
         trace_range_pop(); /* ProfilerStep */
         /* the outcomes: the step before this one (running ahead), or everything up to this one */
-        const int drain = !ahead || host_work_after(&t, &prof, step1);
+        const int work = host_work_after(&t, &prof, step1);
+        const int drain = !ahead || work != 0;
         while (stepper_pending(t.stepper) > (drain ? 0 : 1)) {
             StepOutcome r;
             stepper_collect(t.stepper, &r);
@@ -617,14 +632,11 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         trace_buckets(t.buckets);
         /* Validation, images, histograms, checkpoints and trace writing happen outside the steps' timer marks, so
          * they stay out of the step time; they are rank 0's, and none holds a collective. */
-        const int last = t.st.step == cfg->steps;
-        const int stage_end = t.st.step == t.stages[t.stage].first_step + t.sc->steps;
         if (rank0) {
-            if (cfg->val_samples > 0 && (every(cfg->val_every, t.st.step) || last || stage_end))
-                validate_and_log(&t, t.st.step);
-            if (every(cfg->image_every, t.st.step)) log_images(&t, t.st.step);
-            if (t.tb && every(cfg->hist_every, t.st.step)) train_log_histograms(t.tb, t.m, t.st.step);
-            if (every(cfg->ckpt_every, t.st.step) || last) save_checkpoint(&t, NULL);
+            if (work & HOST_VALIDATE) validate_and_log(&t, t.st.step);
+            if (work & HOST_IMAGES) log_images(&t, t.st.step);
+            if (work & HOST_HISTOGRAMS) train_log_histograms(t.tb, t.m, t.st.step);
+            if (work & HOST_CHECKPOINT) save_checkpoint(&t, NULL);
         }
         profile_step_end(&prof, t.be, t.st.step, 0);
     }
