@@ -12,6 +12,7 @@ Use as a library (build_model, load_probe, step_loss) or as a benchmark:
   python bench/reference/ae3d.py --config configs/ae3d-64.json --bench --device cuda --modes eager,compile --tf32 1,0
   python bench/reference/ae3d.py --config configs/ae3d-64.json --bench --device cuda --modes eager,compile \
       --dtypes bf16 --channels-last
+`--cudnn-benchmark 0,1` times each with torch.backends.cudnn.benchmark off and on (default: off, as scripts leave it).
 The second and third forms time every (mode, dtype, TF32) combination in one process (one torch import and CUDA
 start for all; each gets a fresh model, optimizer and peak-memory count) and write {"runs": [...]}, one result per
 combination; a single one writes the result itself, as before. Each result is also printed as one JSON line as soon
@@ -218,9 +219,13 @@ def release_memory(dev):
         torch.cuda.empty_cache()
 
 
-def time_steps(model_cfg, batch, dev, tf32, compiled, dtype, iters, warmup, channels_last, threads):
+def time_steps(model_cfg, batch, dev, tf32, compiled, dtype, iters, warmup, channels_last, threads,
+               cudnn_benchmark=0):
     """Median training-step time of a fresh model: forward and loss (under autocast for bf16/fp16), backward,
-    global-norm clip, AdamW; with its peak memory on CUDA."""
+    global-norm clip, AdamW; with its peak memory on CUDA. cudnn_benchmark: PyTorch's cudnn.benchmark (off by
+    default, as in most scripts; on, cuDNN times its algorithms per shape in the warm-up steps and keeps the
+    fastest: the fairer baseline for a speed claim)."""
+    torch.backends.cudnn.benchmark = bool(cudnn_benchmark)
     # TF32 in convolutions is PyTorch's default on Ampere and newer; voxscale's train.tf32 mirrors it, and the
     # side-by-side passes voxscale's setting here so both run the same math.
     torch.backends.cudnn.allow_tf32 = bool(tf32)
@@ -315,8 +320,9 @@ def bench(args):
     modes = args.modes.split(",") if args.modes else ["compile" if args.compile else "eager"]
     dtypes = args.dtypes.split(",") if args.dtypes else [args.dtype]
     tf32s = [int(t) for t in args.tf32.split(",")]
+    benchmarks = [int(b) for b in args.cudnn_benchmark.split(",")]
     common = {"framework": "pytorch " + torch.__version__, "cudnn": torch.backends.cudnn.version(),
-              "cudnn_benchmark": int(torch.backends.cudnn.benchmark), "config": args.config, "device": str(dev),
+              "config": args.config, "device": str(dev),
               "batch": batch, "input_size": list(model_cfg["input_size"]), "iters": args.iters,
               "warmup": args.warmup, "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None}
     runs = []
@@ -324,11 +330,13 @@ def bench(args):
     for mode in modes:
         for dtype in dtypes:
             for tf32 in tf32s:
-                r = dict(common, **time_steps(model_cfg, batch, dev, tf32, mode == "compile", dtype, args.iters,
-                                              args.warmup, args.channels_last, args.threads))
-                r["threads"] = torch.get_num_threads()
-                runs.append(r)
-                print(json.dumps(r), flush=True)
+                for bm in benchmarks:
+                    r = dict(common, **time_steps(model_cfg, batch, dev, tf32, mode == "compile", dtype, args.iters,
+                                                  args.warmup, args.channels_last, args.threads, bm))
+                    r["threads"] = torch.get_num_threads()
+                    r["cudnn_benchmark"] = bm
+                    runs.append(r)
+                    print(json.dumps(r), flush=True)
     out = runs[0] if len(runs) == 1 else dict(common, runs=runs)
     if args.out:
         with open(args.out, "w") as f:
@@ -351,6 +359,8 @@ if __name__ == "__main__":
     ap.add_argument("--compile", action="store_true", help="torch.compile the step (same as --modes compile)")
     ap.add_argument("--modes", help="comma-separated: eager, compile (default: eager, or compile with --compile)")
     ap.add_argument("--tf32", default="1", help="allow TF32 in cuDNN convolutions: 1 (default), 0, or a list (1,0)")
+    ap.add_argument("--cudnn-benchmark", default="0",
+                    help="torch.backends.cudnn.benchmark: 0 (default, as scripts leave it), 1, or a list (0,1)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     ap.add_argument("--out", help="also write the JSON result to this file")
     a = ap.parse_args()
@@ -362,4 +372,6 @@ if __name__ == "__main__":
         ap.error("--dtypes takes fp32, bf16 and/or fp16, comma-separated, not %r" % a.dtypes)
     if any(t not in ("0", "1") for t in a.tf32.split(",")):
         ap.error("--tf32 takes 0, 1 or a comma-separated list of them, not %r" % a.tf32)
+    if any(t not in ("0", "1") for t in a.cudnn_benchmark.split(",")):
+        ap.error("--cudnn-benchmark takes 0, 1 or a comma-separated list of them, not %r" % a.cudnn_benchmark)
     bench(a)

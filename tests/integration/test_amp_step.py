@@ -77,10 +77,12 @@ def test_quick_amp_step_wires_voxscale_pytorch_and_the_table(tmp_path):
     assert len(vx) == 2 and "--amp bf16 --compile" in vx[0] and "--compile" not in vx[1] and "--amp bf16" in vx[1]
     assert all("--config configs/ae3d-64.json --device cuda" in c and "--iters 5 --warmup 2" in c for c in vx)
     (pt,) = [c for c in calls if c.startswith("pytorch")]
-    for want in ("--device cuda", "--batch-size 2", "--modes eager", "--dtypes bf16", "--channels-last"):
+    for want in ("--device cuda", "--batch-size 2", "--modes eager", "--dtypes bf16", "--channels-last",
+                 "--cudnn-benchmark 0,1"):
         assert want in pt, pt
     lines = [json.loads(l) for l in open(step_dir / "pytorch_amp_ae3d-64.jsonl")]
-    assert [(r["mode"], r["dtype"], r["channels_last"], r["batch"]) for r in lines] == [("eager", "bf16", 1, 2)]
+    assert [(r["mode"], r["dtype"], r["channels_last"], r["batch"], r["cudnn_benchmark"]) for r in lines] == [
+        ("eager", "bf16", 1, 2, 0), ("eager", "bf16", 1, 2, 1)]  # PyTorch eager at both settings: the faster counts
     assert figure.startswith("ae3d-64 bf16 batch 2: voxscale --compile 4.00 ms, 500.0 samples/s = "), figure
     assert "compile not run (PyTorch compile not asked for in this run)" in figure
     md = (step_dir / "amp_ae3d-64.md").read_text()

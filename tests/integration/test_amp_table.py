@@ -169,3 +169,19 @@ def test_another_batch_is_not_compared(tmp_path):
 def test_no_pytorch_output_at_all_fails(tmp_path):
     rc, line, _, _ = table(tmp_path, [voxscale(1, 10.0, 1600.0)], [])
     assert rc == 1 and "no PyTorch bf16 eager result; no PyTorch bf16 compile result" in line, line
+
+
+def test_pytorch_at_its_faster_cudnn_benchmark_setting_is_the_baseline(tmp_path):
+    """ae3d.py --cudnn-benchmark 0,1 prints a line per setting: the faster one per mode is the column and the goal's
+    baseline (whichever setting it is), the other is listed under the table."""
+    rc, line, md, js = table(tmp_path, [voxscale(1, 8.5, 1400.0, **BREAKDOWN)],
+                             [pytorch("eager", 20.0, 1800.0), pytorch("eager", 16.0, 1850.0, cudnn_benchmark=1),
+                              pytorch("compile", 10.0, 1500.0), pytorch("compile", 11.0, 1500.0, cudnn_benchmark=1)])
+    assert rc == 0, line
+    # 470.6 samples/s vs eager's faster 250 (benchmark on) and compile's faster 400 (benchmark off)
+    assert "= 1.88x PyTorch eager, 1.18x PyTorch compile" in line, line
+    assert verdicts(md)["samples/s vs PyTorch torch.compile"].startswith("MISSED")
+    assert "| cudnn.benchmark |  | - | on | off |" in md, md  # no voxscale eager result here: "-"
+    assert ("the others: eager cudnn.benchmark off: 20.00 ms, 200.0 samples/s; compile cudnn.benchmark on: "
+            "11.00 ms, 363.6 samples/s.") in md, md
+    assert js["pytorch"]["eager"]["cudnn_benchmark"] == 1 and js["pytorch"]["compile"]["cudnn_benchmark"] == 0
