@@ -64,9 +64,10 @@ static void drop_graphs(Stepper *s) {
 /* Runs body(s, arg) eagerly, or as the replay of its captured graph: captured on the second use (the first runs
  * eagerly: cuDNN loads kernels and settles its algorithm fallbacks there, outside any capture). With ranks the
  * communicator captures the collectives the body issues (comm.h), and each replay of a graph that holds some is
- * handed to its watchdog. A failed capture has run nothing; the run then goes on eagerly and says why once, unless
- * the capture held collectives: the other ranks may have captured theirs, and NCCL's state after an abandoned
- * capture of its kernels is not something to go on from, so the run ends on every rank. */
+ * handed to its watchdog. A failed capture has run nothing; one rank then goes on eagerly and says why once. With
+ * ranks the run ends on every rank instead: NCCL requires a collective to be captured on every rank or on none,
+ * and this rank's later collectives would run eagerly while the other ranks replay theirs (and NCCL's state after
+ * an abandoned capture of its kernels is not something to go on from). */
 static void run(Stepper *s, GraphSlot *slot, void (*body)(Stepper *, int), int arg) {
     if (!s->use_graphs || slot->uses++ == 0) {
         body(s, arg);
@@ -80,10 +81,10 @@ static void run(Stepper *s, GraphSlot *slot, void (*body)(Stepper *, int), int a
         char why[256];
         slot->graph = s->be->graph_capture_end(why, sizeof why);
         slot->collectives = ranks ? comm_capture_end(s->comm) : 0;
-        if (!slot->graph && slot->collectives > 0) {
+        if (!slot->graph && ranks) {
             char what[96];
-            snprintf(what, sizeof what, "the %s of step %lld (%d collectives)", slot->name, (long long)s->cur,
-                     slot->collectives);
+            snprintf(what, sizeof what, "the %s of step %lld (%d collectives in it)", slot->name,
+                     (long long)s->cur, slot->collectives);
             char reason[400];
             snprintf(reason, sizeof reason, "failed (%s); rerun without --compile", why);
             comm_fail(s->comm, "capture", what, reason);

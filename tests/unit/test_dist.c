@@ -287,12 +287,13 @@ static void test_compile_with_host_collectives_steps_eagerly(void **state) {
 static jmp_buf capture_jmp;
 static void capture_exit(int code) { longjmp(capture_jmp, code); }
 
-/* A failed capture that held collectives ends the run with the communicator's exit code (3): the other ranks may
- * have captured theirs, so going on eagerly here could issue collectives they no longer do. */
-static void test_failed_capture_with_collectives_ends_the_run(void **state) {
+/* With ranks a failed capture ends the run with the communicator's exit code (3), even of a graph without
+ * collectives (the first micro-batch of three here): this rank's later collectives would run eagerly while the
+ * other ranks replay their captured ones, which NCCL does not allow. */
+static void test_failed_capture_with_ranks_ends_the_run(void **state) {
     (void)state;
     SeqRun r;
-    seq_open(&r, 1, &SEQ_OPS);
+    seq_open(&r, 3, &SEQ_OPS);
     char got[4096];
     seq_step(&r, 1, got, sizeof got);
     seq_fail_capture = 1;
@@ -418,7 +419,7 @@ int main(void) {
         cmocka_unit_test(test_buckets_cover_the_gradients_in_backward_order),
         cmocka_unit_test(test_compile_with_ranks_captures_the_collectives),
         cmocka_unit_test(test_compile_with_host_collectives_steps_eagerly),
-        cmocka_unit_test(test_failed_capture_with_collectives_ends_the_run),
+        cmocka_unit_test(test_failed_capture_with_ranks_ends_the_run),
         cmocka_unit_test(test_dist_detect_reads_each_launcher),
         cmocka_unit_test(test_loader_reads_a_ranks_share),
     };
