@@ -320,6 +320,33 @@ static void cast_fill(const KernelCase *k, int b, float *h, long count, unsigned
     }
 }
 
+/* pad_channels: count rows of dims[0] channels -> dims[1] channels (zero-padded or sliced), from float32 to the
+ * storage type (pad_channels_to: the first conv's input and weights) and back (pad_channels_from); beta 1 adds to
+ * the output (the sliced weight gradient across micro-batches) */
+static void pad_to_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){k->count * k->dims[0], k->count * k->dims[1]}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x2, 0x2);
+}
+static void pad_from_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){k->count * k->dims[0], k->count * k->dims[1]}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x1, 0x2);
+}
+static void pad_to_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
+    be->pad_channels(k->count, DT_F32, k->dims[0], b[0], k->dtype, k->dims[1], b[1], k->beta);
+}
+static void pad_from_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
+    be->pad_channels(k->count, k->dtype, k->dims[0], b[0], DT_F32, k->dims[1], b[1], k->beta);
+}
+static void pad_ref(const KernelCase *k, const float *const *in, double *const *ref, DType to) {
+    const int cf = k->dims[0], ct = k->dims[1];
+    for (long r = 0; r < k->count; r++)
+        for (int c = 0; c < ct; c++) ref[1][r * ct + c] = c < cf ? dtype_round(to, in[0][r * cf + c]) : 0.0;
+}
+static void pad_to_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    pad_ref(k, in, ref, k->dtype);
+}
+static void pad_from_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    pad_ref(k, in, ref, DT_F32); /* the input already holds values of the storage type */
+}
+
 static long up_in_count(const KernelCase *k) {
     return (long)k->dims[0] * k->dims[1] * k->dims[2] * k->dims[3] * k->dims[4];
 }
@@ -564,6 +591,9 @@ static const KernelOp OPS[] = {
     {"accumulate", BOP_ACCUMULATE, 0, 1e-7, accumulate_setup, accumulate_run, accumulate_ref, NULL},
     {"cast_to", BOP_CAST, 0, 0, cast_to_setup, cast_to_run, cast_to_ref, cast_fill},
     {"cast_from", BOP_CAST, 0, 0, cast_from_setup, cast_from_run, cast_from_ref, cast_fill},
+    /* 1e-7: exact but for beta 1's one float32 rounding of old + new */
+    {"pad_channels_to", BOP_PAD_CHANNELS, 0, 1e-7, pad_to_setup, pad_to_run, pad_to_ref, NULL},
+    {"pad_channels_from", BOP_PAD_CHANNELS, 0, 1e-7, pad_from_setup, pad_from_run, pad_from_ref, NULL},
     {"recon_loss_l1", BOP_RECON_LOSS, 0, 1e-5, loss_setup, loss_l1_run, loss_l1_ref, loss_fill},
     {"recon_loss_mse", BOP_RECON_LOSS, 0, 1e-5, loss_setup, loss_mse_run, loss_mse_ref, loss_fill},
     {"latent_forward", BOP_LATENT_FORWARD, 0, 1e-5, lat_fwd_setup, lat_fwd_run, lat_fwd_ref, NULL},
