@@ -650,6 +650,12 @@ static KernelCase count_case(long count, DType dt) {
     return k;
 }
 
+/* rows of c_from channels to c_to (pad_channels_*) */
+static KernelCase pad_case(long rows, int c_from, int c_to, DType dt) {
+    KernelCase k = {.count = rows, .dims = {c_from, c_to}, .dtype = dt};
+    snprintf(k.shape, sizeof k.shape, "%ld x c%d->%d", rows, c_from, c_to);
+    return k;
+}
 
 int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
     CaseList l = {.be = be};
@@ -665,6 +671,12 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", s->n, s->d, s->h, s->w, s->c_in,
                      s->c_out, s->k, s->stride);
             add_case(&l, k, nd->in[1] >= 0 ? "conv3d_forward_add" : "conv3d_forward");
+            if (nd->pad_w >= 0) { /* padded input channels: weights padded, their gradient sliced, the bias's added */
+                const int c_w = m->params[nd->weight].shape[4];
+                add_case(&l, pad_case(conv3d_weight_count(s) / s->c_in, c_w, s->c_in, dt), "pad_channels_to");
+                add_case(&l, pad_case(conv3d_weight_count(s) / s->c_in, s->c_in, c_w, DT_F32), "pad_channels_to");
+                add_case(&l, count_case(s->c_out, DT_F32), "accumulate");
+            }
             if (tx->grad >= 0) add_case(&l, k, "conv3d_backward_data");
             add_case(&l, k, "conv3d_backward_filter");
             if (nd->in[1] >= 0) { /* the fused residual's gradient: the output's, copied or added to the skip's */
@@ -684,7 +696,12 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             add_case(&l, count_case(tx->count, dt), "silu_forward");
             add_case(&l, count_case(tx->count, dt), "silu_backward");
             break;
-        case OP_CAST: add_case(&l, count_case(tx->count, m->tensors[nd->out].dtype), "cast_to"); break;
+        case OP_CAST: {
+            const Tensor *ty = &m->tensors[nd->out];
+            if (ty->dims.c == tx->dims.c) add_case(&l, count_case(tx->count, ty->dtype), "cast_to");
+            else add_case(&l, pad_case(tx->count / tx->dims.c, tx->dims.c, ty->dims.c, ty->dtype), "pad_channels_to");
+            break;
+        }
         case OP_UPSAMPLE:
             memcpy(k.dims, (int[]){tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c}, sizeof k.dims);
             snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d", k.dims[0], k.dims[1], k.dims[2], k.dims[3], k.dims[4]);
