@@ -138,9 +138,10 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         const void *w = weight_ptr(m, nd->weight);
         if (nd->pad_w >= 0) { /* padded input channels: the weights padded too, from the master AdamW just wrote */
             const ParamView *p = &m->params[nd->weight];
-            w = item_ptr(m, nd->pad_w);
+            void *padded = item_ptr(m, nd->pad_w);
             be->pad_channels(p->count / p->shape[4], DT_F32, p->shape[4], param_ptr(m, m->param, nd->weight), m->dtype,
-                             nd->conv.c_in, (void *)w, 0.0f);
+                             nd->conv.c_in, padded, 0.0f);
+            w = padded;
         }
         be->conv3d_forward(&nd->conv, x, w, param_ptr(m, m->param, nd->bias),
                            nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL, y, ws);
