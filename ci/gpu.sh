@@ -28,7 +28,8 @@ cd "$(dirname "$0")/.." || exit 2
 # The limits bound the run: a full run is at most the sum of its LIMITs (510 s) plus the environment probe (25 s:
 # the first torch import on a cold machine is slow) and the unpacking and reports (about 5 s), 540 s, 9 minutes (the
 # device tool allows 10 a call); --quick at most 150 + 25 + 5 s, 3 minutes; the on-demand fp32 comparisons
-# (--only bench-64,bench-128) 110 + 30 s (a step killed at its limit may take 3 s more to die). The times they
+# (--only bench-64,bench-128) 110 + 30 s (a step killed at its limit may take 3 s more to die); pad-64 (on demand
+# too: the full run's limits already add up to 510 s) two bf16 bench steps of ae3d-64, ~15 s. The times they
 # should take on an H100 are estimates (nothing here has run on a GPU yet): libs 1 s, detect 3 s, unit 5 s, ops 33 x
 # ~1.5 s (24 op tests of the table in three types, 9 backend tests), integration ~60 s (about 25 short runs:
 # fp32 against the CPU, bf16 and fp16 curves, loss scaling, graphs against eager), memcheck ~40 s, racecheck
@@ -62,6 +63,7 @@ register amp-64      65 35 step_amp_64      "ae3d-64 bf16: voxscale --compile an
 register amp-128     85  0 step_amp_128     "ae3d-128 bf16: voxscale --compile and eager vs PyTorch autocast eager and torch.compile (issue 12)"
 register bench-64    65  0 step_bench_64    "bench step ae3d-64 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
 register bench-128   45  0 step_bench_128   "bench step ae3d-128 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
+register pad-64      30  0 step_pad_64      "ae3d-64 bf16: model.pad_input_channels off vs auto, the step and conv_in's time" on-demand
 register bench-kernels 35 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
 register bench-allreduce 15 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30"
 register bench-scaling 30 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"

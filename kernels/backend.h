@@ -35,17 +35,17 @@ extern "C" {
 typedef enum {
     BOP_CONV3D_FORWARD, BOP_CONV3D_BACKWARD_DATA, BOP_CONV3D_BACKWARD_FILTER, BOP_GROUPNORM_FORWARD,
     BOP_GROUPNORM_BACKWARD, BOP_SILU_FORWARD, BOP_SILU_BACKWARD, BOP_UPSAMPLE2X_FORWARD, BOP_UPSAMPLE2X_BACKWARD,
-    BOP_ADD_FORWARD, BOP_ACCUMULATE, BOP_SCALE, BOP_CAST, BOP_RECON_LOSS, BOP_LATENT_FORWARD, BOP_LATENT_BACKWARD,
-    BOP_NORMAL_FILL, BOP_ADAMW, BOP_SUMSQ, BOP_OPTIM_PREPARE, BOP_AUGMENT,
+    BOP_ADD_FORWARD, BOP_ACCUMULATE, BOP_SCALE, BOP_CAST, BOP_PAD_CHANNELS, BOP_RECON_LOSS, BOP_LATENT_FORWARD,
+    BOP_LATENT_BACKWARD, BOP_NORMAL_FILL, BOP_ADAMW, BOP_SUMSQ, BOP_OPTIM_PREPARE, BOP_AUGMENT,
     BOP_COUNT
 } BackendOp;
 
 typedef struct Backend {
     const char *name; /* "cpu" or "cuda" */
 
-    /* 1 when the backend runs `op` with activations (for adamw: the low-precision parameter copy; for cast: either
-     * side) of type dt. Ops without an activation type (scale, normal_fill, sumsq, optim_prepare, augment) answer
-     * for DT_F32 only. */
+    /* 1 when the backend runs `op` with activations (for adamw: the low-precision parameter copy; for cast and
+     * pad_channels: either side) of type dt. Ops without an activation type (scale, normal_fill, sumsq,
+     * optim_prepare, augment) answer for DT_F32 only. */
     int (*supports)(BackendOp op, DType dt);
 
     /* memory */
@@ -135,6 +135,9 @@ typedef struct Backend {
     void (*accumulate)(DType dt, long count, const void *src, void *dst, float beta);
     void (*scale)(long count, float *x, float scale);
     void (*cast)(long count, DType from, const void *src, DType to, void *dst);
+    /* rows of c_from channels to rows of c_to (zero-padded or sliced), with a type change; elementwise.h */
+    void (*pad_channels)(long rows, DType from, int c_from, const void *src, DType to, int c_to, void *dst,
+                         float beta);
     /* grad_scale as loss.h; loss_scale (backend memory, NULL for 1) multiplies it on the device */
     void (*recon_loss)(ReconLoss kind, DType dt, long count, const void *pred, const float *target, float *loss_out,
                        void *dpred, float grad_scale, const float *loss_scale);

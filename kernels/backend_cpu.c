@@ -108,9 +108,9 @@ static double cpu_event_elapsed_ms(void *from, void *to) {
     return (b - a) * 1e3;
 }
 
-/* ---- the ops: float32 only, except cast ---------------------------------------------------------------------- */
+/* ---- the ops: float32 only, except the casts ------------------------------------------------------------------ */
 
-static int cpu_supports(BackendOp op, DType dt) { return dt == DT_F32 || op == BOP_CAST; }
+static int cpu_supports(BackendOp op, DType dt) { return dt == DT_F32 || op == BOP_CAST || op == BOP_PAD_CHANNELS; }
 
 static void need_f32(DType dt, const char *op) {
     if (dt != DT_F32)
@@ -236,6 +236,7 @@ static const Backend cpu_backend = {
     .accumulate = cpu_accumulate,
     .scale = scale_cpu,
     .cast = cast_cpu,
+    .pad_channels = pad_channels_cpu,
     .recon_loss = cpu_recon_loss,
     .latent_forward = cpu_latent_forward,
     .latent_backward = cpu_latent_backward,

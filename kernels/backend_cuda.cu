@@ -389,6 +389,7 @@ static const Backend cuda_backend = {
     .accumulate = accumulate_cuda,
     .scale = scale_cuda,
     .cast = cast_cuda,
+    .pad_channels = pad_channels_cuda,
     .recon_loss = recon_loss_cuda,
     .latent_forward = latent_forward_cuda,
     .latent_backward = latent_backward_cuda,

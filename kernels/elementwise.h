@@ -1,6 +1,7 @@
-/* elementwise.h: the small vector ops the graph needs: residual add, gradient accumulation, scaling, and the cast
- * between storage types (dtype.h). The CPU versions are the float32 reference; the CUDA ones take the storage type
- * of their activation buffers (`dt`) and compute in float32 whatever it is. */
+/* elementwise.h: the small vector ops the graph needs: residual add, gradient accumulation, scaling, the cast
+ * between storage types (dtype.h), and the cast that also pads or slices the channels of each row. The CPU versions
+ * are the float32 reference; the CUDA ones take the storage type of their activation buffers (`dt`) and compute in
+ * float32 whatever it is. */
 #pragma once
 #include "dtype.h"
 
@@ -17,6 +18,13 @@ void scale_cpu(long count, float *x, float scale);
 /* dst[i] = src[i] converted from `from` to `to` (rounded to nearest even when narrowing); src and dst must not
  * overlap unless from == to and src == dst. The CPU converts between any two types (dtype.h). */
 void cast_cpu(long count, DType from, const void *src, DType to, void *dst);
+/* Rows of channels, with a type change: src [rows][c_from] of `from`, dst [rows][c_to] of `to` (no overlap);
+ *   dst[r][c] = beta*dst[r][c] + P[r][c],  P[r][c] = src[r][c] for c < c_from, 0 for c_from <= c < c_to
+ * (beta in {0,1}; beta 0 overwrites without reading dst, which may hold NaN). c_to > c_from pads with zeros, c_to <
+ * c_from keeps the first c_to channels. Why: cuDNN's tensor-core kernels want a channel count that is a multiple of 8,
+ * so the model's first convolution may read its single-channel input (and weights) padded to 8 channels, and its
+ * weight gradient, computed padded, is sliced back into the real one (beta: the accumulation micro-batches). */
+void pad_channels_cpu(long rows, DType from, int c_from, const void *src, DType to, int c_to, void *dst, float beta);
 
 /* CUDA (kernels/elementwise_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
@@ -24,6 +32,7 @@ void add_forward_cuda(DType dt, long count, const void *a, const void *b, void *
 void accumulate_cuda(DType dt, long count, const void *src, void *dst, float beta);
 void scale_cuda(long count, float *x, float scale);
 void cast_cuda(long count, DType from, const void *src, DType to, void *dst);
+void pad_channels_cuda(long rows, DType from, int c_from, const void *src, DType to, int c_to, void *dst, float beta);
 
 #ifdef __cplusplus
 }

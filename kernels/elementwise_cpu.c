@@ -1,5 +1,5 @@
-/* elementwise_cpu.c: float32 CPU vector ops of elementwise.h: residual add, gradient accumulation, scaling, and the
- * cast between storage types (dtype.h's conversions).
+/* elementwise_cpu.c: float32 CPU vector ops of elementwise.h: residual add, gradient accumulation, scaling, the
+ * cast between storage types (dtype.h's conversions) and its channel-padding form.
  * Flat loops over `count` floats, split by OpenMP once the arrays are large enough to pay for the fork. */
 #include "elementwise.h"
 
@@ -38,4 +38,17 @@ void cast_cpu(long count, DType from, const void *src, DType to, void *dst) {
     }
 #pragma omp parallel for schedule(static) if (count >= EW_PARALLEL_MIN)
     for (long i = 0; i < count; i++) dtype_store(to, dst, (size_t)i, dtype_load(from, src, (size_t)i));
+}
+
+void pad_channels_cpu(long rows, DType from, int c_from, const void *src, DType to, int c_to, void *dst, float beta) {
+    /* src [rows][c_from] of `from`, dst [rows][c_to] of `to`; computed in float32 as the CUDA kernel does */
+    const int c_copy = c_from < c_to ? c_from : c_to;
+#pragma omp parallel for schedule(static) if (rows * c_to >= EW_PARALLEL_MIN)
+    for (long r = 0; r < rows; r++)
+        for (int c = 0; c < c_to; c++) {
+            const size_t o = (size_t)r * (size_t)c_to + (size_t)c;
+            float v = c < c_copy ? dtype_load(from, src, (size_t)r * (size_t)c_from + (size_t)c) : 0.0f;
+            if (beta != 0.0f) v = beta * dtype_load(to, dst, o) + v;
+            dtype_store(to, dst, o, v);
+        }
 }

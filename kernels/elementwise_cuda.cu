@@ -1,5 +1,6 @@
-/* elementwise_cuda.cu: the vector ops of elementwise.h on the GPU: residual add, gradient accumulation, scale and
- * the cast between storage types.
+/* elementwise_cuda.cu: the vector ops of elementwise.h on the GPU: residual add, gradient accumulation, scale, the
+ * cast between storage types and its channel-padding form (pad_channels: one thread per output element, src and dst
+ * [rows][c] with small c; it runs on the first convolution's input and weights only).
  *   a, b, y, src, dst, x [count]   flat, of storage type T (dtype_cuda.cuh), computed in float; vectors of 4 when
  *                                  count % 4 == 0 and every pointer is 16-byte aligned.
  * accumulate with beta 0 copies src without reading dst (which may hold NaN), as accumulate_cpu. */
@@ -51,6 +52,20 @@ __global__ void cast_kernel(size_t nvec, const From *__restrict__ src, To *__res
         float u[V];
         vx_load<V>(src, i, u);
         vx_store<V>(dst, i, u);
+    }
+}
+
+/* dst[r][c] = beta*dst[r][c] (ACC) + (c < c_from ? src[r][c] : 0), over n = rows * c_to output elements */
+template <typename From, typename To, bool ACC>
+__global__ void pad_channels_kernel(size_t n, int c_from, int c_to, const From *__restrict__ src, To *__restrict__ dst,
+                                    float beta) {
+    const int c_copy = c_from < c_to ? c_from : c_to;
+    for (size_t i = vx_global_thread(); i < n; i += vx_grid_threads()) {
+        const size_t r = i / (size_t)c_to;
+        const int c = (int)(i - r * (size_t)c_to);
+        float v = c < c_copy ? vx_f32(src[r * (size_t)c_from + (size_t)c]) : 0.0f;
+        if constexpr (ACC) v = beta * vx_f32(dst[i]) + v;
+        dst[i] = vx_to<To>(v);
     }
 }
 
@@ -111,4 +126,19 @@ extern "C" void cast_cuda(long count, DType from, const void *src, DType to, voi
         else cast_kernel<F, D, 1><<<vx_ew_blocks(n), VX_THREADS, 0, st>>>(n, s, d);
     }));
     LAUNCH_CHECK("cast_kernel");
+}
+
+extern "C" void pad_channels_cuda(long rows, DType from, int c_from, const void *src, DType to, int c_to, void *dst,
+                                  float beta) {
+    if (rows <= 0 || c_to <= 0) return;
+    const size_t n = (size_t)rows * (size_t)c_to;
+    cudaStream_t st = vx_cuda_stream();
+    VX_DTYPE_SWITCH(from, F, VX_DTYPE_SWITCH(to, D, {
+        const F *s = (const F *)src;
+        D *d = (D *)dst;
+        const unsigned b = vx_ew_blocks(n);
+        if (beta != 0.0f) pad_channels_kernel<F, D, true><<<b, VX_THREADS, 0, st>>>(n, c_from, c_to, s, d, beta);
+        else pad_channels_kernel<F, D, false><<<b, VX_THREADS, 0, st>>>(n, c_from, c_to, s, d, beta);
+    }));
+    LAUNCH_CHECK("pad_channels_kernel");
 }

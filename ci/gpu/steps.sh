@@ -253,6 +253,30 @@ step_amp_64() {
 
 step_amp_128() { amp_pair configs/ae3d-128.json 5 2 eager,compile; }
 
+# model.pad_input_channels on ae3d-64 in bf16, eager: off (conv_in reads the single channel) against auto (padded to
+# 8 for cuDNN's tensor-core kernels); the figure gives each run's median step and its first layer (the input cast and
+# encoder.conv_in, forward + backward, from bench step's per-layer pass). Nothing has measured yet whether it pays.
+step_pad_64() {
+    local p j t rc=0 parts=()
+    for p in off auto; do
+        echo "=== voxscale bench step ae3d-64 --amp bf16, model.pad_input_channels=$p"
+        "$VX_BIN" bench step --config configs/ae3d-64.json --device cuda --amp bf16 --iters 10 --warmup 3 \
+            --set model.pad_input_channels=$p --results "$VX_STEP_DIR/pad-$p" 2>&1 | tee "$VX_STEP_DIR/pad-$p.log"
+        t=${PIPESTATUS[0]}
+        j=$(echo "$VX_STEP_DIR"/pad-$p/*/step_ae3d-64.json)
+        if [ "$t" != 0 ] || [ ! -f "$j" ]; then
+            rc=1
+            parts+=("$p: failed ($(tail -1 "$VX_STEP_DIR/pad-$p.log"))")
+            continue
+        fi
+        parts+=("$p: step $(sed -n 's/.*"step_ms_median": \([0-9.]*\).*/\1/p' "$j") ms, conv_in $(sed -n \
+            's/.*"first_layer_ms": \([0-9.]*\).*/\1/p' "$j") ms at $(sed -n \
+            's/.*"input_channels_stored": \([0-9]*\).*/\1/p' "$j") channel(s)")
+    done
+    figure "ae3d-64 bf16 eager, model.pad_input_channels ${parts[0]}; ${parts[1]}"
+    return $rc
+}
+
 # bench kernels on the GPU: every op checked against its float64 reference, then timed against the cuBLAS SGEMM and
 # device-to-device copy ceilings measured in the same run. First the default config, for the regression gate
 # (ci/regress) against results/<gpu>/baseline.json; where this GPU has no baseline yet, the step writes one into its

@@ -147,6 +147,15 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
            lt.step_ms, lt.conv_ms, lt.other_ms, phase[2]);
     char layers_md[4096];
     slowest_layers(m, &lt, 10, layers_md, sizeof layers_md);
+    /* the first layer: the input cast (when there is one) and encoder.conv_in, what model.pad_input_channels changes */
+    double first_ms = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        first_ms += lt.node_ms[i];
+        if (m->nodes[i].kind == OP_CONV) break;
+    }
+    const int in_c = cfg->in_channels, in_c_stored = m->tensors[m->t_input_lp].dims.c;
+    vx_log("first layer (input cast and encoder.conv_in, %d input channel(s) stored as %d): %.3f ms\n", in_c,
+           in_c_stored, first_ms);
     free(lt.node_ms);
     stepper_free(st);
     comm_close(single);
@@ -191,14 +200,15 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      "  \"fraction_of_ceiling\": %.4f,\n  \"precision\": \"%s\",\n  \"compile\": %d,\n"
                      "  \"graphs\": %d,\n  \"forward_ms\": %.3f,\n  \"backward_ms\": %.3f,\n  \"optimizer_ms\": %.3f,\n"
                      "  \"conv_ms\": %.3f,\n  \"other_layers_ms\": %.3f,\n  \"own_kernels_ms\": %.3f,\n"
-                     "  \"layers_step_ms\": %.3f,\n  \"step_over_conv\": %.4f\n}\n",
+                     "  \"layers_step_ms\": %.3f,\n  \"step_over_conv\": %.4f,\n  \"first_layer_ms\": %.3f,\n"
+                     "  \"input_channels_stored\": %d\n}\n",
                      stem, slug, be->name, device, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
                      __VERSION__, cfg->tf32, cfg->deterministic, commit, m->batch, cfg->input_size[0],
                      cfg->input_size[1], cfg->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
                      tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, peak_mib, ceil.what, ceil.gflops,
                      ceil.conv_shape, gflops / ceil.gflops, m->dtype == DT_F32 ? "fp32" : cfg->precision, cfg->compile,
                      graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.other_ms + phase[2], lt.step_ms,
-                     med * 1e3 / lt.conv_ms);
+                     med * 1e3 / lt.conv_ms, first_ms, in_c_stored);
     snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
     fs_write_atomic(path, json, (size_t)n);
     char md[16384];

@@ -320,6 +320,33 @@ static void cast_fill(const KernelCase *k, int b, float *h, long count, unsigned
     }
 }
 
+/* pad_channels: count rows of dims[0] channels -> dims[1] channels (zero-padded or sliced), from float32 to the
+ * storage type (pad_channels_to: the first conv's input and weights) and back (pad_channels_from); beta 1 adds to
+ * the output (the sliced weight gradient across micro-batches) */
+static void pad_to_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){k->count * k->dims[0], k->count * k->dims[1]}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x2, 0x2);
+}
+static void pad_from_setup(KernelCase *k, const Backend *be) {
+    bufs(k, 2, (long[]){k->count * k->dims[0], k->count * k->dims[1]}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x1, 0x2);
+}
+static void pad_to_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
+    be->pad_channels(k->count, DT_F32, k->dims[0], b[0], k->dtype, k->dims[1], b[1], k->beta);
+}
+static void pad_from_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
+    be->pad_channels(k->count, k->dtype, k->dims[0], b[0], DT_F32, k->dims[1], b[1], k->beta);
+}
+static void pad_ref(const KernelCase *k, const float *const *in, double *const *ref, DType to) {
+    const int cf = k->dims[0], ct = k->dims[1];
+    for (long r = 0; r < k->count; r++)
+        for (int c = 0; c < ct; c++) ref[1][r * ct + c] = c < cf ? dtype_round(to, in[0][r * cf + c]) : 0.0;
+}
+static void pad_to_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    pad_ref(k, in, ref, k->dtype);
+}
+static void pad_from_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    pad_ref(k, in, ref, DT_F32); /* the input already holds values of the storage type */
+}
+
 static long up_in_count(const KernelCase *k) {
     return (long)k->dims[0] * k->dims[1] * k->dims[2] * k->dims[3] * k->dims[4];
 }
@@ -564,6 +591,9 @@ static const KernelOp OPS[] = {
     {"accumulate", BOP_ACCUMULATE, 0, 1e-7, accumulate_setup, accumulate_run, accumulate_ref, NULL},
     {"cast_to", BOP_CAST, 0, 0, cast_to_setup, cast_to_run, cast_to_ref, cast_fill},
     {"cast_from", BOP_CAST, 0, 0, cast_from_setup, cast_from_run, cast_from_ref, cast_fill},
+    /* 1e-7: exact but for beta 1's one float32 rounding of old + new */
+    {"pad_channels_to", BOP_PAD_CHANNELS, 0, 1e-7, pad_to_setup, pad_to_run, pad_to_ref, NULL},
+    {"pad_channels_from", BOP_PAD_CHANNELS, 0, 1e-7, pad_from_setup, pad_from_run, pad_from_ref, NULL},
     {"recon_loss_l1", BOP_RECON_LOSS, 0, 1e-5, loss_setup, loss_l1_run, loss_l1_ref, loss_fill},
     {"recon_loss_mse", BOP_RECON_LOSS, 0, 1e-5, loss_setup, loss_mse_run, loss_mse_ref, loss_fill},
     {"latent_forward", BOP_LATENT_FORWARD, 0, 1e-5, lat_fwd_setup, lat_fwd_run, lat_fwd_ref, NULL},
@@ -620,6 +650,12 @@ static KernelCase count_case(long count, DType dt) {
     return k;
 }
 
+/* rows of c_from channels to c_to (pad_channels_*) */
+static KernelCase pad_case(long rows, int c_from, int c_to, DType dt) {
+    KernelCase k = {.count = rows, .dims = {c_from, c_to}, .dtype = dt};
+    snprintf(k.shape, sizeof k.shape, "%ld x c%d->%d", rows, c_from, c_to);
+    return k;
+}
 
 int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
     CaseList l = {.be = be};
@@ -635,6 +671,12 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", s->n, s->d, s->h, s->w, s->c_in,
                      s->c_out, s->k, s->stride);
             add_case(&l, k, nd->in[1] >= 0 ? "conv3d_forward_add" : "conv3d_forward");
+            if (nd->pad_w >= 0) { /* padded input channels: weights padded, their gradient sliced, the bias's added */
+                const int c_w = m->params[nd->weight].shape[4];
+                add_case(&l, pad_case(conv3d_weight_count(s) / s->c_in, c_w, s->c_in, dt), "pad_channels_to");
+                add_case(&l, pad_case(conv3d_weight_count(s) / s->c_in, s->c_in, c_w, DT_F32), "pad_channels_to");
+                add_case(&l, count_case(s->c_out, DT_F32), "accumulate");
+            }
             if (tx->grad >= 0) add_case(&l, k, "conv3d_backward_data");
             add_case(&l, k, "conv3d_backward_filter");
             if (nd->in[1] >= 0) { /* the fused residual's gradient: the output's, copied or added to the skip's */
@@ -654,7 +696,12 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             add_case(&l, count_case(tx->count, dt), "silu_forward");
             add_case(&l, count_case(tx->count, dt), "silu_backward");
             break;
-        case OP_CAST: add_case(&l, count_case(tx->count, m->tensors[nd->out].dtype), "cast_to"); break;
+        case OP_CAST: {
+            const Tensor *ty = &m->tensors[nd->out];
+            if (ty->dims.c == tx->dims.c) add_case(&l, count_case(tx->count, ty->dtype), "cast_to");
+            else add_case(&l, pad_case(tx->count / tx->dims.c, tx->dims.c, ty->dims.c, ty->dtype), "pad_channels_to");
+            break;
+        }
         case OP_UPSAMPLE:
             memcpy(k.dims, (int[]){tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c}, sizeof k.dims);
             snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d", k.dims[0], k.dims[1], k.dims[2], k.dims[3], k.dims[4]);

@@ -41,6 +41,10 @@ static const KeySpec SCHEMA[] = {
     {"model", "logvar_min", T_FLOAT, OFF(logvar_min), -100, 0, NULL, "-30", "log-variance clamp, low"},
     {"model", "logvar_max", T_FLOAT, OFF(logvar_max), 0, 100, NULL, "20", "log-variance clamp, high"},
     {"model", "norm_eps", T_FLOAT, OFF(norm_eps), 1e-12, 1, NULL, "1e-6", "GroupNorm epsilon"},
+    {"model", "pad_input_channels", T_STRING, OFF(pad_input_channels), 0, 0, "auto|on|off", "\"auto\"",
+     "store the first convolution's input and weights with in_channels padded with zeros to a multiple of 8, the "
+     "channel count cuDNN's tensor-core kernels want; auto = with bf16/fp16, on = in any precision too (the CPU "
+     "tests the path so), off = never. Parameters and checkpoints stay unpadded"},
     {"train", "steps", T_INT, OFF(steps), 0, 1e9, NULL, "200", "optimizer steps in total"},
     {"train", "batch_size", T_INT, OFF(batch_size), 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
     {"train", "global_batch", T_INT, OFF(global_batch), 0, 1 << 22, NULL, "0",

@@ -33,6 +33,7 @@ typedef struct {
     char loss[CONFIG_STR]; /* "l1" | "mse" */
     double logvar_min, logvar_max;
     double norm_eps;
+    char pad_input_channels[CONFIG_STR]; /* "auto" | "on" | "off": conv_in's input channels padded to a multiple of 8 */
     /* train */
     int steps;
     int batch_size; /* per rank, per micro-batch; 0 = the largest that fits (automatic) */

@@ -11,9 +11,12 @@
  *
  * Precision: every activation tensor and its gradient is stored as the model's dtype (train.precision: float32, or
  * bfloat16 / float16 for mixed precision on a GPU); the input volume (the loss target) and the noise stay float32, a
- * cast node makes the low-precision copy conv_in reads. The parameters, their gradients and AdamW's moments are
- * float32 (the master copy); with a 16-bit dtype the convolutions read a low-precision copy of the flat parameters
- * (param_lp), which AdamW rewrites in the same pass as the master and model_sync_lp refreshes after any other write.
+ * cast node makes the low-precision copy conv_in reads. With model.pad_input_channels (auto: in bf16/fp16) that copy
+ * has its channels padded with zeros to a multiple of 8, what cuDNN's tensor-core kernels want, and conv_in runs on
+ * padded weights written from the float32 master each forward; its parameters stay unpadded. The parameters, their
+ * gradients and AdamW's moments are float32 (the master copy); with a 16-bit dtype the convolutions read a
+ * low-precision copy of the flat parameters (param_lp), which AdamW rewrites in the same pass as the master and
+ * model_sync_lp refreshes after any other write.
  * Fusion (train.fuse): GroupNorm + SiLU as one node, and the residual add of each ResBlock folded into the epilogue
  * of the convolution that runs last in the block (in[1] of an OP_CONV node: y = conv(x) + bias + in[1]).
  *
@@ -73,6 +76,10 @@ typedef struct {
     int stats;           /* OP_GROUPNORM: plan item of mean and rstd [n][groups] each */
     float dx_beta[2];    /* 0 when this node writes that input's gradient first in backward, else 1 */
     int recompute;       /* activation checkpointing: rerun by its block's recomputation before the block's backward */
+    /* OP_CONV reading zero-padded input channels (encoder.conv_in under model.pad_input_channels; conv.c_in is the
+     * padded count, the weight view keeps the real one): plan items of the padded weight copy (model dtype) and of the
+     * float32 weight and bias gradients its backward computes before slicing them into the real ones; -1 otherwise */
+    int pad_w, pad_dw, pad_db;
 } Node;
 
 /* A checkpointed segment (a ResBlock): nodes first..last, last the residual add. With activation checkpointing only

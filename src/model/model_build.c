@@ -49,22 +49,31 @@ static Node *add_node(Model *m, OpKind kind, const char *name, int in0, int in1,
     nd->in[0] = in0;
     nd->in[1] = in1;
     nd->weight = nd->bias = nd->stats = -1;
+    nd->pad_w = nd->pad_dw = nd->pad_db = -1;
     nd->out = add_tensor(m, out, m->n_nodes, m->dtype);
     m->n_nodes++;
     return nd;
 }
 
-static int conv(Model *m, const char *name, int x, int c_out, int k, int stride) {
+/* A convolution of x whose weights have w_cin input channels: x's own count, or fewer when x is padded with zero
+ * channels (conv_in under model.pad_input_channels), which the weights then are too, in a copy of their own. */
+static int conv_on(Model *m, const char *name, int x, int w_cin, int c_out, int k, int stride) {
     Dims in = m->tensors[x].dims;
     int pad = k / 2;
     Conv3dShape s = conv3d_shape(in.n, in.d, in.h, in.w, in.c, c_out, k, stride, pad);
     s.dtype = m->dtype;
     Node *nd = add_node(m, OP_CONV, name, x, -1, (Dims){in.n, s.od, s.oh, s.ow, c_out});
     nd->conv = s;
-    nd->weight = add_param(m, name, "weight", 5, (int[]){c_out, k, k, k, in.c});
+    nd->weight = add_param(m, name, "weight", 5, (int[]){c_out, k, k, k, w_cin});
     nd->bias = add_param(m, name, "bias", 1, (int[]){c_out});
-    m->conv_flops_fwd += conv3d_forward_flops(&s);
+    Conv3dShape useful = s; /* FLOP counts are the model's work, the same padded or not (GFLOP/s compare) */
+    useful.c_in = w_cin;
+    m->conv_flops_fwd += conv3d_forward_flops(&useful);
     return nd->out;
+}
+
+static int conv(Model *m, const char *name, int x, int c_out, int k, int stride) {
+    return conv_on(m, name, x, m->tensors[x].dims.c, c_out, k, stride);
 }
 
 static int groupnorm(Model *m, const char *name, int x) {
@@ -140,11 +149,15 @@ static void build_graph(Model *m) {
     int L = c->levels;
     m->t_input = add_tensor(m, (Dims){m->batch, c->input_size[0], c->input_size[1], c->input_size[2], c->in_channels}, -1,
                             DT_F32);
-    /* the loss compares with the float32 input; conv_in reads it in the model's type */
-    m->t_input_lp = m->dtype == DT_F32 ? m->t_input
-                                       : add_node(m, OP_CAST, "input_cast", m->t_input, -1, m->tensors[m->t_input].dims)->out;
+    /* the loss compares with the float32 input; conv_in reads it in the model's type, its channels padded with zeros
+     * to a multiple of 8 where that lets cuDNN use tensor cores (pad_input_channels auto: bf16/fp16; on: always) */
+    Dims lp = m->tensors[m->t_input].dims;
+    const char *pad = c->pad_input_channels;
+    if (strcmp(pad, "on") == 0 || (strcmp(pad, "auto") == 0 && m->dtype != DT_F32)) lp.c = (lp.c + 7) / 8 * 8;
+    const int own_copy = m->dtype != DT_F32 || lp.c != c->in_channels;
+    m->t_input_lp = own_copy ? add_node(m, OP_CAST, "input_cast", m->t_input, -1, lp)->out : m->t_input;
 
-    int h = conv(m, "encoder.conv_in", m->t_input_lp, c->channels[0], 3, 1);
+    int h = conv_on(m, "encoder.conv_in", m->t_input_lp, c->in_channels, c->channels[0], 3, 1);
     for (int l = 0; l < L; l++) {
         for (int b = 0; b < c->res_blocks; b++) {
             snprintf(n, sizeof n, "encoder.down.%d.res.%d", l, b);
@@ -311,6 +324,18 @@ static void plan_memory(Model *m) {
             size_t w = m->be->conv3d_workspace_bytes(&nd->conv);
             if (w > ws) ws = w;
         }
+        if (nd->kind == OP_CONV && nd->conv.c_in != m->params[nd->weight].shape[4]) {
+            /* padded input channels: the padded weights live during the forward that writes and reads them, the
+             * padded gradients during the backward that writes and slices them. Only conv_in reads padded channels;
+             * it is outside every checkpointed block (never rerun) and its input, the data, has no gradient, so
+             * nothing else reads these. */
+            VX_CHECK(!nd->recompute && m->tensors[nd->in[0]].grad < 0, "%s: padded channels on a rerun conv or one "
+                     "whose input has a gradient", nd->name);
+            const size_t wcount = (size_t)conv3d_weight_count(&nd->conv);
+            nd->pad_w = plan_add(&m->plan, wcount * dtype_size(m->dtype), i, i);
+            nd->pad_dw = plan_add(&m->plan, wcount * sizeof(float), T - i, T - i);
+            nd->pad_db = plan_add(&m->plan, (size_t)nd->conv.c_out * sizeof(float), T - i, T - i);
+        }
     }
     m->workspace_item = plan_add(&m->plan, ws, 0, T);
     m->scalars_item = plan_add(&m->plan, 16 * sizeof(float), 0, T);
@@ -346,11 +371,14 @@ Model *model_build(const Config *cfg, int batch, const Backend *be) {
     build_graph(m);
     finish_params(m);
     plan_memory(m);
-    /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). */
+    /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). The
+     * model's work: a conv on padded channels counts its real ones (conv_on). */
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         if (nd->kind != OP_CONV) continue;
-        m->conv_flops_step += conv3d_forward_flops(&nd->conv) * (m->tensors[nd->in[0]].grad >= 0 ? 3 : 2);
+        Conv3dShape useful = nd->conv;
+        useful.c_in = m->params[nd->weight].shape[4];
+        m->conv_flops_step += conv3d_forward_flops(&useful) * (m->tensors[nd->in[0]].grad >= 0 ? 3 : 2);
     }
     return m;
 }

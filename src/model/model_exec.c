@@ -134,10 +134,19 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
     const Tensor *tx = &m->tensors[nd->in[0]];
     const DType dt = tx->dtype;
     switch (nd->kind) {
-    case OP_CONV:
-        be->conv3d_forward(&nd->conv, x, weight_ptr(m, nd->weight), param_ptr(m, m->param, nd->bias),
+    case OP_CONV: {
+        const void *w = weight_ptr(m, nd->weight);
+        if (nd->pad_w >= 0) { /* padded input channels: the weights padded too, from the master AdamW just wrote */
+            const ParamView *p = &m->params[nd->weight];
+            void *padded = item_ptr(m, nd->pad_w);
+            be->pad_channels(p->count / p->shape[4], DT_F32, p->shape[4], param_ptr(m, m->param, nd->weight), m->dtype,
+                             nd->conv.c_in, padded, 0.0f);
+            w = padded;
+        }
+        be->conv3d_forward(&nd->conv, x, w, param_ptr(m, m->param, nd->bias),
                            nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL, y, ws);
         break;
+    }
     case OP_GROUPNORM: {
         float *mean = (float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
         be->groupnorm_forward(&nd->gn, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y,
@@ -147,7 +156,12 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
     case OP_SILU: be->silu_forward(dt, tx->count, x, y); break;
     case OP_UPSAMPLE: be->upsample2x_forward(dt, tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, x, y); break;
     case OP_ADD: be->add_forward(dt, tx->count, x, tensor(m, nd->in[1]), y); break;
-    case OP_CAST: be->cast(tx->count, dt, x, m->tensors[nd->out].dtype, y); break;
+    case OP_CAST: {
+        const Tensor *ty = &m->tensors[nd->out];
+        if (ty->dims.c == tx->dims.c) be->cast(tx->count, dt, x, ty->dtype, y);
+        else be->pad_channels(tx->count / tx->dims.c, dt, tx->dims.c, x, ty->dtype, ty->dims.c, y, 0.0f);
+        break;
+    }
     case OP_LATENT: { /* never inside a checkpointed block */
         LatentShape s = latent_shape(m);
         float *eps = NULL;
@@ -211,8 +225,19 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
     const DType dt = tx->dtype;
     switch (nd->kind) {
     case OP_CONV:
-        be->conv3d_backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
-                                   param_beta, ws);
+        if (nd->pad_w >= 0) {
+            /* padded input channels: the padded weight gradient, overwritten (its one beta covers the bias gradient
+             * too, so that gets a buffer of its own), then its real channels and the bias added (param_beta) */
+            const ParamView *p = &m->params[nd->weight];
+            float *dw = (float *)item_ptr(m, nd->pad_dw), *db = (float *)item_ptr(m, nd->pad_db);
+            be->conv3d_backward_filter(&nd->conv, x, dy, dw, db, 0.0f, ws);
+            be->pad_channels(p->count / p->shape[4], DT_F32, nd->conv.c_in, dw, DT_F32, p->shape[4],
+                             param_ptr(m, m->grad, nd->weight), param_beta);
+            be->accumulate(DT_F32, nd->conv.c_out, db, param_ptr(m, m->grad, nd->bias), param_beta);
+        } else {
+            be->conv3d_backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight),
+                                       param_ptr(m, m->grad, nd->bias), param_beta, ws);
+        }
         if (dx) be->conv3d_backward_data(&nd->conv, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0], ws);
         /* the fused residual's gradient is the output's */
         if (nd->in[1] >= 0) be->accumulate(dt, m->tensors[nd->out].count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);

@@ -73,6 +73,10 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
                    "AdamW state, statistics and reductions)%s\n", cfg->precision,
                    strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");
         else vx_log("precision: float32%s\n", strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");
+        const Dims lp = m->tensors[m->t_input_lp].dims;
+        if (lp.c != cfg->in_channels)
+            vx_log("input padding: encoder.conv_in reads %d channel(s) zero-padded to %d, for cuDNN's tensor cores "
+                   "(model.pad_input_channels %s)\n", cfg->in_channels, lp.c, cfg->pad_input_channels);
         if (cfg->compile)
             vx_log("compile: %s\n", rt->be->graph_capture_begin ? "the training step is captured in a CUDA Graph "
                    "after its first (eager) run and replayed" : "no graphs on this backend: the step runs eagerly, "

@@ -206,6 +206,18 @@ def test_mixed_precision_follows_the_float32_curve(runs_dir, amp):
         assert all("loss_scale" in m for m in mixed)
 
 
+def test_bf16_input_padding_follows_the_unpadded_curve(runs_dir):
+    """bf16 pads conv_in's single input channel to 8 (model.pad_input_channels auto); off gives the same curve up to
+    rounding (cuDNN picks other kernels for the two shapes, so not bit for bit; the bound is the bf16 one above)."""
+    padded = train(runs_dir, "bf16", "cuda", amp="bf16")
+    assert "input padding: encoder.conv_in reads 1 channel(s) zero-padded to 8" in \
+        train(runs_dir, "stdout", "cuda", amp="bf16")
+    plain = train(runs_dir, "bf16-unpadded", "cuda", "--set", "model.pad_input_channels=off", amp="bf16")
+    assert [m["step"] for m in plain] == [m["step"] for m in padded] == list(range(1, 21))
+    for a, b in zip(plain, padded):
+        assert b["loss"] == pytest.approx(a["loss"], rel=5e-2), a["step"]
+
+
 def test_fp16_loss_scaling_skips_a_nonfinite_step_and_recovers(runs_dir):
     m = train(runs_dir, "fp16", "cuda", "--set", "train.loss_scale_growth_interval=4", amp="fp16",
               env_extra={"VX_TEST_NONFINITE_GRAD": "5"})

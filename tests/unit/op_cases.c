@@ -64,6 +64,14 @@ static void elementwise(long n, int offset) {
     add("sumsq", count(n), offset, emu);
 }
 
+/* padding (c_to > c_from: the first conv's input and weights), slicing (its weight gradient) and neither */
+static void pad_channels(long rows, int c_from, int c_to, int offset, int emu) {
+    KernelCase k = {.count = rows, .dims = {c_from, c_to}};
+    snprintf(k.shape, sizeof k.shape, "%ld x c%d->%d", rows, c_from, c_to);
+    add_betas("pad_channels_to", k, offset, emu);
+    add_betas("pad_channels_from", k, offset, emu);
+}
+
 static void upsample(int n, int d, int h, int w, int c) {
     KernelCase k = {.dims = {n, d, h, w, c}};
     snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d", n, d, h, w, c);
@@ -108,6 +116,13 @@ static void build(void) {
     elementwise(7000, 0);
     elementwise(7000, 1);
     elementwise(300001, 0);
+    pad_channels(1001, 1, 8, 0, 1);
+    pad_channels(1001, 8, 1, 0, 1);
+    pad_channels(777, 3, 16, 1, 1);
+    pad_channels(513, 12, 5, 1, 1);
+    pad_channels(300, 4, 4, 0, 1);
+    pad_channels(216 * 32, 8, 1, 0, 1); /* conv_in's weight gradient at 32 output channels */
+    pad_channels(300001, 1, 8, 0, 0);
     upsample(3, 5, 7, 9, 3);
     upsample(2, 3, 4, 5, 12);
     upsample(1, 2, 3, 2, 20);

@@ -141,6 +141,89 @@ static void test_checkpointed_plan_is_valid_and_smaller(void **state) {
     model_free(m);
 }
 
+/* One forward and backward of a freshly initialized model on the phantoms at sample 0, twice (param_beta 0, then 1: the
+ * accumulation path); the losses of both and the packed parameter gradient after them. */
+static void run_two_micro_batches(const Config *cfg, float losses[4], float *grad_packed) {
+    Model *m = model_build(cfg, 2, backend_cpu());
+    model_allocate(m);
+    model_init_params(m, 11);
+    float *x = model_tensor(m, m->t_input);
+    for (int k = 0; k < 2; k++) {
+        phantom_batch(5, cfg, 2, 2 * k, x);
+        model_set_first_sample(m, (uint64_t)(2 * k));
+        model_forward(m, 1);
+        model_backward(m, 0.5f, (float)k, NULL);
+        const Losses l = model_read_losses(m);
+        losses[2 * k] = l.recon, losses[2 * k + 1] = l.kl;
+    }
+    model_download_packed(m, m->grad, grad_packed);
+    model_free(m);
+}
+
+/* model.pad_input_channels: conv_in reads an input zero-padded to 8 channels (an f32 -> f32 pad node on the CPU) and
+ * weights padded from the master each forward; its backward slices the padded weight gradient into the real one. The
+ * parameters keep their shapes (checkpoints are the same), the plan holds the padded input, and the losses and
+ * gradients are those of the unpadded model: the padded products are exact zeros, so only a GEMM's summation order
+ * could differ (K = 27 -> 216). Seen on 2 threads: losses identical, gradients 2.3e-8 of the largest apart; the bound
+ * is 1e-6 (slicing with beta 0 on the second micro-batch, a planted bug, is 1.1e-2). */
+static void test_padded_input_channels_match_unpadded(void **state) {
+    (void)state;
+    for (int variant = 0; variant < 2; variant++) { /* fused; then unfused with activation checkpointing */
+        Config cfg;
+        config_defaults(&cfg);
+        cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 16;
+        cfg.fuse = !variant;
+        cfg.checkpoint_activations = variant;
+        Config on = cfg;
+        snprintf(cfg.pad_input_channels, sizeof cfg.pad_input_channels, "off");
+        snprintf(on.pad_input_channels, sizeof on.pad_input_channels, "on");
+        Model *a = model_build(&cfg, 2, backend_cpu()), *b = model_build(&on, 2, backend_cpu());
+        assert_int_equal(a->t_input_lp, a->t_input); /* float32, off: conv_in reads the input itself */
+        const Tensor *lp = &b->tensors[b->t_input_lp];
+        assert_int_not_equal(b->t_input_lp, b->t_input);
+        assert_int_equal(lp->dims.c, 8);
+        assert_int_equal(lp->count, 8 * b->tensors[b->t_input].count);
+        assert_true(b->plan.items[lp->act].bytes >= (size_t)lp->count * sizeof(float)); /* planned padded */
+        assert_true(plan_unshared_bytes(&b->plan) > plan_unshared_bytes(&a->plan));
+        assert_plan_valid(&b->plan);
+        int padded = 0;
+        for (int i = 0; i < b->n_nodes; i++) {
+            const Node *nd = &b->nodes[i];
+            if (nd->pad_w < 0) continue;
+            padded++;
+            assert_string_equal(nd->name, "encoder.conv_in");
+            assert_int_equal(nd->conv.c_in, 8);
+            assert_int_equal(b->params[nd->weight].shape[4], 1);
+            assert_false(nd->recompute);
+        }
+        assert_int_equal(padded, 1);
+        assert_int_equal(b->param_count, a->param_count);
+        for (int i = 0; i < a->n_params; i++) assert_int_equal(a->params[i].count, b->params[i].count);
+        assert_true(b->conv_flops_step == a->conv_flops_step); /* the model's work, padded or not */
+        const long count = a->param_count;
+        model_free(a);
+        model_free(b);
+
+        float la[4], lb[4];
+        float *ga = malloc((size_t)count * sizeof(float)), *gb = malloc((size_t)count * sizeof(float));
+        run_two_micro_batches(&cfg, la, ga);
+        run_two_micro_batches(&on, lb, gb);
+        double worst_loss = 0, worst_grad = 0, scale = 0;
+        for (int k = 0; k < 4; k++) worst_loss = fmax(worst_loss, fabs((double)la[k] - lb[k]) / fabs((double)la[k]));
+        for (long i = 0; i < count; i++) {
+            worst_grad = fmax(worst_grad, fabs((double)ga[i] - gb[i]));
+            scale = fmax(scale, fabs((double)ga[i]));
+        }
+        print_message("pad_input_channels on vs off (%s): losses %.3g relative, gradients %.3g of the largest\n",
+                      variant ? "unfused, checkpointed" : "fused", worst_loss, worst_grad / scale);
+        assert_true(scale > 0);
+        assert_true(worst_loss <= 1e-6);
+        assert_true(worst_grad <= 1e-6 * scale);
+        free(ga);
+        free(gb);
+    }
+}
+
 /* The hardware plan (hw_plan.h) on simulated GPUs: a test double of the device (its free memory and compute
  * capability) and of the backend (the CPU's table, planning bytes with its workspace sizes, but answering supports()
  * for every storage type as a GPU does). ae3d-64's model. */
@@ -223,6 +306,35 @@ static void test_hardware_plan_on_simulated_gpus(void **state) {
     g.global_batch = 66; /* 66 does not split into 4 ranks */
     assert_false(hw_plan(&g, &be, &l4, 4, &c, why, sizeof why));
     assert_non_null(strstr(why, "does not split"));
+}
+
+/* model.pad_input_channels auto pads in bf16 and fp16 (cuDNN's tensor-core types) and not in float32; off never, on
+ * always. Built on the simulated GPU's table (ae3d-64 at batch 2): the padded input is planned in the storage type. */
+static void test_input_padding_auto_follows_the_storage_type(void **state) {
+    (void)state;
+    const Backend be = gpu_double();
+    const struct {
+        const char *precision, *pad;
+        int c;
+        DType dt;
+    } cases[] = {{"bf16", "auto", 8, DT_BF16}, {"fp16", "auto", 8, DT_F16}, {"off", "auto", 1, DT_F32},
+                 {"bf16", "off", 1, DT_BF16}, {"off", "on", 8, DT_F32}};
+    size_t unshared[5];
+    for (int k = 0; k < 5; k++) {
+        Config c = ae3d_64();
+        snprintf(c.precision, sizeof c.precision, "%s", cases[k].precision);
+        snprintf(c.pad_input_channels, sizeof c.pad_input_channels, "%s", cases[k].pad);
+        Model *m = model_build(&c, 2, &be);
+        const Tensor *lp = &m->tensors[m->t_input_lp];
+        assert_int_equal(lp->dims.c, cases[k].c);
+        assert_int_equal(lp->dtype, cases[k].dt);
+        assert_int_equal(m->t_input_lp == m->t_input, cases[k].dt == DT_F32 && cases[k].c == 1);
+        assert_true(m->plan.items[lp->act].bytes >= (size_t)lp->count * dtype_size(lp->dtype));
+        unshared[k] = plan_unshared_bytes(&m->plan);
+        model_free(m);
+    }
+    /* bf16 padded against unpadded: at least the 7 zero channels of 2 x 64^3 voxels more */
+    assert_true(unshared[0] >= unshared[3] + 7ul * 2 * 64 * 64 * 64 * 2);
 }
 
 /* Activation checkpointing only when the batch would not fit without it: memory between what batch 1 needs with
@@ -517,8 +629,10 @@ int main(void) {
         cmocka_unit_test(test_plan_random_intervals_never_collide),
         cmocka_unit_test(test_model_plan_is_valid_and_saves_memory),
         cmocka_unit_test(test_checkpointed_plan_is_valid_and_smaller),
+        cmocka_unit_test(test_padded_input_channels_match_unpadded),
         cmocka_unit_test(test_hardware_plan_on_simulated_gpus),
         cmocka_unit_test(test_hardware_plan_switches_checkpointing_on_only_when_needed),
+        cmocka_unit_test(test_input_padding_auto_follows_the_storage_type),
         cmocka_unit_test(test_param_pack_round_trip),
         cmocka_unit_test(test_schedule_warmup_then_cosine),
         cmocka_unit_test(test_phantom_is_a_function_of_seed_and_index),

@@ -115,6 +115,7 @@ static const Backend emu_backend = {
     .accumulate = accumulate_cuda,
     .scale = scale_cuda,
     .cast = cast_cuda,
+    .pad_channels = pad_channels_cuda,
     .recon_loss = emu_loss,
     .latent_forward = emu_latent_forward,
     .latent_backward = latent_backward_cuda,
