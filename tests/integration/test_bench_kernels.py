@@ -83,7 +83,9 @@ def test_bad_flags_are_one_line_and_exit_2():
 @pytest.fixture(scope="module")
 def gate_baseline(tmp_path_factory):
     base = str(tmp_path_factory.mktemp("gate") / "baseline.json")
-    p = run(REGRESS + ["--update", "--runs", "1", "--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu",
+    # the median of 3 runs, as the committed baselines are: one run's figure at a 60 ms budget can be an outlier
+    # (a single-run baseline's conv3d_forward stood 39% above two later runs in one CI run)
+    p = run(REGRESS + ["--update", "--runs", "3", "--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu",
                        "--baseline", base])
     assert p.returncode == 0, p.stdout[-3000:]
     with open(base) as f:
@@ -94,10 +96,10 @@ def gate_baseline(tmp_path_factory):
 
 
 def test_gate_passes_a_fresh_run_on_the_same_machine(gate_baseline):
-    # --attempts 2, as ci/test.sh runs the gate: a burst of a neighbour's load on the shared VM has halved one op's
-    # figure for one run (seen once in this test); a real regression fails both runs (the next test)
+    # --attempts 3 (ci/test.sh's gate runs 2, at 150 ms per op rather than 60): a burst of a neighbour's load on the shared VM has
+    # halved one op's figure for one run (seen once in this test); a real regression fails every run (the next test)
     p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline,
-                       "--attempts", "2"])
+                       "--attempts", "3"])
     assert p.returncode == 0, p.stdout[-3000:]
     assert "ci/regress: passed: 4 figures within their tolerances" in p.stdout
 
