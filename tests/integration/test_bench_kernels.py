@@ -96,8 +96,9 @@ def gate_baseline(tmp_path_factory):
 
 
 def test_gate_passes_a_fresh_run_on_the_same_machine(gate_baseline):
-    # --attempts 3 (ci/test.sh's gate runs 2, at 150 ms per op rather than 60): a burst of a neighbour's load on the shared VM has
-    # halved one op's figure for one run (seen once in this test); a real regression fails every run (the next test)
+    # --attempts 3 (ci/test.sh's gate runs 2, at 150 ms per op rather than 60): a burst of a neighbour's load on the
+    # shared VM has halved one op's figure for one run (seen once in this test); a real regression fails every run
+    # (the next test)
     p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline,
                        "--attempts", "3"])
     assert p.returncode == 0, p.stdout[-3000:]
