@@ -316,7 +316,9 @@ static void *cuda_graph_capture_end(char *why, size_t why_len) {
     cudaError_t e = cudaStreamEndCapture(g.compute, &graph);
     vx_cuda_capturing = 0;
     cudaGraphExec_t exec = NULL;
-    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    /* node priorities as captured: the NCCL all-reduces captured from the high-priority communication stream keep
+     * their priority over backward's kernels in a replay (without the flag every node takes the launch stream's) */
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
     if (graph) cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
         snprintf(why, why_len, "CUDA graph capture failed: %s: %s", cudaGetErrorName(e), cudaGetErrorString(e));

@@ -387,6 +387,7 @@ static void nccl_allreduce_host(Comm *c, float *vals, size_t count, CommOp op, c
     if (count > STAGING_FLOATS)
         vx_fatal("allreduce_host of %zu floats (%s): it is for a few floats, at most %d; reduce device memory with "
                  "comm_allreduce", count, what, STAGING_FLOATS);
+    if (n->capturing) vx_fatal("allreduce_host (%s) inside a CUDA Graph capture: it waits on the host", what);
     const size_t bytes = count * sizeof(float);
     pthread_mutex_lock(&n->mu);
     memcpy(n->staging_host, vals, bytes);
@@ -429,6 +430,7 @@ static int all_fired(Nccl *n) {
  * finalized) and frees everything. */
 static void nccl_close(Comm *c) {
     Nccl *n = impl(c);
+    if (n->capturing) vx_fatal("comm close inside a CUDA Graph capture");
     const double deadline = comm_deadline(c);
     for (;;) {
         const cudaError_t q = cudaStreamQuery(n->stream);

@@ -319,7 +319,9 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
         /* JSON has no NaN: a skipped step's gradient norm is written null (TensorBoard takes the NaN) */
         if (isfinite(values[i])) fprintf(t->metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
         else fprintf(t->metrics, ", \"%s\": null", KEYS[i]);
-        train_log_scalar(t->tb, TAGS[i], r->step, values[i]);
+        /* the comm wait is not measured under graphs with ranks (NaN): no point on its curve, rather than a NaN */
+        if (isfinite(values[i]) || strcmp(KEYS[i], "comm_wait_ms") != 0)
+            train_log_scalar(t->tb, TAGS[i], r->step, values[i]);
     }
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
@@ -401,14 +403,15 @@ static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
         }
         free(packed);
         model_sync_lp(m);
-        model_free(old);
         t->m = t->rt.model = m;
         if (t->buckets) {
             Buckets *b = t->buckets;
             t->buckets = buckets_plan_model(m, t->comm, t->cfg->bucket_mb, t->cfg->first_bucket_mb);
             buckets_free(b);
         }
+        /* the graphs captured on the old model (and NCCL's plans in them) go before its buffers do */
         stepper_set_model(t->stepper, m, t->buckets);
+        model_free(old);
     }
     Model *m = t->m;
     if (fresh_optimizer) { /* a new stage: AdamW starts over, its t too (the loss scale carries on) */
@@ -569,8 +572,11 @@ static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int 
 }
 
 /* What the host does with the model right after step s (one table of conditions: the loop drains the steps it ran
- * ahead when any is due, and then does exactly these). Histograms need rank 0's event file; the rest is decided
- * alike on every rank, though only rank 0 validates, draws and writes. */
+ * ahead when any is due, and then does exactly these). Decided from the config alone, so every rank drains at the
+ * same steps, though only rank 0 validates, draws, profiles and writes: a rank that drained step s alone would see
+ * a stop (or a divergence) one step before the others, leave the loop, and never issue the collectives of step s+1
+ * that they had already enqueued (with --compile and ranks: a hang until the watchdog's deadline). `window`: the
+ * configured profiler steps (0, 0 for none), the same on every rank. */
 enum {
     HOST_VALIDATE = 1 << 0,
     HOST_IMAGES = 1 << 1,
@@ -579,7 +585,7 @@ enum {
     HOST_BOUNDARY = 1 << 4, /* a stage's or the run's end: the next step may rebuild the model */
     HOST_PROFILE = 1 << 5,  /* a profiled step, or the one before the window: the trace sees each step alone */
 };
-static int host_work_after(const Trainer *t, const ProfileWindow *prof, int64_t s) {
+static int host_work_after(const Trainer *t, const ProfileWindow *window, int64_t s) {
     const Config *cfg = t->cfg;
     const int last = s == cfg->steps;
     const int stage_end = t->stage + 1 < t->n_stages && s == t->stages[t->stage + 1].first_step;
@@ -587,9 +593,9 @@ static int host_work_after(const Trainer *t, const ProfileWindow *prof, int64_t 
     if (last || stage_end) work |= HOST_BOUNDARY;
     if (cfg->val_samples > 0 && (every(cfg->val_every, s) || last || stage_end)) work |= HOST_VALIDATE;
     if (every(cfg->image_every, s)) work |= HOST_IMAGES;
-    if (t->tb && every(cfg->hist_every, s)) work |= HOST_HISTOGRAMS;
+    if (cfg->tensorboard && every(cfg->hist_every, s)) work |= HOST_HISTOGRAMS;
     if (every(cfg->ckpt_every, s) || last) work |= HOST_CHECKPOINT;
-    if (prof->first > 0 && s + 1 >= prof->first && s <= prof->last) work |= HOST_PROFILE;
+    if (window->first > 0 && s + 1 >= window->first && s <= window->last) work |= HOST_PROFILE;
     return work;
 }
 
@@ -600,8 +606,9 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
-    ProfileWindow prof = {0};
-    if (cfg->profile[0] && rank0) config_profile_window(cfg, &prof.first, &prof.last); /* rank 0's trace */
+    ProfileWindow window = {0}, prof = {0};
+    if (cfg->profile[0]) config_profile_window(cfg, &window.first, &window.last); /* every rank drains around it */
+    if (rank0) prof = window;                                                       /* rank 0 traces it */
     /* --compile: collect step k while step k+1 runs, unless k needs the host; without it, every step at once */
     const int ahead = cfg->compile != 0;
     double t_start = vx_now();
@@ -621,7 +628,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         train_step(&t);
         trace_range_pop(); /* ProfilerStep */
         /* the outcomes: the step before this one (running ahead), or everything up to this one */
-        const int work = host_work_after(&t, &prof, step1);
+        const int work = host_work_after(&t, &window, step1);
         const int drain = !ahead || work != 0;
         while (stepper_pending(t.stepper) > (drain ? 0 : 1)) {
             StepOutcome r;
@@ -635,7 +642,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         if (rank0) {
             if (work & HOST_VALIDATE) validate_and_log(&t, t.st.step);
             if (work & HOST_IMAGES) log_images(&t, t.st.step);
-            if (work & HOST_HISTOGRAMS) train_log_histograms(t.tb, t.m, t.st.step);
+            if ((work & HOST_HISTOGRAMS) && t.tb) train_log_histograms(t.tb, t.m, t.st.step);
             if (work & HOST_CHECKPOINT) save_checkpoint(&t, NULL);
         }
         profile_step_end(&prof, t.be, t.st.step, 0);

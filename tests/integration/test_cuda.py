@@ -242,14 +242,16 @@ def test_compile_gives_the_eager_losses_bit_for_bit(runs_dir, amp):
 def test_compile_with_nccl_captures_the_all_reduces_and_gives_the_eager_losses(runs_dir, accum):
     """One rank through the NCCL communicator (VX_COMM=nccl: gradient buckets and the losses' all-reduce, as with
     ranks): --compile captures the all-reduces in the graphs (the last micro-batch's and the optimizer's) and must
-    give the eager run's losses bit for bit; with 3 micro-batches three kinds of micro-batch graph are captured."""
+    give the eager run's losses bit for bit; with 3 micro-batches three kinds of micro-batch graph are captured.
+    With one rank NCCL enqueues no kernel for an in-place sum, so this checks the stream forks and joins, the
+    watchdog's part and the graph keys; test_comm_nccl captures a real NCCL launch (an average), and two ranks do
+    where they fit (ci/gpu.sh's nccl step)."""
     args = ("--deterministic", "--set", "train.grad_accum=" + accum)
     env = {"VX_COMM": "nccl"}
     eager = train(runs_dir, "eager", "cuda", *args, env_extra=env)
     graphs = train(runs_dir, "graphs", "cuda", *args, "--compile", env_extra=env)
     stdout = train(runs_dir, "stdout", "cuda", *args, "--compile", env_extra=env)
     assert "every step replays CUDA Graphs, the all-reduces in them" in stdout, stdout
-    assert "comm wait in the graphs" in stdout, stdout
     key = lambda r: (r["step"], r["loss"], r["recon"], r["kl"], r["grad_norm"])  # noqa: E731
     assert [key(r) for r in eager] == [key(r) for r in graphs]
     assert all(r["comm_wait_ms"] is None for r in graphs) and all(r["comm_wait_ms"] is not None for r in eager)

@@ -254,3 +254,19 @@ def test_global_batch_must_divide(tmp_path):
     p = run("train", "--config", TINY, "--set", "train.global_batch=7", "--set", "train.grad_accum=2",
             "--out", tmp_path / "r", check=False)
     assert p.returncode == 2 and "train.global_batch = 7" in p.stderr
+
+
+def test_ranks_running_ahead_drain_at_the_same_steps(tmp_path):
+    """--compile lets the host run a step ahead and drain before host work; every rank must drain at the same steps.
+    Only rank 0 writes histograms: a rank 0 that drained alone at step 5 would see the injected non-finite gradient
+    (no loss scaling: the run ends, exit 4) there and leave, while rank 1 had already enqueued step 6, whose
+    all-reduces then met a closed connection (exit 3) instead of ending on the same divergence."""
+    out = tmp_path / "ahead"
+    p = run("train", "--config", TINY, "--steps", "10", "--out", out, "--gpus", "2", "--device", "cpu", "--compile",
+            "--threads", "1", "--set", "train.val_samples=0", "--set", "train.log_every=1",
+            "--set", "output.tensorboard=1", "--set", "output.hist_every=5", "--set", "output.image_every=0",
+            check=False, timeout=120, env=dict(os.environ, VX_TEST_NONFINITE_GRAD="5"))
+    assert p.returncode == 4, (p.returncode, p.stderr[-3000:])
+    for rank in (0, 1):  # both ranks collect step 5 together, after its all-reduces: both say so
+        assert "rank %d/2: training diverged at step 5: the gradient norm is nan" % rank in p.stderr, p.stderr[-3000:]
+    assert "communicator" not in p.stderr, p.stderr[-3000:]  # no rank met a vanished peer (seen before the fix)

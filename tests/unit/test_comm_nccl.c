@@ -10,9 +10,12 @@
  * NCCL 2.30 or newer sharing one with NCCL_MULTI_RANK_GPU_ENABLE=1), two ranks whose sums, averages, broadcast,
  * reduce-scatter blocks and all-gather order are checked exactly (what one rank cannot check), and a peer that
  * never joins a collective (the real hang, ended by the watchdog).
- * CUDA Graph capture (--compile with ranks): a collective captured between two kernels and replayed with new data
- * (one rank here, two in children where they fit: sums exact), nothing queried inside the capture, and a replay
- * held behind the compute stream ended by the watchdog (exit 3, "graph replay of ...").
+ * CUDA Graph capture (--compile with ranks): a collective captured between two kernels and replayed back to back,
+ * then with new data (one rank here, two in children where they fit: averages exact), nothing queried inside the
+ * capture, and a replay held behind the compute stream ended by the watchdog (exit 3, "graph replay of ...").
+ * The captured collective is an average: with one rank NCCL enqueues nothing for an in-place sum (the buffer already
+ * holds it) but does launch its kernel for an average (a pre-multiplied sum), so one rank captures a real NCCL
+ * launch; the trainer's one-rank runs (in-place sums) capture only the stream forks, joins and the watchdog's part.
  * Without a usable GPU it prints one line, "skipped: no CUDA device (<reason>)", and exits 0 (a CUDA build without
  * NCCL: "skipped: this build has no NCCL"); VX_REQUIRE_GPU=1 makes either a failure. `--list` names the tests;
  * `test_comm_nccl PATTERN...` runs the matching ones. */
@@ -229,13 +232,14 @@ static void test_allreduce_host(void **state) {
 
 /* ---- CUDA Graph capture ----------------------------------------------------------------------------------- */
 
-/* Captures, on the compute stream: D *= 2 (compute before), the all-reduce of D (sum), OUT += D (compute after).
- * Checks what holds inside a capture: the collective is not seen finished, and the capture counts it. */
-static void *capture_sum(Comm *c, float *D, float *OUT, long n, int *bad) {
+/* Captures, on the compute stream: D = X, D *= 2 (compute before), the all-reduce of D (average), OUT += D (compute
+ * after). Checks what holds inside a capture: the collective is not seen finished, and the capture counts it. */
+static void *capture_sum(Comm *c, const float *X, float *D, float *OUT, long n, int *bad) {
     comm_capture_begin(c);
     gpu->graph_capture_begin();
+    gpu->accumulate(DT_F32, n, X, D, 0.0f);
     gpu->scale(n, D, 2.0f);
-    CommWork *w = comm_allreduce(c, D, (size_t)n, COMM_SUM, "the captured sum");
+    CommWork *w = comm_allreduce(c, D, (size_t)n, COMM_AVG, "the captured average");
     if (comm_test(c, w) != 0) fprintf(stderr, "comm_test said finished inside a capture\n"), *bad = 1;
     comm_wait(c, w, NULL);
     gpu->accumulate(DT_F32, n, D, OUT, 1.0f);
@@ -247,23 +251,26 @@ static void *capture_sum(Comm *c, float *D, float *OUT, long n, int *bad) {
     return graph;
 }
 
-/* Replays the captured sum `replays` times, D refilled with pattern(n, world x k + rank) before each; OUT then holds
- * the sum over k and ranks of 2 x the pattern (exact: multiples of 1/2, small). */
-static int replay_sums(Comm *c, int r, int world, int replays) {
+/* Replays the captured average in `rounds` rounds of 3 back-to-back launches (the host does not wait between them),
+ * X refilled with pattern(n, world x k + rank) before round k; OUT then holds the sum over the launches of 2 x the
+ * ranks' average (exact: multiples of 1/4, small). */
+static int replay_sums(Comm *c, int r, int world, int rounds) {
     const long n = 65537;
-    float *D = dalloc(n), *OUT = dalloc(n), *want = calloc((size_t)n, sizeof(float));
+    float *X = dalloc(n), *D = dalloc(n), *OUT = dalloc(n), *want = calloc((size_t)n, sizeof(float));
     int bad = 0;
-    void *graph = capture_sum(c, D, OUT, n, &bad);
+    void *graph = capture_sum(c, X, D, OUT, n, &bad);
     if (!graph) return 1;
-    for (int k = 0; k < replays; k++) {
+    for (int k = 0; k < rounds; k++) {
         float *h = pattern(n, world * k + r);
-        gpu->copy_to_device(D, h, sizeof(float) * (size_t)n); /* ordered before the launch on the compute stream */
-        gpu->graph_launch(graph);
-        comm_replayed(c, "the test's captured sum");
+        gpu->copy_to_device(X, h, sizeof(float) * (size_t)n); /* waits for the launches before: X is theirs */
         free(h);
+        for (int j = 0; j < 3; j++) {
+            gpu->graph_launch(graph);
+            comm_replayed(c, "the test's captured average");
+        }
         for (int q = 0; q < world; q++) {
             float *hq = pattern(n, world * k + q);
-            for (long i = 0; i < n; i++) want[i] += 2.0f * hq[i];
+            for (long i = 0; i < n; i++) want[i] += 3.0f * (2.0f * hq[i] / (float)world);
             free(hq);
         }
     }
@@ -273,7 +280,7 @@ static int replay_sums(Comm *c, int r, int world, int replays) {
     bad |= child_fail(r, "captured all-reduce replayed", got, want, n);
     gpu->graph_destroy(graph);
     free(want), free(got);
-    gpu->release(D), gpu->release(OUT);
+    gpu->release(X), gpu->release(D), gpu->release(OUT);
     return bad;
 }
 
@@ -367,9 +374,9 @@ static int child_hang(Comm *c, int r, int world) {
  * watching the replay, can end this. */
 static int child_graph_hang(Comm *c, int r) {
     const long n = 1 << 16;
-    float *D = dalloc(n), *OUT = dalloc(n);
+    float *X = dalloc(n), *D = dalloc(n), *OUT = dalloc(n);
     int bad = 0;
-    void *graph = capture_sum(c, D, OUT, n, &bad);
+    void *graph = capture_sum(c, X, D, OUT, n, &bad);
     if (!graph) return 1;
     static Hold hold = {0, 60.0};
     hold_compute(&hold);
