@@ -460,29 +460,28 @@ static int log_has(const char *log, const char *text) {
     return found;
 }
 
-/* One rank whose collective waits behind a compute stream held for 60 s, timeout 1 s: the watchdog must end it
- * with exit 3 and its line within the deadline plus the abort's grace (10 s), far from the 60 s. */
-static void test_watchdog_one_rank(void **state) {
+/* One rank (child mode `mode`) whose collective, or graph replay, waits behind a compute stream held for 60 s,
+ * timeout 1 s: the watchdog must end it with exit 3 and `line` within the deadline plus the abort's grace (10 s),
+ * far from the 60 s. */
+static void watchdog_ends(const char *dir, const char *mode, const char *line) {
     char log[512];
-    snprintf(log, sizeof log, "%s/watchdog.log", (char *)*state);
+    snprintf(log, sizeof log, "%s/%s.log", dir, mode);
     double took = 0;
-    const int rc = reap(spawn_child("hang", 0, 1, 0, 1.0, NULL, log, 0), 40.0, &took);
-    fprintf(stderr, "watchdog, one rank: exit %d after %.1f s\n", rc, took);
+    const int rc = reap(spawn_child(mode, 0, 1, 0, 1.0, NULL, log, 0), 40.0, &took);
+    fprintf(stderr, "watchdog, one rank (%s): exit %d after %.1f s\n", mode, rc, took);
     assert_int_equal(rc, VX_EXIT_DIST);
     assert_true(took < 30.0);
-    assert_true(log_has(log, "allreduce of the collective that never completes did not finish within the deadline"));
+    assert_true(log_has(log, line));
+}
+
+static void test_watchdog_one_rank(void **state) {
+    watchdog_ends(*state, "hang", "allreduce of the collective that never completes did not finish within the deadline");
 }
 
 /* The same for a graph replay: the watchdog watches replays too (comm.h's replayed). */
 static void test_watchdog_graph_replay(void **state) {
-    char log[512];
-    snprintf(log, sizeof log, "%s/graph_hang.log", (char *)*state);
-    double took = 0;
-    const int rc = reap(spawn_child("graph_hang", 0, 1, 0, 1.0, NULL, log, 0), 40.0, &took);
-    fprintf(stderr, "watchdog, one rank, graph replay: exit %d after %.1f s\n", rc, took);
-    assert_int_equal(rc, VX_EXIT_DIST);
-    assert_true(took < 30.0);
-    assert_true(log_has(log, "graph replay of the replay that never completes did not finish within the deadline"));
+    watchdog_ends(*state, "graph_hang",
+                  "graph replay of the replay that never completes did not finish within the deadline");
 }
 
 /* Where two ranks can meet: two GPUs, or one shared by NCCL >= 2.30. Returns 0 (and skips) otherwise. */
