@@ -475,7 +475,8 @@ static void watchdog_ends(const char *dir, const char *mode, const char *line) {
 }
 
 static void test_watchdog_one_rank(void **state) {
-    watchdog_ends(*state, "hang", "allreduce of the collective that never completes did not finish within the deadline");
+    watchdog_ends(*state, "hang",
+                  "allreduce of the collective that never completes did not finish within the deadline");
 }
 
 /* The same for a graph replay: the watchdog watches replays too (comm.h's replayed). */
