@@ -111,7 +111,6 @@ typedef struct Model {
     double recompute_flops; /* conv forward FLOPs rerun per micro-batch by activation checkpointing (0 without) */
     int eps_item, scalars_item, workspace_item, noise_offset_item;
     Plan plan;
-    double conv_flops_fwd; /* per micro-batch forward */
     double conv_flops_step; /* forward + backward data + backward filter */
 
     const Backend *be;

@@ -66,9 +66,6 @@ static int conv_on(Model *m, const char *name, int x, int w_cin, int c_out, int 
     nd->conv = s;
     nd->weight = add_param(m, name, "weight", 5, (int[]){c_out, k, k, k, w_cin});
     nd->bias = add_param(m, name, "bias", 1, (int[]){c_out});
-    Conv3dShape useful = s; /* FLOP counts are the model's work, the same padded or not (GFLOP/s compare) */
-    useful.c_in = w_cin;
-    m->conv_flops_fwd += conv3d_forward_flops(&useful);
     return nd->out;
 }
 
@@ -372,7 +369,7 @@ Model *model_build(const Config *cfg, int batch, const Backend *be) {
     finish_params(m);
     plan_memory(m);
     /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). The
-     * model's work: a conv on padded channels counts its real ones (conv_on). */
+     * model's work, the same padded or not (GFLOP/s compare): a conv on padded channels counts its real ones. */
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         if (nd->kind != OP_CONV) continue;
