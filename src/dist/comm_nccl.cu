@@ -81,9 +81,8 @@ typedef struct {
     pthread_t watchdog;
     int watchdog_running, stop;
     struct CommWork *inflight;
-    int capturing;            /* between capture_begin and capture_end (the caller's thread only) */
-    int captured;             /* collectives issued in this capture */
-    struct CommWork *in_capture; /* their works, freed at capture_end (their events are the capture's) */
+    int capturing;               /* between capture_begin and capture_end (the caller's thread only) */
+    struct CommWork *in_capture; /* the works of the collectives issued in it, freed (and counted) at capture_end */
 } Nccl;
 
 static Nccl *impl(Comm *c) { return (Nccl *)c->impl; }
@@ -254,15 +253,21 @@ static void before(Nccl *n) {
     CUDA_CHECK(cudaStreamWaitEvent(n->stream, (cudaEvent_t)n->compute_event, 0));
 }
 
-/* A work for event `done` (under the mutex), on the watchdog's list: the caller's and the watchdog's references. */
-static CommWork *watch(Comm *c, cudaEvent_t done, const char *kind, const char *what) {
-    Nccl *n = impl(c);
+/* A work for event `done`, with two references: the caller's and that of the list it goes on. */
+static struct CommWork *work_new(cudaEvent_t done, const char *kind, const char *what) {
     struct CommWork *w = (struct CommWork *)vx_calloc(1, sizeof *w);
     w->done = done;
     w->kind = kind;
     snprintf(w->what, sizeof w->what, "%s", what);
-    w->deadline = comm_deadline(c);
     w->refs = 2;
+    return w;
+}
+
+/* A work for event `done` (under the mutex) on the watchdog's list, with its deadline. */
+static CommWork *watch(Comm *c, cudaEvent_t done, const char *kind, const char *what) {
+    Nccl *n = impl(c);
+    struct CommWork *w = work_new(done, kind, what);
+    w->deadline = comm_deadline(c);
     w->next = n->inflight;
     n->inflight = w;
     return w;
@@ -276,14 +281,9 @@ static CommWork *after(Comm *c, const char *kind, const char *what) {
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(done, n->stream));
     if (!n->capturing) return watch(c, done, kind, what);
-    struct CommWork *w = (struct CommWork *)vx_calloc(1, sizeof *w);
-    w->done = done;
-    w->kind = kind;
-    snprintf(w->what, sizeof w->what, "%s", what);
-    w->refs = 2; /* the caller's and the capture's */
+    struct CommWork *w = work_new(done, kind, what);
     w->next = n->in_capture;
     n->in_capture = w;
-    n->captured++;
     return w;
 }
 
@@ -476,7 +476,6 @@ static void nccl_capture_begin(Comm *c) {
     pthread_mutex_lock(&n->mu);
     if (n->capturing) vx_fatal("comm capture_begin inside a capture");
     n->capturing = 1;
-    n->captured = 0;
     pthread_mutex_unlock(&n->mu);
 }
 
@@ -485,14 +484,14 @@ static void nccl_capture_begin(Comm *c) {
 static int nccl_capture_end(Comm *c) {
     Nccl *n = impl(c);
     pthread_mutex_lock(&n->mu);
-    for (struct CommWork *w = n->in_capture, *next; w; w = next) {
+    int count = 0;
+    for (struct CommWork *w = n->in_capture, *next; w; w = next, count++) {
         next = w->next;
         w->refs = 1; /* the caller's was dropped by comm_wait, or the work was never waited for in a failed capture */
         work_release(w);
     }
     n->in_capture = NULL;
     n->capturing = 0;
-    const int count = n->captured;
     pthread_mutex_unlock(&n->mu);
     return count;
 }
