@@ -41,6 +41,7 @@ struct Stepper {
     int comm_timed[2]; /* the step of each parity waited for its buckets between the comm marks (else in a graph) */
     int64_t cur;       /* the step being enqueued */
     int pending;
+    int nonfinite_grad; /* test hook: the step being enqueued gets a NaN gradient (stepper_test_nonfinite_grad) */
     /* by variant: the parameter-gradient beta (0 on the first micro-batch, 1 after) + 2 x whether the buckets are
      * all-reduced during its backward (the last micro-batch, with ranks) */
     GraphSlot micro[4];
@@ -243,6 +244,11 @@ void stepper_end(Stepper *s, double lr, int stop_request) {
     be->timer_mark(base + T_COMM0);
     if (s->buckets && s->buckets->active) buckets_wait(s->buckets);
     be->timer_mark(base + T_COMM1);
+    if (s->nonfinite_grad) { /* only now: before the buckets' wait, an all-reduce still in flight would overwrite it */
+        const float nan = NAN;
+        be->write_async(s->m->grad, &nan, sizeof nan);
+        s->nonfinite_grad = 0;
+    }
     const float stop = stop_request ? 1.0f : 0.0f;
     be->write_async(&s->dev->opt.lr, &lr, sizeof lr);
     be->write_async(s->dev->sums + SUM_STOP, &stop, sizeof stop);
@@ -253,6 +259,8 @@ void stepper_end(Stepper *s, double lr, int stop_request) {
     s->step_of[slot] = s->cur;
     s->pending++;
 }
+
+void stepper_test_nonfinite_grad(Stepper *s) { s->nonfinite_grad = 1; }
 
 void stepper_one(Stepper *s, int64_t step1, double lr, StepOutcome *out) {
     if (s->pending) vx_fatal("stepper_one with %d steps not collected", s->pending);

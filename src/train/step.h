@@ -65,6 +65,10 @@ void stepper_begin(Stepper *s, int64_t step1);
 void stepper_micro(Stepper *s, int micro, int64_t first_sample);
 /* The optimizer at learning rate lr; stop_request: this rank wants to stop after this step. */
 void stepper_end(Stepper *s, double lr, int stop_request);
+/* Test-only: the step being enqueued gets a NaN in its gradient, written by stepper_end once the gradient is complete
+ * (after the buckets' all-reduces: written earlier, one still in flight could overwrite it on some ranks only), as a
+ * float16 overflow would leave it. */
+void stepper_test_nonfinite_grad(Stepper *s);
 /* The benchmarks' step: begin, one micro-batch whose first volume is sample (step1 - 1) x the model's batch (fresh
  * noise each step), end at lr, collect (nothing else may be pending). */
 void stepper_one(Stepper *s, int64_t step1, double lr, StepOutcome *out);

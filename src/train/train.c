@@ -259,10 +259,7 @@ static void train_step(Trainer *t) {
     }
     t->wait_s[step1 % 2] = t->loader.wait_seconds - wait_before;
     t->lr[step1 % 2] = lr;
-    if (test_nonfinite_grad(step1)) {
-        const float nan = NAN;
-        be->write_async(m->grad, &nan, sizeof nan);
-    }
+    if (test_nonfinite_grad(step1)) stepper_test_nonfinite_grad(t->stepper);
     trace_range_push("optimizer", "optimizer");
     stepper_end(t->stepper, lr, stop_requested != 0);
     trace_range_pop();

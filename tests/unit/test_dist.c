@@ -140,6 +140,12 @@ static void seq_graph_launch(void *g) {
     put('L');
 }
 static void seq_graph_destroy(void *g) { (void)g; }
+/* N: a write into the gradient (the test hook's NaN); other writes (learning rate, flags) copy unrecorded */
+static const float *seq_grad;
+static void seq_write_async(void *dst, const void *src, size_t bytes) {
+    if (dst == (const void *)seq_grad) put('N');
+    memcpy(dst, src, bytes);
+}
 
 static CommWork *seq_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {
     (void)c, (void)buf, (void)count, (void)op, (void)what;
@@ -196,6 +202,7 @@ static void seq_open(SeqRun *r, int accum, const CommOps *ops) {
     r->be.graph_capture_end = seq_graph_capture_end;
     r->be.graph_launch = seq_graph_launch;
     r->be.graph_destroy = seq_graph_destroy;
+    r->be.write_async = seq_write_async;
     config_defaults(&r->cfg);
     r->cfg.input_size[0] = r->cfg.input_size[1] = r->cfg.input_size[2] = 16;
     r->cfg.grad_accum = accum;
@@ -206,6 +213,7 @@ static void seq_open(SeqRun *r, int accum, const CommOps *ops) {
     r->comm = (Comm){.name = "record", .rank = 0, .world = 2, .ops = ops};
     r->bk = buckets_plan_model(r->m, &r->comm, 0.1, 0.02);
     r->st = stepper_create(r->m, &r->cfg, &r->comm, r->bk);
+    seq_grad = r->m->grad;
     seq_n = 0;
     seq[0] = 0;
     seq_fail_capture = 0;
@@ -282,6 +290,39 @@ static void test_compile_with_host_collectives_steps_eagerly(void **state) {
         assert_string_equal(got, want);
     }
     seq_close(&r);
+}
+
+/* The test hook's NaN goes into the gradient after the buckets' all-reduces are waited for (eager) or replayed (graphs),
+ * never while one is in flight: a reduce that landed after it would overwrite it on some ranks only, and they would
+ * then decide differently about the same step (seen on 2 CPU ranks: rank 0 diverged, rank 1 went on alone). */
+static void test_nonfinite_grad_hook_writes_the_reduced_gradient(void **state) {
+    (void)state;
+    for (int graphs = 0; graphs < 2; graphs++) {
+        SeqRun r;
+        seq_open(&r, 1, graphs ? &SEQ_OPS : &SEQ_HOST_OPS);
+        const int nb = r.bk->n;
+        char got[4096], want[4096];
+        for (int s = 1; s <= 2; s++) seq_step(&r, s, got, sizeof got); /* graphs: step 2 captures */
+        seq_n = 0;
+        seq[0] = 0;
+        stepper_begin(r.st, 3);
+        stepper_micro(r.st, 0, 2);
+        stepper_test_nonfinite_grad(r.st);
+        stepper_end(r.st, 1e-4, 0);
+        StepOutcome o;
+        stepper_collect(r.st, &o);
+        if (graphs) {
+            assert_string_equal(seq, "LRNLR"); /* after the replay that joined the buckets, before the optimizer's */
+        } else {
+            snprintf(want, sizeof want, "%s%sNAW", times('A', nb), times('W', nb));
+            assert_string_equal(seq, want);
+            assert_int_equal(o.skipped, 1); /* the CPU ran the step: the optimizer saw the NaN */
+            assert_true(isnan(o.grad_norm));
+        }
+        seq_step(&r, 4, got, sizeof got); /* the hook is for one step only */
+        assert_null(strchr(got, 'N'));
+        seq_close(&r);
+    }
 }
 
 static jmp_buf capture_jmp;
@@ -420,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_compile_with_ranks_captures_the_collectives),
         cmocka_unit_test(test_compile_with_host_collectives_steps_eagerly),
         cmocka_unit_test(test_failed_capture_with_ranks_ends_the_run),
+        cmocka_unit_test(test_nonfinite_grad_hook_writes_the_reduced_gradient),
         cmocka_unit_test(test_dist_detect_reads_each_launcher),
         cmocka_unit_test(test_loader_reads_a_ranks_share),
     };
