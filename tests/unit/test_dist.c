@@ -125,6 +125,10 @@ static void put(char ch) {
     seq[seq_n++] = ch;
     seq[seq_n] = 0;
 }
+static void seq_clear(void) {
+    seq_n = 0;
+    seq[0] = 0;
+}
 
 static void seq_graph_capture_begin(void) { put('g'); }
 static void *seq_graph_capture_end(char *why, size_t why_len) {
@@ -214,14 +218,12 @@ static void seq_open(SeqRun *r, int accum, const CommOps *ops) {
     r->bk = buckets_plan_model(r->m, &r->comm, 0.1, 0.02);
     r->st = stepper_create(r->m, &r->cfg, &r->comm, r->bk);
     seq_grad = r->m->grad;
-    seq_n = 0;
-    seq[0] = 0;
+    seq_clear();
     seq_fail_capture = 0;
 }
 
 static void seq_step(SeqRun *r, int64_t step1, char *out, size_t out_len) {
-    seq_n = 0;
-    seq[0] = 0;
+    seq_clear();
     stepper_begin(r->st, step1);
     for (int k = 0; k < r->cfg.grad_accum; k++) stepper_micro(r->st, k, (step1 - 1) * r->cfg.grad_accum + k);
     stepper_end(r->st, 1e-4, 0);
@@ -303,8 +305,7 @@ static void test_nonfinite_grad_hook_writes_the_reduced_gradient(void **state) {
         const int nb = r.bk->n;
         char got[4096], want[4096];
         for (int s = 1; s <= 2; s++) seq_step(&r, s, got, sizeof got); /* graphs: step 2 captures */
-        seq_n = 0;
-        seq[0] = 0;
+        seq_clear();
         stepper_begin(r.st, 3);
         stepper_micro(r.st, 0, 2);
         stepper_test_nonfinite_grad(r.st);
