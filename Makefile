@@ -55,7 +55,7 @@ ifeq ($(CUDA),1)
   CU_SRCS   := $(shell find src kernels -name '*.cu')
 endif
 
-# every folder of src/ at any depth (src/app, core, model, train, dist, data, bench, tb, trace) and kernels/
+# every folder of src/ at any depth (src/app, core, model, train, parallel, data, bench, tb, trace) and kernels/
 C_SRCS   := $(shell find src kernels -name '*.c')
 LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(filter-out src/app/main.c,$(C_SRCS))) \
             $(patsubst %.cu,$(BUILD)/%.cu.o,$(CU_SRCS))

@@ -84,7 +84,7 @@ typedef struct Backend {
     void (*timer_mark)(int slot);
     double (*timer_elapsed_ms)(int from_slot, int to_slot);
 
-    /* Ordering across streams (the NCCL communicator's stream, dist/comm_nccl.cu): event_record records, on the
+    /* Ordering across streams (the NCCL communicator's stream, parallel/comm_nccl.cu): event_record records, on the
      * compute stream, the point after the work enqueued so far; event_wait makes the compute stream's later work
      * wait for an event recorded on another stream (no host block); event_synchronize blocks the host until the
      * event has completed. CPU: everything runs in program order, so an event is the wall-clock time of its record

@@ -1,6 +1,6 @@
 /* cuda_check.h: what the CUDA backend's .cu files share (nvcc only):
  *  - CUDA_CHECK / CUDNN_CHECK / LAUNCH_CHECK: every runtime, cuDNN and kernel-launch result is checked (one body,
- *    VX_CHECK_GEN, which dist/comm_nccl.cu's NCCL check shares); a failure
+ *    VX_CHECK_GEN, which parallel/comm_nccl.cu's NCCL check shares); a failure
  *    is one "voxscale: error at file:line: <call> failed: <error name> (<text>); <hint>" line and exit code 1
  *    (vx_fatal). Kernels run asynchronously, so a fault inside one is reported by a later check; set
  *    VX_CUDA_SYNC=1 in the environment to synchronize after every launch and have the failing kernel named.
@@ -44,7 +44,7 @@ extern int vx_cuda_capturing;
 /* The one body every check shares (ggml's CUDA_CHECK_GEN does the same): VX_CHECK_GEN evaluates `call` once as a
  * T and, when is_ok(result) is false, calls fail(__FILE__, __LINE__, "<the call's text>", result, <any further
  * arguments>), which does not return. A library's check is an is_ok and a fail of its own: CUDA and cuDNN here (exit
- * 1 through vx_cuda_fail), NCCL in dist/comm_nccl.cu (its in-progress state is accepted there, and a failure ends
+ * 1 through vx_cuda_fail), NCCL in parallel/comm_nccl.cu (its in-progress state is accepted there, and a failure ends
  * the rank with exit 3 through comm_fail). The fail functions have distinct names, not overloads: the host
  * emulation of tests/tools/cuda_emu defines cudaError_t and cudnnStatus_t as the same int. */
 #define VX_CHECK_GEN(T, call, is_ok, fail, ...)                                                                \

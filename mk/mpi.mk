@@ -1,5 +1,5 @@
-# mk/mpi.mk: MPI for CPU ranks under mpirun/srun (src/dist/comm_mpi.c) and the NCCL id's bootstrap there.
-# MPI=1 builds it in, MPI=0 leaves it out (src/dist/comm_stubs.c then says to rebuild), unset: in wherever
+# mk/mpi.mk: MPI for CPU ranks under mpirun/srun (src/parallel/comm_mpi.c) and the NCCL id's bootstrap there.
+# MPI=1 builds it in, MPI=0 leaves it out (src/parallel/comm_stubs.c then says to rebuild), unset: in wherever
 # pkg-config finds Open MPI (Debian's libopenmpi-dev). MPI is linked but initialised only by a run of several ranks
 # under mpirun or srun: a single-process run never touches it.
 ifeq ($(MPI),)

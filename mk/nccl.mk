@@ -1,7 +1,7 @@
-# mk/nccl.mk: NCCL for GPU ranks (src/dist/comm_nccl.cu) and the unique id of `train --gpus` (src/dist/nccl_id.c),
+# mk/nccl.mk: NCCL for GPU ranks (src/parallel/comm_nccl.cu) and the unique id of `train --gpus` (src/parallel/nccl_id.c),
 # in CUDA builds where mk/detect/cuda.mk found it (CUDA_HOME, NCCL_HOME, /usr or Python's nvidia-nccl wheel).
 # Without it the build still works: VX_NCCL stays unset and a multi-GPU run says NCCL is missing
-# (src/dist/comm_stubs.c). NCCL is initialised only by a run of several GPU ranks.
+# (src/parallel/comm_stubs.c). NCCL is initialised only by a run of several GPU ranks.
 ifeq ($(CUDA),1)
   ifneq ($(NCCL_ROOT),)
     CFLAGS    += -DVX_NCCL=1 $(addprefix -I,$(NCCL_INC))

@@ -14,7 +14,7 @@
 #include "model/hw.h"
 #include "train/runtime.h"
 #include "train/train.h"
-#include "dist/launch.h"
+#include "parallel/launch.h"
 
 static void usage_main(FILE *out) {
     fprintf(out,

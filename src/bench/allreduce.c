@@ -25,8 +25,8 @@
 #include "bench/bench_util.h"
 #include "core/fsutil.h"
 #include "core/util.h"
-#include "dist/comm.h"
-#include "dist/launch.h"
+#include "parallel/comm.h"
+#include "parallel/launch.h"
 #include "model/hw.h"
 
 typedef struct {

@@ -16,7 +16,7 @@
 #include "bench/bench_util.h"
 #include "core/fsutil.h"
 #include "core/util.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "train/runtime.h"
 #include "train/step.h"
 

@@ -1,4 +1,4 @@
-/* nifti_read.c: NIfTI-1 and NIfTI-2 volumes through libnifti (see volume.h).
+/* nifti_read.c: NIfTI-1 and NIfTI-2 volumes through libnifti (see reader.h).
  * libnifti prints its own complaints on stderr, unconditionally for some, and a hostile header sends it far: so
  * every header is checked here first (sizeof_hdr and magic, dims, datatype, and whether the file holds the data the
  * header promises), and libnifti reads only files it will read without a word. */
@@ -11,7 +11,7 @@
 #include <zlib.h>
 
 #include "core/util.h"
-#include "data/volume.h"
+#include "data/reader.h"
 
 /* Voxel i of the image's data as a double, by datatype; 0 and `ok` cleared for one that is not a real scalar. */
 static double voxel(const void *data, int datatype, int64_t i, int *ok) {
@@ -162,7 +162,7 @@ static int precheck(const char *path, char *why, size_t why_len) {
     return holds(img, vox_offset + voxels * nbyper, why, why_len);
 }
 
-int volume_read_nifti(const char *path, int channels, int header_only, Volume *out, char *why, size_t why_len) {
+static int read_nifti(const char *path, int channels, int header_only, Volume *out, char *why, size_t why_len) {
     memset(out, 0, sizeof *out);
     nifti_set_debug_level(0); /* its own messages would duplicate ours, on stderr, unescaped */
     if (!precheck(path, why, why_len)) return 0;
@@ -215,6 +215,10 @@ int volume_read_nifti(const char *path, int channels, int header_only, Volume *o
             }
     }
     nifti_image_free(nim);
-    if (!ok) volume_free(out);
+    if (!ok) free(out->v), memset(out, 0, sizeof *out);
     return ok;
 }
+
+static int claims_nifti(const char *path, int is_dir) { return !is_dir; }
+
+const VolumeReader nifti_reader = {.name = "nifti", .claims = claims_nifti, .read = read_nifti};

@@ -1,4 +1,4 @@
-/* png_stack.c: a volume from a folder of 2-D PNG slices (see volume.h): each PNG one z slice, in natural order of
+/* png_stack.c: a volume from a folder of 2-D PNG slices (see reader.h): each PNG one z slice, in natural order of
  * their names (slice2.png before slice10.png), 8- or 16-bit grey (1, 2 and 4-bit grey are widened to 8), all of
  * one size. Pixel values are taken as they are stored (no gamma): a 16-bit CT slice keeps its numbers. */
 #include <dirent.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "data/volume.h"
+#include "data/reader.h"
 
 #define PNG_MAX_SLICES VOLUME_MAX_DIM
 
@@ -102,7 +102,7 @@ static int read_slice(const char *path, int want_w, int want_h, int *w, int *h, 
     return ok;
 }
 
-int volume_read_png_stack(const char *dir, int channels, int header_only, Volume *out, char *why, size_t why_len) {
+static int read_png_stack(const char *dir, int channels, int header_only, Volume *out, char *why, size_t why_len) {
     memset(out, 0, sizeof *out);
     if (channels != 1) {
         snprintf(why, why_len, "PNG slices are grey: one channel, the model takes %d (model.in_channels)", channels);
@@ -133,9 +133,13 @@ int volume_read_png_stack(const char *dir, int channels, int header_only, Volume
     for (int z = 0; z < n; z++) free(names[z]);
     free(names);
     if (!ok) {
-        volume_free(out);
+        free(out->v), memset(out, 0, sizeof *out);
         return 0;
     }
     out->d = n, out->h = h0, out->w = w0, out->c = 1;
     return 1;
 }
+
+static int claims_png_stack(const char *path, int is_dir) { return is_dir; }
+
+const VolumeReader png_stack_reader = {.name = "png-stack", .claims = claims_png_stack, .read = read_png_stack};

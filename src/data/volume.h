@@ -1,5 +1,4 @@
-/* volume.h: a decoded medical volume and the readers that make one from files.
- *   Volume      float32 [d][h][w][c] (NDHWC without N): w = NIfTI's x (fastest), h = y, d = z
+/* volume.h: a decoded medical volume from a path, through the registered readers (reader.h).
  *   NIfTI-1/2   .nii, .nii.gz, .hdr/.img through libnifti (Debian's libnifti2-dev): every scalar datatype, either
  *               byte order (libnifti swaps), scl_slope/scl_inter applied in double as the NIfTI standard and
  *               nibabel do (a slope of 0 or non-finite means none); a 4th dimension of size c is the channels
@@ -8,16 +7,7 @@
  * Every failure is a reason in `why` (the caller decides: exit 2 or skip with data.skip_bad), never a crash, and
  * dimensions are checked from the header before any data is read. */
 #pragma once
-#include <stddef.h>
-#include <stdint.h>
-
-typedef struct {
-    float *v;
-    int d, h, w, c;
-} Volume;
-
-#define VOLUME_MAX_DIM 4096            /* per axis: beyond any scanner */
-#define VOLUME_MAX_VOXELS (1LL << 31)  /* 8 GiB of float32: more is not a training volume */
+#include "data/reader.h"
 
 /* The dims of the volume at path (a NIfTI file, or a folder of PNG slices) from its header(s) alone: 1, or 0 and
  * why. `channels` is the model's in_channels, which a 4th dimension must match. */
@@ -25,6 +15,3 @@ int volume_probe(const char *path, int channels, int dims[4], char *why, size_t 
 /* Reads it whole; 1, or 0 and why. */
 int volume_read(const char *path, int channels, Volume *out, char *why, size_t why_len);
 void volume_free(Volume *v);
-
-int volume_read_nifti(const char *path, int channels, int header_only, Volume *out, char *why, size_t why_len);
-int volume_read_png_stack(const char *dir, int channels, int header_only, Volume *out, char *why, size_t why_len);

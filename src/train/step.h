@@ -26,8 +26,8 @@
 #include <stdint.h>
 
 #include "core/config.h"
-#include "dist/buckets.h"
-#include "dist/comm.h"
+#include "parallel/buckets.h"
+#include "parallel/comm.h"
 #include "model/model.h"
 
 typedef struct {

@@ -6,7 +6,7 @@
  * the stepper (step.h): for each of grad_accum micro-batches the loader's batch goes in (rank r reads part r of the
  * global micro-batch: samples next_sample + r*batch ..; on a GPU through a double-buffered staging upload, with the
  * flips and rotations of data.augment applied after it), forward, loss and backward run; during the last backward
- * every gradient bucket is all-reduced (summed) as soon as it is complete (dist/buckets.h); then the optimizer
+ * every gradient bucket is all-reduced (summed) as soon as it is complete (parallel/buckets.h); then the optimizer
  * decides on the device (global norm, clip factor, skip of a non-finite step, loss scale) and updates. The
  * outcome is collected after the step, or, with --compile between steps that need nothing from the host, one step
  * late while the next step runs. The losses are summed over ranks and a stop request shared, so every rank takes
@@ -28,9 +28,9 @@
 #include "core/util.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "dist/buckets.h"
-#include "dist/comm.h"
-#include "dist/launch.h"
+#include "parallel/buckets.h"
+#include "parallel/comm.h"
+#include "parallel/launch.h"
 #include "model/ckpt.h"
 #include "tb/tb_writer.h"
 #include "trace/gpu_activity.h"

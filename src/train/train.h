@@ -3,7 +3,7 @@
 #pragma once
 #include "core/config.h"
 #include "train/runtime.h"
-#include "dist/buckets.h"
+#include "parallel/buckets.h"
 #include "train/train_plan.h"
 
 /* Trains cfg; config_name names the run directory when cfg->out_dir is empty. resume_path may be NULL.

@@ -1,4 +1,4 @@
-"""test_comm.py: the CPU communicators (src/dist/comm_mpi.c, comm_tcp.c) through tests/tools/comm_check, run under
+"""test_comm.py: the CPU communicators (src/parallel/comm_mpi.c, comm_tcp.c) through tests/tools/comm_check, run under
 `mpirun -np N` and as N tcp processes with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, on 1-4 ranks oversubscribed on
 the machine's cores: every collective against a float64 reference, results byte-identical on every rank, several
 collectives in flight, completion in issue order; the watchdog (a stalled rank), a killed rank, refused meetings

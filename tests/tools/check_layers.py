@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """tests/tools/check_layers.py: the folders of src/ are layers, and an #include may only point down (or sideways
-within a layer): app -> bench -> train -> model | dist | data -> kernels -> tb | trace -> core. Prints every include
+within a layer): app -> bench -> train -> model | parallel | data -> kernels -> tb | trace -> core. Prints every include
 that points up and exits 1 if there is one; run by ci/test.sh, so the architecture picture cannot silently rot."""
 import os
 import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LAYER = {"core": 0, "tb": 1, "trace": 1, "kernels": 2, "model": 3, "dist": 3, "data": 3, "train": 4, "bench": 5,
+LAYER = {"core": 0, "tb": 1, "trace": 1, "kernels": 2, "model": 3, "parallel": 3, "data": 3, "train": 4, "bench": 5,
          "app": 6}
 KERNEL_HEADERS = {f for f in os.listdir(os.path.join(ROOT, "kernels")) if f.endswith(".h")}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

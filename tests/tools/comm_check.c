@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "core/util.h"
-#include "dist/bootstrap.h"
-#include "dist/comm.h"
+#include "parallel/bootstrap.h"
+#include "parallel/comm.h"
 #ifdef VX_MPI
 #include <mpi.h>
 #endif

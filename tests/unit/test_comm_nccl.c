@@ -1,4 +1,4 @@
-/* test_comm_nccl.c: the NCCL communicator (src/dist/comm_nccl.cu) on a GPU.
+/* test_comm_nccl.c: the NCCL communicator (src/parallel/comm_nccl.cu) on a GPU.
  * In this process, one rank (world 1, as VX_COMM=nccl runs it): every collective on device buffers against a host
  * reference (with one rank an all-reduce or broadcast leaves the buffer as it was and reduce-scatter/all-gather
  * copy send to recv; exact comparisons), counts of 0, the order against the compute stream in both directions (a
@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "require_gpu.h"
 #include "test_select.h"
 
@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
-#include "dist/launch.h"
+#include "parallel/launch.h"
 
 extern char **environ;
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 /* The connected sockets: on rank 0 fd[r] for r = 1..world-1 (fd[0] is -1), elsewhere fd[0] to rank 0. Ends the
  * process through comm_fail(who, ...) (exit 3) when the ranks cannot meet within timeout_s. Caller frees. */

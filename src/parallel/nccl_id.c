@@ -2,7 +2,7 @@
  * starts NCCL's bootstrap listener in this process and creates no CUDA context. */
 #include <stdio.h>
 
-#include "dist/launch.h"
+#include "parallel/launch.h"
 
 #ifdef VX_NCCL
 #include <nccl.h>

@@ -8,7 +8,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 /* Which collective a handle holds; the names are the ones failure lines print. */
 typedef enum { CK_ALLREDUCE = 0, CK_BROADCAST, CK_REDUCE_SCATTER, CK_ALL_GATHER, CK_BARRIER } CommKind;

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 /* One parameter's gradient in the flat buffer and the backward step that writes it (backward runs steps from the
  * highest down to 0). */

@@ -1,5 +1,5 @@
 /* comm_host.c: the helpers comm_mpi.c and comm_tcp.c share (see comm_host.h). */
-#include "dist/comm_host.h"
+#include "parallel/comm_host.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -17,7 +17,7 @@
  * ended. On GPUs the parent makes the NCCL unique id (no CUDA context) and hands it to the children; on CPUs it
  * picks a free loopback port for the tcp communicator's rendezvous. */
 #pragma once
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,7 +33,7 @@ int dist_spawn(int nproc, int on_gpu, int argc, char **argv);
 /* A free TCP port on the loopback interface (bound and released: the rendezvous binds it again at once). */
 int dist_free_port(void);
 
-/* Implemented with NCCL in CUDA builds (dist/nccl_id.c): the unique id as hex text; 0 with a reason when NCCL is
+/* Implemented with NCCL in CUDA builds (parallel/nccl_id.c): the unique id as hex text; 0 with a reason when NCCL is
  * not built in or fails. */
 int dist_nccl_unique_id(char *hex, size_t len, char *why, size_t why_len);
 

@@ -1,6 +1,6 @@
 /* comm.c: choosing a communicator (comm_open), the single-process one, and what every implementation shares: the
  * failure line with exit code 3, the deadline, the host all-reduce of a few floats (see comm.h). */
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

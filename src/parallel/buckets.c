@@ -1,5 +1,5 @@
 /* buckets.c: planning the gradient buckets and launching their all-reduces from the backward hook (see buckets.h). */
-#include "dist/buckets.h"
+#include "parallel/buckets.h"
 
 #include <stdio.h>
 #include <stdlib.h>

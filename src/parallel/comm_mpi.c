@@ -30,9 +30,9 @@
 #include <unistd.h>
 
 #include "core/util.h"
-#include "dist/bootstrap.h"
-#include "dist/comm.h"
-#include "dist/comm_host.h"
+#include "parallel/bootstrap.h"
+#include "parallel/comm.h"
+#include "parallel/comm_host.h"
 #include "trace/trace.h"
 
 enum { PIECE_MAX = 1 << 28 }; /* floats per MPI call: MPI counts are int */

@@ -2,8 +2,8 @@
  * these stubs: comm_open checks comm_*_built first and says which build flag to change, so they are never reached
  * through it. NCCL is in where the build found it (VX_NCCL, mk/nccl.mk). */
 #include "core/util.h"
-#include "dist/bootstrap.h"
-#include "dist/comm.h"
+#include "parallel/bootstrap.h"
+#include "parallel/comm.h"
 
 #ifndef VX_MPI
 int comm_mpi_built(void) { return 0; }

@@ -1,16 +1,16 @@
 /* comm.h: the communication interface of data parallelism, separate from the op table: collectives over flat
  * float buffers between the ranks of a run, every one asynchronous with a handle to wait on.
  *
- * Implementations (comm_open picks one from the launch, dist/launch.h, and the device):
+ * Implementations (comm_open picks one from the launch, parallel/launch.h, and the device):
  *   single  one process: every collective is a no-op (the buffer already holds the result). A single-process run
  *           never initialises MPI or NCCL.
- *   nccl    GPU ranks (dist/comm_nccl.cu): NCCL on a communication stream of its own. A collective starts after
+ *   nccl    GPU ranks (parallel/comm_nccl.cu): NCCL on a communication stream of its own. A collective starts after
  *           the compute work enqueued before it (an event on the compute stream); comm_wait makes the compute
  *           stream wait for it, without blocking the host. Buffers are device memory. Non-blocking communicator:
  *           the watchdog polls ncclCommGetAsyncError and aborts the communicator.
- *   mpi     CPU ranks under mpirun/srun (dist/comm_mpi.c): MPI's non-blocking collectives on host memory,
+ *   mpi     CPU ranks under mpirun/srun (parallel/comm_mpi.c): MPI's non-blocking collectives on host memory,
  *           progressed by comm_test, waited on against a deadline.
- *   tcp     CPU ranks started by `train --gpus N` or torchrun (dist/comm_tcp.c): a socket from every rank to rank
+ *   tcp     CPU ranks started by `train --gpus N` or torchrun (parallel/comm_tcp.c): a socket from every rank to rank
  *           0, which sums in rank order and sends the result back, on a background thread per rank; host memory.
  *
  * The contract, as PyTorch's reducer keeps it: every rank issues the same collectives in the same order with the

@@ -38,7 +38,7 @@
  * `replayed` records an event on the compute stream after the launch and puts it on the list with a deadline, so a
  * replay whose collectives hang ends the run as an eager collective would. allreduce_host and close never run
  * inside a capture. */
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #ifdef VX_NCCL
 #include <nccl.h>
@@ -53,7 +53,7 @@
 
 extern "C" {
 #include "core/util.h"
-#include "dist/bootstrap.h"
+#include "parallel/bootstrap.h"
 }
 
 #define WATCHDOG_PERIOD_MS 100

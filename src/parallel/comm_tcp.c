@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "core/util.h"
-#include "dist/bootstrap.h"
-#include "dist/comm.h"
-#include "dist/comm_host.h"
-#include "dist/tcp_link.h"
+#include "parallel/bootstrap.h"
+#include "parallel/comm.h"
+#include "parallel/comm_host.h"
+#include "parallel/tcp_link.h"
 #include "trace/trace.h"
 
 

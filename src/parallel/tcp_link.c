@@ -1,5 +1,5 @@
 /* tcp_link.c: the rendezvous and the deadline-bound transfers of tcp_link.h. */
-#include "dist/tcp_link.h"
+#include "parallel/tcp_link.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* launch.c: reading the launch environment (dist_detect) and `train --gpus N`'s launcher (dist_spawn); see
  * launch.h. */
-#include "dist/launch.h"
+#include "parallel/launch.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
