@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "common/backend.h"
 #include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "core/fsutil.h"
@@ -28,6 +28,7 @@
 #include "parallel/comm.h"
 #include "parallel/launch.h"
 #include "model/hw.h"
+#include "elementwise/elementwise.h"
 
 typedef struct {
     double bytes, time_oop, time_ip; /* seconds */
@@ -60,14 +61,14 @@ static double timed(Comm *c, const Backend *be, float *send, float *recv, size_t
                     int out_of_place) {
     float *buf = out_of_place ? recv : send;
     for (int i = 0; i < warmup; i++) {
-        if (out_of_place) be->accumulate(DT_F32, (long)count, send, recv, 0.0f); /* recv = send: the copy */
+        if (out_of_place) be->elementwise->accumulate(DT_F32, (long)count, send, recv, 0.0f); /* recv = send: the copy */
         allreduce_once(c, be, buf, count, "bench allreduce");
     }
     comm_wait(c, comm_barrier(c, "bench allreduce: barrier"), NULL);
     be->synchronize();
     const double t0 = vx_now();
     for (int i = 0; i < iters; i++) {
-        if (out_of_place) be->accumulate(DT_F32, (long)count, send, recv, 0.0f);
+        if (out_of_place) be->elementwise->accumulate(DT_F32, (long)count, send, recv, 0.0f);
         allreduce_once(c, be, buf, count, "bench allreduce");
     }
     return (vx_now() - t0) / iters;
@@ -111,7 +112,7 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
         const int iters = o->iters > 0 ? o->iters : (r->bytes >= (64 << 20) ? 5 : 20);
         const int warmup = o->warmup >= 0 ? o->warmup : 2;
         fill(be, send, host, count, c->rank);
-        be->accumulate(DT_F32, (long)count, send, recv, 0.0f);
+        be->elementwise->accumulate(DT_F32, (long)count, send, recv, 0.0f);
         allreduce_once(c, be, recv, count, "bench allreduce: check");
         r->wrong_oop = count_wrong(be, recv, host, count, n);
         r->time_oop = timed(c, be, send, recv, count, iters, warmup, 1);

@@ -9,7 +9,7 @@
 extern "C" {
 #include "bench/bench.h"
 #include "core/util.h"
-#include "rng.h"
+#include "common/rng.h"
 }
 
 #define CK(call)                                                                                                   \

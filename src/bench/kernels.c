@@ -29,8 +29,8 @@
 
 #include "bench/bench.h"
 #include "bench/bench_util.h"
-#include "bench/kernel_check.h"
-#include "bench/kernel_ops.h"
+#include "bench/kernel_cases.h"
+#include "common/op_check.h"
 #include "core/fsutil.h"
 #include "core/util.h"
 #include "train/runtime.h"

@@ -39,6 +39,7 @@
 #include "train/runtime.h"
 #include "train/step.h"
 #include "train/train.h"
+#include "conv3d/conv3d.h"
 
 /* Interconnect presets: bus bandwidth B (what nccl-tests calls busbw) and latency per ring step a. Not measured
  * here; each says where its figure comes from. */

@@ -7,13 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "augment.h"
+#include "augment/augment.h"
 #include "core/util.h"
 #include "data/phantom.h"
 #include "data/manifest.h"
 #include "data/transform.h"
 #include "data/volume.h"
-#include "rng.h"
+#include "common/rng.h"
 
 #define VAL_SEED_SALT 0x7A11DA7Eull /* held-out phantoms come from another stream than training ones */
 #define RNG_STREAM_EPOCH 0xE90Cull   /* the order of an epoch's samples */

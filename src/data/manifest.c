@@ -10,7 +10,7 @@
 
 #include "core/fsutil.h"
 #include "core/util.h"
-#include "rng.h"
+#include "common/rng.h"
 
 #define MANIFEST_MAX_BYTES (64 << 20) /* a million rows of long paths */
 #define MANIFEST_MAX_FIELDS 256

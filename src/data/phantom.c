@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "rng.h"
+#include "common/rng.h"
 
 #define MAX_ELLIPSOIDS 8
 

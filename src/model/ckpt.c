@@ -8,6 +8,7 @@
 
 #include "core/fsutil.h"
 #include "core/util.h"
+#include "optim/optim.h"
 
 /* The most samples one optimizer step of one rank can consume: the schema's largest batch times accumulation. */
 #define CKPT_MAX_SAMPLES_PER_RANK_STEP (4096LL * 1024LL)

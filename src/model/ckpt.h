@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "optim/optim.h"
 
 #define CKPT_MAGIC "VXCKPT\r\n"
 #define CKPT_VERSION 2

@@ -6,7 +6,7 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
-#include "conv3d.h"
+#include "conv3d/conv3d.h"
 #include "core/util.h"
 #include "model/model.h"
 

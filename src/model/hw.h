@@ -2,7 +2,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "backend.h"
+#include "common/backend.h"
 #include "core/config.h"
 #include "model/hw_plan.h"
 

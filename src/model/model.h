@@ -32,9 +32,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "common/backend.h"
 #include "core/config.h"
 #include "model/plan.h"
+#include "conv3d/conv3d.h"
+#include "groupnorm/groupnorm.h"
 
 typedef enum { OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST } OpKind;
 

@@ -7,6 +7,8 @@
 
 #include "core/util.h"
 #include "model/model.h"
+#include "conv3d/conv3d.h"
+#include "groupnorm/groupnorm.h"
 
 #define GROW(arr, n, cap)                                                                                        \
     do {                                                                                                         \
@@ -318,7 +320,7 @@ static void plan_memory(Model *m) {
         if (nd->kind == OP_GROUPNORM) nd->stats = plan_add(&m->plan, 2 * (size_t)nd->gn.n * nd->gn.groups * sizeof(float), i, T - i);
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
         if (nd->kind == OP_CONV) {
-            size_t w = m->be->conv3d_workspace_bytes(&nd->conv);
+            size_t w = m->be->conv3d->workspace_bytes(&nd->conv);
             if (w > ws) ws = w;
         }
         if (nd->kind == OP_CONV && nd->conv.c_in != m->params[nd->weight].shape[4]) {
@@ -349,11 +351,11 @@ static void plan_memory(Model *m) {
 int model_dtype(const Config *cfg, const Backend *be, DType *out, char *why, size_t why_len) {
     const char *p = cfg->precision;
     if (strcmp(p, "auto") == 0) {
-        *out = be->supports(BOP_CONV3D_FORWARD, DT_BF16) ? DT_BF16 : DT_F32;
+        *out = be->conv3d->head.supports(CONV3D_FORWARD, DT_BF16) ? DT_BF16 : DT_F32;
         return 1;
     }
     *out = strcmp(p, "bf16") == 0 ? DT_BF16 : strcmp(p, "fp16") == 0 ? DT_F16 : DT_F32;
-    if (be->supports(BOP_CONV3D_FORWARD, *out)) return 1;
+    if (be->conv3d->head.supports(CONV3D_FORWARD, *out)) return 1;
     snprintf(why, why_len, "train.precision %s needs a GPU: the %s backend computes in float32 only", p, be->name);
     return 0;
 }

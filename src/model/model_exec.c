@@ -9,8 +9,17 @@
 
 #include "core/util.h"
 #include "model/model.h"
-#include "rng.h"
+#include "common/rng.h"
 #include "trace/trace.h"
+#include "conv3d/conv3d.h"
+#include "groupnorm/groupnorm.h"
+#include "silu/silu.h"
+#include "upsample/upsample.h"
+#include "elementwise/elementwise.h"
+#include "loss/loss.h"
+#include "latent/latent.h"
+#include "normal/normal.h"
+#include "optim/optim.h"
 
 #define RNG_STREAM_INIT 0x1A17ull   /* parameter init: stream = this + parameter index */
 #define RNG_STREAM_LATENT 0x1A7Eull /* reparameterization noise: index = sample * per-sample count + element */
@@ -51,7 +60,7 @@ void model_allocate(Model *m) {
 }
 
 void model_sync_lp(Model *m) {
-    if (m->param_lp) m->be->cast(m->param_floats, DT_F32, m->param, m->dtype, m->param_lp);
+    if (m->param_lp) m->be->elementwise->cast(m->param_floats, DT_F32, m->param, m->dtype, m->param_lp);
 }
 
 void model_init_params(Model *m, uint64_t seed) {
@@ -139,27 +148,27 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         if (nd->pad_w >= 0) { /* padded input channels: the weights padded too, from the master AdamW just wrote */
             const ParamView *p = &m->params[nd->weight];
             void *padded = item_ptr(m, nd->pad_w);
-            be->pad_channels(p->count / p->shape[4], DT_F32, p->shape[4], param_ptr(m, m->param, nd->weight), m->dtype,
+            be->elementwise->pad_channels(p->count / p->shape[4], DT_F32, p->shape[4], param_ptr(m, m->param, nd->weight), m->dtype,
                              nd->conv.c_in, padded, 0.0f);
             w = padded;
         }
-        be->conv3d_forward(&nd->conv, x, w, param_ptr(m, m->param, nd->bias),
+        be->conv3d->forward(&nd->conv, x, w, param_ptr(m, m->param, nd->bias),
                            nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL, y, ws);
         break;
     }
     case OP_GROUPNORM: {
         float *mean = (float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
-        be->groupnorm_forward(&nd->gn, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y,
+        be->groupnorm->forward(&nd->gn, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y,
                               mean, rstd);
         break;
     }
-    case OP_SILU: be->silu_forward(dt, tx->count, x, y); break;
-    case OP_UPSAMPLE: be->upsample2x_forward(dt, tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, x, y); break;
-    case OP_ADD: be->add_forward(dt, tx->count, x, tensor(m, nd->in[1]), y); break;
+    case OP_SILU: be->silu->forward(dt, tx->count, x, y); break;
+    case OP_UPSAMPLE: be->upsample->forward(dt, tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, x, y); break;
+    case OP_ADD: be->elementwise->add(dt, tx->count, x, tensor(m, nd->in[1]), y); break;
     case OP_CAST: {
         const Tensor *ty = &m->tensors[nd->out];
-        if (ty->dims.c == tx->dims.c) be->cast(tx->count, dt, x, ty->dtype, y);
-        else be->pad_channels(tx->count / tx->dims.c, dt, tx->dims.c, x, ty->dtype, ty->dims.c, y, 0.0f);
+        if (ty->dims.c == tx->dims.c) be->elementwise->cast(tx->count, dt, x, ty->dtype, y);
+        else be->elementwise->pad_channels(tx->count / tx->dims.c, dt, tx->dims.c, x, ty->dtype, ty->dims.c, y, 0.0f);
         break;
     }
     case OP_LATENT: { /* never inside a checkpointed block */
@@ -167,10 +176,10 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         float *eps = NULL;
         if (sample_noise) {
             eps = model_noise(m);
-            be->normal_fill(tx->count, (uint64_t)m->cfg.seed, RNG_STREAM_LATENT,
+            be->normal->fill(tx->count, (uint64_t)m->cfg.seed, RNG_STREAM_LATENT,
                             (const uint64_t *)item_ptr(m, m->noise_offset_item), eps);
         }
-        be->latent_forward(&s, x, tensor(m, nd->in[1]), eps, y, m->losses + SCALAR_KL);
+        be->latent->forward(&s, x, tensor(m, nd->in[1]), eps, y, m->losses + SCALAR_KL);
         break;
     }
     }
@@ -207,7 +216,7 @@ static void recompute_block_ending_at(Model *m, int i) {
 
 static void loss(Model *m, void *dpred, float grad_scale, const float *loss_scale) {
     const Tensor *r = &m->tensors[m->t_recon];
-    m->be->recon_loss(recon_loss_kind(&m->cfg), r->dtype, r->count, model_tensor(m, m->t_recon),
+    m->be->loss->recon(recon_loss_kind(&m->cfg), r->dtype, r->count, model_tensor(m, m->t_recon),
                       (const float *)model_tensor(m, m->t_input), m->losses + SCALAR_RECON, dpred, grad_scale,
                       loss_scale);
 }
@@ -230,38 +239,38 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
              * too, so that gets a buffer of its own), then its real channels and the bias added (param_beta) */
             const ParamView *p = &m->params[nd->weight];
             float *dw = (float *)item_ptr(m, nd->pad_dw), *db = (float *)item_ptr(m, nd->pad_db);
-            be->conv3d_backward_filter(&nd->conv, x, dy, dw, db, 0.0f, ws);
-            be->pad_channels(p->count / p->shape[4], DT_F32, nd->conv.c_in, dw, DT_F32, p->shape[4],
+            be->conv3d->backward_filter(&nd->conv, x, dy, dw, db, 0.0f, ws);
+            be->elementwise->pad_channels(p->count / p->shape[4], DT_F32, nd->conv.c_in, dw, DT_F32, p->shape[4],
                              param_ptr(m, m->grad, nd->weight), param_beta);
-            be->accumulate(DT_F32, nd->conv.c_out, db, param_ptr(m, m->grad, nd->bias), param_beta);
+            be->elementwise->accumulate(DT_F32, nd->conv.c_out, db, param_ptr(m, m->grad, nd->bias), param_beta);
         } else {
-            be->conv3d_backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight),
+            be->conv3d->backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight),
                                        param_ptr(m, m->grad, nd->bias), param_beta, ws);
         }
-        if (dx) be->conv3d_backward_data(&nd->conv, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0], ws);
+        if (dx) be->conv3d->backward_data(&nd->conv, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0], ws);
         /* the fused residual's gradient is the output's */
-        if (nd->in[1] >= 0) be->accumulate(dt, m->tensors[nd->out].count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
+        if (nd->in[1] >= 0) be->elementwise->accumulate(dt, m->tensors[nd->out].count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
         break;
     case OP_GROUPNORM: {
         const float *mean = (const float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
-        be->groupnorm_backward(&nd->gn, dy, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias),
+        be->groupnorm->backward(&nd->gn, dy, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias),
                                mean, rstd, dx, param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
                                nd->dx_beta[0], param_beta);
         break;
     }
-    case OP_SILU: be->silu_backward(dt, tx->count, x, dy, dx, nd->dx_beta[0]); break;
+    case OP_SILU: be->silu->backward(dt, tx->count, x, dy, dx, nd->dx_beta[0]); break;
     case OP_UPSAMPLE:
-        be->upsample2x_backward(dt, tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, dy, dx, nd->dx_beta[0]);
+        be->upsample->backward(dt, tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c, dy, dx, nd->dx_beta[0]);
         break;
     case OP_ADD:
-        be->accumulate(dt, tx->count, dy, dx, nd->dx_beta[0]);
-        be->accumulate(dt, tx->count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
+        be->elementwise->accumulate(dt, tx->count, dy, dx, nd->dx_beta[0]);
+        be->elementwise->accumulate(dt, tx->count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
         break;
     case OP_CAST: break; /* the data's copy: no gradient */
     case OP_LATENT: {
         /* mu and logvar feed only this node, so their gradients are overwritten here (dx_beta is 0). */
         LatentShape s = latent_shape(m);
-        be->latent_backward(&s, x, tensor_bwd(m, nd->in[1]), model_noise(m), dy, (float)m->cfg.kl_weight * grad_scale,
+        be->latent->backward(&s, x, tensor_bwd(m, nd->in[1]), model_noise(m), dy, (float)m->cfg.kl_weight * grad_scale,
                             loss_scale, dx, model_tensor_grad(m, nd->in[1]));
         break;
     }
@@ -295,7 +304,7 @@ Losses model_read_losses(const Model *m) {
 
 double model_grad_sumsq(const Model *m) {
     float s;
-    m->be->sumsq(m->param_floats, m->grad, scalars(m) + SCALAR_SUMSQ);
+    m->be->optim->sumsq(m->param_floats, m->grad, scalars(m) + SCALAR_SUMSQ);
     m->be->copy_to_host(&s, scalars(m) + SCALAR_SUMSQ, sizeof s);
     return s;
 }

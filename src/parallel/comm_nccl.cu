@@ -49,7 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda_check.h"
+#include "common/cuda_check.h"
 
 extern "C" {
 #include "core/util.h"

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "elementwise/elementwise.h"
+#include "optim/optim.h"
 
 enum { SUM_RECON = 0, SUM_KL = 1, SUM_STOP = 2, SUM_SUMSQ = 3, SUM_COUNT = 4 };
 #define SUMS_REDUCED 3 /* recon, kl, stop: summed over the ranks */
@@ -127,7 +129,7 @@ static void micro_body(Stepper *s, int variant) {
     if (s->phases) s->be->timer_mark(timer_base(s->cur) + T_FORWARD);
     model_backward(m, 1.0f / (float)(s->accum * s->world), (float)beta, &s->dev->opt.loss_scale);
     /* the micro-batch's {recon, kl} onto the step's sums (the first overwrites) */
-    s->be->accumulate(DT_F32, 2, m->losses, s->dev->sums + SUM_RECON, (float)beta);
+    s->be->elementwise->accumulate(DT_F32, 2, m->losses, s->dev->sums + SUM_RECON, (float)beta);
     if (reduce) {
         m->backward_hook = NULL;
         if (s->use_graphs) buckets_wait(s->buckets);
@@ -141,9 +143,9 @@ static void optimizer_body(Stepper *s, int unused) {
     if (s->buckets)
         comm_wait(s->comm, comm_allreduce(s->comm, s->dev->sums, SUMS_REDUCED, COMM_SUM, "the step's losses"), NULL);
     float *sumsq = s->dev->sums + SUM_SUMSQ;
-    s->be->sumsq(m->param_floats, m->grad, sumsq); /* of the reduced gradients: the same on every rank */
-    s->be->optim_prepare(&s->ocfg, sumsq, &s->dev->opt);
-    s->be->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &s->dev->opt, m->dtype, m->param_lp);
+    s->be->optim->sumsq(m->param_floats, m->grad, sumsq); /* of the reduced gradients: the same on every rank */
+    s->be->optim->prepare(&s->ocfg, sumsq, &s->dev->opt);
+    s->be->optim->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &s->dev->opt, m->dtype, m->param_lp);
 }
 
 Stepper *stepper_create(Model *m, const Config *cfg, Comm *comm, Buckets *buckets) {

@@ -29,6 +29,7 @@
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
 #include "model/model.h"
+#include "optim/optim.h"
 
 typedef struct {
     int64_t step;            /* 1-based optimizer step these are of */

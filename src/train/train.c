@@ -41,6 +41,9 @@
 #include "train/schedule.h"
 #include "train/step.h"
 #include "train/train_log.h"
+#include "elementwise/elementwise.h"
+#include "augment/augment.h"
+#include "optim/optim.h"
 
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -214,10 +217,10 @@ static void upload_batch(Trainer *t, const float *batch, int64_t first) {
     const long vol = (long)d.d * d.h * d.w * d.c;
     if (t->cfg->data_augment && dataset_epoch_samples(t->ds) > 0) {
         for (int b = 0; b < m->batch; b++)
-            be->augment(d.d, d.h, d.w, d.c, dataset_augment_code(t->ds, first + b), t->staging[k] + b * vol,
+            be->augment->apply(d.d, d.h, d.w, d.c, dataset_augment_code(t->ds, first + b), t->staging[k] + b * vol,
                         input + b * vol);
     } else {
-        be->cast(m->tensors[m->t_input].count, DT_F32, t->staging[k], DT_F32, input); /* a device copy */
+        be->elementwise->cast(m->tensors[m->t_input].count, DT_F32, t->staging[k], DT_F32, input); /* a device copy */
     }
     be->event_record(t->staging_read[k]);
 }

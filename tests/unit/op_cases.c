@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "augment.h"
-#include "bench/kernel_check.h"
+#include "augment/augment.h"
+#include "common/op_check.h"
 
 #define MAX_CASES 512
 

@@ -5,7 +5,7 @@
  * tests/tools/cuda_emu on the CUDA kernels under the host emulation, each in every storage type the backend supports
  * for the op. A new op or shape is one line here. */
 #pragma once
-#include "bench/kernel_ops.h"
+#include "common/op_spec.h"
 
 typedef struct {
     KernelCase k; /* op, shape fields and beta set; buffers set up per backend and storage type */

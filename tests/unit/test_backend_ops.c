@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "common/backend.h"
 #include "op_cases.h"
 #include "require_gpu.h"
 
@@ -50,7 +50,7 @@ static void run_op(void **state) {
         if (kernel_op_find(cases[c].op) != t->op) continue;
         if (small && strcmp(small, "1") == 0 && !cases[c].emu) continue;
         for (int dt = 0; dt < DT_COUNT; dt++) {
-            if (!t->be->supports(ops[t->op].bop, (DType)dt) || !type_wanted((DType)dt)) continue;
+            if (!kernel_op_supported(t->be, t->op, (DType)dt) || !type_wanted((DType)dt)) continue;
             char why[512];
             run++;
             if (!op_test_case_check(&cases[c], c, (DType)dt, t->be, why, sizeof why)) {

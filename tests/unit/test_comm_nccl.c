@@ -29,7 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "common/backend.h"
+#include "elementwise/elementwise.h"
 #include "parallel/comm.h"
 #include "require_gpu.h"
 #include "test_select.h"
@@ -155,12 +156,12 @@ static void test_order_against_compute(void **state) {
     for (int round = 0; round < 3; round++) {
         gpu->zero(E, sizeof(float) * (size_t)n);
         gpu->copy_to_device(S, h, sizeof(float) * (size_t)n);
-        for (int i = 0; i < 100; i++) gpu->scale(n, S, 1.0f); /* a millisecond or so of compute */
-        gpu->scale(n, S, 2.0f);
+        for (int i = 0; i < 100; i++) gpu->elementwise->scale(n, S, 1.0f); /* a millisecond or so of compute */
+        gpu->elementwise->scale(n, S, 2.0f);
         CommWork *a = comm_all_gather(comm, A, AR, (size_t)big, "the long collective");
         CommWork *b = comm_reduce_scatter(comm, S, E, (size_t)n, COMM_SUM, "the ordered collective");
         comm_wait(comm, b, NULL);
-        gpu->scale(n, E, 0.5f);
+        gpu->elementwise->scale(n, E, 0.5f);
         comm_wait(comm, a, NULL);
         assert_true(same("collective ordered between two kernels", E, h, n));
     }
@@ -237,12 +238,12 @@ static void test_allreduce_host(void **state) {
 static void *capture_sum(Comm *c, const float *X, float *D, float *OUT, long n, int *bad) {
     comm_capture_begin(c);
     gpu->graph_capture_begin();
-    gpu->accumulate(DT_F32, n, X, D, 0.0f);
-    gpu->scale(n, D, 2.0f);
+    gpu->elementwise->accumulate(DT_F32, n, X, D, 0.0f);
+    gpu->elementwise->scale(n, D, 2.0f);
     CommWork *w = comm_allreduce(c, D, (size_t)n, COMM_AVG, "the captured average");
     if (comm_test(c, w) != 0) fprintf(stderr, "comm_test said finished inside a capture\n"), *bad = 1;
     comm_wait(c, w, NULL);
-    gpu->accumulate(DT_F32, n, D, OUT, 1.0f);
+    gpu->elementwise->accumulate(DT_F32, n, D, OUT, 1.0f);
     char why[256] = "";
     void *graph = gpu->graph_capture_end(why, sizeof why);
     const int captured = comm_capture_end(c);

@@ -22,13 +22,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "common/backend.h"
+#include "common/op_spec.h"
+#include "conv3d/conv3d.h"
+#include "elementwise/elementwise.h"
+#include "groupnorm/groupnorm.h"
+#include "latent/latent.h"
+#include "loss/loss.h"
+#include "normal/normal.h"
+#include "optim/optim.h"
+#include "augment/augment.h"
 #include "require_gpu.h"
 #include "test_select.h"
 #ifdef VX_CUDA
 #include <cuda_runtime.h> /* a second stream, as the NCCL communicator has, for the cross-stream events */
 #endif
-#include "rng.h"
+#include "common/rng.h"
 
 #define TOL 1e-4        /* relative norm error, GPU vs CPU */
 #define NORMAL_MAX_ULP 16 /* normal_fill: logf/cosf/sqrtf rounding on each side */
@@ -39,6 +48,8 @@ static const Backend *cpu, *gpu;
 
 #define TEST_RNG_SEED 0x5EED0C0DAull
 #include "test_random.h"
+#include "silu/silu.h"
+#include "upsample/upsample.h"
 
 static float *fcopy(const float *f, long n) {
     float *p = fnew(n);
@@ -120,8 +131,8 @@ static uint64_t *doffset(uint64_t v) {
 static void check_normal(long n, uint64_t offset, int off) {
     float *h = fnew(n), *D = dalloc(n, off);
     uint64_t *O = doffset(offset);
-    cpu->normal_fill(n, 42, 7, &offset, h);
-    gpu->normal_fill(n, 42, 7, O, D);
+    cpu->normal->fill(n, 42, 7, &offset, h);
+    gpu->normal->fill(n, 42, 7, O, D);
     gpu->release(O);
     float *g = dget(D, n);
     long worst = 0;
@@ -143,8 +154,8 @@ static void test_normal_fill(void **state) {
     const long n = 10000, k = 333;
     float *A = dalloc(n + k, 0), *B = dalloc(n, 0);
     uint64_t *O0 = doffset(0), *OK = doffset(k);
-    gpu->normal_fill(n + k, 9, 3, O0, A);
-    gpu->normal_fill(n, 9, 3, OK, B);
+    gpu->normal->fill(n + k, 9, 3, O0, A);
+    gpu->normal->fill(n, 9, 3, OK, B);
     expect_bitwise("normal_fill offset", A + k, B, n);
     dfree(A, 0), dfree(B, 0);
     gpu->release(O0), gpu->release(OK);
@@ -159,9 +170,9 @@ static void test_graph_replay_reads_device_values(void **state) {
     uint64_t *O = doffset(0);
     float *D = dalloc(n, 0), *E = dalloc(n, 0), *F = dalloc(n, 0);
     gpu->graph_capture_begin();
-    gpu->normal_fill(n, 5, 11, O, D);
-    gpu->accumulate(DT_F32, n, D, E, 0.0f); /* E = D: a second kernel depending on the first */
-    gpu->scale(n, E, 2.0f);
+    gpu->normal->fill(n, 5, 11, O, D);
+    gpu->elementwise->accumulate(DT_F32, n, D, E, 0.0f); /* E = D: a second kernel depending on the first */
+    gpu->elementwise->scale(n, E, 2.0f);
     char why[256];
     void *graph = gpu->graph_capture_end(why, sizeof why);
     if (!graph) print_error("capture failed: %s\n", why);
@@ -171,8 +182,8 @@ static void test_graph_replay_reads_device_values(void **state) {
         gpu->write_async(O, &offset, sizeof offset); /* the host's value, read by this replay */
         gpu->graph_launch(graph);
         uint64_t *Oe = doffset(offset);
-        gpu->normal_fill(n, 5, 11, Oe, F);
-        gpu->scale(n, F, 2.0f);
+        gpu->normal->fill(n, 5, 11, Oe, F);
+        gpu->elementwise->scale(n, F, 2.0f);
         expect_bitwise("graph replay vs eager", E, F, n);
         gpu->release(Oe);
     }
@@ -194,7 +205,7 @@ static void test_optim_prepare_matches_host(void **state) {
     const float sums[] = {4.0e6f, 9.0e5f, INFINITY, 1.0e6f, 2.5e5f, NAN, 1.0f};
     for (size_t i = 0; i < sizeof sums / sizeof sums[0]; i++) {
         gpu->copy_to_device(S, &sums[i], sizeof(float));
-        gpu->optim_prepare(&cfg, S, D);
+        gpu->optim->prepare(&cfg, S, D);
         optim_prepare_step(&cfg, sums[i], &host);
         gpu->copy_to_host(&back, D, sizeof back);
         assert_int_equal(back.skip, host.skip);
@@ -237,7 +248,7 @@ static void test_upload(void **state) {
     float *D = dalloc(n, 0), *E = dalloc(n, 0);
     /* compute enqueued after the upload sees the data */
     gpu->upload_async(D, host, bytes, NULL);
-    gpu->scale(n, D, 2.0f);
+    gpu->elementwise->scale(n, D, 2.0f);
     gpu->upload_wait();
     memset(host, 0xFF, bytes); /* the host buffer is free once upload_wait returns */
     float *twice = fcopy(ref, n);
@@ -245,7 +256,7 @@ static void test_upload(void **state) {
     expect_close("upload then compute", D, twice, n, 0.0);
     /* the upload starts after compute enqueued before it: E gets D's old values, D the new ones */
     memcpy(host, ref2, bytes);
-    gpu->accumulate(DT_F32, n, D, E, 0.0f);
+    gpu->elementwise->accumulate(DT_F32, n, D, E, 0.0f);
     gpu->upload_async(D, host, bytes, NULL);
     gpu->upload_wait();
     gpu->synchronize();
@@ -254,9 +265,9 @@ static void test_upload(void **state) {
     /* after an event: the copy waits for the reader recorded before it (E = D copied), not for later compute */
     float *F = dalloc(n, 0);
     void *read = gpu->event_create();
-    gpu->accumulate(DT_F32, n, D, F, 0.0f); /* F = ref2 */
+    gpu->elementwise->accumulate(DT_F32, n, D, F, 0.0f); /* F = ref2 */
     gpu->event_record(read);
-    for (int i = 0; i < 50; i++) gpu->scale(n, E, 1.0f); /* later compute the upload need not wait for */
+    for (int i = 0; i < 50; i++) gpu->elementwise->scale(n, E, 1.0f); /* later compute the upload need not wait for */
     memcpy(host, ref, bytes);
     gpu->upload_async(D, host, bytes, read);
     gpu->upload_wait();
@@ -289,8 +300,8 @@ static void test_cross_stream_events(void **state) {
     for (int round = 0; round < 3; round++) {
         gpu->copy_to_device(D, ref, bytes);
         gpu->zero(E, bytes);
-        for (int i = 0; i < 100; i++) gpu->scale(n, D, 1.0f); /* keeps the compute stream busy for a while */
-        gpu->scale(n, D, 2.0f);
+        for (int i = 0; i < 100; i++) gpu->elementwise->scale(n, D, 1.0f); /* keeps the compute stream busy for a while */
+        gpu->elementwise->scale(n, D, 2.0f);
         gpu->event_record(computed);
         assert_int_equal(cudaStreamWaitEvent(side, (cudaEvent_t)computed, 0), cudaSuccess);
         assert_int_equal(cudaMemcpyAsync(BC, B, sizeof(float) * (size_t)big, cudaMemcpyDeviceToDevice, side),
@@ -298,7 +309,7 @@ static void test_cross_stream_events(void **state) {
         assert_int_equal(cudaMemcpyAsync(E, D, bytes, cudaMemcpyDeviceToDevice, side), cudaSuccess);
         assert_int_equal(cudaEventRecord((cudaEvent_t)copied, side), cudaSuccess);
         gpu->event_wait(copied);
-        gpu->scale(n, E, 0.5f); /* runs after the copy: E = D / 2 = ref */
+        gpu->elementwise->scale(n, E, 0.5f); /* runs after the copy: E = D / 2 = ref */
         gpu->synchronize();
         expect_close("side-stream copy ordered by events", E, ref, n, 0.0);
     }
@@ -317,9 +328,9 @@ static void test_timer(void **state) {
     float *D = dalloc(n, 0), *E = dalloc(n, 0);
     gpu->zero(D, sizeof(float) * (size_t)n);
     gpu->timer_mark(0);
-    for (int i = 0; i < 10; i++) gpu->silu_forward(DT_F32, n, D, E);
+    for (int i = 0; i < 10; i++) gpu->silu->forward(DT_F32, n, D, E);
     gpu->timer_mark(1);
-    gpu->scale(n, E, 0.5f);
+    gpu->elementwise->scale(n, E, 0.5f);
     gpu->timer_mark(BACKEND_TIMER_SLOTS - 1);
     const double a = gpu->timer_elapsed_ms(0, 1), b = gpu->timer_elapsed_ms(0, BACKEND_TIMER_SLOTS - 1);
     assert_true(isfinite(a) && a > 0.0 && a < 60000.0);
@@ -335,19 +346,23 @@ static void test_backend_table(void **state) {
         (void *)gpu->alloc, (void *)gpu->release, (void *)gpu->copy_to_device, (void *)gpu->copy_to_host,
         (void *)gpu->zero, (void *)gpu->synchronize, (void *)gpu->alloc_host, (void *)gpu->release_host,
         (void *)gpu->upload_async, (void *)gpu->upload_wait, (void *)gpu->timer_mark, (void *)gpu->timer_elapsed_ms,
-        (void *)gpu->bytes_in_use, (void *)gpu->peak_bytes, (void *)gpu->conv3d_workspace_bytes,
-        (void *)gpu->conv3d_forward, (void *)gpu->conv3d_backward_data, (void *)gpu->conv3d_backward_filter,
-        (void *)gpu->groupnorm_forward, (void *)gpu->groupnorm_backward, (void *)gpu->silu_forward,
-        (void *)gpu->silu_backward, (void *)gpu->upsample2x_forward, (void *)gpu->upsample2x_backward,
-        (void *)gpu->add_forward, (void *)gpu->accumulate, (void *)gpu->scale, (void *)gpu->recon_loss,
-        (void *)gpu->latent_forward, (void *)gpu->latent_backward, (void *)gpu->normal_fill, (void *)gpu->adamw,
-        (void *)gpu->sumsq, (void *)gpu->cast, (void *)gpu->optim_prepare, (void *)gpu->write_async,
+        (void *)gpu->bytes_in_use, (void *)gpu->peak_bytes, (void *)gpu->conv3d->workspace_bytes,
+        (void *)gpu->conv3d->forward, (void *)gpu->conv3d->backward_data, (void *)gpu->conv3d->backward_filter,
+        (void *)gpu->groupnorm->forward, (void *)gpu->groupnorm->backward, (void *)gpu->silu->forward,
+        (void *)gpu->silu->backward, (void *)gpu->upsample->forward, (void *)gpu->upsample->backward,
+        (void *)gpu->elementwise->add, (void *)gpu->elementwise->accumulate, (void *)gpu->elementwise->scale,
+        (void *)gpu->loss->recon, (void *)gpu->latent->forward, (void *)gpu->latent->backward,
+        (void *)gpu->normal->fill, (void *)gpu->optim->adamw, (void *)gpu->optim->sumsq, (void *)gpu->elementwise->cast,
+        (void *)gpu->optim->prepare, (void *)gpu->augment->apply, (void *)gpu->write_async,
         (void *)gpu->copy_to_host_async, (void *)gpu->event_synchronize, (void *)gpu->graph_capture_begin,
-        (void *)gpu->graph_capture_end, (void *)gpu->graph_launch, (void *)gpu->graph_destroy, (void *)gpu->supports};
+        (void *)gpu->graph_capture_end, (void *)gpu->graph_launch, (void *)gpu->graph_destroy};
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) assert_non_null(fns[i]);
-    for (int op = 0; op < BOP_COUNT; op++) assert_true(gpu->supports((BackendOp)op, DT_F32));
-    assert_true(gpu->supports(BOP_CONV3D_FORWARD, DT_BF16) && gpu->supports(BOP_GROUPNORM_BACKWARD, DT_F16));
-    assert_false(gpu->supports(BOP_SUMSQ, DT_BF16));
+    int n_ops;
+    kernel_ops(&n_ops);
+    for (int op = 0; op < n_ops; op++) assert_true(kernel_op_supported(gpu, op, DT_F32));
+    assert_true(gpu->conv3d->head.supports(CONV3D_FORWARD, DT_BF16) &&
+                gpu->groupnorm->head.supports(GROUPNORM_BACKWARD, DT_F16));
+    assert_false(gpu->optim->head.supports(OPTIM_SUMSQ, DT_BF16));
     char reason[64];
     assert_int_equal(backend_cuda_init(0, reason, sizeof reason), 1); /* a second init changes nothing */
     /* zero and the blocking copies */
@@ -371,28 +386,28 @@ static void test_deterministic(void **state) {
     float *x = frand(nx, -1, 1), *r = frand(ny, -1, 1);
     float *X = dput(x, nx), *R = dput(r, ny), *DW1 = dalloc(nw, 0), *DW2 = dalloc(nw, 0), *DB1 = dalloc(32, 0),
           *DB2 = dalloc(32, 0);
-    void *ws = gpu->alloc(gpu->conv3d_workspace_bytes(&s));
-    gpu->conv3d_backward_filter(&s, X, R, DW1, DB1, 0.0f, ws);
-    gpu->conv3d_backward_filter(&s, X, R, DW2, DB2, 0.0f, ws);
+    void *ws = gpu->alloc(gpu->conv3d->workspace_bytes(&s));
+    gpu->conv3d->backward_filter(&s, X, R, DW1, DB1, 0.0f, ws);
+    gpu->conv3d->backward_filter(&s, X, R, DW2, DB2, 0.0f, ws);
     expect_bitwise("deterministic conv dw", DW1, DW2, nw);
     expect_bitwise("deterministic conv dbias", DB1, DB2, 32);
     /* bfloat16 storage: the low-precision weight gradient and its float32 accumulation, twice the same */
     Conv3dShape sb = s;
     sb.dtype = DT_BF16;
     void *XB = gpu->alloc((size_t)nx * 2), *RB = gpu->alloc((size_t)ny * 2);
-    gpu->cast(nx, DT_F32, X, DT_BF16, XB);
-    gpu->cast(ny, DT_F32, R, DT_BF16, RB);
-    void *wsb = gpu->alloc(gpu->conv3d_workspace_bytes(&sb));
-    gpu->conv3d_backward_filter(&sb, XB, RB, DW1, DB1, 0.0f, wsb);
-    gpu->conv3d_backward_filter(&sb, XB, RB, DW2, DB2, 0.0f, wsb);
+    gpu->elementwise->cast(nx, DT_F32, X, DT_BF16, XB);
+    gpu->elementwise->cast(ny, DT_F32, R, DT_BF16, RB);
+    void *wsb = gpu->alloc(gpu->conv3d->workspace_bytes(&sb));
+    gpu->conv3d->backward_filter(&sb, XB, RB, DW1, DB1, 0.0f, wsb);
+    gpu->conv3d->backward_filter(&sb, XB, RB, DW2, DB2, 0.0f, wsb);
     expect_bitwise("deterministic bf16 conv dw", DW1, DW2, nw);
     expect_bitwise("deterministic bf16 conv dbias", DB1, DB2, 32);
     gpu->release(XB), gpu->release(RB), gpu->release(wsb);
-    gpu->conv3d_backward_filter(&s, X, R, DW1, DB1, 0.0f, ws);
+    gpu->conv3d->backward_filter(&s, X, R, DW1, DB1, 0.0f, ws);
     /* and it is still the right answer */
     float *dw = fnew(nw), *db = fnew(32);
-    void *cws = malloc(cpu->conv3d_workspace_bytes(&s) + 1);
-    cpu->conv3d_backward_filter(&s, x, r, dw, db, 0.0f, cws);
+    void *cws = malloc(cpu->conv3d->workspace_bytes(&s) + 1);
+    cpu->conv3d->backward_filter(&s, x, r, dw, db, 0.0f, cws);
     expect_close("deterministic conv dw vs cpu", DW1, dw, nw, TOL);
 
     /* groupnorm backward at 24^3 x 64 channels, 16 groups, batch 4 */
@@ -401,11 +416,11 @@ static void test_deterministic(void **state) {
     float *gx = frand(cnt, -1, 1), *gr = frand(cnt, -1, 1), *gam = frand(64, 0.5, 1.5), *bet = frand(64, -1, 1);
     float *GX = dput(gx, cnt), *GR = dput(gr, cnt), *GG = dput(gam, 64), *GB = dput(bet, 64);
     float *Y = dalloc(cnt, 0), *M = dalloc(4 * 16, 0), *RS = dalloc(4 * 16, 0);
-    gpu->groupnorm_forward(&g, GX, GG, GB, Y, M, RS);
+    gpu->groupnorm->forward(&g, GX, GG, GB, Y, M, RS);
     float *DX[2], *DG[2], *DBt[2];
     for (int run = 0; run < 2; run++) {
         DX[run] = dalloc(cnt, 0), DG[run] = dalloc(64, 0), DBt[run] = dalloc(64, 0);
-        gpu->groupnorm_backward(&g, GR, GX, GG, GB, M, RS, DX[run], DG[run], DBt[run], 0.0f, 0.0f);
+        gpu->groupnorm->backward(&g, GR, GX, GG, GB, M, RS, DX[run], DG[run], DBt[run], 0.0f, 0.0f);
     }
     expect_bitwise("deterministic groupnorm dx", DX[0], DX[1], cnt);
     expect_bitwise("deterministic groupnorm dgamma", DG[0], DG[1], 64);

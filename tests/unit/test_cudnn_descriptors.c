@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend.h"
-#include "conv3d.h"
+#include "common/backend.h"
+#include "conv3d/conv3d.h"
 #include "core/config.h"
 #include "model/model.h"
 #include "require_gpu.h"

@@ -19,6 +19,16 @@
 #include "data/phantom.h"
 #include "model/model.h"
 #include "model/plan.h"
+#include "augment/augment.h"
+#include "conv3d/conv3d.h"
+#include "elementwise/elementwise.h"
+#include "groupnorm/groupnorm.h"
+#include "latent/latent.h"
+#include "loss/loss.h"
+#include "normal/normal.h"
+#include "optim/optim.h"
+#include "silu/silu.h"
+#include "upsample/upsample.h"
 #include "train/schedule.h"
 #include "train/train_log.h"
 #include "train/volume_tiles.h"
@@ -227,10 +237,18 @@ static void test_padded_input_channels_match_unpadded(void **state) {
 /* The hardware plan (hw_plan.h) on simulated GPUs: a test double of the device (its free memory and compute
  * capability) and of the backend (the CPU's table, planning bytes with its workspace sizes, but answering supports()
  * for every storage type as a GPU does). ae3d-64's model. */
-static int all_types(BackendOp op, DType dt) { return 1; }
+static int all_types(int fn, DType dt) { return 1; }
+#define VX_OP(name, Type) static Type name##_double;
+#include "ops.def"
+#undef VX_OP
 static Backend gpu_double(void) {
     Backend b = *backend_cpu();
-    b.supports = all_types;
+#define VX_OP(name, Type)                    \
+    name##_double = *b.name;                 \
+    name##_double.head.supports = all_types; \
+    b.name = &name##_double;
+#include "ops.def"
+#undef VX_OP
     return b;
 }
 static Config ae3d_64(void) {

@@ -18,10 +18,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "rng.h"
-#include "silu.h"
-#include "upsample.h"
+#include "common/backend.h"
+#include "common/op_spec.h"
+#include "conv3d/conv3d.h"
+#include "elementwise/elementwise.h"
+#include "groupnorm/groupnorm.h"
+#include "latent/latent.h"
+#include "loss/loss.h"
+#include "normal/normal.h"
+#include "optim/optim.h"
+#include "augment/augment.h"
+#include "common/rng.h"
+#include "silu/silu.h"
+#include "upsample/upsample.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------------------- */
 
@@ -829,13 +838,17 @@ static void test_backend_table(void **state) {
     be->event_wait(ev);
     be->event_destroy(ev);
     /* the float32 reference: every op in float32, none in 16 bits but the two casts; no graphs */
-    for (int op = 0; op < BOP_COUNT; op++) {
-        assert_true(be->supports((BackendOp)op, DT_F32));
-        for (int dt = DT_BF16; dt <= DT_F16; dt++)
-            assert_int_equal(be->supports((BackendOp)op, (DType)dt), op == BOP_CAST || op == BOP_PAD_CHANNELS);
+    int n_ops;
+    const KernelOp *ops = kernel_ops(&n_ops);
+    for (int op = 0; op < n_ops; op++) {
+        assert_true(backend_op(be, ops[op].op) != NULL);
+        assert_true(kernel_op_supported(be, op, DT_F32));
+        const int cast = ops[op].op == OPID_elementwise && (ops[op].fn == EW_CAST || ops[op].fn == EW_PAD_CHANNELS);
+        for (int dt = DT_BF16; dt <= DT_F16; dt++) assert_int_equal(kernel_op_supported(be, op, (DType)dt), cast);
     }
-    assert_true(be->conv3d_workspace_bytes == conv3d_workspace_bytes_cpu && be->scale == scale_cpu &&
-                be->cast == cast_cpu && be->sumsq == sumsq_cpu);
+    for (int id = 0; id < OPID_COUNT; id++) assert_non_null(backend_op(be, (OpId)id)); /* every registered op */
+    assert_true(be->conv3d->workspace_bytes == conv3d_workspace_bytes_cpu && be->elementwise->scale == scale_cpu &&
+                be->elementwise->cast == cast_cpu && be->optim->sumsq == sumsq_cpu);
     assert_null(be->graph_capture_begin);
     float *buf = be->alloc(1000 * sizeof(float));
     assert_true(((uintptr_t)buf & 63) == 0);

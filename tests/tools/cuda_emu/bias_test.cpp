@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include "conv3d.h"
-#include "dtype.h"
+#include "conv3d/conv3d.h"
+#include "common/dtype.h"
 void emu_add_bias(const Conv3dShape *s, const float *bias, const void *residual, void *y);
 void emu_bias_grad(const Conv3dShape *s, const void *dy, float *dbias, float beta);
 void emu_dw_accumulate(const Conv3dShape *s, const void *lp, float *dw, float beta);

@@ -1,6 +1,6 @@
 // emu_ops.cpp: the op tests' cases (tests/unit/op_cases.c, those marked emu) on the CUDA backend's own kernels run
 // under the host emulation (run.sh), in every storage type, against the float64 references of the op table
-// (src/bench/kernel_ops.c) through the same check as test_backend_ops (src/bench/kernel_check.c). The backend here
+// (kernels/<op>/<op>_spec.c) through the same check as test_backend_ops (kernels/common/op_check.c). The backend here
 // is the CUDA op table with host memory: buffers from posix_memalign with no slack (ASan sees any access past one),
 // copies as memcpy, the reduction scratch poisoned with NaN before every op. Convolutions are cuDNN's and have no
 // emulation: their bias and dw-accumulation kernels are checked by bias_test.cpp.
@@ -10,7 +10,17 @@
 #include <cstring>
 #include <chrono>
 extern "C" {
-#include "backend.h"
+#include "common/backend.h"
+#include "conv3d/conv3d.h"
+#include "elementwise/elementwise.h"
+#include "groupnorm/groupnorm.h"
+#include "latent/latent.h"
+#include "loss/loss.h"
+#include "normal/normal.h"
+#include "optim/optim.h"
+#include "augment/augment.h"
+#include "silu/silu.h"
+#include "upsample/upsample.h"
 #include "op_cases.h"
 }
 void emu_poison_scratch(void);
@@ -31,20 +41,6 @@ static void emu_mark(int) {}
 static double emu_elapsed(int, int) { return 0; }
 static size_t emu_zero_bytes(void) { return 0; }
 static size_t emu_no_workspace(const Conv3dShape *) { return 0; }
-
-static int emu_supports(BackendOp op, DType dt) {
-    switch (op) {
-    case BOP_CONV3D_FORWARD:
-    case BOP_CONV3D_BACKWARD_DATA:
-    case BOP_CONV3D_BACKWARD_FILTER: return 0; /* cuDNN */
-    case BOP_SCALE:
-    case BOP_NORMAL_FILL:
-    case BOP_SUMSQ:
-    case BOP_OPTIM_PREPARE:
-    case BOP_AUGMENT: return dt == DT_F32;
-    default: return 1;
-    }
-}
 
 /* the reducing ops read the scratch: poison it first, so a partial sum read before it is written shows */
 static void emu_gn_forward(const GroupNormShape *s, const void *x, const float *g, const float *b, void *y, float *m,
@@ -71,9 +67,17 @@ static void emu_sumsq(long n, const float *x, float *out) {
     sumsq_cuda(n, x, out);
 }
 
+/* the op tables: CUDA's own where nothing is poisoned first; no convolutions (cuDNN has no emulation) */
+static int emu_no_conv(int, DType) { return 0; }
+static int emu_optim_supports(int fn, DType dt) { return fn == OPTIM_ADAMW ? op_supports_all_types(fn, dt) : dt == DT_F32; }
+static const Conv3dOps emu_conv3d = {{emu_no_conv}, emu_no_workspace, nullptr, nullptr, nullptr};
+static const GroupNormOps emu_groupnorm = {{op_supports_all_types}, emu_gn_forward, emu_gn_backward};
+static const LossOps emu_loss_ops = {{op_supports_all_types}, emu_loss};
+static const LatentOps emu_latent = {{op_supports_all_types}, emu_latent_forward, latent_backward_cuda};
+static const OptimOps emu_optim = {{emu_optim_supports}, adamw_cuda, emu_sumsq, optim_prepare_cuda};
+
 static const Backend emu_backend = {
     .name = "cuda-emulated",
-    .supports = emu_supports,
     .alloc = emu_alloc,
     .release = free,
     .copy_to_device = emu_copy,
@@ -101,40 +105,26 @@ static const Backend emu_backend = {
     .graph_destroy = nullptr,
     .bytes_in_use = emu_zero_bytes,
     .peak_bytes = emu_zero_bytes,
-    .conv3d_workspace_bytes = emu_no_workspace,
-    .conv3d_forward = nullptr,
-    .conv3d_backward_data = nullptr,
-    .conv3d_backward_filter = nullptr,
-    .groupnorm_forward = emu_gn_forward,
-    .groupnorm_backward = emu_gn_backward,
-    .silu_forward = silu_forward_cuda,
-    .silu_backward = silu_backward_cuda,
-    .upsample2x_forward = upsample2x_forward_cuda,
-    .upsample2x_backward = upsample2x_backward_cuda,
-    .add_forward = add_forward_cuda,
-    .accumulate = accumulate_cuda,
-    .scale = scale_cuda,
-    .cast = cast_cuda,
-    .pad_channels = pad_channels_cuda,
-    .recon_loss = emu_loss,
-    .latent_forward = emu_latent_forward,
-    .latent_backward = latent_backward_cuda,
-    .normal_fill = normal_fill_cuda,
-    .adamw = adamw_cuda,
-    .sumsq = emu_sumsq,
-    .optim_prepare = optim_prepare_cuda,
-    .augment = augment_cuda,
+    .conv3d = &emu_conv3d,
+    .groupnorm = &emu_groupnorm,
+    .silu = &silu_ops_cuda,
+    .upsample = &upsample_ops_cuda,
+    .elementwise = &elementwise_ops_cuda,
+    .loss = &emu_loss_ops,
+    .latent = &emu_latent,
+    .normal = &normal_ops_cuda,
+    .augment = &augment_ops_cuda,
+    .optim = &emu_optim,
 };
 
 int main() {
-    int n_cases, n_ops, failed = 0, run = 0;
+    int n_cases, failed = 0, run = 0;
     const OpTestCase *cases = op_test_cases(&n_cases);
-    const KernelOp *ops = kernel_ops(&n_ops);
     for (int c = 0; c < n_cases; c++) {
         if (!cases[c].emu) continue;
-        const KernelOp *op = &ops[kernel_op_find(cases[c].op)];
+        const int op = kernel_op_find(cases[c].op);
         for (int dt = 0; dt < DT_COUNT; dt++) {
-            if (!emu_backend.supports(op->bop, (DType)dt) || (cases[c].emu == 2 && dt != DT_F32)) continue;
+            if (!kernel_op_supported(&emu_backend, op, (DType)dt) || (cases[c].emu == 2 && dt != DT_F32)) continue;
             char why[512];
             const auto t0 = std::chrono::steady_clock::now();
             const int ok = op_test_case_check(&cases[c], c, (DType)dt, &emu_backend, why, sizeof why);

@@ -1,6 +1,6 @@
 // emu_support.cpp: the backend state the kernels reach (stream, scratch) for the host emulation of
 // tests/tools/cuda_emu/run.sh.
-#include "cuda_check.h"
+#include "common/cuda_check.h"
 #include <cstring>
 int vx_cuda_sync_launches = 0;
 static BackendOptions opts = {0, 0};

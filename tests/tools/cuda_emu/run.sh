@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/tools/cuda_emu/run.sh: runs the CUDA backend's own kernels (kernels/*_cuda.cu, not the cuDNN calls) on
+# tests/tools/cuda_emu/run.sh: runs the CUDA backend's own kernels (kernels/<op>/*_cuda.cu, not the cuDNN calls) on
 # the CPU under a small host emulation of the CUDA execution model, for machines without a GPU: the op tests' cases
 # (tests/unit/op_cases.c) in float32, bfloat16 and float16 against the op table's float64 references (emu_ops.cpp),
 # and the convolution's own epilogue kernels against plain loops (bias_test.cpp). Each kernel launch becomes 256 std::threads per block with real barriers for __syncthreads and per-warp
@@ -19,29 +19,32 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 cxx="g++ -std=c++20 -O1 -g $san -D__CUDACC__ -I$here/inc -I$root/kernels -I$root/src -pthread -w"
 cc="gcc -O2 -fopenmp -std=c11 -D_GNU_SOURCE -I$root/kernels -I$root/src -I$root/tests/unit $(pkg-config --cflags openblas 2>/dev/null)"
 objs=()
-for f in elementwise silu upsample rng loss optim latent groupnorm augment; do
-    python3 "$here/prep.py" "$root/kernels/${f}_cuda.cu" >"$out/${f}_emu.cpp"
+# every op folder's CUDA file but the convolution's (cuDNN), found through the folders
+for d in "$root"/kernels/*/; do
+    f=$(basename "$d")
+    [ -f "$d/${f}_cuda.cu" ] && [ "$f" != conv3d ] || continue
+    python3 "$here/prep.py" "$d/${f}_cuda.cu" >"$out/${f}_emu.cpp"
     $cxx -c "$out/${f}_emu.cpp" -o "$out/${f}_emu.o"
     objs+=("$out/${f}_emu.o")
 done
 # conv3d_cuda.cu: only its bias kernels are ours (the rest is cuDNN)
-python3 - "$root/kernels/conv3d_cuda.cu" >"$out/bias_src.cu" <<'PY'
+python3 - "$root/kernels/conv3d/conv3d_cuda.cu" >"$out/bias_src.cu" <<'PY'
 import sys
 src = open(sys.argv[1]).read()
 a, b = src.index('/* ---- bias kernels'), src.index('/* ---- the three directions')
 defs = '\n'.join(l for l in src.split('\n') if l.startswith('#define CONV_BIAS'))
-print('#include "conv3d.h"\n#include "cuda_check.h"\n' + defs + '\n' + src[a:b])
+print('#include "conv3d/conv3d.h"\n#include "common/cuda_check.h"\n' + defs + '\n' + src[a:b])
 print('void emu_add_bias(const Conv3dShape *s, const float *bias, const void *residual, void *y) { add_bias(s, bias, residual, y); }')
 print('void emu_bias_grad(const Conv3dShape *s, const void *dy, float *dbias, float beta) { bias_grad(s, dy, dbias, beta); }')
 print('void emu_dw_accumulate(const Conv3dShape *s, const void *lp, float *dw, float beta) { dw_accumulate(s, lp, dw, beta); }')
 PY
 python3 "$here/prep.py" "$out/bias_src.cu" >"$out/bias_emu.cpp"
 # backend_cuda.cu: only the reductions' second pass is a kernel; the rest is the CUDA runtime
-python3 - "$root/kernels/backend_cuda.cu" >"$out/finalize_src.cu" <<'PY'
+python3 - "$root/kernels/common/backend_cuda.cu" >"$out/finalize_src.cu" <<'PY'
 import sys
 src = open(sys.argv[1]).read()
 a, b = src.index('/* ---- reduction second pass'), src.index('/* ---- memory')
-print('#include "cuda_check.h"\n' + src[a:b])
+print('#include "common/cuda_check.h"\n' + src[a:b])
 PY
 python3 "$here/prep.py" "$out/finalize_src.cu" >"$out/finalize_emu.cpp"
 $cxx -c "$out/finalize_emu.cpp" -o "$out/finalize_emu.o"
@@ -50,19 +53,24 @@ $cxx -c "$here/emu_support.cpp" -o "$out/emu_support.o"
 $cxx -I$root/tests/unit -c "$here/emu_ops.cpp" -o "$out/emu_ops.o"
 $cxx -c "$here/bias_test.cpp" -o "$out/bias_test.o"
 cpu=()
-for f in augment conv3d elementwise groupnorm latent loss optim rng silu upsample; do
-    $cc -c "$root/kernels/${f}_cpu.c" -o "$out/cpu_$f.o"
+for d in "$root"/kernels/*/; do
+    f=$(basename "$d")
+    [ -f "$d/${f}_cpu.c" ] || continue
+    $cc -c "$d/${f}_cpu.c" -o "$out/cpu_$f.o"
     cpu+=("$out/cpu_$f.o")
 done
 $cc -c "$root/src/core/util.c" -o "$out/util.o"
-# the op table, its check and the test cases, as test_backend_ops has them (built with the sanitizers too)
-for f in src/bench/kernel_ops src/bench/kernel_check tests/unit/op_cases; do
+# the op spec table (every op folder's entries), its check and the test cases, as test_backend_ops has them (built
+# with the sanitizers too)
+specs=()
+for f in kernels/common/op kernels/common/op_spec kernels/common/op_check tests/unit/op_cases $(cd "$root" && ls kernels/*/*_spec.c | grep -v '^kernels/common/' | sed 's/\.c$//'); do
     $cc $san -c "$root/$f.c" -o "$out/$(basename "$f").o"
+    specs+=("$out/$(basename "$f").o")
 done
 blas=$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 g++ $san -pthread -fopenmp -o "$out/emu_ops" "${objs[@]}" "$out/finalize_emu.o" "$out/emu_support.o" "$out/emu_ops.o" \
-    "$out/kernel_ops.o" "$out/kernel_check.o" "$out/op_cases.o" "${cpu[@]}" "$out/util.o" $blas
-g++ $san -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/finalize_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/util.o" $blas
+    "${specs[@]}" "${cpu[@]}" "$out/util.o" $blas
+g++ $san -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/finalize_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/op.o" "$out/util.o" $blas
 export ASAN_OPTIONS=detect_leaks=0  # the harness never frees its test buffers: leaks are not what is checked
 "$out/emu_ops"
 "$out/bias_test" | tail -1

@@ -1,0 +1,148 @@
+/* conv3d_spec.c: the convolution's entries in the op spec table (common/op_spec.h): buffers, call, work and a
+ * float64 reference computed directly from conv3d.h's definition, for the op tests and `bench kernels`. */
+#include <math.h>
+#include <string.h>
+
+#include "common/op_spec.h"
+#include "conv3d/conv3d.h"
+
+static long conv_x_index(const Conv3dShape *s, int n, int d, int h, int w, int c) {
+    return ((((long)n * s->d + d) * s->h + h) * s->w + w) * s->c_in + c;
+}
+static long conv_y_index(const Conv3dShape *s, int n, int d, int h, int w, int c) {
+    return ((((long)n * s->od + d) * s->oh + h) * s->ow + w) * s->c_out + c;
+}
+static long conv_w_index(const Conv3dShape *s, int co, int kd, int kh, int kw, int ci) {
+    return ((((long)co * s->k + kd) * s->k + kh) * s->k + kw) * s->c_in + ci;
+}
+
+static void conv_fwd_setup(KernelCase *k, const Backend *be) {
+    Conv3dShape *s = &k->conv;
+    s->dtype = k->dtype;
+    op_spec_bufs(k, 4, (long[]){conv3d_input_count(s), conv3d_weight_count(s), s->c_out, conv3d_output_count(s)},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT}, 0xB, 0);
+    k->flops = conv3d_forward_flops(s);
+    k->workspace = be->conv3d->workspace_bytes(s);
+}
+static void conv_fwd_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
+    be->conv3d->forward(&k->conv, b[0], b[1], b[2], NULL, b[3], ws);
+}
+/* with the fused residual (the ResBlock's skip): buffers x w b r y */
+static void conv_fwd_add_setup(KernelCase *k, const Backend *be) {
+    Conv3dShape *s = &k->conv;
+    s->dtype = k->dtype;
+    op_spec_bufs(k, 5, (long[]){conv3d_input_count(s), conv3d_weight_count(s), s->c_out, conv3d_output_count(s),
+                        conv3d_output_count(s)},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT}, 0x1B, 0);
+    k->flops = conv3d_forward_flops(s);
+    k->workspace = be->conv3d->workspace_bytes(s);
+}
+static void conv_fwd_add_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
+    be->conv3d->forward(&k->conv, b[0], b[1], b[2], b[3], b[4], ws);
+}
+static void conv_fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const Conv3dShape *s = &k->conv;
+    const int y = k->nbuf - 1; /* the output: after the residual when there is one */
+    for (long i = 0; i < k->buf_count[y]; i += stride) {
+        long t = i;
+        const int co = (int)(t % s->c_out); t /= s->c_out;
+        const int ow = (int)(t % s->ow); t /= s->ow;
+        const int oh = (int)(t % s->oh); t /= s->oh;
+        const int od = (int)(t % s->od), n = (int)(t / s->od);
+        double acc = in[2][co];
+        for (int kd = 0; kd < s->k; kd++)
+            for (int kh = 0; kh < s->k; kh++)
+                for (int kw = 0; kw < s->k; kw++) {
+                    const int id = od * s->stride - s->pad + kd, ih = oh * s->stride - s->pad + kh,
+                              iw = ow * s->stride - s->pad + kw;
+                    if (id < 0 || id >= s->d || ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
+                    const float *x = in[0] + conv_x_index(s, n, id, ih, iw, 0);
+                    const float *w = in[1] + conv_w_index(s, co, kd, kh, kw, 0);
+                    for (int ci = 0; ci < s->c_in; ci++) acc += (double)x[ci] * w[ci];
+                }
+        ref[y][i] = y == 4 ? acc + in[3][i] : acc;
+    }
+}
+
+static void conv_bwd_data_setup(KernelCase *k, const Backend *be) {
+    Conv3dShape *s = &k->conv;
+    s->dtype = k->dtype;
+    op_spec_bufs(k, 3, (long[]){conv3d_output_count(s), conv3d_weight_count(s), conv3d_input_count(s)},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_OUT}, 0x7, 0x4);
+    k->flops = conv3d_forward_flops(s);
+    k->workspace = be->conv3d->workspace_bytes(s);
+}
+static void conv_bwd_data_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
+    be->conv3d->backward_data(&k->conv, b[0], b[1], b[2], k->beta, ws);
+}
+static void conv_bwd_data_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const Conv3dShape *s = &k->conv;
+    for (long i = 0; i < k->buf_count[2]; i += stride) {
+        long t = i;
+        const int ci = (int)(t % s->c_in); t /= s->c_in;
+        const int x = (int)(t % s->w); t /= s->w;
+        const int y = (int)(t % s->h); t /= s->h;
+        const int z = (int)(t % s->d), n = (int)(t / s->d);
+        double acc = 0;
+        for (int kd = 0; kd < s->k; kd++)
+            for (int kh = 0; kh < s->k; kh++)
+                for (int kw = 0; kw < s->k; kw++) {
+                    const int nd = z + s->pad - kd, nh = y + s->pad - kh, nw = x + s->pad - kw;
+                    if (nd < 0 || nh < 0 || nw < 0 || nd % s->stride || nh % s->stride || nw % s->stride) continue;
+                    const int od = nd / s->stride, oh = nh / s->stride, ow = nw / s->stride;
+                    if (od >= s->od || oh >= s->oh || ow >= s->ow) continue;
+                    const float *dy = in[0] + conv_y_index(s, n, od, oh, ow, 0);
+                    for (int co = 0; co < s->c_out; co++) acc += (double)dy[co] * in[1][conv_w_index(s, co, kd, kh, kw, ci)];
+                }
+        ref[2][i] = acc;
+    }
+}
+
+static void conv_bwd_filter_setup(KernelCase *k, const Backend *be) {
+    Conv3dShape *s = &k->conv;
+    s->dtype = k->dtype;
+    /* x dy act; dw dbias the float32 master gradients */
+    op_spec_bufs(k, 4, (long[]){conv3d_input_count(s), conv3d_output_count(s), conv3d_weight_count(s), s->c_out},
+         (KernelBufRole[]){KB_IN, KB_IN, KB_OUT, KB_OUT}, 0x3, 0xC);
+    k->flops = conv3d_forward_flops(s);
+    k->workspace = be->conv3d->workspace_bytes(s);
+}
+static void conv_bwd_filter_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
+    be->conv3d->backward_filter(&k->conv, b[0], b[1], b[2], b[3], k->beta, ws);
+}
+static void conv_bwd_filter_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const Conv3dShape *s = &k->conv;
+    for (long i = 0; i < k->buf_count[2]; i += stride) {
+        long t = i;
+        const int ci = (int)(t % s->c_in); t /= s->c_in;
+        const int kw = (int)(t % s->k); t /= s->k;
+        const int kh = (int)(t % s->k); t /= s->k;
+        const int kd = (int)(t % s->k), co = (int)(t / s->k);
+        double acc = 0;
+        for (int n = 0; n < s->n; n++)
+            for (int od = 0; od < s->od; od++)
+                for (int oh = 0; oh < s->oh; oh++)
+                    for (int ow = 0; ow < s->ow; ow++) {
+                        const int id = od * s->stride - s->pad + kd, ih = oh * s->stride - s->pad + kh,
+                                  iw = ow * s->stride - s->pad + kw;
+                        if (id < 0 || id >= s->d || ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
+                        acc += (double)in[0][conv_x_index(s, n, id, ih, iw, ci)] * in[1][conv_y_index(s, n, od, oh, ow, co)];
+                    }
+        ref[2][i] = acc;
+    }
+    for (int co = 0; co < s->c_out; co++) ref[3][co] = 0;
+    for (long i = 0; i < k->buf_count[1]; i++) ref[3][i % s->c_out] += in[1][i];
+}
+
+/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+
+const KernelOp conv3d_specs[] = {
+    {"conv3d_forward", OPID_conv3d, CONV3D_FORWARD, 1, 1e-4, conv_fwd_setup, conv_fwd_run, conv_fwd_ref, NULL},
+    {"conv3d_forward_add", OPID_conv3d, CONV3D_FORWARD, 1, 1e-4, conv_fwd_add_setup, conv_fwd_add_run, conv_fwd_ref,
+     NULL},
+    {"conv3d_backward_data", OPID_conv3d, CONV3D_BACKWARD_DATA, 1, 1e-4, conv_bwd_data_setup, conv_bwd_data_run,
+     conv_bwd_data_ref, NULL},
+    {"conv3d_backward_filter", OPID_conv3d, CONV3D_BACKWARD_FILTER, 1, 1e-4, conv_bwd_filter_setup,
+     conv_bwd_filter_run, conv_bwd_filter_ref, NULL},
+};
+const int conv3d_specs_count = sizeof conv3d_specs / sizeof conv3d_specs[0];

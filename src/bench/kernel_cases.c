@@ -1,0 +1,127 @@
+/* kernel_cases.c: the cases a model calls the op table with (see kernel_cases.h): one per distinct (op, shape) of
+ * its nodes, plus the loss, AdamW and sumsq over the flat parameter buffer. */
+#include "bench/kernel_cases.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "conv3d/conv3d.h"
+#include "latent/latent.h"
+
+/* ---- the cases of a model --------------------------------------------------------------------------------- */
+
+typedef struct {
+    KernelCase *v;
+    int n, cap;
+    const Backend *be;
+} CaseList;
+
+static void add_case(CaseList *l, KernelCase k, const char *op) {
+    k.op = kernel_op_find(op);
+    VX_CHECK(k.op >= 0, "bench kernels: no op named %s in the table", op);
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i].op == k.op && strcmp(l->v[i].shape, k.shape) == 0) return;
+    kernel_case_setup(&k, op, l->be);
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 32;
+        l->v = realloc(l->v, (size_t)l->cap * sizeof *l->v);
+        VX_CHECK(l->v != NULL, "out of memory listing kernel cases");
+    }
+    l->v[l->n++] = k;
+}
+
+static KernelCase count_case(long count, DType dt) {
+    KernelCase k = {.count = count, .dtype = dt};
+    snprintf(k.shape, sizeof k.shape, "%ld", count);
+    return k;
+}
+
+/* rows of c_from channels to c_to (pad_channels_*) */
+static KernelCase pad_case(long rows, int c_from, int c_to, DType dt) {
+    KernelCase k = {.count = rows, .dims = {c_from, c_to}, .dtype = dt};
+    snprintf(k.shape, sizeof k.shape, "%ld x c%d->%d", rows, c_from, c_to);
+    return k;
+}
+
+int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
+    CaseList l = {.be = be};
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        const Tensor *tx = &m->tensors[nd->in[0]];
+        const DType dt = tx->dtype;
+        KernelCase k = {.dtype = dt};
+        switch (nd->kind) {
+        case OP_CONV: {
+            const Conv3dShape *s = &nd->conv;
+            k.conv = *s;
+            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", s->n, s->d, s->h, s->w, s->c_in,
+                     s->c_out, s->k, s->stride);
+            add_case(&l, k, nd->in[1] >= 0 ? "conv3d_forward_add" : "conv3d_forward");
+            if (nd->pad_w >= 0) { /* padded input channels: weights padded, their gradient sliced, the bias's added */
+                const int c_w = m->params[nd->weight].shape[4];
+                add_case(&l, pad_case(conv3d_weight_count(s) / s->c_in, c_w, s->c_in, dt), "pad_channels_to");
+                add_case(&l, pad_case(conv3d_weight_count(s) / s->c_in, s->c_in, c_w, DT_F32), "pad_channels_to");
+                add_case(&l, count_case(s->c_out, DT_F32), "accumulate");
+            }
+            if (tx->grad >= 0) add_case(&l, k, "conv3d_backward_data");
+            add_case(&l, k, "conv3d_backward_filter");
+            if (nd->in[1] >= 0) { /* the fused residual's gradient: the output's, copied or added to the skip's */
+                KernelCase acc = count_case(m->tensors[nd->out].count, dt);
+                acc.beta = nd->dx_beta[1];
+                add_case(&l, acc, "accumulate");
+            }
+            break;
+        }
+        case OP_GROUPNORM:
+            k.gn = nd->gn;
+            snprintf(k.shape, sizeof k.shape, "n%d %ldx%d g%d", k.gn.n, k.gn.spatial, k.gn.c, k.gn.groups);
+            add_case(&l, k, k.gn.silu ? "groupnorm_silu_forward" : "groupnorm_forward");
+            add_case(&l, k, k.gn.silu ? "groupnorm_silu_backward" : "groupnorm_backward");
+            break;
+        case OP_SILU:
+            add_case(&l, count_case(tx->count, dt), "silu_forward");
+            add_case(&l, count_case(tx->count, dt), "silu_backward");
+            break;
+        case OP_CAST: {
+            const Tensor *ty = &m->tensors[nd->out];
+            if (ty->dims.c == tx->dims.c) add_case(&l, count_case(tx->count, ty->dtype), "cast_to");
+            else add_case(&l, pad_case(tx->count / tx->dims.c, tx->dims.c, ty->dims.c, ty->dtype), "pad_channels_to");
+            break;
+        }
+        case OP_UPSAMPLE:
+            memcpy(k.dims, (int[]){tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c}, sizeof k.dims);
+            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d", k.dims[0], k.dims[1], k.dims[2], k.dims[3], k.dims[4]);
+            add_case(&l, k, "upsample2x_forward");
+            add_case(&l, k, "upsample2x_backward");
+            break;
+        case OP_ADD: {
+            add_case(&l, count_case(tx->count, dt), "add_forward");
+            KernelCase acc = count_case(tx->count, dt);
+            acc.beta = 1.0f; /* the second addend's gradient adds to what is there */
+            add_case(&l, acc, "accumulate");
+            break;
+        }
+        case OP_LATENT:
+            k.lat = (LatentShape){.n = tx->dims.n, .count_per_sample = tx->count / tx->dims.n,
+                                  .logvar_min = (float)m->cfg.logvar_min, .logvar_max = (float)m->cfg.logvar_max,
+                                  .dtype = dt};
+            snprintf(k.shape, sizeof k.shape, "n%d x%ld", k.lat.n, k.lat.count_per_sample);
+            add_case(&l, k, "latent_forward");
+            add_case(&l, k, "latent_backward");
+            break;
+        }
+    }
+    add_case(&l, count_case(m->tensors[m->t_recon].count, m->dtype),
+             strcmp(m->cfg.loss, "mse") == 0 ? "recon_loss_mse" : "recon_loss_l1");
+    add_case(&l, count_case(m->param_floats, m->dtype), "adamw"); /* with the low-precision copy in mixed precision */
+    add_case(&l, count_case(m->param_floats, DT_F32), "sumsq");
+    for (int i = 1; i < l.n; i++) /* stable insertion sort by op: one op's shapes together, in the model's order */
+        for (int j = i; j > 0 && l.v[j - 1].op > l.v[j].op; j--) {
+            const KernelCase t = l.v[j];
+            l.v[j] = l.v[j - 1], l.v[j - 1] = t;
+        }
+    *out = l.v;
+    return l.n;
+}
