@@ -13,7 +13,7 @@ NVCC     ?= $(CUDA_HOME)/bin/nvcc
 
 PKGS     := libcjson zlib libpng
 # -fno-trapping-math: nothing here reads the floating-point exception flags, and without it gcc 12 will not
-# if-convert the float clamps of the inline exp (kernels/exp_cpu.h), so the SiLU loops stayed scalar. It changes
+# if-convert the float clamps of the inline exp (kernels/common/exp_cpu.h), so the SiLU loops stayed scalar. It changes
 # no result (unlike -ffast-math).
 CFLAGS   := -std=c11 -O3 $(ARCH) -fopenmp -fno-trapping-math -g -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP \
             -D_GNU_SOURCE -Isrc -Ikernels -I$(BUILD)/gen \

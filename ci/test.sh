@@ -29,9 +29,10 @@ for t in "$BUILD"/tests/test_*; do
     fi
 done
 
-# The folders of src/ are layers: an #include may only point down (tests/tools/check_layers.py). One test.
-echo "=== layers (includes point down only)"
-if python3 tests/tools/check_layers.py; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("layers"); fi
+# The layout's house rules (tests/tools/check_layers.py): includes point down, no circles between folders, files
+# or (from the objects' symbols) source files, no file over 600 lines. One test.
+echo "=== layers (tests/tools/check_layers.py: arrows down, no circles, no file over 600 lines)"
+if python3 tests/tools/check_layers.py --report --objects "$BUILD"; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("layers"); fi
 
 # The CUDA backend's own kernels, run on the CPU under a host emulation of the execution model against the CPU
 # ops: checks their indexing, partitions and reductions on machines without a GPU (the real GPU tests are

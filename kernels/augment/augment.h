@@ -28,7 +28,7 @@ static inline uint32_t augment_code(uint64_t bits, int h, int w) {
 }
 
 void augment_cpu(int d, int h, int w, int c, uint32_t code, const float *x, float *y);
-/* CUDA (kernels/augment_cuda.cu): the same on device pointers, on the compute stream. */
+/* CUDA (augment_cuda.cu): the same on device pointers, on the compute stream. */
 void augment_cuda(int d, int h, int w, int c, uint32_t code, const float *x, float *y);
 
 /* The op's sub-table (kernels/ops.def): be->augment->... */

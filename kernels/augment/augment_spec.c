@@ -6,12 +6,15 @@
 #include "common/op_spec.h"
 #include "augment/augment.h"
 
+/* the backend's table of this op, as the entries receive it */
+static const AugmentOps *table(const OpHead *ops) { return (const AugmentOps *)(const void *)ops; }
+
 static long aug_count(const KernelCase *k) { return (long)k->dims[0] * k->dims[1] * k->dims[2] * k->dims[3]; }
-static void aug_setup(KernelCase *k, const Backend *be) {
+static void aug_setup(KernelCase *k, const OpHead *ops) {
     op_spec_bufs(k, 2, (long[]){aug_count(k), aug_count(k)}, (KernelBufRole[]){KB_IN, KB_OUT}, 0, 0);
 }
-static void aug_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->augment->apply(k->dims[0], k->dims[1], k->dims[2], k->dims[3], (uint32_t)k->count, b[0], b[1]);
+static void aug_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    table(ops)->apply(k->dims[0], k->dims[1], k->dims[2], k->dims[3], (uint32_t)k->count, b[0], b[1]);
 }
 /* augment.h's definition read directly: the source of output voxel (z, j, i) is found by undoing the flips, giving
  * (j', i'), then the rotation: k = 0 (j', i'), 1 (i', n-1-j'), 2 (h-1-j', w-1-i'), 3 (n-1-i', j'), n = h = w */
@@ -34,6 +37,6 @@ static void aug_ref(const KernelCase *k, const float *const *in, double *const *
 /* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
 
 const KernelOp augment_specs[] = {
-    {"augment", OPID_augment, AUGMENT_APPLY, 0, 0, aug_setup, aug_run, aug_ref, NULL},
+    {"augment", AUGMENT_APPLY, 0, 0, aug_setup, aug_run, aug_ref, NULL},
 };
 const int augment_specs_count = sizeof augment_specs / sizeof augment_specs[0];

@@ -26,7 +26,7 @@
 extern "C" {
 #include "core/util.h"
 }
-#include "common/backend.h"
+#include "common/device_options.h"
 #include "common/dtype_cuda.cuh"
 
 /* ---- error checks ----------------------------------------------------------------------------------------- */
@@ -80,8 +80,14 @@ static inline bool vx_cudnn_ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCE
         if (vx_cuda_sync_launches && !vx_cuda_capturing) CUDA_CHECK(cudaStreamSynchronize(vx_cuda_stream())); \
     } while (0)
 
-/* ---- backend state (kernels/backend_cuda.cu) -------------------------------------------------------------- */
+/* ---- the device (common/cuda_device.cu) ------------------------------------------------------------------- */
 
+/* Starts GPU `device` (checks, context, compute stream, scratch, cuDNN and its sub-libraries): 1, or 0 with a
+ * one-line reason. The CUDA backend's init calls it; stop undoes it (best effort, never exits). */
+int vx_cuda_device_start(int device, char *reason, size_t reason_len);
+void vx_cuda_device_stop(void);
+int vx_cuda_device_ready(void);
+int vx_cuda_device_id(void);
 cudaStream_t vx_cuda_stream(void);   /* the compute stream */
 cudnnHandle_t vx_cudnn_handle(void); /* bound to the compute stream */
 const BackendOptions *vx_cuda_options(void);
@@ -89,9 +95,6 @@ const BackendOptions *vx_cuda_options(void);
 /* The reduction scratch: VX_SCRATCH_BYTES of device memory, 256-byte aligned. */
 #define VX_SCRATCH_BYTES (32UL << 20)
 void *vx_cuda_scratch(void);
-
-/* Frees conv3d_cudnn_plan.cu's cache of descriptors and algorithm choices (backend_cuda_shutdown calls it). */
-void conv3d_cuda_cache_clear(void);
 
 /* Second pass of the fixed-order reductions: out[0] = (float)(sum of partials[0..count) / divisor), summed by
  * one block in a fixed order. count <= VX_RED_MAX_BLOCKS. */

@@ -54,6 +54,8 @@ void conv3d_backward_data_cuda(const Conv3dShape *s, const void *dy, const void 
                                void *workspace);
 void conv3d_backward_filter_cuda(const Conv3dShape *s, const void *x, const void *dy, float *dw, float *dbias,
                                  float beta, void *workspace);
+/* Frees conv3d_cudnn_plan.cu's cache of descriptors and algorithm choices (backend_cuda_shutdown calls it). */
+void conv3d_cuda_cache_clear(void);
 /* Whether every direction the model needs has a cuDNN algorithm under the backend's current options (data_grad 0:
  * the backward-data direction is not needed, as for the conv that reads the data); 0 with the plan's one-line
  * reason otherwise. Plans the shape if it is new (needs a started CUDA backend). The device choice calls it so

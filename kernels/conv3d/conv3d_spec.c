@@ -6,6 +6,15 @@
 #include "common/op_spec.h"
 #include "conv3d/conv3d.h"
 
+/* the backend's table of this op, as the entries receive it */
+static const Conv3dOps *table(const OpHead *ops) { return (const Conv3dOps *)(const void *)ops; }
+/* the case's shape (KernelCase.params) */
+static Conv3dShape shape_of(const KernelCase *k) {
+    Conv3dShape s;
+    kernel_case_get_params(k, &s, sizeof s);
+    return s;
+}
+
 static long conv_x_index(const Conv3dShape *s, int n, int d, int h, int w, int c) {
     return ((((long)n * s->d + d) * s->h + h) * s->w + w) * s->c_in + c;
 }
@@ -16,32 +25,36 @@ static long conv_w_index(const Conv3dShape *s, int co, int kd, int kh, int kw, i
     return ((((long)co * s->k + kd) * s->k + kh) * s->k + kw) * s->c_in + ci;
 }
 
-static void conv_fwd_setup(KernelCase *k, const Backend *be) {
-    Conv3dShape *s = &k->conv;
+static void conv_fwd_setup(KernelCase *k, const OpHead *ops) {
+    Conv3dShape sv = shape_of(k), *s = &sv;
     s->dtype = k->dtype;
+    kernel_case_set_params(k, s, sizeof *s);
     op_spec_bufs(k, 4, (long[]){conv3d_input_count(s), conv3d_weight_count(s), s->c_out, conv3d_output_count(s)},
          (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT}, 0xB, 0);
     k->flops = conv3d_forward_flops(s);
-    k->workspace = be->conv3d->workspace_bytes(s);
+    k->workspace = table(ops)->workspace_bytes(s);
 }
-static void conv_fwd_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->conv3d->forward(&k->conv, b[0], b[1], b[2], NULL, b[3], ws);
+static void conv_fwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const Conv3dShape s = shape_of(k);
+    table(ops)->forward(&s, b[0], b[1], b[2], NULL, b[3], ws);
 }
 /* with the fused residual (the ResBlock's skip): buffers x w b r y */
-static void conv_fwd_add_setup(KernelCase *k, const Backend *be) {
-    Conv3dShape *s = &k->conv;
+static void conv_fwd_add_setup(KernelCase *k, const OpHead *ops) {
+    Conv3dShape sv = shape_of(k), *s = &sv;
     s->dtype = k->dtype;
+    kernel_case_set_params(k, s, sizeof *s);
     op_spec_bufs(k, 5, (long[]){conv3d_input_count(s), conv3d_weight_count(s), s->c_out, conv3d_output_count(s),
                         conv3d_output_count(s)},
          (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT}, 0x1B, 0);
     k->flops = conv3d_forward_flops(s);
-    k->workspace = be->conv3d->workspace_bytes(s);
+    k->workspace = table(ops)->workspace_bytes(s);
 }
-static void conv_fwd_add_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->conv3d->forward(&k->conv, b[0], b[1], b[2], b[3], b[4], ws);
+static void conv_fwd_add_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const Conv3dShape s = shape_of(k);
+    table(ops)->forward(&s, b[0], b[1], b[2], b[3], b[4], ws);
 }
 static void conv_fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
-    const Conv3dShape *s = &k->conv;
+    const Conv3dShape sv = shape_of(k), *s = &sv;
     const int y = k->nbuf - 1; /* the output: after the residual when there is one */
     for (long i = 0; i < k->buf_count[y]; i += stride) {
         long t = i;
@@ -64,19 +77,21 @@ static void conv_fwd_ref(const KernelCase *k, const float *const *in, double *co
     }
 }
 
-static void conv_bwd_data_setup(KernelCase *k, const Backend *be) {
-    Conv3dShape *s = &k->conv;
+static void conv_bwd_data_setup(KernelCase *k, const OpHead *ops) {
+    Conv3dShape sv = shape_of(k), *s = &sv;
     s->dtype = k->dtype;
+    kernel_case_set_params(k, s, sizeof *s);
     op_spec_bufs(k, 3, (long[]){conv3d_output_count(s), conv3d_weight_count(s), conv3d_input_count(s)},
          (KernelBufRole[]){KB_IN, KB_IN, KB_OUT}, 0x7, 0x4);
     k->flops = conv3d_forward_flops(s);
-    k->workspace = be->conv3d->workspace_bytes(s);
+    k->workspace = table(ops)->workspace_bytes(s);
 }
-static void conv_bwd_data_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->conv3d->backward_data(&k->conv, b[0], b[1], b[2], k->beta, ws);
+static void conv_bwd_data_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const Conv3dShape s = shape_of(k);
+    table(ops)->backward_data(&s, b[0], b[1], b[2], k->beta, ws);
 }
 static void conv_bwd_data_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
-    const Conv3dShape *s = &k->conv;
+    const Conv3dShape sv = shape_of(k), *s = &sv;
     for (long i = 0; i < k->buf_count[2]; i += stride) {
         long t = i;
         const int ci = (int)(t % s->c_in); t /= s->c_in;
@@ -98,20 +113,22 @@ static void conv_bwd_data_ref(const KernelCase *k, const float *const *in, doubl
     }
 }
 
-static void conv_bwd_filter_setup(KernelCase *k, const Backend *be) {
-    Conv3dShape *s = &k->conv;
+static void conv_bwd_filter_setup(KernelCase *k, const OpHead *ops) {
+    Conv3dShape sv = shape_of(k), *s = &sv;
     s->dtype = k->dtype;
+    kernel_case_set_params(k, s, sizeof *s);
     /* x dy act; dw dbias the float32 master gradients */
     op_spec_bufs(k, 4, (long[]){conv3d_input_count(s), conv3d_output_count(s), conv3d_weight_count(s), s->c_out},
          (KernelBufRole[]){KB_IN, KB_IN, KB_OUT, KB_OUT}, 0x3, 0xC);
     k->flops = conv3d_forward_flops(s);
-    k->workspace = be->conv3d->workspace_bytes(s);
+    k->workspace = table(ops)->workspace_bytes(s);
 }
-static void conv_bwd_filter_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->conv3d->backward_filter(&k->conv, b[0], b[1], b[2], b[3], k->beta, ws);
+static void conv_bwd_filter_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const Conv3dShape s = shape_of(k);
+    table(ops)->backward_filter(&s, b[0], b[1], b[2], b[3], k->beta, ws);
 }
 static void conv_bwd_filter_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
-    const Conv3dShape *s = &k->conv;
+    const Conv3dShape sv = shape_of(k), *s = &sv;
     for (long i = 0; i < k->buf_count[2]; i += stride) {
         long t = i;
         const int ci = (int)(t % s->c_in); t /= s->c_in;
@@ -137,12 +154,12 @@ static void conv_bwd_filter_ref(const KernelCase *k, const float *const *in, dou
 /* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
 
 const KernelOp conv3d_specs[] = {
-    {"conv3d_forward", OPID_conv3d, CONV3D_FORWARD, 1, 1e-4, conv_fwd_setup, conv_fwd_run, conv_fwd_ref, NULL},
-    {"conv3d_forward_add", OPID_conv3d, CONV3D_FORWARD, 1, 1e-4, conv_fwd_add_setup, conv_fwd_add_run, conv_fwd_ref,
+    {"conv3d_forward", CONV3D_FORWARD, 1, 1e-4, conv_fwd_setup, conv_fwd_run, conv_fwd_ref, NULL},
+    {"conv3d_forward_add", CONV3D_FORWARD, 1, 1e-4, conv_fwd_add_setup, conv_fwd_add_run, conv_fwd_ref,
      NULL},
-    {"conv3d_backward_data", OPID_conv3d, CONV3D_BACKWARD_DATA, 1, 1e-4, conv_bwd_data_setup, conv_bwd_data_run,
+    {"conv3d_backward_data", CONV3D_BACKWARD_DATA, 1, 1e-4, conv_bwd_data_setup, conv_bwd_data_run,
      conv_bwd_data_ref, NULL},
-    {"conv3d_backward_filter", OPID_conv3d, CONV3D_BACKWARD_FILTER, 1, 1e-4, conv_bwd_filter_setup,
+    {"conv3d_backward_filter", CONV3D_BACKWARD_FILTER, 1, 1e-4, conv_bwd_filter_setup,
      conv_bwd_filter_run, conv_bwd_filter_ref, NULL},
 };
 const int conv3d_specs_count = sizeof conv3d_specs / sizeof conv3d_specs[0];

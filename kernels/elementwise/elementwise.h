@@ -27,7 +27,7 @@ void cast_cpu(long count, DType from, const void *src, DType to, void *dst);
  * weight gradient, computed padded, is sliced back into the real one (beta: the accumulation micro-batches). */
 void pad_channels_cpu(long rows, DType from, int c_from, const void *src, DType to, int c_to, void *dst, float beta);
 
-/* CUDA (kernels/elementwise_cuda.cu, CUDA builds only): the same semantics on device pointers,
+/* CUDA (elementwise_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
 void add_forward_cuda(DType dt, long count, const void *a, const void *b, void *y);
 void accumulate_cuda(DType dt, long count, const void *src, void *dst, float beta);

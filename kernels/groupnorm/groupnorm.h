@@ -34,7 +34,7 @@ void groupnorm_backward_cpu(const GroupNormShape *s, const float *dy, const floa
                             const float *beta, const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
                             float beta_dx, float beta_dparam);
 
-/* CUDA (kernels/groupnorm_cuda.cu, CUDA builds only): the same semantics on device pointers,
+/* CUDA (groupnorm_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
 void groupnorm_forward_cuda(const GroupNormShape *s, const void *x, const float *gamma, const float *beta,
                             void *y, float *mean, float *rstd);

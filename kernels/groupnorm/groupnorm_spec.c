@@ -1,5 +1,5 @@
 /* groupnorm_spec.c: GroupNorm's entries in the op spec table (common/op_spec.h), plain and with the fused SiLU
- * (k->gn.silu: ops groupnorm_silu_*), each with a float64 reference. */
+ * (GroupNormShape.silu: ops groupnorm_silu_*), each with a float64 reference. */
 #include <math.h>
 #include <string.h>
 
@@ -7,18 +7,29 @@
 #include "common/rng.h"
 #include "groupnorm/groupnorm.h"
 
-static void gn_fwd_setup(KernelCase *k, const Backend *be) {
-    GroupNormShape *s = &k->gn;
+/* the backend's table of this op, as the entries receive it */
+static const GroupNormOps *table(const OpHead *ops) { return (const GroupNormOps *)(const void *)ops; }
+/* the case's shape (KernelCase.params) */
+static GroupNormShape shape_of(const KernelCase *k) {
+    GroupNormShape s;
+    kernel_case_get_params(k, &s, sizeof s);
+    return s;
+}
+
+static void gn_fwd_setup(KernelCase *k, const OpHead *ops) {
+    GroupNormShape sv = shape_of(k), *s = &sv;
     s->dtype = k->dtype;
+    kernel_case_set_params(k, s, sizeof *s);
     const long x = (long)s->n * s->spatial * s->c, st = (long)s->n * s->groups;
     op_spec_bufs(k, 6, (long[]){x, s->c, s->c, x, st, st}, (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_OUT},
          0x9, 0);
 }
-static void gn_fwd_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->groupnorm->forward(&k->gn, b[0], b[1], b[2], b[3], b[4], b[5]);
+static void gn_fwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const GroupNormShape s = shape_of(k);
+    table(ops)->forward(&s, b[0], b[1], b[2], b[3], b[4], b[5]);
 }
 static void gn_fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
-    const GroupNormShape *s = &k->gn;
+    const GroupNormShape sv = shape_of(k), *s = &sv;
     const int cpg = s->c / s->groups;
     for (int n = 0; n < s->n; n++)
         for (int g = 0; g < s->groups; g++) {
@@ -47,22 +58,24 @@ static void gn_fwd_ref(const KernelCase *k, const float *const *in, double *cons
         }
 }
 
-static void gn_bwd_setup(KernelCase *k, const Backend *be) {
-    GroupNormShape *s = &k->gn;
+static void gn_bwd_setup(KernelCase *k, const OpHead *ops) {
+    GroupNormShape sv = shape_of(k), *s = &sv;
     s->dtype = k->dtype;
+    kernel_case_set_params(k, s, sizeof *s);
     const long x = (long)s->n * s->spatial * s->c, st = (long)s->n * s->groups;
     /* dy x gamma beta mean rstd -> dx dgamma dbeta (beta is read only when the SiLU is fused) */
     op_spec_bufs(k, 9, (long[]){x, x, s->c, s->c, st, st, x, s->c, s->c},
          (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_OUT}, 0x43, 0x1C0);
 }
-static void gn_bwd_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->groupnorm->backward(&k->gn, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], k->beta, k->beta);
+static void gn_bwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const GroupNormShape s = shape_of(k);
+    table(ops)->backward(&s, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], k->beta, k->beta);
 }
 /* The statistics are inputs here (gn_fill makes plausible ones); the gradient is the exact derivative for them:
  * xhat = (x - mean) rstd, dx = rstd (g dy - mean(g dy) - xhat mean(g dy xhat)) over the group, where dy is the
  * normalised value's gradient: the incoming one, or through the fused SiLU dz * silu'(xhat gamma + beta). */
 static void gn_bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
-    const GroupNormShape *s = &k->gn;
+    const GroupNormShape sv = shape_of(k), *s = &sv;
     const int cpg = s->c / s->groups;
     for (int c = 0; c < s->c; c++) ref[7][c] = ref[8][c] = 0;
     for (int n = 0; n < s->n; n++)
@@ -101,11 +114,11 @@ static void gn_bwd_fill(const KernelCase *k, int b, float *h, long count, unsign
 /* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
 
 const KernelOp groupnorm_specs[] = {
-    {"groupnorm_forward", OPID_groupnorm, GROUPNORM_FORWARD, 0, 1e-5, gn_fwd_setup, gn_fwd_run, gn_fwd_ref, NULL},
-    {"groupnorm_backward", OPID_groupnorm, GROUPNORM_BACKWARD, 0, 1e-4, gn_bwd_setup, gn_bwd_run, gn_bwd_ref,
+    {"groupnorm_forward", GROUPNORM_FORWARD, 0, 1e-5, gn_fwd_setup, gn_fwd_run, gn_fwd_ref, NULL},
+    {"groupnorm_backward", GROUPNORM_BACKWARD, 0, 1e-4, gn_bwd_setup, gn_bwd_run, gn_bwd_ref,
      gn_bwd_fill},
-    {"groupnorm_silu_forward", OPID_groupnorm, GROUPNORM_FORWARD, 0, 1e-5, gn_fwd_setup, gn_fwd_run, gn_fwd_ref, NULL},
-    {"groupnorm_silu_backward", OPID_groupnorm, GROUPNORM_BACKWARD, 0, 1e-4, gn_bwd_setup, gn_bwd_run, gn_bwd_ref,
+    {"groupnorm_silu_forward", GROUPNORM_FORWARD, 0, 1e-5, gn_fwd_setup, gn_fwd_run, gn_fwd_ref, NULL},
+    {"groupnorm_silu_backward", GROUPNORM_BACKWARD, 0, 1e-4, gn_bwd_setup, gn_bwd_run, gn_bwd_ref,
      gn_bwd_fill},
 };
 const int groupnorm_specs_count = sizeof groupnorm_specs / sizeof groupnorm_specs[0];

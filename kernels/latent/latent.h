@@ -27,7 +27,7 @@ void latent_forward_cpu(const LatentShape *s, const float *mu, const float *logv
 void latent_backward_cpu(const LatentShape *s, const float *mu, const float *logvar_raw, const float *eps,
                          const float *dz, float kl_scale, float *dmu, float *dlogvar);
 
-/* CUDA (kernels/latent_cuda.cu, CUDA builds only): the same semantics on device pointers,
+/* CUDA (latent_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
 void latent_forward_cuda(const LatentShape *s, const void *mu, const void *logvar_raw, const float *eps, void *z,
                          float *kl_out);

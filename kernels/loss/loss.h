@@ -19,7 +19,7 @@ typedef enum { LOSS_L1 = 0, LOSS_MSE = 1 } ReconLoss;
 void recon_loss_cpu(ReconLoss kind, long count, const float *pred, const float *target, float *loss_out,
                     float *dpred, float grad_scale);
 
-/* CUDA (kernels/loss_cuda.cu, CUDA builds only): the same semantics on device pointers,
+/* CUDA (loss_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
 void recon_loss_cuda(ReconLoss kind, DType dt, long count, const void *pred, const float *target, float *loss_out,
                      void *dpred, float grad_scale, const float *loss_scale);

@@ -6,15 +6,18 @@
 #include "common/op_spec.h"
 #include "loss/loss.h"
 
-static void loss_setup(KernelCase *k, const Backend *be) {
+/* the backend's table of this op, as the entries receive it */
+static const LossOps *table(const OpHead *ops) { return (const LossOps *)(const void *)ops; }
+
+static void loss_setup(KernelCase *k, const OpHead *ops) {
     op_spec_bufs(k, 5, (long[]){k->count, k->count, 1, k->count, 1}, (KernelBufRole[]){KB_IN, KB_IN, KB_OUT, KB_OUT, KB_IN},
          0x9, 0);
 }
-static void loss_run_kind(const Backend *be, const KernelCase *k, void *const *b, ReconLoss kind) {
-    be->loss->recon(kind, k->dtype, k->count, b[0], b[1], b[2], b[3], 1.0f, b[4]);
+static void loss_run_kind(const OpHead *ops, const KernelCase *k, void *const *b, ReconLoss kind) {
+    table(ops)->recon(kind, k->dtype, k->count, b[0], b[1], b[2], b[3], 1.0f, b[4]);
 }
-static void loss_l1_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) { loss_run_kind(be, k, b, LOSS_L1); }
-static void loss_mse_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) { loss_run_kind(be, k, b, LOSS_MSE); }
+static void loss_l1_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) { loss_run_kind(ops, k, b, LOSS_L1); }
+static void loss_mse_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) { loss_run_kind(ops, k, b, LOSS_MSE); }
 static void loss_ref_kind(const KernelCase *k, const float *const *in, double *const *ref, int l1) {
     double sum = 0;
     const double g = (double)in[4][0] / (double)k->count;
@@ -35,7 +38,7 @@ static void loss_fill(const KernelCase *k, int b, float *h, long count, unsigned
 /* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
 
 const KernelOp loss_specs[] = {
-    {"recon_loss_l1", OPID_loss, LOSS_RECON, 0, 1e-5, loss_setup, loss_l1_run, loss_l1_ref, loss_fill},
-    {"recon_loss_mse", OPID_loss, LOSS_RECON, 0, 1e-5, loss_setup, loss_mse_run, loss_mse_ref, loss_fill},
+    {"recon_loss_l1", LOSS_RECON, 0, 1e-5, loss_setup, loss_l1_run, loss_l1_ref, loss_fill},
+    {"recon_loss_mse", LOSS_RECON, 0, 1e-5, loss_setup, loss_mse_run, loss_mse_ref, loss_fill},
 };
 const int loss_specs_count = sizeof loss_specs / sizeof loss_specs[0];

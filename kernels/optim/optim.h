@@ -114,7 +114,7 @@ VX_HD void optim_prepare_step(const OptimConfig *cfg, float sumsq, OptimState *s
 void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWConsts *c);
 void sumsq_cpu(long count, const float *x, float *out);
 
-/* CUDA (kernels/optim_cuda.cu, CUDA builds only), on device pointers, on the compute stream. adamw does nothing when
+/* CUDA (optim_cuda.cu, CUDA builds only), on device pointers, on the compute stream. adamw does nothing when
  * st->skip; p_lp (NULL when none) receives the updated parameters rounded to lp_dt, in the same pass. */
 void adamw_cuda(long count, float *p, const float *g, float *m, float *v, const OptimState *st, DType lp_dt,
                 void *p_lp);

@@ -7,6 +7,9 @@
 #include "common/rng.h"
 #include "optim/optim.h"
 
+/* the backend's table of this op, as the entries receive it */
+static const OptimOps *table(const OpHead *ops) { return (const OptimOps *)(const void *)ops; }
+
 static const OptimConfig ADAMW_CFG = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
 static const double ADAMW_LR = 1e-3;
 static const int64_t ADAMW_T = 3;
@@ -14,15 +17,15 @@ static const float ADAMW_GS = 0.5f; /* clip / loss scale */
 enum { STATE_FLOATS = (sizeof(OptimState) + 3) / 4 };
 /* p g m v (float32), the optimizer state (OptimState's bytes), and with a 16-bit storage type the parameters'
  * low-precision copy (act) */
-static void adamw_setup(KernelCase *k, const Backend *be) {
+static void adamw_setup(KernelCase *k, const OpHead *ops) {
     const long c = k->count;
     const int lp = k->dtype != DT_F32;
     op_spec_bufs(k, 5 + lp, (long[]){c, c, c, c, STATE_FLOATS, c},
          (KernelBufRole[]){KB_INOUT, KB_IN, KB_INOUT, KB_INOUT, KB_IN, KB_OUT}, lp ? 0x20 : 0, 0);
     k->bytes -= STATE_FLOATS * 4.0;
 }
-static void adamw_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->optim->adamw(k->count, b[0], b[1], b[2], b[3], b[4], k->dtype, k->nbuf > 5 ? b[5] : NULL);
+static void adamw_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    table(ops)->adamw(k->count, b[0], b[1], b[2], b[3], b[4], k->dtype, k->nbuf > 5 ? b[5] : NULL);
 }
 static void adamw_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const OptimConfig *a = &ADAMW_CFG;
@@ -49,11 +52,11 @@ static void adamw_fill(const KernelCase *k, int b, float *h, long count, unsigne
         h[i] = b == 3 ? (float)(1e-4 * u) : (float)(2 * u - 1); /* v >= 0 */
     }
 }
-static void sumsq_setup(KernelCase *k, const Backend *be) {
+static void sumsq_setup(KernelCase *k, const OpHead *ops) {
     op_spec_bufs(k, 2, (long[]){k->count, 1}, (KernelBufRole[]){KB_IN, KB_OUT}, 0, 0);
 }
-static void sumsq_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->optim->sumsq(k->count, b[0], b[1]);
+static void sumsq_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    table(ops)->sumsq(k->count, b[0], b[1]);
 }
 static void sumsq_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     double s = 0;
@@ -64,7 +67,7 @@ static void sumsq_ref(const KernelCase *k, const float *const *in, double *const
 /* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
 
 const KernelOp optim_specs[] = {
-    {"adamw", OPID_optim, OPTIM_ADAMW, 0, 1e-6, adamw_setup, adamw_run, adamw_ref, adamw_fill},
-    {"sumsq", OPID_optim, OPTIM_SUMSQ, 0, 1e-6, sumsq_setup, sumsq_run, sumsq_ref, NULL},
+    {"adamw", OPTIM_ADAMW, 0, 1e-6, adamw_setup, adamw_run, adamw_ref, adamw_fill},
+    {"sumsq", OPTIM_SUMSQ, 0, 1e-6, sumsq_setup, sumsq_run, sumsq_ref, NULL},
 };
 const int optim_specs_count = sizeof optim_specs / sizeof optim_specs[0];

@@ -12,7 +12,7 @@ void silu_forward_cpu(long count, const float *x, float *y);
 /* dx = beta*dx + dy * silu'(x) */
 void silu_backward_cpu(long count, const float *x, const float *dy, float *dx, float beta);
 
-/* CUDA (kernels/silu_cuda.cu, CUDA builds only): the same semantics on device pointers,
+/* CUDA (silu_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
 void silu_forward_cuda(DType dt, long count, const void *x, void *y);
 void silu_backward_cuda(DType dt, long count, const void *x, const void *dy, void *dx, float beta);

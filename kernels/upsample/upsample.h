@@ -14,7 +14,7 @@ void upsample2x_forward_cpu(int n, int d, int h, int w, int c, const float *x, f
 /* dx [n][d][h][w][c] = beta*dx + sum of the 2x2x2 block of dy */
 void upsample2x_backward_cpu(int n, int d, int h, int w, int c, const float *dy, float *dx, float beta);
 
-/* CUDA (kernels/upsample_cuda.cu, CUDA builds only): the same semantics on device pointers,
+/* CUDA (upsample_cuda.cu, CUDA builds only): the same semantics on device pointers,
  * enqueued on the CUDA backend's compute stream (backend.h). */
 void upsample2x_forward_cuda(DType dt, int n, int d, int h, int w, int c, const void *x, void *y);
 void upsample2x_backward_cuda(DType dt, int n, int d, int h, int w, int c, const void *dy, void *dx, float beta);

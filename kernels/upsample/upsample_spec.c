@@ -6,20 +6,23 @@
 #include "common/op_spec.h"
 #include "upsample/upsample.h"
 
+/* the backend's table of this op, as the entries receive it */
+static const UpsampleOps *table(const OpHead *ops) { return (const UpsampleOps *)(const void *)ops; }
+
 static long up_in_count(const KernelCase *k) {
     return (long)k->dims[0] * k->dims[1] * k->dims[2] * k->dims[3] * k->dims[4];
 }
-static void up_fwd_setup(KernelCase *k, const Backend *be) {
+static void up_fwd_setup(KernelCase *k, const OpHead *ops) {
     op_spec_bufs(k, 2, (long[]){up_in_count(k), 8 * up_in_count(k)}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x3, 0);
 }
-static void up_bwd_setup(KernelCase *k, const Backend *be) {
+static void up_bwd_setup(KernelCase *k, const OpHead *ops) {
     op_spec_bufs(k, 2, (long[]){8 * up_in_count(k), up_in_count(k)}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x3, 0x2);
 }
-static void up_fwd_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->upsample->forward(k->dtype, k->dims[0], k->dims[1], k->dims[2], k->dims[3], k->dims[4], b[0], b[1]);
+static void up_fwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    table(ops)->forward(k->dtype, k->dims[0], k->dims[1], k->dims[2], k->dims[3], k->dims[4], b[0], b[1]);
 }
-static void up_bwd_run(const Backend *be, const KernelCase *k, void *const *b, void *ws) {
-    be->upsample->backward(k->dtype, k->dims[0], k->dims[1], k->dims[2], k->dims[3], k->dims[4], b[0], b[1], k->beta);
+static void up_bwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    table(ops)->backward(k->dtype, k->dims[0], k->dims[1], k->dims[2], k->dims[3], k->dims[4], b[0], b[1], k->beta);
 }
 /* index of output voxel (n, z, y, x, c) of the 2x grid, and of its input voxel */
 static void up_pairs(const KernelCase *k, long o, long *i) {
@@ -50,7 +53,7 @@ static void up_bwd_ref(const KernelCase *k, const float *const *in, double *cons
 /* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
 
 const KernelOp upsample_specs[] = {
-    {"upsample2x_forward", OPID_upsample, UPSAMPLE_FORWARD, 0, 0, up_fwd_setup, up_fwd_run, up_fwd_ref, NULL},
-    {"upsample2x_backward", OPID_upsample, UPSAMPLE_BACKWARD, 0, 1e-6, up_bwd_setup, up_bwd_run, up_bwd_ref, NULL},
+    {"upsample2x_forward", UPSAMPLE_FORWARD, 0, 0, up_fwd_setup, up_fwd_run, up_fwd_ref, NULL},
+    {"upsample2x_backward", UPSAMPLE_BACKWARD, 0, 1e-6, up_bwd_setup, up_bwd_run, up_bwd_ref, NULL},
 };
 const int upsample_specs_count = sizeof upsample_specs / sizeof upsample_specs[0];

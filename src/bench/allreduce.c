@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "core/fsutil.h"

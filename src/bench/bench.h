@@ -22,7 +22,7 @@ double bench_cublas_sgemm_gflops(int n, int allow_tf32);
 typedef struct {
     const char *results_dir; /* NULL: results */
     const char *config_path; /* names the result files: kernels_<config stem>.json */
-    const char *ops;         /* comma-separated op names (kernel_ops.c's table); NULL: every op */
+    const char *ops;         /* comma-separated op names (the op spec table, kernels/common/op_spec.h); NULL: every op */
     double budget_ms;        /* timing per case; <= 0: 200 ms */
     int max_reps;            /* timed calls per case at most; <= 0: 200 */
 } BenchKernelsOptions;

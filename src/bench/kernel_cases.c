@@ -55,7 +55,7 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
         switch (nd->kind) {
         case OP_CONV: {
             const Conv3dShape *s = &nd->conv;
-            k.conv = *s;
+            kernel_case_set_params(&k, s, sizeof *s);
             snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", s->n, s->d, s->h, s->w, s->c_in,
                      s->c_out, s->k, s->stride);
             add_case(&l, k, nd->in[1] >= 0 ? "conv3d_forward_add" : "conv3d_forward");
@@ -75,10 +75,10 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             break;
         }
         case OP_GROUPNORM:
-            k.gn = nd->gn;
-            snprintf(k.shape, sizeof k.shape, "n%d %ldx%d g%d", k.gn.n, k.gn.spatial, k.gn.c, k.gn.groups);
-            add_case(&l, k, k.gn.silu ? "groupnorm_silu_forward" : "groupnorm_forward");
-            add_case(&l, k, k.gn.silu ? "groupnorm_silu_backward" : "groupnorm_backward");
+            kernel_case_set_params(&k, &nd->gn, sizeof nd->gn);
+            snprintf(k.shape, sizeof k.shape, "n%d %ldx%d g%d", nd->gn.n, nd->gn.spatial, nd->gn.c, nd->gn.groups);
+            add_case(&l, k, nd->gn.silu ? "groupnorm_silu_forward" : "groupnorm_forward");
+            add_case(&l, k, nd->gn.silu ? "groupnorm_silu_backward" : "groupnorm_backward");
             break;
         case OP_SILU:
             add_case(&l, count_case(tx->count, dt), "silu_forward");
@@ -103,14 +103,16 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             add_case(&l, acc, "accumulate");
             break;
         }
-        case OP_LATENT:
-            k.lat = (LatentShape){.n = tx->dims.n, .count_per_sample = tx->count / tx->dims.n,
+        case OP_LATENT: {
+            const LatentShape lat = {.n = tx->dims.n, .count_per_sample = tx->count / tx->dims.n,
                                   .logvar_min = (float)m->cfg.logvar_min, .logvar_max = (float)m->cfg.logvar_max,
                                   .dtype = dt};
-            snprintf(k.shape, sizeof k.shape, "n%d x%ld", k.lat.n, k.lat.count_per_sample);
+            kernel_case_set_params(&k, &lat, sizeof lat);
+            snprintf(k.shape, sizeof k.shape, "n%d x%ld", lat.n, lat.count_per_sample);
             add_case(&l, k, "latent_forward");
             add_case(&l, k, "latent_backward");
             break;
+        }
         }
     }
     add_case(&l, count_case(m->tensors[m->t_recon].count, m->dtype),

@@ -1,7 +1,7 @@
 /* kernel_cases.h: the cases of the op spec table (kernels/common/op_spec.h) a config's model calls: what
  * `bench kernels` checks and times. */
 #pragma once
-#include "common/op_spec.h"
+#include "backend/spec_table.h"
 #include "model/model.h"
 
 /* Every distinct (op, shape) the model m calls on a training step, in forward-then-backward order, plus the loss,

@@ -1,4 +1,4 @@
-/* kernels.c: `voxscale bench kernels`: every op the config's model calls, at each of its shapes (kernel_ops.c),
+/* kernels.c: `voxscale bench kernels`: every op the config's model calls, at each of its shapes (kernel_cases.c),
  * first checked against a float64 reference, then timed and rated against ceilings measured in the same run.
  *
  *   check   one call on fresh inputs; each output buffer's max|got - ref| / max|ref| must be within the op's
@@ -30,7 +30,7 @@
 #include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "bench/kernel_cases.h"
-#include "common/op_check.h"
+#include "backend/op_check.h"
 #include "core/fsutil.h"
 #include "core/util.h"
 #include "train/runtime.h"
@@ -175,10 +175,11 @@ static int cmp_d(const void *a, const void *b) {
 static void time_case(const Backend *be, const KernelOp *op, const KernelCase *k, void *const *const *sets,
                       int copies, void *ws, double budget_s, int max_reps, CaseResult *r) {
     const int slow = test_slow_factor(op->name);
+    const OpHead *table = kernel_op_table(be, k->op);
     double first = 0;
     for (int w = 0; w < 3; w++) { /* two warm-ups; the third call estimates the time */
         be->timer_mark(0);
-        for (int f = 0; f < slow; f++) op->run(be, k, sets[w % copies], ws);
+        for (int f = 0; f < slow; f++) op->run(table, k, sets[w % copies], ws);
         be->timer_mark(1);
         first = be->timer_elapsed_ms(0, 1) * 1e-3;
     }
@@ -187,7 +188,7 @@ static void time_case(const Backend *be, const KernelOp *op, const KernelCase *k
     double *t = vx_malloc((size_t)reps * sizeof *t);
     for (int i = 0; i < reps; i++) {
         be->timer_mark(0);
-        for (int f = 0; f < slow; f++) op->run(be, k, sets[(i + 1) % copies], ws);
+        for (int f = 0; f < slow; f++) op->run(table, k, sets[(i + 1) % copies], ws);
         be->timer_mark(1);
         t[i] = be->timer_elapsed_ms(0, 1) * 1e-3;
     }

@@ -1,7 +1,7 @@
 /* dataset.h: the training sample stream and the validation volumes of a run, from any source (data.source):
  *   phantom   the built-in generator: sample i is phantom(seed, i), validation volume j is phantom(seed ^ salt, j)
  *   csv, dir  volumes listed by a manifest (manifest.h), read by volume.h, normalised and cropped by transform.h,
- *             flipped and rotated by kernels/augment.h (on the loader's threads, or on the GPU after the upload)
+ *             flipped and rotated by kernels/augment/augment.h (on the loader's threads, or on the GPU after the upload)
  * Training sample i is a pure function of (seed, i, the file list): epoch e = i / E covers E samples, drawn in a
  * seeded order from the epoch's window of E files; each sample's crop and augmentation come from its own hash. So a
  * sample is the same whatever batch, rank or resume it falls in, and caching changes only the speed.

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "data/dataset.h"
 
 typedef struct {

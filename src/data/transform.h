@@ -1,5 +1,5 @@
 /* transform.h: what a decoded volume goes through before training sees it (the CPU reference; flips and rotations
- * are kernels/augment.h, which a GPU run applies after the upload):
+ * are kernels/augment/augment.h, which a GPU run applies after the upload):
  *   normalize  per volume and channel: "percentile" clips to the clip_low..clip_high percentiles (linear
  *              interpolation between order statistics, numpy.percentile's default) and scales to [0, 1];
  *              "zscore" subtracts the mean and divides by the standard deviation (population); "none" leaves it

@@ -2,7 +2,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "core/config.h"
 #include "model/hw_plan.h"
 

@@ -16,7 +16,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "core/config.h"
 
 typedef struct {

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "core/config.h"
 #include "model/plan.h"
 #include "conv3d/conv3d.h"

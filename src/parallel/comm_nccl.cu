@@ -49,6 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "common/cuda_check.h"
 
 extern "C" {

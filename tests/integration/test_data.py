@@ -168,7 +168,7 @@ def test_validation_volumes_are_normalised_and_centred(tmp_path):
 
 
 def augment_reference(x, code):
-    """kernels/augment.h's mapping: y = flip(rot_k(x)) in the (h, w) plane."""
+    """kernels/augment/augment.h's mapping: y = flip(rot_k(x)) in the (h, w) plane."""
     k = (code >> 3) & 3
     y = np.rot90(x, k=k, axes=(1, 2)) if k else x  # out[j][i] = in[i][n-1-j] for k = 1: numpy's direction
     for axis, bit in ((0, 1), (1, 2), (2, 4)):

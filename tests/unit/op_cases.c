@@ -5,7 +5,10 @@
 #include <string.h>
 
 #include "augment/augment.h"
-#include "common/op_check.h"
+#include "conv3d/conv3d.h"
+#include "groupnorm/groupnorm.h"
+#include "latent/latent.h"
+#include "backend/op_check.h"
 
 #define MAX_CASES 512
 
@@ -26,7 +29,9 @@ static void add_betas(const char *op, KernelCase k, int offset, int emu) {
 }
 
 static void conv(int n, int d, int h, int w, int ci, int co, int kk, int stride, int pad) {
-    KernelCase k = {.conv = conv3d_shape(n, d, h, w, ci, co, kk, stride, pad)};
+    KernelCase k = {0};
+    const Conv3dShape s = conv3d_shape(n, d, h, w, ci, co, kk, stride, pad);
+    kernel_case_set_params(&k, &s, sizeof s);
     snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", n, d, h, w, ci, co, kk, stride);
     add("conv3d_forward", k, 0, 0);
     add("conv3d_forward_add", k, 0, 0);
@@ -36,7 +41,9 @@ static void conv(int n, int d, int h, int w, int ci, int co, int kk, int stride,
 
 static void groupnorm(int n, long spatial, int c, int groups, int offset, int emu) {
     for (int silu = 0; silu < 2; silu++) {
-        KernelCase k = {.gn = {.n = n, .spatial = spatial, .c = c, .groups = groups, .eps = 1e-5f, .silu = silu}};
+        KernelCase k = {0};
+        const GroupNormShape s = {.n = n, .spatial = spatial, .c = c, .groups = groups, .eps = 1e-5f, .silu = silu};
+        kernel_case_set_params(&k, &s, sizeof s);
         snprintf(k.shape, sizeof k.shape, "n%d %ldx%d g%d", n, spatial, c, groups);
         add(silu ? "groupnorm_silu_forward" : "groupnorm_forward", k, offset, emu);
         add_betas(silu ? "groupnorm_silu_backward" : "groupnorm_backward", k, offset, emu);
@@ -80,7 +87,9 @@ static void upsample(int n, int d, int h, int w, int c) {
 }
 
 static void latent(int n, long cps, int emu) {
-    KernelCase k = {.lat = {.n = n, .count_per_sample = cps, .logvar_min = -5, .logvar_max = 3}};
+    KernelCase k = {0};
+    const LatentShape s = {.n = n, .count_per_sample = cps, .logvar_min = -5, .logvar_max = 3};
+    kernel_case_set_params(&k, &s, sizeof s);
     snprintf(k.shape, sizeof k.shape, "n%d x%ld", n, cps);
     add("latent_forward", k, 0, emu);
     add("latent_backward", k, 0, emu);

@@ -1,7 +1,7 @@
-/* test_backend_ops.c: every op of the table (src/bench/kernel_ops.c), at every case of op_cases.c, on every backend
+/* test_backend_ops.c: every op of the table (kernels/<op>/<op>_spec.c, registered in kernels/ops.def), at every case of op_cases.c, on every backend
  * this machine can run (the CPU always; CUDA when a GPU is usable, else a "skipped:" line says why) and in
  * every storage type the backend supports for the op (backend.h's supports()), against the float64 reference:
- * float32 to the op's tolerance (TF32 off), bfloat16 and float16 to kernel_check.c's wider bounds. Outputs a call
+ * float32 to the op's tolerance (TF32 off), bfloat16 and float16 to op_check.c's wider bounds. Outputs a call
  * overwrites start as NaN; beta-1 outputs start with values of their own and must end as those plus the result.
  * One cmocka test per (backend, op) keeps the report short and names what failed; every failing case is printed.
  * `test_backend_ops --list` prints the test names, `test_backend_ops PATTERN...` runs those matching a shell pattern
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "op_cases.h"
 #include "require_gpu.h"
 

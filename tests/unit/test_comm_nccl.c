@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "elementwise/elementwise.h"
 #include "parallel/comm.h"
 #include "require_gpu.h"

@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
-#include "common/op_spec.h"
+#include "backend/backend.h"
+#include "backend/spec_table.h"
 #include "conv3d/conv3d.h"
 #include "elementwise/elementwise.h"
 #include "groupnorm/groupnorm.h"

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "conv3d/conv3d.h"
 #include "core/config.h"
 #include "model/model.h"

@@ -239,7 +239,7 @@ static void test_padded_input_channels_match_unpadded(void **state) {
  * for every storage type as a GPU does). ae3d-64's model. */
 static int all_types(int fn, DType dt) { return 1; }
 #define VX_OP(name, Type) static Type name##_double;
-#include "ops.def"
+#include "backend/ops.def"
 #undef VX_OP
 static Backend gpu_double(void) {
     Backend b = *backend_cpu();
@@ -247,7 +247,7 @@ static Backend gpu_double(void) {
     name##_double = *b.name;                 \
     name##_double.head.supports = all_types; \
     b.name = &name##_double;
-#include "ops.def"
+#include "backend/ops.def"
 #undef VX_OP
     return b;
 }

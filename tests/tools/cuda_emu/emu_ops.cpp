@@ -10,7 +10,7 @@
 #include <cstring>
 #include <chrono>
 extern "C" {
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "conv3d/conv3d.h"
 #include "elementwise/elementwise.h"
 #include "groupnorm/groupnorm.h"

@@ -19,5 +19,5 @@ const char *vx_cudnn_hint(cudnnStatus_t) { return ""; }
 void vx_cuda_fail(const char *file, int line, const char *what, const char *, const char *, const char *) {
     fprintf(stderr, "fail %s:%d %s\n", file, line, what); abort();
 }
-// vx_reduce_finalize and its kernel: run.sh compiles them from backend_cuda.cu itself (finalize_emu.cpp).
+// vx_reduce_finalize and its kernel: run.sh compiles them from common/cuda_device.cu itself (finalize_emu.cpp).
 int vx_cuda_capturing = 0;

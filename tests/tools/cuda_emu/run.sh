@@ -19,10 +19,10 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 cxx="g++ -std=c++20 -O1 -g $san -D__CUDACC__ -I$here/inc -I$root/kernels -I$root/src -pthread -w"
 cc="gcc -O2 -fopenmp -std=c11 -D_GNU_SOURCE -I$root/kernels -I$root/src -I$root/tests/unit $(pkg-config --cflags openblas 2>/dev/null)"
 objs=()
-# every op folder's CUDA file but the convolution's (cuDNN), found through the folders
+# every op folder's CUDA file (an op folder: one with a <op>_spec.c) but the convolution's (cuDNN)
 for d in "$root"/kernels/*/; do
     f=$(basename "$d")
-    [ -f "$d/${f}_cuda.cu" ] && [ "$f" != conv3d ] || continue
+    [ -f "$d/${f}_spec.c" ] && [ -f "$d/${f}_cuda.cu" ] && [ "$f" != conv3d ] || continue
     python3 "$here/prep.py" "$d/${f}_cuda.cu" >"$out/${f}_emu.cpp"
     $cxx -c "$out/${f}_emu.cpp" -o "$out/${f}_emu.o"
     objs+=("$out/${f}_emu.o")
@@ -39,11 +39,11 @@ print('void emu_bias_grad(const Conv3dShape *s, const void *dy, float *dbias, fl
 print('void emu_dw_accumulate(const Conv3dShape *s, const void *lp, float *dw, float beta) { dw_accumulate(s, lp, dw, beta); }')
 PY
 python3 "$here/prep.py" "$out/bias_src.cu" >"$out/bias_emu.cpp"
-# backend_cuda.cu: only the reductions' second pass is a kernel; the rest is the CUDA runtime
-python3 - "$root/kernels/common/backend_cuda.cu" >"$out/finalize_src.cu" <<'PY'
+# cuda_device.cu: only the reductions' second pass is a kernel; the rest is the CUDA runtime
+python3 - "$root/kernels/common/cuda_device.cu" >"$out/finalize_src.cu" <<'PY'
 import sys
 src = open(sys.argv[1]).read()
-a, b = src.index('/* ---- reduction second pass'), src.index('/* ---- memory')
+a, b = src.index('/* ---- reduction second pass'), src.index('/* ---- start and stop')
 print('#include "common/cuda_check.h"\n' + src[a:b])
 PY
 python3 "$here/prep.py" "$out/finalize_src.cu" >"$out/finalize_emu.cpp"
@@ -55,7 +55,7 @@ $cxx -c "$here/bias_test.cpp" -o "$out/bias_test.o"
 cpu=()
 for d in "$root"/kernels/*/; do
     f=$(basename "$d")
-    [ -f "$d/${f}_cpu.c" ] || continue
+    [ -f "$d/${f}_spec.c" ] && [ -f "$d/${f}_cpu.c" ] || continue
     $cc -c "$d/${f}_cpu.c" -o "$out/cpu_$f.o"
     cpu+=("$out/cpu_$f.o")
 done
@@ -63,7 +63,8 @@ $cc -c "$root/src/core/util.c" -o "$out/util.o"
 # the op spec table (every op folder's entries), its check and the test cases, as test_backend_ops has them (built
 # with the sanitizers too)
 specs=()
-for f in kernels/common/op kernels/common/op_spec kernels/common/op_check tests/unit/op_cases $(cd "$root" && ls kernels/*/*_spec.c | grep -v '^kernels/common/' | sed 's/\.c$//'); do
+for f in kernels/common/op kernels/common/op_spec kernels/backend/registry kernels/backend/spec_table \
+         kernels/backend/op_check tests/unit/op_cases $(cd "$root" && ls kernels/*/*_spec.c | grep -v '^kernels/common/' | sed 's/\.c$//'); do
     $cc $san -c "$root/$f.c" -o "$out/$(basename "$f").o"
     specs+=("$out/$(basename "$f").o")
 done

@@ -1,5 +1,5 @@
 /* op_check.c: run one case of the op spec table and check it against its float64 reference (see op_check.h). */
-#include "common/op_check.h"
+#include "backend/op_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -106,7 +106,7 @@ void kernel_check_case(const Backend *be, const KernelCase *k, int offset, unsig
         else kernel_case_upload(be, k, b, host[b], dev[b]);
     }
     void *ws = k->workspace ? be->alloc(k->workspace) : NULL;
-    op->run(be, k, dev, ws);
+    op->run(kernel_op_table(be, k->op), k, dev, ws);
     be->synchronize();
 
     const long stride = check_stride(op, k);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
+#include "common/device_options.h"
 #include "common/op.h"
 
 #ifdef __cplusplus
@@ -28,13 +29,13 @@ extern "C" {
 /* One id per registered op (OPID_conv3d, ...), for the tables that iterate over ops. */
 typedef enum {
 #define VX_OP(name, Type) OPID_##name,
-#include "ops.def"
+#include "backend/ops.def"
 #undef VX_OP
     OPID_COUNT
 } OpId;
 
 #define VX_OP(name, Type) struct Type;
-#include "ops.def"
+#include "backend/ops.def"
 #undef VX_OP
 
 typedef struct Backend {
@@ -108,7 +109,7 @@ typedef struct Backend {
 
     /* the ops (ops.def): see each op's header for shapes and semantics */
 #define VX_OP(name, Type) const struct Type *name;
-#include "ops.def"
+#include "backend/ops.def"
 #undef VX_OP
 } Backend;
 
@@ -124,12 +125,6 @@ void backend_cpu_set_threads(int threads);
 /* ---- CUDA backend (float32, bfloat16, float16; cuDNN convolutions, own kernels) ----------------------------
  * In a build without CUDA (make CUDA=0) backend_cuda_init always returns 0 with the reason and backend_cuda
  * returns NULL. */
-typedef struct {
-    int deterministic; /* 1: only algorithms whose results are bitwise reproducible run to run (convolutions;
-                          every own kernel is deterministic anyway) */
-    int allow_tf32;    /* 1: cuDNN may use TF32 tensor cores in float32 convolutions (Ampere and newer; about 1e-3
-                          relative error); 0: full float32 FMA math */
-} BackendOptions;
 /* Sets the CUDA backend's options; the defaults are {deterministic 0, allow_tf32 1} (PyTorch's for
  * convolutions). Call it before building the model: the convolution algorithms, and so the workspace sizes
  * that conv3d_workspace_bytes reports to the planner, are chosen under the options in force when a shape is

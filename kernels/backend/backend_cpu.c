@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "backend/backend.h"
 #include "core/util.h"
 
 #define CPU_ALIGN 64 /* also the size of the header alloc keeps in front of each block */
@@ -107,7 +107,7 @@ static double cpu_event_elapsed_ms(void *from, void *to) {
 /* ---- the ops: each op folder's CPU table (kernels/<op>/<op>_cpu.c), registered in ops.def ------------------ */
 
 #define VX_OP(name, Type) extern const struct Type name##_ops_cpu;
-#include "ops.def"
+#include "backend/ops.def"
 #undef VX_OP
 
 static const Backend cpu_backend = {
@@ -136,7 +136,7 @@ static const Backend cpu_backend = {
     .bytes_in_use = cpu_bytes_in_use,
     .peak_bytes = cpu_peak_bytes,
 #define VX_OP(name, Type) .name = &name##_ops_cpu,
-#include "ops.def"
+#include "backend/ops.def"
 #undef VX_OP
 };
 

@@ -5,7 +5,7 @@
  * 16-byte aligned, so the vector paths are refused and the scalar ones run); outputs the op overwrites are filled
  * with NaN first (a beta-0 write must not read them), outputs it adds to hold values of their own. */
 #pragma once
-#include "common/op_spec.h"
+#include "backend/spec_table.h"
 
 typedef struct {
     int ok;

@@ -1,7 +1,7 @@
 /* backend_cuda_stub.c: the CUDA backend's entry points in a build without CUDA (make CUDA=0, or no nvcc and
  * cuDNN found): init reports why there is no GPU backend, there is no table, and no table. CUDA builds compile
  * common/backend_cuda.cu instead and this file to nothing. */
-#include "common/backend.h"
+#include "backend/backend.h"
 
 #ifndef VX_CUDA
 #include <stdio.h>
