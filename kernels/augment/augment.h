@@ -31,7 +31,7 @@ void augment_cpu(int d, int h, int w, int c, uint32_t code, const float *x, floa
 /* CUDA (augment_cuda.cu): the same on device pointers, on the compute stream. */
 void augment_cuda(int d, int h, int w, int c, uint32_t code, const float *x, float *y);
 
-/* The op's sub-table (kernels/ops.def): be->augment->... */
+/* The op's sub-table (kernels/backend/ops.def): be->augment->... */
 enum { AUGMENT_APPLY }; /* its functions, for supports() */
 typedef struct AugmentOps {
     OpHead head;

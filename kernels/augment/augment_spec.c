@@ -34,7 +34,7 @@ static void aug_ref(const KernelCase *k, const float *const *in, double *const *
             }
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp augment_specs[] = {
     {"augment", AUGMENT_APPLY, 0, 0, aug_setup, aug_run, aug_ref, NULL},

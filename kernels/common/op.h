@@ -1,5 +1,5 @@
 /* op.h: what every op's sub-table starts with (kernels/<op>/<op>.h defines `<Name>Ops { OpHead head; ... }`,
- * registered in kernels/ops.def), and the supports() answers most tables give. */
+ * registered in kernels/backend/ops.def), and the supports() answers most tables give. */
 #pragma once
 #include "common/dtype.h"
 

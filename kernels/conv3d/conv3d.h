@@ -86,7 +86,7 @@ int conv3d_cuda_describe(const Conv3dShape *s, int *chunk_n, char *why, size_t w
  * 9.10.2 up to 9.15: the convolutions then keep TF32 off whatever train.tf32 says, and the run says so once. */
 int conv3d_cuda_tf32_broken(size_t cudnn_version);
 
-/* The op's sub-table (kernels/ops.def): be->conv3d->... */
+/* The op's sub-table (kernels/backend/ops.def): be->conv3d->... */
 enum { CONV3D_FORWARD, CONV3D_BACKWARD_DATA, CONV3D_BACKWARD_FILTER }; /* its functions, for supports() */
 typedef struct Conv3dOps {
     OpHead head;

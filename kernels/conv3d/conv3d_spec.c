@@ -151,7 +151,7 @@ static void conv_bwd_filter_ref(const KernelCase *k, const float *const *in, dou
     for (long i = 0; i < k->buf_count[1]; i++) ref[3][i % s->c_out] += in[1][i];
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp conv3d_specs[] = {
     {"conv3d_forward", CONV3D_FORWARD, 1, 1e-4, conv_fwd_setup, conv_fwd_run, conv_fwd_ref, NULL},

@@ -35,7 +35,7 @@ void scale_cuda(long count, float *x, float scale);
 void cast_cuda(long count, DType from, const void *src, DType to, void *dst);
 void pad_channels_cuda(long rows, DType from, int c_from, const void *src, DType to, int c_to, void *dst, float beta);
 
-/* The op's sub-table (kernels/ops.def): be->elementwise->... */
+/* The op's sub-table (kernels/backend/ops.def): be->elementwise->... */
 enum { EW_ADD, EW_ACCUMULATE, EW_SCALE, EW_CAST, EW_PAD_CHANNELS }; /* its functions, for supports() */
 typedef struct ElementwiseOps {
     OpHead head;

@@ -83,7 +83,7 @@ static void pad_from_ref(const KernelCase *k, const float *const *in, double *co
     pad_ref(k, in, ref, DT_F32); /* the input already holds values of the storage type */
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp elementwise_specs[] = {
     {"add_forward", EW_ADD, 0, 1e-7, binary_setup, add_run, add_ref, NULL},

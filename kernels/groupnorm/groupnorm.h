@@ -42,7 +42,7 @@ void groupnorm_backward_cuda(const GroupNormShape *s, const void *dy, const void
                              const float *beta, const float *mean, const float *rstd, void *dx, float *dgamma, float *dbeta,
                              float beta_dx, float beta_dparam);
 
-/* The op's sub-table (kernels/ops.def): be->groupnorm->... */
+/* The op's sub-table (kernels/backend/ops.def): be->groupnorm->... */
 enum { GROUPNORM_FORWARD, GROUPNORM_BACKWARD }; /* its functions, for supports() */
 typedef struct GroupNormOps {
     OpHead head;

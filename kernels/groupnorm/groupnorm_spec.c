@@ -111,7 +111,7 @@ static void gn_bwd_fill(const KernelCase *k, int b, float *h, long count, unsign
     }
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp groupnorm_specs[] = {
     {"groupnorm_forward", GROUPNORM_FORWARD, 0, 1e-5, gn_fwd_setup, gn_fwd_run, gn_fwd_ref, NULL},

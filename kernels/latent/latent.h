@@ -34,7 +34,7 @@ void latent_forward_cuda(const LatentShape *s, const void *mu, const void *logva
 void latent_backward_cuda(const LatentShape *s, const void *mu, const void *logvar_raw, const float *eps,
                           const void *dz, float kl_scale, const float *loss_scale, void *dmu, void *dlogvar);
 
-/* The op's sub-table (kernels/ops.def): be->latent->... */
+/* The op's sub-table (kernels/backend/ops.def): be->latent->... */
 enum { LATENT_FORWARD, LATENT_BACKWARD }; /* its functions, for supports() */
 typedef struct LatentOps {
     OpHead head;

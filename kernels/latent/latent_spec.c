@@ -71,7 +71,7 @@ static void lat_bwd_fill(const KernelCase *k, int b, float *h, long count, unsig
     else op_spec_uniform_fill(h, count, seed, b);
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp latent_specs[] = {
     {"latent_forward", LATENT_FORWARD, 0, 1e-5, lat_fwd_setup, lat_fwd_run, lat_fwd_ref, NULL},

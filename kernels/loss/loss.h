@@ -24,7 +24,7 @@ void recon_loss_cpu(ReconLoss kind, long count, const float *pred, const float *
 void recon_loss_cuda(ReconLoss kind, DType dt, long count, const void *pred, const float *target, float *loss_out,
                      void *dpred, float grad_scale, const float *loss_scale);
 
-/* The op's sub-table (kernels/ops.def): be->loss->... */
+/* The op's sub-table (kernels/backend/ops.def): be->loss->... */
 enum { LOSS_RECON }; /* its functions, for supports() */
 typedef struct LossOps {
     OpHead head;

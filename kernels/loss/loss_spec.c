@@ -35,7 +35,7 @@ static void loss_fill(const KernelCase *k, int b, float *h, long count, unsigned
     else op_spec_uniform_fill(h, count, seed, b);
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp loss_specs[] = {
     {"recon_loss_l1", LOSS_RECON, 0, 1e-5, loss_setup, loss_l1_run, loss_l1_ref, loss_fill},

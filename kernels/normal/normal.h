@@ -16,7 +16,7 @@ void normal_fill_cpu(long count, uint64_t seed, uint64_t stream, uint64_t offset
  * noise. */
 void normal_fill_cuda(long count, uint64_t seed, uint64_t stream, const uint64_t *offset, float *out);
 
-/* The op's sub-table (kernels/ops.def): be->normal->... */
+/* The op's sub-table (kernels/backend/ops.def): be->normal->... */
 enum { NORMAL_FILL }; /* its functions, for supports() */
 typedef struct NormalOps {
     OpHead head;

@@ -23,7 +23,7 @@ static void normal_fill(const KernelCase *k, int b, float *h, long count, unsign
     memcpy(h, &NOISE_OFFSET, sizeof NOISE_OFFSET);
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp normal_specs[] = {
     {"normal_fill", NORMAL_FILL, 0, 1e-6, normal_setup, normal_run, normal_ref, normal_fill},

@@ -121,7 +121,7 @@ void adamw_cuda(long count, float *p, const float *g, float *m, float *v, const 
 void sumsq_cuda(long count, const float *x, float *out);
 void optim_prepare_cuda(const OptimConfig *cfg, const float *sumsq, OptimState *st);
 
-/* The op's sub-table (kernels/ops.def): be->optim->... */
+/* The op's sub-table (kernels/backend/ops.def): be->optim->... */
 enum { OPTIM_ADAMW, OPTIM_SUMSQ, OPTIM_PREPARE }; /* its functions, for supports() */
 typedef struct OptimOps {
     OpHead head;

@@ -64,7 +64,7 @@ static void sumsq_ref(const KernelCase *k, const float *const *in, double *const
     ref[1][0] = s;
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp optim_specs[] = {
     {"adamw", OPTIM_ADAMW, 0, 1e-6, adamw_setup, adamw_run, adamw_ref, adamw_fill},

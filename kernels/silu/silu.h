@@ -17,7 +17,7 @@ void silu_backward_cpu(long count, const float *x, const float *dy, float *dx, f
 void silu_forward_cuda(DType dt, long count, const void *x, void *y);
 void silu_backward_cuda(DType dt, long count, const void *x, const void *dy, void *dx, float beta);
 
-/* The op's sub-table (kernels/ops.def): be->silu->... */
+/* The op's sub-table (kernels/backend/ops.def): be->silu->... */
 enum { SILU_FORWARD, SILU_BACKWARD }; /* its functions, for supports() */
 typedef struct SiluOps {
     OpHead head;

@@ -31,7 +31,7 @@ static void silu_bwd_ref(const KernelCase *k, const float *const *in, double *co
     }
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp silu_specs[] = {
     {"silu_forward", SILU_FORWARD, 0, 1e-6, unary_setup, silu_fwd_run, silu_fwd_ref, NULL},

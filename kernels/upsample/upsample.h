@@ -19,7 +19,7 @@ void upsample2x_backward_cpu(int n, int d, int h, int w, int c, const float *dy,
 void upsample2x_forward_cuda(DType dt, int n, int d, int h, int w, int c, const void *x, void *y);
 void upsample2x_backward_cuda(DType dt, int n, int d, int h, int w, int c, const void *dy, void *dx, float beta);
 
-/* The op's sub-table (kernels/ops.def): be->upsample->... */
+/* The op's sub-table (kernels/backend/ops.def): be->upsample->... */
 enum { UPSAMPLE_FORWARD, UPSAMPLE_BACKWARD }; /* its functions, for supports() */
 typedef struct UpsampleOps {
     OpHead head;

@@ -50,7 +50,7 @@ static void up_bwd_ref(const KernelCase *k, const float *const *in, double *cons
     }
 }
 
-/* ---- the entries (registered through kernels/ops.def) ---------------------------------------------------------- */
+/* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp upsample_specs[] = {
     {"upsample2x_forward", UPSAMPLE_FORWARD, 0, 0, up_fwd_setup, up_fwd_run, up_fwd_ref, NULL},

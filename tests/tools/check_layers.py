@@ -37,7 +37,7 @@ def rel(path):
 
 
 def folder_of(path):
-    """src/<layer>/... -> src/<layer>; kernels/<op>/... -> kernels/<op>; kernels/ops.def -> kernels"""
+    """src/<layer>/... -> src/<layer>; kernels/<op>/... -> kernels/<op>; kernels/backend/ops.def -> kernels"""
     parts = rel(path).split(os.sep)
     return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
 

@@ -1,4 +1,4 @@
-/* op_cases.h: the op tests' one list of cases: every op of the table (kernels/<op>/<op>_spec.c, registered in kernels/ops.def) at shapes chosen to
+/* op_cases.h: the op tests' one list of cases: every op of the table (kernels/<op>/<op>_spec.c, registered in kernels/backend/ops.def) at shapes chosen to
  * reach its edges (odd sizes, channel counts 1, 3, 5, 12, 20 and more than 1024, stride 1 and 2, multi-block
  * reductions, counts that are not a multiple of 4), with beta 0 and 1 where the op takes it, on aligned and
  * misaligned buffers. tests/unit/test_backend_ops.c runs them on the CPU and CUDA backends, and

@@ -1,4 +1,4 @@
-/* test_backend_ops.c: every op of the table (kernels/<op>/<op>_spec.c, registered in kernels/ops.def), at every case of op_cases.c, on every backend
+/* test_backend_ops.c: every op of the table (kernels/<op>/<op>_spec.c, registered in kernels/backend/ops.def), at every case of op_cases.c, on every backend
  * this machine can run (the CPU always; CUDA when a GPU is usable, else a "skipped:" line says why) and in
  * every storage type the backend supports for the op (backend.h's supports()), against the float64 reference:
  * float32 to the op's tolerance (TF32 off), bfloat16 and float16 to op_check.c's wider bounds. Outputs a call
