@@ -54,21 +54,21 @@ static const char *TRAIN_HELP =
 static int main_argc;
 static char **main_argv; /* the whole command line: `train --gpus N` starts its ranks with it */
 
-/* How many ranks `train --gpus` starts here and on what: 0 when the ranks come from a launcher or there is one
- * process. Says why when --gpus all finds no GPU (one CPU process then). */
-static int spawn_count(const Config *cfg, const DistEnv *env, int *on_gpu) {
+/* How many ranks `train --gpus` (dist.gpus) starts here and on what (`device`: train.device): 0 when the ranks
+ * come from a launcher or there is one process. Says why when --gpus all finds no GPU (one CPU process then). */
+static int spawn_count(const DistConfig *cfg, const char *device, const DistEnv *env, int *on_gpu) {
     *on_gpu = 0;
     if (!cfg->gpus[0] || env->world > 1 || strcmp(env->launcher, "single") != 0) return 0;
     HwInfo hw;
     hw_detect(&hw);
-    const int cpu = strcmp(cfg->device, "cpu") == 0, all = strcmp(cfg->gpus, "all") == 0;
+    const int cpu = strcmp(device, "cpu") == 0, all = strcmp(cfg->gpus, "all") == 0;
     if (cpu) {
         if (all) vx_usage_error("--gpus all --device cpu: say how many CPU ranks to start, e.g. --gpus 2");
         return atoi(cfg->gpus);
     }
     const int n = all ? hw.n_gpus : atoi(cfg->gpus);
     if (hw.n_gpus == 0) {
-        if (all && strcmp(cfg->device, "auto") == 0) {
+        if (all && strcmp(device, "auto") == 0) {
             vx_log("launch: --gpus all found no GPU (%s); training in one process on the CPU\n", hw.gpu_reason);
             return 0;
         }
@@ -99,9 +99,9 @@ static int cmd_train(int argc, char **argv) {
     DistEnv env;
     dist_detect(&env);
     int on_gpu;
-    const int n = spawn_count(&a.cfg, &env, &on_gpu);
+    const int n = spawn_count(&a.cfg.dist, a.cfg.train.device, &env, &on_gpu);
     if (n > 1) {
-        vx_log("launch: %d ranks started by train --gpus %s, one process per %s\n", n, a.cfg.gpus,
+        vx_log("launch: %d ranks started by train --gpus %s, one process per %s\n", n, a.cfg.dist.gpus,
                on_gpu ? "GPU (NCCL)" : "CPU rank (tcp)");
         return dist_spawn(n, on_gpu, main_argc, main_argv);
     }
@@ -125,18 +125,19 @@ static int cmd_detect(int argc, char **argv) {
     DistEnv env;
     dist_detect(&env);
     int on_gpu;
-    const int spawned = spawn_count(&a.cfg, &env, &on_gpu);
+    const int spawned = spawn_count(&a.cfg.dist, a.cfg.train.device, &env, &on_gpu);
     const int world = spawned > 1 ? spawned : env.world;
-    const double lr_scale = train_plan_ranks(&a.cfg, world);
+    TrainConfig *train = &a.cfg.train;
+    const double lr_scale = train_plan_ranks(train, world);
     Runtime rt;
-    runtime_open_rank(&rt, &a.cfg, 1, env.local_rank, world > 1 ? world : 1, world);
+    runtime_open_rank(&rt, &a.cfg.model, train, 1, env.local_rank, world > 1 ? world : 1, world);
     char who[160];
-    if (spawned > 1) snprintf(who, sizeof who, "%d ranks started by train --gpus %.16s, one per %s", spawned, a.cfg.gpus,
+    if (spawned > 1) snprintf(who, sizeof who, "%d ranks started by train --gpus %.16s, one per %s", spawned, a.cfg.dist.gpus,
                               on_gpu ? "GPU" : "CPU rank");
     else dist_describe(&env, who, sizeof who);
     printf("launch: %s\n", who);
     printf("batch size: %d per micro-batch per rank x %d rank(s) x %d accumulation = %ld samples per step; lr x %.3g\n",
-           a.cfg.batch_size, world, a.cfg.grad_accum, (long)a.cfg.batch_size * world * a.cfg.grad_accum, lr_scale);
+           train->batch_size, world, train->grad_accum, (long)train->batch_size * world * train->grad_accum, lr_scale);
     runtime_close(&rt);
     return 0;
 }

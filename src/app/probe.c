@@ -43,14 +43,14 @@ static cJSON *dims_json(Dims d) { return cJSON_CreateIntArray((int[]){d.n, d.d, 
 int probe_main(int argc, char **argv) {
     CliArgs a;
     cli_parse(argc, argv, &a, HELP, ",config,out,seed,batch-size,device,threads,set,deterministic,checkpoint-activations,amp,");
-    if (a.cfg.out_dir[0] == 0) vx_usage_error("probe: --out PREFIX is required");
+    if (a.cfg.output.dir[0] == 0) vx_usage_error("probe: --out PREFIX is required");
     Runtime rt;
-    runtime_open(&rt, &a.cfg, 0);
+    runtime_open(&rt, &a.cfg.model, &a.cfg.train, 0);
     Model *m = rt.model;
     model_allocate(m);
-    model_init_params(m, (uint64_t)a.cfg.seed);
+    model_init_params(m, (uint64_t)a.cfg.train.seed);
     Tensor *in = &m->tensors[m->t_input];
-    float *batch = runtime_load_phantom_batch(&rt, &a.cfg, 0);
+    float *batch = runtime_load_phantom_batch(&rt, a.cfg.train.seed, a.cfg.data.noise, 0);
     model_set_first_sample(m, 0);
     model_forward(m, 1);
     /* The arena reuses the output's and the noise's memory during backward: copy them out first. */
@@ -62,7 +62,7 @@ int probe_main(int argc, char **argv) {
     Losses l = model_read_losses(m);
 
     char path[CONFIG_STR + 16];
-    snprintf(path, sizeof path, "%s.bin", a.cfg.out_dir);
+    snprintf(path, sizeof path, "%s.bin", a.cfg.output.dir);
     FILE *f = fopen(path, "wb");
     if (!f) vx_usage_error("probe: cannot create %s", path);
     cJSON *j = cJSON_CreateObject();
@@ -91,7 +91,7 @@ int probe_main(int argc, char **argv) {
     cJSON_AddItemToObject(j, "config", cJSON_Parse(cfg_text));
     free(cfg_text);
     char *text = cJSON_Print(j);
-    snprintf(path, sizeof path, "%s.json", a.cfg.out_dir);
+    snprintf(path, sizeof path, "%s.json", a.cfg.output.dir);
     fs_write_atomic(path, text, strlen(text));
     printf("probe: loss %.9g (recon %.9g kl %.9g), %ld parameters -> %s\n", l.total, l.recon, l.kl, m->param_count, path);
     free(text);

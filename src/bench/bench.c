@@ -35,15 +35,15 @@ typedef struct {
     double conv_shape;  /* CPU only: sgemm at the model's largest conv GEMM shape (0 on a GPU) */
 } Ceiling;
 
-static Ceiling measure_ceiling(const Runtime *rt, const Config *cfg) {
+/* tf32: train.tf32; c0: model.channels[0], the width of the largest convolution GEMM */
+static Ceiling measure_ceiling(const Runtime *rt, int tf32, int c0) {
     Ceiling c = {0};
     if (strcmp(rt->be->name, "cuda") == 0) {
-        c.gflops = bench_cublas_sgemm_gflops(8192, cfg->tf32);
-        snprintf(c.what, sizeof c.what, "cuBLAS SGEMM 8192^3 (%s), same GPU, same run", cfg->tf32 ? "TF32 tensor cores" : "FP32");
+        c.gflops = bench_cublas_sgemm_gflops(8192, tf32);
+        snprintf(c.what, sizeof c.what, "cuBLAS SGEMM 8192^3 (%s), same GPU, same run", tf32 ? "TF32 tensor cores" : "FP32");
         return c;
     }
     c.gflops = bench_sgemm_gflops(2048, 2048, 2048);
-    int c0 = cfg->channels[0];
     c.conv_shape = bench_sgemm_gflops(4096, c0, 27 * c0);
     snprintf(c.what, sizeof c.what, "sgemm 2048^3, same BLAS, same threads, same run");
     return c;
@@ -119,16 +119,18 @@ static int slowest_layers(const Model *m, const LayerTimes *lt, int top, char *m
 
 int bench_step(Config *cfg, const BenchStepOptions *o) {
     int iters = o->iters > 0 ? o->iters : 5, warmup = o->warmup >= 0 ? o->warmup : 1;
-    cfg->grad_accum = 1; /* one fixed batch per step */
+    const ModelConfig *model = &cfg->model;
+    TrainConfig *train = &cfg->train;
+    train->grad_accum = 1; /* one fixed batch per step */
     Runtime rt;
-    runtime_open(&rt, cfg, 1);
+    runtime_open(&rt, model, train, 1);
     Model *m = rt.model;
     const Backend *be = rt.be;
     model_allocate(m);
-    model_init_params(m, (uint64_t)cfg->seed);
-    float *batch = runtime_load_phantom_batch(&rt, cfg, 0);
+    model_init_params(m, (uint64_t)train->seed);
+    float *batch = runtime_load_phantom_batch(&rt, train->seed, cfg->data.noise, 0);
     Comm *single = comm_single_open();
-    Stepper *st = stepper_create(m, cfg, single, NULL);
+    Stepper *st = stepper_create(m, train, single, NULL);
     double *t = vx_malloc((size_t)iters * sizeof(double));
     int64_t step = 0;
     for (int i = -warmup; i < iters; i++) {
@@ -153,7 +155,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
         first_ms += lt.node_ms[i];
         if (m->nodes[i].kind == OP_CONV) break;
     }
-    const int in_c = cfg->in_channels, in_c_stored = m->tensors[m->t_input_lp].dims.c;
+    const int in_c = model->in_channels, in_c_stored = m->tensors[m->t_input_lp].dims.c;
     vx_log("first layer (input cast and encoder.conv_in, %d input channel(s) stored as %d): %.3f ms\n", in_c,
            in_c_stored, first_ms);
     free(lt.node_ms);
@@ -169,7 +171,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     double peak_mib = be->peak_bytes() / 1048576.0;
     /* the ceiling's GEMM buffers (768 MiB on a GPU) must not compete with a model sized to the free memory */
     model_release_memory(m);
-    Ceiling ceil = measure_ceiling(&rt, cfg);
+    Ceiling ceil = measure_ceiling(&rt, train->tf32, model->channels[0]);
     int gpu = strcmp(be->name, "cuda") == 0;
 
     char slug[160], commit[64], stem[128], dir[512], path[1024], device[600];
@@ -179,11 +181,11 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
     snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
     fs_mkdirs(dir);
-    int threads = cfg->threads ? cfg->threads : rt.hw.cores;
+    int threads = train->threads ? train->threads : rt.hw.cores;
     if (gpu)
         snprintf(device, sizeof device, "%s, %.0f GiB, compute capability %d.%d, TF32 %s, deterministic %s",
                  rt.hw.gpus[0].name, rt.hw.gpus[0].total_bytes / 1073741824.0, rt.hw.gpus[0].cc_major,
-                 rt.hw.gpus[0].cc_minor, cfg->tf32 ? "on" : "off", cfg->deterministic ? "on" : "off");
+                 rt.hw.gpus[0].cc_minor, train->tf32 ? "on" : "off", train->deterministic ? "on" : "off");
     else
         snprintf(device, sizeof device, "%s, %d cores, %d threads, %s", rt.hw.cpu_model, rt.hw.cores, threads,
                  openblas_get_config());
@@ -203,10 +205,10 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      "  \"layers_step_ms\": %.3f,\n  \"step_over_conv\": %.4f,\n  \"first_layer_ms\": %.3f,\n"
                      "  \"input_channels_stored\": %d\n}\n",
                      stem, slug, be->name, device, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
-                     __VERSION__, cfg->tf32, cfg->deterministic, commit, m->batch, cfg->input_size[0],
-                     cfg->input_size[1], cfg->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
+                     __VERSION__, train->tf32, train->deterministic, commit, m->batch, model->input_size[0],
+                     model->input_size[1], model->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
                      tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, peak_mib, ceil.what, ceil.gflops,
-                     ceil.conv_shape, gflops / ceil.gflops, m->dtype == DT_F32 ? "fp32" : cfg->precision, cfg->compile,
+                     ceil.conv_shape, gflops / ceil.gflops, m->dtype == DT_F32 ? "fp32" : train->precision, train->compile,
                      graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.other_ms + phase[2], lt.step_ms,
                      med * 1e3 / lt.conv_ms, first_ms, in_c_stored);
     snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
@@ -226,9 +228,9 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  "Slowest layers of that step (forward + backward):\n\n| layer | time | of the step |\n|---|---|---|\n%s\n"
                  "Device: %s. Backend %s, gcc %s, commit %s. One step = forward, L1+KL loss, backward, global "
                  "gradient norm, AdamW, timed with %s.\n",
-                 stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, cfg->input_size[0],
-                 cfg->input_size[1], cfg->input_size[2], m->conv_flops_step * 1e-9, gflops, ceil.what, ceil.gflops,
-                 100 * gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 ? "fp32" : cfg->precision,
+                 stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, model->input_size[0],
+                 model->input_size[1], model->input_size[2], m->conv_flops_step * 1e-9, gflops, ceil.what, ceil.gflops,
+                 100 * gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 ? "fp32" : train->precision,
                  graphs ? "the step replayed as CUDA Graphs" : "eager", PHASE_STEPS, phase[0], phase[1], phase[2],
                  lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, phase[2], med * 1e3 / lt.conv_ms,
                  layers_md,

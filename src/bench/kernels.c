@@ -122,11 +122,12 @@ static double probe_rate(Probe *p, int compute) {
     return compute ? 2.0 * PROBE_N * PROBE_N * PROBE_N / best * 1e-9 : 2.0 * (double)PROBE_BYTES / best * 1e-9;
 }
 
-static Ceilings measure_ceilings(const Runtime *rt, const Config *cfg) {
+/* tf32: train.tf32 */
+static Ceilings measure_ceilings(const Runtime *rt, int tf32) {
     Ceilings c = {0};
     if (strcmp(rt->be->name, "cuda") == 0) {
-        c.gemm_gflops = bench_cublas_sgemm_gflops(8192, cfg->tf32);
-        snprintf(c.gemm_what, sizeof c.gemm_what, "cuBLAS SGEMM 8192^3 (%s)", cfg->tf32 ? "TF32" : "FP32");
+        c.gemm_gflops = bench_cublas_sgemm_gflops(8192, tf32);
+        snprintf(c.gemm_what, sizeof c.gemm_what, "cuBLAS SGEMM 8192^3 (%s)", tf32 ? "TF32" : "FP32");
         c.copy_gbps = bench_cuda_copy_gbps((size_t)512 << 20);
         snprintf(c.copy_what, sizeof c.copy_what, "device-to-device cudaMemcpy of 512 MiB (read + write)");
         c.cache_bytes = bench_cuda_l2_bytes();
@@ -225,12 +226,12 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     int want[64];
     select_ops(o->ops, want, n_ops, ops); /* a bad --ops is refused before anything starts */
     Runtime rt;
-    runtime_open(&rt, cfg, 1);
+    runtime_open(&rt, &cfg->model, &cfg->train, 1);
     const Backend *be = rt.be;
     const int gpu = strcmp(be->name, "cuda") == 0;
     KernelCase *cases;
     const int n_all = kernel_cases_of_model(rt.model, be, &cases);
-    Ceilings ceil = measure_ceilings(&rt, cfg);
+    Ceilings ceil = measure_ceilings(&rt, cfg->train.tf32);
     vx_log("ceilings: %s %.1f GFLOP/s; %s %.1f GB/s; cache %.1f MiB\n", ceil.gemm_what, ceil.gemm_gflops,
            ceil.copy_what, ceil.copy_gbps, ceil.cache_bytes / 1048576.0);
 
@@ -255,7 +256,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         if ((size_t)copies * set_bytes > cap) copies = (int)(cap / set_bytes) > 1 ? (int)(cap / set_bytes) : 1;
         CaseResult *r = &res[c];
         KernelCheck chk;
-        kernel_check_case(be, k, 0, 1234u + (unsigned)c, kernel_check_tolerance(k, gpu && cfg->tf32),
+        kernel_check_case(be, k, 0, 1234u + (unsigned)c, kernel_check_tolerance(k, gpu && cfg->train.tf32),
                           test_wrong(op->name), &chk);
         r->ok = chk.ok, r->err = chk.err, r->tol = chk.tol;
         snprintf(r->detail, sizeof r->detail, "%s", chk.detail);
@@ -291,7 +292,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
 
     /* The ceilings once more, after the ops, keeping the better of the two: a ceiling measured during a burst of
      * someone else's load on a shared machine would inflate every fraction of it (seen on the 2-core CI VM). */
-    const Ceilings again = measure_ceilings(&rt, cfg);
+    const Ceilings again = measure_ceilings(&rt, cfg->train.tf32);
     if (again.gemm_gflops > ceil.gemm_gflops) ceil.gemm_gflops = again.gemm_gflops;
     if (again.copy_gbps > ceil.copy_gbps) ceil.copy_gbps = again.copy_gbps;
     vx_log("ceilings after the ops: %.1f GFLOP/s, %.1f GB/s; the better of each is used\n", again.gemm_gflops,
@@ -313,11 +314,11 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     snprintf(stem, sizeof stem, "%s", base);
     if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
     bench_results_dir(&rt, o->results_dir, dir, sizeof dir);
-    const int threads = cfg->threads ? cfg->threads : rt.hw.cores;
+    const int threads = cfg->train.threads ? cfg->train.threads : rt.hw.cores;
     char device[400];
     if (gpu)
         snprintf(device, sizeof device, "%s, compute capability %d.%d, TF32 %s", rt.hw.gpus[0].name,
-                 rt.hw.gpus[0].cc_major, rt.hw.gpus[0].cc_minor, cfg->tf32 ? "on" : "off");
+                 rt.hw.gpus[0].cc_major, rt.hw.gpus[0].cc_minor, cfg->train.tf32 ? "on" : "off");
     else
         snprintf(device, sizeof device, "%s, %d cores, %d threads, %s", rt.hw.cpu_model, rt.hw.cores, threads,
                  openblas_get_config());

@@ -79,18 +79,18 @@ static void self_exe(char *out, size_t len) {
 /* One rank's step timeline at per-rank batch `batch` with `threads` CPU threads. */
 static Timeline measure_timeline(const Config *base, int batch, int threads) {
     Config cfg = *base;
-    cfg.batch_size = batch;
-    cfg.threads = threads;
+    cfg.train.batch_size = batch;
+    cfg.train.threads = threads;
     Runtime rt;
-    runtime_open(&rt, &cfg, 0);
+    runtime_open(&rt, &cfg.model, &cfg.train, 0);
     Model *m = rt.model;
     const Backend *be = rt.be;
     const int gpu = strcmp(be->name, "cuda") == 0;
     model_allocate(m);
-    model_init_params(m, (uint64_t)cfg.seed);
-    float *host = runtime_load_phantom_batch(&rt, &cfg, 0);
+    model_init_params(m, (uint64_t)cfg.train.seed);
+    float *host = runtime_load_phantom_batch(&rt, cfg.train.seed, cfg.data.noise, 0);
     Comm *single = comm_single_open();
-    Buckets *bk = buckets_plan_model(m, single, cfg.bucket_mb, cfg.first_bucket_mb);
+    Buckets *bk = buckets_plan_model(m, single, cfg.dist.bucket_mb, cfg.dist.first_bucket_mb);
     Timeline tl = {.nb = bk->n, .estimated = gpu};
     tl.ready = vx_malloc((size_t)bk->n * sizeof(double));
     tl.bytes = vx_malloc((size_t)bk->n * sizeof(double));
@@ -98,8 +98,8 @@ static Timeline measure_timeline(const Config *base, int batch, int threads) {
     double f[STEPS], b[STEPS], o[STEPS], *r = vx_malloc((size_t)STEPS * bk->n * sizeof(double));
     hook_t = vx_malloc((size_t)m->n_nodes * sizeof(double));
     if (!gpu) m->backward_hook = record_hook, m->backward_hook_ctx = NULL;
-    cfg.grad_accum = 1;
-    Stepper *st = stepper_create(m, &cfg, single, NULL); /* the trainer's step, its phases timed apart */
+    cfg.train.grad_accum = 1;
+    Stepper *st = stepper_create(m, &cfg.train, single, NULL); /* the trainer's step, its phases timed apart */
     stepper_time_phases(st, 1);
     for (int s = -WARM; s < STEPS; s++) {
         const int64_t step1 = s + WARM + 1;
@@ -298,7 +298,7 @@ static void write_chart(const char *path, const Row *rows, int nr, int max_n) {
 int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     Runtime probe;
     Config pc = *cfg;
-    runtime_open(&probe, &pc, 1);
+    runtime_open(&probe, &pc.model, &pc.train, 1);
     const int gpu = strcmp(probe.be->name, "cuda") == 0, cores = probe.hw.cores > 0 ? probe.hw.cores : 1;
     char slug[400], commit[64], dir[700], path[1200], stem[128];
     bench_device_slug(&probe, slug, sizeof slug);
@@ -314,7 +314,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     for (int i = 0; i < o->n_counts; i++) max_count = o->counts[i] > max_count ? o->counts[i] : max_count;
     const int measure_max = o->measure_max > 0 ? o->measure_max : gpu ? n_gpus : 4;
     const int use_mpi = !gpu && have_mpirun();
-    const int b = cfg->batch_size > 0 ? cfg->batch_size : 1, global = b * max_count;
+    const int b = cfg->train.batch_size > 0 ? cfg->train.batch_size : 1, global = b * max_count;
     char tmp[] = "/tmp/voxscale-scaling-XXXXXX";
     VX_CHECK(mkdtemp(tmp) != NULL, "bench scaling: cannot make a scratch directory in /tmp");
 
@@ -353,7 +353,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
                        global);
                 continue;
             }
-            const int threads = gpu ? cfg->threads : (cores / n > 1 ? cores / n : 1);
+            const int threads = gpu ? cfg->train.threads : (cores / n > 1 ? cores / n : 1);
             const double share = gpu ? 1.0 : fmax(1.0, (double)n * threads / cores);
             Row *r = &rows[nr++];
             *r = (Row){.mode = mode, .n = n, .batch = pb, .global = pb * n, .threads = threads, .err = NAN};

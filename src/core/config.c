@@ -19,135 +19,137 @@ typedef enum { T_INT, T_INT64, T_DOUBLE, T_FLOAT, T_STRING, T_INT3, T_INTLIST, T
 
 typedef struct {
     const char *section, *key;
+    size_t offset; /* of the value in a Config (in a Stage for STAGE_SCHEMA) */
     KeyType type;
-    size_t offset;
     double min, max;     /* inclusive range of numbers and of list elements */
     const char *choices; /* T_STRING: "a|b|c", or NULL for any string */
     const char *def;     /* default, as the JSON text of the value */
     const char *help;
 } KeySpec;
 
-#define OFF(f) offsetof(Config, f)
+/* A key of the schema: its section, its name, and where it lives in a Config, which is its section's member of the
+ * same name (cfg->model.input_size is model.input_size). */
+#define K(section, key) #section, #key, offsetof(Config, section.key)
 static const KeySpec SCHEMA[] = {
-    {"model", "input_size", T_INT3, OFF(input_size), 4, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
-    {"model", "in_channels", T_INT, OFF(in_channels), 1, 64, NULL, "1", "channels of the input volume"},
-    {"model", "channels", T_INTLIST, OFF(channels), 1, 4096, NULL, "[16, 32]",
+    {K(model, input_size), T_INT3, 4, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
+    {K(model, in_channels), T_INT, 1, 64, NULL, "1", "channels of the input volume"},
+    {K(model, channels), T_INTLIST, 1, 4096, NULL, "[16, 32]",
      "channels per resolution level; each level after the first halves D, H, W"},
-    {"model", "res_blocks", T_INT, OFF(res_blocks), 0, 16, NULL, "1", "ResBlocks per level"},
-    {"model", "norm_groups", T_INT, OFF(norm_groups), 1, 1024, NULL, "8", "GroupNorm groups (divide every channels entry)"},
-    {"model", "latent_channels", T_INT, OFF(latent_channels), 1, 256, NULL, "4", "channels of the latent"},
-    {"model", "kl_weight", T_FLOAT, OFF(kl_weight), 0, 1e3, NULL, "1e-6", "weight of the KL term"},
-    {"model", "loss", T_STRING, OFF(loss), 0, 0, "l1|mse", "\"l1\"", "reconstruction loss"},
-    {"model", "logvar_min", T_FLOAT, OFF(logvar_min), -100, 0, NULL, "-30", "log-variance clamp, low"},
-    {"model", "logvar_max", T_FLOAT, OFF(logvar_max), 0, 100, NULL, "20", "log-variance clamp, high"},
-    {"model", "norm_eps", T_FLOAT, OFF(norm_eps), 1e-12, 1, NULL, "1e-6", "GroupNorm epsilon"},
-    {"model", "pad_input_channels", T_STRING, OFF(pad_input_channels), 0, 0, "auto|on|off", "\"auto\"",
+    {K(model, res_blocks), T_INT, 0, 16, NULL, "1", "ResBlocks per level"},
+    {K(model, norm_groups), T_INT, 1, 1024, NULL, "8", "GroupNorm groups (divide every channels entry)"},
+    {K(model, latent_channels), T_INT, 1, 256, NULL, "4", "channels of the latent"},
+    {K(model, kl_weight), T_FLOAT, 0, 1e3, NULL, "1e-6", "weight of the KL term"},
+    {K(model, loss), T_STRING, 0, 0, "l1|mse", "\"l1\"", "reconstruction loss"},
+    {K(model, logvar_min), T_FLOAT, -100, 0, NULL, "-30", "log-variance clamp, low"},
+    {K(model, logvar_max), T_FLOAT, 0, 100, NULL, "20", "log-variance clamp, high"},
+    {K(model, norm_eps), T_FLOAT, 1e-12, 1, NULL, "1e-6", "GroupNorm epsilon"},
+    {K(model, pad_input_channels), T_STRING, 0, 0, "auto|on|off", "\"auto\"",
      "store the first convolution's input and weights with in_channels padded with zeros to a multiple of 8, the "
      "channel count cuDNN's tensor-core kernels want; auto = with bf16/fp16, on = in any precision too (the CPU "
      "tests the path so), off = never. Parameters and checkpoints stay unpadded"},
-    {"train", "steps", T_INT, OFF(steps), 0, 1e9, NULL, "200", "optimizer steps in total"},
-    {"train", "batch_size", T_INT, OFF(batch_size), 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
-    {"train", "global_batch", T_INT, OFF(global_batch), 0, 1 << 22, NULL, "0",
+    {K(train, steps), T_INT, 0, 1e9, NULL, "200", "optimizer steps in total"},
+    {K(train, batch_size), T_INT, 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
+    {K(train, global_batch), T_INT, 0, 1 << 22, NULL, "0",
      "samples per optimizer step over all ranks; sets the per-rank batch (it must divide by ranks x grad_accum), so "
      "results do not depend on the number of GPUs; 0 = batch_size per rank"},
-    {"train", "grad_accum", T_INT, OFF(grad_accum), 1, 1024, NULL, "1", "micro-batches per optimizer step"},
-    {"train", "lr", T_FLOAT, OFF(lr), 0, 10, NULL, "1e-3", "peak learning rate"},
-    {"train", "min_lr", T_FLOAT, OFF(min_lr), 0, 10, NULL, "1e-5", "learning rate at the end of the cosine"},
-    {"train", "warmup_steps", T_INT, OFF(warmup_steps), 0, 1e9, NULL, "20", "linear warmup steps"},
-    {"train", "weight_decay", T_FLOAT, OFF(weight_decay), 0, 10, NULL, "0.01", "AdamW decoupled weight decay"},
-    {"train", "beta1", T_FLOAT, OFF(beta1), 0, 0.9999999, NULL, "0.9", "AdamW beta1"},
-    {"train", "beta2", T_FLOAT, OFF(beta2), 0, 0.9999999, NULL, "0.999", "AdamW beta2"},
-    {"train", "adam_eps", T_FLOAT, OFF(adam_eps), 1e-20, 1, NULL, "1e-8", "AdamW epsilon"},
-    {"train", "grad_clip", T_DOUBLE, OFF(grad_clip), 0, 1e9, NULL, "1.0", "clip the global gradient norm to this; 0 = off"},
-    {"train", "lr_scaling", T_STRING, OFF(lr_scaling), 0, 0, "none|linear|sqrt", "\"sqrt\"",
+    {K(train, grad_accum), T_INT, 1, 1024, NULL, "1", "micro-batches per optimizer step"},
+    {K(train, lr), T_FLOAT, 0, 10, NULL, "1e-3", "peak learning rate"},
+    {K(train, min_lr), T_FLOAT, 0, 10, NULL, "1e-5", "learning rate at the end of the cosine"},
+    {K(train, warmup_steps), T_INT, 0, 1e9, NULL, "20", "linear warmup steps"},
+    {K(train, weight_decay), T_FLOAT, 0, 10, NULL, "0.01", "AdamW decoupled weight decay"},
+    {K(train, beta1), T_FLOAT, 0, 0.9999999, NULL, "0.9", "AdamW beta1"},
+    {K(train, beta2), T_FLOAT, 0, 0.9999999, NULL, "0.999", "AdamW beta2"},
+    {K(train, adam_eps), T_FLOAT, 1e-20, 1, NULL, "1e-8", "AdamW epsilon"},
+    {K(train, grad_clip), T_DOUBLE, 0, 1e9, NULL, "1.0", "clip the global gradient norm to this; 0 = off"},
+    {K(train, lr_scaling), T_STRING, 0, 0, "none|linear|sqrt", "\"sqrt\"",
      "scale lr and min_lr with the number of ranks when the batch is per rank (not with global_batch): x ranks, "
      "x sqrt(ranks), or not"},
-    {"train", "seed", T_INT64, OFF(seed), 0, 9007199254740991.0, NULL, "1234", "seed of weights, data and noise"},
-    {"train", "log_every", T_INT, OFF(log_every), 1, 1e9, NULL, "10", "steps between progress lines"},
-    {"train", "val_every", T_INT, OFF(val_every), 0, 1e9, NULL, "50", "steps between validations; 0 = only at the end"},
-    {"train", "val_samples", T_INT, OFF(val_samples), 0, 1e6, NULL, "4", "held-out volumes per validation"},
-    {"train", "ckpt_every", T_INT, OFF(ckpt_every), 0, 1e9, NULL, "0", "steps between checkpoints; 0 = only at the end"},
-    {"train", "device", T_STRING, OFF(device), 0, 0, "auto|cpu|cuda", "\"auto\"", "where to train"},
-    {"train", "threads", T_INT, OFF(threads), 0, 4096, NULL, "0", "CPU threads; 0 = all cores"},
-    {"train", "deterministic", T_INT, OFF(deterministic), 0, 1, NULL, "0",
+    {K(train, seed), T_INT64, 0, 9007199254740991.0, NULL, "1234", "seed of weights, data and noise"},
+    {K(train, log_every), T_INT, 1, 1e9, NULL, "10", "steps between progress lines"},
+    {K(train, val_every), T_INT, 0, 1e9, NULL, "50", "steps between validations; 0 = only at the end"},
+    {K(train, val_samples), T_INT, 0, 1e6, NULL, "4", "held-out volumes per validation"},
+    {K(train, ckpt_every), T_INT, 0, 1e9, NULL, "0", "steps between checkpoints; 0 = only at the end"},
+    {K(train, device), T_STRING, 0, 0, "auto|cpu|cuda", "\"auto\"", "where to train"},
+    {K(train, threads), T_INT, 0, 4096, NULL, "0", "CPU threads; 0 = all cores"},
+    {K(train, deterministic), T_INT, 0, 1, NULL, "0",
      "1 = only deterministic GPU algorithms (bit-identical reruns, slower convolutions)"},
-    {"train", "tf32", T_INT, OFF(tf32), 0, 1, NULL, "1",
+    {K(train, tf32), T_INT, 0, 1, NULL, "1",
      "1 = let cuDNN use TF32 tensor cores for float32 convolutions (PyTorch's default), 0 = strict FP32"},
-    {"train", "fuse", T_INT, OFF(fuse), 0, 1, NULL, "1",
+    {K(train, fuse), T_INT, 0, 1, NULL, "1",
      "1 = run each GroupNorm and the SiLU after it as one op (no pre-activation tensor kept: less memory, one pass "
      "fewer each way); 0 = two ops, as PyTorch eager"},
-    {"train", "checkpoint_activations", T_INT, OFF(checkpoint_activations), 0, 1, NULL, "0",
+    {K(train, checkpoint_activations), T_INT, 0, 1, NULL, "0",
      "1 = keep only each ResBlock's input and recompute its inside in backward (less activation memory, about "
      "one more forward of the blocks per step), as torch.utils.checkpoint"},
-    {"train", "precision", T_STRING, OFF(precision), 0, 0, "auto|bf16|fp16|off", "\"auto\"",
+    {K(train, precision), T_STRING, 0, 0, "auto|bf16|fp16|off", "\"auto\"",
      "storage and compute type of activations (--amp): bf16 or fp16 = mixed precision on a GPU (float32 master "
      "weights, optimizer state, statistics and every reduction); off = float32; auto = bf16 on a GPU (all this build "
      "runs on have it), float32 on the CPU"},
-    {"train", "loss_scale", T_STRING, OFF(loss_scale), 0, 0, "auto|dynamic|off", "\"auto\"",
+    {K(train, loss_scale), T_STRING, 0, 0, "auto|dynamic|off", "\"auto\"",
      "dynamic loss scaling, as torch.amp.GradScaler: a step whose gradient is not finite is skipped and the scale "
      "halved, growth_interval finite steps double it; auto = with fp16 only"},
-    {"train", "loss_scale_init", T_FLOAT, OFF(loss_scale_init), 1, 1 << 24, NULL, "65536",
+    {K(train, loss_scale_init), T_FLOAT, 1, 1 << 24, NULL, "65536",
      "the first loss scale (a power of two, so scaling is exact)"},
-    {"train", "loss_scale_growth_interval", T_INT, OFF(loss_scale_growth_interval), 1, 1e9, NULL, "2000",
+    {K(train, loss_scale_growth_interval), T_INT, 1, 1e9, NULL, "2000",
      "finite steps in a row after which the loss scale doubles"},
-    {"train", "compile", T_INT, OFF(compile), 0, 1, NULL, "0",
+    {K(train, compile), T_INT, 0, 1, NULL, "0",
      "1 = capture the training step in CUDA Graphs on its second use and replay them (--compile): one per kind of "
      "micro-batch (forward, loss, backward; with ranks the last one holds the gradient buckets' NCCL all-reduces) and "
      "one for the losses' all-reduce, clipping and AdamW; losses are read back one step late. The CPU runs the "
      "same step eagerly"},
-    {"train", "stages", T_STAGES, OFF(stages), 0, 0, NULL, "[]",
+    {K(train, stages), T_STAGES, 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
      "train.steps is then their sum"},
-    {"data", "source", T_STRING, OFF(data_source), 0, 0, "phantom|csv|dir", "\"phantom\"",
+    {K(data, source), T_STRING, 0, 0, "phantom|csv|dir", "\"phantom\"",
      "where volumes come from: the built-in phantoms, a CSV manifest (data.csv) or a folder (data.dir)"},
-    {"data", "noise", T_FLOAT, OFF(data_noise), 0, 1, NULL, "0.02", "std of the phantom's Gaussian noise"},
-    {"data", "prefetch", T_INT, OFF(prefetch), 1, 64, NULL, "2", "batches the loader prepares ahead"},
-    {"data", "csv", T_STRING, OFF(data_csv), 0, 0, NULL, "\"\"",
+    {K(data, noise), T_FLOAT, 0, 1, NULL, "0.02", "std of the phantom's Gaussian noise"},
+    {K(data, prefetch), T_INT, 1, 64, NULL, "2", "batches the loader prepares ahead"},
+    {K(data, csv), T_STRING, 0, 0, NULL, "\"\"",
      "the manifest: a header row, a path column (relative paths are to the CSV's folder), optional split column"},
-    {"data", "dir", T_STRING, OFF(data_dir), 0, 0, NULL, "\"\"", "a folder of volumes (source dir)"},
-    {"data", "glob", T_STRING, OFF(data_glob), 0, 0, NULL, "\"*.nii*\"",
+    {K(data, dir), T_STRING, 0, 0, NULL, "\"\"", "a folder of volumes (source dir)"},
+    {K(data, glob), T_STRING, 0, 0, NULL, "\"*.nii*\"",
      "which entries of data.dir are volumes: NIfTI files, or folders of PNG slices (e.g. \"case*\")"},
-    {"data", "path_column", T_STRING, OFF(data_path_column), 0, 0, NULL, "\"path\"", "the manifest's path column"},
-    {"data", "split_column", T_STRING, OFF(data_split_column), 0, 0, NULL, "\"split\"",
+    {K(data, path_column), T_STRING, 0, 0, NULL, "\"path\"", "the manifest's path column"},
+    {K(data, split_column), T_STRING, 0, 0, NULL, "\"split\"",
      "the manifest's split column (train | val); without one, data.val_fraction is held out"},
-    {"data", "val_fraction", T_DOUBLE, OFF(data_val_fraction), 0, 0.9, NULL, "0.1",
+    {K(data, val_fraction), T_DOUBLE, 0, 0.9, NULL, "0.1",
      "share of the volumes held out for validation by a seeded draw, when there is no split column"},
-    {"data", "normalize", T_STRING, OFF(data_normalize), 0, 0, "percentile|zscore|none", "\"percentile\"",
+    {K(data, normalize), T_STRING, 0, 0, "percentile|zscore|none", "\"percentile\"",
      "per volume: clip to the clip_low..clip_high percentiles and scale to [0, 1], or zero mean unit std"},
-    {"data", "clip_low", T_DOUBLE, OFF(data_clip_low), 0, 50, NULL, "0.5", "lower percentile of normalize percentile"},
-    {"data", "clip_high", T_DOUBLE, OFF(data_clip_high), 50, 100, NULL, "99.5", "upper percentile"},
-    {"data", "pad", T_INT, OFF(data_pad), 0, 1, NULL, "1",
+    {K(data, clip_low), T_DOUBLE, 0, 50, NULL, "0.5", "lower percentile of normalize percentile"},
+    {K(data, clip_high), T_DOUBLE, 50, 100, NULL, "99.5", "upper percentile"},
+    {K(data, pad), T_INT, 0, 1, NULL, "1",
      "1 = pad a volume smaller than the input with its minimum; 0 = such a volume is an error"},
-    {"data", "augment", T_INT, OFF(data_augment), 0, 1, NULL, "1",
+    {K(data, augment), T_INT, 0, 1, NULL, "1",
      "1 = random flips and 90-degree rotations of training volumes read from files (seeded per sample)"},
-    {"data", "cache_rate", T_DOUBLE, OFF(data_cache_rate), 0, 1, NULL, "1",
+    {K(data, cache_rate), T_DOUBLE, 0, 1, NULL, "1",
      "share of the decoded training volumes kept in memory; an epoch draws from the cached ones"},
-    {"data", "replace_rate", T_DOUBLE, OFF(data_replace_rate), 0, 1, NULL, "0",
+    {K(data, replace_rate), T_DOUBLE, 0, 1, NULL, "0",
      "share of the cache replaced by new volumes each epoch (decoded ahead by a background thread)"},
-    {"data", "cache_max_gib", T_DOUBLE, OFF(data_cache_max_gib), 0.001, 4096, NULL, "8",
+    {K(data, cache_max_gib), T_DOUBLE, 0.001, 4096, NULL, "8",
      "upper bound of the cache per rank; a cache_rate beyond it is refused"},
-    {"data", "workers", T_INT, OFF(data_workers), 0, 256, NULL, "0", "decoding threads; 0 = from the core count"},
-    {"data", "skip_bad", T_INT, OFF(data_skip_bad), 0, 1, NULL, "0",
+    {K(data, workers), T_INT, 0, 256, NULL, "0", "decoding threads; 0 = from the core count"},
+    {K(data, skip_bad), T_INT, 0, 1, NULL, "0",
      "1 = skip an unreadable or unusable volume with a warning (counted); 0 = it is an error"},
-    {"output", "dir", T_STRING, OFF(out_dir), 0, 0, NULL, "\"\"", "run directory; empty = runs/<config>-<time>"},
-    {"output", "tensorboard", T_INT, OFF(tensorboard), 0, 1, NULL, "1", "1 = write TensorBoard event files into the run directory"},
-    {"output", "image_every", T_INT, OFF(image_every), 0, 1e9, NULL, "50",
+    {K(output, dir), T_STRING, 0, 0, NULL, "\"\"", "run directory; empty = runs/<config>-<time>"},
+    {K(output, tensorboard), T_INT, 0, 1, NULL, "1", "1 = write TensorBoard event files into the run directory"},
+    {K(output, image_every), T_INT, 0, 1e9, NULL, "50",
      "steps between TensorBoard images (mid-slices of inputs, reconstructions, errors); 0 = off"},
-    {"output", "image_samples", T_INT, OFF(image_samples), 1, 64, NULL, "2", "held-out volumes shown per image step"},
-    {"output", "hist_every", T_INT, OFF(hist_every), 0, 1e9, NULL, "100",
+    {K(output, image_samples), T_INT, 1, 64, NULL, "2", "held-out volumes shown per image step"},
+    {K(output, hist_every), T_INT, 0, 1e9, NULL, "100",
      "steps between weight and gradient histograms per layer group; 0 = off"},
-    {"output", "flush_secs", T_DOUBLE, OFF(flush_secs), 0.1, 3600, NULL, "5", "longest time TensorBoard records stay buffered"},
-    {"output", "profile", T_STRING, OFF(profile), 0, 0, NULL, "\"\"",
+    {K(output, flush_secs), T_DOUBLE, 0.1, 3600, NULL, "5", "longest time TensorBoard records stay buffered"},
+    {K(output, profile), T_STRING, 0, 0, NULL, "\"\"",
      "START:END records a profiler trace of optimizer steps START..END (1-based, inclusive); empty = off"},
-    {"dist", "gpus", T_STRING, OFF(gpus), 0, 0, NULL, "\"\"",
+    {K(dist, gpus), T_STRING, 0, 0, NULL, "\"\"",
      "N or all: start one rank per GPU of this machine (N CPU ranks with --device cpu); empty = one process"},
-    {"dist", "timeout_s", T_DOUBLE, OFF(dist_timeout_s), 0.1, 1e6, NULL, "600",
+    {K(dist, timeout_s), T_DOUBLE, 0.1, 1e6, NULL, "600",
      "a collective not finished within this ends every rank with exit 3 (PyTorch's default is 600 s)"},
-    {"dist", "bucket_mb", T_DOUBLE, OFF(bucket_mb), 0.001, 4096, NULL, "25",
+    {K(dist, bucket_mb), T_DOUBLE, 0.001, 4096, NULL, "25",
      "size of the gradient buckets all-reduced while backward runs (DDP's bucket_cap_mb)"},
-    {"dist", "first_bucket_mb", T_DOUBLE, OFF(first_bucket_mb), 0.001, 4096, NULL, "1",
+    {K(dist, first_bucket_mb), T_DOUBLE, 0.001, 4096, NULL, "1",
      "size of the first bucket, smaller so that communication starts early"},
-    {"output", "sample_log", T_INT, OFF(sample_log), 0, 1, NULL, "0",
+    {K(output, sample_log), T_INT, 0, 1, NULL, "0",
      "1 = write samples.tsv in the run directory: step, micro-batch, first global sample and count of every batch read"},
 };
 #define NKEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))
@@ -155,13 +157,13 @@ static const KeySpec SCHEMA[] = {
 /* The keys of one entry of train.stages (section "" : the name is train.stages[i].key). A key left out inherits:
  * input_size from model.input_size, batch_size from train.batch_size, lr from train.lr (config_validate fills them
  * in); exactly one of steps and epochs is given. */
-#define SOFF(f) offsetof(Stage, f)
+#define SK(key) "", #key, offsetof(Stage, key)
 static const KeySpec STAGE_SCHEMA[] = {
-    {"", "input_size", T_INT3, SOFF(input_size), 4, 1024, NULL, NULL, "volume D, H, W of this stage"},
-    {"", "steps", T_INT, SOFF(steps), 1, 1e9, NULL, NULL, "optimizer steps of this stage"},
-    {"", "epochs", T_DOUBLE, SOFF(epochs), 1e-6, 1e6, NULL, NULL, "or: passes over the training set"},
-    {"", "batch_size", T_INT, SOFF(batch_size), 0, 4096, NULL, NULL, "per-rank micro-batch of this stage"},
-    {"", "lr", T_FLOAT, SOFF(lr), 0, 10, NULL, NULL, "peak learning rate of this stage"},
+    {SK(input_size), T_INT3, 4, 1024, NULL, NULL, "volume D, H, W of this stage"},
+    {SK(steps), T_INT, 1, 1e9, NULL, NULL, "optimizer steps of this stage"},
+    {SK(epochs), T_DOUBLE, 1e-6, 1e6, NULL, NULL, "or: passes over the training set"},
+    {SK(batch_size), T_INT, 0, 4096, NULL, NULL, "per-rank micro-batch of this stage"},
+    {SK(lr), T_FLOAT, 0, 10, NULL, NULL, "peak learning rate of this stage"},
 };
 #define NSTAGE_KEYS ((int)(sizeof STAGE_SCHEMA / sizeof STAGE_SCHEMA[0]))
 
@@ -181,7 +183,7 @@ static const char *type_name(KeyType t) {
 
 static int is_integer(double v) { return isfinite(v) && floor(v) == v; }
 
-static void apply_stages(Config *cfg, const cJSON *v, const char *origin);
+static void apply_stages(TrainConfig *train, const cJSON *v, const char *origin);
 
 /* Applies one JSON value to the key it belongs to in `record` (a Config, or a Stage of train.stages), or exits 2
  * naming origin and the key's full name. levels receives a T_INTLIST's length. */
@@ -249,7 +251,7 @@ static void apply_to(void *record, int *levels, const char *name, const KeySpec 
         if (k->type == T_INTLIST && levels) *levels = n;
         break;
     }
-    case T_STAGES: apply_stages((Config *)record, v, origin); break;
+    case T_STAGES: apply_stages(&((Config *)record)->train, v, origin); break;
     }
 }
 
@@ -257,21 +259,21 @@ static void apply_to(void *record, int *levels, const char *name, const KeySpec 
 static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const char *origin) {
     char name[96];
     snprintf(name, sizeof name, "%s.%s", k->section, k->key);
-    apply_to(cfg, &cfg->levels, name, k, v, origin);
+    apply_to(cfg, &cfg->model.levels, name, k, v, origin);
 }
 
 /* train.stages: each entry an object of STAGE_SCHEMA's keys, each key at most once; what is left out inherits
  * (marked 0 / -1 here, filled in by config_validate). */
-static void apply_stages(Config *cfg, const cJSON *v, const char *origin) {
+static void apply_stages(TrainConfig *train, const cJSON *v, const char *origin) {
     const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
     if (n < 0 || n > CONFIG_MAX_STAGES)
         vx_usage_error("%s: train.stages must be a list of at most %d stage objects, e.g. [{\"input_size\": [64, 64, 64], "
                        "\"steps\": 100}]", origin, CONFIG_MAX_STAGES);
-    cfg->n_stages = n;
+    train->n_stages = n;
     for (int i = 0; i < n; i++) {
         const cJSON *o = cJSON_GetArrayItem(v, i);
         if (!cJSON_IsObject(o)) vx_usage_error("%s: train.stages[%d] must be an object", origin, i);
-        Stage *st = &cfg->stages[i];
+        Stage *st = &train->stages[i];
         *st = (Stage){.input_size = {0, 0, 0}, .steps = 0, .epochs = 0, .batch_size = -1, .lr = -1};
         for (const cJSON *kv = o->child; kv; kv = kv->next) {
             for (const cJSON *prev = o->child; prev != kv; prev = prev->next)
@@ -419,62 +421,66 @@ void config_set(Config *cfg, const char *key, const char *value, const char *ori
     cJSON_Delete(v);
 }
 
-Stage config_stage(const Config *cfg, int i) {
-    Stage st = cfg->stages[i];
-    if (st.input_size[0] == 0) memcpy(st.input_size, cfg->input_size, sizeof st.input_size);
-    if (st.batch_size < 0) st.batch_size = cfg->batch_size;
-    if (st.lr < 0) st.lr = cfg->lr;
+Stage config_stage(const TrainConfig *train, const int model_input_size[3], int i) {
+    Stage st = train->stages[i];
+    if (st.input_size[0] == 0) memcpy(st.input_size, model_input_size, sizeof st.input_size);
+    if (st.batch_size < 0) st.batch_size = train->batch_size;
+    if (st.lr < 0) st.lr = train->lr;
     return st;
 }
 
 void config_validate(const Config *cfg, const char *origin) {
-    int factor = 1 << (cfg->levels - 1);
+    const ModelConfig *m = &cfg->model;
+    const TrainConfig *t = &cfg->train;
+    const DataConfig *d = &cfg->data;
+    int factor = 1 << (m->levels - 1);
     for (int a = 0; a < 3; a++)
-        if (cfg->input_size[a] % factor)
+        if (m->input_size[a] % factor)
             vx_usage_error("%s: model.input_size[%d] = %d must be divisible by %d (2^(levels-1) for %d channel levels)",
-                           origin, a, cfg->input_size[a], factor, cfg->levels);
-    for (int i = 0; i < cfg->n_stages; i++) {
-        const Stage st = config_stage(cfg, i);
+                           origin, a, m->input_size[a], factor, m->levels);
+    for (int i = 0; i < t->n_stages; i++) {
+        const Stage st = config_stage(t, m->input_size, i);
         for (int a = 0; a < 3; a++)
             if (st.input_size[a] % factor)
                 vx_usage_error("%s: train.stages[%d].input_size[%d] = %d must be divisible by %d (2^(levels-1))", origin,
                                i, a, st.input_size[a], factor);
-        if (st.lr * cfg->weight_decay >= 1 || cfg->min_lr > st.lr)
+        if (st.lr * t->weight_decay >= 1 || t->min_lr > st.lr)
             vx_usage_error("%s: train.stages[%d].lr = %g must be at least train.min_lr and below 1 / "
                            "train.weight_decay", origin, i, st.lr);
     }
-    if (strcmp(cfg->data_source, "csv") == 0 && !cfg->data_csv[0])
+    if (strcmp(d->source, "csv") == 0 && !d->csv[0])
         vx_usage_error("%s: data.source csv needs data.csv, the manifest's path", origin);
-    if (strcmp(cfg->data_source, "dir") == 0 && !cfg->data_dir[0])
+    if (strcmp(d->source, "dir") == 0 && !d->dir[0])
         vx_usage_error("%s: data.source dir needs data.dir, the folder of volumes", origin);
-    if (cfg->data_clip_low >= cfg->data_clip_high)
+    if (d->clip_low >= d->clip_high)
         vx_usage_error("%s: data.clip_low must be below data.clip_high", origin);
-    for (int l = 0; l < cfg->levels; l++)
-        if (cfg->channels[l] % cfg->norm_groups)
+    for (int l = 0; l < m->levels; l++)
+        if (m->channels[l] % m->norm_groups)
             vx_usage_error("%s: model.norm_groups = %d must divide every model.channels entry (%d does not)", origin,
-                           cfg->norm_groups, cfg->channels[l]);
-    if (cfg->min_lr > cfg->lr)
-        vx_usage_error("%s: train.min_lr = %g must not exceed train.lr = %g", origin, cfg->min_lr, cfg->lr);
+                           m->norm_groups, m->channels[l]);
+    if (t->min_lr > t->lr)
+        vx_usage_error("%s: train.min_lr = %g must not exceed train.lr = %g", origin, t->min_lr, t->lr);
     int p0, p1;
-    if (cfg->profile[0] && !config_profile_window(cfg, &p0, &p1))
+    if (cfg->output.profile[0] && !config_profile_window(&cfg->output, &p0, &p1))
         vx_usage_error("%s: output.profile = \"%s\" must be START:END with 1 <= START <= END, e.g. 10:12", origin,
-                       cfg->profile);
-    if (cfg->logvar_min >= cfg->logvar_max)
+                       cfg->output.profile);
+    if (m->logvar_min >= m->logvar_max)
         vx_usage_error("%s: model.logvar_min must be below model.logvar_max", origin);
-    if (cfg->gpus[0] && strcmp(cfg->gpus, "all") != 0) {
+    const char *gpus = cfg->dist.gpus;
+    if (gpus[0] && strcmp(gpus, "all") != 0) {
         char *end;
-        long n = strtol(cfg->gpus, &end, 10);
+        long n = strtol(gpus, &end, 10);
         if (*end || n < 1 || n > 1024)
-            vx_usage_error("%s: dist.gpus = \"%s\" must be a number of GPUs 1..1024 or \"all\"", origin, cfg->gpus);
+            vx_usage_error("%s: dist.gpus = \"%s\" must be a number of GPUs 1..1024 or \"all\"", origin, gpus);
     }
     int exp2;
-    if (frexp(cfg->loss_scale_init, &exp2) != 0.5)
+    if (frexp(t->loss_scale_init, &exp2) != 0.5)
         vx_usage_error("%s: train.loss_scale_init = %g must be a power of two (scaling by it must be exact)", origin,
-                       cfg->loss_scale_init);
-    if (cfg->lr * cfg->weight_decay >= 1)
+                       t->loss_scale_init);
+    if (t->lr * t->weight_decay >= 1)
         vx_usage_error("%s: train.lr * train.weight_decay = %g must be below 1 (decoupled weight decay multiplies the "
                        "weights by 1 - lr * weight_decay every step); lower one of them", origin,
-                       cfg->lr * cfg->weight_decay);
+                       t->lr * t->weight_decay);
 }
 
 static cJSON *value_to_json(const Config *cfg, const KeySpec *k) {
@@ -486,11 +492,11 @@ static cJSON *value_to_json(const Config *cfg, const KeySpec *k) {
     case T_FLOAT: return cJSON_CreateNumber(*(const double *)base);
     case T_STRING: return cJSON_CreateString(base);
     case T_INT3: return cJSON_CreateIntArray((const int *)base, 3);
-    case T_INTLIST: return cJSON_CreateIntArray((const int *)base, cfg->levels);
+    case T_INTLIST: return cJSON_CreateIntArray((const int *)base, cfg->model.levels);
     case T_STAGES: {
         cJSON *list = cJSON_CreateArray();
-        for (int i = 0; i < cfg->n_stages; i++) { /* as run: what a stage inherited is written out */
-            const Stage st = config_stage(cfg, i);
+        for (int i = 0; i < cfg->train.n_stages; i++) { /* as run: what a stage inherited is written out */
+            const Stage st = config_stage(&cfg->train, cfg->model.input_size, i);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddItemToObject(o, "input_size", cJSON_CreateIntArray(st.input_size, 3));
             if (st.steps > 0) cJSON_AddNumberToObject(o, "steps", st.steps);
@@ -526,20 +532,21 @@ void config_write(const Config *cfg, const char *path) {
     free(s);
 }
 
-int config_profile_window(const Config *cfg, int *start, int *end) {
+int config_profile_window(const OutputConfig *output, int *start, int *end) {
     char tail;
-    if (sscanf(cfg->profile, "%d:%d%c", start, end, &tail) != 2) return 0;
+    if (sscanf(output->profile, "%d:%d%c", start, end, &tail) != 2) return 0;
     return *start >= 1 && *end >= *start;
 }
 
-uint64_t config_model_fingerprint(const Config *cfg) {
-    /* FNV-1a over the keys that change the parameter count or layout. */
-    int keys[] = {cfg->in_channels, cfg->levels, cfg->res_blocks, cfg->latent_channels, cfg->norm_groups};
+uint64_t config_model_fingerprint(const ModelConfig *model) {
+    /* FNV-1a over the keys that change the parameter count or layout (checkpoints hold it: the same values in the
+     * same order, whatever the struct around them looks like) */
+    int keys[] = {model->in_channels, model->levels, model->res_blocks, model->latent_channels, model->norm_groups};
     uint64_t h = 1469598103934665603ull;
     const unsigned char *p = (const unsigned char *)keys;
     for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 1099511628211ull;
-    p = (const unsigned char *)cfg->channels;
-    for (size_t i = 0; i < (size_t)cfg->levels * sizeof(int); i++) h = (h ^ p[i]) * 1099511628211ull;
+    p = (const unsigned char *)model->channels;
+    for (size_t i = 0; i < (size_t)model->levels * sizeof(int); i++) h = (h ^ p[i]) * 1099511628211ull;
     return h;
 }
 

@@ -30,7 +30,8 @@ typedef struct {
 } Slot;
 
 struct Dataset {
-    Config cfg;
+    DataConfig cfg;
+    int64_t seed; /* train.seed */
     int files;   /* 0: the phantoms */
     int size[3]; /* the crop: the model's input */
     int c;
@@ -73,7 +74,7 @@ static const uint32_t *epoch_order(Dataset *ds, int64_t e) {
         if (ds->perm[k] && ds->perm_epoch[k] == e) return ds->perm[k];
     const int k = ds->perm_epoch[0] < ds->perm_epoch[1] ? 0 : 1; /* the older one goes */
     if (!ds->perm[k]) ds->perm[k] = vx_malloc((size_t)ds->window * sizeof(uint32_t));
-    shuffle(ds->perm[k], (uint32_t)ds->window, (uint64_t)ds->cfg.seed ^ (uint64_t)e, RNG_STREAM_EPOCH);
+    shuffle(ds->perm[k], (uint32_t)ds->window, (uint64_t)ds->seed ^ (uint64_t)e, RNG_STREAM_EPOCH);
     ds->perm_epoch[k] = e;
     return ds->perm[k];
 }
@@ -101,7 +102,7 @@ static const char *row_of(const Dataset *ds, int m, char *buf, size_t len) {
  * when the dataset opens, through dataset_error when a worker met it. Called with the lock held, or at open. */
 static void bad_volume(Dataset *ds, int m, const char *why, int at_open) {
     char row[CONFIG_STR + 64];
-    if (!ds->cfg.data_skip_bad) {
+    if (!ds->cfg.skip_bad) {
         if (at_open)
             vx_usage_error("%s%s: %s; fix or remove it, or set data.skip_bad=1 to skip such volumes", ds->man.e[m].path,
                            row_of(ds, m, row, sizeof row), why);
@@ -124,7 +125,7 @@ static int decode(Dataset *ds, int m, Volume *v, float *pad) {
         pthread_mutex_unlock(&ds->mu);
         return 0;
     }
-    transform_normalize(v, ds->cfg.data_normalize, ds->cfg.data_clip_low, ds->cfg.data_clip_high);
+    transform_normalize(v, ds->cfg.normalize, ds->cfg.clip_low, ds->cfg.clip_high);
     *pad = transform_min(v);
     return 1;
 }
@@ -229,7 +230,7 @@ static void enter_epoch(Dataset *ds, int64_t e) {
 int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out) {
     const int *n = ds->size;
     if (!ds->files) {
-        phantom_generate((uint64_t)ds->cfg.seed, (uint64_t)i, n[0], n[1], n[2], ds->c, (float)ds->cfg.data_noise, out);
+        phantom_generate((uint64_t)ds->seed, (uint64_t)i, n[0], n[1], n[2], ds->c, (float)ds->cfg.noise, out);
         return 1;
     }
     const int64_t e = i / ds->window, k = i % ds->window;
@@ -256,7 +257,7 @@ int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out) {
     ds->st.misses += !hit;
     pthread_mutex_unlock(&ds->mu);
     uint64_t bits[3];
-    for (int a = 0; a < 3; a++) bits[a] = vx_hash3((uint64_t)ds->cfg.seed, RNG_STREAM_CROP + (uint64_t)a, (uint64_t)i);
+    for (int a = 0; a < 3; a++) bits[a] = vx_hash3((uint64_t)ds->seed, RNG_STREAM_CROP + (uint64_t)a, (uint64_t)i);
     int off[3];
     transform_window(&held.vol, n, bits, off);
     const uint32_t code = augment ? dataset_augment_code(ds, i) : 0;
@@ -280,15 +281,15 @@ const char *dataset_error(Dataset *ds) {
 }
 
 uint32_t dataset_augment_code(const Dataset *ds, int64_t i) {
-    if (!ds->files || !ds->cfg.data_augment) return 0;
-    return augment_code(vx_hash3((uint64_t)ds->cfg.seed, RNG_STREAM_AUGMENT, (uint64_t)i), ds->size[1], ds->size[2]);
+    if (!ds->files || !ds->cfg.augment) return 0;
+    return augment_code(vx_hash3((uint64_t)ds->seed, RNG_STREAM_AUGMENT, (uint64_t)i), ds->size[1], ds->size[2]);
 }
 
 int dataset_val_sample(Dataset *ds, int j, float *out) {
     const int *n = ds->size;
     if (!ds->files) {
-        phantom_generate((uint64_t)ds->cfg.seed ^ VAL_SEED_SALT, (uint64_t)j, n[0], n[1], n[2], ds->c,
-                         (float)ds->cfg.data_noise, out);
+        phantom_generate((uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, n[0], n[1], n[2], ds->c,
+                         (float)ds->cfg.noise, out);
         return 1;
     }
     if (j >= ds->n_val) vx_fatal("validation volume %d of %d", j, ds->n_val);
@@ -319,7 +320,7 @@ static void probe_all(Dataset *ds, const int max_size[3]) {
             bad_volume(ds, m, why, 1);
             continue;
         }
-        if (!ds->cfg.data_pad && (dims[0] < max_size[0] || dims[1] < max_size[1] || dims[2] < max_size[2])) {
+        if (!ds->cfg.pad && (dims[0] < max_size[0] || dims[1] < max_size[1] || dims[2] < max_size[2])) {
             snprintf(why, sizeof why, "%d x %d x %d is smaller than the input %d x %d x %d and data.pad is 0", dims[0],
                      dims[1], dims[2], max_size[0], max_size[1], max_size[2]);
             bad_volume(ds, m, why, 1);
@@ -335,35 +336,37 @@ static void probe_all(Dataset *ds, const int max_size[3]) {
     if (ds->n_train == 0) vx_usage_error("%s: no usable training volume", ds->man.origin);
 }
 
-Dataset *dataset_open(const Config *cfg, const int max_size[3], int verbose) {
+Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const int size[3], const int max_size[3],
+                      int verbose) {
     Dataset *ds = vx_calloc(1, sizeof *ds);
     ds->cfg = *cfg;
-    ds->c = cfg->in_channels;
-    memcpy(ds->size, cfg->input_size, sizeof ds->size);
+    ds->seed = seed;
+    ds->c = channels;
+    memcpy(ds->size, size, sizeof ds->size);
     pthread_mutex_init(&ds->mu, NULL);
     pthread_cond_init(&ds->cv, NULL);
     ds->epoch_now = -1;
     ds->perm_epoch[0] = ds->perm_epoch[1] = -1;
-    if (strcmp(cfg->data_source, "phantom") == 0) return ds;
+    if (strcmp(cfg->source, "phantom") == 0) return ds;
     ds->files = 1;
-    manifest_load(&ds->man, cfg);
+    manifest_load(&ds->man, cfg, seed);
     probe_all(ds, max_size);
-    ds->cache = cfg->data_cache_rate > 0;
-    ds->window = ds->cache ? (int)lround(cfg->data_cache_rate * ds->n_train) : ds->n_train;
+    ds->cache = cfg->cache_rate > 0;
+    ds->window = ds->cache ? (int)lround(cfg->cache_rate * ds->n_train) : ds->n_train;
     if (ds->window < 1) ds->window = 1;
-    ds->slide = ds->cache && ds->window < ds->n_train ? (int)lround(cfg->data_replace_rate * ds->window) : 0;
+    ds->slide = ds->cache && ds->window < ds->n_train ? (int)lround(cfg->replace_rate * ds->window) : 0;
     ds->order = vx_malloc((size_t)ds->n_train * sizeof(uint32_t));
     ds->where = vx_malloc((size_t)ds->n_train * sizeof(uint32_t));
-    shuffle(ds->order, (uint32_t)ds->n_train, (uint64_t)cfg->seed, RNG_STREAM_FILES);
+    shuffle(ds->order, (uint32_t)ds->n_train, (uint64_t)seed, RNG_STREAM_FILES);
     for (int f = 0; f < ds->n_train; f++) ds->where[ds->order[f]] = (uint32_t)f;
     ds->slot = vx_calloc((size_t)ds->n_train, sizeof(Slot));
     ds->todo = vx_malloc((size_t)(ds->slide + 1) * sizeof(int));
-    const double need = dataset_cache_bytes(ds), bound = cfg->data_cache_max_gib * 1073741824.0;
+    const double need = dataset_cache_bytes(ds), bound = cfg->cache_max_gib * 1073741824.0;
     if (need > bound)
         vx_exit_error(VX_EXIT_MEMORY, "%s: caching %d volumes of up to %.1f MiB needs %.2f GiB, more than "
                       "data.cache_max_gib = %g; lower data.cache_rate or raise data.cache_max_gib", ds->man.origin,
                       ds->window + ds->slide, ds->vol_bytes / 1048576.0, need / 1073741824.0,
-                      cfg->data_cache_max_gib);
+                      cfg->cache_max_gib);
     if (verbose)
         vx_log("data: %s: %d training and %d validation volumes%s; an epoch is %d samples; cache %s\n", ds->man.origin,
                ds->n_train, ds->n_val, ds->st.skipped ? " (some skipped: data.skip_bad)" : "", ds->window,

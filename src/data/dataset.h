@@ -17,7 +17,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "core/config.h"
+#include "core/config_data.h"
 
 typedef struct Dataset Dataset;
 
@@ -29,9 +29,12 @@ typedef struct {
     long epochs_entered; /* windows the cache has served */
 } DatasetStats;
 
-/* Opens cfg's source for volumes of input size `size` (the largest of the run's stages: what padding is checked
- * against) and cfg->in_channels channels; prints what it found when verbose. Exits 2 on bad input. */
-Dataset *dataset_open(const Config *cfg, const int max_size[3], int verbose);
+/* Opens the data section's source for volumes of `channels` channels (model.in_channels) cropped to `size`
+ * (model.input_size, until dataset_set_size), each at most `max_size` (the largest of the run's stages: what padding
+ * is checked against); `seed` (train.seed) seeds the file order, the validation draw, crops, augmentation and the
+ * phantoms. Prints what it found when verbose. Exits 2 on bad input. */
+Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const int size[3], const int max_size[3],
+                      int verbose);
 void dataset_close(Dataset *ds);
 /* The crop size from now on (a stage's input size). */
 void dataset_set_size(Dataset *ds, const int size[3]);

@@ -81,7 +81,8 @@ static void draw_validation(Manifest *m, double fraction, uint64_t seed) {
     free(order);
 }
 
-void manifest_parse_csv(Manifest *m, const Config *cfg, const char *csv_path, const char *text, size_t len) {
+void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const char *csv_path, const char *text,
+                        size_t len) {
     memset(m, 0, sizeof *m);
     snprintf(m->origin, sizeof m->origin, "%s", csv_path);
     char dir[CONFIG_STR];
@@ -92,10 +93,10 @@ void manifest_parse_csv(Manifest *m, const Config *cfg, const char *csv_path, co
     char *f[MANIFEST_MAX_FIELDS];
     int n = split_record(&p, end, line, sizeof line, f, MANIFEST_MAX_FIELDS);
     if (n < 0) vx_usage_error("%s:1: an unterminated quote in the header row", csv_path);
-    const int pc = column(f, n, cfg->data_path_column), sc = column(f, n, cfg->data_split_column);
+    const int pc = column(f, n, cfg->path_column), sc = column(f, n, cfg->split_column);
     if (pc < 0)
         vx_usage_error("%s:1: no column \"%s\" in the header row; name the path column with data.path_column", csv_path,
-                       cfg->data_path_column);
+                       cfg->path_column);
     int cap = 0, with_split = sc >= 0;
     for (int row = 2; p < end; row++) {
         n = split_record(&p, end, line, sizeof line, f, MANIFEST_MAX_FIELDS);
@@ -103,7 +104,7 @@ void manifest_parse_csv(Manifest *m, const Config *cfg, const char *csv_path, co
         if (n == 1 && f[0][0] == 0) continue; /* a blank line */
         if (pc >= n || f[pc][0] == 0)
             vx_usage_error("%s:%d: the row has no path (column \"%s\"); give every row one or remove it", csv_path, row,
-                           cfg->data_path_column);
+                           cfg->path_column);
         int val = 0;
         if (with_split) {
             const char *v = sc < n ? f[sc] : "";
@@ -111,7 +112,7 @@ void manifest_parse_csv(Manifest *m, const Config *cfg, const char *csv_path, co
             else if (strcmp(v, "val") == 0 || strcmp(v, "validation") == 0) val = 1;
             else
                 vx_usage_error("%s:%d: split \"%s\" is neither train nor val (column \"%s\")", csv_path, row, v,
-                               cfg->data_split_column);
+                               cfg->split_column);
         }
         char path[4096];
         if (f[pc][0] == '/') snprintf(path, sizeof path, "%s", f[pc]);
@@ -119,37 +120,37 @@ void manifest_parse_csv(Manifest *m, const Config *cfg, const char *csv_path, co
         add(m, &cap, path, row, val);
     }
     if (m->n == 0) vx_usage_error("%s: the manifest lists no volumes", csv_path);
-    if (!with_split) draw_validation(m, cfg->data_val_fraction, (uint64_t)cfg->seed);
+    if (!with_split) draw_validation(m, cfg->val_fraction, (uint64_t)seed);
 }
 
 static int natural(const void *a, const void *b) { return strverscmp(*(char *const *)a, *(char *const *)b); }
 
-void manifest_load(Manifest *m, const Config *cfg) {
-    if (strcmp(cfg->data_source, "csv") == 0) {
+void manifest_load(Manifest *m, const DataConfig *cfg, int64_t seed) {
+    if (strcmp(cfg->source, "csv") == 0) {
         size_t len;
-        char *text = fs_read_file(cfg->data_csv, MANIFEST_MAX_BYTES, &len);
+        char *text = fs_read_file(cfg->csv, MANIFEST_MAX_BYTES, &len);
         if (!text)
-            vx_usage_error("%s: cannot read the manifest (%s); check data.csv", cfg->data_csv,
+            vx_usage_error("%s: cannot read the manifest (%s); check data.csv", cfg->csv,
                            errno == EFBIG ? "larger than 64 MiB" : strerror(errno));
-        manifest_parse_csv(m, cfg, cfg->data_csv, text, len);
+        manifest_parse_csv(m, cfg, seed, cfg->csv, text, len);
         free(text);
         return;
     }
     memset(m, 0, sizeof *m);
-    snprintf(m->origin, sizeof m->origin, "the folder %s", cfg->data_dir);
+    snprintf(m->origin, sizeof m->origin, "the folder %s", cfg->dir);
     char pattern[2 * CONFIG_STR + 2];
-    snprintf(pattern, sizeof pattern, "%s/%s", cfg->data_dir, cfg->data_glob);
+    snprintf(pattern, sizeof pattern, "%s/%s", cfg->dir, cfg->glob);
     glob_t g;
     const int rc = glob(pattern, 0, NULL, &g);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0))
-        vx_usage_error("%s: no entry matches data.glob \"%s\"; check data.dir and data.glob", cfg->data_dir,
-                       cfg->data_glob);
-    if (rc != 0) vx_usage_error("%s: cannot list the folder; check data.dir", cfg->data_dir);
+        vx_usage_error("%s: no entry matches data.glob \"%s\"; check data.dir and data.glob", cfg->dir,
+                       cfg->glob);
+    if (rc != 0) vx_usage_error("%s: cannot list the folder; check data.dir", cfg->dir);
     qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, natural);
     int cap = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) add(m, &cap, g.gl_pathv[i], 0, 0);
     globfree(&g);
-    draw_validation(m, cfg->data_val_fraction, (uint64_t)cfg->seed);
+    draw_validation(m, cfg->val_fraction, (uint64_t)seed);
 }
 
 void manifest_free(Manifest *m) {

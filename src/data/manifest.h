@@ -6,7 +6,10 @@
  * out for validation by a seeded draw. Bad input (no such file, a row without a path, an unknown split value, an
  * empty list) is one line naming the file and row, exit 2. */
 #pragma once
-#include "core/config.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config_data.h"
 
 typedef struct {
     char *path;   /* as the readers take it */
@@ -20,7 +23,9 @@ typedef struct {
     char origin[CONFIG_STR + 32]; /* "data/list.csv" or "the folder data/ct": where errors point */
 } Manifest;
 
-void manifest_load(Manifest *m, const Config *cfg);
+/* seed (train.seed): the validation draw without a split column. */
+void manifest_load(Manifest *m, const DataConfig *cfg, int64_t seed);
 void manifest_free(Manifest *m);
 /* The same from CSV text in memory (the file at csv_path gave it): the CSV reader's fuzz target enters here. */
-void manifest_parse_csv(Manifest *m, const Config *cfg, const char *csv_path, const char *text, size_t len);
+void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const char *csv_path, const char *text,
+                        size_t len);

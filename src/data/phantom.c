@@ -82,8 +82,8 @@ void phantom_generate(uint64_t seed, uint64_t index, int d, int h, int w, int c,
     }
 }
 
-void phantom_batch(uint64_t seed, const Config *cfg, int count, int64_t first, float *out) {
-    int d = cfg->input_size[0], h = cfg->input_size[1], w = cfg->input_size[2], c = cfg->in_channels;
+void phantom_batch(uint64_t seed, const int size[3], int c, float noise, int count, int64_t first, float *out) {
+    const int d = size[0], h = size[1], w = size[2];
     for (int b = 0; b < count; b++)
-        phantom_generate(seed, (uint64_t)(first + b), d, h, w, c, (float)cfg->data_noise, out + (long)b * d * h * w * c);
+        phantom_generate(seed, (uint64_t)(first + b), d, h, w, c, noise, out + (long)b * d * h * w * c);
 }

@@ -6,9 +6,9 @@
 #pragma once
 #include <stdint.h>
 
-#include "core/config.h"
 
 /* Writes volume `index` of stream `seed` into out [d][h][w][c] (NDHWC without N). */
 void phantom_generate(uint64_t seed, uint64_t index, int d, int h, int w, int c, float noise, float *out);
-/* Writes volumes first .. first+count-1 of stream `seed`, shaped by cfg, into out [count][D][H][W][C]. */
-void phantom_batch(uint64_t seed, const Config *cfg, int count, int64_t first, float *out);
+/* Writes volumes first .. first+count-1 of stream `seed`, of size[3] x c and with noise `noise` (data.noise), into
+ * out [count][D][H][W][C]. */
+void phantom_batch(uint64_t seed, const int size[3], int c, float noise, int count, int64_t first, float *out);

@@ -24,11 +24,11 @@ static uint32_t crc_of(const unsigned char *p, size_t n) {
     return (uint32_t)crc;
 }
 
-CkptExpect ckpt_expect(const Model *m) {
+CkptExpect ckpt_expect(const Model *m, int64_t steps) {
     return (CkptExpect){.param_count = (uint64_t)m->param_count,
                         .model_fingerprint = config_model_fingerprint(&m->cfg),
-                        .seed = m->cfg.seed,
-                        .steps = m->cfg.steps};
+                        .seed = m->seed,
+                        .steps = steps};
 }
 
 static size_t file_bytes(size_t header_bytes, uint64_t param_count) {
@@ -102,8 +102,7 @@ void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, c
 
 void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out) {
     memset(out, 0, sizeof *out);
-    CkptExpect want = ckpt_expect(m);
-    want.steps = steps; /* the run's, over all its stages (the model holds its stage's) */
+    const CkptExpect want = ckpt_expect(m, steps); /* the run's steps, over all its stages */
     /* one byte more than a checkpoint of this model can hold: a longer file is refused by size, not read whole */
     unsigned char *buf = (unsigned char *)fs_read_file(path, ckpt_file_bytes(want.param_count) + 1, &out->bytes);
     /* (a version 1 checkpoint is shorter: its header lacks the optimizer state) */
@@ -155,7 +154,7 @@ void ckpt_save(const char *path, const Model *m, const CkptState *st) {
     h.model_fingerprint = config_model_fingerprint(&m->cfg);
     h.step = st->step;
     h.next_sample = st->next_sample;
-    h.seed = m->cfg.seed;
+    h.seed = m->seed;
     h.world_size = st->world_size > 0 ? st->world_size : 1;
     h.loss_ema = st->loss_ema;
     h.adam_step = st->opt.adam_step;

@@ -57,7 +57,8 @@ typedef struct {
     size_t bytes;
 } Ckpt;
 
-CkptExpect ckpt_expect(const Model *m);
+/* What a checkpoint for model m in a run of `steps` optimizer steps in all must agree with. */
+CkptExpect ckpt_expect(const Model *m, int64_t steps);
 /* Bytes of a checkpoint of param_count parameters (in the current version). */
 size_t ckpt_file_bytes(uint64_t param_count);
 /* Verifies buf[len] as a checkpoint matching `want` (origin names it in errors) and copies its header to out.

@@ -92,12 +92,12 @@ void hw_print(const HwInfo *hw) {
 
 /* Starts the CUDA backend on GPU hw->gpu under the config's options and reads its free memory; 0 with a reason when it
  * cannot run. */
-static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len) {
+static int start_cuda(const TrainConfig *train, HwInfo *hw, char *reason, size_t reason_len) {
     if (hw->n_gpus == 0) {
         snprintf(reason, reason_len, "no usable GPU: %s", hw->gpu_reason);
         return 0;
     }
-    BackendOptions o = {.deterministic = cfg->deterministic, .allow_tf32 = cfg->tf32};
+    BackendOptions o = {.deterministic = train->deterministic, .allow_tf32 = train->tf32};
     backend_cuda_set_options(&o);
     char why[160];
     if (hw->gpu >= hw->n_gpus) {
@@ -123,10 +123,11 @@ static int start_cuda(const Config *cfg, HwInfo *hw, char *reason, size_t reason
  * algorithm instead of exiting) and the model at the config's batch size (batch 1 when automatic) fits in
  * HW_MEMORY_SHARE of the GPU's free memory with activation checkpointing, the least the hardware plan can fall back
  * to (hw_plan.h: it switches checkpointing on only when the batch needs it). */
-static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t reason_len) {
-    Config least = *cfg;
+static int fits_on_gpu(const ModelConfig *model, const TrainConfig *train, const HwInfo *hw, char *reason,
+                       size_t reason_len) {
+    ModelOptions least = hw_model_options(train);
     least.checkpoint_activations = 1;
-    Model *m = model_build(&least, cfg->batch_size > 0 ? cfg->batch_size : 1, backend_cuda());
+    Model *m = model_build(model, &least, train->batch_size > 0 ? train->batch_size : 1, backend_cuda());
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         char why[2048];
@@ -145,15 +146,16 @@ static int fits_on_gpu(const Config *cfg, const HwInfo *hw, char *reason, size_t
     return 0;
 }
 
-const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len) {
-    const char *dev = cfg->device;
+const Backend *hw_choose_backend(const ModelConfig *model, const TrainConfig *train, HwInfo *hw, char *reason,
+                                 size_t reason_len) {
+    const char *dev = train->device;
     if (strcmp(dev, "cpu") == 0) {
         snprintf(reason, reason_len, "requested (device cpu)");
         return backend_cpu();
     }
     char why[2400];
-    const int started = start_cuda(cfg, hw, why, sizeof why);
-    const int cuda_ok = started && fits_on_gpu(cfg, hw, why, sizeof why);
+    const int started = start_cuda(train, hw, why, sizeof why);
+    const int cuda_ok = started && fits_on_gpu(model, train, hw, why, sizeof why);
     /* a CPU run must not keep the GPU's context, streams and scratch */
     if (started && !cuda_ok) backend_cuda_shutdown();
     if (strcmp(dev, "cuda") == 0) {

@@ -3,7 +3,8 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
-#include "core/config.h"
+#include "core/config_model.h"
+#include "core/config_train.h"
 #include "model/hw_plan.h"
 
 #define HW_MAX_GPUS 16
@@ -32,9 +33,11 @@ typedef struct {
 
 void hw_detect(HwInfo *hw);
 void hw_print(const HwInfo *hw);
-/* Picks the backend for cfg->device and says why in `reason`. Exits 2 if cuda is requested and impossible.
- * The CUDA backend starts on GPU hw->gpu and fills in its free memory. */
-const Backend *hw_choose_backend(const Config *cfg, HwInfo *hw, char *reason, size_t reason_len);
+/* Picks the backend for train->device (a GPU only where the model section's model fits there) and says why in
+ * `reason`. Exits 2 if cuda is requested and impossible. The CUDA backend starts on GPU hw->gpu and fills in its free
+ * memory. */
+const Backend *hw_choose_backend(const ModelConfig *model, const TrainConfig *train, HwInfo *hw, char *reason,
+                                 size_t reason_len);
 /* Memory the chosen backend may use: free GPU memory, or available RAM. */
 size_t hw_available_bytes(const HwInfo *hw, const Backend *be);
 /* The share of free memory a model may plan for: the rest is left to cuDNN, the CUDA context's growth and the

@@ -17,7 +17,9 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
-#include "core/config.h"
+#include "core/config_model.h"
+#include "core/config_train.h"
+#include "model/model.h"
 
 typedef struct {
     int gpu;             /* 1: a GPU (precision by compute capability), 0: the CPU */
@@ -36,13 +38,17 @@ typedef struct {
     int global_batch;           /* batch x ranks x accum */
 } HwPlan;
 
-/* The plan of cfg on `ranks` devices like dev; the model's bytes come from model_build on backend be (its
- * convolution workspace sizes, and its supports() for the precision: a test double may pass any table). Returns 1,
- * or 0 with the reason in why (nothing fits, a global batch that cannot be split). */
-int hw_plan(const Config *cfg, const Backend *be, const HwPlanDevice *dev, int ranks, HwPlan *out, char *why,
-            size_t why_len);
-/* Writes the plan into cfg: batch_size, grad_accum, precision, checkpoint_activations. */
-void hw_plan_apply(const HwPlan *p, Config *cfg);
-/* One line: "plan: bf16 mixed precision (...); batch ..."; cfg as given to hw_plan (it says what was asked: auto
+/* The train keys a model is built with (model.h's ModelOptions): precision, fuse, checkpoint_activations, seed. */
+ModelOptions hw_model_options(const TrainConfig *train);
+
+/* The plan of a run of the model section `model` with the train section `train` on `ranks` devices like dev; the
+ * model's bytes come from model_build on backend be (its convolution workspace sizes, and its supports() for the
+ * precision: a test double may pass any table). Returns 1, or 0 with the reason in why (nothing fits, a global batch
+ * that cannot be split). */
+int hw_plan(const ModelConfig *model, const TrainConfig *train, const Backend *be, const HwPlanDevice *dev, int ranks,
+            HwPlan *out, char *why, size_t why_len);
+/* Writes the plan into the train section: batch_size, grad_accum, precision, checkpoint_activations. */
+void hw_plan_apply(const HwPlan *p, TrainConfig *train);
+/* One line: "plan: bf16 mixed precision (...); batch ..."; train as given to hw_plan (it says what was asked: auto
  * precision, an automatic batch, a global batch) */
-void hw_plan_describe(const HwPlan *p, const HwPlanDevice *dev, const Config *cfg, char *out, size_t len);
+void hw_plan_describe(const HwPlan *p, const HwPlanDevice *dev, const TrainConfig *train, char *out, size_t len);

@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "core/config.h"
+#include "core/config_model.h"
 #include "model/plan.h"
 #include "conv3d/conv3d.h"
 #include "groupnorm/groupnorm.h"
@@ -95,8 +95,19 @@ typedef struct {
     float recon, kl, total; /* total = recon + kl_weight * kl */
 } Losses;
 
+/* What the model takes from outside the model section: the train.* keys that change how its graph is built and
+ * run (hw_plan.h's hw_model_options reads them from a TrainConfig). */
+typedef struct {
+    const char *precision;      /* train.precision: "auto" | "bf16" | "fp16" | "off", read by model_dtype */
+    int fuse;                   /* train.fuse: GroupNorm + SiLU as one node, residual adds in conv epilogues */
+    int checkpoint_activations; /* train.checkpoint_activations */
+    int64_t seed;               /* train.seed: the latent noise's stream (and the checkpoint's seed) */
+} ModelOptions;
+
 typedef struct Model {
-    Config cfg;
+    ModelConfig cfg;            /* the model section, input_size that of the model's stage */
+    int fuse, checkpoint_activations; /* from ModelOptions */
+    int64_t seed;
     int batch;
     DType dtype; /* of the activations (model_dtype) */
     Node *nodes;
@@ -132,14 +143,14 @@ typedef struct Model {
     float *losses;   /* where the loss ops write {recon, kl} (the arena's scalars; backend memory) */
 } Model;
 
-/* The activation type train.precision asks for on backend be: off float32, bf16, fp16, auto bf16 where the backend
- * runs it (CUDA) and float32 where it does not (the CPU). 0 with the reason in why when an explicit choice is one
- * the backend cannot run. */
-int model_dtype(const Config *cfg, const Backend *be, DType *out, char *why, size_t why_len);
+/* The activation type train.precision (`precision`) asks for on backend be: off float32, bf16, fp16, auto bf16
+ * where the backend runs it (CUDA) and float32 where it does not (the CPU). 0 with the reason in why when an explicit
+ * choice is one the backend cannot run. */
+int model_dtype(const char *precision, const Backend *be, DType *out, char *why, size_t why_len);
 
 /* Builds the graph and the memory plan for micro-batch `batch` on backend `be` (whose convolution workspace
  * sizes enter the plan); allocates nothing. */
-Model *model_build(const Config *cfg, int batch, const Backend *be);
+Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, const Backend *be);
 void model_free(Model *m);
 /* Bytes the backend will hold: arena + 4 flat float32 buffers (+ the low-precision parameter copy). */
 size_t model_device_bytes(const Model *m);

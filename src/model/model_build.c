@@ -92,7 +92,7 @@ static int silu(Model *m, const char *name, int x) {
 /* GroupNorm then SiLU: one fused node when train.fuse (named "<norm>+<act>", its parameters the norm's), else two */
 static int norm_silu(Model *m, const char *norm_name, const char *act_name, int x) {
     const int y = groupnorm(m, norm_name, x);
-    if (!m->cfg.fuse) return silu(m, act_name, y);
+    if (!m->fuse) return silu(m, act_name, y);
     Node *nd = &m->nodes[m->n_nodes - 1];
     nd->gn.silu = 1;
     const char *act = strrchr(act_name, '.');
@@ -115,7 +115,7 @@ static int upsample(Model *m, const char *name, int x) {
 static int residual_add(Model *m, const char *name, int h, int skip) {
     const int later = m->tensors[h].producer > m->tensors[skip].producer ? h : skip;
     Node *last = &m->nodes[m->n_nodes - 1];
-    if (!m->cfg.fuse || last->kind != OP_CONV || last->out != later) return add(m, name, h, skip);
+    if (!m->fuse || last->kind != OP_CONV || last->out != later) return add(m, name, h, skip);
     last->in[1] = later == h ? skip : h;
     snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name), "+add");
     return later;
@@ -143,7 +143,7 @@ static int resblock(Model *m, const char *prefix, int x, int c_out) {
 }
 
 static void build_graph(Model *m) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     char n[80];
     int L = c->levels;
     m->t_input = add_tensor(m, (Dims){m->batch, c->input_size[0], c->input_size[1], c->input_size[2], c->in_channels}, -1,
@@ -270,7 +270,7 @@ static void plan_memory(Model *m) {
     int *checkpointed = vx_calloc((size_t)m->n_tensors, sizeof(int));
     int *needed_again = vx_calloc((size_t)m->n_tensors, sizeof(int));
     int *again_first = vx_malloc((size_t)m->n_tensors * sizeof(int)), *again_last = vx_calloc((size_t)m->n_tensors, sizeof(int));
-    if (m->cfg.checkpoint_activations) mark_checkpointed(m, checkpointed, needed_again);
+    if (m->checkpoint_activations) mark_checkpointed(m, checkpointed, needed_again);
     for (int t = 0; t < m->n_tensors; t++) {
         last_use[t] = m->tensors[t].producer < 0 ? 0 : m->tensors[t].producer;
         first_grad[t] = T + 1;
@@ -348,8 +348,8 @@ static void plan_memory(Model *m) {
     free(again_last);
 }
 
-int model_dtype(const Config *cfg, const Backend *be, DType *out, char *why, size_t why_len) {
-    const char *p = cfg->precision;
+int model_dtype(const char *precision, const Backend *be, DType *out, char *why, size_t why_len) {
+    const char *p = precision;
     if (strcmp(p, "auto") == 0) {
         *out = be->conv3d->head.supports(CONV3D_FORWARD, DT_BF16) ? DT_BF16 : DT_F32;
         return 1;
@@ -360,13 +360,16 @@ int model_dtype(const Config *cfg, const Backend *be, DType *out, char *why, siz
     return 0;
 }
 
-Model *model_build(const Config *cfg, int batch, const Backend *be) {
+Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, const Backend *be) {
     Model *m = vx_calloc(1, sizeof *m);
     m->cfg = *cfg;
+    m->fuse = opt->fuse;
+    m->checkpoint_activations = opt->checkpoint_activations;
+    m->seed = opt->seed;
     m->be = be;
     m->batch = batch;
     char why[160];
-    if (!model_dtype(cfg, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
+    if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     build_graph(m);
     finish_params(m);
     plan_memory(m);

@@ -28,7 +28,7 @@
 #define SCALAR_SUMSQ 2
 
 /* model.loss names the reconstruction loss; the loss op takes its enum */
-static ReconLoss recon_loss_kind(const Config *cfg) { return strcmp(cfg->loss, "mse") == 0 ? LOSS_MSE : LOSS_L1; }
+static ReconLoss recon_loss_kind(const ModelConfig *cfg) { return strcmp(cfg->loss, "mse") == 0 ? LOSS_MSE : LOSS_L1; }
 
 static char *item_ptr(const Model *m, int item) { return m->arena + m->plan.items[item].offset; }
 void *model_tensor(const Model *m, int t) { return item_ptr(m, m->tensors[t].act); }
@@ -176,7 +176,7 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         float *eps = NULL;
         if (sample_noise) {
             eps = model_noise(m);
-            be->normal->fill(tx->count, (uint64_t)m->cfg.seed, RNG_STREAM_LATENT,
+            be->normal->fill(tx->count, (uint64_t)m->seed, RNG_STREAM_LATENT,
                             (const uint64_t *)item_ptr(m, m->noise_offset_item), eps);
         }
         be->latent->forward(&s, x, tensor(m, nd->in[1]), eps, y, m->losses + SCALAR_KL);
@@ -284,7 +284,7 @@ void model_backward(Model *m, float grad_scale, float param_beta, const float *l
     trace_range_push("backward", "user_annotation");
     for (int i = m->n_nodes - 1; i >= 0; i--) {
         const Node *nd = &m->nodes[i];
-        if (m->cfg.checkpoint_activations) recompute_block_ending_at(m, i);
+        if (m->checkpoint_activations) recompute_block_ending_at(m, i);
         trace_range_push(nd->name, "cpu_op");
         if (m->node_hook) m->node_hook(m->node_hook_ctx, i, 2);
         backward_node(m, nd, grad_scale, param_beta, loss_scale);

@@ -7,17 +7,17 @@
 
 #include "core/util.h"
 
-void heldout_build(HeldOut *h, Dataset *ds, const Config *cfg, const Model *m) {
+void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int shown) {
     memset(h, 0, sizeof *h);
     const long vol = m->tensors[m->t_input].count / m->batch;
-    const int want_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
-    int want = cfg->val_samples > want_shown ? cfg->val_samples : want_shown;
+    const int want_shown = shown;
+    int want = val_samples > want_shown ? val_samples : want_shown;
     const int have = dataset_val_count(ds);
     if (have >= 0 && want > have) want = have;
     h->vols = vx_malloc((size_t)(want ? want : 1) * vol * sizeof(float));
     for (int j = 0; h->count < want && (have < 0 || j < have); j++)
         if (dataset_val_sample(ds, j, h->vols + (long)h->count * vol)) h->count++;
-    h->val = cfg->val_samples < h->count ? cfg->val_samples : h->count;
+    h->val = val_samples < h->count ? val_samples : h->count;
     h->shown = want_shown < h->count ? want_shown : h->count;
 }
 

@@ -3,13 +3,12 @@
  * dataset's validation set at the current stage's size (the phantoms: as many as asked; files: at most the held-out
  * files there are, bad ones left out with data.skip_bad). */
 #pragma once
-#include "core/config.h"
 #include "data/dataset.h"
 #include "model/model.h"
 
 typedef struct {
     float *vols; /* [count][D][H][W][C] */
-    int count;   /* validated: the first min(train.val_samples, count) */
+    int count;   /* held: the larger of val and shown, at most what the dataset has */
     int shown;   /* pictured: the first output.image_samples when output.image_every is on */
     int val;     /* how many are validated */
 } HeldOut;
@@ -18,7 +17,9 @@ typedef struct {
     float l1, psnr;
 } ValResult;
 
-void heldout_build(HeldOut *h, Dataset *ds, const Config *cfg, const Model *m);
+/* The first volumes of ds's validation set at m's input size: `val_samples` (train.val_samples) to validate on and
+ * `shown` (output.image_samples, 0 when output.image_every is off) to picture, as many as there are. */
+void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int shown);
 void heldout_free(HeldOut *h);
 /* Reconstructions of `count` host volumes (deterministic forward, z = mu), in micro-batches of the model's size;
  * host memory shaped like vols (caller frees). */

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "core/fsutil.h"
 #include "core/util.h"
 
@@ -46,45 +47,47 @@ static void claim_lock(int fd, const char *path) {
 
 /* A directory holding config.json holds a run: a fresh run must not mix its files into it, and a resumed run only
  * continues a run of the same model and seed. */
-static void guard_existing_run(const Config *cfg, int resuming) {
+static void guard_existing_run(const char *dir, int resuming, uint64_t model_fingerprint, int64_t seed) {
     char path[CONFIG_STR + 32];
-    snprintf(path, sizeof path, "%s/config.json", cfg->out_dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
     struct stat st;
     if (stat(path, &st) != 0) return;
     if (!resuming)
         vx_usage_error("run directory %s already holds a run (its config.json); resume it with --resume "
-                       "%s/checkpoints/step_N.ckpt, or choose another --out", cfg->out_dir, cfg->out_dir);
+                       "%s/checkpoints/step_N.ckpt, or choose another --out", dir, dir);
     Config there;
     config_load(&there, path);
-    if (config_model_fingerprint(&there) != config_model_fingerprint(cfg) || there.seed != cfg->seed)
+    if (config_model_fingerprint(&there.model) != model_fingerprint || there.train.seed != seed)
         vx_usage_error("run directory %s holds a run of another model or seed (its config.json); resume into a new "
-                       "--out, or use the config of the run that is there", cfg->out_dir);
+                       "--out, or use the config of the run that is there", dir);
 }
 
 /* runs/<config>-<time>, or -2, -3, ... after it when runs started in the same second took the name: the first
  * name this process creates itself is its own. */
-static void default_dir(Config *cfg, const char *config_name) {
+static void default_dir(OutputConfig *cfg, const char *config_name) {
     char stamp[32];
     time_t now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
     fs_mkdirs("runs");
     for (int i = 1; i < 1000; i++) {
-        if (i == 1) snprintf(cfg->out_dir, sizeof cfg->out_dir, "runs/%s-%s", config_name, stamp);
-        else snprintf(cfg->out_dir, sizeof cfg->out_dir, "runs/%s-%s-%d", config_name, stamp, i);
-        if (mkdir(cfg->out_dir, 0755) == 0) return;
-        if (errno != EEXIST) fs_write_failed("create the directory", cfg->out_dir, errno);
+        if (i == 1) snprintf(cfg->dir, sizeof cfg->dir, "runs/%s-%s", config_name, stamp);
+        else snprintf(cfg->dir, sizeof cfg->dir, "runs/%s-%s-%d", config_name, stamp, i);
+        if (mkdir(cfg->dir, 0755) == 0) return;
+        if (errno != EEXIST) fs_write_failed("create the directory", cfg->dir, errno);
     }
     vx_usage_error("runs/ holds 999 runs of %s started at %s; choose a directory with --out", config_name, stamp);
 }
 
-void run_dir_take(Config *cfg, const char *config_name, int resuming) {
-    if (cfg->out_dir[0] == 0) default_dir(cfg, config_name);
-    fs_mkdirs(cfg->out_dir);
+void run_dir_take(OutputConfig *cfg, const char *config_name, int resuming, uint64_t model_fingerprint,
+                  int64_t seed) {
+    if (cfg->dir[0] == 0) default_dir(cfg, config_name);
+    fs_mkdirs(cfg->dir);
     char lock_path[CONFIG_STR + 32];
-    const int lock_fd = lock_dir(cfg->out_dir, lock_path, sizeof lock_path);
-    guard_existing_run(cfg, resuming); /* a refused run leaves even the lock file as it was */
+    const int lock_fd = lock_dir(cfg->dir, lock_path, sizeof lock_path);
+    /* a refused run leaves even the lock file as it was */
+    guard_existing_run(cfg->dir, resuming, model_fingerprint, seed);
     claim_lock(lock_fd, lock_path);
     char path[CONFIG_STR + 32];
-    snprintf(path, sizeof path, "%s/checkpoints", cfg->out_dir);
+    snprintf(path, sizeof path, "%s/checkpoints", cfg->dir);
     fs_mkdirs(path);
 }

@@ -5,9 +5,13 @@
  * is refused whether or not TensorBoard is on), and refuse a directory that already holds a run unless this run
  * resumes that run's model. */
 #pragma once
-#include "core/config.h"
+#include <stdint.h>
 
-/* Resolves cfg->out_dir (runs/<config_name>-<time> when empty), creates and locks it. `resuming`: a checkpoint
- * of this config's model is being resumed (an existing run there of the same model and seed may then be
- * continued). Exits 2 when the directory is busy or holds another run, 6 when it cannot be created. */
-void run_dir_take(Config *cfg, const char *config_name, int resuming);
+#include "core/config_output.h"
+
+/* Resolves output->dir (runs/<config_name>-<time> when empty), creates and locks it. `resuming`: a checkpoint
+ * of this run's model is being resumed (an existing run there of the same model and seed may then be continued:
+ * model_fingerprint is config_model_fingerprint of the run's model section, seed its train.seed). Exits 2 when the
+ * directory is busy or holds another run, 6 when it cannot be created. */
+void run_dir_take(OutputConfig *output, const char *config_name, int resuming, uint64_t model_fingerprint,
+                  int64_t seed);

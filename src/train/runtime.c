@@ -7,12 +7,14 @@
 #include "core/util.h"
 #include "data/phantom.h"
 
-void runtime_open(Runtime *rt, Config *cfg, int verbose) { runtime_open_rank(rt, cfg, verbose, 0, 1, 1); }
+void runtime_open(Runtime *rt, const ModelConfig *model, TrainConfig *train, int verbose) {
+    runtime_open_rank(rt, model, train, verbose, 0, 1, 1);
+}
 
-void runtime_resolve_precision(Config *cfg, const Backend *be, const char *device_reason) {
+void runtime_resolve_precision(TrainConfig *cfg, const Backend *be, const char *device_reason) {
     DType dt;
     char why[160];
-    if (!model_dtype(cfg, be, &dt, why, sizeof why))
+    if (!model_dtype(cfg->precision, be, &dt, why, sizeof why))
         vx_usage_error("%s (device: %s: %s); use --amp off, or a machine whose GPU voxscale can use", why, be->name,
                        device_reason);
     snprintf(cfg->precision, sizeof cfg->precision, "%s", dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "fp16" : "off");
@@ -20,7 +22,8 @@ void runtime_resolve_precision(Config *cfg, const Backend *be, const char *devic
         snprintf(cfg->loss_scale, sizeof cfg->loss_scale, "%s", dt == DT_F16 ? "dynamic" : "off");
 }
 
-void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threads_share, int world) {
+void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, int verbose, int gpu,
+                       int threads_share, int world) {
     memset(rt, 0, sizeof *rt);
     hw_detect(&rt->hw);
     /* NCCL 2.30 lets several ranks share a GPU (NCCL_MULTI_RANK_GPU_ENABLE=1): ranks then go round the GPUs */
@@ -31,7 +34,7 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
     if (cfg->threads > rt->hw.cores)
         vx_usage_error("train.threads = %d exceeds the %d CPU cores of this machine; use 0 (all cores) or at most %d",
                        cfg->threads, rt->hw.cores, rt->hw.cores);
-    rt->be = hw_choose_backend(cfg, &rt->hw, rt->device_reason, sizeof rt->device_reason);
+    rt->be = hw_choose_backend(model, cfg, &rt->hw, rt->device_reason, sizeof rt->device_reason);
     /* ranks of one machine share its cores: each takes its part unless train.threads says otherwise */
     int threads = cfg->threads;
     if (threads == 0 && threads_share > 1) threads = rt->hw.cores / threads_share > 1 ? rt->hw.cores / threads_share : 1;
@@ -39,12 +42,12 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
     /* the plan decides train.precision auto and an automatic batch itself, and says which it decided: it gets the
      * config as asked. Resolving the precision first refuses a 16-bit type the backend cannot run, with the device's
      * reason; where the two choose (auto), they agree on every device this build runs on (the CPU, sm_80 and newer) */
-    const Config asked = *cfg;
+    const TrainConfig asked = *cfg;
     runtime_resolve_precision(cfg, rt->be, rt->device_reason);
     rt->dev = hw_plan_device(&rt->hw, rt->be);
     char why[400];
     const int automatic = cfg->batch_size == 0;
-    if (hw_plan(&asked, rt->be, &rt->dev, world, &rt->plan, why, sizeof why)) {
+    if (hw_plan(model, &asked, rt->be, &rt->dev, world, &rt->plan, why, sizeof why)) {
         hw_plan_apply(&rt->plan, cfg);
         if (verbose) {
             char line[700];
@@ -54,7 +57,8 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
     } else if (automatic) {
         vx_usage_error("no batch size fits: %s; lower model.input_size or model.channels", why);
     } /* a given batch that does not fit: the memory checks below and train's say so with their exit codes */
-    rt->model = model_build(cfg, cfg->batch_size, rt->be);
+    const ModelOptions opt = hw_model_options(cfg);
+    rt->model = model_build(model, &opt, cfg->batch_size, rt->be);
     const Model *m = rt->model;
     if (verbose) {
         vx_log("device: %s (%s)\n", rt->be->name, rt->device_reason);
@@ -74,9 +78,9 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
                    strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");
         else vx_log("precision: float32%s\n", strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");
         const Dims lp = m->tensors[m->t_input_lp].dims;
-        if (lp.c != cfg->in_channels)
+        if (lp.c != model->in_channels)
             vx_log("input padding: encoder.conv_in reads %d channel(s) zero-padded to %d, for cuDNN's tensor cores "
-                   "(model.pad_input_channels %s)\n", cfg->in_channels, lp.c, cfg->pad_input_channels);
+                   "(model.pad_input_channels %s)\n", model->in_channels, lp.c, model->pad_input_channels);
         if (cfg->compile)
             vx_log("compile: %s\n", rt->be->graph_capture_begin ? "the training step is captured in a CUDA Graph "
                    "after its first (eager) run and replayed" : "no graphs on this backend: the step runs eagerly, "
@@ -92,11 +96,11 @@ void runtime_open_rank(Runtime *rt, Config *cfg, int verbose, int gpu, int threa
     }
 }
 
-float *runtime_load_phantom_batch(Runtime *rt, const Config *cfg, int64_t first) {
+float *runtime_load_phantom_batch(Runtime *rt, int64_t seed, double noise, int64_t first) {
     Model *m = rt->model;
     const Tensor *in = &m->tensors[m->t_input];
     float *batch = vx_malloc((size_t)in->count * sizeof(float));
-    phantom_batch((uint64_t)cfg->seed, cfg, m->batch, first, batch);
+    phantom_batch((uint64_t)seed, m->cfg.input_size, m->cfg.in_channels, (float)noise, m->batch, first, batch);
     rt->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)in->count * sizeof(float));
     return batch;
 }

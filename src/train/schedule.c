@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-double schedule_lr(const Config *cfg, long step) {
+double schedule_lr(const TrainConfig *cfg, long step) {
     if (step < cfg->warmup_steps) return cfg->lr * (double)(step + 1) / (double)cfg->warmup_steps;
     long decay_steps = cfg->steps - cfg->warmup_steps;
     if (decay_steps <= 1) return cfg->lr;

@@ -148,7 +148,7 @@ static void optimizer_body(Stepper *s, int unused) {
     s->be->optim->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &s->dev->opt, m->dtype, m->param_lp);
 }
 
-Stepper *stepper_create(Model *m, const Config *cfg, Comm *comm, Buckets *buckets) {
+Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *buckets) {
     Stepper *s = vx_calloc(1, sizeof *s);
     s->be = m->be;
     s->comm = comm;

@@ -25,7 +25,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "core/config.h"
+#include "core/config_train.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
 #include "model/model.h"
@@ -50,9 +50,10 @@ typedef struct {
 
 typedef struct Stepper Stepper;
 
-/* A stepper for model m (allocated) with cfg's optimizer settings; comm (single for one process) and buckets (NULL
- * for one process) as the trainer made them. The optimizer state starts fresh (loss scale train.loss_scale_init). */
-Stepper *stepper_create(Model *m, const Config *cfg, Comm *comm, Buckets *buckets);
+/* A stepper for model m (allocated) with the train section's optimizer, accumulation and graph settings; comm
+ * (single for one process) and buckets (NULL for one process) as the trainer made them. The optimizer state starts
+ * fresh (loss scale train.loss_scale_init). */
+Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *buckets);
 void stepper_free(Stepper *s);
 /* After a stage change: the new model and buckets (graphs captured for the old ones are dropped). */
 void stepper_set_model(Stepper *s, Model *m, Buckets *buckets);

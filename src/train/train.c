@@ -55,7 +55,7 @@ static void on_signal(int sig) {
 /* Everything one run holds between its steps. */
 typedef struct {
     Config *cfg;        /* the run's: total steps, run directory, everything the stages share */
-    const Config *sc;   /* the current stage's: input size, batch, lr, steps (schedule) */
+    const StagePlan *cur; /* the current stage: its input size (model), batch, lr, steps (train: the schedule) */
     StagePlan stages[CONFIG_MAX_STAGES];
     int n_stages, stage;
     Runtime rt;
@@ -97,8 +97,8 @@ __attribute__((noreturn)) static void diverged(Trainer *t, int64_t step1, const 
 
 static void save_checkpoint(Trainer *t, const char *name) {
     char path[CONFIG_STR + 64];
-    if (name) snprintf(path, sizeof path, "%s/checkpoints/%s", t->cfg->out_dir, name);
-    else snprintf(path, sizeof path, "%s/checkpoints/step_%ld.ckpt", t->cfg->out_dir, (long)t->st.step);
+    if (name) snprintf(path, sizeof path, "%s/checkpoints/%s", t->cfg->output.dir, name);
+    else snprintf(path, sizeof path, "%s/checkpoints/step_%ld.ckpt", t->cfg->output.dir, (long)t->st.step);
     t->st.opt = stepper_carry(t->stepper); /* (no step is in flight: the loop saves only after collecting) */
     ckpt_save(path, t->m, &t->st);
     if (!name) t->saved_step = t->st.step;
@@ -139,9 +139,9 @@ typedef struct {
     int first, last, active, gpu; /* gpu: CUPTI is recording kernels, copies and memsets */
 } ProfileWindow;
 
-static void profile_step_begin(ProfileWindow *p, const Config *cfg, const Runtime *rt, int64_t step1) {
+static void profile_step_begin(ProfileWindow *p, const char *run_dir, const Runtime *rt, int64_t step1) {
     if (p->active || step1 < p->first || step1 > p->last) return;
-    if (trace_begin(cfg->out_dir, 0) != TRACE_OK) vx_fatal("cannot start the profiler trace");
+    if (trace_begin(run_dir, 0) != TRACE_OK) vx_fatal("cannot start the profiler trace");
     trace_set_thread_name("train");
     if (strcmp(rt->be->name, "cuda") == 0) {
         const HwGpu *g = &rt->hw.gpus[rt->hw.gpu];
@@ -174,7 +174,8 @@ static void log_images(Trainer *t, int64_t step) {
     if (!t->tb || t->held.shown == 0) return;
     trace_range_push("tensorboard images", "user_annotation");
     float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.shown);
-    train_log_images(t->tb, t->sc, t->held.vols, recon, t->held.shown, step);
+    train_log_images(t->tb, t->cur->model.input_size, t->cur->model.in_channels, t->held.vols, recon, t->held.shown,
+                     step);
     free(recon);
     trace_range_pop();
 }
@@ -215,7 +216,7 @@ static void upload_batch(Trainer *t, const float *batch, int64_t first) {
     be->upload_async(t->staging[k], batch, bytes, t->staging_read[k]); /* pinned slot, copy stream */
     const Dims d = m->tensors[m->t_input].dims;
     const long vol = (long)d.d * d.h * d.w * d.c;
-    if (t->cfg->data_augment && dataset_epoch_samples(t->ds) > 0) {
+    if (t->cfg->data.augment && dataset_epoch_samples(t->ds) > 0) {
         for (int b = 0; b < m->batch; b++)
             be->augment->apply(d.d, d.h, d.w, d.c, dataset_augment_code(t->ds, first + b), t->staging[k] + b * vol,
                         input + b * vol);
@@ -240,10 +241,10 @@ static int test_nonfinite_grad(int64_t s) {
 static void train_step(Trainer *t) {
     Model *m = t->m;
     const Backend *be = t->be;
-    const Config *cfg = t->cfg;
+    const TrainConfig *cfg = &t->cfg->train;
     const int world = t->comm->world, rank = t->comm->rank;
     const int64_t step1 = t->st.step + 1;
-    const double lr = schedule_lr(t->sc, t->st.step - t->stages[t->stage].first_step) * t->lr_scale;
+    const double lr = schedule_lr(&t->cur->train, t->st.step - t->cur->first_step) * t->lr_scale;
     const double wait_before = t->loader.wait_seconds;
     stepper_begin(t->stepper, step1);
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
@@ -289,7 +290,7 @@ Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double
 /* The progress line, metrics.jsonl and TensorBoard for the steps since the last log line, at step r->step. */
 static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, double wait_window, double comm_window,
                          long window_steps) {
-    const Config *cfg = t->cfg;
+    const TrainConfig *cfg = &t->cfg->train;
     const double dt = ms_window / 1e3 / window_steps, lr = t->lr[r->step % 2];
     const double sps = (double)t->m->batch * cfg->grad_accum * t->comm->world / dt; /* global samples/s */
     const double wait_ms = wait_window * 1e3 / window_steps, comm_ms = comm_window / window_steps;
@@ -328,41 +329,58 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
 }
 
 /* Opens a file of the run directory for appending, or ends the run (exit 6) saying why. */
-static FILE *open_run_file(const Config *cfg, const char *name) {
+static FILE *open_run_file(const char *run_dir, const char *name) {
     char path[CONFIG_STR + 64];
-    snprintf(path, sizeof path, "%s/%s", cfg->out_dir, name);
+    snprintf(path, sizeof path, "%s/%s", run_dir, name);
     FILE *f = fopen(path, "a");
     if (!f) fs_write_failed("open", path, errno);
     return f;
 }
 
 /* The batch of a stage: its own, or the largest that fits (0), by the hardware plan (the run's accumulation). */
-static int stage_batch(Trainer *t, Config *sc) {
+static int stage_batch(Trainer *t, StagePlan *sp) {
+    TrainConfig *sc = &sp->train;
     if (sc->batch_size > 0) return sc->batch_size;
-    Config c = *sc;
+    TrainConfig c = *sc;
     c.global_batch = 0; /* the accumulation is the run's: the stage only sizes its batch */
     HwPlan p;
     char why[400];
-    if (!hw_plan(&c, t->be, &t->rt.dev, t->comm ? t->comm->world : t->env.world, &p, why, sizeof why))
-        vx_usage_error("stage at input %dx%dx%d: no batch size fits: %s", sc->input_size[0], sc->input_size[1],
-                       sc->input_size[2], why);
+    const int *size = sp->model.input_size;
+    if (!hw_plan(&sp->model, &c, t->be, &t->rt.dev, t->comm ? t->comm->world : t->env.world, &p, why, sizeof why))
+        vx_usage_error("stage at input %dx%dx%d: no batch size fits: %s", size[0], size[1], size[2], why);
     sc->batch_size = p.batch;
     sc->checkpoint_activations = p.checkpoint_activations;
     return sc->batch_size;
 }
 
+/* Stage sp's model at its batch (which stage_batch decides first when automatic): built, not allocated. */
+static Model *stage_model(Trainer *t, StagePlan *sp) {
+    const int batch = stage_batch(t, sp);
+    const ModelOptions opt = hw_model_options(&sp->train);
+    return model_build(&sp->model, &opt, batch, t->be);
+}
+
+/* Held-out volumes a run pictures (output.image_samples when images are on) and keeps in all (train.val_samples
+ * validated, or more when more are pictured). */
+static int images_shown(const OutputConfig *output) { return output->image_every > 0 ? output->image_samples : 0; }
+static int held_volumes(int val_samples, int shown) { return val_samples > shown ? val_samples : shown; }
+
 /* Every stage's memory plan, before anything is written: host memory always, the GPU's too on a GPU. */
 static void check_stages(Trainer *t) {
     const size_t gpu_free = strcmp(t->be->name, "cuda") == 0 ? hw_available_bytes(&t->rt.hw, t->be) : 0;
     for (int k = 0; k < t->n_stages; k++) {
-        Config *sc = &t->stages[k].cfg;
-        Model *m = model_build(sc, stage_batch(t, sc), t->be);
+        StagePlan *sp = &t->stages[k];
+        const TrainConfig *sc = &sp->train;
+        Model *m = stage_model(t, sp);
         if (gpu_free && (double)model_device_bytes(m) > HW_MEMORY_SHARE * (double)gpu_free)
             vx_exit_error(VX_EXIT_MEMORY, "stage %d (input %dx%dx%d, batch %d) needs %.2f GiB of GPU memory, more than "
-                          "%.0f%% of the %.2f GiB free; lower its batch_size or input_size", k, sc->input_size[0],
-                          sc->input_size[1], sc->input_size[2], sc->batch_size, model_device_bytes(m) / 1073741824.0,
+                          "%.0f%% of the %.2f GiB free; lower its batch_size or input_size", k, sp->model.input_size[0],
+                          sp->model.input_size[1], sp->model.input_size[2], sc->batch_size,
+                          model_device_bytes(m) / 1073741824.0,
                           100 * HW_MEMORY_SHARE, gpu_free / 1073741824.0);
-        train_check_memory(&t->rt, sc, m, dataset_cache_bytes(t->ds), t->env.local_world, t->n_stages == 1);
+        const int held = held_volumes(t->cfg->train.val_samples, images_shown(&t->cfg->output));
+        train_check_memory(&t->rt, m, held, t->cfg->data.prefetch, dataset_cache_bytes(t->ds), t->env.local_world,
+                           t->n_stages == 1);
         model_free(m);
     }
 }
@@ -390,10 +408,9 @@ static void staging_make(Trainer *t) {
  * carried over from the model before), its buckets, held-out volumes, staging buffers and loader. */
 static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
     StagePlan *sp = &t->stages[k];
-    snprintf(sp->cfg.out_dir, sizeof sp->cfg.out_dir, "%s", t->cfg->out_dir);
     if (t->loader_on) loader_stop(&t->loader);
     if (k != t->stage) { /* the autoencoder is fully convolutional: the same parameters at any input size */
-        Model *old = t->m, *m = model_build(&sp->cfg, stage_batch(t, &sp->cfg), t->be);
+        Model *old = t->m, *m = stage_model(t, sp);
         model_allocate(m);
         float *packed = vx_malloc((size_t)old->param_count * sizeof(float));
         float *const from[3] = {old->param, old->adam_m, old->adam_v}, *const to[3] = {m->param, m->adam_m, m->adam_v};
@@ -406,7 +423,7 @@ static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
         t->m = t->rt.model = m;
         if (t->buckets) {
             Buckets *b = t->buckets;
-            t->buckets = buckets_plan_model(m, t->comm, t->cfg->bucket_mb, t->cfg->first_bucket_mb);
+            t->buckets = buckets_plan_model(m, t->comm, t->cfg->dist.bucket_mb, t->cfg->dist.first_bucket_mb);
             buckets_free(b);
         }
         /* the graphs captured on the old model (and NCCL's plans in them) go before its buffers do */
@@ -422,22 +439,22 @@ static void enter_stage(Trainer *t, int k, int fresh_optimizer) {
         stepper_set_carry(t->stepper, &c);
     }
     t->stage = k;
-    t->sc = &sp->cfg;
-    dataset_set_size(t->ds, sp->cfg.input_size);
+    t->cur = sp;
+    dataset_set_size(t->ds, sp->model.input_size);
     heldout_free(&t->held);
-    if (t->comm->rank == 0) heldout_build(&t->held, t->ds, &sp->cfg, m);
+    if (t->comm->rank == 0) heldout_build(&t->held, t->ds, m, t->cfg->train.val_samples, images_shown(&t->cfg->output));
     t->best_l1 = INFINITY;
     const long vol = m->tensors[m->t_input].count / m->batch;
     staging_make(t); /* a GPU augments after the upload, from these; the CPU path on the loader's workers */
-    const int workers = t->cfg->data_workers ? t->cfg->data_workers
+    const int workers = t->cfg->data.workers ? t->cfg->data.workers
                                              : (t->rt.hw.cores / t->env.local_world > 1 ? t->rt.hw.cores / t->env.local_world : 1);
     loader_start(&t->loader, t->ds, m->batch, vol, t->st.next_sample + (int64_t)t->comm->rank * m->batch,
-                 (int64_t)m->batch * t->comm->world, t->cfg->prefetch, workers, t->staging[0] == NULL, t->be);
+                 (int64_t)m->batch * t->comm->world, t->cfg->data.prefetch, workers, t->staging[0] == NULL, t->be);
     t->loader_on = 1;
     if (t->n_stages > 1) {
         vx_log("stage %d/%d: input %dx%dx%d, batch %d, %d steps from step %lld, lr %g\n", k + 1, t->n_stages,
-               sp->cfg.input_size[0], sp->cfg.input_size[1], sp->cfg.input_size[2], m->batch, sp->cfg.steps,
-               (long long)sp->first_step, sp->cfg.lr);
+               sp->model.input_size[0], sp->model.input_size[1], sp->model.input_size[2], m->batch, sp->train.steps,
+               (long long)sp->first_step, sp->train.lr);
         train_log_scalar(t->tb, "stage", t->st.step, k);
     }
 }
@@ -462,49 +479,55 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         vx_set_error_prefix(prefix);
         vx_log_rank = rank;
     }
-    t->lr_scale = train_plan_ranks(cfg, world);
-    int max_size[3] = {cfg->input_size[0], cfg->input_size[1], cfg->input_size[2]};
-    for (int k = 0; k < cfg->n_stages; k++)
+    TrainConfig *train = &cfg->train;
+    const OutputConfig *output = &cfg->output;
+    t->lr_scale = train_plan_ranks(train, world);
+    int max_size[3] = {cfg->model.input_size[0], cfg->model.input_size[1], cfg->model.input_size[2]};
+    for (int k = 0; k < train->n_stages; k++)
         for (int a = 0; a < 3; a++) {
-            const Stage st = config_stage(cfg, k);
+            const Stage st = config_stage(train, cfg->model.input_size, k);
             if (st.input_size[a] > max_size[a]) max_size[a] = st.input_size[a];
         }
-    t->ds = dataset_open(cfg, max_size, rank0);
-    t->n_stages = train_stages(cfg, dataset_epoch_samples(t->ds), world, t->stages);
-    cfg->steps = (int)(t->stages[t->n_stages - 1].first_step + t->stages[t->n_stages - 1].cfg.steps);
+    t->ds = dataset_open(&cfg->data, train->seed, cfg->model.in_channels, cfg->model.input_size, max_size, rank0);
+    t->n_stages = train_stages(&cfg->model, train, dataset_epoch_samples(t->ds), world, t->stages);
+    train->steps = (int)(t->stages[t->n_stages - 1].first_step + t->stages[t->n_stages - 1].train.steps);
     /* the runtime (device, stage 0's model: what checkpoints are checked against) */
-    runtime_open_rank(&t->rt, &t->stages[0].cfg, 1, t->env.local_rank, t->env.local_world, world);
+    runtime_open_rank(&t->rt, &t->stages[0].model, &t->stages[0].train, 1, t->env.local_rank, t->env.local_world,
+                      world);
     /* the plan's choices for stage 0 are the run's: its accumulation (train.global_batch with an automatic batch) and
      * whether activation checkpointing had to be switched on */
-    cfg->grad_accum = t->stages[0].cfg.grad_accum;
-    cfg->checkpoint_activations = t->stages[0].cfg.checkpoint_activations;
+    train->grad_accum = t->stages[0].train.grad_accum;
+    train->checkpoint_activations = t->stages[0].train.checkpoint_activations;
     t->m = t->rt.model;
     t->be = t->rt.be;
     for (int k = -1; k < t->n_stages; k++) /* the run's config (config.json) and every stage's say what runs */
-        runtime_resolve_precision(k < 0 ? cfg : &t->stages[k].cfg, t->be, t->rt.device_reason);
+        runtime_resolve_precision(k < 0 ? train : &t->stages[k].train, t->be, t->rt.device_reason);
     check_stages(t);
     Ckpt ck = {0};
-    if (resume_path) ckpt_read(resume_path, t->m, cfg->steps, &ck);
+    if (resume_path) ckpt_read(resume_path, t->m, train->steps, &ck);
     if (rank0) {
-        run_dir_take(cfg, config_name, resume_path != NULL);
+        run_dir_take(&cfg->output, config_name, resume_path != NULL, config_model_fingerprint(&cfg->model),
+                     train->seed);
         char path[CONFIG_STR + 64];
-        snprintf(path, sizeof path, "%s/config.json", cfg->out_dir);
+        snprintf(path, sizeof path, "%s/config.json", output->dir);
         config_write(cfg, path);
-        t->metrics = open_run_file(cfg, "metrics.jsonl");
-        t->tb = train_log_open(cfg);
-        if (t->tb) vx_log("tensorboard: %s (tensorboard --logdir %s)\n", train_log_path(t->tb), cfg->out_dir);
+        t->metrics = open_run_file(output->dir, "metrics.jsonl");
+        char *json = config_to_json(cfg); /* (TensorBoard shows the resolved config too) */
+        t->tb = train_log_open(output, json);
+        free(json);
+        if (t->tb) vx_log("tensorboard: %s (tensorboard --logdir %s)\n", train_log_path(t->tb), output->dir);
     }
-    if (cfg->sample_log && cfg->out_dir[0]) { /* every rank logs what it reads: samples.tsv, samples.rank1.tsv, ... */
+    if (output->sample_log && output->dir[0]) { /* every rank logs what it reads: samples.tsv, samples.rank1.tsv, ... */
         char name[48];
         snprintf(name, sizeof name, rank0 ? "samples.tsv" : "samples.rank%d.tsv", rank);
-        t->samples = open_run_file(cfg, name);
+        t->samples = open_run_file(output->dir, name);
     }
-    t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, cfg->dist_timeout_s);
+    t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, cfg->dist.timeout_s);
     /* a rank that refused to start (rank 0's directory busy, say) ends the run here, not in the first bucket */
     comm_wait(t->comm, comm_barrier(t->comm, "the start of the run"), NULL);
     Model *m = t->m;
     model_allocate(m);
-    model_init_params(m, (uint64_t)cfg->seed);
+    model_init_params(m, (uint64_t)train->seed);
     if (resume_path) {
         ckpt_apply(&ck, m, &t->st);
         ckpt_free(&ck);
@@ -515,24 +538,24 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         char who[160];
         dist_describe(&t->env, who, sizeof who);
         vx_log("ranks: %s, %s communicator; batch %d per rank x %d ranks x %d accumulation = %ld samples per step; "
-               "lr x %.3g (train.lr_scaling %s%s)\n", who, t->comm->name, cfg->batch_size, world, cfg->grad_accum,
-               (long)cfg->batch_size * world * cfg->grad_accum, t->lr_scale, cfg->lr_scaling,
-               cfg->global_batch ? ", not applied with train.global_batch" : "");
+               "lr x %.3g (train.lr_scaling %s%s)\n", who, t->comm->name, train->batch_size, world, train->grad_accum,
+               (long)train->batch_size * world * train->grad_accum, t->lr_scale, train->lr_scaling,
+               train->global_batch ? ", not applied with train.global_batch" : "");
         /* every rank starts from rank 0's state, whatever it initialised or read */
         float *const state[3] = {m->param, m->adam_m, m->adam_v};
         static const char *const NAME[3] = {"the parameters", "AdamW's first moments", "AdamW's second moments"};
         for (int k = 0; k < 3; k++)
             comm_wait(t->comm, comm_broadcast(t->comm, state[k], (size_t)m->param_floats, 0, NAME[k]), NULL);
         model_sync_lp(m);
-        t->buckets = buckets_plan_model(m, t->comm, cfg->bucket_mb, cfg->first_bucket_mb);
+        t->buckets = buckets_plan_model(m, t->comm, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb);
         vx_log("buckets: %d gradient buckets of up to %g MB (the first up to %g MB), all-reduced during backward\n",
-               t->buckets->n, cfg->bucket_mb, cfg->first_bucket_mb);
+               t->buckets->n, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb);
     }
-    t->stepper = stepper_create(m, cfg, t->comm, t->buckets);
+    t->stepper = stepper_create(m, train, t->comm, t->buckets);
     if (resume_path) stepper_set_carry(t->stepper, &t->st.opt);
     t->collected = t->st.step;
-    vx_log("run: %s (config written there), %d steps, batch %d x %d accumulation\n", cfg->out_dir, cfg->steps,
-           m->batch, cfg->grad_accum);
+    vx_log("run: %s (config written there), %d steps, batch %d x %d accumulation\n", output->dir, train->steps,
+           m->batch, train->grad_accum);
     const int k = stage_of(t, t->st.step);
     /* resuming on a stage's first step starts its optimizer afresh, as an uninterrupted run does */
     enter_stage(t, k, k > 0 && t->st.step == t->stages[k].first_step);
@@ -547,7 +570,7 @@ typedef struct {
 
 /* One collected step: the divergence checks, the loss scale's news, the running loss and the log window. */
 static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int rank0) {
-    const Config *cfg = t->cfg;
+    const TrainConfig *cfg = &t->cfg->train;
     if (!isfinite(r->loss)) diverged(t, r->step, "the loss", r->loss);
     if (r->skipped) {
         if (strcmp(cfg->loss_scale, "dynamic") != 0) diverged(t, r->step, "the gradient norm", r->grad_norm);
@@ -586,15 +609,16 @@ enum {
     HOST_PROFILE = 1 << 5,  /* a profiled step, or the one before the window: the trace sees each step alone */
 };
 static int host_work_after(const Trainer *t, const ProfileWindow *window, int64_t s) {
-    const Config *cfg = t->cfg;
-    const int last = s == cfg->steps;
+    const TrainConfig *train = &t->cfg->train;
+    const OutputConfig *output = &t->cfg->output;
+    const int last = s == train->steps;
     const int stage_end = t->stage + 1 < t->n_stages && s == t->stages[t->stage + 1].first_step;
     int work = 0;
     if (last || stage_end) work |= HOST_BOUNDARY;
-    if (cfg->val_samples > 0 && (every(cfg->val_every, s) || last || stage_end)) work |= HOST_VALIDATE;
-    if (every(cfg->image_every, s)) work |= HOST_IMAGES;
-    if (cfg->tensorboard && every(cfg->hist_every, s)) work |= HOST_HISTOGRAMS;
-    if (every(cfg->ckpt_every, s) || last) work |= HOST_CHECKPOINT;
+    if (train->val_samples > 0 && (every(train->val_every, s) || last || stage_end)) work |= HOST_VALIDATE;
+    if (every(output->image_every, s)) work |= HOST_IMAGES;
+    if (output->tensorboard && every(output->hist_every, s)) work |= HOST_HISTOGRAMS;
+    if (every(train->ckpt_every, s) || last) work |= HOST_CHECKPOINT;
     if (window->first > 0 && s + 1 >= window->first && s <= window->last) work |= HOST_PROFILE;
     return work;
 }
@@ -607,10 +631,11 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     signal(SIGTERM, on_signal);
 
     ProfileWindow window = {0}, prof = {0};
-    if (cfg->profile[0]) config_profile_window(cfg, &window.first, &window.last); /* every rank drains around it */
+    if (cfg->output.profile[0]) /* every rank drains around it */
+        config_profile_window(&cfg->output, &window.first, &window.last);
     if (rank0) prof = window;                                                       /* rank 0 traces it */
     /* --compile: collect step k while step k+1 runs, unless k needs the host; without it, every step at once */
-    const int ahead = cfg->compile != 0;
+    const int ahead = cfg->train.compile != 0;
     double t_start = vx_now();
     LoopState ls = {0};
     int exit_code = 0;
@@ -618,10 +643,10 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         validate_and_log(&t, 0);
         log_images(&t, 0);
     }
-    while (t.st.step < cfg->steps && !ls.stopping) {
+    while (t.st.step < cfg->train.steps && !ls.stopping) {
         if (t.stage + 1 < t.n_stages && t.st.step == t.stages[t.stage + 1].first_step) enter_stage(&t, t.stage + 1, 1);
         const int64_t step1 = t.st.step + 1;
-        profile_step_begin(&prof, cfg, &t.rt, step1);
+        profile_step_begin(&prof, cfg->output.dir, &t.rt, step1);
         char step_name[40];
         snprintf(step_name, sizeof step_name, "ProfilerStep#%ld", (long)step1); /* PyTorch's name for a step */
         trace_range_push(step_name, "user_annotation");
@@ -652,7 +677,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         stepper_collect(t.stepper, &r);
         handle_outcome(&t, &ls, &r, rank0);
     }
-    if (ls.stopping && t.st.step < cfg->steps) {
+    if (ls.stopping && t.st.step < cfg->train.steps) {
         vx_log("stopping on signal %d after step %ld\n", stop_requested ? (int)stop_requested : SIGTERM,
                (long)t.st.step);
         if (rank0 && t.saved_step != t.st.step) save_checkpoint(&t, NULL);

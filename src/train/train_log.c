@@ -21,8 +21,7 @@ static void check(int rc, const char *what) {
 }
 
 /* The resolved config as a markdown table, and every key as an hparam (lists as their JSON text). */
-static void log_config(TrainLog *l, const Config *cfg) {
-    char *json = config_to_json(cfg);
+static void log_config(TrainLog *l, const char *json) {
     cJSON *root = cJSON_Parse(json);
     size_t cap = 4096, len = 0;
     char *md = vx_malloc(cap);
@@ -55,19 +54,18 @@ static void log_config(TrainLog *l, const Config *cfg) {
     }
     free(md);
     cJSON_Delete(root);
-    free(json);
 }
 
-TrainLog *train_log_open(const Config *cfg) {
+TrainLog *train_log_open(const OutputConfig *cfg, const char *config_json) {
     if (!cfg->tensorboard) return NULL;
     TrainLog *l = vx_calloc(1, sizeof *l);
     TbWriterOptions o = {.flush_secs = cfg->flush_secs};
-    int rc = tb_writer_open(&l->w, cfg->out_dir, &o);
+    int rc = tb_writer_open(&l->w, cfg->dir, &o);
     if (rc == TB_ERR_BUSY)
         vx_usage_error("%s: another process is writing TensorBoard events there; give this run its own --out",
-                       cfg->out_dir);
+                       cfg->dir);
     check(rc, "open");
-    log_config(l, cfg);
+    log_config(l, config_json);
     tb_writer_flush(l->w);
     return l;
 }
@@ -78,17 +76,17 @@ void train_log_scalar(TrainLog *l, const char *tag, int64_t step, double value) 
     if (l) check(tb_writer_add_scalar(l->w, tag, step, value, TB_WALL_TIME_NOW), "scalar");
 }
 
-void train_log_images(TrainLog *l, const Config *cfg, const float *inputs, const float *recons, int count,
+void train_log_images(TrainLog *l, const int size[3], int c, const float *inputs, const float *recons, int count,
                       int64_t step) {
     if (!l) return;
-    int d = cfg->input_size[0], h = cfg->input_size[1], w = cfg->input_size[2], width, height;
-    long vol = (long)d * h * w * cfg->in_channels;
+    int d = size[0], h = size[1], w = size[2], width, height;
+    long vol = (long)d * h * w * c;
     tiles_size(d, h, w, &width, &height);
     uint8_t *pixels = vx_malloc((size_t)width * height);
     for (int i = 0; i < count; i++) {
         char tag[32];
         snprintf(tag, sizeof tag, "images/sample_%d", i);
-        tiles_mid_slices(inputs + i * vol, recons + i * vol, d, h, w, cfg->in_channels, pixels);
+        tiles_mid_slices(inputs + i * vol, recons + i * vol, d, h, w, c, pixels);
         check(tb_writer_add_image(l->w, tag, step, pixels, width, height, 1), "image");
     }
     free(pixels);

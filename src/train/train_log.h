@@ -4,19 +4,19 @@
 #pragma once
 #include <stdint.h>
 
-#include "core/config.h"
+#include "core/config_output.h"
 #include "model/model.h"
 
 typedef struct TrainLog TrainLog;
 
-/* Opens a new event file in cfg->out_dir (NULL when output.tensorboard is 0) and writes the config text and the
- * hparams session. */
-TrainLog *train_log_open(const Config *cfg);
+/* Opens a new event file in output->dir (NULL when output.tensorboard is 0) and writes the resolved config
+ * (config_json: config_to_json's text) as text and as the hparams session. */
+TrainLog *train_log_open(const OutputConfig *output, const char *config_json);
 /* Path of the event file ("" for NULL). */
 const char *train_log_path(const TrainLog *l);
 void train_log_scalar(TrainLog *l, const char *tag, int64_t step, double value);
-/* images/sample_<i>: volumes [count][D][H][W][C] of cfg's input size and their reconstructions (host memory). */
-void train_log_images(TrainLog *l, const Config *cfg, const float *inputs, const float *recons, int count,
+/* images/sample_<i>: volumes [count][D][H][W][C] (size[3] x c) and their reconstructions (host memory). */
+void train_log_images(TrainLog *l, const int size[3], int c, const float *inputs, const float *recons, int count,
                       int64_t step);
 /* weights/<group> and grads/<group> for each layer group (encoder.down.0, decoder.up.1, encoder.conv_in, ...). */
 void train_log_histograms(TrainLog *l, const Model *m, int64_t step);

@@ -9,7 +9,7 @@
 #include "core/util.h"
 #include "model/ckpt.h"
 
-double train_plan_ranks(Config *cfg, int world) {
+double train_plan_ranks(TrainConfig *cfg, int world) {
     if (cfg->global_batch > 0) {
         if (cfg->batch_size == 0) return 1.0; /* the hardware plan chooses batch and accumulation (hw_plan.h) */
         const long per = (long)world * cfg->grad_accum;
@@ -25,30 +25,32 @@ double train_plan_ranks(Config *cfg, int world) {
     return 1.0;
 }
 
-int train_stages(const Config *cfg, int64_t epoch_samples, int world, StagePlan *out) {
+int train_stages(const ModelConfig *model, const TrainConfig *cfg, int64_t epoch_samples, int world,
+                 StagePlan *out) {
     const int n = cfg->n_stages ? cfg->n_stages : 1;
     int64_t first = 0;
     for (int k = 0; k < n; k++) {
         StagePlan *sp = &out[k];
         sp->index = k;
-        sp->cfg = *cfg;
+        sp->model = *model;
+        sp->train = *cfg;
         if (cfg->n_stages) {
-            const Stage st = config_stage(cfg, k);
-            memcpy(sp->cfg.input_size, st.input_size, sizeof st.input_size);
-            sp->cfg.batch_size = st.batch_size;
-            sp->cfg.lr = st.lr;
+            const Stage st = config_stage(cfg, model->input_size, k);
+            memcpy(sp->model.input_size, st.input_size, sizeof st.input_size);
+            sp->train.batch_size = st.batch_size;
+            sp->train.lr = st.lr;
             if (st.steps > 0) {
-                sp->cfg.steps = st.steps;
+                sp->train.steps = st.steps;
             } else { /* epochs over the training set, at this stage's global batch */
                 if (epoch_samples <= 0)
                     vx_usage_error("train.stages[%d] counts epochs, which the phantoms do not have; give steps, or read "
                                    "volumes from files (data.source csv or dir)", k);
-                const double global = (double)(sp->cfg.batch_size ? sp->cfg.batch_size : 1) * world * cfg->grad_accum;
-                sp->cfg.steps = (int)ceil(st.epochs * (double)epoch_samples / global);
+                const double global = (double)(sp->train.batch_size ? sp->train.batch_size : 1) * world * cfg->grad_accum;
+                sp->train.steps = (int)ceil(st.epochs * (double)epoch_samples / global);
             }
         }
         sp->first_step = first;
-        first += sp->cfg.steps;
+        first += sp->train.steps;
     }
     return n;
 }
@@ -59,10 +61,9 @@ typedef struct {
 } HostItem;
 
 /* Every large host buffer of a run, so that a run that cannot fit is refused before it starts, not OOM-killed. */
-static int host_plan(const Runtime *rt, const Config *cfg, const Model *m, double cache_bytes, HostItem *items) {
+static int host_plan(const Runtime *rt, const Model *m, int n_held, int prefetch, double cache_bytes,
+                     HostItem *items) {
     const double vol = (double)(m->tensors[m->t_input].count / m->batch) * sizeof(float);
-    const int n_shown = cfg->image_every > 0 ? cfg->image_samples : 0;
-    const int n_held = cfg->val_samples > n_shown ? cfg->val_samples : n_shown;
     const double ckpt = (double)ckpt_file_bytes((uint64_t)m->param_count);
     const double hist = 3.0 * (double)m->param_floats * sizeof(float);
     int n = 0;
@@ -72,16 +73,16 @@ static int host_plan(const Runtime *rt, const Config *cfg, const Model *m, doubl
     /* the volumes, their reconstructions, and one batch in and out */
     items[n++] = (HostItem){"held-out volumes", "train.val_samples",
                             2.0 * n_held * vol + 2.0 * m->batch * vol};
-    items[n++] = (HostItem){"data loader", "data.prefetch or train.batch_size", (double)cfg->prefetch * m->batch * vol};
+    items[n++] = (HostItem){"data loader", "data.prefetch or train.batch_size", (double)prefetch * m->batch * vol};
     items[n++] = (HostItem){"checkpoint and histogram copies", "model.channels", ckpt > hist ? ckpt : hist};
     if (cache_bytes > 0) items[n++] = (HostItem){"data cache", "data.cache_rate", cache_bytes};
     return n;
 }
 
-void train_check_memory(const Runtime *rt, const Config *cfg, const Model *m, double cache_bytes, int ranks_here,
+void train_check_memory(const Runtime *rt, const Model *m, int held, int prefetch, double cache_bytes, int ranks_here,
                         int verbose) {
     HostItem items[5];
-    const int n = host_plan(rt, cfg, m, cache_bytes, items);
+    const int n = host_plan(rt, m, held, prefetch, cache_bytes, items);
     double total = 0;
     int largest = 0;
     char parts[512] = "";

@@ -5,17 +5,22 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "core/config.h"
 #include "fuzz_harness.h"
 #include "model/ckpt.h"
+#include "model/hw_plan.h"
 
 static Model *model;
+static int64_t steps; /* train.steps of the model's config: a checkpoint's step must be below it */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     static Config cfg;
     config_load(&cfg, "tests/fuzz/ckpt_model.json");
-    model = model_build(&cfg, 1, backend_cpu());
+    const ModelOptions opt = hw_model_options(&cfg.train);
+    model = model_build(&cfg.model, &opt, 1, backend_cpu());
+    steps = cfg.train.steps;
     model_allocate(model);
     return 0;
 }
@@ -30,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint32_t crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), buf, (uInt)(len - 4));
         memcpy(buf + len - 4, &crc, 4);
     }
-    const CkptExpect want = ckpt_expect(model);
+    const CkptExpect want = ckpt_expect(model, steps);
     Ckpt ck = {0};
     const int code = FUZZ_CATCH(ckpt_verify(buf, len, &want, "fuzz.ckpt", &ck.header));
     if (code == 0) {

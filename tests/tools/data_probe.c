@@ -21,9 +21,21 @@ static void write_raw(const char *path, const float *v, size_t n) {
     if (!f || fwrite(v, sizeof(float), n, f) != n || fclose(f) != 0) vx_fatal("cannot write %s", path);
 }
 
+/* The dataset of a whole config: its data section, at its model's input size and channels, seeded by train.seed. */
+static Dataset *dataset_of(const Config *cfg) {
+    const ModelConfig *m = &cfg->model;
+    return dataset_open(&cfg->data, cfg->train.seed, m->in_channels, m->input_size, m->input_size, 0);
+}
+
+/* Floats of one volume at the config's input size. */
+static size_t volume_floats(const Config *cfg) {
+    const ModelConfig *m = &cfg->model;
+    return (size_t)m->input_size[0] * m->input_size[1] * m->input_size[2] * m->in_channels;
+}
+
 static Dataset *open_ds(const char *config, Config *cfg) {
     config_load(cfg, config);
-    return dataset_open(cfg, cfg->input_size, 0);
+    return dataset_of(cfg);
 }
 
 int main(int argc, char **argv) {
@@ -43,7 +55,7 @@ int main(int argc, char **argv) {
     Config cfg;
     if (argc >= 5 && strcmp(argv[1], "val") == 0) {
         Dataset *ds = open_ds(argv[2], &cfg);
-        const size_t n = (size_t)cfg.input_size[0] * cfg.input_size[1] * cfg.input_size[2] * cfg.in_channels;
+        const size_t n = volume_floats(&cfg);
         float *out = vx_malloc(n * sizeof(float));
         const int ok = dataset_val_sample(ds, atoi(argv[3]), out);
         write_raw(argv[4], out, n);
@@ -54,7 +66,7 @@ int main(int argc, char **argv) {
     }
     if (argc >= 7 && strcmp(argv[1], "train") == 0) {
         Dataset *ds = open_ds(argv[2], &cfg);
-        const size_t n = (size_t)cfg.input_size[0] * cfg.input_size[1] * cfg.input_size[2] * cfg.in_channels;
+        const size_t n = volume_floats(&cfg);
         const long first = atol(argv[3]), count = atol(argv[4]);
         float *out = vx_malloc(n * (size_t)count * sizeof(float));
         printf("{\"codes\": [");
@@ -71,9 +83,9 @@ int main(int argc, char **argv) {
     if (argc >= 4 && (strcmp(argv[1], "stats") == 0 || strcmp(argv[1], "rate") == 0)) {
         const int rate = strcmp(argv[1], "rate") == 0;
         config_load(&cfg, argv[2]);
-        if (rate) cfg.data_cache_rate = 0; /* every sample decodes its volume */
-        Dataset *ds = dataset_open(&cfg, cfg.input_size, 0);
-        const size_t n = (size_t)cfg.input_size[0] * cfg.input_size[1] * cfg.input_size[2] * cfg.in_channels;
+        if (rate) cfg.data.cache_rate = 0; /* every sample decodes its volume */
+        Dataset *ds = dataset_of(&cfg);
+        const size_t n = volume_floats(&cfg);
         float *out = vx_malloc(n * sizeof(float));
         const long samples = rate ? atol(argv[3]) * dataset_epoch_samples(ds) : atol(argv[3]);
         const double t0 = vx_now();

@@ -23,6 +23,7 @@
 #include "conv3d/conv3d.h"
 #include "core/config.h"
 #include "model/model.h"
+#include "model_of.h"
 #include "require_gpu.h"
 #ifdef VX_CUDA
 #include <cudnn.h>
@@ -46,8 +47,8 @@ static void check_config(const char *path, int batch, DType dt, int *split_seen)
     Config cfg;
     config_load(&cfg, path);
     for (int padded = 0; padded < 2; padded++) {
-        snprintf(cfg.pad_input_channels, sizeof cfg.pad_input_channels, padded ? "on" : "off");
-        Model *m = model_build(&cfg, batch, backend_cpu());
+        snprintf(cfg.model.pad_input_channels, sizeof cfg.model.pad_input_channels, padded ? "on" : "off");
+        Model *m = model_of(&cfg, batch, backend_cpu());
         check_convs(m, path, batch, dt, padded, split_seen);
         model_free(m);
     }

@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/util.h"
+#include "model_of.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/phantom.h"
@@ -63,7 +64,7 @@ static void test_buckets_cover_the_gradients_in_backward_order(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    Model *m = model_build(&cfg, 1, backend_cpu());
+    Model *m = model_of(&cfg, 1, backend_cpu());
     GradSpan *spans = malloc((size_t)m->n_params * sizeof *spans);
     for (int i = 0; i < m->n_params; i++) spans[i] = (GradSpan){m->params[i].offset, m->params[i].count, -1};
     for (int i = 0; i < m->n_nodes; i++)
@@ -208,15 +209,15 @@ static void seq_open(SeqRun *r, int accum, const CommOps *ops) {
     r->be.graph_destroy = seq_graph_destroy;
     r->be.write_async = seq_write_async;
     config_defaults(&r->cfg);
-    r->cfg.input_size[0] = r->cfg.input_size[1] = r->cfg.input_size[2] = 16;
-    r->cfg.grad_accum = accum;
-    r->cfg.compile = 1;
-    r->m = model_build(&r->cfg, 1, &r->be);
+    r->cfg.model.input_size[0] = r->cfg.model.input_size[1] = r->cfg.model.input_size[2] = 16;
+    r->cfg.train.grad_accum = accum;
+    r->cfg.train.compile = 1;
+    r->m = model_of(&r->cfg, 1, &r->be);
     model_allocate(r->m);
     model_init_params(r->m, 1);
     r->comm = (Comm){.name = "record", .rank = 0, .world = 2, .ops = ops};
     r->bk = buckets_plan_model(r->m, &r->comm, 0.1, 0.02);
-    r->st = stepper_create(r->m, &r->cfg, &r->comm, r->bk);
+    r->st = stepper_create(r->m, &r->cfg.train, &r->comm, r->bk);
     seq_grad = r->m->grad;
     seq_clear();
     seq_fail_capture = 0;
@@ -225,7 +226,8 @@ static void seq_open(SeqRun *r, int accum, const CommOps *ops) {
 static void seq_step(SeqRun *r, int64_t step1, char *out, size_t out_len) {
     seq_clear();
     stepper_begin(r->st, step1);
-    for (int k = 0; k < r->cfg.grad_accum; k++) stepper_micro(r->st, k, (step1 - 1) * r->cfg.grad_accum + k);
+    const int accum = r->cfg.train.grad_accum;
+    for (int k = 0; k < accum; k++) stepper_micro(r->st, k, (step1 - 1) * accum + k);
     stepper_end(r->st, 1e-4, 0);
     StepOutcome o;
     stepper_collect(r->st, &o);
@@ -435,18 +437,19 @@ static void test_loader_reads_a_ranks_share(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 8;
+    cfg.model.input_size[0] = cfg.model.input_size[1] = cfg.model.input_size[2] = 8;
     const int batch = 2, world = 3, rank = 1, position = 12;
     const long vol = 8 * 8 * 8;
     float *want = malloc(vol * sizeof(float));
     Loader l;
-    Dataset *ds = dataset_open(&cfg, cfg.input_size, 0);
+    Dataset *ds =
+        dataset_open(&cfg.data, cfg.train.seed, cfg.model.in_channels, cfg.model.input_size, cfg.model.input_size, 0);
     loader_start(&l, ds, batch, vol, position + rank * batch, (int64_t)world * batch, 2, 2, 1, backend_cpu());
     for (int k = 0; k < 4; k++) {
         const float *got = loader_next(&l);
         for (int b = 0; b < batch; b++) {
             const uint64_t sample = (uint64_t)(position + k * world * batch + rank * batch + b);
-            phantom_generate((uint64_t)cfg.seed, sample, 8, 8, 8, 1, (float)cfg.data_noise, want);
+            phantom_generate((uint64_t)cfg.train.seed, sample, 8, 8, 8, 1, (float)cfg.data.noise, want);
             assert_memory_equal(got + b * vol, want, vol * sizeof(float));
         }
         loader_release(&l);

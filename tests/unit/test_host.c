@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/util.h"
+#include "model_of.h"
 #include "model/hw.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -82,8 +83,8 @@ static void test_model_plan_is_valid_and_saves_memory(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    cfg.res_blocks = 2;
-    Model *m = model_build(&cfg, 2, backend_cpu());
+    cfg.model.res_blocks = 2;
+    Model *m = model_of(&cfg, 2, backend_cpu());
     assert_plan_valid(&m->plan);
     assert_true(m->plan.total < plan_unshared_bytes(&m->plan));
     /* Every gradient is overwritten by exactly one node (beta 0) before anything adds to it. */
@@ -123,13 +124,13 @@ static void test_checkpointed_plan_is_valid_and_smaller(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    cfg.res_blocks = 2;
-    Model *kept = model_build(&cfg, 2, backend_cpu());
-    cfg.checkpoint_activations = 1;
-    Model *m = model_build(&cfg, 2, backend_cpu());
+    cfg.model.res_blocks = 2;
+    Model *kept = model_of(&cfg, 2, backend_cpu());
+    cfg.train.checkpoint_activations = 1;
+    Model *m = model_of(&cfg, 2, backend_cpu());
     assert_plan_valid(&m->plan);
     assert_true(m->plan.total < kept->plan.total);
-    assert_int_equal(m->n_blocks, 2 * cfg.levels * cfg.res_blocks);
+    assert_int_equal(m->n_blocks, 2 * cfg.model.levels * cfg.model.res_blocks);
     assert_true(m->recompute_flops > 0);
     int rerun = 0;
     for (int i = 0; i < m->n_nodes; i++) {
@@ -154,12 +155,12 @@ static void test_checkpointed_plan_is_valid_and_smaller(void **state) {
 /* One forward and backward of a freshly initialized model on the phantoms at sample 0, twice (param_beta 0, then 1: the
  * accumulation path); the losses of both and the packed parameter gradient after them. */
 static void run_two_micro_batches(const Config *cfg, float losses[4], float *grad_packed) {
-    Model *m = model_build(cfg, 2, backend_cpu());
+    Model *m = model_of(cfg, 2, backend_cpu());
     model_allocate(m);
     model_init_params(m, 11);
     float *x = model_tensor(m, m->t_input);
     for (int k = 0; k < 2; k++) {
-        phantom_batch(5, cfg, 2, 2 * k, x);
+        phantom_batch(5, cfg->model.input_size, cfg->model.in_channels, (float)cfg->data.noise, 2, 2 * k, x);
         model_set_first_sample(m, (uint64_t)(2 * k));
         model_forward(m, 1);
         model_backward(m, 0.5f, (float)k, NULL);
@@ -181,13 +182,13 @@ static void test_padded_input_channels_match_unpadded(void **state) {
     for (int variant = 0; variant < 2; variant++) { /* fused; then unfused with activation checkpointing */
         Config cfg;
         config_defaults(&cfg);
-        cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 16;
-        cfg.fuse = !variant;
-        cfg.checkpoint_activations = variant;
+        cfg.model.input_size[0] = cfg.model.input_size[1] = cfg.model.input_size[2] = 16;
+        cfg.train.fuse = !variant;
+        cfg.train.checkpoint_activations = variant;
         Config on = cfg;
-        snprintf(cfg.pad_input_channels, sizeof cfg.pad_input_channels, "off");
-        snprintf(on.pad_input_channels, sizeof on.pad_input_channels, "on");
-        Model *a = model_build(&cfg, 2, backend_cpu()), *b = model_build(&on, 2, backend_cpu());
+        snprintf(cfg.model.pad_input_channels, sizeof cfg.model.pad_input_channels, "off");
+        snprintf(on.model.pad_input_channels, sizeof on.model.pad_input_channels, "on");
+        Model *a = model_of(&cfg, 2, backend_cpu()), *b = model_of(&on, 2, backend_cpu());
         assert_int_equal(a->t_input_lp, a->t_input); /* float32, off: conv_in reads the input itself */
         const Tensor *lp = &b->tensors[b->t_input_lp];
         assert_int_not_equal(b->t_input_lp, b->t_input);
@@ -254,16 +255,16 @@ static Backend gpu_double(void) {
 static Config ae3d_64(void) {
     Config c;
     config_defaults(&c);
-    c.input_size[0] = c.input_size[1] = c.input_size[2] = 64;
-    c.channels[0] = 32, c.channels[1] = 64, c.channels[2] = 64, c.levels = 3;
-    c.norm_groups = 16, c.latent_channels = 3, c.batch_size = 0;
+    c.model.input_size[0] = c.model.input_size[1] = c.model.input_size[2] = 64;
+    c.model.channels[0] = 32, c.model.channels[1] = 64, c.model.channels[2] = 64, c.model.levels = 3;
+    c.model.norm_groups = 16, c.model.latent_channels = 3, c.train.batch_size = 0;
     return c;
 }
 static size_t plan_bytes(const Config *cfg, const Backend *be, int batch, DType dt, int ckpt) {
     Config c = *cfg;
-    snprintf(c.precision, sizeof c.precision, "%s", dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "fp16" : "off");
-    c.checkpoint_activations = ckpt;
-    Model *m = model_build(&c, batch, be);
+    snprintf(c.train.precision, sizeof c.train.precision, "%s", dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "fp16" : "off");
+    c.train.checkpoint_activations = ckpt;
+    Model *m = model_of(&c, batch, be);
     const size_t b = model_device_bytes(m);
     model_free(m);
     return b;
@@ -278,8 +279,8 @@ static void test_hardware_plan_on_simulated_gpus(void **state) {
                        h100 = {.gpu = 1, .cc_major = 9, .cc_minor = 0, .available = 80 * GiB, .cap = 64};
     HwPlan a, b;
     char why[400];
-    assert_true(hw_plan(&cfg, &be, &l4, 1, &a, why, sizeof why));
-    assert_true(hw_plan(&cfg, &be, &h100, 1, &b, why, sizeof why));
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &l4, 1, &a, why, sizeof why));
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &h100, 1, &b, why, sizeof why));
     /* bf16 on both (8.9 and 9.0); the largest power of two that fits 80%, larger on 80 GB; no checkpointing needed */
     assert_int_equal(a.precision, DT_BF16);
     assert_int_equal(b.precision, DT_BF16);
@@ -295,34 +296,34 @@ static void test_hardware_plan_on_simulated_gpus(void **state) {
     }
     /* bf16 activations: more fits than in float32 */
     Config f32 = cfg;
-    snprintf(f32.precision, sizeof f32.precision, "off");
+    snprintf(f32.train.precision, sizeof f32.train.precision, "off");
     HwPlan c;
-    assert_true(hw_plan(&f32, &be, &l4, 1, &c, why, sizeof why));
+    assert_true(hw_plan(&f32.model, &f32.train, &be, &l4, 1, &c, why, sizeof why));
     assert_int_equal(c.precision, DT_F32);
     assert_true(c.batch < a.batch);
     /* no bf16 below compute capability 8.0: fp16 */
     const HwPlanDevice t4 = {.gpu = 1, .cc_major = 7, .cc_minor = 5, .available = 16 * GiB, .cap = 64};
-    assert_true(hw_plan(&cfg, &be, &t4, 1, &c, why, sizeof why));
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &t4, 1, &c, why, sizeof why));
     assert_int_equal(c.precision, DT_F16);
     /* the plan's line says why: auto chose by compute capability; an explicit type is the config's */
     char line[700];
-    hw_plan_describe(&b, &h100, &cfg, line, sizeof line);
+    hw_plan_describe(&b, &h100, &cfg.train, line, sizeof line);
     assert_non_null(strstr(line, "plan: bf16 mixed precision (compute capability 9.0: bf16 tensor cores); batch "));
-    hw_plan_describe(&c, &t4, &cfg, line, sizeof line);
+    hw_plan_describe(&c, &t4, &cfg.train, line, sizeof line);
     assert_non_null(strstr(line, "plan: f16 mixed precision (compute capability 7.5: fp16, no bf16 below 8.0)"));
     Config asked_bf16 = cfg;
-    snprintf(asked_bf16.precision, sizeof asked_bf16.precision, "bf16");
-    hw_plan_describe(&b, &h100, &asked_bf16, line, sizeof line);
+    snprintf(asked_bf16.train.precision, sizeof asked_bf16.train.precision, "bf16");
+    hw_plan_describe(&b, &h100, &asked_bf16.train, line, sizeof line);
     assert_non_null(strstr(line, "plan: bf16 mixed precision (train.precision); "));
     /* a global batch of 64 on 4 of the 24 GB GPUs: the batch divides 16 per rank, accumulation makes up the rest */
     Config g = cfg;
-    g.global_batch = 64;
-    assert_true(hw_plan(&g, &be, &l4, 4, &c, why, sizeof why));
+    g.train.global_batch = 64;
+    assert_true(hw_plan(&g.model, &g.train, &be, &l4, 4, &c, why, sizeof why));
     assert_int_equal(c.batch * 4 * c.accum, 64);
     assert_int_equal(16 % c.batch, 0);
     assert_true(c.batch <= a.batch);
-    g.global_batch = 66; /* 66 does not split into 4 ranks */
-    assert_false(hw_plan(&g, &be, &l4, 4, &c, why, sizeof why));
+    g.train.global_batch = 66; /* 66 does not split into 4 ranks */
+    assert_false(hw_plan(&g.model, &g.train, &be, &l4, 4, &c, why, sizeof why));
     assert_non_null(strstr(why, "does not split"));
 }
 
@@ -340,9 +341,9 @@ static void test_input_padding_auto_follows_the_storage_type(void **state) {
     size_t unshared[5];
     for (int k = 0; k < 5; k++) {
         Config c = ae3d_64();
-        snprintf(c.precision, sizeof c.precision, "%s", cases[k].precision);
-        snprintf(c.pad_input_channels, sizeof c.pad_input_channels, "%s", cases[k].pad);
-        Model *m = model_build(&c, 2, &be);
+        snprintf(c.train.precision, sizeof c.train.precision, "%s", cases[k].precision);
+        snprintf(c.model.pad_input_channels, sizeof c.model.pad_input_channels, "%s", cases[k].pad);
+        Model *m = model_of(&c, 2, &be);
         const Tensor *lp = &m->tensors[m->t_input_lp];
         assert_int_equal(lp->dims.c, cases[k].c);
         assert_int_equal(lp->dtype, cases[k].dt);
@@ -368,34 +369,34 @@ static void test_hardware_plan_switches_checkpointing_on_only_when_needed(void *
     HwPlan p;
     char why[400];
     char line[700];
-    assert_true(hw_plan(&cfg, &be, &dev, 1, &p, why, sizeof why));
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &dev, 1, &p, why, sizeof why));
     assert_int_equal(p.batch, 1);
     assert_true(p.checkpoint_activations && p.checkpoint_switched_on);
-    hw_plan_describe(&p, &dev, &cfg, line, sizeof line);
+    hw_plan_describe(&p, &dev, &cfg.train, line, sizeof line);
     assert_non_null(strstr(line, "activation checkpointing on (batch 1 does not fit without it)"));
-    cfg.batch_size = 1; /* given, and fitting only with checkpointing */
-    assert_true(hw_plan(&cfg, &be, &dev, 1, &p, why, sizeof why));
+    cfg.train.batch_size = 1; /* given, and fitting only with checkpointing */
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &dev, 1, &p, why, sizeof why));
     assert_true(p.checkpoint_activations && p.checkpoint_switched_on);
     /* a given batch 2 that fits only with it: the line names that batch */
     const size_t plain2 = plan_bytes(&cfg, &be, 2, DT_BF16, 0), ckpt2 = plan_bytes(&cfg, &be, 2, DT_BF16, 1);
     const HwPlanDevice dev2 = {.gpu = 1, .cc_major = 9, .available = (size_t)((plain2 + ckpt2) / 2 / HW_MEMORY_SHARE),
                                .cap = 64};
-    cfg.batch_size = 2;
-    assert_true(hw_plan(&cfg, &be, &dev2, 1, &p, why, sizeof why));
+    cfg.train.batch_size = 2;
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &dev2, 1, &p, why, sizeof why));
     assert_true(p.checkpoint_activations && p.checkpoint_switched_on);
-    hw_plan_describe(&p, &dev2, &cfg, line, sizeof line);
+    hw_plan_describe(&p, &dev2, &cfg.train, line, sizeof line);
     assert_non_null(strstr(line, "activation checkpointing on (batch 2 does not fit without it)"));
-    cfg.batch_size = 1;
+    cfg.train.batch_size = 1;
     const HwPlanDevice roomy = {.gpu = 1, .cc_major = 9, .available = 2 * plain, .cap = 64};
-    assert_true(hw_plan(&cfg, &be, &roomy, 1, &p, why, sizeof why));
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &roomy, 1, &p, why, sizeof why));
     assert_int_equal(p.checkpoint_activations, 0);
     const HwPlanDevice tiny = {.gpu = 1, .cc_major = 9, .available = ckpt / 4, .cap = 64};
-    cfg.batch_size = 0;
-    assert_false(hw_plan(&cfg, &be, &tiny, 1, &p, why, sizeof why));
+    cfg.train.batch_size = 0;
+    assert_false(hw_plan(&cfg.model, &cfg.train, &be, &tiny, 1, &p, why, sizeof why));
     assert_non_null(strstr(why, "even batch size 1"));
     /* the CPU: float32, capped at its cores */
     const HwPlanDevice cpu = {.gpu = 0, .available = 64ul << 30, .cap = 2};
-    assert_true(hw_plan(&cfg, backend_cpu(), &cpu, 1, &p, why, sizeof why));
+    assert_true(hw_plan(&cfg.model, &cfg.train, backend_cpu(), &cpu, 1, &p, why, sizeof why));
     assert_int_equal(p.precision, DT_F32);
     assert_int_equal(p.batch, 2);
 }
@@ -405,7 +406,7 @@ static void test_param_pack_round_trip(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    Model *m = model_build(&cfg, 1, backend_cpu());
+    Model *m = model_of(&cfg, 1, backend_cpu());
     float *packed = malloc((size_t)m->param_count * sizeof(float)), *back = malloc((size_t)m->param_count * sizeof(float));
     float *flat = malloc((size_t)m->param_floats * sizeof(float));
     for (long i = 0; i < m->param_count; i++) packed[i] = (float)i + 0.5f;
@@ -429,17 +430,17 @@ static void test_schedule_warmup_then_cosine(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    cfg.lr = 1e-3;
-    cfg.min_lr = 1e-5;
-    cfg.warmup_steps = 10;
-    cfg.steps = 110;
-    assert_float_equal(schedule_lr(&cfg, 0), 1e-4, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 9), 1e-3, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 10), 1e-3, 1e-12);
-    assert_float_equal(schedule_lr(&cfg, 109), 1e-5, 1e-12);
-    double mid = schedule_lr(&cfg, 10 + 99 / 2.0);
+    cfg.train.lr = 1e-3;
+    cfg.train.min_lr = 1e-5;
+    cfg.train.warmup_steps = 10;
+    cfg.train.steps = 110;
+    assert_float_equal(schedule_lr(&cfg.train, 0), 1e-4, 1e-12);
+    assert_float_equal(schedule_lr(&cfg.train, 9), 1e-3, 1e-12);
+    assert_float_equal(schedule_lr(&cfg.train, 10), 1e-3, 1e-12);
+    assert_float_equal(schedule_lr(&cfg.train, 109), 1e-5, 1e-12);
+    double mid = schedule_lr(&cfg.train, 10 + 99 / 2.0);
     assert_true(mid > 1e-5 && mid < 1e-3);
-    for (long s = 11; s < 110; s++) assert_true(schedule_lr(&cfg, s) <= schedule_lr(&cfg, s - 1));
+    for (long s = 11; s < 110; s++) assert_true(schedule_lr(&cfg.train, s) <= schedule_lr(&cfg.train, s - 1));
 }
 
 static void test_phantom_is_a_function_of_seed_and_index(void **state) {
@@ -471,18 +472,20 @@ static void test_loader_delivers_batches_in_order_from_any_start(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 8;
-    cfg.prefetch = 2;
+    cfg.model.input_size[0] = cfg.model.input_size[1] = cfg.model.input_size[2] = 8;
+    cfg.data.prefetch = 2;
     const int batch = 3, first = 5;
     long vol = 8 * 8 * 8;
     float *want = malloc(vol * sizeof(float));
     Loader l;
-    Dataset *ds = dataset_open(&cfg, cfg.input_size, 0);
+    Dataset *ds =
+        dataset_open(&cfg.data, cfg.train.seed, cfg.model.in_channels, cfg.model.input_size, cfg.model.input_size, 0);
     loader_start(&l, ds, batch, vol, first, batch, 3, 2, 1, backend_cpu()); /* 2 workers: order is kept */
     for (int k = 0; k < 7; k++) {
         const float *got = loader_next(&l);
         for (int b = 0; b < batch; b++) {
-            phantom_generate((uint64_t)cfg.seed, (uint64_t)(first + k * batch + b), 8, 8, 8, 1, (float)cfg.data_noise, want);
+            phantom_generate((uint64_t)cfg.train.seed, (uint64_t)(first + k * batch + b), 8, 8, 8, 1,
+                             (float)cfg.data.noise, want);
             assert_memory_equal(got + b * vol, want, vol * sizeof(float));
         }
         loader_release(&l);
@@ -498,8 +501,8 @@ static void test_noise_is_keyed_by_the_global_sample(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    cfg.input_size[0] = cfg.input_size[1] = cfg.input_size[2] = 8;
-    Model *big = model_build(&cfg, 4, backend_cpu()), *small = model_build(&cfg, 2, backend_cpu());
+    cfg.model.input_size[0] = cfg.model.input_size[1] = cfg.model.input_size[2] = 8;
+    Model *big = model_of(&cfg, 4, backend_cpu()), *small = model_of(&cfg, 2, backend_cpu());
     model_allocate(big);
     model_allocate(small);
     model_init_params(big, 1);
@@ -526,8 +529,8 @@ static void test_node_names_are_unique(void **state) {
     (void)state;
     Config cfg;
     config_defaults(&cfg);
-    cfg.res_blocks = 2;
-    Model *m = model_build(&cfg, 1, backend_cpu());
+    cfg.model.res_blocks = 2;
+    Model *m = model_of(&cfg, 1, backend_cpu());
     for (int i = 0; i < m->n_nodes; i++)
         for (int j = i + 1; j < m->n_nodes; j++)
             if (strcmp(m->nodes[i].name, m->nodes[j].name) == 0) fail_msg("nodes %d and %d are both %s", i, j, m->nodes[i].name);
@@ -578,13 +581,13 @@ static void test_config_reader_is_strict(void **state) {
         int code = setjmp(refuse_jmp);
         if (code == 0) {
             config_set(&cfg, "train.steps", values[i], "--steps");
-            fail_msg("--steps %s was accepted as %d", values[i], cfg.steps);
+            fail_msg("--steps %s was accepted as %d", values[i], cfg.train.steps);
         }
         assert_int_equal(code, 2);
     }
     vx_set_exit_handler(NULL);
     config_set(&cfg, "train.steps", "17", "--steps");
-    assert_int_equal(cfg.steps, 17);
+    assert_int_equal(cfg.train.steps, 17);
 }
 
 /* The picture of a 3x4x5 volume: every tile at its place, slices through the middle, error = |in-rec| x gain. */

@@ -1,0 +1,22 @@
+/* config_data.h: the config's "data" section: where training and validation volumes come from and how they are
+ * read, normalised, cropped, augmented and cached (what data/ implements). */
+#pragma once
+#include "core/config_base.h"
+
+typedef struct {
+    char source[CONFIG_STR]; /* "phantom" | "csv" | "dir" */
+    double noise;            /* the phantoms' Gaussian noise */
+    int prefetch;            /* batches the loader prepares ahead */
+    char csv[CONFIG_STR];    /* source csv: the manifest */
+    char dir[CONFIG_STR];    /* source dir: the folder */
+    char glob[CONFIG_STR];   /* source dir: which entries are volumes */
+    char path_column[CONFIG_STR], split_column[CONFIG_STR];
+    double val_fraction;     /* held out by a seeded draw when there is no split column */
+    char normalize[CONFIG_STR]; /* "percentile" | "zscore" | "none" */
+    double clip_low, clip_high; /* percentiles of the percentile normalisation */
+    int pad;                 /* pad volumes smaller than the input (else: an error) */
+    int augment;             /* random flips and 90-degree rotations in training */
+    double cache_rate, replace_rate, cache_max_gib;
+    int workers;             /* decoding threads; 0 = from the core count */
+    int skip_bad;            /* skip unreadable volumes with a warning instead of exit 2 */
+} DataConfig;

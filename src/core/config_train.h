@@ -1,0 +1,49 @@
+/* config_train.h: the config's "train" section: the optimizer, its schedule and stages, the batch, logging and
+ * checkpoint intervals, and where and how the steps run (device, threads, precision, fusion, graphs). */
+#pragma once
+#include <stdint.h>
+
+#include "core/config_base.h"
+
+#define CONFIG_MAX_STAGES 8
+
+/* One stage of a progressive run (train.stages): its own input size, length, batch and learning rate; the weights
+ * carry over from the stage before (the autoencoder is fully convolutional), the optimizer restarts. */
+typedef struct {
+    int input_size[3];
+    int steps;      /* or, when 0, epochs passes over the training set (turned into steps at the start) */
+    double epochs;
+    int batch_size; /* per rank */
+    double lr;
+} Stage;
+
+typedef struct {
+    int steps;
+    int batch_size; /* per rank, per micro-batch; 0 = the largest that fits (automatic) */
+    int global_batch; /* samples per optimizer step over all ranks and micro-batches; 0 = batch_size x ranks x accum */
+    int grad_accum;
+    double lr, min_lr;
+    int warmup_steps;
+    double weight_decay, beta1, beta2, adam_eps;
+    double grad_clip; /* 0 = off */
+    char lr_scaling[CONFIG_STR]; /* "none" | "linear" | "sqrt": lr x f(ranks) when the batch is given per rank */
+    int64_t seed;
+    int log_every, val_every, val_samples, ckpt_every;
+    char device[CONFIG_STR]; /* "auto" | "cpu" | "cuda" */
+    int threads;             /* CPU threads, 0 = all cores */
+    int deterministic;       /* GPU: deterministic algorithms only */
+    int tf32;                /* GPU: TF32 tensor cores allowed in float32 convolutions */
+    int fuse;                /* 1: each GroupNorm and the SiLU after it run as one fused op */
+    int checkpoint_activations; /* 1: ResBlock activations recomputed in backward instead of kept */
+    char precision[CONFIG_STR]; /* "auto" | "bf16" | "fp16" | "off": activation storage (runtime resolves auto) */
+    char loss_scale[CONFIG_STR]; /* "auto" | "dynamic" | "off" */
+    double loss_scale_init;
+    int loss_scale_growth_interval;
+    int compile;                /* 1: the step is captured in a CUDA Graph and replayed */
+    Stage stages[CONFIG_MAX_STAGES]; /* train.stages; n_stages = 0: one stage, the keys above */
+    int n_stages;
+} TrainConfig;
+
+/* Stage i of train.stages with what it inherits filled in: batch and lr from the train keys above, the input size
+ * from model.input_size (passed in: the one value of another section a stage inherits). */
+Stage config_stage(const TrainConfig *train, const int model_input_size[3], int i);
