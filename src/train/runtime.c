@@ -1,4 +1,5 @@
-/* runtime.c: backend, batch size and model set-up shared by every subcommand (see runtime.h). */
+/* runtime.c: backend, batch size and model set-up shared by every subcommand, and a model's gradient buckets (see
+ * runtime.h). */
 #include "train/runtime.h"
 
 #include <stdlib.h>
@@ -108,4 +109,19 @@ float *runtime_load_phantom_batch(Runtime *rt, int64_t seed, double noise, int64
 void runtime_close(Runtime *rt) {
     model_free(rt->model);
     rt->model = NULL;
+}
+
+/* The gradient buckets of model m: each parameter's span of the flat gradient and the node whose backward writes
+ * it. */
+Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double first_bucket_mb) {
+    GradSpan *spans = vx_malloc((size_t)m->n_params * sizeof *spans);
+    for (int i = 0; i < m->n_params; i++) spans[i] = (GradSpan){m->params[i].offset, m->params[i].count, -1};
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < 2; k++) {
+            const int p = k == 0 ? m->nodes[i].weight : m->nodes[i].bias;
+            if (p >= 0) spans[p].step = i;
+        }
+    Buckets *b = buckets_plan(spans, m->n_params, m->grad, comm, bucket_mb, first_bucket_mb);
+    free(spans);
+    return b;
 }

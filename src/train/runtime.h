@@ -5,6 +5,7 @@
 #include "core/config_train.h"
 #include "model/hw.h"
 #include "model/model.h"
+#include "parallel/buckets.h"
 
 typedef struct {
     HwInfo hw;
@@ -34,3 +35,7 @@ void runtime_resolve_precision(TrainConfig *train, const Backend *be, const char
  * (data.noise) at the model's input size, copies them to the model's input and returns the host copy (caller
  * frees): the fixed batch of `bench step` and `probe`. */
 float *runtime_load_phantom_batch(Runtime *rt, int64_t seed, double noise, int64_t first);
+
+/* The gradient buckets of m's flat gradient buffer as the data-parallel trainer plans them (each bucket's ready_step:
+ * the backward node after which its gradients are complete); bench scaling reads the same plan. (runtime.c) */
+Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double first_bucket_mb);

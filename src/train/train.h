@@ -10,6 +10,3 @@
  * Returns the process exit code (0, or 130 after SIGINT/SIGTERM with a checkpoint written); every other ending
  * exits with its own code (util.h). */
 int train_run(Config *cfg, const char *config_name, const char *resume_path);
-/* The gradient buckets of m's flat gradient buffer as the data-parallel trainer plans them (each bucket's ready_step:
- * the backward node after which its gradients are complete); bench scaling reads the same plan. */
-Buckets *buckets_plan_model(const Model *m, Comm *comm, double bucket_mb, double first_bucket_mb);

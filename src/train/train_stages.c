@@ -1,0 +1,140 @@
+/* train_stages.c: the stages of a run (train_plan.h: one, or train.stages' progressive input sizes), as the
+ * training loop (train.c) enters them: each stage's batch (its own, or the hardware plan's), every stage's memory
+ * plan checked before anything is written, and entering a stage: the model rebuilt at its size with the parameters
+ * (and moments) carried over, its buckets, held-out volumes, the GPU's staging buffers and the loader. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "train/trainer.h"
+
+/* The batch of a stage: its own, or the largest that fits (0), by the hardware plan (the run's accumulation). */
+static int stage_batch(Trainer *t, StagePlan *sp) {
+    TrainConfig *sc = &sp->train;
+    if (sc->batch_size > 0) return sc->batch_size;
+    TrainConfig c = *sc;
+    c.global_batch = 0; /* the accumulation is the run's: the stage only sizes its batch */
+    HwPlan p;
+    char why[400];
+    const int *size = sp->model.input_size;
+    if (!hw_plan(&sp->model, &c, t->be, &t->rt.dev, t->comm ? t->comm->world : t->env.world, &p, why, sizeof why))
+        vx_usage_error("stage at input %dx%dx%d: no batch size fits: %s", size[0], size[1], size[2], why);
+    sc->batch_size = p.batch;
+    sc->checkpoint_activations = p.checkpoint_activations;
+    return sc->batch_size;
+}
+
+/* Stage sp's model at its batch (which stage_batch decides first when automatic): built, not allocated. */
+static Model *stage_model(Trainer *t, StagePlan *sp) {
+    const int batch = stage_batch(t, sp);
+    const ModelOptions opt = hw_model_options(&sp->train);
+    return model_build(&sp->model, &opt, batch, t->be);
+}
+
+/* Held-out volumes a run pictures (output.image_samples when images are on) and keeps in all (train.val_samples
+ * validated, or more when more are pictured). */
+static int images_shown(const OutputConfig *output) { return output->image_every > 0 ? output->image_samples : 0; }
+static int held_volumes(int val_samples, int shown) { return val_samples > shown ? val_samples : shown; }
+
+/* Every stage's memory plan, before anything is written: host memory always, the GPU's too on a GPU. */
+void trainer_check_stages(Trainer *t) {
+    const size_t gpu_free = strcmp(t->be->name, "cuda") == 0 ? hw_available_bytes(&t->rt.hw, t->be) : 0;
+    for (int k = 0; k < t->n_stages; k++) {
+        StagePlan *sp = &t->stages[k];
+        const TrainConfig *sc = &sp->train;
+        Model *m = stage_model(t, sp);
+        if (gpu_free && (double)model_device_bytes(m) > HW_MEMORY_SHARE * (double)gpu_free)
+            vx_exit_error(VX_EXIT_MEMORY, "stage %d (input %dx%dx%d, batch %d) needs %.2f GiB of GPU memory, more than "
+                          "%.0f%% of the %.2f GiB free; lower its batch_size or input_size", k, sp->model.input_size[0],
+                          sp->model.input_size[1], sp->model.input_size[2], sc->batch_size,
+                          model_device_bytes(m) / 1073741824.0,
+                          100 * HW_MEMORY_SHARE, gpu_free / 1073741824.0);
+        const int held = held_volumes(t->cfg->train.val_samples, images_shown(&t->cfg->output));
+        train_check_memory(&t->rt, m, held, t->cfg->data.prefetch, dataset_cache_bytes(t->ds), t->env.local_world,
+                           t->n_stages == 1);
+        model_free(m);
+    }
+}
+
+/* The GPU's staging buffers for uploads (upload_batch): made for the current model's input size; none on the CPU. */
+void trainer_staging_free(Trainer *t) {
+    for (int k = 0; k < 2; k++) {
+        if (t->staging[k]) t->be->release(t->staging[k]);
+        if (t->staging_read[k]) t->be->event_destroy(t->staging_read[k]);
+        t->staging[k] = NULL;
+        t->staging_read[k] = NULL;
+    }
+}
+static void staging_make(Trainer *t) {
+    trainer_staging_free(t);
+    if (strcmp(t->be->name, "cpu") == 0) return;
+    for (int k = 0; k < 2; k++) {
+        t->staging[k] = t->be->alloc((size_t)t->m->tensors[t->m->t_input].count * sizeof(float));
+        t->staging_read[k] = t->be->event_create();
+        t->be->event_record(t->staging_read[k]); /* nothing to wait for before the first upload */
+    }
+}
+
+/* Makes stage k the current one: the model at its size (parameters and, unless fresh_optimizer, AdamW's moments
+ * carried over from the model before), its buckets, held-out volumes, staging buffers and loader. */
+void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
+    StagePlan *sp = &t->stages[k];
+    if (t->loader_on) loader_stop(&t->loader);
+    if (k != t->stage) { /* the autoencoder is fully convolutional: the same parameters at any input size */
+        Model *old = t->m, *m = stage_model(t, sp);
+        model_allocate(m);
+        float *packed = vx_malloc((size_t)old->param_count * sizeof(float));
+        float *const from[3] = {old->param, old->adam_m, old->adam_v}, *const to[3] = {m->param, m->adam_m, m->adam_v};
+        for (int i = 0; i < 3; i++) {
+            model_download_packed(old, from[i], packed);
+            model_upload_packed(m, packed, to[i]);
+        }
+        free(packed);
+        model_sync_lp(m);
+        t->m = t->rt.model = m;
+        if (t->buckets) {
+            Buckets *b = t->buckets;
+            t->buckets = buckets_plan_model(m, t->comm, t->cfg->dist.bucket_mb, t->cfg->dist.first_bucket_mb);
+            buckets_free(b);
+        }
+        /* the graphs captured on the old model (and NCCL's plans in them) go before its buffers do */
+        stepper_set_model(t->stepper, m, t->buckets);
+        model_free(old);
+    }
+    Model *m = t->m;
+    if (fresh_optimizer) { /* a new stage: AdamW starts over, its t too (the loss scale carries on) */
+        t->be->zero(m->adam_m, (size_t)m->param_floats * sizeof(float));
+        t->be->zero(m->adam_v, (size_t)m->param_floats * sizeof(float));
+        OptimCarry c = stepper_carry(t->stepper);
+        c.adam_step = 0;
+        stepper_set_carry(t->stepper, &c);
+    }
+    t->stage = k;
+    t->cur = sp;
+    dataset_set_size(t->ds, sp->model.input_size);
+    heldout_free(&t->held);
+    if (t->comm->rank == 0) heldout_build(&t->held, t->ds, m, t->cfg->train.val_samples, images_shown(&t->cfg->output));
+    t->best_l1 = INFINITY;
+    const long vol = m->tensors[m->t_input].count / m->batch;
+    staging_make(t); /* a GPU augments after the upload, from these; the CPU path on the loader's workers */
+    const int workers = t->cfg->data.workers ? t->cfg->data.workers
+                                             : (t->rt.hw.cores / t->env.local_world > 1 ? t->rt.hw.cores / t->env.local_world : 1);
+    loader_start(&t->loader, t->ds, m->batch, vol, t->st.next_sample + (int64_t)t->comm->rank * m->batch,
+                 (int64_t)m->batch * t->comm->world, t->cfg->data.prefetch, workers, t->staging[0] == NULL, t->be);
+    t->loader_on = 1;
+    if (t->n_stages > 1) {
+        vx_log("stage %d/%d: input %dx%dx%d, batch %d, %d steps from step %lld, lr %g\n", k + 1, t->n_stages,
+               sp->model.input_size[0], sp->model.input_size[1], sp->model.input_size[2], m->batch, sp->train.steps,
+               (long long)sp->first_step, sp->train.lr);
+        train_log_scalar(t->tb, "stage", t->st.step, k);
+    }
+}
+
+/* The stage holding step s (a stage's first step belongs to it). */
+int trainer_stage_of(const Trainer *t, int64_t s) {
+    int k = 0;
+    while (k + 1 < t->n_stages && s >= t->stages[k + 1].first_step) k++;
+    return k;
+}
+

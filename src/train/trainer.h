@@ -1,0 +1,62 @@
+/* trainer.h: the state of one training run between its steps, shared by the loop (train.c) and its stages
+ * (train_stages.c); internal to src/train. */
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/config.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "model/ckpt.h"
+#include "parallel/buckets.h"
+#include "parallel/comm.h"
+#include "parallel/launch.h"
+#include "train/evaluate.h"
+#include "train/runtime.h"
+#include "train/step.h"
+#include "train/train_log.h"
+#include "train/train.h"
+#include "train/train_plan.h"
+
+/* Everything one run holds between its steps. */
+typedef struct {
+    Config *cfg;        /* the run's: total steps, run directory, everything the stages share */
+    const StagePlan *cur; /* the current stage: its input size (model), batch, lr, steps (train: the schedule) */
+    StagePlan stages[CONFIG_MAX_STAGES];
+    int n_stages, stage;
+    Runtime rt;
+    Model *m;
+    const Backend *be;
+    Dataset *ds;
+    Loader loader;
+    int loader_on;
+    /* GPU: two staging buffers the batches are uploaded into (the next while the current step runs), each with the
+     * event after the step's copy out of it; the CPU copies the loader's slot straight into the model's input */
+    float *staging[2];
+    void *staging_read[2];
+    int staging_next;
+    FILE *metrics;
+    FILE *samples; /* output.sample_log: one line per micro-batch, the global samples it read */
+    TrainLog *tb;
+    CkptState st;      /* st.step counts the steps enqueued; collected counts those whose outcome is in */
+    int64_t collected;
+    int64_t saved_step; /* of the last step_N checkpoint, -1 before any */
+    double wait_s[2], lr[2]; /* the loader wait and the learning rate of the steps in flight, by parity */
+    HeldOut held;   /* rank 0's validation volumes at the stage's size */
+    double best_l1; /* of this stage: its best checkpoint */
+    DistEnv env;
+    Comm *comm;        /* single for one process */
+    Buckets *buckets;  /* NULL for one process */
+    Stepper *stepper;
+    double lr_scale;   /* train.lr_scaling's factor for this number of ranks */
+} Trainer;
+
+/* Every stage's memory plan, before anything is written: host memory always, the GPU's too on a GPU. */
+void trainer_check_stages(Trainer *t);
+/* Makes stage k the current one: the model at its size (parameters and, unless fresh_optimizer, AdamW's moments
+ * carried over from the model before), its buckets, held-out volumes, staging buffers and loader. */
+void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer);
+/* The stage holding step s (a stage's first step belongs to it). */
+int trainer_stage_of(const Trainer *t, int64_t s);
+/* Releases the GPU's staging buffers (none on the CPU). */
+void trainer_staging_free(Trainer *t);
