@@ -1,0 +1,63 @@
+/* batchnorm.h: BatchNorm over NDHWC activations, as PyTorch's BatchNorm3d and SyncBatchNorm compute it, in the
+ * pieces torch.nn.SyncBatchNorm runs (batch_norm_stats, the gather, batch_norm_elemt, batch_norm_backward_reduce,
+ * batch_norm_backward_elemt), so that the statistics of a synchronised layer are summed across ranks between them
+ * by the caller (an all-reduce of c or 2c floats), and a plain layer simply skips that sum.
+ *   x, y, dy, dx   [n][spatial][c]      spatial = d*h*w, of shape.dtype
+ *   gamma, beta    [c]                  float32 (parameters), dgamma, dbeta their float32 gradients
+ *   mean, invstd   [c]                  float32, saved by the forward for the backward
+ *   running_mean, running_var [c]       float32 buffers (checkpointed, not trained)
+ * Training forward, with `count` the number of values per channel over every rank (n*spatial*ranks):
+ *   stats(x, NULL) -> sum[c] = sum x;  [ranks: all-reduce sum]
+ *   stats(x, sum, count) -> sq[c] = sum (x - sum/count)^2 (two passes: no cancellation in float32);
+ *                                                                   [ranks: all-reduce sq]
+ *   finalize(train=1): mean = sum/count, invstd = 1/sqrt(sq/count + eps) (biased variance, as PyTorch normalises);
+ *                      running_mean += momentum*(mean - running_mean), running_var likewise with the unbiased
+ *                      variance sq/(count-1) (PyTorch's update)
+ *   forward(x, mean, invstd, gamma, beta) -> y = (x - mean)*invstd*gamma + beta
+ * Eval forward: finalize(train=0): mean = running_mean, invstd = 1/sqrt(running_var + eps); then forward.
+ * Backward (training statistics):
+ *   backward_reduce(dy, x, mean, invstd) -> sum_dy[c] = sum dy, sum_dy_xhat[c] = sum dy*xhat, xhat = (x-mean)*invstd
+ *     (these local sums are also dbeta and dgamma: the caller adds them into the parameter gradients before any
+ *     all-reduce, since data parallelism all-reduces the parameter gradients itself)  [ranks: all-reduce both]
+ *   backward(dy, x, mean, invstd, gamma, sum_dy, sum_dy_xhat, count) ->
+ *     dx = gamma*invstd*(dy - sum_dy/count - xhat*sum_dy_xhat/count)   (beta_dx: 0 overwrite, 1 accumulate)
+ * Every sum is a fixed-order reduction (double accumulation), so results are bit-identical run to run.
+ * Storage: the CPU version is the float32 reference; CUDA stores x, y, dy, dx as shape.dtype. */
+#pragma once
+#include "common/dtype.h"
+#include "common/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int n;
+    long spatial;
+    int c;
+    DType dtype; /* storage of x, y, dy, dx */
+} BatchNormShape;
+
+/* The op's sub-table (kernels/backend/ops.def): be->batchnorm->... */
+enum { BN_STATS, BN_FINALIZE, BN_FORWARD, BN_BACKWARD_REDUCE, BN_BACKWARD }; /* its functions, for supports() */
+typedef struct BatchNormOps {
+    OpHead head;
+    /* center NULL: out[c] = sum of x over n and spatial; else out[c] = sum of (x - center[c]/count)^2 */
+    void (*stats)(const BatchNormShape *s, const void *x, const float *center, double count, float *out);
+    /* per channel (see above); train 0 ignores sum, sq and momentum and leaves the running statistics alone */
+    void (*finalize)(int c, double count, float eps, float momentum, int train, const float *sum, const float *sq,
+                     float *mean, float *invstd, float *running_mean, float *running_var);
+    void (*forward)(const BatchNormShape *s, const void *x, const float *mean, const float *invstd, const float *gamma,
+                    const float *beta, void *y);
+    void (*backward_reduce)(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
+                            const float *invstd, float *sum_dy, float *sum_dy_xhat);
+    void (*backward)(const BatchNormShape *s, const void *dy, const void *x, const float *mean, const float *invstd,
+                     const float *gamma, const float *sum_dy, const float *sum_dy_xhat, double count, void *dx,
+                     float beta_dx);
+} BatchNormOps;
+extern const BatchNormOps batchnorm_ops_cpu;
+extern const BatchNormOps batchnorm_ops_cuda; /* CUDA builds only */
+
+#ifdef __cplusplus
+}
+#endif
