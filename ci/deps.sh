@@ -3,15 +3,20 @@
 # is all there already (so `make run` and `make test` can call it every time).
 #   Debian packages: compiler, cJSON, OpenBLAS, cmocka, protobuf-c, libpng, zlib, PyTorch (the reference model),
 #                    clang with libFuzzer and its OpenMP runtime (the fuzz targets), Open MPI (CPU ranks),
-#                    libnifti (NIfTI volumes) and nibabel (the tests' reference reader)
-#   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest and tensorboard
+#                    libnifti (NIfTI volumes) and nibabel (the tests' reference reader), scikit-learn (AUROC's
+#                    reference)
+#   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest and tensorboard,
+#          and MONAI without its dependencies (resnet3d's reference)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-dev protobuf-c-compiler
               libprotobuf-c-dev libpng-dev zlib1g-dev python3-venv python3-torch python3-numpy
-              clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel)
+              clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel python3-sklearn)
 PIP_PACKAGES=(pytest tensorboard)
+# installed without their dependencies, so pip keeps Debian's torch and numpy: MONAI (resnet3d's reference,
+# tests/integration/test_monai.py; 1.3.2 runs on torch 1.13)
+PIP_NODEPS=(monai==1.3.2)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -25,10 +30,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 stamp=.venv/.voxscale-deps
-want="${PIP_PACKAGES[*]}"
+want="${PIP_PACKAGES[*]} ${PIP_NODEPS[*]}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "deps: creating .venv (system site packages) with: $want"
     /usr/bin/python3 -m venv --system-site-packages .venv
     .venv/bin/pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps "${PIP_NODEPS[@]}"
     echo "$want" > "$stamp"
 fi

@@ -12,3 +12,10 @@ UNIT_TESTS += $(DATA_PROBE)
 $(DATA_PROBE): tests/tools/data_probe.c $(BUILD)/libvoxscale.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvoxscale.a $(LDLIBS)
+
+# The validation metrics (src/train/metrics.c) on numbers from stdin, for tests/integration/test_metrics.py.
+METRICS_CHECK := $(BUILD)/tests/tools/metrics_check
+UNIT_TESTS += $(METRICS_CHECK)
+$(METRICS_CHECK): tests/tools/metrics_check.c $(BUILD)/libvoxscale.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libvoxscale.a $(LDLIBS)

@@ -5,6 +5,7 @@
 
 #include <cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "app/cli.h"
@@ -14,7 +15,8 @@
 
 static const char *HELP = "usage: voxscale probe --config FILE --out PREFIX [--seed N] [--batch-size N] [--amp P] [--set K=V]\n"
                           "  runs one forward/backward on batch 0 and writes PREFIX.json and PREFIX.bin (float32,\n"
-                          "  whatever the precision the step ran in)\n";
+                          "  whatever the precision the step ran in); for model.family resnet3d VX_PROBE_STEPS (3)\n"
+                          "  training steps of fixed parameters, then one evaluation forward\n";
 
 /* A host copy of `count` floats of backend memory. */
 static float *to_host(const Backend *be, const float *src, long count) {
@@ -49,6 +51,13 @@ int probe_main(int argc, char **argv) {
     Model *m = rt.model;
     model_allocate(m);
     model_init_params(m, (uint64_t)a.cfg.train.seed);
+    if (m->family != FAMILY_AE3D) {
+        const char *env = getenv("VX_PROBE_STEPS");
+        const int steps = env && atoi(env) > 0 ? atoi(env) : 3;
+        const int rc = probe_head(&a.cfg, &rt, steps);
+        runtime_close(&rt);
+        return rc;
+    }
     Tensor *in = &m->tensors[m->t_input];
     float *batch = runtime_load_phantom_batch(&rt, a.cfg.train.seed, a.cfg.data.noise, 0);
     model_set_first_sample(m, 0);

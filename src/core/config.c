@@ -13,7 +13,8 @@
 /* T_FLOAT: a number kept as a double here but used as float32 by the ops, so its range is checked after rounding
  * to float too (beta2 = 0.999999999 is below 1 as a double and exactly 1 as a float). */
 /* T_STAGES: train.stages, a list of objects read with STAGE_SCHEMA below. */
-typedef enum { T_INT, T_INT64, T_DOUBLE, T_FLOAT, T_STRING, T_INT3, T_INTLIST, T_STAGES } KeyType;
+/* T_LIST: a list of numbers (ConfigList, config_base.h). */
+typedef enum { T_INT, T_INT64, T_DOUBLE, T_FLOAT, T_STRING, T_INT3, T_INTLIST, T_STAGES, T_LIST } KeyType;
 
 #define CONFIG_MAX_BYTES (1 << 20) /* a config is a few KiB; more is not a config (or /dev/zero) */
 
@@ -30,7 +31,12 @@ typedef struct {
 /* A key of the schema: its section, its name, and where it lives in a Config, which is its section's member of the
  * same name (cfg->model.input_size is model.input_size). */
 #define K(section, key) #section, #key, offsetof(Config, section.key)
+/* A key of a family's part of the model section (model.depth is Config.model.resnet.depth) */
+#define KF(part, key) "model", #key, offsetof(Config, model.part.key)
 static const KeySpec SCHEMA[] = {
+    {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d", "\"ae3d\"",
+     "the network: ae3d = the 3-D AutoencoderKL (the keys up to pad_input_channels); resnet3d = MONAI's 3-D ResNet "
+     "for classification, regression and survival (the keys from depth on, and model.task)"},
     {K(model, input_size), T_INT3, 4, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
     {K(model, in_channels), T_INT, 1, 64, NULL, "1", "channels of the input volume"},
     {K(model, channels), T_INTLIST, 1, 4096, NULL, "[16, 32]",
@@ -47,6 +53,35 @@ static const KeySpec SCHEMA[] = {
      "store the first convolution's input and weights with in_channels padded with zeros to a multiple of 8, the "
      "channel count cuDNN's tensor-core kernels want; auto = with bf16/fp16, on = in any precision too (the CPU "
      "tests the path so), off = never. Parameters and checkpoints stay unpadded"},
+    {KF(resnet, depth), T_INT, 10, 101, NULL, "18", "resnet3d: 10, 18, 34 (basic blocks), 50 or 101 (bottleneck), as "
+     "monai.networks.nets.resnet10 ... resnet101"},
+    {KF(resnet, spatial_dims), T_INT, 2, 3, NULL, "3",
+     "resnet3d: 3, or 2 for a volume of depth 1 (input_size [1, H, W]: every kernel is 1 deep, the weights those of "
+     "MONAI's spatial_dims=2 net)"},
+    {KF(resnet, conv1_t_size), T_INT, 1, 15, NULL, "7",
+     "resnet3d: the stem conv's kernel along every axis, padded by half of it (MONAI's ensure_tuple_rep of it)"},
+    {KF(resnet, conv1_t_stride), T_INT, 1, 4, NULL, "1", "resnet3d: the stem conv's stride along every axis"},
+    {KF(resnet, no_max_pool), T_INT, 0, 1, NULL, "0", "resnet3d: 1 = no max pooling after the stem"},
+    {KF(resnet, shortcut_type), T_STRING, 0, 0, "B", "\"B\"",
+     "resnet3d: the shortcut where a block changes shape: B = 1x1x1 conv + BatchNorm (MONAI's default; A is not built)"},
+    {KF(resnet, widen_factor), T_DOUBLE, 0.0625, 16, NULL, "1", "resnet3d: the planes 64/128/256/512 times this"},
+    {KF(resnet, bias_downsample), T_INT, 0, 1, NULL, "1", "resnet3d: 1 = the shortcut conv has a bias (MONAI's default)"},
+    {KF(resnet, bn_momentum), T_FLOAT, 0, 1, NULL, "0.1", "resnet3d: BatchNorm's running-statistics momentum"},
+    {KF(resnet, bn_eps), T_FLOAT, 1e-12, 1, NULL, "1e-5", "resnet3d: BatchNorm's epsilon"},
+    {KF(resnet, sync_bn), T_INT, 0, 1, NULL, "0",
+     "resnet3d: 1 = SyncBatchNorm: every BatchNorm normalises with the statistics of the batch over all ranks, as "
+     "torch.nn.SyncBatchNorm (two all-reduces per layer forward, one backward); 0 = each rank its own"},
+    {KF(head, task), T_STRING, 0, 0, "classification|multilabel|regression|survival", "\"classification\"",
+     "resnet3d: classification (softmax cross-entropy), multilabel (BCE with logits), regression (MSE) or survival "
+     "(Cox partial likelihood over the global batch, Breslow ties)"},
+    {KF(head, num_classes), T_INT, 1, 100000, NULL, "2",
+     "resnet3d: classes, labels or regression targets the head predicts (survival: 1, the risk score)"},
+    {KF(head, class_weights), T_LIST, 0, 1e6, NULL, "[]",
+     "resnet3d classification: a weight per class for the cross-entropy, as CrossEntropyLoss(weight=...); [] = none"},
+    {KF(head, pos_weight), T_LIST, 0, 1e6, NULL, "[]",
+     "resnet3d multilabel: BCEWithLogitsLoss's pos_weight, one per label; [] = none"},
+    {KF(head, dropout), T_FLOAT, 0, 0.95, NULL, "0",
+     "resnet3d: dropout before the final Linear (keyed by sample and position: a resumed run drops the same values)"},
     {K(train, steps), T_INT, 0, 1e9, NULL, "200", "optimizer steps in total"},
     {K(train, batch_size), T_INT, 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
     {K(train, global_batch), T_INT, 0, 1 << 22, NULL, "0",
@@ -69,6 +104,9 @@ static const KeySpec SCHEMA[] = {
     {K(train, val_every), T_INT, 0, 1e9, NULL, "50", "steps between validations; 0 = only at the end"},
     {K(train, val_samples), T_INT, 0, 1e6, NULL, "4", "held-out volumes per validation"},
     {K(train, ckpt_every), T_INT, 0, 1e9, NULL, "0", "steps between checkpoints; 0 = only at the end"},
+    {K(train, best_metric), T_STRING, 0, 0, "auto|loss|l1|accuracy|auroc|cindex", "\"auto\"",
+     "the validation figure best.ckpt keeps the best of: auto = l1 (ae3d), accuracy (classification), auroc "
+     "(multilabel), loss (regression), cindex (survival); loss and l1 lower is better, the others higher"},
     {K(train, device), T_STRING, 0, 0, "auto|cpu|cuda", "\"auto\"", "where to train"},
     {K(train, threads), T_INT, 0, 4096, NULL, "0", "CPU threads; 0 = all cores"},
     {K(train, deterministic), T_INT, 0, 1, NULL, "0",
@@ -110,6 +148,11 @@ static const KeySpec SCHEMA[] = {
     {K(data, glob), T_STRING, 0, 0, NULL, "\"*.nii*\"",
      "which entries of data.dir are volumes: NIfTI files, or folders of PNG slices (e.g. \"case*\")"},
     {K(data, path_column), T_STRING, 0, 0, NULL, "\"path\"", "the manifest's path column"},
+    {K(data, label_columns), T_STRING, 0, 0, NULL, "\"\"",
+     "resnet3d: the manifest's label columns, comma-separated; \"\" = label (classification: the class index "
+     "0..num_classes-1), time,event (survival: event 1 observed, 0 censored), or one 0/1 column per label "
+     "(multilabel) and per target (regression) named in order; with source phantom the labels are a function of "
+     "each phantom's shape"},
     {K(data, split_column), T_STRING, 0, 0, NULL, "\"split\"",
      "the manifest's split column (train | val); without one, data.val_fraction is held out"},
     {K(data, val_fraction), T_DOUBLE, 0, 0.9, NULL, "0.1",
@@ -177,6 +220,7 @@ static const char *type_name(KeyType t) {
     case T_INT3: return "a list of 3 integers";
     case T_INTLIST: return "a list of integers";
     case T_STAGES: return "a list of stage objects";
+    case T_LIST: return "a list of numbers";
     }
     return "?";
 }
@@ -252,6 +296,20 @@ static void apply_to(void *record, int *levels, const char *name, const KeySpec 
         break;
     }
     case T_STAGES: apply_stages(&((Config *)record)->train, v, origin); break;
+    case T_LIST: {
+        const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+        if (n < 0 || n > CONFIG_MAX_LIST)
+            vx_usage_error("%s: %s must be %s (at most %d entries)", origin, name, type_name(k->type), CONFIG_MAX_LIST);
+        ConfigList *out = (ConfigList *)base;
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsNumber(e) || !(e->valuedouble >= k->min && e->valuedouble <= k->max))
+                vx_usage_error("%s: %s[%d] must be a number %s", origin, name, i, range);
+            out->v[i] = e->valuedouble;
+        }
+        out->n = n;
+        break;
+    }
     }
 }
 
@@ -429,11 +487,36 @@ Stage config_stage(const TrainConfig *train, const int model_input_size[3], int 
     return st;
 }
 
+/* The resnet3d family's keys against each other (config_validate). */
+static void validate_resnet(const ModelConfig *m, const char *origin) {
+    const ResNetConfig *r = &m->resnet;
+    const HeadConfig *h = &m->head;
+    if (r->depth != 10 && r->depth != 18 && r->depth != 34 && r->depth != 50 && r->depth != 101)
+        vx_usage_error("%s: model.depth = %d: resnet3d is built at depth 10, 18, 34, 50 or 101 (MONAI's resnet10 ... "
+                       "resnet101)", origin, r->depth);
+    if (r->spatial_dims == 2 && m->input_size[0] != 1)
+        vx_usage_error("%s: model.spatial_dims 2 needs a volume of depth 1 (model.input_size [1, H, W]), got depth %d",
+                       origin, m->input_size[0]);
+    const int survival = strcmp(h->task, "survival") == 0;
+    if (survival && h->num_classes != 1)
+        vx_usage_error("%s: model.task survival predicts one risk score: set model.num_classes to 1 (got %d)", origin,
+                       h->num_classes);
+    if (strcmp(h->task, "classification") == 0 && h->num_classes < 2)
+        vx_usage_error("%s: model.task classification needs model.num_classes >= 2 (got %d)", origin, h->num_classes);
+    if (h->class_weights.n && (h->class_weights.n != h->num_classes || strcmp(h->task, "classification") != 0))
+        vx_usage_error("%s: model.class_weights has %d entries: it needs one per class (%d) and model.task "
+                       "classification", origin, h->class_weights.n, h->num_classes);
+    if (h->pos_weight.n && (h->pos_weight.n != h->num_classes || strcmp(h->task, "multilabel") != 0))
+        vx_usage_error("%s: model.pos_weight has %d entries: it needs one per label (%d) and model.task multilabel",
+                       origin, h->pos_weight.n, h->num_classes);
+}
+
 void config_validate(const Config *cfg, const char *origin) {
     const ModelConfig *m = &cfg->model;
     const TrainConfig *t = &cfg->train;
     const DataConfig *d = &cfg->data;
-    int factor = 1 << (m->levels - 1);
+    const int ae3d = strcmp(m->family, "ae3d") == 0;
+    int factor = ae3d ? 1 << (m->levels - 1) : 1; /* resnet3d takes any size: its pooling is global */
     for (int a = 0; a < 3; a++)
         if (m->input_size[a] % factor)
             vx_usage_error("%s: model.input_size[%d] = %d must be divisible by %d (2^(levels-1) for %d channel levels)",
@@ -448,13 +531,14 @@ void config_validate(const Config *cfg, const char *origin) {
             vx_usage_error("%s: train.stages[%d].lr = %g must be at least train.min_lr and below 1 / "
                            "train.weight_decay", origin, i, st.lr);
     }
+    if (!ae3d) validate_resnet(m, origin);
     if (strcmp(d->source, "csv") == 0 && !d->csv[0])
         vx_usage_error("%s: data.source csv needs data.csv, the manifest's path", origin);
     if (strcmp(d->source, "dir") == 0 && !d->dir[0])
         vx_usage_error("%s: data.source dir needs data.dir, the folder of volumes", origin);
     if (d->clip_low >= d->clip_high)
         vx_usage_error("%s: data.clip_low must be below data.clip_high", origin);
-    for (int l = 0; l < m->levels; l++)
+    for (int l = 0; ae3d && l < m->levels; l++)
         if (m->channels[l] % m->norm_groups)
             vx_usage_error("%s: model.norm_groups = %d must divide every model.channels entry (%d does not)", origin,
                            m->norm_groups, m->channels[l]);
@@ -493,6 +577,10 @@ static cJSON *value_to_json(const Config *cfg, const KeySpec *k) {
     case T_STRING: return cJSON_CreateString(base);
     case T_INT3: return cJSON_CreateIntArray((const int *)base, 3);
     case T_INTLIST: return cJSON_CreateIntArray((const int *)base, cfg->model.levels);
+    case T_LIST: {
+        const ConfigList *l = (const ConfigList *)base;
+        return cJSON_CreateDoubleArray(l->v, l->n);
+    }
     case T_STAGES: {
         cJSON *list = cJSON_CreateArray();
         for (int i = 0; i < cfg->train.n_stages; i++) { /* as run: what a stage inherited is written out */
@@ -541,8 +629,16 @@ int config_profile_window(const OutputConfig *output, int *start, int *end) {
 uint64_t config_model_fingerprint(const ModelConfig *model) {
     /* FNV-1a over the keys that change the parameter count or layout (checkpoints hold it: the same values in the
      * same order, whatever the struct around them looks like) */
-    int keys[] = {model->in_channels, model->levels, model->res_blocks, model->latent_channels, model->norm_groups};
     uint64_t h = 1469598103934665603ull;
+    if (strcmp(model->family, "ae3d") != 0) { /* a family of its own: its tag first, so no ae3d config matches */
+        const ModelConfig *m = model;
+        const int keys[] = {0x5E5, m->in_channels, m->resnet.depth, m->resnet.spatial_dims, m->resnet.conv1_t_size,
+                            (int)lround(m->resnet.widen_factor * 4096), m->resnet.bias_downsample, m->head.num_classes};
+        const unsigned char *p = (const unsigned char *)keys;
+        for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 1099511628211ull;
+        return h;
+    }
+    int keys[] = {model->in_channels, model->levels, model->res_blocks, model->latent_channels, model->norm_groups};
     const unsigned char *p = (const unsigned char *)keys;
     for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 1099511628211ull;
     p = (const unsigned char *)model->channels;

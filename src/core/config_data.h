@@ -11,6 +11,7 @@ typedef struct {
     char dir[CONFIG_STR];    /* source dir: the folder */
     char glob[CONFIG_STR];   /* source dir: which entries are volumes */
     char path_column[CONFIG_STR], split_column[CONFIG_STR];
+    char label_columns[CONFIG_STR]; /* resnet3d: the label columns, comma-separated ("": the task's default) */
     double val_fraction;     /* held out by a seeded draw when there is no split column */
     char normalize[CONFIG_STR]; /* "percentile" | "zscore" | "none" */
     double clip_low, clip_high; /* percentiles of the percentile normalisation */

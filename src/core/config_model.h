@@ -8,7 +8,32 @@
 
 #define CONFIG_MAX_LEVELS 6
 
+/* model.family resnet3d: MONAI's ResNet (monai.networks.nets.ResNet) with its keyword names */
 typedef struct {
+    int depth;                 /* 10 | 18 | 34 | 50 | 101: resnet10 ... resnet101's blocks and layers */
+    int spatial_dims;          /* 3, or 2 (a volume of depth 1: every kernel 1 deep, weights of MONAI's 2-D net) */
+    int conv1_t_size;          /* the stem's kernel along every axis (MONAI >= 0.9: ensure_tuple_rep) */
+    int conv1_t_stride;        /* the stem's stride along every axis */
+    int no_max_pool;           /* 1: no max pooling after the stem */
+    char shortcut_type[CONFIG_STR]; /* "B": a 1x1x1 conv + BatchNorm where the shape changes */
+    double widen_factor;       /* the four layers' planes 64, 128, 256, 512 times this */
+    int bias_downsample;       /* 1: the shortcut conv has a bias (MONAI's default) */
+    double bn_momentum, bn_eps;
+    int sync_bn;               /* 1: SyncBatchNorm: every BatchNorm's statistics summed over the ranks */
+} ResNetConfig;
+
+/* The prediction head of a classifier family (resnet3d): what it predicts and from which loss. */
+typedef struct {
+    char task[CONFIG_STR];     /* "classification" | "multilabel" | "regression" | "survival" */
+    int num_classes;           /* outputs: classes (classification), labels (multilabel), targets (regression);
+                                  survival has 1 (the risk score) */
+    ConfigList class_weights;  /* classification: CrossEntropyLoss's weight, one per class (empty: none) */
+    ConfigList pos_weight;     /* multilabel: BCEWithLogitsLoss's pos_weight (empty: none) */
+    double dropout;            /* before the final Linear; keyed noise, so resume stays exact */
+} HeadConfig;
+
+typedef struct {
+    char family[CONFIG_STR]; /* "ae3d" | "resnet3d": which builder makes the network (model/build_<family>.c) */
     int input_size[3]; /* D, H, W */
     int in_channels;
     int channels[CONFIG_MAX_LEVELS];
@@ -21,8 +46,11 @@ typedef struct {
     double logvar_min, logvar_max;
     double norm_eps;
     char pad_input_channels[CONFIG_STR]; /* "auto" | "on" | "off": conv_in's input channels padded to a multiple of 8 */
+    ResNetConfig resnet; /* family resnet3d */
+    HeadConfig head;     /* family resnet3d */
 } ModelConfig;
 
-/* A hash of the keys that decide the parameter layout (in_channels, levels, res_blocks, latent_channels,
- * norm_groups, channels), stored in checkpoints to refuse another model. */
+/* A hash of the keys that decide the parameter layout (ae3d: in_channels, levels, res_blocks, latent_channels,
+ * norm_groups, channels, the same values as before families existed, so its checkpoints still load; resnet3d: the
+ * family, in_channels and the keys that shape its layers and head), stored in checkpoints to refuse another model. */
 uint64_t config_model_fingerprint(const ModelConfig *model);

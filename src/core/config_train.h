@@ -29,6 +29,7 @@ typedef struct {
     char lr_scaling[CONFIG_STR]; /* "none" | "linear" | "sqrt": lr x f(ranks) when the batch is given per rank */
     int64_t seed;
     int log_every, val_every, val_samples, ckpt_every;
+    char best_metric[CONFIG_STR]; /* auto | loss | l1 | accuracy | auroc | cindex: what best.ckpt keeps the best of */
     char device[CONFIG_STR]; /* "auto" | "cpu" | "cuda" */
     int threads;             /* CPU threads, 0 = all cores */
     int deterministic;       /* GPU: deterministic algorithms only */

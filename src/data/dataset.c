@@ -55,6 +55,11 @@ struct Dataset {
                          reports it (a loader worker must not end the process under the trainer's feet) */
     int *todo, n_todo;
     DatasetStats st;
+    /* a prediction head's labels (dataset_set_labels): floats per sample, the task, and for files each manifest
+     * entry's [n_labels] */
+    int n_labels, num_classes;
+    char task[32];
+    float *entry_labels;
 };
 
 /* ---- the order of things ----------------------------------------------------------------------------------- */
@@ -227,10 +232,11 @@ static void enter_epoch(Dataset *ds, int64_t e) {
 
 /* ---- samples ----------------------------------------------------------------------------------------------- */
 
-int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out) {
+int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float *labels) {
     const int *n = ds->size;
     if (!ds->files) {
         phantom_generate((uint64_t)ds->seed, (uint64_t)i, n[0], n[1], n[2], ds->c, (float)ds->cfg.noise, out);
+        if (labels && ds->n_labels) phantom_labels((uint64_t)ds->seed, (uint64_t)i, ds->task, ds->num_classes, labels);
         return 1;
     }
     const int64_t e = i / ds->window, k = i % ds->window;
@@ -270,6 +276,8 @@ int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out) {
         free(tmp);
     }
     slot_release(ds, f, &held);
+    if (labels && ds->n_labels) /* the file's own labels: a bad file's sample went to the next one, labels too */
+        memcpy(labels, ds->entry_labels + (size_t)ds->train[f] * ds->n_labels, (size_t)ds->n_labels * sizeof(float));
     return 1;
 }
 
@@ -305,6 +313,29 @@ int dataset_val_sample(Dataset *ds, int j, float *out) {
     transform_crop(&v, off, n, pad, out);
     volume_free(&v);
     return 1;
+}
+
+/* ---- labels ----------------------------------------------------------------------------------------------- */
+
+int dataset_set_labels(Dataset *ds, const char *task, int num_classes, int verbose) {
+    snprintf(ds->task, sizeof ds->task, "%s", task);
+    ds->num_classes = num_classes;
+    ds->n_labels = strcmp(task, "classification") == 0 ? 1 : strcmp(task, "survival") == 0 ? 2 : num_classes;
+    if (ds->files)
+        vx_usage_error("%s: labels for model.task %s are read from the manifest's data.label_columns, which this "
+                       "build does not read yet; train on data.source phantom", ds->man.origin, task);
+    (void)verbose;
+    return ds->n_labels;
+}
+
+int dataset_labels(const Dataset *ds) { return ds->n_labels; }
+
+void dataset_val_labels(const Dataset *ds, int j, float *labels) {
+    if (!ds->files) {
+        phantom_labels((uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, ds->task, ds->num_classes, labels);
+        return;
+    }
+    memcpy(labels, ds->entry_labels + (size_t)ds->val[j] * ds->n_labels, (size_t)ds->n_labels * sizeof(float));
 }
 
 /* ---- opening --------------------------------------------------------------------------------------------- */
@@ -392,6 +423,7 @@ DatasetStats dataset_stats(Dataset *ds) {
 }
 
 void dataset_close(Dataset *ds) {
+    if (ds) free(ds->entry_labels);
     if (!ds) return;
     pthread_mutex_lock(&ds->mu);
     ds->stop = 1;

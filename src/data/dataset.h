@@ -43,9 +43,18 @@ int64_t dataset_epoch_samples(const Dataset *ds);
 /* Validation volumes available; -1 for the phantoms (as many as asked). */
 int dataset_val_count(const Dataset *ds);
 /* Training sample i at the current size into out [d][h][w][c]; `augment`: apply its flips and rotation here
- * (the CPU path), else leave them to the caller (augment code below, applied on the GPU). Thread-safe. 0 when a
- * volume turned out unusable without data.skip_bad: dataset_error says which, for the main thread to report. */
-int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out);
+ * (the CPU path), else leave them to the caller (augment code below, applied on the GPU); its labels into labels
+ * [dataset_labels(ds)] when both are set (labels may be NULL). Thread-safe. 0 when a volume turned out unusable
+ * without data.skip_bad: dataset_error says which, for the main thread to report. */
+int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float *labels);
+/* A prediction head's labels from now on: model.task and model.num_classes (see phantom.h for the phantoms'; files
+ * take them from the manifest's data.label_columns). Exits 2 naming the file, row and column of a missing or bad
+ * label. Returns the floats per sample: 1 (classification), 2 (survival: time, event) or num_classes. */
+int dataset_set_labels(Dataset *ds, const char *task, int num_classes, int verbose);
+/* Label floats per sample (0 before dataset_set_labels). */
+int dataset_labels(const Dataset *ds);
+/* Validation volume j's labels (after dataset_set_labels). */
+void dataset_val_labels(const Dataset *ds, int j, float *labels);
 /* The first such failure's one-line message, or NULL. */
 const char *dataset_error(Dataset *ds);
 /* The augmentation code of sample i (augment.h), 0 when the source is not augmented. */

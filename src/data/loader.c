@@ -26,7 +26,8 @@ static void *loader_main(void *arg) {
         int ok = 1;
         for (int b = 0; b < l->batch && ok; b++)
             ok = dataset_train_sample(l->ds, l->first_sample + k * l->stride + b, l->augment,
-                                      l->buf[slot] + (long)b * l->volume_count);
+                                      l->buf[slot] + (long)b * l->volume_count,
+                                      l->labels ? l->lab[slot] + (long)b * l->labels : NULL);
         trace_range_pop();
         pthread_mutex_lock(&l->mu);
         if (!ok) {
@@ -56,6 +57,9 @@ void loader_start(Loader *l, Dataset *ds, int batch, long volume_count, int64_t 
     l->stride = stride;
     l->slots = slots;
     l->buf = vx_calloc((size_t)slots, sizeof *l->buf);
+    l->labels = dataset_labels(ds);
+    l->lab = vx_calloc((size_t)slots, sizeof *l->lab);
+    for (int s = 0; s < slots && l->labels; s++) l->lab[s] = vx_malloc((size_t)batch * l->labels * sizeof(float));
     l->slot_batch = vx_calloc((size_t)slots, sizeof *l->slot_batch);
     for (int s = 0; s < slots; s++) {
         l->buf[s] = be->alloc_host((size_t)batch * volume_count * sizeof(float));
@@ -86,6 +90,10 @@ const float *loader_next(Loader *l) {
     return l->buf[slot];
 }
 
+const float *loader_labels(const Loader *l) {
+    return l->labels ? l->lab[(int)(l->next_consume % l->slots)] : NULL;
+}
+
 void loader_release(Loader *l) {
     int slot = (int)(l->next_consume % l->slots);
     pthread_mutex_lock(&l->mu);
@@ -101,9 +109,13 @@ void loader_stop(Loader *l) {
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
     for (int w = 0; w < l->workers; w++) pthread_join(l->threads[w], NULL);
-    for (int s = 0; s < l->slots; s++) l->be->release_host(l->buf[s]);
+    for (int s = 0; s < l->slots; s++) {
+        l->be->release_host(l->buf[s]);
+        free(l->lab[s]);
+    }
     free(l->threads);
     free(l->buf);
+    free(l->lab);
     free(l->slot_batch);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);

@@ -18,6 +18,8 @@ typedef struct {
     int slots;
     const Backend *be;    /* whose alloc_host makes the slots (pinned memory on CUDA, for asynchronous uploads) */
     float **buf;          /* slots x [batch][d][h][w][c], host memory */
+    int labels;           /* label floats per sample (the dataset's; 0: none) */
+    float **lab;          /* slots x [batch][labels] */
     int64_t *slot_batch;  /* which batch (counted from the start) each slot holds, -1 when empty or in the making */
     int64_t first_sample;
     int64_t stride;
@@ -37,5 +39,7 @@ void loader_start(Loader *l, Dataset *ds, int batch, long volume_count, int64_t 
 /* Blocks until the next batch is ready and returns it; valid until loader_release. When a worker met an unusable
  * volume it ends the run here, with the dataset's message and exit 2. */
 const float *loader_next(Loader *l);
+/* The labels of the batch loader_next returned: [batch][labels] (NULL when the dataset has none). */
+const float *loader_labels(const Loader *l);
 void loader_release(Loader *l);
 void loader_stop(Loader *l);

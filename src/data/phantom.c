@@ -82,6 +82,44 @@ void phantom_generate(uint64_t seed, uint64_t index, int d, int h, int w, int c,
     }
 }
 
+/* The CDF of the mean of three uniforms on [0, 1) (Irwin-Hall of 3, scaled): maps the body's mean radius to a
+ * uniform value */
+static double mean3_cdf(double u) {
+    const double x = 3.0 * u;
+    if (x <= 0) return 0;
+    if (x < 1) return x * x * x / 6.0;
+    if (x < 2) return (-2.0 * x * x * x + 9.0 * x * x - 9.0 * x + 3.0) / 6.0;
+    if (x < 3) return 1.0 - (3.0 - x) * (3.0 - x) * (3.0 - x) / 6.0;
+    return 1;
+}
+
+void phantom_labels(uint64_t seed, uint64_t index, const char *task, int num_classes, float *out) {
+    /* the same draws phantom_generate makes first: the count, then the body's centre (3), radii (3), angles (3) and
+     * intensities (4) */
+    const int ne = 2 + (int)draw(seed, index, 0, 0, MAX_ELLIPSOIDS - 1);
+    double radius = 0;
+    for (int a = 0; a < 3; a++) radius += (draw(seed, index, 4 + (uint64_t)a, 0.30f, 0.42f) - 0.30) / 0.12;
+    const double size = mean3_cdf(radius / 3.0);
+    const double bright = (draw(seed, index, 10, 0.2f, 0.4f) - 0.2) / 0.2;
+    const int inside = ne - 1;
+    if (strcmp(task, "classification") == 0) {
+        const int c = (int)(size * num_classes);
+        out[0] = (float)(c < num_classes ? c : num_classes - 1);
+    } else if (strcmp(task, "multilabel") == 0) {
+        for (int j = 0; j < num_classes; j++) out[j] = inside > j ? 1.0f : 0.0f;
+    } else if (strcmp(task, "regression") == 0) {
+        const double f[3] = {size, bright, inside / 7.0};
+        for (int j = 0; j < num_classes; j++) out[j] = (float)f[j % 3];
+    } else { /* survival */
+        const uint64_t stream = vx_mix64(seed ^ 0x5C0EBull);
+        const double hazard = exp(2.5 * (size - 0.5) + (bright - 0.5));
+        const double t = -log(vx_uniform01(vx_hash3(stream, index, 0))) / hazard;
+        const double censor = -log(vx_uniform01(vx_hash3(stream, index, 1))) * 2.2;
+        out[0] = (float)(t < censor ? t : censor);
+        out[1] = t <= censor ? 1.0f : 0.0f;
+    }
+}
+
 void phantom_batch(uint64_t seed, const int size[3], int c, float noise, int count, int64_t first, float *out) {
     const int d = size[0], h = size[1], w = size[2];
     for (int b = 0; b < count; b++)

@@ -26,15 +26,20 @@ static uint32_t crc_of(const unsigned char *p, size_t n) {
 
 CkptExpect ckpt_expect(const Model *m, int64_t steps) {
     return (CkptExpect){.param_count = (uint64_t)m->param_count,
+                        .buffer_count = (uint64_t)m->buffer_floats,
                         .model_fingerprint = config_model_fingerprint(&m->cfg),
                         .seed = m->seed,
                         .steps = steps};
 }
 
-static size_t file_bytes(size_t header_bytes, uint64_t param_count) {
-    return header_bytes + 3 * (size_t)param_count * sizeof(float) + sizeof(uint32_t);
+static size_t file_bytes(size_t header_bytes, uint64_t param_count, uint64_t buffer_count) {
+    return header_bytes + (3 * (size_t)param_count + (size_t)buffer_count) * sizeof(float) + sizeof(uint32_t);
 }
-size_t ckpt_file_bytes(uint64_t param_count) { return file_bytes(sizeof(CkptHeader), param_count); }
+/* version 2 without buffers (what ae3d's checkpoints have always been), 3 with */
+static size_t header_bytes_for(uint64_t buffer_count) { return buffer_count ? sizeof(CkptHeader) : CKPT_V2_HEADER_BYTES; }
+size_t ckpt_file_bytes(uint64_t param_count, uint64_t buffer_count) {
+    return file_bytes(header_bytes_for(buffer_count), param_count, buffer_count);
+}
 
 void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, const char *origin, CkptHeader *out) {
     CkptHeader h;
@@ -42,26 +47,29 @@ void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, c
     if (len < CKPT_V1_HEADER_BYTES + sizeof(uint32_t) || memcmp(buf, CKPT_MAGIC, 8) != 0)
         vx_usage_error("%s: not a voxscale checkpoint (bad magic or too short)", origin);
     memcpy(&h, buf, CKPT_V1_HEADER_BYTES);
-    if (h.version != 1 && h.version != CKPT_VERSION)
-        vx_usage_error("%s: checkpoint format version %u is not supported by this build (it reads versions 1 and %d)",
+    if (h.version < 1 || h.version > CKPT_VERSION)
+        vx_usage_error("%s: checkpoint format version %u is not supported by this build (it reads versions 1 to %d)",
                        origin, h.version, CKPT_VERSION);
-    const size_t hb = h.version == 1 ? CKPT_V1_HEADER_BYTES : sizeof h;
+    const size_t hb = h.version == 1 ? CKPT_V1_HEADER_BYTES : h.version == 2 ? CKPT_V2_HEADER_BYTES : sizeof h;
     if (h.header_bytes != hb)
         vx_usage_error("%s: checkpoint header says it is %u bytes, version %u headers are %zu: the file is corrupted",
                        origin, h.header_bytes, h.version, hb);
     if (len < hb + sizeof(uint32_t)) vx_usage_error("%s: not a voxscale checkpoint (too short)", origin);
     memcpy(&h, buf, hb);
     /* the size the header implies, computed without overflow before it is compared */
-    if (h.param_count > (SIZE_MAX - hb) / (3 * sizeof(float)) - 1 || len != file_bytes(hb, h.param_count))
-        vx_usage_error("%s: checkpoint is %zu bytes, its header's parameter count (%llu) implies another size: the "
-                       "file is truncated or corrupted", origin, len, (unsigned long long)h.param_count);
+    const uint64_t largest = (SIZE_MAX - hb) / (4 * sizeof(float)) - 1;
+    if (h.param_count > largest || h.buffer_count > largest || len != file_bytes(hb, h.param_count, h.buffer_count))
+        vx_usage_error("%s: checkpoint is %zu bytes, its header's parameter and buffer counts (%llu, %llu) imply "
+                       "another size: the file is truncated or corrupted", origin, len,
+                       (unsigned long long)h.param_count, (unsigned long long)h.buffer_count);
     uint32_t stored;
     memcpy(&stored, buf + len - sizeof stored, sizeof stored);
     if (crc_of(buf, len - sizeof stored) != stored)
         vx_usage_error("%s: checkpoint checksum mismatch: the file is corrupted; resume from an earlier checkpoint",
                        origin);
     /* The checksum only says the bytes are the ones written; every field is still checked before it is used. */
-    if (h.param_count != want->param_count || h.model_fingerprint != want->model_fingerprint)
+    if (h.param_count != want->param_count || h.buffer_count != want->buffer_count ||
+        h.model_fingerprint != want->model_fingerprint)
         vx_usage_error("%s: checkpoint holds a different model (%llu parameters) than the config (%llu); use the "
                        "config it was trained with", origin, (unsigned long long)h.param_count,
                        (unsigned long long)want->param_count);
@@ -104,12 +112,13 @@ void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out) {
     memset(out, 0, sizeof *out);
     const CkptExpect want = ckpt_expect(m, steps); /* the run's steps, over all its stages */
     /* one byte more than a checkpoint of this model can hold: a longer file is refused by size, not read whole */
-    unsigned char *buf = (unsigned char *)fs_read_file(path, ckpt_file_bytes(want.param_count) + 1, &out->bytes);
+    const size_t most = ckpt_file_bytes(want.param_count, want.buffer_count);
+    unsigned char *buf = (unsigned char *)fs_read_file(path, most + 1, &out->bytes);
     /* (a version 1 checkpoint is shorter: its header lacks the optimizer state) */
     if (!buf) {
         if (errno == EFBIG)
             vx_usage_error("%s: larger than a checkpoint of this model (%zu bytes): not a checkpoint of it; use the "
-                           "config it was trained with", path, ckpt_file_bytes(want.param_count));
+                           "config it was trained with", path, most);
         vx_usage_error("%s: cannot read the checkpoint (%s); check the path given to --resume", path, strerror(errno));
     }
     out->file = buf;
@@ -121,6 +130,7 @@ void ckpt_apply(const Ckpt *c, Model *m, CkptState *st) {
     float *const dst[3] = {m->param, m->adam_m, m->adam_v};
     const unsigned char *data = c->file + c->header.header_bytes;
     for (int k = 0; k < 3; k++) model_upload_packed(m, (const float *)(data + k * pbytes), dst[k]);
+    if (c->header.buffer_count) model_upload_buffers(m, (const float *)(data + 3 * pbytes));
     model_sync_lp(m);
     st->step = c->header.step;
     st->next_sample = c->header.next_sample;
@@ -143,13 +153,16 @@ static long first_nonfinite(const float *x, long n) {
 
 void ckpt_save(const char *path, const Model *m, const CkptState *st) {
     size_t pbytes = (size_t)m->param_count * sizeof(float);
-    size_t total = ckpt_file_bytes((uint64_t)m->param_count);
+    const uint64_t nbuf = (uint64_t)m->buffer_floats;
+    size_t total = ckpt_file_bytes((uint64_t)m->param_count, nbuf);
+    const size_t hb = header_bytes_for(nbuf);
     unsigned char *buf = vx_malloc(total);
     CkptHeader h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, CKPT_MAGIC, 8);
-    h.version = CKPT_VERSION;
-    h.header_bytes = sizeof h;
+    h.version = nbuf ? 3 : 2;
+    h.header_bytes = (uint32_t)hb;
+    h.buffer_count = nbuf;
     h.param_count = (uint64_t)m->param_count;
     h.model_fingerprint = config_model_fingerprint(&m->cfg);
     h.step = st->step;
@@ -161,12 +174,12 @@ void ckpt_save(const char *path, const Model *m, const CkptState *st) {
     h.skipped_steps = st->opt.skipped_steps;
     h.growth_tracker = st->opt.growth_tracker;
     h.loss_scale = st->opt.loss_scale;
-    memcpy(buf, &h, sizeof h);
+    memcpy(buf, &h, hb);
     /* the packed layout: the file does not depend on the device buffers' alignment padding */
     const float *const src[3] = {m->param, m->adam_m, m->adam_v};
     static const char *const WHAT[3] = {"parameter", "AdamW first moment", "AdamW second moment"};
     for (int k = 0; k < 3; k++) {
-        float *packed = (float *)(buf + sizeof h + k * pbytes);
+        float *packed = (float *)(buf + hb + k * pbytes);
         model_download_packed(m, src[k], packed);
         const long bad = first_nonfinite(packed, m->param_count);
         if (bad >= 0) {
@@ -175,6 +188,18 @@ void ckpt_save(const char *path, const Model *m, const CkptState *st) {
             vx_exit_error(VX_EXIT_DIVERGED, "training diverged: %s %ld is %g after step %lld, so no checkpoint is "
                           "written (the last one stays); lower train.lr or set train.grad_clip", WHAT[k], bad, value,
                           (long long)st->step);
+        }
+    }
+    if (nbuf) {
+        float *b = (float *)(buf + hb + 3 * pbytes);
+        model_download_buffers(m, b);
+        const long bad = first_nonfinite(b, (long)nbuf);
+        if (bad >= 0) {
+            const double value = b[bad];
+            free(buf);
+            vx_exit_error(VX_EXIT_DIVERGED, "training diverged: buffer value %ld (a BatchNorm running statistic) is %g "
+                          "after step %lld, so no checkpoint is written (the last one stays); lower train.lr",
+                          bad, value, (long long)st->step);
         }
     }
     uint32_t crc = crc_of(buf, total - sizeof crc);

@@ -5,10 +5,13 @@
  * it; any mismatch is a one-line error with exit 2.
  *
  * Layout (little endian):
- *   CkptHeader | params[count] f32 | adam_m[count] f32 | adam_v[count] f32 | crc32 (u32, of all bytes before)
+ *   CkptHeader | params[count] f32 | adam_m[count] f32 | adam_v[count] f32 | [buffers[buffer_count] f32] |
+ *   crc32 (u32, of all bytes before)
  * with each array in the model's packed layout (views back to back, model.h), whatever the device alignment.
  * Version 2 added the optimizer's carried state (AdamW's t, the loss scale and its growth count, the skipped steps)
- * to the end of the header; a version 1 checkpoint still loads: AdamW's t is its step, the loss scale the run's. */
+ * to the end of the header; a version 1 checkpoint still loads: AdamW's t is its step, the loss scale the run's.
+ * Version 3 adds buffer_count and the buffers (BatchNorm's running statistics, model.h) after the moments; a model
+ * without buffers (ae3d) is still written as version 2, byte for byte as before. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -17,7 +20,7 @@
 #include "optim/optim.h"
 
 #define CKPT_MAGIC "VXCKPT\r\n"
-#define CKPT_VERSION 2
+#define CKPT_VERSION 3
 #define CKPT_MAX_WORLD (1 << 20) /* ranks: far beyond any cluster, small enough that products cannot overflow */
 
 typedef struct {
@@ -34,8 +37,11 @@ typedef struct {
     /* version 2: */
     int64_t adam_step, skipped_steps, growth_tracker;
     double loss_scale;
+    /* version 3: */
+    uint64_t buffer_count;
 } CkptHeader;
 #define CKPT_V1_HEADER_BYTES offsetof(CkptHeader, adam_step)
+#define CKPT_V2_HEADER_BYTES offsetof(CkptHeader, buffer_count)
 
 typedef struct {
     int64_t step, next_sample;
@@ -46,7 +52,7 @@ typedef struct {
 
 /* What a checkpoint must agree with: the model it is loaded into and the run's config. */
 typedef struct {
-    uint64_t param_count, model_fingerprint;
+    uint64_t param_count, buffer_count, model_fingerprint;
     int64_t seed, steps; /* train.seed, train.steps */
 } CkptExpect;
 
@@ -59,15 +65,15 @@ typedef struct {
 
 /* What a checkpoint for model m in a run of `steps` optimizer steps in all must agree with. */
 CkptExpect ckpt_expect(const Model *m, int64_t steps);
-/* Bytes of a checkpoint of param_count parameters (in the current version). */
-size_t ckpt_file_bytes(uint64_t param_count);
+/* Bytes of a checkpoint of param_count parameters and buffer_count buffer floats (as ckpt_save writes it). */
+size_t ckpt_file_bytes(uint64_t param_count, uint64_t buffer_count);
 /* Verifies buf[len] as a checkpoint matching `want` (origin names it in errors) and copies its header to out.
  * Exits 2 with one line naming the first problem. The checkpoint loader's fuzz target enters here. */
 void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, const char *origin, CkptHeader *out);
 /* Reads and verifies the file at path against model m and a run of `steps` optimizer steps in all (nothing
  * allocated on the backend yet, nothing written): the checks happen before the run touches its directory. */
 void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out);
-/* Uploads a verified checkpoint's parameters and moments into the allocated model, returns its state. */
+/* Uploads a verified checkpoint's parameters, moments and buffers into the allocated model, returns its state. */
 void ckpt_apply(const Ckpt *c, Model *m, CkptState *st);
 void ckpt_free(Ckpt *c);
 

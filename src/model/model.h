@@ -1,4 +1,10 @@
-/* model.h: the 3D autoencoder (AutoencoderKL-style) as a list of nodes over planned tensors.
+/* model.h: a network as a list of nodes over planned tensors, built by its family's builder (model.family) and run
+ * by one executor (model_exec.c):
+ *   ae3d      the 3D autoencoder (AutoencoderKL-style), below; build_ae3d.c
+ *   resnet3d  MONAI's 3D ResNet with a prediction head (classification, multilabel, regression, survival);
+ *             build_resnet3d.c. Its BatchNorm layers keep running statistics: the model's buffers (BufferView), a
+ *             flat float32 array beside the parameters, checkpointed with them and never trained
+ * The ae3d family:
  *
  *   x [N][D][H][W][Cin]
  *   encoder: conv_in 3^3 -> per level l: res_blocks x ResBlock(-> channels[l]), stride-2 conv 3^3 between levels
@@ -35,10 +41,23 @@
 #include "backend/backend.h"
 #include "core/config_model.h"
 #include "model/plan.h"
+#include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
+#include "dropout/dropout.h"
 #include "groupnorm/groupnorm.h"
+#include "head_loss/head_loss.h"
+#include "linear/linear.h"
+#include "maxpool/maxpool.h"
 
-typedef enum { OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST } OpKind;
+typedef enum {
+    OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST, /* ae3d's */
+    OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT      /* resnet3d's */
+} OpKind;
+
+typedef enum { FAMILY_AE3D, FAMILY_RESNET3D } ModelFamily;
+
+/* What a head predicts, and so its loss (resnet3d: model.task). */
+typedef enum { TASK_NONE, TASK_CLASSIFICATION, TASK_MULTILABEL, TASK_REGRESSION, TASK_SURVIVAL } ModelTask;
 
 typedef struct {
     int n, d, h, w, c; /* NDHWC */
@@ -66,6 +85,13 @@ typedef struct {
 
 #define MODEL_PARAM_ALIGN 64 /* floats: 256 bytes, cudaMalloc's own alignment */
 
+/* A buffer: state a layer keeps that is not trained (BatchNorm's running mean and variance), in the flat float32
+ * array Model.bufs, back to back; checkpointed after the parameters and moments. */
+typedef struct {
+    char name[96]; /* PyTorch's state_dict key, e.g. layer1.0.bn1.running_mean */
+    long offset, count;
+} BufferView;
+
 typedef struct {
     OpKind kind;
     char name[80];
@@ -75,7 +101,14 @@ typedef struct {
     int weight, bias;    /* ParamView ids (conv: weight, bias; groupnorm: gamma, beta), -1 when none */
     Conv3dShape conv;    /* OP_CONV */
     GroupNormShape gn;   /* OP_GROUPNORM */
-    int stats;           /* OP_GROUPNORM: plan item of mean and rstd [n][groups] each */
+    int stats;           /* OP_GROUPNORM: plan item of mean and rstd [n][groups] each; OP_BATCHNORM: of mean, invstd
+                            and two sums [c] each (the statistics' and then the backward's) */
+    BatchNormShape bn;   /* OP_BATCHNORM; buffer: its running mean's BufferView (the running variance is the next) */
+    int buffer;
+    MaxPoolShape pool;   /* OP_MAXPOOL; arg: plan item of the winners' offsets (int32, shaped like the output) */
+    int arg;
+    LinearShape lin;     /* OP_LINEAR */
+    DropoutShape drop;   /* OP_DROPOUT */
     float dx_beta[2];    /* 0 when this node writes that input's gradient first in backward, else 1 */
     int recompute;       /* activation checkpointing: rerun by its block's recomputation before the block's backward */
     /* OP_CONV reading zero-padded input channels (encoder.conv_in under model.pad_input_channels; conv.c_in is the
@@ -92,7 +125,8 @@ typedef struct {
 } Block;
 
 typedef struct {
-    float recon, kl, total; /* total = recon + kl_weight * kl */
+    float recon, kl; /* ae3d: the reconstruction loss and the KL term; 0 for a head's family */
+    float total;     /* ae3d: recon + kl_weight * kl; a head: its task's loss */
 } Losses;
 
 /* What the model takes from outside the model section: the train.* keys that change how its graph is built and
@@ -102,6 +136,7 @@ typedef struct {
     int fuse;                   /* train.fuse: GroupNorm + SiLU as one node, residual adds in conv epilogues */
     int checkpoint_activations; /* train.checkpoint_activations */
     int64_t seed;               /* train.seed: the latent noise's stream (and the checkpoint's seed) */
+    int world;                  /* ranks (0 or 1: one): SyncBatchNorm's counts and survival's global batch */
 } ModelOptions;
 
 typedef struct Model {
@@ -118,7 +153,20 @@ typedef struct Model {
     int n_params, cap_params;
     long param_count;  /* parameters (the packed layout's length) */
     long param_floats; /* length of each flat buffer: param_count plus the alignment padding */
-    int t_input, t_input_lp, t_recon, t_mu, t_logvar, t_z; /* t_input_lp: what conv_in reads (t_input in float32) */
+    ModelFamily family;
+    int t_input, t_input_lp; /* t_input_lp: what the first conv reads (t_input itself in float32) */
+    int t_recon, t_mu, t_logvar, t_z; /* ae3d's outputs (-1 otherwise) */
+    /* a head (resnet3d): its outputs [n][k] (logits, scores or the risk), the task, label floats per sample, and the
+     * plan items of the micro-batch's targets (float32 [n][labels]; survival: [world*n][2], every rank's, since the
+     * Cox loss runs over the global batch) and of survival's gathered risk scores and their gradient [world*n] */
+    int t_out;
+    ModelTask task;
+    int labels;
+    int target_item, gathered_item, gathered_grad_item;
+    float *head_weight;  /* class_weights / pos_weight in backend memory (NULL: none); allocated with the model */
+    BufferView *buffers;
+    int n_buffers, cap_buffers;
+    long buffer_floats;
     Block *blocks;
     int n_blocks, cap_blocks;
     double recompute_flops; /* conv forward FLOPs rerun per micro-batch by activation checkpointing (0 without) */
@@ -127,6 +175,15 @@ typedef struct Model {
     double conv_flops_step; /* forward + backward data + backward filter */
 
     const Backend *be;
+    /* Data parallelism as the model sees it (set by the trainer; 1 and 0 alone): SyncBatchNorm's counts and the Cox
+     * loss's slice of the global batch. */
+    int world, rank;
+    /* Called inside forward and backward to sum `count` floats of backend memory over the ranks in place (SyncBatch-
+     * Norm's statistics), and to gather every rank's `count` floats into recv (rank r's at r*count: the Cox loss's
+     * scores), stream-ordered; NULL with one rank. */
+    void (*allreduce_hook)(void *ctx, float *buf, long count, const char *what);
+    void (*gather_hook)(void *ctx, const float *send, float *recv, long count, const char *what);
+    void *dist_hook_ctx;
     /* Called by model_backward after node i's backward has been enqueued (i descending), when set: where data
      * parallelism launches the all-reduce of each gradient bucket as soon as backward has written it. */
     void (*backward_hook)(void *ctx, int node);
@@ -141,6 +198,7 @@ typedef struct Model {
     float *param, *grad, *adam_m, *adam_v; /* flat, param_floats each */
     void *param_lp;  /* flat low-precision copy of param (param_floats of dtype); NULL in float32 */
     float *losses;   /* where the loss ops write {recon, kl} (the arena's scalars; backend memory) */
+    float *bufs;     /* the buffers, buffer_floats (backend memory); NULL when there are none */
 } Model;
 
 /* The activation type train.precision (`precision`) asks for on backend be: off float32, bf16, fp16, auto bf16
@@ -168,6 +226,8 @@ void model_release_memory(Model *m);
 /* Deterministic initialization from the seed (PyTorch's default bounds: U(-1/sqrt(fan_in), +)), zero moments;
  * the low-precision copy follows. */
 void model_init_params(Model *m, uint64_t seed);
+/* The buffers to their initial values (running mean 0, running variance 1). */
+void model_reset_buffers(Model *m);
 /* Refreshes param_lp from param (after anything but AdamW wrote the parameters); nothing in float32. */
 void model_sync_lp(Model *m);
 
@@ -182,15 +242,22 @@ void model_tensor_to_host(const Model *m, int tensor, float *out);
  * compute stream (write_async), where model_forward's noise op reads it: a captured forward draws each replay's
  * own noise. */
 void model_set_first_sample(Model *m, uint64_t first_sample);
-/* Forward over the batch already copied to model_tensor(m, m->t_input) (float32); sample_noise = 0 uses z = mu
- * (validation). Enqueues device work only (capturable). */
-void model_forward(Model *m, int sample_noise);
+/* Forward over the batch already copied to model_tensor(m, m->t_input) (float32). train = 1: a training forward
+ * (ae3d samples its latent noise; BatchNorm normalises with the batch's statistics and updates its running ones;
+ * dropout drops); 0: evaluation (z = mu; running statistics; no dropout). Enqueues device work only (capturable). */
+void model_forward(Model *m, int train);
+/* The head's targets of the next loss: host float32 [n][labels] (survival: [world*n][2], the global batch's),
+ * written to backend memory on the compute stream. */
+void model_set_targets(Model *m, const float *targets);
+/* A buffer-shaped backend array to host memory and back (checkpoints, export). */
+void model_download_buffers(const Model *m, float *host);
+void model_upload_buffers(const Model *m, const float *host);
 /* Loss forward+gradient, then backward through every node. grad_scale multiplies the loss gradient
  * (1/(grad_accum x ranks)); loss_scale (backend memory, NULL for 1) multiplies it too, on the device (the dynamic
  * loss scale); param_beta = 0 overwrites the parameter gradients, 1 adds to them (later micro-batches). Enqueues
  * device work only (capturable). */
 void model_backward(Model *m, float grad_scale, float param_beta, const float *loss_scale);
-/* Reads the losses of the last forward (after model_backward, or model_loss for evaluation). */
+/* The loss of the last forward without its gradient (evaluation); a head's needs model_set_targets first. */
 void model_loss(Model *m);
 Losses model_read_losses(const Model *m);
 /* sum of squares of the flat gradient buffer (reads back one float). */

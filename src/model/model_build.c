@@ -1,32 +1,25 @@
-/* model_build.c: turns a Config into the autoencoder's node list, parameter views and arena plan (model.h).
- * Nothing here touches backend memory; model_exec.c runs what this builds. */
+/* model_build.c: turns the model section into a node list, parameter and buffer views and an arena plan (model.h):
+ * the pieces every family builds with (build.h), the family's builder chosen by model.family, then the parameters'
+ * layout and the memory plan. Nothing here touches backend memory; model_exec.c runs what this builds. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
+#include "model/build.h"
 #include "model/model.h"
 #include "conv3d/conv3d.h"
 #include "groupnorm/groupnorm.h"
 
-#define GROW(arr, n, cap)                                                                                        \
-    do {                                                                                                         \
-        if ((n) == (cap)) {                                                                                      \
-            (cap) = (cap) ? 2 * (cap) : 64;                                                                      \
-            (arr) = realloc((arr), (size_t)(cap) * sizeof *(arr));                                              \
-            if (!(arr)) vx_fatal("out of memory building the model");                                           \
-        }                                                                                                        \
-    } while (0)
-
-static int add_tensor(Model *m, Dims d, int producer, DType dtype) {
+int build_tensor(Model *m, Dims d, int producer, DType dtype) {
     GROW(m->tensors, m->n_tensors, m->cap_tensors);
     m->tensors[m->n_tensors] = (Tensor){.dims = d, .count = (long)d.n * d.d * d.h * d.w * d.c, .dtype = dtype,
                                         .act = -1, .grad = -1, .producer = producer};
     return m->n_tensors++;
 }
 
-static int add_param(Model *m, const char *prefix, const char *suffix, int ndim, const int *shape) {
+int build_param(Model *m, const char *prefix, const char *suffix, int ndim, const int *shape) {
     GROW(m->params, m->n_params, m->cap_params);
     ParamView *p = &m->params[m->n_params];
     memset(p, 0, sizeof *p);
@@ -42,7 +35,7 @@ static int add_param(Model *m, const char *prefix, const char *suffix, int ndim,
     return m->n_params++;
 }
 
-static Node *add_node(Model *m, OpKind kind, const char *name, int in0, int in1, Dims out) {
+Node *build_node(Model *m, OpKind kind, const char *name, int in0, int in1, Dims out) {
     GROW(m->nodes, m->n_nodes, m->cap_nodes);
     Node *nd = &m->nodes[m->n_nodes];
     memset(nd, 0, sizeof *nd);
@@ -50,147 +43,49 @@ static Node *add_node(Model *m, OpKind kind, const char *name, int in0, int in1,
     snprintf(nd->name, sizeof nd->name, "%s", name);
     nd->in[0] = in0;
     nd->in[1] = in1;
-    nd->weight = nd->bias = nd->stats = -1;
+    nd->weight = nd->bias = nd->stats = nd->buffer = nd->arg = -1;
     nd->pad_w = nd->pad_dw = nd->pad_db = -1;
-    nd->out = add_tensor(m, out, m->n_nodes, m->dtype);
+    nd->out = build_tensor(m, out, m->n_nodes, m->dtype);
     m->n_nodes++;
     return nd;
 }
 
-/* A convolution of x whose weights have w_cin input channels: x's own count, or fewer when x is padded with zero
- * channels (conv_in under model.pad_input_channels), which the weights then are too, in a copy of their own. */
-static int conv_on(Model *m, const char *name, int x, int w_cin, int c_out, int k, int stride) {
+int build_conv(Model *m, const char *name, int x, int w_cin, int c_out, const int k[3], const int stride[3],
+               const int pad[3], int bias) {
     Dims in = m->tensors[x].dims;
-    int pad = k / 2;
-    Conv3dShape s = conv3d_shape(in.n, in.d, in.h, in.w, in.c, c_out, k, stride, pad);
+    Conv3dShape s = conv3d_shape_3d(in.n, in.d, in.h, in.w, in.c, c_out, k, stride, pad);
     s.dtype = m->dtype;
-    Node *nd = add_node(m, OP_CONV, name, x, -1, (Dims){in.n, s.od, s.oh, s.ow, c_out});
+    Node *nd = build_node(m, OP_CONV, name, x, -1, (Dims){in.n, s.od, s.oh, s.ow, c_out});
     nd->conv = s;
-    nd->weight = add_param(m, name, "weight", 5, (int[]){c_out, k, k, k, w_cin});
-    nd->bias = add_param(m, name, "bias", 1, (int[]){c_out});
+    nd->weight = build_param(m, name, "weight", 5, (int[]){c_out, k[0], k[1], k[2], w_cin});
+    if (bias) nd->bias = build_param(m, name, "bias", 1, (int[]){c_out});
     return nd->out;
 }
 
-static int conv(Model *m, const char *name, int x, int c_out, int k, int stride) {
-    return conv_on(m, name, x, m->tensors[x].dims.c, c_out, k, stride);
+int build_buffer(Model *m, const char *prefix, const char *suffix, long count) {
+    GROW(m->buffers, m->n_buffers, m->cap_buffers);
+    BufferView *b = &m->buffers[m->n_buffers];
+    memset(b, 0, sizeof *b);
+    snprintf(b->name, sizeof b->name, "%s.%s", prefix, suffix);
+    b->offset = m->buffer_floats;
+    b->count = count;
+    m->buffer_floats += count;
+    return m->n_buffers++;
 }
 
-static int groupnorm(Model *m, const char *name, int x) {
-    Dims in = m->tensors[x].dims;
-    Node *nd = add_node(m, OP_GROUPNORM, name, x, -1, in);
-    nd->gn = (GroupNormShape){.n = in.n, .spatial = (long)in.d * in.h * in.w, .c = in.c,
-                              .groups = m->cfg.norm_groups, .eps = (float)m->cfg.norm_eps, .dtype = m->dtype};
-    nd->weight = add_param(m, name, "weight", 1, (int[]){in.c});
-    nd->bias = add_param(m, name, "bias", 1, (int[]){in.c});
-    return nd->out;
-}
-
-static int silu(Model *m, const char *name, int x) {
-    return add_node(m, OP_SILU, name, x, -1, m->tensors[x].dims)->out;
-}
-
-/* GroupNorm then SiLU: one fused node when train.fuse (named "<norm>+<act>", its parameters the norm's), else two */
-static int norm_silu(Model *m, const char *norm_name, const char *act_name, int x) {
-    const int y = groupnorm(m, norm_name, x);
-    if (!m->fuse) return silu(m, act_name, y);
-    Node *nd = &m->nodes[m->n_nodes - 1];
-    nd->gn.silu = 1;
-    const char *act = strrchr(act_name, '.');
-    snprintf(nd->name, sizeof nd->name, "%s+%s", norm_name, act ? act + 1 : act_name);
-    return y;
-}
-
-static int add(Model *m, const char *name, int a, int b) {
-    return add_node(m, OP_ADD, name, a, b, m->tensors[a].dims)->out;
-}
-
-static int upsample(Model *m, const char *name, int x) {
-    Dims d = m->tensors[x].dims;
-    return add_node(m, OP_UPSAMPLE, name, x, -1, (Dims){d.n, 2 * d.d, 2 * d.h, 2 * d.w, d.c})->out;
-}
-
-/* The residual add h + skip: a node of its own, or (train.fuse) folded into the convolution that produced the later
- * of the two, which then adds the other in its epilogue: conv(x) + bias + other, the same sum in the same order
- * (float addition commutes), one tensor and one pass fewer each way. */
-static int residual_add(Model *m, const char *name, int h, int skip) {
-    const int later = m->tensors[h].producer > m->tensors[skip].producer ? h : skip;
-    Node *last = &m->nodes[m->n_nodes - 1];
-    if (!m->fuse || last->kind != OP_CONV || last->out != later) return add(m, name, h, skip);
-    last->in[1] = later == h ? skip : h;
-    snprintf(last->name + strlen(last->name), sizeof last->name - strlen(last->name), "+add");
-    return later;
-}
-
-/* GN -> SiLU -> conv3 -> GN -> SiLU -> conv3, plus the input (1x1 conv when channels change); one Block, the unit
- * activation checkpointing recomputes. */
-static int resblock(Model *m, const char *prefix, int x, int c_out) {
-    const int first = m->n_nodes;
-    char n[80], n2[80];
-    int c_in = m->tensors[x].dims.c;
-#define NAME(s) (snprintf(n, sizeof n, "%s.%s", prefix, s), n)
-#define NAME2(s) (snprintf(n2, sizeof n2, "%s.%s", prefix, s), n2)
-    int h = norm_silu(m, NAME("norm1"), NAME2("act1"), x);
-    h = conv(m, NAME("conv1"), h, c_out, 3, 1);
-    h = norm_silu(m, NAME("norm2"), NAME2("act2"), h);
-    h = conv(m, NAME("conv2"), h, c_out, 3, 1);
-    int skip = c_in == c_out ? x : conv(m, NAME("shortcut"), x, c_out, 1, 1);
-    const int out = residual_add(m, NAME("add"), h, skip);
-    GROW(m->blocks, m->n_blocks, m->cap_blocks);
-    m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};
-    return out;
-#undef NAME
-#undef NAME2
-}
-
-static void build_graph(Model *m) {
+void build_input(Model *m) {
     const ModelConfig *c = &m->cfg;
-    char n[80];
-    int L = c->levels;
-    m->t_input = add_tensor(m, (Dims){m->batch, c->input_size[0], c->input_size[1], c->input_size[2], c->in_channels}, -1,
-                            DT_F32);
-    /* the loss compares with the float32 input; conv_in reads it in the model's type, its channels padded with zeros
-     * to a multiple of 8 where that lets cuDNN use tensor cores (pad_input_channels auto: bf16/fp16; on: always) */
+    m->t_input = build_tensor(m, (Dims){m->batch, c->input_size[0], c->input_size[1], c->input_size[2],
+                                        c->in_channels}, -1, DT_F32);
+    /* the loss may compare with the float32 input; the first conv reads it in the model's type, its channels padded
+     * with zeros to a multiple of 8 where that lets cuDNN use tensor cores (pad_input_channels auto: bf16/fp16; on:
+     * always) */
     Dims lp = m->tensors[m->t_input].dims;
     const char *pad = c->pad_input_channels;
     if (strcmp(pad, "on") == 0 || (strcmp(pad, "auto") == 0 && m->dtype != DT_F32)) lp.c = (lp.c + 7) / 8 * 8;
     const int own_copy = m->dtype != DT_F32 || lp.c != c->in_channels;
-    m->t_input_lp = own_copy ? add_node(m, OP_CAST, "input_cast", m->t_input, -1, lp)->out : m->t_input;
-
-    int h = conv_on(m, "encoder.conv_in", m->t_input_lp, c->in_channels, c->channels[0], 3, 1);
-    for (int l = 0; l < L; l++) {
-        for (int b = 0; b < c->res_blocks; b++) {
-            snprintf(n, sizeof n, "encoder.down.%d.res.%d", l, b);
-            h = resblock(m, n, h, c->channels[l]);
-        }
-        if (l < L - 1) {
-            snprintf(n, sizeof n, "encoder.down.%d.downsample", l);
-            h = conv(m, n, h, m->tensors[h].dims.c, 3, 2);
-        }
-    }
-    h = norm_silu(m, "encoder.norm_out", "encoder.act_out", h);
-    m->t_mu = conv(m, "encoder.mu", h, c->latent_channels, 1, 1);
-    m->t_logvar = conv(m, "encoder.logvar", h, c->latent_channels, 1, 1);
-    m->t_z = add_node(m, OP_LATENT, "latent", m->t_mu, m->t_logvar, m->tensors[m->t_mu].dims)->out;
-
-    h = conv(m, "decoder.conv_in", m->t_z, c->channels[L - 1], 3, 1);
-    for (int l = L - 1; l >= 0; l--) {
-        for (int b = 0; b < c->res_blocks; b++) {
-            snprintf(n, sizeof n, "decoder.up.%d.res.%d", l, b);
-            h = resblock(m, n, h, c->channels[l]);
-        }
-        if (l > 0) {
-            /* the nearest-neighbour resize and the conv after it are two nodes: they need two names in traces
-             * (F.interpolate's, then the conv module's, whose parameters PyTorch names decoder.up.L.upsample.*) */
-            snprintf(n, sizeof n, "decoder.up.%d.interpolate", l);
-            h = upsample(m, n, h);
-            snprintf(n, sizeof n, "decoder.up.%d.upsample", l);
-            h = conv(m, n, h, m->tensors[h].dims.c, 3, 1);
-        }
-    }
-    h = norm_silu(m, "decoder.norm_out", "decoder.act_out", h);
-    m->t_recon = conv(m, "decoder.conv_out", h, c->in_channels, 3, 1);
+    m->t_input_lp = own_copy ? build_node(m, OP_CAST, "input_cast", m->t_input, -1, lp)->out : m->t_input;
 }
-
 /* Reverse layer order: the last-created parameter gets offset 0, so backward's first gradients come first. The
  * packed layout puts the views back to back; the flat one starts each at a multiple of MODEL_PARAM_ALIGN. */
 static void finish_params(Model *m) {
@@ -219,17 +114,22 @@ void model_unpack_params(const Model *m, const float *packed, float *flat) {
     }
 }
 
-/* Whether node nd's backward reads its input `slot` (a conv's fused residual, an add's operands, an upsample's input
- * are not read) */
+/* Whether node nd's backward reads its input `slot` (a conv's fused residual, an add's operands, an upsample's or a
+ * pooling's input, dropout's are not read) */
 static int needs_input_in_backward(const Node *nd, int slot) {
     switch (nd->kind) {
     case OP_CONV:
     case OP_GROUPNORM:
+    case OP_BATCHNORM:
+    case OP_LINEAR:
     case OP_SILU: return slot == 0;
     case OP_LATENT: return 1;
     default: return 0;
     }
 }
+
+/* Whether node nd's backward reads its own output (ReLU's mask is y > 0, so its input need not be kept) */
+static int needs_output_in_backward(const Node *nd) { return nd->kind == OP_RELU; }
 
 /* Activation checkpointing: which tensors are dropped after the forward (checkpointed: made inside a block by any
  * node but its last, and read only inside it), which of them backward needs again (read by a node that needs its
@@ -279,8 +179,11 @@ static void plan_memory(Model *m) {
     for (int bi = 0; bi < m->n_blocks; bi++) /* a rerun node writes its output when the block is recomputed */
         for (int i = m->blocks[bi].first; i <= m->blocks[bi].last; i++)
             if (m->nodes[i].recompute) again_first[m->nodes[i].out] = T - m->blocks[bi].last;
-    last_use[m->t_input] = last_use[m->t_recon] = F;
-    first_grad[m->t_recon] = F;
+    /* the loss at time F reads the ae3d's reconstruction and input, or the head's outputs, and writes their gradient */
+    const int t_loss = m->family == FAMILY_AE3D ? m->t_recon : m->t_out;
+    last_use[t_loss] = F;
+    if (m->family == FAMILY_AE3D) last_use[m->t_input] = F;
+    first_grad[t_loss] = F;
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
         for (int s = 0; s < 2; s++) {
@@ -296,6 +199,7 @@ static void plan_memory(Model *m) {
             }
             if (T - i < first_grad[t]) first_grad[t] = T - i;
         }
+        if (needs_output_in_backward(nd) && T - i > last_use[nd->out]) last_use[nd->out] = T - i;
     }
     /* The node whose backward runs first for a tensor overwrites its gradient; the others accumulate. */
     for (int i = 0; i < F; i++) {
@@ -318,6 +222,9 @@ static void plan_memory(Model *m) {
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
         if (nd->kind == OP_GROUPNORM) nd->stats = plan_add(&m->plan, 2 * (size_t)nd->gn.n * nd->gn.groups * sizeof(float), i, T - i);
+        if (nd->kind == OP_BATCHNORM) nd->stats = plan_add(&m->plan, 4 * (size_t)nd->bn.c * sizeof(float), i, T - i);
+        if (nd->kind == OP_MAXPOOL)
+            nd->arg = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(int32_t), i, T - i);
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
         if (nd->kind == OP_CONV) {
             size_t w = m->be->conv3d->workspace_bytes(&nd->conv);
@@ -337,6 +244,14 @@ static void plan_memory(Model *m) {
         }
     }
     m->workspace_item = plan_add(&m->plan, ws, 0, T);
+    if (m->task != TASK_NONE) { /* the targets live through the step; survival's gathered scores at the loss */
+        const long n = m->task == TASK_SURVIVAL ? (long)m->world * m->batch : m->batch;
+        m->target_item = plan_add(&m->plan, (size_t)n * m->labels * sizeof(float), 0, T);
+        if (m->task == TASK_SURVIVAL) {
+            m->gathered_item = plan_add(&m->plan, (size_t)n * dtype_size(m->dtype), F, F);
+            m->gathered_grad_item = plan_add(&m->plan, (size_t)n * dtype_size(m->dtype), F, F);
+        }
+    }
     m->scalars_item = plan_add(&m->plan, 16 * sizeof(float), 0, T);
     m->noise_offset_item = plan_add(&m->plan, sizeof(uint64_t), 0, T);
     plan_solve(&m->plan);
@@ -368,9 +283,14 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->seed = opt->seed;
     m->be = be;
     m->batch = batch;
+    m->world = opt->world > 0 ? opt->world : 1;
+    m->family = strcmp(cfg->family, "resnet3d") == 0 ? FAMILY_RESNET3D : FAMILY_AE3D;
+    m->t_recon = m->t_mu = m->t_logvar = m->t_z = m->t_out = -1;
+    m->target_item = m->gathered_item = m->gathered_grad_item = -1;
     char why[160];
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
-    build_graph(m);
+    if (m->family == FAMILY_RESNET3D) build_resnet3d(m);
+    else build_ae3d(m);
     finish_params(m);
     plan_memory(m);
     /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). The
@@ -387,7 +307,8 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
 
 size_t model_device_bytes(const Model *m) {
     return m->plan.total + 4 * (size_t)m->param_floats * sizeof(float) +
-           (m->dtype == DT_F32 ? 0 : (size_t)m->param_floats * dtype_size(m->dtype));
+           (m->dtype == DT_F32 ? 0 : (size_t)m->param_floats * dtype_size(m->dtype)) +
+           (size_t)m->buffer_floats * sizeof(float);
 }
 
 void model_release_memory(Model *m) {
@@ -398,7 +319,10 @@ void model_release_memory(Model *m) {
     m->be->release(m->adam_m);
     m->be->release(m->adam_v);
     if (m->param_lp) m->be->release(m->param_lp);
+    if (m->bufs) m->be->release(m->bufs);
+    if (m->head_weight) m->be->release(m->head_weight);
     m->param_lp = NULL;
+    m->bufs = m->head_weight = NULL;
     m->arena = NULL;
     m->param = m->grad = m->adam_m = m->adam_v = NULL;
     m->allocated = 0;
@@ -411,6 +335,7 @@ void model_free(Model *m) {
     free(m->nodes);
     free(m->tensors);
     free(m->params);
+    free(m->buffers);
     free(m->blocks);
     free(m);
 }

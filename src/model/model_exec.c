@@ -20,8 +20,11 @@
 #include "latent/latent.h"
 #include "normal/normal.h"
 #include "optim/optim.h"
+#include "relu/relu.h"
+#include "avgpool/avgpool.h"
 
 #define RNG_STREAM_INIT 0x1A17ull   /* parameter init: stream = this + parameter index */
+#define RNG_STREAM_INIT_NORMAL 0x1A18ull /* resnet3d's conv weights (Kaiming normal): stream = this + index */
 #define RNG_STREAM_LATENT 0x1A7Eull /* reparameterization noise: index = sample * per-sample count + element */
 #define SCALAR_RECON 0
 #define SCALAR_KL 1
@@ -56,16 +59,79 @@ void model_allocate(Model *m) {
     be->zero(m->arena, m->plan.total);
     be->zero(m->grad, pbytes);
     m->losses = scalars(m);
+    if (m->buffer_floats) { /* BatchNorm's running statistics: mean 0, variance 1 until trained or loaded */
+        m->bufs = be->alloc((size_t)m->buffer_floats * sizeof(float));
+        model_reset_buffers(m);
+    }
+    const ConfigList *hw = m->task == TASK_CLASSIFICATION ? &m->cfg.head.class_weights
+                           : m->task == TASK_MULTILABEL   ? &m->cfg.head.pos_weight
+                                                          : NULL;
+    if (hw && hw->n) {
+        float w[CONFIG_MAX_LIST];
+        for (int i = 0; i < hw->n; i++) w[i] = (float)hw->v[i];
+        m->head_weight = be->alloc((size_t)hw->n * sizeof(float));
+        be->copy_to_device(m->head_weight, w, (size_t)hw->n * sizeof(float));
+    }
     m->allocated = 1;
+}
+
+void model_reset_buffers(Model *m) {
+    if (!m->buffer_floats) return;
+    float *host = vx_malloc((size_t)m->buffer_floats * sizeof(float));
+    for (int i = 0; i < m->n_buffers; i++) {
+        const BufferView *b = &m->buffers[i];
+        const float v = strstr(b->name, "running_var") ? 1.0f : 0.0f;
+        for (long j = 0; j < b->count; j++) host[b->offset + j] = v;
+    }
+    model_upload_buffers(m, host);
+    free(host);
+}
+
+void model_download_buffers(const Model *m, float *host) {
+    if (m->buffer_floats) m->be->copy_to_host(host, m->bufs, (size_t)m->buffer_floats * sizeof(float));
+}
+
+void model_upload_buffers(const Model *m, const float *host) {
+    if (m->buffer_floats) m->be->copy_to_device(m->bufs, host, (size_t)m->buffer_floats * sizeof(float));
+}
+
+void model_set_targets(Model *m, const float *targets) {
+    const long n = m->task == TASK_SURVIVAL ? (long)m->world * m->batch : m->batch;
+    m->be->write_async(item_ptr(m, m->target_item), targets, (size_t)n * m->labels * sizeof(float));
 }
 
 void model_sync_lp(Model *m) {
     if (m->param_lp) m->be->elementwise->cast(m->param_floats, DT_F32, m->param, m->dtype, m->param_lp);
 }
 
+/* resnet3d as MONAI initialises it: conv weights Kaiming normal (fan_out, relu: std sqrt(2 / (c_out k^3))), the
+ * shortcut conv's bias and the Linear weight U(-1/sqrt(fan_in), +) (PyTorch's defaults), BatchNorm weight 1 and
+ * bias 0, the Linear's bias 0. Every value a pure function of (seed, parameter index, element). */
+static void init_resnet(const Model *m, uint64_t seed, float *host) {
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        float *dst = host + p->offset;
+        const char *kind = strrchr(p->name, '.') + 1;
+        const int is_bn = strstr(p->name, ".bn") || strncmp(p->name, "bn", 2) == 0 || strstr(p->name, "downsample.1");
+        const int is_fc = strncmp(p->name, "fc.", 3) == 0, is_bias = strcmp(kind, "bias") == 0;
+        if (is_bn || (is_fc && is_bias)) {
+            for (long j = 0; j < p->count; j++) dst[j] = is_bn && !is_bias ? 1.0f : 0.0f;
+        } else if (p->ndim == 5 && !is_bias) { /* conv weight [out][kd][kh][kw][in] */
+            const double std = sqrt(2.0 / ((double)p->count / p->shape[4]));
+            for (long j = 0; j < p->count; j++)
+                dst[j] = (float)(std * vx_normal(seed, RNG_STREAM_INIT_NORMAL + (uint64_t)i, (uint64_t)j));
+        } else { /* the shortcut's conv bias (fan_in from its weight just before) and fc.weight */
+            const ParamView *w = is_bias ? &m->params[i - 1] : p;
+            const float bound = 1.0f / sqrtf((float)(w->count / w->shape[0]));
+            for (long j = 0; j < p->count; j++)
+                dst[j] = bound * (2.0f * vx_uniform01(vx_hash3(seed, RNG_STREAM_INIT + (uint64_t)i, (uint64_t)j)) - 1.0f);
+        }
+    }
+}
+
 void model_init_params(Model *m, uint64_t seed) {
     float *host = vx_calloc((size_t)m->param_floats, sizeof(float)); /* the padding stays 0 */
-    for (int i = 0; i < m->n_params; i++) {
+    for (int i = 0; m->family == FAMILY_AE3D && i < m->n_params; i++) {
         const ParamView *p = &m->params[i];
         float *dst = host + p->offset;
         const char *kind = strrchr(p->name, '.') + 1;
@@ -82,6 +148,8 @@ void model_init_params(Model *m, uint64_t seed) {
         for (long j = 0; j < p->count; j++)
             dst[j] = bound * (2.0f * vx_uniform01(vx_hash3(seed, RNG_STREAM_INIT + (uint64_t)i, (uint64_t)j)) - 1.0f);
     }
+    if (m->family == FAMILY_RESNET3D) init_resnet(m, seed, host);
+    model_reset_buffers(m);
     size_t bytes = (size_t)m->param_floats * sizeof(float);
     m->be->copy_to_device(m->param, host, bytes);
     m->be->zero(m->adam_m, bytes);
@@ -127,13 +195,41 @@ static LatentShape latent_shape(const Model *m) {
 
 void model_set_first_sample(Model *m, uint64_t first_sample) {
     /* sample b's noise is element (first_sample + b) * per-sample of one stream: a pure function of the global
-     * sample index, the same whatever batch (or rank) the sample falls in */
-    const uint64_t offset = first_sample * (uint64_t)latent_shape(m).count_per_sample;
-    m->be->write_async(item_ptr(m, m->noise_offset_item), &offset, sizeof offset);
+     * sample index, the same whatever batch (or rank) the sample falls in; dropout keys its mask likewise */
+    if (m->family == FAMILY_AE3D) {
+        const uint64_t offset = first_sample * (uint64_t)latent_shape(m).count_per_sample;
+        m->be->write_async(item_ptr(m, m->noise_offset_item), &offset, sizeof offset);
+    } else {
+        m->be->write_async(item_ptr(m, m->noise_offset_item), &first_sample, sizeof first_sample);
+    }
+}
+
+/* BatchNorm's forward: in training the batch's statistics (two passes, each summed over the ranks with SyncBatchNorm)
+ * and the running statistics' update, in evaluation the running statistics; a checkpointed block's recomputation
+ * (again) reuses the statistics its forward saved. */
+static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, int train, int again) {
+    const Backend *be = m->be;
+    const int c = nd->bn.c, sync = m->cfg.resnet.sync_bn && m->world > 1 && m->allreduce_hook;
+    float *mean = (float *)item_ptr(m, nd->stats), *invstd = mean + c, *sum = mean + 2 * c, *sq = mean + 3 * c;
+    float *rmean = m->bufs + m->buffers[nd->buffer].offset, *rvar = m->bufs + m->buffers[nd->buffer + 1].offset;
+    const double count = (double)nd->bn.n * nd->bn.spatial * (sync ? m->world : 1);
+    const float eps = (float)m->cfg.resnet.bn_eps, momentum = (float)m->cfg.resnet.bn_momentum;
+    if (train && !again) {
+        be->batchnorm->stats(&nd->bn, x, NULL, count, sum);
+        if (sync) m->allreduce_hook(m->dist_hook_ctx, sum, c, nd->name);
+        be->batchnorm->stats(&nd->bn, x, sum, count, sq);
+        if (sync) m->allreduce_hook(m->dist_hook_ctx, sq, c, nd->name);
+        be->batchnorm->finalize(c, count, eps, momentum, 1, sum, sq, mean, invstd, rmean, rvar);
+    } else if (!train) {
+        be->batchnorm->finalize(c, count, eps, momentum, 0, NULL, NULL, mean, invstd, rmean, rvar);
+    }
+    be->batchnorm->forward(&nd->bn, x, mean, invstd, param_ptr(m, m->param, nd->weight),
+                           param_ptr(m, m->param, nd->bias), y);
 }
 
 /* One node's forward. `again` = 1: the recomputation of a checkpointed block, reading and writing the copies
- * backward uses (act_bwd; the same buffers as the forward's for every tensor that is not checkpointed). */
+ * backward uses (act_bwd; the same buffers as the forward's for every tensor that is not checkpointed). train: see
+ * model_forward (ae3d: sample the latent noise). */
 static void forward_node(Model *m, const Node *nd, int again, int sample_noise) {
     const Backend *be = m->be;
     void *ws = item_ptr(m, m->workspace_item);
@@ -182,6 +278,21 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         be->latent->forward(&s, x, tensor(m, nd->in[1]), eps, y, m->losses + SCALAR_KL);
         break;
     }
+    case OP_BATCHNORM: batchnorm_forward(m, nd, x, y, sample_noise, again); break;
+    case OP_RELU: be->relu->forward(dt, tx->count, x, y); break;
+    case OP_MAXPOOL: be->maxpool->forward(&nd->pool, x, y, (int32_t *)item_ptr(m, nd->arg)); break;
+    case OP_AVGPOOL: {
+        const Dims d = tx->dims;
+        be->avgpool->forward(dt, d.n, (long)d.d * d.h * d.w, d.c, x, y);
+        break;
+    }
+    case OP_LINEAR:
+        be->linear->forward(&nd->lin, x, weight_ptr(m, nd->weight), param_ptr(m, m->param, nd->bias), y);
+        break;
+    case OP_DROPOUT:
+        if (sample_noise) be->dropout->forward(&nd->drop, (const uint64_t *)item_ptr(m, m->noise_offset_item), x, y);
+        else be->elementwise->accumulate(dt, tx->count, x, y, 0.0f); /* evaluation: the identity */
+        break;
     }
 }
 
@@ -214,14 +325,77 @@ static void recompute_block_ending_at(Model *m, int i) {
     }
 }
 
+/* Survival's Cox loss runs over the global batch: every rank's risk scores gathered in float32, the loss and its
+ * gradient computed on each rank alike, and this rank's slice of that gradient kept. Its gradient is already the
+ * global loss's, so it is not averaged over the ranks as the other losses' are (grad_scale x world undoes the
+ * trainer's 1/world). */
+static void cox_loss(Model *m, void *dz, float grad_scale, const float *loss_scale) {
+    const Backend *be = m->be;
+    const Tensor *t = &m->tensors[m->t_out];
+    const long n = m->batch;
+    float *all = (float *)item_ptr(m, m->gathered_item), *dall = (float *)item_ptr(m, m->gathered_grad_item);
+    float *own = all + (long)m->rank * n;
+    be->elementwise->cast(n, t->dtype, model_tensor(m, m->t_out), DT_F32, own);
+    if (m->world > 1) {
+        VX_CHECK(m->gather_hook != NULL, "the survival loss over %d ranks needs the ranks' gather", m->world);
+        float *mine = dall; /* the gradient buffer is free until the loss: the send buffer of the gather */
+        be->elementwise->accumulate(DT_F32, n, own, mine, 0.0f);
+        m->gather_hook(m->dist_hook_ctx, mine, all, n, "the risk scores of the Cox loss");
+    }
+    const HeadLossShape hs = {.kind = HEAD_LOSS_COX, .n = (int)(n * m->world), .k = 1, .dtype = DT_F32};
+    be->head_loss->run(&hs, all, (const float *)item_ptr(m, m->target_item), NULL, m->losses + SCALAR_RECON,
+                       dz ? dall : NULL, grad_scale * (float)m->world, loss_scale);
+    if (dz) be->elementwise->cast(n, DT_F32, dall + (long)m->rank * n, t->dtype, dz);
+}
+
+/* The loss of the last forward, and its gradient into dpred (NULL: the loss only): ae3d's reconstruction (its KL
+ * term is the latent node's), or the head's task loss against the targets (model_set_targets). */
 static void loss(Model *m, void *dpred, float grad_scale, const float *loss_scale) {
-    const Tensor *r = &m->tensors[m->t_recon];
-    m->be->loss->recon(recon_loss_kind(&m->cfg), r->dtype, r->count, model_tensor(m, m->t_recon),
-                      (const float *)model_tensor(m, m->t_input), m->losses + SCALAR_RECON, dpred, grad_scale,
-                      loss_scale);
+    const Backend *be = m->be;
+    if (m->family == FAMILY_AE3D) {
+        const Tensor *r = &m->tensors[m->t_recon];
+        be->loss->recon(recon_loss_kind(&m->cfg), r->dtype, r->count, model_tensor(m, m->t_recon),
+                        (const float *)model_tensor(m, m->t_input), m->losses + SCALAR_RECON, dpred, grad_scale,
+                        loss_scale);
+        return;
+    }
+    const Tensor *t = &m->tensors[m->t_out];
+    const float *target = (const float *)item_ptr(m, m->target_item);
+    const int k = t->dims.c;
+    switch (m->task) {
+    case TASK_REGRESSION:
+        be->loss->recon(LOSS_MSE, t->dtype, t->count, model_tensor(m, m->t_out), target, m->losses + SCALAR_RECON,
+                        dpred, grad_scale, loss_scale);
+        break;
+    case TASK_SURVIVAL: cox_loss(m, dpred, grad_scale, loss_scale); break;
+    default: {
+        const HeadLossShape hs = {.kind = m->task == TASK_MULTILABEL ? HEAD_LOSS_BCE : HEAD_LOSS_CE, .n = m->batch,
+                                  .k = k, .dtype = t->dtype};
+        be->head_loss->run(&hs, model_tensor(m, m->t_out), target, m->head_weight, m->losses + SCALAR_RECON, dpred,
+                           grad_scale, loss_scale);
+    }
+    }
 }
 
 void model_loss(Model *m) { loss(m, NULL, 1.0f, NULL); }
+
+/* BatchNorm's backward: the per-channel sums of dy and dy*xhat, which are also the gradients of beta and gamma
+ * (added to them before any all-reduce: data parallelism all-reduces the parameter gradients itself), then with
+ * SyncBatchNorm summed over the ranks (one all-reduce of both), then dx. */
+static void batchnorm_backward(Model *m, const Node *nd, const void *x, const void *dy, void *dx, float param_beta) {
+    const Backend *be = m->be;
+    const int c = nd->bn.c, sync = m->cfg.resnet.sync_bn && m->world > 1 && m->allreduce_hook;
+    const float *mean = (const float *)item_ptr(m, nd->stats), *invstd = mean + c;
+    float *sum_dy = (float *)item_ptr(m, nd->stats) + 2 * c, *sum_dy_xhat = sum_dy + c;
+    be->batchnorm->backward_reduce(&nd->bn, dy, x, mean, invstd, sum_dy, sum_dy_xhat);
+    be->elementwise->accumulate(DT_F32, c, sum_dy_xhat, param_ptr(m, m->grad, nd->weight), param_beta);
+    be->elementwise->accumulate(DT_F32, c, sum_dy, param_ptr(m, m->grad, nd->bias), param_beta);
+    if (!dx) return;
+    if (sync) m->allreduce_hook(m->dist_hook_ctx, sum_dy, 2 * c, nd->name);
+    const double count = (double)nd->bn.n * nd->bn.spatial * (sync ? m->world : 1);
+    be->batchnorm->backward(&nd->bn, dy, x, mean, invstd, param_ptr(m, m->param, nd->weight), sum_dy, sum_dy_xhat,
+                            count, dx, nd->dx_beta[0]);
+}
 
 /* Node nd's backward: the gradients of its inputs (dx_beta: overwrite or add) and of its parameters (param_beta). */
 static void backward_node(Model *m, const Node *nd, float grad_scale, float param_beta, const float *loss_scale) {
@@ -274,12 +448,28 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
                             loss_scale, dx, model_tensor_grad(m, nd->in[1]));
         break;
     }
+    case OP_BATCHNORM: batchnorm_backward(m, nd, x, dy, dx, param_beta); break;
+    case OP_RELU: be->relu->backward(dt, tx->count, tensor_bwd(m, nd->out), dy, dx, nd->dx_beta[0]); break;
+    case OP_MAXPOOL: be->maxpool->backward(&nd->pool, dy, (const int32_t *)item_ptr(m, nd->arg), dx, nd->dx_beta[0]); break;
+    case OP_AVGPOOL: {
+        const Dims d = tx->dims;
+        be->avgpool->backward(dt, d.n, (long)d.d * d.h * d.w, d.c, dy, dx, nd->dx_beta[0]);
+        break;
+    }
+    case OP_LINEAR:
+        be->linear->backward_filter(&nd->lin, x, dy, param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
+                                    param_beta);
+        if (dx) be->linear->backward_data(&nd->lin, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0]);
+        break;
+    case OP_DROPOUT:
+        be->dropout->backward(&nd->drop, (const uint64_t *)item_ptr(m, m->noise_offset_item), dy, dx, nd->dx_beta[0]);
+        break;
     }
 }
 
 void model_backward(Model *m, float grad_scale, float param_beta, const float *loss_scale) {
     trace_range_push("loss", "cpu_op");
-    loss(m, model_tensor_grad(m, m->t_recon), grad_scale, loss_scale);
+    loss(m, model_tensor_grad(m, m->family == FAMILY_AE3D ? m->t_recon : m->t_out), grad_scale, loss_scale);
     trace_range_pop();
     trace_range_push("backward", "user_annotation");
     for (int i = m->n_nodes - 1; i >= 0; i--) {
@@ -298,6 +488,7 @@ void model_backward(Model *m, float grad_scale, float param_beta, const float *l
 Losses model_read_losses(const Model *m) {
     float s[2];
     m->be->copy_to_host(s, m->losses, sizeof s);
+    if (m->family != FAMILY_AE3D) return (Losses){.total = s[SCALAR_RECON]}; /* the head's loss, in the same slot */
     return (Losses){.recon = s[SCALAR_RECON], .kl = s[SCALAR_KL],
                     .total = s[SCALAR_RECON] + (float)m->cfg.kl_weight * s[SCALAR_KL]};
 }

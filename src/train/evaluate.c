@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "train/metrics.h"
 
 void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int shown) {
     memset(h, 0, sizeof *h);
@@ -15,13 +16,19 @@ void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int
     const int have = dataset_val_count(ds);
     if (have >= 0 && want > have) want = have;
     h->vols = vx_malloc((size_t)(want ? want : 1) * vol * sizeof(float));
+    const int L = dataset_labels(ds);
+    if (L) h->labels = vx_malloc((size_t)(want ? want : 1) * L * sizeof(float));
     for (int j = 0; h->count < want && (have < 0 || j < have); j++)
-        if (dataset_val_sample(ds, j, h->vols + (long)h->count * vol)) h->count++;
+        if (dataset_val_sample(ds, j, h->vols + (long)h->count * vol)) {
+            if (L) dataset_val_labels(ds, j, h->labels + (long)h->count * L);
+            h->count++;
+        }
     h->val = val_samples < h->count ? val_samples : h->count;
     h->shown = want_shown < h->count ? want_shown : h->count;
 }
 
 void heldout_free(HeldOut *h) {
+    free(h->labels);
     free(h->vols);
     memset(h, 0, sizeof *h);
 }
@@ -58,4 +65,45 @@ ValResult evaluate(Model *m, const HeldOut *h) {
     /* PSNR against a peak of 1.0: the phantoms, and files normalised by percentile, live in [0, 1] */
     return (ValResult){.l1 = n ? (float)(l1 / (double)n) : 0.0f,
                        .psnr = (float)(10.0 * log10(1.0 / (mse > 1e-20 ? mse : 1e-20)))};
+}
+
+HeadValResult evaluate_head(Model *m, const HeldOut *h) {
+    HeadValResult r = {.loss = NAN, .accuracy = NAN, .auroc = NAN, .cindex = NAN, .n = h->val};
+    const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
+    const int k = m->tensors[m->t_out].dims.c, L = m->labels;
+    float *scores = vx_malloc((size_t)(h->val ? h->val : 1) * k * sizeof(float));
+    float *batch = vx_calloc((size_t)per_batch, sizeof(float)), *out = vx_malloc((size_t)m->batch * k * sizeof(float));
+    float *targets = vx_calloc((size_t)m->batch * m->world * L, sizeof(float));
+    double loss_sum = 0;
+    for (int start = 0; start < h->val; start += m->batch) {
+        const int used = h->val - start < m->batch ? h->val - start : m->batch;
+        memcpy(batch, h->vols + (long)start * vol, (size_t)used * vol * sizeof(float));
+        m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
+        model_forward(m, 0);
+        model_tensor_to_host(m, m->t_out, out);
+        memcpy(scores + (long)start * k, out, (size_t)used * k * sizeof(float));
+        if (m->task != TASK_SURVIVAL && used == m->batch) { /* a full batch's mean loss (the last, partial, is not) */
+            memcpy(targets, h->labels + (long)start * L, (size_t)used * L * sizeof(float));
+            model_set_targets(m, targets);
+            model_loss(m);
+            loss_sum += (double)model_read_losses(m).total * used;
+        }
+    }
+    const int full = h->val / m->batch * m->batch;
+    if (m->task != TASK_SURVIVAL && full > 0) r.loss = (float)(loss_sum / full);
+    if (m->task == TASK_SURVIVAL) r.loss = (float)metric_cox_loss(scores, h->labels, h->val);
+    switch (m->task) {
+    case TASK_CLASSIFICATION:
+        r.accuracy = (float)metric_accuracy(scores, h->labels, h->val, k);
+        r.auroc = (float)metric_auroc_ovr(scores, h->labels, h->val, k, 0, NULL);
+        break;
+    case TASK_MULTILABEL: r.auroc = (float)metric_auroc_ovr(scores, h->labels, h->val, k, 1, NULL); break;
+    case TASK_SURVIVAL: r.cindex = (float)metric_cindex(scores, h->labels, h->val); break;
+    default: break;
+    }
+    free(targets);
+    free(out);
+    free(batch);
+    free(scores);
+    return r;
 }

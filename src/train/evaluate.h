@@ -8,6 +8,7 @@
 
 typedef struct {
     float *vols; /* [count][D][H][W][C] */
+    float *labels; /* the dataset's labels, [count][labels] (NULL when it has none: ae3d) */
     int count;   /* held: the larger of val and shown, at most what the dataset has */
     int shown;   /* pictured: the first output.image_samples when output.image_every is on */
     int val;     /* how many are validated */
@@ -16,6 +17,12 @@ typedef struct {
 typedef struct {
     float l1, psnr;
 } ValResult;
+
+/* A head's validation figures (metrics.h), NaN where the task has none */
+typedef struct {
+    float loss, accuracy, auroc, cindex;
+    int n;
+} HeadValResult;
 
 /* The first volumes of ds's validation set at m's input size: `val_samples` (train.val_samples) to validate on and
  * `shown` (output.image_samples, 0 when output.image_every is off) to picture, as many as there are. */
@@ -26,3 +33,7 @@ void heldout_free(HeldOut *h);
 float *evaluate_reconstruct(Model *m, const float *vols, int count);
 /* L1 and PSNR (peak 1.0) of the reconstructions of the first h->val volumes. */
 ValResult evaluate(Model *m, const HeldOut *h);
+/* A head's figures over the first h->val volumes, in evaluation mode (running statistics, no dropout): the task's
+ * loss (the mean over the full batches; survival's Cox loss over all of them at once), accuracy
+ * (classification), macro AUROC (classification, multilabel), Harrell's C (survival). */
+HeadValResult evaluate_head(Model *m, const HeldOut *h);

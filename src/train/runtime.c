@@ -58,7 +58,8 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
     } else if (automatic) {
         vx_usage_error("no batch size fits: %s; lower model.input_size or model.channels", why);
     } /* a given batch that does not fit: the memory checks below and train's say so with their exit codes */
-    const ModelOptions opt = hw_model_options(cfg);
+    ModelOptions opt = hw_model_options(cfg);
+    opt.world = world;
     rt->model = model_build(model, &opt, cfg->batch_size, rt->be);
     const Model *m = rt->model;
     if (verbose) {

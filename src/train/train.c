@@ -37,6 +37,7 @@
 #include "trace/gpu_activity.h"
 #include "trace/trace.h"
 #include "train/evaluate.h"
+#include "train/metrics.h"
 #include "train/run_dir.h"
 #include "train/runtime.h"
 #include "train/schedule.h"
@@ -53,48 +54,6 @@ static void on_signal(int sig) {
     tb_writer_flush_all_on_signal(); /* records so far are on disk even if a second signal kills us */
 }
 
-
-/* A non-finite value: the run ends with exit 4 before the step's update, so the last checkpoint is the last good
- * state (ckpt_save refuses non-finite parameters, should any ever get there). */
-__attribute__((noreturn)) static void diverged(Trainer *t, int64_t step1, const char *what, double value) {
-    train_log_close(t->tb, 1);
-    if (t->metrics) fflush(t->metrics);
-    vx_exit_error(VX_EXIT_DIVERGED, "training diverged at step %lld: %s is %g; no checkpoint is written for it (the "
-                  "last one stays); lower train.lr, set train.grad_clip, or check the data", (long long)step1, what,
-                  value);
-}
-
-static void save_checkpoint(Trainer *t, const char *name) {
-    char path[CONFIG_STR + 64];
-    if (name) snprintf(path, sizeof path, "%s/checkpoints/%s", t->cfg->output.dir, name);
-    else snprintf(path, sizeof path, "%s/checkpoints/step_%ld.ckpt", t->cfg->output.dir, (long)t->st.step);
-    t->st.opt = stepper_carry(t->stepper); /* (no step is in flight: the loop saves only after collecting) */
-    ckpt_save(path, t->m, &t->st);
-    if (!name) t->saved_step = t->st.step;
-    vx_log("checkpoint: %s\n", path);
-}
-
-/* Validates after `step` optimizer steps, reports it on stdout and in metrics.jsonl, and keeps the stage's best
- * checkpoint (by validation L1) when a stage has been trained. */
-static void validate_and_log(Trainer *t, int64_t step) {
-    if (t->held.val == 0) return;
-    trace_range_push("validation", "user_annotation");
-    const ValResult vr = evaluate(t->m, &t->held);
-    trace_range_pop();
-    if (!isfinite(vr.l1)) diverged(t, step, "the validation L1", vr.l1);
-    train_log_scalar(t->tb, "val/l1", step, vr.l1);
-    train_log_scalar(t->tb, "val/psnr", step, vr.psnr);
-    vx_log("val  %5ld | l1 %.6f | psnr %.2f dB (%d held-out volumes%s)\n", (long)step, vr.l1, vr.psnr, t->held.val,
-           step == 0 ? ", before training" : "");
-    fprintf(t->metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
-    if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
-    if (t->n_stages > 1 && step > t->stages[t->stage].first_step && vr.l1 < t->best_l1) {
-        t->best_l1 = vr.l1;
-        char name[48];
-        snprintf(name, sizeof name, "stage_%d_best.ckpt", t->stage);
-        save_checkpoint(t, name);
-    }
-}
 
 static void format_eta(double seconds, char *out, size_t len) {
     long s = (long)(seconds + 0.5);
@@ -136,17 +95,6 @@ static void profile_step_end(ProfileWindow *p, const Backend *be, int64_t step1,
     trace_end();
     p->active = 0;
     vx_log("profile: trace written to %s (open it in ui.perfetto.dev or chrome://tracing)\n", trace_last_file());
-}
-
-/* Mid-slice images of the first held-out volumes and their reconstructions. */
-static void log_images(Trainer *t, int64_t step) {
-    if (!t->tb || t->held.shown == 0) return;
-    trace_range_push("tensorboard images", "user_annotation");
-    float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.shown);
-    train_log_images(t->tb, t->cur->model.input_size, t->cur->model.in_channels, t->held.vols, recon, t->held.shown,
-                     step);
-    free(recon);
-    trace_range_pop();
 }
 
 static int every(int interval, int64_t step) { return interval > 0 && step % interval == 0; }
@@ -195,6 +143,24 @@ static void upload_batch(Trainer *t, const float *batch, int64_t first) {
     be->event_record(t->staging_read[k]);
 }
 
+/* A head's targets of the micro-batch just taken: this rank's labels, or for the Cox loss, which runs over the
+ * global batch, every rank's (each rank places its own in a zeroed array and one all-reduce fills in the rest:
+ * exact, as every entry is one value plus zeros). */
+static void set_targets(Trainer *t, const float *labels) {
+    Model *m = t->m;
+    const size_t mine = (size_t)m->batch * m->labels;
+    if (m->task != TASK_SURVIVAL || t->comm->world == 1) {
+        model_set_targets(m, labels);
+        return;
+    }
+    const size_t all = mine * (size_t)t->comm->world;
+    if (!t->targets) t->targets = vx_malloc(all * sizeof(float));
+    memset(t->targets, 0, all * sizeof(float));
+    memcpy(t->targets + mine * (size_t)t->comm->rank, labels, mine * sizeof(float));
+    comm_allreduce_host(t->comm, t->targets, all, COMM_SUM, "the survival targets of the global batch");
+    model_set_targets(m, t->targets);
+}
+
 /* VX_TEST_NONFINITE_GRAD lists step s? (see the file comment) */
 static int test_nonfinite_grad(int64_t s) {
     const char *e = getenv("VX_TEST_NONFINITE_GRAD");
@@ -223,6 +189,7 @@ static void train_step(Trainer *t) {
         const int64_t first = t->st.next_sample + (int64_t)rank * m->batch; /* this rank's part */
         trace_range_push("upload batch", "user_annotation");
         upload_batch(t, batch, first);
+        if (m->task != TASK_NONE) set_targets(t, loader_labels(&t->loader));
         trace_range_pop();
         if (t->samples) fprintf(t->samples, "%lld\t%d\t%lld\t%d\n", (long long)step1, micro, (long long)first, m->batch);
         stepper_micro(t->stepper, micro, first);
@@ -254,10 +221,12 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     if (t->comm->world > 1)
         snprintf(comm, sizeof comm, isfinite(comm_ms) ? " | comm wait %.1f ms" : " | comm wait in the graphs", comm_ms);
     if (scaling) snprintf(scale, sizeof scale, " | loss scale %g (%lld skipped)", r->loss_scale, (long long)r->skipped_total);
-    vx_log("step %5ld/%d | loss %.6f (recon %.6f kl %.3f) | lr %.3e | grad norm %.4f%s | %.2f samples/s | "
+    const int ae = t->m->family == FAMILY_AE3D;
+    char terms[64] = "";
+    if (ae) snprintf(terms, sizeof terms, " (recon %.6f kl %.3f)", r->recon, r->kl);
+    vx_log("step %5ld/%d | loss %.6f%s | lr %.3e | grad norm %.4f%s | %.2f samples/s | "
            "%.0f ms/step | data wait %.1f ms%s | eta %s\n",
-           (long)r->step, cfg->steps, r->loss, r->recon, r->kl, lr, r->grad_norm, scale, sps, dt * 1e3, wait_ms, comm,
-           eta);
+           (long)r->step, cfg->steps, r->loss, terms, lr, r->grad_norm, scale, sps, dt * 1e3, wait_ms, comm, eta);
     /* metrics.jsonl and TensorBoard get the same float32 values (9 digits print a float32 exactly); the loss scale
      * and the skipped steps only where dynamic loss scaling runs */
     static const char *const KEYS[] = {"loss", "recon", "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
@@ -271,6 +240,7 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     const size_t n = sizeof values / sizeof values[0] - (scaling ? 0 : 2);
     fprintf(t->metrics, "{\"step\": %ld", (long)r->step);
     for (size_t i = 0; i < n; i++) {
+        if (!ae && (i == 1 || i == 2)) continue; /* recon and kl: the autoencoder's terms */
         /* JSON has no NaN: a skipped step's gradient norm is written null (TensorBoard takes the NaN) */
         if (isfinite(values[i])) fprintf(t->metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
         else fprintf(t->metrics, ", \"%s\": null", KEYS[i]);
@@ -314,6 +284,8 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
             if (st.input_size[a] > max_size[a]) max_size[a] = st.input_size[a];
         }
     t->ds = dataset_open(&cfg->data, train->seed, cfg->model.in_channels, cfg->model.input_size, max_size, rank0);
+    if (strcmp(cfg->model.family, "ae3d") != 0)
+        dataset_set_labels(t->ds, cfg->model.head.task, cfg->model.head.num_classes, rank0);
     t->n_stages = train_stages(&cfg->model, train, dataset_epoch_samples(t->ds), world, t->stages);
     train->steps = (int)(t->stages[t->n_stages - 1].first_step + t->stages[t->n_stages - 1].train.steps);
     /* the runtime (device, stage 0's model: what checkpoints are checked against) */
@@ -351,6 +323,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     /* a rank that refused to start (rank 0's directory busy, say) ends the run here, not in the first bucket */
     comm_wait(t->comm, comm_barrier(t->comm, "the start of the run"), NULL);
     Model *m = t->m;
+    trainer_attach_model(t, m);
     model_allocate(m);
     model_init_params(m, (uint64_t)train->seed);
     if (resume_path) {
@@ -371,6 +344,8 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         static const char *const NAME[3] = {"the parameters", "AdamW's first moments", "AdamW's second moments"};
         for (int k = 0; k < 3; k++)
             comm_wait(t->comm, comm_broadcast(t->comm, state[k], (size_t)m->param_floats, 0, NAME[k]), NULL);
+        if (m->buffer_floats) /* BatchNorm's running statistics too (DDP broadcasts the buffers) */
+            comm_wait(t->comm, comm_broadcast(t->comm, m->bufs, (size_t)m->buffer_floats, 0, "the buffers"), NULL);
         model_sync_lp(m);
         t->buckets = buckets_plan_model(m, t->comm, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb);
         vx_log("buckets: %d gradient buckets of up to %g MB (the first up to %g MB), all-reduced during backward\n",
@@ -396,11 +371,11 @@ typedef struct {
 /* One collected step: the divergence checks, the loss scale's news, the running loss and the log window. */
 static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int rank0) {
     const TrainConfig *cfg = &t->cfg->train;
-    if (!isfinite(r->loss)) diverged(t, r->step, "the loss", r->loss);
+    if (!isfinite(r->loss)) trainer_diverged(t, r->step, "the loss", r->loss);
     if (r->skipped) {
-        if (strcmp(cfg->loss_scale, "dynamic") != 0) diverged(t, r->step, "the gradient norm", r->grad_norm);
+        if (strcmp(cfg->loss_scale, "dynamic") != 0) trainer_diverged(t, r->step, "the gradient norm", r->grad_norm);
         if (r->loss_scale < 0x1p-24)
-            diverged(t, r->step, "the loss scale (halved at every non-finite gradient)", r->loss_scale);
+            trainer_diverged(t, r->step, "the loss scale (halved at every non-finite gradient)", r->loss_scale);
         vx_log("step %5ld: gradient not finite: update skipped, loss scale now %g (%lld steps skipped so far)\n",
                (long)r->step, r->loss_scale, (long long)r->skipped_total);
     }
@@ -449,7 +424,7 @@ static int host_work_after(const Trainer *t, const ProfileWindow *window, int64_
 }
 
 int train_run(Config *cfg, const char *config_name, const char *resume_path) {
-    Trainer t = {.cfg = cfg, .saved_step = -1};
+    Trainer t = {.cfg = cfg, .saved_step = -1, .best_metric = -INFINITY};
     open_run(&t, config_name, resume_path);
     const int rank0 = t.comm->rank == 0;
     signal(SIGINT, on_signal);
@@ -465,8 +440,8 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     LoopState ls = {0};
     int exit_code = 0;
     if (t.st.step == 0 && rank0) { /* the untrained baseline that later validations improve on */
-        validate_and_log(&t, 0);
-        log_images(&t, 0);
+        trainer_validate(&t, 0);
+        trainer_log_images(&t, 0);
     }
     while (t.st.step < cfg->train.steps && !ls.stopping) {
         if (t.stage + 1 < t.n_stages && t.st.step == t.stages[t.stage + 1].first_step) trainer_enter_stage(&t, t.stage + 1, 1);
@@ -490,10 +465,10 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         /* Validation, images, histograms, checkpoints and trace writing happen outside the steps' timer marks, so
          * they stay out of the step time; they are rank 0's, and none holds a collective. */
         if (rank0) {
-            if (work & HOST_VALIDATE) validate_and_log(&t, t.st.step);
-            if (work & HOST_IMAGES) log_images(&t, t.st.step);
+            if (work & HOST_VALIDATE) trainer_validate(&t, t.st.step);
+            if (work & HOST_IMAGES) trainer_log_images(&t, t.st.step);
             if ((work & HOST_HISTOGRAMS) && t.tb) train_log_histograms(t.tb, t.m, t.st.step);
-            if (work & HOST_CHECKPOINT) save_checkpoint(&t, NULL);
+            if (work & HOST_CHECKPOINT) trainer_save_checkpoint(&t, NULL);
         }
         profile_step_end(&prof, t.be, t.st.step, 0);
     }
@@ -505,7 +480,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     if (ls.stopping && t.st.step < cfg->train.steps) {
         vx_log("stopping on signal %d after step %ld\n", stop_requested ? (int)stop_requested : SIGTERM,
                (long)t.st.step);
-        if (rank0 && t.saved_step != t.st.step) save_checkpoint(&t, NULL);
+        if (rank0 && t.saved_step != t.st.step) trainer_save_checkpoint(&t, NULL);
         exit_code = VX_EXIT_SIGNAL;
     }
     profile_step_end(&prof, t.be, t.st.step, 1);
@@ -521,6 +496,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     buckets_free(t.buckets);
     comm_close(t.comm);
     heldout_free(&t.held);
+    free(t.targets);
     trainer_staging_free(&t);
     dataset_close(t.ds);
     runtime_close(&t.rt);

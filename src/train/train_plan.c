@@ -64,7 +64,7 @@ typedef struct {
 static int host_plan(const Runtime *rt, const Model *m, int n_held, int prefetch, double cache_bytes,
                      HostItem *items) {
     const double vol = (double)(m->tensors[m->t_input].count / m->batch) * sizeof(float);
-    const double ckpt = (double)ckpt_file_bytes((uint64_t)m->param_count);
+    const double ckpt = (double)ckpt_file_bytes((uint64_t)m->param_count, (uint64_t)m->buffer_floats);
     const double hist = 3.0 * (double)m->param_floats * sizeof(float);
     int n = 0;
     if (strcmp(rt->be->name, "cpu") == 0)

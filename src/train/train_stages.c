@@ -28,8 +28,30 @@ static int stage_batch(Trainer *t, StagePlan *sp) {
 /* Stage sp's model at its batch (which stage_batch decides first when automatic): built, not allocated. */
 static Model *stage_model(Trainer *t, StagePlan *sp) {
     const int batch = stage_batch(t, sp);
-    const ModelOptions opt = hw_model_options(&sp->train);
+    ModelOptions opt = hw_model_options(&sp->train);
+    opt.world = t->env.world;
     return model_build(&sp->model, &opt, batch, t->be);
+}
+
+/* SyncBatchNorm's statistics and the Cox loss's scores, exchanged inside the step: stream-ordered on NCCL, blocking
+ * on the host communicators (whose backend, the CPU, runs everything in program order anyway). */
+static void allreduce_in_step(void *ctx, float *buf, long count, const char *what) {
+    Comm *c = ctx;
+    comm_wait(c, comm_allreduce(c, buf, (size_t)count, COMM_SUM, what), NULL);
+}
+static void gather_in_step(void *ctx, const float *send, float *recv, long count, const char *what) {
+    Comm *c = ctx;
+    comm_wait(c, comm_all_gather(c, send, recv, (size_t)count, what), NULL);
+}
+
+void trainer_attach_model(Trainer *t, Model *m) {
+    m->world = t->comm->world;
+    m->rank = t->comm->rank;
+    if (m->world > 1) {
+        m->allreduce_hook = allreduce_in_step;
+        m->gather_hook = gather_in_step;
+        m->dist_hook_ctx = t->comm;
+    }
 }
 
 /* Held-out volumes a run pictures (output.image_samples when images are on) and keeps in all (train.val_samples
@@ -93,6 +115,7 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
         free(packed);
         model_sync_lp(m);
         t->m = t->rt.model = m;
+        trainer_attach_model(t, m);
         if (t->buckets) {
             Buckets *b = t->buckets;
             t->buckets = buckets_plan_model(m, t->comm, t->cfg->dist.bucket_mb, t->cfg->dist.first_bucket_mb);
@@ -114,7 +137,8 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
     t->cur = sp;
     dataset_set_size(t->ds, sp->model.input_size);
     heldout_free(&t->held);
-    if (t->comm->rank == 0) heldout_build(&t->held, t->ds, m, t->cfg->train.val_samples, images_shown(&t->cfg->output));
+    if (t->comm->rank == 0)
+        heldout_build(&t->held, t->ds, m, t->cfg->train.val_samples, m->family == FAMILY_AE3D ? images_shown(&t->cfg->output) : 0);
     t->best_l1 = INFINITY;
     const long vol = m->tensors[m->t_input].count / m->batch;
     staging_make(t); /* a GPU augments after the upload, from these; the CPU path on the loader's workers */

@@ -44,12 +44,24 @@ typedef struct {
     double wait_s[2], lr[2]; /* the loader wait and the learning rate of the steps in flight, by parity */
     HeldOut held;   /* rank 0's validation volumes at the stage's size */
     double best_l1; /* of this stage: its best checkpoint */
+    double best_metric; /* a head's: the best validation figure so far (train.best_metric), for best.ckpt */
+    float *targets;     /* a head's targets of a micro-batch, [world*batch][labels] (survival: the global batch) */
     DistEnv env;
     Comm *comm;        /* single for one process */
     Buckets *buckets;  /* NULL for one process */
     Stepper *stepper;
     double lr_scale;   /* train.lr_scaling's factor for this number of ranks */
 } Trainer;
+
+/* A non-finite value at step1 (the loss, the gradient norm, ...): ends the run with exit 4, saying what and that
+ * the last checkpoint stays (train.c). */
+__attribute__((noreturn)) void trainer_diverged(Trainer *t, int64_t step1, const char *what, double value);
+/* Writes checkpoints/<name>, or checkpoints/step_<step>.ckpt when name is NULL (train.c). */
+void trainer_save_checkpoint(Trainer *t, const char *name);
+/* Validates after `step` optimizer steps and keeps the best checkpoints (train_validate.c); rank 0's. */
+void trainer_validate(Trainer *t, int64_t step);
+/* The autoencoder's mid-slice pictures of the first held-out volumes (train_validate.c); nothing for a head. */
+void trainer_log_images(Trainer *t, int64_t step);
 
 /* Every stage's memory plan, before anything is written: host memory always, the GPU's too on a GPU. */
 void trainer_check_stages(Trainer *t);
@@ -58,5 +70,8 @@ void trainer_check_stages(Trainer *t);
 void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer);
 /* The stage holding step s (a stage's first step belongs to it). */
 int trainer_stage_of(const Trainer *t, int64_t s);
+/* Gives model m the run's ranks: its world and rank, and the exchanges SyncBatchNorm and the Cox loss make inside a
+ * step (model.h's hooks) over the run's communicator. */
+void trainer_attach_model(Trainer *t, Model *m);
 /* Releases the GPU's staging buffers (none on the CPU). */
 void trainer_staging_free(Trainer *t);

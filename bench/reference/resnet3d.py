@@ -1,0 +1,223 @@
+"""MONAI's 3-D ResNet as the reference for voxscale's resnet3d family, and its PyTorch baseline.
+
+The model is monai.networks.nets.ResNet built from a voxscale config (model.depth, spatial_dims, conv1_t_size,
+conv1_t_stride, no_max_pool, shortcut_type, widen_factor, bias_downsample, num_classes, in_channels): the same
+network, parameter names and buffers as src/model/build_resnet3d.c. Our convolution weights are [out][kd][kh][kw][in]
+(NDHWC's filter layout); PyTorch's are [out][in][kd][kh][kw] (2-D: [out][in][kh][kw]).
+
+The losses are PyTorch's: CrossEntropyLoss(weight), BCEWithLogitsLoss(pos_weight), MSELoss, and the Cox partial
+likelihood with Breslow ties written here (mean over events).
+
+Use as a library (build_model, load_probe, run_probe_steps) or as a benchmark of one training step:
+  python bench/reference/resnet3d.py --config configs/resnet3d-18-cls.json --bench [--batch-size 2] [--steps 10]
+"""
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+LAYERS = {10: ("basic", [1, 1, 1, 1]), 18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]),
+          50: ("bottleneck", [3, 4, 6, 3]), 101: ("bottleneck", [3, 4, 23, 3])}
+
+
+def build_model(cfg):
+    """monai.networks.nets.ResNet for a voxscale config's model section."""
+    from monai.networks.nets import ResNet
+    m = cfg["model"]
+    block, layers = LAYERS[m["depth"]]
+    return ResNet(block=block, layers=layers, block_inplanes=[64, 128, 256, 512], spatial_dims=m["spatial_dims"],
+                  n_input_channels=m["in_channels"], conv1_t_size=m["conv1_t_size"],
+                  conv1_t_stride=m["conv1_t_stride"], no_max_pool=bool(m["no_max_pool"]),
+                  shortcut_type=m["shortcut_type"], widen_factor=m["widen_factor"], num_classes=m["num_classes"],
+                  bias_downsample=bool(m["bias_downsample"]))
+
+
+def set_batchnorm(model, cfg):
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
+            mod.momentum = cfg["model"]["bn_momentum"]
+            mod.eps = cfg["model"]["bn_eps"]
+
+
+def to_torch_weight(ours, shape, two_d):
+    """Our [out][kd][kh][kw][in] (or a plain vector / matrix) as PyTorch holds it."""
+    t = torch.from_numpy(np.array(ours, dtype=np.float32).reshape(shape))
+    if len(shape) == 5:
+        t = t.permute(0, 4, 1, 2, 3)
+        if two_d:
+            t = t[:, :, 0]
+    return t.contiguous()
+
+
+def from_torch_weight(t, ndim):
+    """PyTorch's layout back to ours (flattened)."""
+    t = t.detach()
+    if ndim == 5:
+        if t.dim() == 4:
+            t = t.unsqueeze(2)
+        t = t.permute(0, 2, 3, 4, 1)
+    return t.contiguous().numpy().reshape(-1)
+
+
+def load_probe(prefix):
+    meta = json.load(open(prefix + ".json"))
+    data = np.fromfile(prefix + ".bin", dtype=np.float32)
+    return meta, data
+
+
+def load_params(model, meta, values, two_d):
+    state = model.state_dict()
+    for p in meta["params"]:
+        n = int(np.prod(p["shape"]))
+        ours = values[p["offset"]:p["offset"] + n]
+        t = to_torch_weight(ours, p["shape"], two_d)
+        assert p["name"] in state, "no %s in MONAI's state_dict" % p["name"]
+        assert tuple(state[p["name"]].shape) == tuple(t.shape), (p["name"], state[p["name"]].shape, t.shape)
+        state[p["name"]] = t
+    model.load_state_dict(state)
+
+
+def cox_loss(risk, time, event):
+    """Breslow: -sum_{events} (r_i - log sum_{t_j >= t_i} exp r_j) / #events; 0 without an event."""
+    risk = risk.reshape(-1)
+    at_risk = (time.reshape(1, -1) >= time.reshape(-1, 1)).to(risk.dtype)  # [i][j]: j in i's risk set
+    log_den = torch.logsumexp(risk.reshape(1, -1) + torch.log(at_risk), dim=1)
+    ev = event.reshape(-1)
+    n_ev = ev.sum()
+    if n_ev.item() == 0:
+        return risk.sum() * 0
+    return -((risk - log_den) * ev).sum() / n_ev
+
+
+def task_loss(cfg, out, targets):
+    h = cfg["model"]
+    task = h["task"]
+    if task == "classification":
+        w = torch.tensor(h["class_weights"], dtype=torch.float32) if h["class_weights"] else None
+        return F.cross_entropy(out, targets.reshape(-1).long(), weight=w)
+    if task == "multilabel":
+        pw = torch.tensor(h["pos_weight"], dtype=torch.float32) if h["pos_weight"] else None
+        return F.binary_cross_entropy_with_logits(out, targets, pos_weight=pw)
+    if task == "regression":
+        return F.mse_loss(out, targets)
+    return cox_loss(out, targets[:, 0], targets[:, 1])
+
+
+def run_probe_steps(prefix):
+    """Replays a resnet3d probe in MONAI: returns (meta, data, results) with each step's outputs and loss, the last
+    step's gradients (ours' layout, packed), the buffers after the steps and the evaluation outputs."""
+    meta, data = load_probe(prefix)
+    cfg = meta["config"]
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    set_batchnorm(model, cfg)
+    two_d = cfg["model"]["spatial_dims"] == 2
+    load_params(model, meta, data[meta["param_values"]:], two_d)
+    shape = meta["input_shape"]
+    n, k, L = shape[0], meta["outputs_per_sample"], meta["labels_per_sample"]
+    count = int(np.prod(shape))
+    res = {"outputs": [], "loss": []}
+    model.train()
+    for st in meta["steps"]:
+        x = torch.from_numpy(data[st["input"]:st["input"] + count].reshape(shape)).permute(0, 4, 1, 2, 3)
+        if two_d:
+            x = x[:, :, 0]
+        y = torch.from_numpy(data[st["targets"]:st["targets"] + n * L].reshape(n, L).copy())
+        model.zero_grad(set_to_none=True)
+        out = model(x.contiguous())
+        loss = task_loss(cfg, out, y)
+        loss.backward()
+        res["outputs"].append(out.detach().numpy().reshape(-1))
+        res["loss"].append(float(loss))
+    named = dict(model.named_parameters())
+    grads = np.zeros(meta["param_count"], dtype=np.float32)
+    for p in meta["params"]:
+        g = named[p["name"]].grad
+        grads[p["offset"]:p["offset"] + int(np.prod(p["shape"]))] = from_torch_weight(g, len(p["shape"]))
+    res["grads"] = grads
+    state = model.state_dict()
+    res["buffers"] = {b["name"]: state[b["name"]].numpy().reshape(-1) for b in meta["buffers"]}
+    model.eval()
+    st = meta["steps"][0]
+    x = torch.from_numpy(data[st["input"]:st["input"] + count].reshape(shape)).permute(0, 4, 1, 2, 3)
+    if two_d:
+        x = x[:, :, 0]
+    with torch.no_grad():
+        res["eval_outputs"] = model(x.contiguous()).numpy().reshape(-1)
+    return meta, data, res
+
+
+def bench(cfg, batch, steps, threads):
+    """Times MONAI's training step (forward, loss, backward, AdamW) on random volumes: the baseline bench step puts
+    voxscale's beside."""
+    torch.set_num_threads(threads)
+    model = build_model(cfg)
+    set_batchnorm(model, cfg)
+    model.train()
+    m = cfg["model"]
+    d, h, w = m["input_size"]
+    x = torch.rand(batch, m["in_channels"], d, h, w) if m["spatial_dims"] == 3 else torch.rand(batch, m["in_channels"], h, w)
+    L = 1 if m["task"] == "classification" else 2 if m["task"] == "survival" else m["num_classes"]
+    if m["task"] == "classification":
+        y = torch.randint(0, m["num_classes"], (batch, 1)).float()
+    elif m["task"] == "survival":
+        y = torch.stack([torch.rand(batch), (torch.rand(batch) > 0.3).float()], 1)
+    else:
+        y = torch.rand(batch, L).round()
+    t = cfg["train"]
+    opt = torch.optim.AdamW(model.parameters(), lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["adam_eps"],
+                            weight_decay=t["weight_decay"])
+    times = []
+    for i in range(steps + 2):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = task_loss(cfg, model(x), y)
+        loss.backward()
+        opt.step()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return {"model": "monai.networks.nets.ResNet", "depth": m["depth"], "batch": batch, "threads": threads,
+            "torch": torch.__version__, "step_ms_median": 1e3 * float(np.median(times)),
+            "step_ms_min": 1e3 * float(np.min(times)), "steps": steps}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--batch-size", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    cfg = resolve(json.load(open(a.config)))
+    batch = a.batch_size or cfg["train"]["batch_size"] or 2
+    r = bench(cfg, batch, a.steps, a.threads)
+    print(json.dumps(r))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(r, f, indent=1)
+
+
+# voxscale's defaults of the keys this script reads (src/core/config.c's schema table), for configs that leave them out
+DEFAULTS = {"model": {"in_channels": 1, "depth": 18, "spatial_dims": 3, "conv1_t_size": 7, "conv1_t_stride": 1,
+                      "no_max_pool": 0, "shortcut_type": "B", "widen_factor": 1.0, "bias_downsample": 1,
+                      "bn_momentum": 0.1, "bn_eps": 1e-5, "task": "classification", "num_classes": 2,
+                      "class_weights": [], "pos_weight": [], "input_size": [32, 32, 32]},
+            "train": {"batch_size": 2, "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "adam_eps": 1e-8,
+                      "weight_decay": 0.01}}
+
+
+def resolve(raw):
+    cfg = json.loads(json.dumps(DEFAULTS))
+    for sec in ("model", "train"):
+        cfg[sec].update(raw.get(sec, {}))
+    return cfg
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+/* probe_head.c: `voxscale probe` for a family with a prediction head (resnet3d): several fixed training forwards and
+ * backwards dumped for the MONAI/PyTorch comparison (bench/reference/resnet3d.py, tests/integration/test_monai.py).
+ * Step s runs phantom batch s (samples s*batch ..) with its labels: a training forward (batch statistics; the running
+ * statistics move), the loss and its backward with the parameters held fixed; after the last, one evaluation forward
+ * of batch 0 (running statistics). Files: PREFIX.json (names, shapes, offsets into the .bin, losses, the resolved
+ * config) and PREFIX.bin (float32: the initial parameters in the packed layout, each step's input [N][D][H][W][C],
+ * targets and outputs, the last step's gradients, the buffers after the steps, the evaluation outputs). */
+#include "app/probe.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/fsutil.h"
+#include "core/util.h"
+#include "data/phantom.h"
+
+static long append(FILE *f, float *host, long count) {
+    const long at = ftell(f) / (long)sizeof(float);
+    if (fwrite(host, sizeof(float), (size_t)count, f) != (size_t)count) vx_fatal("cannot write the probe file");
+    free(host);
+    return at;
+}
+
+static float *packed_to_host(const Model *m, const float *flat) {
+    float *packed = vx_malloc((size_t)m->param_count * sizeof(float));
+    model_download_packed(m, flat, packed);
+    return packed;
+}
+
+int probe_head(const Config *cfg, Runtime *rt, int steps) {
+    Model *m = rt->model;
+    const Tensor *in = &m->tensors[m->t_input], *out = &m->tensors[m->t_out];
+    const int L = m->labels;
+    char path[CONFIG_STR + 16];
+    snprintf(path, sizeof path, "%s.bin", cfg->output.dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) vx_usage_error("probe: cannot create %s", path);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "param_values", (double)append(f, packed_to_host(m, m->param), m->param_count));
+    cJSON *js = cJSON_AddArrayToObject(j, "steps");
+    for (int s = 0; s < steps; s++) {
+        const int64_t first = (int64_t)s * m->batch;
+        float *batch = runtime_load_phantom_batch(rt, cfg->train.seed, cfg->data.noise, first);
+        float *targets = vx_malloc((size_t)m->batch * L * sizeof(float));
+        for (int b = 0; b < m->batch; b++)
+            phantom_labels((uint64_t)cfg->train.seed, (uint64_t)(first + b), cfg->model.head.task,
+                           cfg->model.head.num_classes, targets + (long)b * L);
+        model_set_first_sample(m, (uint64_t)first);
+        model_set_targets(m, targets);
+        model_forward(m, 1);
+        float *o = vx_malloc((size_t)out->count * sizeof(float));
+        model_tensor_to_host(m, m->t_out, o);
+        model_backward(m, 1.0f, 0.0f, NULL);
+        const Losses l = model_read_losses(m);
+        cJSON *st = cJSON_CreateObject();
+        cJSON_AddNumberToObject(st, "input", (double)append(f, batch, in->count));
+        cJSON_AddNumberToObject(st, "targets", (double)append(f, targets, (long)m->batch * L));
+        cJSON_AddNumberToObject(st, "outputs", (double)append(f, o, out->count));
+        cJSON_AddNumberToObject(st, "loss", l.total);
+        cJSON_AddItemToArray(js, st);
+    }
+    cJSON_AddNumberToObject(j, "grad_values", (double)append(f, packed_to_host(m, m->grad), m->param_count));
+    float *bufs = vx_malloc((size_t)(m->buffer_floats ? m->buffer_floats : 1) * sizeof(float));
+    model_download_buffers(m, bufs);
+    cJSON_AddNumberToObject(j, "buffer_values", (double)append(f, bufs, m->buffer_floats));
+    float *batch = runtime_load_phantom_batch(rt, cfg->train.seed, cfg->data.noise, 0);
+    free(batch);
+    model_forward(m, 0);
+    float *o = vx_malloc((size_t)out->count * sizeof(float));
+    model_tensor_to_host(m, m->t_out, o);
+    cJSON_AddNumberToObject(j, "eval_outputs", (double)append(f, o, out->count));
+    fclose(f);
+
+    cJSON_AddItemToObject(j, "input_shape", cJSON_CreateIntArray((int[]){in->dims.n, in->dims.d, in->dims.h,
+                                                                        in->dims.w, in->dims.c}, 5));
+    cJSON_AddNumberToObject(j, "outputs_per_sample", out->dims.c);
+    cJSON_AddNumberToObject(j, "labels_per_sample", L);
+    cJSON_AddNumberToObject(j, "param_count", (double)m->param_count);
+    cJSON *ps = cJSON_AddArrayToObject(j, "params");
+    for (int i = 0; i < m->n_params; i++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", m->params[i].name);
+        cJSON_AddItemToObject(p, "shape", cJSON_CreateIntArray(m->params[i].shape, m->params[i].ndim));
+        cJSON_AddNumberToObject(p, "offset", (double)m->params[i].packed_offset);
+        cJSON_AddItemToArray(ps, p);
+    }
+    cJSON *bs = cJSON_AddArrayToObject(j, "buffers");
+    for (int i = 0; i < m->n_buffers; i++) {
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "name", m->buffers[i].name);
+        cJSON_AddNumberToObject(b, "count", (double)m->buffers[i].count);
+        cJSON_AddNumberToObject(b, "offset", (double)m->buffers[i].offset);
+        cJSON_AddItemToArray(bs, b);
+    }
+    char *cfg_text = config_to_json(cfg);
+    cJSON_AddItemToObject(j, "config", cJSON_Parse(cfg_text));
+    free(cfg_text);
+    char *text = cJSON_Print(j);
+    snprintf(path, sizeof path, "%s.json", cfg->output.dir);
+    fs_write_atomic(path, text, strlen(text));
+    printf("probe: %d steps of %s (%s), %ld parameters, %ld buffer floats -> %s\n", steps, cfg->model.family,
+           cfg->model.head.task, m->param_count, m->buffer_floats, path);
+    free(text);
+    cJSON_Delete(j);
+    return 0;
+}

@@ -1,0 +1,86 @@
+/* train_validate.c: what rank 0 does with the held-out volumes during a run: validation (ae3d: L1 and PSNR of
+ * the reconstructions; a head: its loss and the task's figures), reported on stdout, in metrics.jsonl and
+ * TensorBoard, with the best checkpoints it keeps, and the autoencoder's mid-slice pictures. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fsutil.h"
+#include "core/util.h"
+#include "trace/trace.h"
+#include "train/trainer.h"
+
+/* Validates after `step` optimizer steps, reports it on stdout and in metrics.jsonl, and keeps the stage's best
+ * checkpoint (by validation L1) when a stage has been trained. */
+/* A head's validation: its loss and the task's figures, on stdout, in metrics.jsonl and TensorBoard; best.ckpt
+ * keeps the state with the best figure train.best_metric names (auto: the task's natural one). */
+static void validate_head(Trainer *t, int64_t step) {
+    trace_range_push("validation", "user_annotation");
+    const HeadValResult vr = evaluate_head(t->m, &t->held);
+    trace_range_pop();
+    const char *names[4] = {"loss", "accuracy", "auroc", "cindex"};
+    const float values[4] = {vr.loss, vr.accuracy, vr.auroc, vr.cindex};
+    char line[256] = "";
+    fprintf(t->metrics, "{\"step\": %ld", (long)step);
+    for (int i = 0; i < 4; i++) {
+        if (!isfinite(values[i])) continue;
+        char tag[32];
+        snprintf(tag, sizeof tag, "val/%s", names[i]);
+        train_log_scalar(t->tb, tag, step, values[i]);
+        fprintf(t->metrics, ", \"val_%s\": %.9g", names[i], values[i]);
+        snprintf(line + strlen(line), sizeof line - strlen(line), " | %s %.4f", names[i], values[i]);
+    }
+    fprintf(t->metrics, "}\n");
+    if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
+    vx_log("val  %5ld%s (%d held-out volumes%s)\n", (long)step, line, vr.n, step == 0 ? ", before training" : "");
+    const char *best = t->cfg->train.best_metric;
+    if (strcmp(best, "auto") == 0)
+        best = t->m->task == TASK_CLASSIFICATION ? "accuracy" : t->m->task == TASK_MULTILABEL ? "auroc"
+               : t->m->task == TASK_SURVIVAL     ? "cindex" : "loss";
+    float v = NAN;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(best, names[i]) == 0) v = values[i];
+    const double score = strcmp(best, "loss") == 0 || strcmp(best, "l1") == 0 ? -v : v; /* higher is better */
+    if (step > 0 && isfinite(score) && score > t->best_metric) {
+        t->best_metric = score;
+        trainer_save_checkpoint(t, "best.ckpt");
+    }
+}
+
+void trainer_validate(Trainer *t, int64_t step) {
+    if (t->held.val == 0) return;
+    if (t->m->family != FAMILY_AE3D) {
+        validate_head(t, step);
+        return;
+    }
+    trace_range_push("validation", "user_annotation");
+    const ValResult vr = evaluate(t->m, &t->held);
+    trace_range_pop();
+    if (!isfinite(vr.l1)) trainer_diverged(t, step, "the validation L1", vr.l1);
+    train_log_scalar(t->tb, "val/l1", step, vr.l1);
+    train_log_scalar(t->tb, "val/psnr", step, vr.psnr);
+    vx_log("val  %5ld | l1 %.6f | psnr %.2f dB (%d held-out volumes%s)\n", (long)step, vr.l1, vr.psnr, t->held.val,
+           step == 0 ? ", before training" : "");
+    fprintf(t->metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
+    if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
+    if (t->n_stages > 1 && step > t->stages[t->stage].first_step && vr.l1 < t->best_l1) {
+        t->best_l1 = vr.l1;
+        char name[48];
+        snprintf(name, sizeof name, "stage_%d_best.ckpt", t->stage);
+        trainer_save_checkpoint(t, name);
+    }
+}
+
+/* Mid-slice images of the first held-out volumes and their reconstructions. */
+void trainer_log_images(Trainer *t, int64_t step) {
+    if (!t->tb || t->held.shown == 0 || t->m->family != FAMILY_AE3D) return;
+    trace_range_push("tensorboard images", "user_annotation");
+    float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.shown);
+    train_log_images(t->tb, t->cur->model.input_size, t->cur->model.in_channels, t->held.vols, recon, t->held.shown,
+                     step);
+    free(recon);
+    trace_range_pop();
+}
+

@@ -1,0 +1,82 @@
+"""test_monai.py: the resnet3d family against MONAI's own network (monai.networks.nets.ResNet, the reference in
+bench/reference/resnet3d.py) holding the same weights: `voxscale probe` runs several training forwards and
+backwards (batch statistics; the running statistics move) and one evaluation forward, MONAI replays them, and the
+outputs, losses, every gradient and the running statistics must agree to float32 tolerance. Depths 18 and 50 (basic
+and bottleneck blocks), every task's loss (class weights, pos_weight), the 2-D variant on depth-1 volumes, no max
+pool and a wider stem stride."""
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run
+
+sys.path.insert(0, os.path.join(ROOT, "bench", "reference"))
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("monai") is None,
+                                reason="MONAI is not installed (ci/deps.sh puts monai 1.3.2 into .venv)")
+
+CASES = {
+    "18-classification": ["--set", "model.depth=18", "--set", "model.task=classification",
+                          "--set", "model.num_classes=3", "--set", "model.class_weights=[1, 2, 0.5]"],
+    "50-survival": ["--set", "model.depth=50", "--set", "model.widen_factor=0.5", "--set", "model.task=survival",
+                    "--set", "model.num_classes=1"],
+    "10-multilabel": ["--set", "model.depth=10", "--set", "model.task=multilabel", "--set", "model.num_classes=3",
+                      "--set", "model.pos_weight=[2, 1, 0.5]", "--set", "model.no_max_pool=1",
+                      "--set", "model.conv1_t_stride=2", "--set", "model.conv1_t_size=5"],
+    "34-regression-2d": ["--set", "model.depth=34", "--set", "model.widen_factor=0.25", "--set", "model.task=regression",
+                         "--set", "model.num_classes=2", "--set", "model.spatial_dims=2",
+                         "--set", "model.input_size=[1, 32, 32]"],
+}
+
+
+def close(got, want, rel, what):
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    scale = max(np.abs(want).max(), 1e-30)
+    err = np.abs(got - want).max() / scale
+    assert err <= rel, "%s: max |ours - MONAI| / max |MONAI| = %.3g > %.3g" % (what, err, rel)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_resnet3d_matches_monai(case, tmp_path):
+    import resnet3d
+    prefix = str(tmp_path / "probe")
+    run("probe", "--config", "configs/test/resnet-tiny.json", "--out", prefix, "--device", "cpu",
+        "--set", "model.widen_factor=0.25", "--set", "train.batch_size=3", "--set", "model.input_size=[16, 16, 16]",
+        *CASES[case], env=dict(os.environ, VX_PROBE_STEPS="3"))
+    meta, data, ref = resnet3d.run_probe_steps(prefix)
+    k = meta["outputs_per_sample"]
+    n = meta["input_shape"][0]
+    for s, st in enumerate(meta["steps"]):
+        close(data[st["outputs"]:st["outputs"] + n * k], ref["outputs"][s], 2e-5, "step %d outputs" % s)
+        close([st["loss"]], [ref["loss"][s]], 2e-5, "step %d loss" % s)
+    grads = data[meta["grad_values"]:meta["grad_values"] + meta["param_count"]]
+    for p in meta["params"]:
+        c = int(np.prod(p["shape"]))
+        close(grads[p["offset"]:p["offset"] + c], ref["grads"][p["offset"]:p["offset"] + c], 2e-4,
+              "gradient of %s" % p["name"])
+    bufs = data[meta["buffer_values"]:]
+    for b in meta["buffers"]:
+        close(bufs[b["offset"]:b["offset"] + b["count"]], ref["buffers"][b["name"]], 2e-5, b["name"])
+    close(data[meta["eval_outputs"]:meta["eval_outputs"] + n * k], ref["eval_outputs"], 2e-5, "evaluation outputs")
+
+
+def test_names_and_shapes_are_monais_state_dict(tmp_path):
+    """Every parameter and buffer is a key of MONAI's state_dict with its shape (num_batches_tracked aside), and
+    nothing of MONAI's is missing: what lets weights move between the two."""
+    import resnet3d
+    prefix = str(tmp_path / "probe")
+    run("probe", "--config", "configs/test/resnet-tiny.json", "--out", prefix, "--device", "cpu",
+        "--set", "model.depth=50", "--set", "model.widen_factor=0.25", env=dict(os.environ, VX_PROBE_STEPS="1"))
+    meta, _ = resnet3d.load_probe(prefix)
+    state = resnet3d.build_model(meta["config"]).state_dict()
+    ours = {p["name"] for p in meta["params"]} | {b["name"] for b in meta["buffers"]}
+    theirs = {k for k in state if not k.endswith("num_batches_tracked")}
+    assert ours == theirs
+    for p in meta["params"]:
+        want = list(state[p["name"]].shape)
+        got = p["shape"] if len(p["shape"]) < 5 else [p["shape"][0], p["shape"][4], *p["shape"][1:4]]
+        assert got == want, p["name"]
