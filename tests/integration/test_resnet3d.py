@@ -1,0 +1,140 @@
+"""test_resnet3d.py: the resnet3d family in training: SyncBatchNorm on 2 and 3 MPI ranks with the batch split
+equals BatchNorm on one rank with the global batch (losses, gradient norms, running statistics, parameters), while
+plain BatchNorm on 2 ranks does not; the Cox loss over the global batch on 2 ranks equals one rank's; resume is
+exact with the running statistics in the checkpoint; the validation figures reach metrics.jsonl and best.ckpt is
+kept; bad head settings are one line with exit 2."""
+import os
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, VOXSCALE, metrics, run
+
+TINY = "configs/test/resnet-tiny.json"
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]
+QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
+         "train.log_every=1"]
+HEAD = struct.Struct("<8sII")
+
+
+def mpi(n, *args, timeout=300):
+    p = subprocess.run([*MPIRUN, "-np", str(n), VOXSCALE, *map(str, args)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout)
+    assert p.returncode == 0, "mpirun -np %d failed (%d):\n%s\n%s" % (n, p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+    return p
+
+
+def checkpoint(path):
+    """(parameters, buffers) of a checkpoint as float arrays."""
+    data = open(path, "rb").read()
+    magic, version, hb = HEAD.unpack_from(data)
+    count = struct.unpack_from("<Q", data, 16)[0]
+    nbuf = struct.unpack_from("<Q", data, hb - 8)[0] if version >= 3 else 0
+    floats = np.frombuffer(data, dtype="<f4", count=3 * count + nbuf, offset=hb)
+    return floats[:count], floats[3 * count:]
+
+
+def curve(out, key):
+    return {m["step"]: m[key] for m in metrics(out) if key in m}
+
+
+def rel(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def compare(a, b, steps):
+    """max relative differences of two runs: losses, gradient norms, running statistics and parameters"""
+    la, lb = curve(a, "loss"), curve(b, "loss")
+    ga, gb = curve(a, "grad_norm"), curve(b, "grad_norm")
+    assert sorted(la) == sorted(lb) == list(range(1, steps + 1))
+    pa, ba = checkpoint(a / "checkpoints" / ("step_%d.ckpt" % steps))
+    pb, bb = checkpoint(b / "checkpoints" / ("step_%d.ckpt" % steps))
+    return {"loss": max(abs(la[s] - lb[s]) / abs(lb[s]) for s in la),
+            "grad_norm": max(abs(ga[s] - gb[s]) / abs(gb[s]) for s in ga),
+            "running": rel(ba, bb), "params": rel(pa, pb)}
+
+
+SYNC = ["--set", "model.sync_bn=1", "--set", "train.global_batch=6"]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    out = tmp_path_factory.mktemp("single") / "run"
+    run("train", "--config", TINY, "--steps", "4", "--out", out, *SYNC, *QUIET, timeout=300)
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_sync_batchnorm_equals_one_rank_with_the_global_batch(tmp_path, single, world):
+    out = tmp_path / "run"
+    mpi(world, "train", "--config", TINY, "--steps", "4", "--out", out, *SYNC, *QUIET)
+    err = compare(out, single, 4)
+    print("\nSyncBatchNorm on %d ranks vs one rank: %s" % (world, err))
+    assert err["loss"] < 1e-5 and err["grad_norm"] < 1e-5 and err["running"] < 1e-5, err
+    assert err["params"] < 1e-4, err
+
+
+def test_plain_batchnorm_on_two_ranks_differs(tmp_path, single):
+    """The check above can fail: each rank normalising with its own half of the batch is another model."""
+    out = tmp_path / "run"
+    mpi(2, "train", "--config", TINY, "--steps", "4", "--out", out, "--set", "model.sync_bn=0",
+        "--set", "train.global_batch=6", *QUIET)
+    err = compare(out, single, 4)
+    assert err["loss"] > 1e-4 and err["running"] > 1e-4, err
+
+
+def test_cox_loss_runs_over_the_global_batch(tmp_path):
+    """Survival on 2 ranks (each 3 of the 6 samples) trains as one rank with all 6: the risk scores are gathered."""
+    args = ["--config", TINY, "--steps", "3", "--set", "model.task=survival", "--set", "model.num_classes=1",
+            "--set", "model.sync_bn=1", "--set", "train.global_batch=6", *QUIET]
+    one, two = tmp_path / "one", tmp_path / "two"
+    run("train", "--out", one, *args, timeout=300)
+    mpi(2, "train", "--out", two, *args)
+    err = compare(two, one, 3)
+    assert err["loss"] < 1e-5 and err["grad_norm"] < 1e-5, err
+
+
+def test_resume_is_exact_with_the_running_statistics(tmp_path):
+    full, half = tmp_path / "full", tmp_path / "half"
+    common = ["--config", TINY, "--set", "model.dropout=0.3", *QUIET]
+    run("train", "--steps", "6", "--out", full, *common, timeout=300)
+    run("train", "--steps", "6", "--out", half, "--set", "train.ckpt_every=3", *common, "--set", "train.steps=3",
+        timeout=300)
+    run("train", "--steps", "6", "--out", half, "--resume", half / "checkpoints" / "step_3.ckpt", *common, timeout=300)
+    a = open(full / "checkpoints" / "step_6.ckpt", "rb").read()
+    b = open(half / "checkpoints" / "step_6.ckpt", "rb").read()
+    assert a == b
+    params, bufs = checkpoint(full / "checkpoints" / "step_6.ckpt")
+    assert bufs.size > 0 and np.all(np.isfinite(bufs))
+
+
+def test_validation_figures_and_best_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    p = run("train", "--config", TINY, "--out", out, "--set", "output.tensorboard=0", timeout=300)
+    vals = [m for m in metrics(out) if "val_accuracy" in m]
+    assert [m["step"] for m in vals] == [0, 6, 12]
+    for m in vals:
+        assert 0 <= m["val_accuracy"] <= 1 and 0 <= m["val_auroc"] <= 1 and m["val_loss"] > 0
+    assert (out / "checkpoints" / "best.ckpt").exists()
+    assert "| accuracy" in p.stdout and "recon" not in p.stdout
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["model.task=survival", "model.num_classes=2"], "model.num_classes to 1"),
+    (["model.task=classification", "model.num_classes=1"], "num_classes >= 2"),
+    (["model.class_weights=[1, 2]", "model.num_classes=3"], "class_weights has 2 entries"),
+    (["model.pos_weight=[1, 2, 3]"], "model.task multilabel"),
+    (["model.depth=20"], "depth 10, 18, 34, 50 or 101"),
+    (["model.spatial_dims=2"], "depth 1"),
+    (["model.shortcut_type=A"], "must be one of B"),
+])
+def test_bad_head_settings_are_one_line(tmp_path, sets, words):
+    args = [a for s in sets for a in ("--set", s)]
+    p = run("train", "--config", TINY, "--out", tmp_path / "run", *args, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and words in lines[0], p.stderr
+    assert not (tmp_path / "run").exists()
