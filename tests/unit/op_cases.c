@@ -10,7 +10,7 @@
 #include "latent/latent.h"
 #include "backend/op_check.h"
 
-#define MAX_CASES 512
+#define MAX_CASES 1024
 
 static OpTestCase cases[MAX_CASES];
 static int n_cases;
@@ -28,15 +28,26 @@ static void add_betas(const char *op, KernelCase k, int offset, int emu) {
     }
 }
 
-static void conv(int n, int d, int h, int w, int ci, int co, int kk, int stride, int pad) {
+static void conv_shape(const Conv3dShape s) {
     KernelCase k = {0};
-    const Conv3dShape s = conv3d_shape(n, d, h, w, ci, co, kk, stride, pad);
     kernel_case_set_params(&k, &s, sizeof s);
-    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", n, d, h, w, ci, co, kk, stride);
+    char ks[40];
+    conv3d_kernel_label(&s, ks, sizeof ks);
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d %s p%dx%dx%d", s.n, s.d, s.h, s.w, s.c_in, s.c_out, ks,
+             s.pad[0], s.pad[1], s.pad[2]);
     add("conv3d_forward", k, 0, 0);
     add("conv3d_forward_add", k, 0, 0);
     add_betas("conv3d_backward_data", k, 0, 0);
     add_betas("conv3d_backward_filter", k, 0, 0);
+}
+
+static void conv(int n, int d, int h, int w, int ci, int co, int kk, int stride, int pad) {
+    conv_shape(conv3d_shape(n, d, h, w, ci, co, kk, stride, pad));
+}
+
+/* k, stride and pad per axis (d, h, w) */
+static void conv_3d(int n, int d, int h, int w, int ci, int co, const int k[3], const int stride[3], const int pad[3]) {
+    conv_shape(conv3d_shape_3d(n, d, h, w, ci, co, k, stride, pad));
 }
 
 static void groupnorm(int n, long spatial, int c, int groups, int offset, int emu) {
@@ -113,6 +124,13 @@ static void build(void) {
     conv(2, 5, 6, 7, 12, 12, 1, 2, 0);
     conv(2, 6, 5, 7, 1, 8, 3, 1, 1); /* the first conv: a single input channel */
     conv(2, 6, 5, 7, 8, 1, 3, 1, 1); /* the last conv: a single output channel */
+    /* per-axis shapes: MONAI's ResNet stem (k 7, stride 1x2x2, pad 3) on a small input, with 1 and 3 channels in; a
+     * 1x3x3 conv (pad 0x1x1) on depth-1 volumes, stride 1 and 2; strides and kernels differing on every axis */
+    conv_3d(2, 5, 9, 8, 1, 8, (const int[3]){7, 7, 7}, (const int[3]){1, 2, 2}, (const int[3]){3, 3, 3});
+    conv_3d(1, 4, 7, 6, 3, 5, (const int[3]){7, 7, 7}, (const int[3]){1, 2, 2}, (const int[3]){3, 3, 3});
+    conv_3d(3, 1, 7, 9, 6, 5, (const int[3]){1, 3, 3}, (const int[3]){1, 1, 1}, (const int[3]){0, 1, 1});
+    conv_3d(2, 1, 8, 7, 5, 12, (const int[3]){1, 3, 3}, (const int[3]){1, 2, 2}, (const int[3]){0, 1, 1});
+    conv_3d(2, 6, 5, 7, 4, 3, (const int[3]){3, 1, 2}, (const int[3]){2, 1, 3}, (const int[3]){1, 0, 1});
     groupnorm(3, 5 * 7 * 9, 12, 4, 0, 1);
     groupnorm(3, 5 * 7 * 9, 20, 4, 0, 1);
     groupnorm(2, 5 * 7 * 9, 5, 1, 0, 1);

@@ -122,22 +122,22 @@ static void expect_grad(const char *what, Objective obj, void *ctx, double *para
 
 /* direct convolution: y [n][od][oh][ow][co] = b + sum over taps and ci of w * x */
 static void ref_conv_forward(const Conv3dShape *s, const double *x, const double *w, const double *b, double *y) {
-    const int k = s->k;
+    const int *k = s->k, *st = s->stride, *pd = s->pad;
     for (int n = 0; n < s->n; n++)
         for (int oz = 0; oz < s->od; oz++)
             for (int oy = 0; oy < s->oh; oy++)
                 for (int ox = 0; ox < s->ow; ox++)
                     for (int co = 0; co < s->c_out; co++) {
                         double acc = b[co];
-                        for (int kd = 0; kd < k; kd++)
-                            for (int kh = 0; kh < k; kh++)
-                                for (int kw = 0; kw < k; kw++) {
-                                    const int iz = oz * s->stride - s->pad + kd;
-                                    const int iy = oy * s->stride - s->pad + kh;
-                                    const int ix = ox * s->stride - s->pad + kw;
+                        for (int kd = 0; kd < k[0]; kd++)
+                            for (int kh = 0; kh < k[1]; kh++)
+                                for (int kw = 0; kw < k[2]; kw++) {
+                                    const int iz = oz * st[0] - pd[0] + kd;
+                                    const int iy = oy * st[1] - pd[1] + kh;
+                                    const int ix = ox * st[2] - pd[2] + kw;
                                     if (iz < 0 || iz >= s->d || iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
                                     for (int ci = 0; ci < s->c_in; ci++)
-                                        acc += w[((((long)co * k + kd) * k + kh) * k + kw) * s->c_in + ci] *
+                                        acc += w[((((long)co * k[0] + kd) * k[1] + kh) * k[2] + kw) * s->c_in + ci] *
                                                x[((((long)n * s->d + iz) * s->h + iy) * s->w + ix) * s->c_in + ci];
                                 }
                         y[((((long)n * s->od + oz) * s->oh + oy) * s->ow + ox) * s->c_out + co] = acc;
@@ -147,7 +147,7 @@ static void ref_conv_forward(const Conv3dShape *s, const double *x, const double
 /* direct scatter-form gradients of sum(dy * y): used for the shapes too large for finite differences */
 static void ref_conv_backward(const Conv3dShape *s, const double *x, const double *w, const double *dy, double *dx,
                               double *dw, double *db) {
-    const int k = s->k;
+    const int *k = s->k, *st = s->stride, *pd = s->pad;
     memset(dx, 0, sizeof(double) * (size_t)conv3d_input_count(s));
     memset(dw, 0, sizeof(double) * (size_t)conv3d_weight_count(s));
     memset(db, 0, sizeof(double) * (size_t)s->c_out);
@@ -158,14 +158,14 @@ static void ref_conv_backward(const Conv3dShape *s, const double *x, const doubl
                     for (int co = 0; co < s->c_out; co++) {
                         const double g = dy[((((long)n * s->od + oz) * s->oh + oy) * s->ow + ox) * s->c_out + co];
                         db[co] += g;
-                        for (int kd = 0; kd < k; kd++)
-                            for (int kh = 0; kh < k; kh++)
-                                for (int kw = 0; kw < k; kw++) {
-                                    const int iz = oz * s->stride - s->pad + kd;
-                                    const int iy = oy * s->stride - s->pad + kh;
-                                    const int ix = ox * s->stride - s->pad + kw;
+                        for (int kd = 0; kd < k[0]; kd++)
+                            for (int kh = 0; kh < k[1]; kh++)
+                                for (int kw = 0; kw < k[2]; kw++) {
+                                    const int iz = oz * st[0] - pd[0] + kd;
+                                    const int iy = oy * st[1] - pd[1] + kh;
+                                    const int ix = ox * st[2] - pd[2] + kw;
                                     if (iz < 0 || iz >= s->d || iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
-                                    const long wo = ((((long)co * k + kd) * k + kh) * k + kw) * s->c_in;
+                                    const long wo = ((((long)co * k[0] + kd) * k[1] + kh) * k[2] + kw) * s->c_in;
                                     const long xo = ((((long)n * s->d + iz) * s->h + iy) * s->w + ix) * s->c_in;
                                     for (int ci = 0; ci < s->c_in; ci++) {
                                         dw[wo + ci] += g * x[xo + ci];
@@ -194,8 +194,8 @@ typedef struct {
 
 /* Forward vs reference; backward data and filter vs finite differences (small shapes) or the scatter reference
  * (use_fd 0); beta 0 into NaN; beta 1 accumulation; dbias NULL. */
-static void check_conv(ConvCase cc, int use_fd) {
-    const Conv3dShape s = conv3d_shape(cc.n, cc.d, cc.h, cc.w, cc.ci, cc.co, cc.k, cc.stride, cc.pad);
+static void check_conv_shape(const Conv3dShape s, int use_fd) {
+    const ConvCase cc = {.n = s.n, .ci = s.c_in, .co = s.c_out};
     const long nx = conv3d_input_count(&s), ny = conv3d_output_count(&s), nw = conv3d_weight_count(&s);
     float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = frand(cc.co, -1, 1), *r = frand(ny, -1, 1);
     void *ws = malloc(conv3d_workspace_bytes_cpu(&s) + 1);
@@ -251,7 +251,41 @@ static void check_conv(ConvCase cc, int use_fd) {
     free(c.x), free(c.w), free(c.b), free(c.r), free(c.y);
 }
 
+static void check_conv(ConvCase cc, int use_fd) {
+    check_conv_shape(conv3d_shape(cc.n, cc.d, cc.h, cc.w, cc.ci, cc.co, cc.k, cc.stride, cc.pad), use_fd);
+}
+
+/* k, stride, pad per axis (d, h, w) */
+static Conv3dShape conv_3d(int n, int d, int h, int w, int ci, int co, int kd, int kh, int kw, int sd, int sh, int sw,
+                           int pd, int ph, int pw) {
+    return conv3d_shape_3d(n, d, h, w, ci, co, (const int[3]){kd, kh, kw}, (const int[3]){sd, sh, sw},
+                           (const int[3]){pd, ph, pw});
+}
+
 static void test_conv_shape(void **state) {
+    /* cubic: the same fields on every axis, and the labels as before per-axis shapes */
+    const Conv3dShape c = conv3d_shape(1, 5, 6, 7, 2, 3, 3, 2, 1);
+    for (int a = 0; a < 3; a++) assert_true(c.k[a] == 3 && c.stride[a] == 2 && c.pad[a] == 1);
+    char label[64];
+    conv3d_kernel_label(&c, label, sizeof label);
+    assert_string_equal(label, "k3 s2");
+    /* MONAI's stem: k 7x7x7, stride 1x2x2, pad 3x3x3; weights [c_out][kd][kh][kw][c_in] */
+    const Conv3dShape m = conv_3d(2, 9, 20, 21, 1, 64, 7, 7, 7, 1, 2, 2, 3, 3, 3);
+    assert_int_equal(m.od, 9);
+    assert_int_equal(m.oh, 10);
+    assert_int_equal(m.ow, 11);
+    conv3d_kernel_label(&m, label, sizeof label);
+    assert_string_equal(label, "k7 s1x2x2");
+    const Conv3dShape a = conv_3d(2, 1, 8, 9, 4, 5, 1, 3, 3, 1, 1, 2, 0, 1, 1);
+    assert_int_equal(a.od, 1);
+    assert_int_equal(a.oh, 8);
+    assert_int_equal(a.ow, 5);
+    assert_int_equal(conv3d_taps(&a), 9);
+    assert_int_equal(conv3d_weight_count(&a), 5L * 9 * 4);
+    assert_true(conv3d_forward_flops(&a) == 2.0 * 2 * 1 * 8 * 5 * 5 * 9 * 4);
+    conv3d_kernel_label(&a, label, sizeof label);
+    assert_string_equal(label, "k1x3x3 s1x1x2");
+
     Conv3dShape s = conv3d_shape(2, 7, 6, 5, 3, 8, 3, 2, 1);
     assert_int_equal(s.od, 4);
     assert_int_equal(s.oh, 3);
@@ -280,6 +314,21 @@ static void test_conv_k1s2(void **state) { check_conv((ConvCase){2, 5, 4, 3, 3, 
 static void test_conv_k3p0(void **state) { check_conv((ConvCase){2, 5, 4, 6, 3, 2, 3, 1, 0}, 1); }
 static void test_conv_k3s3(void **state) { check_conv((ConvCase){1, 7, 5, 6, 2, 3, 3, 3, 2}, 1); }
 
+/* Per-axis kernels, strides and paddings (conv3d_shape_3d), against finite differences: MONAI's ResNet stem
+ * (k 7x7x7, stride 1x2x2, pad 3x3x3) on a small input, a 1x3x3 conv (pad 0x1x1) on a depth-1 volume, its strided
+ * form, a kernel of 1 along one axis with stride 2 there (residue classes with no tap along that axis only), and
+ * strides and sizes differing on every axis. */
+static void test_conv_anisotropic(void **state) {
+    check_conv_shape(conv_3d(1, 3, 6, 5, 1, 3, 7, 7, 7, 1, 2, 2, 3, 3, 3), 1);
+    check_conv_shape(conv_3d(2, 1, 5, 6, 3, 4, 1, 3, 3, 1, 1, 1, 0, 1, 1), 1);
+    check_conv_shape(conv_3d(2, 1, 7, 6, 3, 2, 1, 3, 3, 1, 2, 2, 0, 1, 1), 1);
+    check_conv_shape(conv_3d(2, 5, 4, 6, 2, 3, 1, 3, 2, 2, 1, 2, 0, 1, 0), 1);
+    check_conv_shape(conv_3d(1, 6, 5, 7, 3, 2, 3, 2, 3, 1, 3, 2, 1, 0, 2), 1);
+    /* larger than one chunk, against the scatter reference */
+    check_conv_shape(conv_3d(2, 9, 26, 27, 1, 4, 7, 7, 7, 1, 2, 2, 3, 3, 3), 0);
+    check_conv_shape(conv_3d(2, 1, 40, 41, 6, 5, 1, 3, 3, 1, 1, 1, 0, 1, 1), 0);
+}
+
 /* one input or one output channel: the GEMMs with a single output column go through sgemv */
 static void test_conv_c1(void **state) {
     check_conv((ConvCase){2, 5, 6, 7, 1, 4, 3, 1, 1}, 1); /* backward data: dx has one column */
@@ -305,9 +354,17 @@ static void test_conv_chunked_groups(void **state) { check_conv((ConvCase){1, 42
  * chunking and the dw/dbias reduction orders depend only on the shape). */
 static void test_conv_threads(void **state) {
     const ConvCase cases[] = {{2, 17, 17, 17, 3, 5, 3, 1, 1}, {2, 9, 10, 11, 6, 7, 3, 2, 1}, {2, 9, 8, 7, 40, 6, 1, 1, 0}};
-    for (int t = 0; t < 3; t++) {
-        const ConvCase cc = cases[t];
-        const Conv3dShape s = conv3d_shape(cc.n, cc.d, cc.h, cc.w, cc.ci, cc.co, cc.k, cc.stride, cc.pad);
+    const Conv3dShape shapes[] = {conv3d_shape(cases[0].n, cases[0].d, cases[0].h, cases[0].w, cases[0].ci, cases[0].co,
+                                               cases[0].k, cases[0].stride, cases[0].pad),
+                                  conv3d_shape(cases[1].n, cases[1].d, cases[1].h, cases[1].w, cases[1].ci, cases[1].co,
+                                               cases[1].k, cases[1].stride, cases[1].pad),
+                                  conv3d_shape(cases[2].n, cases[2].d, cases[2].h, cases[2].w, cases[2].ci, cases[2].co,
+                                               cases[2].k, cases[2].stride, cases[2].pad),
+                                  conv_3d(2, 6, 30, 31, 1, 8, 7, 7, 7, 1, 2, 2, 3, 3, 3),
+                                  conv_3d(2, 1, 33, 35, 5, 6, 1, 3, 3, 1, 1, 1, 0, 1, 1)};
+    for (int t = 0; t < 5; t++) {
+        const Conv3dShape s = shapes[t];
+        const ConvCase cc = {.ci = s.c_in, .co = s.c_out};
         const long sizes[4] = {conv3d_output_count(&s), conv3d_input_count(&s), conv3d_weight_count(&s), cc.co};
         float *x = frand(sizes[1], -1, 1), *w = frand(sizes[2], -1, 1), *b = frand(cc.co, -1, 1);
         float *r = frand(sizes[0], -1, 1);
@@ -912,7 +969,7 @@ int main(void) {
         cmocka_unit_test(test_conv_k3s2_even),    cmocka_unit_test(test_conv_k1),
         cmocka_unit_test(test_conv_k2s2),         cmocka_unit_test(test_conv_k1s2),
         cmocka_unit_test(test_conv_k3p0),         cmocka_unit_test(test_conv_k3s3),
-        cmocka_unit_test(test_conv_c1),
+        cmocka_unit_test(test_conv_c1),           cmocka_unit_test(test_conv_anisotropic),
         cmocka_unit_test(test_conv_chunked_s1),   cmocka_unit_test(test_conv_chunked_s2),
         cmocka_unit_test(test_conv_chunked_wide), cmocka_unit_test(test_conv_chunked_groups),
         cmocka_unit_test(test_conv_threads),
