@@ -6,6 +6,7 @@
 
 #include "augment/augment.h"
 #include "conv3d/conv3d.h"
+#include "dropout/dropout.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
 #include "backend/op_check.h"
@@ -116,7 +117,49 @@ static void augment(int d, int h, int w, int c) {
     }
 }
 
+/* ---- the ResNet family's ops (issue 27) ------------------------------------------------------------------------ */
+
+static void relu(long n, int offset, int emu) {
+    add("relu_forward", count(n), offset, emu);
+    add_betas("relu_backward", count(n), offset, emu);
+}
+
+/* avgpool's case: dims {n, c}, count = spatial positions */
+static void avgpool(int n, long spatial, int c, int offset, int emu) {
+    KernelCase k = {.dims = {n, c}, .count = spatial};
+    snprintf(k.shape, sizeof k.shape, "n%d %ldx%d", n, spatial, c);
+    add("avgpool_forward", k, offset, emu);
+    add_betas("avgpool_backward", k, offset, emu);
+}
+
+static void dropout(int n, long per_sample, float p, int offset, int emu) {
+    KernelCase k = {0};
+    const DropoutShape s = {.n = n, .per_sample = per_sample, .p = p, .seed = 1234, .stream = 9};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d x%ld p%g", n, per_sample, (double)p);
+    add("dropout_forward", k, offset, emu);
+    add_betas("dropout_backward", k, offset, emu);
+}
+
+static void resnet_ops(void) {
+    relu(1001, 0, 1);
+    relu(7000, 1, 1);
+    relu(300001, 0, 0);
+    avgpool(3, 343, 12, 0, 1);
+    avgpool(2, 1000, 5, 1, 1);
+    avgpool(4, 64, 300, 0, 1); /* more than 256 channels */
+    avgpool(2, 1, 7, 0, 1);
+    avgpool(1, 5000, 3, 0, 1); /* many partial-sum blocks */
+    avgpool(8, 8 * 8 * 8, 2048, 0, 0);
+    dropout(3, 1001, 0.3f, 0, 1);
+    dropout(2, 4096, 0.5f, 1, 1);
+    dropout(2, 1000, 0.0f, 0, 1); /* the identity */
+    dropout(2, 1000, 1.0f, 0, 1); /* nothing kept */
+    dropout(8, 40000, 0.2f, 0, 0);
+}
+
 static void build(void) {
+    resnet_ops();
     conv(3, 5, 7, 9, 3, 5, 3, 1, 1);
     conv(3, 5, 7, 9, 12, 20, 3, 2, 1);
     conv(3, 6, 5, 8, 5, 3, 3, 2, 1);

@@ -4,7 +4,9 @@
  * central finite differences of the float64 forward of a random scalar objective L = sum(r * y). On top of that:
  * beta 1 accumulation, beta 0 overwriting NaN, the multi-chunk convolution paths, bit-identical reductions for 1
  * and 2 threads, AdamW against a double transcription of torch's formula, and the counter-based RNG's statistics
- * and offset property. */
+ * and offset property. The ResNet family's ops (BatchNorm in SyncBatchNorm's pieces, on one rank and with the sums
+ * of several, ReLU, max and average pooling, Linear, keyed dropout, the head losses) run through the CPU backend's
+ * tables, their contracts having no CPU functions of their own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,9 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avgpool/avgpool.h"
 #include "backend/backend.h"
 #include "backend/spec_table.h"
 #include "conv3d/conv3d.h"
+#include "dropout/dropout.h"
+#include "relu/relu.h"
 #include "elementwise/elementwise.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
@@ -881,6 +886,142 @@ static void test_normal_fill(void **state) {
     free(a), free(b), free(c), free(d);
 }
 
+/* ---- the ResNet family's ops (issue 27), through the CPU backend's tables ----------------------------------- */
+
+/* ---- relu, avgpool, dropout ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    long n;
+    double *x, *r;
+    double (*f)(const void *ctx, const double *x, long i); /* the op's value at output i, from x */
+    const void *f_ctx;
+    long n_out;
+} MapCtx;
+
+static double map_objective(void *p) {
+    MapCtx *m = p;
+    double L = 0.0;
+    for (long i = 0; i < m->n_out; i++) L += m->r[i] * m->f(m->f_ctx, m->x, i);
+    return L;
+}
+
+static double relu_at(const void *ctx, const double *x, long i) { return x[i] > 0 ? x[i] : 0.0; }
+
+static void test_relu(void **state) {
+    const ReluOps *re = backend_cpu()->relu;
+    const long n = 3001;
+    float *x = frand(n, -1, 1), *r = frand(n, -1, 1), *y = fnan(n), *dx = fnan(n);
+    x[5] = 0.0f; /* y = 0 there, and so is the gradient (as PyTorch) */
+    re->forward(DT_F32, n, x, y);
+    for (long i = 0; i < n; i++) assert_true(y[i] == (x[i] > 0 ? x[i] : 0.0f));
+    re->backward(DT_F32, n, y, r, dx, 0.0f);
+    assert_true(dx[5] == 0.0f);
+    x[5] = 0.25f; /* finite differences need a point away from the kink */
+    MapCtx m = {.n = n, .x = to_d(x, n), .r = to_d(r, n), .f = relu_at, .n_out = n};
+    re->forward(DT_F32, n, x, y);
+    re->backward(DT_F32, n, y, r, dx, 0.0f);
+    expect_grad("relu dx", map_objective, &m, m.x, n, dx);
+    float *dx1 = frand(n, -1, 1), *dx0 = fcopy(dx1, n);
+    re->backward(DT_F32, n, y, r, dx1, 1.0f);
+    expect_accumulated("relu dx beta 1", dx1, dx0, dx, n);
+    /* NaN passes through the forward */
+    const float nan_in = NAN;
+    float nan_out = 0.0f;
+    re->forward(DT_F32, 1, &nan_in, &nan_out);
+    assert_true(nan_out != nan_out);
+    free(x), free(r), free(y), free(dx), free(dx1), free(dx0), free(m.x), free(m.r);
+}
+
+typedef struct {
+    int n, c;
+    long S;
+} PoolDims;
+static double avgpool_at(const void *ctx, const double *x, long i) {
+    const PoolDims *d = ctx;
+    const long b = i / d->c, j = i % d->c;
+    double s = 0.0;
+    for (long p = 0; p < d->S; p++) s += x[(b * d->S + p) * d->c + j];
+    return s / (double)d->S;
+}
+
+static void test_avgpool(void **state) {
+    const AvgPoolOps *ap = backend_cpu()->avgpool;
+    const PoolDims d = {.n = 3, .c = 70, .S = 27}; /* more channels than one work item */
+    const long nx = (long)d.n * d.S * d.c, ny = (long)d.n * d.c;
+    float *x = frand(nx, -1, 1), *r = frand(ny, -1, 1), *y = fnan(ny), *dx = fnan(nx);
+    ap->forward(DT_F32, d.n, d.S, d.c, x, y);
+    MapCtx m = {.x = to_d(x, nx), .r = to_d(r, ny), .f = avgpool_at, .f_ctx = &d, .n_out = ny};
+    double *ry = dnew(ny);
+    for (long i = 0; i < ny; i++) ry[i] = avgpool_at(&d, m.x, i);
+    expect_close("avgpool forward", y, ry, ny, FWD_TOL);
+    ap->backward(DT_F32, d.n, d.S, d.c, r, dx, 0.0f);
+    expect_grad("avgpool dx", map_objective, &m, m.x, nx, dx);
+    float *dx1 = frand(nx, -1, 1), *dx0 = fcopy(dx1, nx);
+    ap->backward(DT_F32, d.n, d.S, d.c, r, dx1, 1.0f);
+    expect_accumulated("avgpool dx beta 1", dx1, dx0, dx, nx);
+    /* bit-identical on 1 and 2 threads */
+    const PoolDims big = {.n = 4, .c = 300, .S = 512};
+    const long nb = (long)big.n * big.S * big.c;
+    float *xb = frand(nb, -1, 1), *yb[2] = {fnew(big.n * big.c), fnew(big.n * big.c)};
+    for (int th = 0; th < 2; th++) {
+        set_threads(th + 1);
+        ap->forward(DT_F32, big.n, big.S, big.c, xb, yb[th]);
+    }
+    set_threads(2);
+    assert_memory_equal(yb[0], yb[1], sizeof(float) * (size_t)(big.n * big.c));
+    free(x), free(r), free(y), free(dx), free(dx1), free(dx0), free(m.x), free(m.r), free(ry), free(xb), free(yb[0]);
+    free(yb[1]);
+}
+
+typedef struct {
+    DropoutShape s;
+    uint64_t first;
+} DropCtx;
+static double dropout_at(const void *ctx, const double *x, long i) {
+    const DropCtx *d = ctx;
+    const uint64_t k = (d->first + (uint64_t)(i / d->s.per_sample)) * (uint64_t)d->s.per_sample +
+                       (uint64_t)(i % d->s.per_sample);
+    return vx_uniform01(vx_hash3(d->s.seed, d->s.stream, k)) >= d->s.p ? x[i] / (1.0 - d->s.p) : 0.0;
+}
+
+/* dropout.h's key: value j of global sample s kept when vx_uniform01(vx_hash3(seed, stream, s*per_sample + j)) >= p;
+ * the same sample gets the same mask in any batch; p 0 is the identity, p 1 drops everything; backward against
+ * finite differences; about p of the values dropped. */
+static void test_dropout(void **state) {
+    const DropoutOps *dr = backend_cpu()->dropout;
+    const DropCtx d = {.s = {.n = 4, .per_sample = 777, .p = 0.3f, .seed = 99, .stream = 4, .dtype = DT_F32},
+                       .first = 1000};
+    const long n = d.s.n * d.s.per_sample;
+    float *x = frand(n, -1, 1), *r = frand(n, -1, 1), *y = fnan(n), *dx = fnan(n);
+    dr->forward(&d.s, &d.first, x, y);
+    MapCtx m = {.x = to_d(x, n), .r = to_d(r, n), .f = dropout_at, .f_ctx = &d, .n_out = n};
+    double *ry = dnew(n);
+    long dropped = 0;
+    for (long i = 0; i < n; i++) ry[i] = dropout_at(&d, m.x, i), dropped += y[i] == 0.0f;
+    expect_close("dropout forward", y, ry, n, 1e-7);
+    assert_true(fabs((double)dropped / n - 0.3) < 0.03);
+    dr->backward(&d.s, &d.first, r, dx, 0.0f);
+    expect_grad("dropout dx", map_objective, &m, m.x, n, dx);
+    float *dx1 = frand(n, -1, 1), *dx0 = fcopy(dx1, n);
+    dr->backward(&d.s, &d.first, r, dx1, 1.0f);
+    expect_accumulated("dropout dx beta 1", dx1, dx0, dx, n);
+    /* samples 1002 and 1003 of this batch, as a batch of their own: the same values, bit for bit */
+    DropoutShape tail = d.s;
+    tail.n = 2;
+    const uint64_t first2 = d.first + 2;
+    float *y2 = fnan(2 * d.s.per_sample);
+    dr->forward(&tail, &first2, x + 2 * d.s.per_sample, y2);
+    assert_memory_equal(y2, y + 2 * d.s.per_sample, sizeof(float) * (size_t)(2 * d.s.per_sample));
+    /* p 0: y = x; p 1: y = 0 */
+    DropoutShape id = d.s, all = d.s;
+    id.p = 0.0f, all.p = 1.0f;
+    dr->forward(&id, &d.first, x, y);
+    assert_memory_equal(y, x, sizeof(float) * (size_t)n);
+    dr->forward(&all, &d.first, x, y);
+    for (long i = 0; i < n; i++) assert_true(y[i] == 0.0f);
+    free(x), free(r), free(y), free(dx), free(dx1), free(dx0), free(m.x), free(m.r), free(ry), free(y2);
+}
+
 /* ---- backend table ---------------------------------------------------------------------------------------- */
 
 static void test_backend_table(void **state) {
@@ -983,6 +1124,8 @@ int main(void) {
         cmocka_unit_test(test_latent_hand),       cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_sumsq),             cmocka_unit_test(test_normal_fill),
         cmocka_unit_test(test_latent_kl_gradient_near_zero_logvar),
+        cmocka_unit_test(test_relu),              cmocka_unit_test(test_avgpool),
+        cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_backend_table),     cmocka_unit_test(test_backend_extras),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
