@@ -9,6 +9,8 @@
 #include "dropout/dropout.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
+#include "linear/linear.h"
+#include "maxpool/maxpool.h"
 #include "backend/op_check.h"
 
 #define MAX_CASES 1024
@@ -124,12 +126,32 @@ static void relu(long n, int offset, int emu) {
     add_betas("relu_backward", count(n), offset, emu);
 }
 
+static void maxpool(int n, int d, int h, int w, int c, int kk, int stride, int pad, int offset, int emu) {
+    KernelCase k = {0};
+    const MaxPoolShape s = maxpool_shape(n, d, h, w, c, kk, stride, pad);
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d k%d s%d p%d", n, d, h, w, c, kk, stride, pad);
+    add("maxpool_forward", k, offset, emu);
+    add_betas("maxpool_backward", k, offset, emu);
+}
+
 /* avgpool's case: dims {n, c}, count = spatial positions */
 static void avgpool(int n, long spatial, int c, int offset, int emu) {
     KernelCase k = {.dims = {n, c}, .count = spatial};
     snprintf(k.shape, sizeof k.shape, "n%d %ldx%d", n, spatial, c);
     add("avgpool_forward", k, offset, emu);
     add_betas("avgpool_backward", k, offset, emu);
+}
+
+static void linear(int n, int in, int out, int offset, int emu) {
+    KernelCase k = {0};
+    const LinearShape s = {.n = n, .in = in, .out = out};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %d->%d", n, in, out);
+    add("linear_forward", k, offset, emu);
+    add("linear_forward_nobias", k, offset, emu);
+    add_betas("linear_backward_data", k, offset, emu);
+    add_betas("linear_backward_filter", k, offset, emu);
 }
 
 static void dropout(int n, long per_sample, float p, int offset, int emu) {
@@ -145,12 +167,26 @@ static void resnet_ops(void) {
     relu(1001, 0, 1);
     relu(7000, 1, 1);
     relu(300001, 0, 0);
+    maxpool(2, 7, 8, 9, 3, 3, 2, 1, 0, 1); /* MONAI's: k3 s2 p1, odd sizes */
+    maxpool(2, 6, 6, 6, 4, 3, 2, 1, 1, 1);
+    maxpool(1, 6, 5, 7, 5, 2, 2, 0, 0, 1);
+    maxpool(2, 5, 5, 5, 4, 3, 1, 1, 0, 1); /* overlapping windows: several outputs per input */
+    maxpool(1, 4, 6, 5, 2, 1, 1, 0, 0, 1);
+    maxpool(1, 3, 4, 5, 3, 4, 3, 2, 0, 1); /* an even window with pad k/2 */
+    maxpool(1, 1, 9, 8, 6, 3, 2, 1, 0, 1); /* depth 1: the window's padding along d */
+    maxpool(4, 16, 16, 16, 64, 3, 2, 1, 0, 0);
     avgpool(3, 343, 12, 0, 1);
     avgpool(2, 1000, 5, 1, 1);
     avgpool(4, 64, 300, 0, 1); /* more than 256 channels */
     avgpool(2, 1, 7, 0, 1);
     avgpool(1, 5000, 3, 0, 1); /* many partial-sum blocks */
     avgpool(8, 8 * 8 * 8, 2048, 0, 0);
+    linear(7, 33, 5, 0, 1);
+    linear(3, 512, 10, 0, 1);
+    linear(33, 2048, 2, 0, 1);
+    linear(5, 17, 1, 0, 1); /* a risk score */
+    linear(64, 130, 40, 1, 1);
+    linear(100, 2048, 400, 0, 0);
     dropout(3, 1001, 0.3f, 0, 1);
     dropout(2, 4096, 0.5f, 1, 1);
     dropout(2, 1000, 0.0f, 0, 1); /* the identity */

@@ -25,6 +25,8 @@
 #include "backend/spec_table.h"
 #include "conv3d/conv3d.h"
 #include "dropout/dropout.h"
+#include "linear/linear.h"
+#include "maxpool/maxpool.h"
 #include "relu/relu.h"
 #include "elementwise/elementwise.h"
 #include "groupnorm/groupnorm.h"
@@ -1022,6 +1024,186 @@ static void test_dropout(void **state) {
     free(x), free(r), free(y), free(dx), free(dx1), free(dx0), free(m.x), free(m.r), free(ry), free(y2);
 }
 
+/* ---- maxpool ----------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    MaxPoolShape s;
+} MpCtx;
+static double maxpool_at(const void *ctx, const double *x, long t) {
+    const MaxPoolShape *s = &((const MpCtx *)ctx)->s;
+    const int j = (int)(t % s->c);
+    long q = t / s->c;
+    const int ox = (int)(q % s->ow), oy = (int)(q / s->ow % s->oh), oz = (int)(q / ((long)s->ow * s->oh) % s->od);
+    const long b = q / ((long)s->ow * s->oh * s->od);
+    double best = -INFINITY;
+    for (int kd = 0; kd < s->k; kd++)
+        for (int kh = 0; kh < s->k; kh++)
+            for (int kw = 0; kw < s->k; kw++) {
+                const int z = oz * s->stride - s->pad + kd, y = oy * s->stride - s->pad + kh,
+                          xx = ox * s->stride - s->pad + kw;
+                if (z < 0 || z >= s->d || y < 0 || y >= s->h || xx < 0 || xx >= s->w) continue;
+                const double v = x[(((b * s->d + z) * s->h + y) * s->w + xx) * s->c + j];
+                best = v > best ? v : best;
+            }
+    return best;
+}
+
+/* forward against the float64 max; backward (through the saved args) against finite differences, on distinct
+ * values (a permutation of a 1e-3 grid: no ties, so the max is differentiable); beta 1 adds */
+static void check_maxpool(int n, int d, int h, int w, int c, int k, int stride, int pad) {
+    const MaxPoolOps *mp = backend_cpu()->maxpool;
+    const MpCtx mc = {maxpool_shape(n, d, h, w, c, k, stride, pad)};
+    const MaxPoolShape *s = &mc.s;
+    const long nx = (long)n * d * h * w * c, ny = (long)n * s->od * s->oh * s->ow * c;
+    float *x = fnew(nx), *r = frand(ny, -1, 1), *y = fnan(ny), *dx = fnan(nx);
+    int32_t *arg = malloc(sizeof(int32_t) * (size_t)ny);
+    for (long i = 0; i < nx; i++) x[i] = (float)i;
+    for (long i = nx - 1; i > 0; i--) { /* shuffle */
+        const long j = (long)(urand() * (i + 1));
+        const float t = x[i];
+        x[i] = x[j], x[j] = t;
+    }
+    for (long i = 0; i < nx; i++) x[i] = (x[i] - (float)nx / 2) * 1e-3f;
+    mp->forward(s, x, y, arg);
+    MapCtx m = {.x = to_d(x, nx), .r = to_d(r, ny), .f = maxpool_at, .f_ctx = &mc, .n_out = ny};
+    double *ry = dnew(ny);
+    for (long i = 0; i < ny; i++) ry[i] = maxpool_at(&mc, m.x, i);
+    expect_close("maxpool forward", y, ry, ny, 0);
+    mp->backward(s, r, arg, dx, 0.0f);
+    expect_grad("maxpool dx", map_objective, &m, m.x, nx, dx);
+    float *dx1 = frand(nx, -1, 1), *dx0 = fcopy(dx1, nx);
+    mp->backward(s, r, arg, dx1, 1.0f);
+    expect_accumulated("maxpool dx beta 1", dx1, dx0, dx, nx);
+    free(x), free(r), free(y), free(dx), free(arg), free(dx1), free(dx0), free(m.x), free(m.r), free(ry);
+}
+
+static void test_maxpool(void **state) {
+    check_maxpool(2, 7, 8, 9, 3, 3, 2, 1); /* MONAI's: k3 s2 p1 */
+    check_maxpool(1, 5, 5, 5, 2, 3, 1, 1); /* overlapping windows */
+    check_maxpool(2, 4, 6, 5, 3, 2, 2, 0);
+    check_maxpool(1, 1, 7, 6, 4, 3, 2, 1); /* depth 1 */
+    check_maxpool(1, 3, 4, 5, 2, 4, 3, 2); /* even window, pad k/2 */
+}
+
+/* The tie rule (maxpool.h): the first maximum in window order wins; padding never wins, even over -infinity or
+ * values below any padding value one might pick; a NaN wins (the first one); the gradient goes to the winner only. */
+static void test_maxpool_ties(void **state) {
+    const MaxPoolOps *mp = backend_cpu()->maxpool;
+    /* one channel, 3x3x3 input, k3 s2 p1: output 2x2x2; output (0,0,0)'s window covers input [0,1]^3 at taps
+     * (1..2)^3, so its first real tap is (1,1,1) = 13 */
+    const MaxPoolShape s = maxpool_shape(1, 3, 3, 3, 1, 3, 2, 1);
+    float x[27], y[8], dy[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dx[27];
+    int32_t arg[8];
+    for (int i = 0; i < 27; i++) x[i] = 1.0f; /* all tied: every window's first real position */
+    mp->forward(&s, x, y, arg);
+    assert_int_equal(arg[0], 13);                 /* (kd,kh,kw) = (1,1,1): input (0,0,0) */
+    assert_int_equal(arg[7], 0);                  /* output (1,1,1) starts at input (1,1,1): tap (0,0,0) */
+    for (int i = 0; i < 27; i++) x[i] = -INFINITY; /* padding (-inf) must still not win */
+    mp->forward(&s, x, y, arg);
+    assert_int_equal(arg[0], 13);
+    assert_true(isinf(y[0]) && y[0] < 0);
+    for (int i = 0; i < 27; i++) x[i] = -5.0f;
+    x[4] = -1.0f, x[13] = -1.0f; /* input (0,1,1) and (1,1,1), both in output (0,0,0)'s window: the first wins */
+    mp->forward(&s, x, y, arg);
+    assert_true(y[0] == -1.0f);
+    assert_int_equal(arg[0], (1 * 3 + 2) * 3 + 2); /* input (0,1,1) is tap (1,2,2) */
+    mp->backward(&s, dy, arg, dx, 0.0f);
+    /* every input holds the dy of the outputs whose winner it is, added in output order */
+    float want[27] = {0};
+    for (int o = 0; o < 8; o++) {
+        const int oz = o / 4, oy = o / 2 % 2, ox = o % 2, a = arg[o];
+        want[((oz * 2 - 1 + a / 9) * 3 + oy * 2 - 1 + a / 3 % 3) * 3 + ox * 2 - 1 + a % 3] += dy[o];
+    }
+    assert_memory_equal(dx, want, sizeof want);
+    assert_true(dx[4] >= 1.0f && dx[0] == 0.0f);
+    x[14] = NAN; /* input (1,1,2), in output (0,0,1)'s window: the NaN shows there */
+    mp->forward(&s, x, y, arg);
+    assert_true(y[1] != y[1]);
+}
+
+/* ---- linear ------------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    LinearShape s;
+    double *x, *w, *b, *r;
+} LinCtx;
+static double lin_objective(void *p) {
+    const LinCtx *l = p;
+    double L = 0.0;
+    for (int r = 0; r < l->s.n; r++)
+        for (int o = 0; o < l->s.out; o++) {
+            double y = l->b[o];
+            for (int i = 0; i < l->s.in; i++) y += l->x[(long)r * l->s.in + i] * l->w[(long)o * l->s.in + i];
+            L += l->r[(long)r * l->s.out + o] * y;
+        }
+    return L;
+}
+
+static void check_linear(int n, int in, int out) {
+    const LinearOps *li = backend_cpu()->linear;
+    const LinearShape s = {.n = n, .in = in, .out = out, .dtype = DT_F32};
+    const long nx = (long)n * in, nw = (long)out * in, ny = (long)n * out;
+    float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = frand(out, -1, 1), *r = frand(ny, -1, 1);
+    LinCtx l = {.s = s, .x = to_d(x, nx), .w = to_d(w, nw), .b = to_d(b, out), .r = to_d(r, ny)};
+    float *y = fnan(ny), *dx = fnan(nx), *dw = fnan(nw), *db = fnan(out);
+    li->forward(&s, x, w, b, y);
+    double *ry = dnew(ny);
+    for (long t = 0; t < ny; t++) {
+        ry[t] = l.b[t % out];
+        for (int i = 0; i < in; i++) ry[t] += l.x[t / out * in + i] * l.w[t % out * in + i];
+    }
+    expect_close("linear forward", y, ry, ny, FWD_TOL);
+    li->backward_data(&s, r, w, dx, 0.0f);
+    li->backward_filter(&s, x, r, dw, db, 0.0f);
+    expect_grad("linear dx", lin_objective, &l, l.x, nx, dx);
+    expect_grad("linear dw", lin_objective, &l, l.w, nw, dw);
+    expect_grad("linear db", lin_objective, &l, l.b, out, db);
+    /* no bias: y without b; db NULL: dw alone, the same bits */
+    float *y0 = fnan(ny), *dw2 = fnan(nw);
+    li->forward(&s, x, w, NULL, y0);
+    for (long t = 0; t < ny; t++) ry[t] -= l.b[t % out];
+    expect_close("linear forward without bias", y0, ry, ny, FWD_TOL);
+    li->backward_filter(&s, x, r, dw2, NULL, 0.0f);
+    assert_memory_equal(dw2, dw, sizeof(float) * (size_t)nw);
+    /* beta 1 */
+    float *dx1 = frand(nx, -1, 1), *dw1 = frand(nw, -1, 1), *db1 = frand(out, -1, 1);
+    float *dx0 = fcopy(dx1, nx), *dw0 = fcopy(dw1, nw), *db0 = fcopy(db1, out);
+    li->backward_data(&s, r, w, dx1, 1.0f);
+    li->backward_filter(&s, x, r, dw1, db1, 1.0f);
+    expect_accumulated("linear dx beta 1", dx1, dx0, dx, nx);
+    expect_accumulated("linear dw beta 1", dw1, dw0, dw, nw);
+    expect_accumulated("linear db beta 1", db1, db0, db, out);
+    free(x), free(w), free(b), free(r), free(y), free(dx), free(dw), free(db), free(ry), free(y0), free(dw2);
+    free(dx1), free(dw1), free(db1), free(dx0), free(dw0), free(db0), free(l.x), free(l.w), free(l.b), free(l.r);
+}
+
+static void test_linear(void **state) {
+    check_linear(5, 7, 3);
+    check_linear(37, 20, 1); /* a risk score; more samples than one chunk */
+    check_linear(2, 64, 10);
+}
+
+/* bit-identical on 1 and 2 threads */
+static void test_linear_threads(void **state) {
+    const LinearOps *li = backend_cpu()->linear;
+    const LinearShape s = {.n = 100, .in = 300, .out = 17, .dtype = DT_F32};
+    float *x = frand(30000, -1, 1), *w = frand(5100, -1, 1), *b = frand(17, -1, 1), *dy = frand(1700, -1, 1);
+    float *o[2][4];
+    for (int th = 0; th < 2; th++) {
+        set_threads(th + 1);
+        o[th][0] = fnew(1700), o[th][1] = fnew(30000), o[th][2] = fnew(5100), o[th][3] = fnew(17);
+        li->forward(&s, x, w, b, o[th][0]);
+        li->backward_data(&s, dy, w, o[th][1], 0.0f);
+        li->backward_filter(&s, x, dy, o[th][2], o[th][3], 0.0f);
+    }
+    set_threads(2);
+    const long sizes[4] = {1700, 30000, 5100, 17};
+    for (int j = 0; j < 4; j++) assert_memory_equal(o[0][j], o[1][j], sizeof(float) * (size_t)sizes[j]);
+    for (int th = 0; th < 2; th++)
+        for (int j = 0; j < 4; j++) free(o[th][j]);
+    free(x), free(w), free(b), free(dy);
+}
+
 /* ---- backend table ---------------------------------------------------------------------------------------- */
 
 static void test_backend_table(void **state) {
@@ -1125,7 +1307,9 @@ int main(void) {
         cmocka_unit_test(test_sumsq),             cmocka_unit_test(test_normal_fill),
         cmocka_unit_test(test_latent_kl_gradient_near_zero_logvar),
         cmocka_unit_test(test_relu),              cmocka_unit_test(test_avgpool),
-        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_dropout),           cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_maxpool_ties),      cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_threads),
         cmocka_unit_test(test_backend_table),     cmocka_unit_test(test_backend_extras),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,6 +21,8 @@ extern "C" {
 #include "augment/augment.h"
 #include "avgpool/avgpool.h"
 #include "dropout/dropout.h"
+#include "linear/linear.h"
+#include "maxpool/maxpool.h"
 #include "relu/relu.h"
 #include "silu/silu.h"
 #include "common/rng.h"
@@ -126,7 +128,9 @@ static const Backend emu_backend = {
     .augment = &augment_ops_cuda,
     .optim = &emu_optim,
     .relu = &relu_ops_cuda,
+    .maxpool = &maxpool_ops_cuda,
     .avgpool = &emu_avgpool,
+    .linear = &linear_ops_cuda,
     .dropout = &dropout_ops_cuda,
 };
 
