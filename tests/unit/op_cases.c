@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "augment/augment.h"
+#include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
 #include "dropout/dropout.h"
 #include "groupnorm/groupnorm.h"
@@ -121,6 +122,22 @@ static void augment(int d, int h, int w, int c) {
 
 /* ---- the ResNet family's ops (issue 27) ------------------------------------------------------------------------ */
 
+/* every piece of BatchNorm; ranks > 1: the statistics summed over that many ranks of this batch (count =
+ * ranks*n*spatial), as SyncBatchNorm gives them to stats(center), finalize and backward */
+static void batchnorm(int n, long spatial, int c, int ranks, int offset, int emu) {
+    KernelCase k = {.count = ranks > 1 ? (long)ranks * n * spatial : 0};
+    const BatchNormShape s = {.n = n, .spatial = spatial, .c = c};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %ldx%d ranks %d", n, spatial, c, ranks);
+    add("batchnorm_stats", k, offset, emu);
+    add("batchnorm_stats_centered", k, offset, emu);
+    add("batchnorm_finalize", k, offset, emu);
+    add("batchnorm_finalize_eval", k, offset, emu);
+    add("batchnorm_forward", k, offset, emu);
+    add("batchnorm_backward_reduce", k, offset, emu);
+    add_betas("batchnorm_backward", k, offset, emu);
+}
+
 static void relu(long n, int offset, int emu) {
     add("relu_forward", count(n), offset, emu);
     add_betas("relu_backward", count(n), offset, emu);
@@ -164,6 +181,14 @@ static void dropout(int n, long per_sample, float p, int offset, int emu) {
 }
 
 static void resnet_ops(void) {
+    batchnorm(3, 5 * 7 * 9, 12, 1, 0, 1);
+    batchnorm(3, 5 * 7 * 9, 12, 3, 0, 1); /* the sums of three ranks */
+    batchnorm(2, 60, 5, 1, 1, 1);
+    batchnorm(2, 40, 258, 2, 0, 1);  /* more than 256 lanes, scalar */
+    batchnorm(1, 30, 1040, 1, 0, 1); /* more than 256 vector lanes */
+    batchnorm(2, 1, 7, 1, 0, 1);     /* one position per sample */
+    batchnorm(1, 1, 3, 1, 0, 1);     /* one value per channel */
+    batchnorm(2, 64000, 16, 1, 0, 0); /* many partial-sum blocks */
     relu(1001, 0, 1);
     relu(7000, 1, 1);
     relu(300001, 0, 0);

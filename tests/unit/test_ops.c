@@ -23,6 +23,7 @@
 #include "avgpool/avgpool.h"
 #include "backend/backend.h"
 #include "backend/spec_table.h"
+#include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
 #include "dropout/dropout.h"
 #include "linear/linear.h"
@@ -890,6 +891,185 @@ static void test_normal_fill(void **state) {
 
 /* ---- the ResNet family's ops (issue 27), through the CPU backend's tables ----------------------------------- */
 
+#define BN_EPS 1e-5f
+#define BN_MOM 0.1f
+
+/* float64 training BatchNorm over [rows][c]: the batch's mean and biased variance, y = xhat*gamma + beta */
+static void ref_bn(long rows, int c, const double *x, const double *gamma, const double *beta, double *y, double *mean,
+                   double *var) {
+    for (int j = 0; j < c; j++) {
+        double m = 0.0, v = 0.0;
+        for (long r = 0; r < rows; r++) m += x[r * c + j];
+        m /= (double)rows;
+        for (long r = 0; r < rows; r++) v += (x[r * c + j] - m) * (x[r * c + j] - m);
+        v /= (double)rows;
+        if (mean) mean[j] = m;
+        if (var) var[j] = v;
+        for (long r = 0; r < rows; r++) y[r * c + j] = (x[r * c + j] - m) / sqrt(v + BN_EPS) * gamma[j] + beta[j];
+    }
+}
+
+typedef struct {
+    long rows;
+    int c;
+    double *x, *gamma, *beta, *r, *y;
+} BnCtx;
+
+static double bn_objective(void *p) {
+    BnCtx *b = p;
+    ref_bn(b->rows, b->c, b->x, b->gamma, b->beta, b->y, NULL, NULL);
+    double L = 0.0;
+    for (long i = 0; i < b->rows * b->c; i++) L += b->r[i] * b->y[i];
+    return L;
+}
+
+/* A BatchNorm layer's training step as the model runs it through the table, its batch of n samples split over
+ * `ranks` ranks (samples [q*n/ranks, (q+1)*n/ranks) on rank q): each rank's local sums added in rank order where
+ * SyncBatchNorm all-reduces them (ranks 1: the plain layer, nothing summed). dgamma, dbeta: the summed gradient
+ * sums; dx with beta_dx. */
+typedef struct {
+    float *y, *dx, *dgamma, *dbeta, *mean, *invstd;
+} BnOut;
+static void bn_layer(int n, long S, int c, int ranks, const float *x, const float *gamma, const float *beta,
+                     const float *dy, float *rm, float *rv, BnOut *o, float beta_dx) {
+    const BatchNormOps *bn = backend_cpu()->batchnorm;
+    const double count = (double)n * S;
+    float *sum = fnew(c), *sq = fnew(c), *part = fnew(c), *a = fnew(c), *b = fnew(c);
+    for (int j = 0; j < c; j++) sum[j] = sq[j] = o->dgamma[j] = o->dbeta[j] = 0.0f;
+#define BN_RANKS(...)                                                                                         \
+    for (int q = 0; q < ranks; q++) {                                                                         \
+        const int n0 = q * n / ranks, n1 = (q + 1) * n / ranks;                                               \
+        const BatchNormShape s = {.n = n1 - n0, .spatial = S, .c = c, .dtype = DT_F32};                       \
+        const long off = (long)n0 * S * c;                                                                    \
+        __VA_ARGS__;                                                                                          \
+    }
+    BN_RANKS({
+        bn->stats(&s, x + off, NULL, count, part);
+        for (int j = 0; j < c; j++) sum[j] += part[j];
+    });
+    BN_RANKS({
+        bn->stats(&s, x + off, sum, count, part);
+        for (int j = 0; j < c; j++) sq[j] += part[j];
+    });
+    bn->finalize(c, count, BN_EPS, BN_MOM, 1, sum, sq, o->mean, o->invstd, rm, rv);
+    BN_RANKS(bn->forward(&s, x + off, o->mean, o->invstd, gamma, beta, o->y + off));
+    BN_RANKS({
+        bn->backward_reduce(&s, dy + off, x + off, o->mean, o->invstd, a, b);
+        for (int j = 0; j < c; j++) o->dbeta[j] += a[j], o->dgamma[j] += b[j];
+    });
+    BN_RANKS(bn->backward(&s, dy + off, x + off, o->mean, o->invstd, gamma, o->dbeta, o->dgamma, count, o->dx + off,
+                          beta_dx));
+#undef BN_RANKS
+    free(sum), free(sq), free(part), free(a), free(b);
+}
+
+static BnOut bn_out_new(long cnt, int c) {
+    return (BnOut){fnan(cnt), fnan(cnt), fnan(c), fnan(c), fnan(c), fnan(c)};
+}
+static void bn_out_free(BnOut *o) { free(o->y), free(o->dx), free(o->dgamma), free(o->dbeta), free(o->mean), free(o->invstd); }
+
+/* The composition stats -> stats(center) -> finalize -> forward, and backward_reduce -> backward, against float64:
+ * y and the running statistics against the definition, dx, dgamma, dbeta against finite differences of the whole
+ * float64 training forward (statistics included); the same with the batch split over 2 and 4 ranks whose sums are
+ * added (SyncBatchNorm's use), which must also match the one-rank results; beta_dx 1 adds. */
+static void check_batchnorm(int n, long S, int c) {
+    const long rows = (long)n * S, cnt = rows * c;
+    float *x = frand(cnt, -1, 1);
+    for (long i = 0; i < cnt; i++) x[i] = 0.5f + (float)(i % c) * 0.2f + x[i] * (1.0f + (float)(i % c) * 0.3f);
+    float *gamma = frand(c, 0.5, 1.5), *beta = frand(c, -0.5, 0.5), *r = frand(cnt, -1, 1);
+    float *rm0 = frand(c, -0.5, 0.5), *rv0 = frand(c, 0.5, 1.5);
+    BnCtx ctx = {.rows = rows, .c = c, .x = to_d(x, cnt), .gamma = to_d(gamma, c), .beta = to_d(beta, c),
+                 .r = to_d(r, cnt), .y = dnew(cnt)};
+    double *rmean = dnew(c), *rvar = dnew(c);
+    ref_bn(rows, c, ctx.x, ctx.gamma, ctx.beta, ctx.y, rmean, rvar);
+    double *want_rm = dnew(c), *want_rv = dnew(c), *want_invstd = dnew(c);
+    for (int j = 0; j < c; j++) {
+        want_rm[j] = 0.9 * rm0[j] + 0.1 * rmean[j];
+        want_rv[j] = 0.9 * rv0[j] + 0.1 * rvar[j] * (double)rows / (double)(rows - 1); /* unbiased */
+        want_invstd[j] = 1.0 / sqrt(rvar[j] + BN_EPS);
+    }
+    BnOut one = bn_out_new(cnt, c);
+    const int split[3] = {1, 2, 4};
+    for (int t = 0; t < 3 && split[t] <= n; t++) {
+        BnOut o = t == 0 ? one : bn_out_new(cnt, c); /* rank 1: into `one` itself */
+        float *rm = fcopy(rm0, c), *rv = fcopy(rv0, c);
+        bn_layer(n, S, c, split[t], x, gamma, beta, r, rm, rv, &o, 0.0f);
+        const BnOut *g = &o;
+        expect_close("batchnorm y", g->y, ctx.y, cnt, FWD_TOL);
+        expect_close("batchnorm mean", g->mean, rmean, c, FWD_TOL);
+        expect_close("batchnorm invstd", g->invstd, want_invstd, c, FWD_TOL);
+        expect_close("batchnorm running_mean", rm, want_rm, c, FWD_TOL);
+        expect_close("batchnorm running_var", rv, want_rv, c, FWD_TOL);
+        expect_grad("batchnorm dx", bn_objective, &ctx, ctx.x, cnt, g->dx);
+        expect_grad("batchnorm dgamma", bn_objective, &ctx, ctx.gamma, c, g->dgamma);
+        expect_grad("batchnorm dbeta", bn_objective, &ctx, ctx.beta, c, g->dbeta);
+        if (t > 0) { /* the ranks' sums give the one-rank layer to float rounding */
+            double *d = to_d(one.dx, cnt), *yy = to_d(one.y, cnt);
+            expect_close("batchnorm dx, ranks vs one", o.dx, d, cnt, 1e-6);
+            expect_close("batchnorm y, ranks vs one", o.y, yy, cnt, 1e-6);
+            free(d), free(yy);
+        }
+        free(rm), free(rv);
+        if (t > 0) bn_out_free(&o);
+    }
+    /* beta_dx 1: dx adds to what is there */
+    BnOut acc = bn_out_new(cnt, c);
+    float *dx0 = frand(cnt, -1, 1), *rm = fcopy(rm0, c), *rv = fcopy(rv0, c);
+    memcpy(acc.dx, dx0, sizeof(float) * (size_t)cnt);
+    bn_layer(n, S, c, 1, x, gamma, beta, r, rm, rv, &acc, 1.0f);
+    expect_accumulated("batchnorm dx beta 1", acc.dx, dx0, one.dx, cnt);
+    bn_out_free(&acc), bn_out_free(&one);
+    free(dx0), free(rm), free(rv), free(x), free(gamma), free(beta), free(r), free(rm0), free(rv0), free(rmean), free(rvar);
+    free(want_rm), free(want_rv), free(want_invstd), free(ctx.x), free(ctx.gamma), free(ctx.beta), free(ctx.r), free(ctx.y);
+}
+
+static void test_batchnorm(void **state) {
+    check_batchnorm(4, 2 * 3 * 4, 5);
+    check_batchnorm(2, 5 * 6 * 7, 3); /* more rows than one partial-sum block */
+    check_batchnorm(4, 1, 6);         /* one position per sample (the head's 1x1x1 features) */
+}
+
+/* Eval: finalize(train 0) takes the running statistics and leaves them alone; forward normalises with them. */
+static void test_batchnorm_eval(void **state) {
+    const BatchNormOps *bn = backend_cpu()->batchnorm;
+    const int c = 7;
+    const long S = 30, cnt = 2 * S * c;
+    float *x = frand(cnt, -2, 2), *gamma = frand(c, 0.5, 1.5), *beta = frand(c, -0.5, 0.5);
+    float *rm = frand(c, -0.5, 0.5), *rv = frand(c, 0.5, 1.5), *rm0 = fcopy(rm, c), *rv0 = fcopy(rv, c);
+    float *mean = fnan(c), *invstd = fnan(c), *y = fnan(cnt);
+    bn->finalize(c, 60.0, BN_EPS, BN_MOM, 0, NULL, NULL, mean, invstd, rm, rv);
+    assert_memory_equal(rm, rm0, sizeof(float) * c);
+    assert_memory_equal(rv, rv0, sizeof(float) * c);
+    assert_memory_equal(mean, rm0, sizeof(float) * c);
+    const BatchNormShape s = {.n = 2, .spatial = S, .c = c, .dtype = DT_F32};
+    bn->forward(&s, x, mean, invstd, gamma, beta, y);
+    double *want = dnew(cnt);
+    for (long i = 0; i < cnt; i++) {
+        const int j = (int)(i % c);
+        want[i] = ((double)x[i] - rm0[j]) / sqrt((double)rv0[j] + BN_EPS) * gamma[j] + beta[j];
+    }
+    expect_close("batchnorm eval y", y, want, cnt, FWD_TOL);
+    free(x), free(gamma), free(beta), free(rm), free(rv), free(rm0), free(rv0), free(mean), free(invstd), free(y), free(want);
+}
+
+/* The sums are bit-identical on 1 and 2 threads (fixed blocks added in order). */
+static void test_batchnorm_threads(void **state) {
+    const BatchNormOps *bn = backend_cpu()->batchnorm;
+    const BatchNormShape s = {.n = 2, .spatial = 3001, .c = 12, .dtype = DT_F32};
+    const long cnt = 2L * 3001 * 12;
+    float *x = frand(cnt, -2, 3), *dy = frand(cnt, -1, 1), *mean = frand(12, 0, 1), *invstd = frand(12, 0.5, 2);
+    float o[2][4][12];
+    for (int th = 0; th < 2; th++) {
+        set_threads(th + 1);
+        bn->stats(&s, x, NULL, 6002.0, o[th][0]);
+        bn->stats(&s, x, o[th][0], 6002.0, o[th][1]);
+        bn->backward_reduce(&s, dy, x, mean, invstd, o[th][2], o[th][3]);
+    }
+    set_threads(2);
+    assert_memory_equal(o[0], o[1], sizeof o[0]);
+    free(x), free(dy), free(mean), free(invstd);
+}
+
 /* ---- relu, avgpool, dropout ------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -1309,7 +1489,8 @@ int main(void) {
         cmocka_unit_test(test_relu),              cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_dropout),           cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_maxpool_ties),      cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_linear_threads),
+        cmocka_unit_test(test_linear_threads),    cmocka_unit_test(test_batchnorm),
+        cmocka_unit_test(test_batchnorm_eval),    cmocka_unit_test(test_batchnorm_threads),
         cmocka_unit_test(test_backend_table),     cmocka_unit_test(test_backend_extras),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,6 +20,7 @@ extern "C" {
 #include "optim/optim.h"
 #include "augment/augment.h"
 #include "avgpool/avgpool.h"
+#include "batchnorm/batchnorm.h"
 #include "dropout/dropout.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
@@ -74,6 +75,15 @@ static void emu_sumsq(long n, const float *x, float *out) {
 }
 
 /* the ResNet family's reducing ops: the CUDA tables' functions, the scratch poisoned first */
+static void emu_bn_stats(const BatchNormShape *s, const void *x, const float *center, double count, float *out) {
+    emu_poison_scratch();
+    batchnorm_ops_cuda.stats(s, x, center, count, out);
+}
+static void emu_bn_backward_reduce(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
+                                   const float *invstd, float *sum_dy, float *sum_dy_xhat) {
+    emu_poison_scratch();
+    batchnorm_ops_cuda.backward_reduce(s, dy, x, mean, invstd, sum_dy, sum_dy_xhat);
+}
 static void emu_avgpool_forward(DType dt, int n, long spatial, int c, const void *x, void *y) {
     emu_poison_scratch();
     avgpool_ops_cuda.forward(dt, n, spatial, c, x, y);
@@ -86,6 +96,8 @@ static const GroupNormOps emu_groupnorm = {{op_supports_all_types}, emu_gn_forwa
 static const LossOps emu_loss_ops = {{op_supports_all_types}, emu_loss};
 static const LatentOps emu_latent = {{op_supports_all_types}, emu_latent_forward, latent_backward_cuda};
 static const OptimOps emu_optim = {{emu_optim_supports}, adamw_cuda, emu_sumsq, optim_prepare_cuda};
+static const BatchNormOps emu_batchnorm = {batchnorm_ops_cuda.head, emu_bn_stats, batchnorm_ops_cuda.finalize,
+                                           batchnorm_ops_cuda.forward, emu_bn_backward_reduce, batchnorm_ops_cuda.backward};
 static const AvgPoolOps emu_avgpool = {avgpool_ops_cuda.head, emu_avgpool_forward, avgpool_ops_cuda.backward};
 
 static const Backend emu_backend = {
@@ -127,6 +139,7 @@ static const Backend emu_backend = {
     .normal = &normal_ops_cuda,
     .augment = &augment_ops_cuda,
     .optim = &emu_optim,
+    .batchnorm = &emu_batchnorm,
     .relu = &relu_ops_cuda,
     .maxpool = &maxpool_ops_cuda,
     .avgpool = &emu_avgpool,
