@@ -9,6 +9,7 @@
 #include "conv3d/conv3d.h"
 #include "dropout/dropout.h"
 #include "groupnorm/groupnorm.h"
+#include "head_loss/head_loss.h"
 #include "latent/latent.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
@@ -180,6 +181,28 @@ static void dropout(int n, long per_sample, float p, int offset, int emu) {
     add_betas("dropout_backward", k, offset, emu);
 }
 
+/* CE (with and without class weights) and BCE (with and without pos_weight) over n x k logits */
+static void head_losses(int n, int kk, int emu) {
+    KernelCase k = {0};
+    const HeadLossShape s = {.n = n, .k = kk};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d k%d", n, kk);
+    add("head_loss_ce", k, 0, emu);
+    add("head_loss_ce_weighted", k, 0, emu);
+    add("head_loss_bce", k, 0, emu);
+    add("head_loss_bce_pos_weight", k, 0, emu);
+}
+
+/* Cox over n risk scores: ties and censoring, and every sample censored */
+static void cox(int n, int emu) {
+    KernelCase k = {0};
+    const HeadLossShape s = {.kind = HEAD_LOSS_COX, .n = n, .k = 1};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d", n);
+    add("head_loss_cox", k, 0, emu);
+    add("head_loss_cox_censored", k, 0, emu);
+}
+
 static void resnet_ops(void) {
     batchnorm(3, 5 * 7 * 9, 12, 1, 0, 1);
     batchnorm(3, 5 * 7 * 9, 12, 3, 0, 1); /* the sums of three ranks */
@@ -217,6 +240,16 @@ static void resnet_ops(void) {
     dropout(2, 1000, 0.0f, 0, 1); /* the identity */
     dropout(2, 1000, 1.0f, 0, 1); /* nothing kept */
     dropout(8, 40000, 0.2f, 0, 0);
+    head_losses(7, 5, 1);
+    head_losses(3, 1000, 1); /* more classes than threads in a block */
+    head_losses(1, 1, 1);
+    head_losses(40, 3, 1);
+    head_losses(300, 14, 0);
+    cox(1, 1);
+    cox(2, 1);
+    cox(37, 1);
+    cox(300, 1);
+    cox(2000, 0);
 }
 
 static void build(void) {

@@ -26,6 +26,7 @@
 #include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
 #include "dropout/dropout.h"
+#include "head_loss/head_loss.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
 #include "relu/relu.h"
@@ -1384,6 +1385,125 @@ static void test_linear_threads(void **state) {
     free(x), free(w), free(b), free(dy);
 }
 
+/* ---- head losses --------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    HeadLossKind kind;
+    int n, k;
+    double *z;
+    const float *target, *weight;
+} HeadCtx;
+
+/* float64 losses from head_loss.h's definitions (no shifts or stable forms but where double needs them) */
+static double head_objective(void *p) {
+    const HeadCtx *h = p;
+    double L = 0.0, W = 0.0, E = 0.0;
+    if (h->kind == HEAD_LOSS_CE) {
+        for (int i = 0; i < h->n; i++) {
+            const int t = (int)h->target[i];
+            const double w = h->weight ? h->weight[t] : 1.0;
+            double se = 0.0;
+            for (int j = 0; j < h->k; j++) se += exp(h->z[(long)i * h->k + j]);
+            L += w * (log(se) - h->z[(long)i * h->k + t]);
+            W += w;
+        }
+        return L / W;
+    }
+    if (h->kind == HEAD_LOSS_BCE) {
+        for (long e = 0; e < (long)h->n * h->k; e++) {
+            const double z = h->z[e], t = h->target[e], pw = h->weight ? h->weight[e % h->k] : 1.0;
+            const double sg = 1.0 / (1.0 + exp(-z));
+            L += -(pw * t * log(sg) + (1 - t) * log(1 - sg));
+        }
+        return L / ((double)h->n * h->k);
+    }
+    for (int i = 0; i < h->n; i++) {
+        if (h->target[2 * i + 1] == 0.0f) continue;
+        E += 1;
+        double S = 0.0; /* relative to exp(z_i): z_i - log sum exp(z_j) = -log S */
+        for (int j = 0; j < h->n; j++)
+            if (h->target[2 * j] >= h->target[2 * i]) S += exp(h->z[j] - h->z[i]);
+        L += log(S);
+    }
+    return E > 0 ? L / E : 0.0;
+}
+
+/* loss against the float64 definition, dz (scaled by grad_scale and the loss scale, read from host memory) against
+ * finite differences; without dz the same loss */
+static void check_head(HeadLossKind kind, int n, int k, const float *z, const float *target, const float *weight) {
+    const HeadLossOps *hl = backend_cpu()->head_loss;
+    const HeadLossShape s = {.kind = kind, .n = n, .k = k, .dtype = DT_F32};
+    const long nz = (long)n * k;
+    const float scale = 4.0f, gs = 0.5f;
+    float loss = NAN, loss2 = NAN, *dz = fnan(nz);
+    hl->run(&s, z, target, weight, &loss, dz, gs, &scale);
+    HeadCtx h = {.kind = kind, .n = n, .k = k, .z = to_d(z, nz), .target = target, .weight = weight};
+    const double ref = head_objective(&h);
+    expect_close("head loss value", &loss, &ref, 1, FWD_TOL);
+    for (long i = 0; i < nz; i++) dz[i] /= gs * scale; /* exact: powers of two */
+    expect_grad("head loss dz", head_objective, &h, h.z, nz, dz);
+    hl->run(&s, z, target, weight, &loss2, NULL, gs, NULL);
+    assert_true(loss2 == loss);
+    free(dz), free(h.z);
+}
+
+static void test_head_loss_ce(void **state) {
+    const int n = 9, k = 5;
+    float *z = frand(n * k, -3, 3), *w = frand(k, 0.5, 2), t[9];
+    for (int i = 0; i < n; i++) t[i] = (float)(i * 7 % k);
+    check_head(HEAD_LOSS_CE, n, k, z, t, NULL);
+    check_head(HEAD_LOSS_CE, n, k, z, t, w); /* class weights: sum w_t nll / sum w_t */
+    /* large logits stay finite (log-sum-exp from the row's max) */
+    for (int i = 0; i < n * k; i++) z[i] *= 300.0f;
+    const HeadLossShape s = {.kind = HEAD_LOSS_CE, .n = n, .k = k, .dtype = DT_F32};
+    float loss, dz[45];
+    backend_cpu()->head_loss->run(&s, z, t, w, &loss, dz, 1.0f, NULL);
+    assert_true(isfinite(loss));
+    for (int i = 0; i < n * k; i++) assert_true(isfinite(dz[i]));
+    /* a target that is not a class index makes the loss NaN (the run then stops as diverged) */
+    t[3] = 2.5f;
+    backend_cpu()->head_loss->run(&s, z, t, w, &loss, dz, 1.0f, NULL);
+    assert_true(loss != loss);
+    free(z), free(w);
+}
+
+static void test_head_loss_bce(void **state) {
+    const int n = 6, k = 4;
+    float *z = frand(n * k, -4, 4), *pw = frand(k, 0.5, 3), t[24];
+    for (int i = 0; i < n * k; i++) t[i] = i % 5 == 2 ? 0.3f : (float)(i * 3 % 2);
+    check_head(HEAD_LOSS_BCE, n, k, z, t, NULL);
+    check_head(HEAD_LOSS_BCE, n, k, z, t, pw);
+    /* large |z|: finite, and the value and gradient the limits give (softplus(x) -> max(x, 0)) */
+    const float big[4] = {-100.0f, 100.0f, -1000.0f, 1000.0f}, tb[4] = {1, 0, 0, 1}, one = 1.0f;
+    const HeadLossShape s = {.kind = HEAD_LOSS_BCE, .n = 4, .k = 1, .dtype = DT_F32};
+    float loss, dz[4];
+    backend_cpu()->head_loss->run(&s, big, tb, &one, &loss, dz, 4.0f, NULL); /* grad_scale 4 undoes the mean */
+    assert_true(fabs(loss - 200.0 / 4) < 1e-4); /* -100 with t 1 and 100 with t 0 cost 100 each; the others 0 */
+    assert_true(dz[0] == -1.0f && dz[1] == 1.0f && dz[2] == 0.0f && dz[3] == 0.0f);
+    free(z), free(pw);
+}
+
+/* Cox with Breslow ties and censoring against the float64 definition; every sample censored: loss 0, dz 0 */
+static void test_head_loss_cox(void **state) {
+    const int n = 12;
+    float *z = frand(n, -2, 2), t[24];
+    for (int i = 0; i < n; i++) {
+        t[2 * i] = (float)(1 + i * 5 % 4);        /* times 1..4: ties */
+        t[2 * i + 1] = i % 3 == 1 ? 0.0f : 1.0f;  /* a third censored */
+    }
+    check_head(HEAD_LOSS_COX, n, 1, z, t, NULL);
+    z[4] = 40.0f; /* exp(40) is beyond float: the shift by the max keeps it finite */
+    check_head(HEAD_LOSS_COX, n, 1, z, t, NULL);
+    check_head(HEAD_LOSS_COX, 1, 1, z, t, NULL); /* a single event: its own risk set, loss 0 */
+    for (int i = 0; i < n; i++) t[2 * i + 1] = 0.0f;
+    const HeadLossShape s = {.kind = HEAD_LOSS_COX, .n = n, .k = 1, .dtype = DT_F32};
+    float loss = NAN, *dz = fnan(n);
+    backend_cpu()->head_loss->run(&s, z, t, NULL, &loss, dz, 1.0f, NULL);
+    assert_true(loss == 0.0f);
+    for (int i = 0; i < n; i++) assert_true(dz[i] == 0.0f);
+    free(z), free(dz);
+}
+
 /* ---- backend table ---------------------------------------------------------------------------------------- */
 
 static void test_backend_table(void **state) {
@@ -1491,6 +1611,8 @@ int main(void) {
         cmocka_unit_test(test_maxpool_ties),      cmocka_unit_test(test_linear),
         cmocka_unit_test(test_linear_threads),    cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_eval),    cmocka_unit_test(test_batchnorm_threads),
+        cmocka_unit_test(test_head_loss_ce),      cmocka_unit_test(test_head_loss_bce),
+        cmocka_unit_test(test_head_loss_cox),
         cmocka_unit_test(test_backend_table),     cmocka_unit_test(test_backend_extras),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

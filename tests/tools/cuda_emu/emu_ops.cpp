@@ -22,6 +22,7 @@ extern "C" {
 #include "avgpool/avgpool.h"
 #include "batchnorm/batchnorm.h"
 #include "dropout/dropout.h"
+#include "head_loss/head_loss.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
 #include "relu/relu.h"
@@ -88,6 +89,12 @@ static void emu_avgpool_forward(DType dt, int n, long spatial, int c, const void
     emu_poison_scratch();
     avgpool_ops_cuda.forward(dt, n, spatial, c, x, y);
 }
+static void emu_head_loss(const HeadLossShape *s, const void *z, const float *target, const float *weight,
+                          float *loss_out, void *dz, float grad_scale, const float *loss_scale) {
+    emu_poison_scratch();
+    head_loss_ops_cuda.run(s, z, target, weight, loss_out, dz, grad_scale, loss_scale);
+}
+
 /* the op tables: CUDA's own where nothing is poisoned first; no convolutions (cuDNN has no emulation) */
 static int emu_no_conv(int, DType) { return 0; }
 static int emu_optim_supports(int fn, DType dt) { return fn == OPTIM_ADAMW ? op_supports_all_types(fn, dt) : dt == DT_F32; }
@@ -99,6 +106,7 @@ static const OptimOps emu_optim = {{emu_optim_supports}, adamw_cuda, emu_sumsq, 
 static const BatchNormOps emu_batchnorm = {batchnorm_ops_cuda.head, emu_bn_stats, batchnorm_ops_cuda.finalize,
                                            batchnorm_ops_cuda.forward, emu_bn_backward_reduce, batchnorm_ops_cuda.backward};
 static const AvgPoolOps emu_avgpool = {avgpool_ops_cuda.head, emu_avgpool_forward, avgpool_ops_cuda.backward};
+static const HeadLossOps emu_head_loss_ops = {head_loss_ops_cuda.head, emu_head_loss};
 
 static const Backend emu_backend = {
     .name = "cuda-emulated",
@@ -145,6 +153,7 @@ static const Backend emu_backend = {
     .avgpool = &emu_avgpool,
     .linear = &linear_ops_cuda,
     .dropout = &dropout_ops_cuda,
+    .head_loss = &emu_head_loss_ops,
 };
 
 /* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one
