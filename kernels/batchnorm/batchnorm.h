@@ -12,7 +12,8 @@
  *                                                                   [ranks: all-reduce sq]
  *   finalize(train=1): mean = sum/count, invstd = 1/sqrt(sq/count + eps) (biased variance, as PyTorch normalises);
  *                      running_mean += momentum*(mean - running_mean), running_var likewise with the unbiased
- *                      variance sq/(count-1) (PyTorch's update)
+ *                      variance sq/(count-1) (PyTorch's update; count 1, a batch PyTorch refuses in training, has
+ *                      none: the biased sq/count, 0, is used)
  *   forward(x, mean, invstd, gamma, beta) -> y = (x - mean)*invstd*gamma + beta
  * Eval forward: finalize(train=0): mean = running_mean, invstd = 1/sqrt(running_var + eps); then forward.
  * Backward (training statistics):

@@ -1,9 +1,11 @@
-/* conv3d.h: 3D convolution with cubic kernels, NDHWC activations, KTRSC filters.
+/* conv3d.h: 3D convolution, NDHWC activations, KTRSC filters; kernel size, stride and padding per axis (order d, h,
+ * w: MONAI's ResNet stem is k (7,7,7) stride (1,2,2) pad (3,3,3), a depth-1 volume's convs k (1,3,3) pad (0,1,1)).
  *   x  [n][d][h][w][c_in]           input
- *   wt [c_out][k][k][k][c_in]       filter (the layout cuDNN uses for NDHWC)
+ *   wt [c_out][kd][kh][kw][c_in]    filter (the layout cuDNN uses for NDHWC), kd = k[0], kh = k[1], kw = k[2]
  *   b  [c_out]                      bias (float32), may be NULL
  *   r  [n][od][oh][ow][c_out]       residual added to the output (the ResBlock's skip, fused), may be NULL
- *   y  [n][od][oh][ow][c_out]       output = conv(x, wt) + b + r, od = (d + 2*pad - k) / stride + 1 (same for oh, ow)
+ *   y  [n][od][oh][ow][c_out]       output = conv(x, wt) + b + r,
+ *                                   od = (d + 2*pad[0] - k[0]) / stride[0] + 1 (oh, ow likewise with axes 1, 2)
  * Backward functions take beta in {0, 1}: 0 overwrites the output gradient, 1 adds to it (cuDNN's convention),
  * so a tensor read by two layers, or a weight across accumulation micro-batches, sums its gradients. (The residual's
  * gradient is dy itself: the caller adds it where the skip's gradient lives.)
@@ -23,17 +25,25 @@ extern "C" {
 
 typedef struct {
     int n, d, h, w, c_in;
-    int c_out, k, stride, pad;
+    int c_out;
+    int k[3], stride[3], pad[3]; /* per axis: d, h, w */
     int od, oh, ow;
     DType dtype; /* storage of x, wt, r, y, dy, dx */
 } Conv3dShape;
 
-/* A float32 shape (set .dtype after for another storage type). */
+/* A float32 shape (set .dtype after for another storage type): cubic (the same k, stride and pad on every axis),
+ * or per axis (k, stride, pad in the order d, h, w). */
 Conv3dShape conv3d_shape(int n, int d, int h, int w, int c_in, int c_out, int k, int stride, int pad);
+Conv3dShape conv3d_shape_3d(int n, int d, int h, int w, int c_in, int c_out, const int k[3], const int stride[3],
+                            const int pad[3]);
+long conv3d_taps(const Conv3dShape *s);         /* kd*kh*kw */
 long conv3d_input_count(const Conv3dShape *s);  /* n*d*h*w*c_in */
 long conv3d_output_count(const Conv3dShape *s); /* n*od*oh*ow*c_out */
-long conv3d_weight_count(const Conv3dShape *s); /* c_out*k^3*c_in */
-double conv3d_forward_flops(const Conv3dShape *s); /* 2*n*od*oh*ow*c_out*k^3*c_in */
+long conv3d_weight_count(const Conv3dShape *s); /* c_out*kd*kh*kw*c_in */
+double conv3d_forward_flops(const Conv3dShape *s); /* 2*n*od*oh*ow*c_out*kd*kh*kw*c_in */
+/* "k3 s2" when every axis has the same size and stride (what labels said before per-axis shapes), else per axis:
+ * "k1x3x3 s1x2x2"; padding is not part of it (as before). */
+void conv3d_kernel_label(const Conv3dShape *s, char *buf, size_t len);
 
 /* CPU (float32, OpenMP + BLAS). workspace must hold conv3d_workspace_bytes_cpu(s) bytes. */
 size_t conv3d_workspace_bytes_cpu(const Conv3dShape *s);
@@ -67,7 +77,7 @@ typedef struct {
     char name[48]; /* "NDHWC" or "single channel as NCDHW" */
     int chunk_n;   /* samples per cuDNN call */
     int x_dims[5], x_strides[5], y_dims[5], y_strides[5]; /* {n, c, d, h, w} */
-    int w_dims[5];                                        /* {c_out, c_in, k, k, k} */
+    int w_dims[5];                                        /* {c_out, c_in, kd, kh, kw} */
     int w_nchw;                                           /* filter format: 1 NCHW, 0 NHWC */
     int x_type, w_type;                                   /* cudnnDataType_t of x and of the filter, read back */
 } Conv3dCudnnLayout;

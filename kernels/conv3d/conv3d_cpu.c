@@ -1,17 +1,21 @@
 /* conv3d_cpu.c: the float32 CPU 3D convolution of conv3d.h: the shape and count helpers, and forward,
  * backward-data and backward-filter as a gather into a column matrix plus one cblas_sgemm per chunk of rows.
  *
- * Forward (im2col): for output positions P (rows) and K = k^3*c_in (columns),
- *   col[p][((kd*k + kh)*k + kw)*c_in + ci] = x at the input position the tap reads (0 in the padding)
+ * Kernel size, stride and padding are per axis (k[3], stride[3], pad[3] in the order d, h, w; conv3d.h).
+ * Forward (im2col): for output positions P (rows) and K = kd*kh*kw*c_in (columns),
+ *   col[p][((a*kh + b)*kw + c)*c_in + ci] = x at the input position tap (a, b, c) reads (0 in the padding)
  *   y[P][c_out] = col[P][K] x wt[c_out][K]^T + bias, then + residual (the fused skip) while the chunk is in cache
  * Backward filter: dw[c_out][K] = sum over chunks of dy_chunk^T x col_chunk; dbias = sum over P of dy.
  * Backward data (gather form, race-free): every input position gathers the dy values at the output positions
- * that read it and multiplies them by the filter rearranged to [c_in][taps*c_out]. For stride s > 1 the input
- * positions split into s^3 residue classes (z mod s, y mod s, x mod s); within a class the same taps are valid
- * everywhere, so each class gathers only its own taps (about k^3/s^3 of them) and no multiply-by-zero is done.
+ * that read it and multiplies them by the filter rearranged to [c_in][taps*c_out]. For strides (sd, sh, sw) other
+ * than 1 the input positions split into sd*sh*sw residue classes (z mod sd, y mod sh, x mod sw); within a class the
+ * same taps are valid everywhere, so each class gathers only its own taps (about kd*kh*kw/(sd*sh*sw) of them) and no
+ * multiply-by-zero is done.
  * Taps are ordered from the highest kernel index down, which makes the dy positions they read ascend by one:
  * every (kd, kh) line of taps is then one contiguous run of dy, exactly like a forward im2col line.
  * 1x1x1 stride-1 pad-0 convolutions skip the gathers: x and dy are already the [P][c] matrices.
+ * A cubic shape (the autoencoder's) takes exactly the steps it took before the axes were separate: the same
+ * chunks, classes in the same order, the same GEMMs, so its results are the same bits.
  *
  * Threading: the rows are cut into chunks sized from the shape alone (conv_chunk_rows, about 2 MB of column
  * matrix, so it is still cache-hot when the GEMM reads it). OpenMP threads take whole chunks: each
@@ -47,30 +51,61 @@
 
 /* ---- shape helpers ---------------------------------------------------------------------------------------- */
 
-Conv3dShape conv3d_shape(int n, int d, int h, int w, int c_in, int c_out, int k, int stride, int pad) {
-    Conv3dShape s = {.n = n, .d = d, .h = h, .w = w, .c_in = c_in, .c_out = c_out, .k = k, .stride = stride,
-                     .pad = pad};
-    if (n < 1 || d < 1 || h < 1 || w < 1 || c_in < 1 || c_out < 1 || k < 1 || stride < 1 || pad < 0)
-        vx_fatal("conv3d: invalid shape n=%d d=%d h=%d w=%d c_in=%d c_out=%d k=%d stride=%d pad=%d", n, d, h, w,
-                 c_in, c_out, k, stride, pad);
-    s.od = (d + 2 * pad - k) / stride + 1;
-    s.oh = (h + 2 * pad - k) / stride + 1;
-    s.ow = (w + 2 * pad - k) / stride + 1;
-    if (d + 2 * pad < k || h + 2 * pad < k || w + 2 * pad < k)
-        vx_fatal("conv3d: kernel %d larger than the padded input %dx%dx%d (pad %d)", k, d, h, w, pad);
+Conv3dShape conv3d_shape_3d(int n, int d, int h, int w, int c_in, int c_out, const int k[3], const int stride[3],
+                            const int pad[3]) {
+    Conv3dShape s = {.n = n, .d = d, .h = h, .w = w, .c_in = c_in, .c_out = c_out};
+    const int size[3] = {d, h, w};
+    int bad = n < 1 || d < 1 || h < 1 || w < 1 || c_in < 1 || c_out < 1;
+    for (int a = 0; a < 3; a++) {
+        s.k[a] = k[a], s.stride[a] = stride[a], s.pad[a] = pad[a];
+        bad |= k[a] < 1 || stride[a] < 1 || pad[a] < 0;
+    }
+    if (bad)
+        vx_fatal("conv3d: invalid shape n=%d d=%d h=%d w=%d c_in=%d c_out=%d k=%dx%dx%d stride=%dx%dx%d pad=%dx%dx%d",
+                 n, d, h, w, c_in, c_out, k[0], k[1], k[2], stride[0], stride[1], stride[2], pad[0], pad[1], pad[2]);
+    for (int a = 0; a < 3; a++)
+        if (size[a] + 2 * pad[a] < k[a])
+            vx_fatal("conv3d: kernel %dx%dx%d larger than the padded input %dx%dx%d (pad %dx%dx%d)", k[0], k[1], k[2],
+                     d, h, w, pad[0], pad[1], pad[2]);
+    s.od = (d + 2 * pad[0] - k[0]) / stride[0] + 1;
+    s.oh = (h + 2 * pad[1] - k[1]) / stride[1] + 1;
+    s.ow = (w + 2 * pad[2] - k[2]) / stride[2] + 1;
     return s;
 }
 
+Conv3dShape conv3d_shape(int n, int d, int h, int w, int c_in, int c_out, int k, int stride, int pad) {
+    return conv3d_shape_3d(n, d, h, w, c_in, c_out, (const int[3]){k, k, k}, (const int[3]){stride, stride, stride},
+                           (const int[3]){pad, pad, pad});
+}
+
+long conv3d_taps(const Conv3dShape *s) { return (long)s->k[0] * s->k[1] * s->k[2]; }
 long conv3d_input_count(const Conv3dShape *s) { return (long)s->n * s->d * s->h * s->w * s->c_in; }
 long conv3d_output_count(const Conv3dShape *s) { return (long)s->n * s->od * s->oh * s->ow * s->c_out; }
-long conv3d_weight_count(const Conv3dShape *s) { return (long)s->c_out * s->k * s->k * s->k * s->c_in; }
+long conv3d_weight_count(const Conv3dShape *s) { return (long)s->c_out * conv3d_taps(s) * s->c_in; }
 double conv3d_forward_flops(const Conv3dShape *s) {
-    return 2.0 * s->n * s->od * s->oh * s->ow * (double)s->c_out * s->k * s->k * s->k * s->c_in;
+    return 2.0 * s->n * s->od * s->oh * s->ow * (double)s->c_out * s->k[0] * s->k[1] * s->k[2] * s->c_in;
+}
+
+/* "7" or "1x3x3" */
+static void axes_str(const int v[3], char *buf, size_t len) {
+    if (v[0] == v[1] && v[1] == v[2]) snprintf(buf, len, "%d", v[0]);
+    else snprintf(buf, len, "%dx%dx%d", v[0], v[1], v[2]);
+}
+
+void conv3d_kernel_label(const Conv3dShape *s, char *buf, size_t len) {
+    char k[40], st[40];
+    axes_str(s->k, k, sizeof k);
+    axes_str(s->stride, st, sizeof st);
+    snprintf(buf, len, "k%s s%s", k, st);
 }
 
 /* ---- shared pieces ---------------------------------------------------------------------------------------- */
 
-static int is_pointwise(const Conv3dShape *s) { return s->k == 1 && s->stride == 1 && s->pad == 0; }
+static int is_pointwise(const Conv3dShape *s) {
+    for (int a = 0; a < 3; a++)
+        if (s->k[a] != 1 || s->stride[a] != 1 || s->pad[a] != 0) return 0;
+    return 1;
+}
 static long out_positions(const Conv3dShape *s) { return (long)s->n * s->od * s->oh * s->ow; }
 static long min_l(long a, long b) { return a < b ? a : b; }
 static long max_l(long a, long b) { return a > b ? a : b; }
@@ -159,9 +194,9 @@ static void gather_row(float *restrict dst, const float *restrict src, int sd, i
     }
 }
 
-/* Forward im2col of output rows [p0, p0 + rows): col [rows][k^3*c_in]. Runs inside one thread. */
+/* Forward im2col of output rows [p0, p0 + rows): col [rows][kd*kh*kw*c_in]. Runs inside one thread. */
 static void im2col(const Conv3dShape *s, const float *x, long p0, long rows, float *col) {
-    const long K = (long)s->k * s->k * s->k * s->c_in;
+    const long K = conv3d_taps(s) * s->c_in;
     const long sample = (long)s->d * s->h * s->w * s->c_in;
     for (long r = 0; r < rows; r++) {
         long p = p0 + r;
@@ -171,8 +206,8 @@ static void im2col(const Conv3dShape *s, const float *x, long p0, long rows, flo
         p /= s->oh;
         const int oz = (int)(p % s->od);
         const long b = p / s->od;
-        gather_row(col + r * K, x + b * sample, s->d, s->h, s->w, s->c_in, oz * s->stride - s->pad, s->k,
-                   oy * s->stride - s->pad, s->k, ox * s->stride - s->pad, s->k);
+        gather_row(col + r * K, x + b * sample, s->d, s->h, s->w, s->c_in, oz * s->stride[0] - s->pad[0], s->k[0],
+                   oy * s->stride[1] - s->pad[1], s->k[1], ox * s->stride[2] - s->pad[2], s->k[2]);
     }
 }
 
@@ -180,12 +215,12 @@ static void im2col(const Conv3dShape *s, const float *x, long p0, long rows, flo
 
 /* Forward and backward filter share the chunking: rows of the [P][K] column matrix (x itself when pointwise). */
 static long fwd_chunk_rows(const Conv3dShape *s) {
-    return conv_chunk_rows((long)s->k * s->k * s->k * s->c_in, out_positions(s));
+    return conv_chunk_rows(conv3d_taps(s) * s->c_in, out_positions(s));
 }
 
 void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, const float *bias,
                         const float *residual, float *y, void *workspace) {
-    const long P = out_positions(s), K = (long)s->k * s->k * s->k * s->c_in;
+    const long P = out_positions(s), K = conv3d_taps(s) * s->c_in;
     const int co = s->c_out, pw = is_pointwise(s);
     const long R = fwd_chunk_rows(s), nch = ceil_div(P, R);
     const int saved = blas_serial_begin();
@@ -239,7 +274,7 @@ static long filter_groups(const Conv3dShape *s) {
 
 void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
                                 float beta, void *workspace) {
-    const long P = out_positions(s), K = (long)s->k * s->k * s->k * s->c_in, nw = conv3d_weight_count(s);
+    const long P = out_positions(s), K = conv3d_taps(s) * s->c_in, nw = conv3d_weight_count(s);
     const int co = s->c_out, pw = is_pointwise(s);
     if (dbias) bias_grad(P, co, dy, dbias, beta);
     const long R = fwd_chunk_rows(s), nch = ceil_div(P, R), ng = filter_groups(s);
@@ -297,7 +332,7 @@ static AxisClass axis_class(int r, int size, int k, int stride, int pad) {
     return a;
 }
 
-/* The s^3 residue classes of input positions: their taps, positions, and where their filter and rows start. */
+/* The sd*sh*sw residue classes of input positions: their taps, positions, and where their filter and rows start. */
 typedef struct {
     int r[3];            /* residue along z, y, x */
     AxisClass a[3];      /* per axis: positions, taps, first tap */
@@ -306,32 +341,35 @@ typedef struct {
     long wr_offset;      /* the class's rearranged filter [c_in][width] in the filter area */
 } DataClass;
 
-/* Fills cls[st^3]; returns the widest row and the most positions of a class via max_width, max_rows. */
+static int n_classes(const Conv3dShape *s) { return s->stride[0] * s->stride[1] * s->stride[2]; }
+
+/* Fills cls[sd*sh*sw] (z residue slowest, x fastest); returns the widest row and the most positions of a class via
+ * max_width, max_rows. */
 static void data_classes(const Conv3dShape *s, DataClass *cls, long *max_width, long *max_rows) {
-    const int st = s->stride;
+    const int *st = s->stride;
     const int size[3] = {s->d, s->h, s->w};
     long off = 0;
     *max_width = 0;
     *max_rows = 0;
-    for (int i = 0; i < st * st * st; i++) {
+    for (int i = 0; i < n_classes(s); i++) {
         DataClass *c = &cls[i];
-        c->r[0] = i / (st * st), c->r[1] = i / st % st, c->r[2] = i % st;
+        c->r[0] = i / (st[1] * st[2]), c->r[1] = i / st[2] % st[1], c->r[2] = i % st[2];
         long taps = 1;
         c->rows = s->n;
         for (int ax = 0; ax < 3; ax++) {
-            c->a[ax] = axis_class(c->r[ax], size[ax], s->k, st, s->pad);
+            c->a[ax] = axis_class(c->r[ax], size[ax], s->k[ax], st[ax], s->pad[ax]);
             taps *= c->a[ax].taps;
             c->rows *= c->a[ax].count;
         }
         c->width = taps * s->c_out;
         c->wr_offset = off;
-        off += c->width * s->c_in; /* the classes partition the taps: off ends at k^3*c_out*c_in */
+        off += c->width * s->c_in; /* the classes partition the taps: off ends at kd*kh*kw*c_out*c_in */
         *max_width = max_l(*max_width, c->width);
         *max_rows = max_l(*max_rows, c->rows);
     }
 }
 
-/* Input position of row q of class c: (b, r_z + j_z*s, r_y + j_y*s, r_x + j_x*s), as a flat position index;
+/* Input position of row q of class c: (b, r_z + j_z*sd, r_y + j_y*sh, r_x + j_x*sw), as a flat position index;
  * j[] receives (j_z, j_y, j_x) and *b the sample. */
 static long class_position(const Conv3dShape *s, const DataClass *c, long q, int j[3], long *b) {
     j[2] = (int)(q % c->a[2].count);
@@ -340,9 +378,9 @@ static long class_position(const Conv3dShape *s, const DataClass *c, long q, int
     q /= c->a[1].count;
     j[0] = (int)(q % c->a[0].count);
     *b = q / c->a[0].count;
-    const int st = s->stride;
-    return ((*b * s->d + c->r[0] + (long)j[0] * st) * s->h + c->r[1] + (long)j[1] * st) * s->w + c->r[2] +
-           (long)j[2] * st;
+    const int *st = s->stride;
+    return ((*b * s->d + c->r[0] + (long)j[0] * st[0]) * s->h + c->r[1] + (long)j[1] * st[1]) * s->w + c->r[2] +
+           (long)j[2] * st[2];
 }
 
 /* Rows per backward-data chunk, from the widest class. */
@@ -352,8 +390,10 @@ static long data_chunk_rows(const Conv3dShape *s, long max_width, long max_rows)
 
 void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float *wt, float *dx, float beta,
                               void *workspace) {
-    const int ci = s->c_in, co = s->c_out, k = s->k, st = s->stride;
-    const long k3 = (long)k * k * k;
+    const int ci = s->c_in, co = s->c_out;
+    const int *k = s->k, *st = s->stride;
+    const long k3 = conv3d_taps(s);
+    const int strided = st[0] > 1 || st[1] > 1 || st[2] > 1; /* more than one class: results are scattered */
     if (is_pointwise(s)) {
         /* dx [P][c_in] = beta*dx + dy [P][c_out] x wt [c_out][c_in], by chunks of rows */
         const long P = out_positions(s), R = conv_chunk_rows(co, P), nch = ceil_div(P, R);
@@ -364,7 +404,7 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
         blas_serial_end(saved);
         return;
     }
-    const int ncls = st * st * st;
+    const int ncls = n_classes(s);
     DataClass *cls = vx_malloc(sizeof(DataClass) * (size_t)ncls);
     long max_width, max_rows;
     data_classes(s, cls, &max_width, &max_rows);
@@ -381,16 +421,17 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
         for (long c = 0; c < n_items[i]; c++, it++) items[2 * it] = i, items[2 * it + 1] = c * R;
     free(n_items);
 
-    /* workspace: the classes' rearranged filters (k^3*c_out*c_in floats), then per thread [R][max_width] gathered
-     * dy and, for stride > 1, [R][c_in] GEMM results to scatter */
+    /* workspace: the classes' rearranged filters (kd*kh*kw*c_out*c_in floats), then per thread [R][max_width]
+     * gathered dy and, for stride > 1, [R][c_in] GEMM results to scatter */
     float *wr_all = workspace;
     float *bufs = wr_all + k3 * co * ci;
-    const long per_thread = R * max_width + (st > 1 ? R * ci : 0);
+    const long per_thread = R * max_width + (strided ? R * ci : 0);
     const long dy_sample = (long)s->od * s->oh * s->ow * co;
     const int saved = blas_serial_begin();
 #pragma omp parallel num_threads(conv_threads())
     {
-        /* wr [c_in][taps][c_out] per class: tap (a, b, c) is kernel index (kd_max - a*s, kh_max - b*s, kw_max - c*s) */
+        /* wr [c_in][taps][c_out] per class: tap (a, b, c) is kernel index (kd_max - a*sd, kh_max - b*sh,
+         * kw_max - c*sw) */
 #pragma omp for schedule(static)
         for (long t = 0; t < (long)ncls * ci; t++) {
             const DataClass *c = &cls[t / ci];
@@ -399,8 +440,8 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
             for (int a = 0; a < az->taps; a++)
                 for (int bb = 0; bb < ay->taps; bb++)
                     for (int cc = 0; cc < ax->taps; cc++) {
-                        const long kidx = ((long)(az->kd_max - a * st) * k + (ay->kd_max - bb * st)) * k +
-                                          (ax->kd_max - cc * st);
+                        const long kidx = ((long)(az->kd_max - a * st[0]) * k[1] + (ay->kd_max - bb * st[1])) * k[2] +
+                                          (ax->kd_max - cc * st[2]);
                         float *dst = wr_all + c->wr_offset + (long)i * c->width +
                                      (((long)a * ay->taps + bb) * ax->taps + cc) * co;
                         for (int o = 0; o < co; o++) dst[o] = wt[((long)o * k3 + kidx) * ci + i];
@@ -415,21 +456,21 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
             int j[3];
             long b;
             if (W == 0) {
-                /* no tap reads these positions (k < stride): their gradient is 0 */
+                /* no tap reads these positions (k < stride on some axis): their gradient is 0 */
                 for (long q = 0; q < c->rows; q++) memset(dx + class_position(s, c, q, j, &b) * ci, 0, sizeof(float) * ci);
                 continue;
             }
-            /* gather: row q's first tap kd_max reads output z (z + pad - kd_max)/s, the next ones ascend by 1 */
+            /* gather: row q's first tap kd_max reads output z (z + pad - kd_max)/stride, the next ones ascend by 1 */
             for (long r = 0; r < rows; r++) {
                 class_position(s, c, q0 + r, j, &b);
                 int start[3];
                 for (int ax = 0; ax < 3; ax++)
-                    start[ax] = (c->r[ax] + j[ax] * st + s->pad - c->a[ax].kd_max) / st; /* exact: the tap is valid */
+                    start[ax] = (c->r[ax] + j[ax] * st[ax] + s->pad[ax] - c->a[ax].kd_max) / st[ax]; /* exact */
                 gather_row(col + r * W, dy + b * dy_sample, s->od, s->oh, s->ow, co, start[0], c->a[0].taps, start[1],
                            c->a[1].taps, start[2], c->a[2].taps);
             }
             const float *wr = wr_all + c->wr_offset;
-            if (st == 1) {
+            if (!strided) {
                 /* a single class holding every position in order: write straight into dx rows */
                 gemm_nt((int)rows, ci, (int)W, col, (int)W, wr, (int)W, beta, dx + q0 * ci, ci);
                 continue;
@@ -454,20 +495,21 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
 /* ---- workspace -------------------------------------------------------------------------------------------- */
 
 size_t conv3d_workspace_bytes_cpu(const Conv3dShape *s) {
-    const long K = (long)s->k * s->k * s->k * s->c_in;
+    const long K = conv3d_taps(s) * s->c_in;
     /* forward: per-thread column matrices; backward filter: those plus the partial dw's */
     const long cols = is_pointwise(s) ? 0 : conv_slots() * fwd_chunk_rows(s) * K;
     const long ng = filter_groups(s);
     const long filt = cols + (ng > 1 ? ng * conv3d_weight_count(s) : 0);
     long data = 0;
     if (!is_pointwise(s)) {
-        const int ncls = s->stride * s->stride * s->stride;
+        const int ncls = n_classes(s);
         DataClass *cls = vx_malloc(sizeof(DataClass) * (size_t)ncls);
         long max_width, max_rows;
         data_classes(s, cls, &max_width, &max_rows);
         free(cls);
         const long R = data_chunk_rows(s, max_width, max_rows);
-        data = conv3d_weight_count(s) + conv_slots() * (R * max_width + (s->stride > 1 ? R * s->c_in : 0));
+        const int strided = s->stride[0] > 1 || s->stride[1] > 1 || s->stride[2] > 1;
+        data = conv3d_weight_count(s) + conv_slots() * (R * max_width + (strided ? R * s->c_in : 0));
     }
     return sizeof(float) * (size_t)max_l(filt, data);
 }

@@ -2,13 +2,13 @@
  * conv3d_cudnn_plan.h), made once per (shape, options) and cached; conv3d_cuda.cu runs the plans.
  *
  * Descriptors: x [n][d][h][w][c_in] as 5-D dims {n, c_in, d, h, w} with explicit NDHWC strides, the filter
- * [c_out][k][k][k][c_in] as {c_out, c_in, k, k, k} in CUDNN_TENSOR_NHWC format, y likewise; 3 spatial dims,
- * pad/stride per dim, dilation 1, cross-correlation, float compute; tensors and filter of the shape's storage type
+ * [c_out][kd][kh][kw][c_in] as {c_out, c_in, kd, kh, kw} in CUDNN_TENSOR_NHWC format, y likewise; 3 spatial dims,
+ * the shape's pad and stride per dim (d, h, w), dilation 1, cross-correlation, float compute; tensors and filter of the shape's storage type
  * (float, bfloat16 or half: cuDNN's FLOAT, PSEUDO_BFLOAT16 and PSEUDO_HALF configurations). Layouts: a tensor with a single channel (the
  * first conv's input, the last conv's output) has the same memory in NDHWC and NCDHW, but its NDHWC strides make
  * C and W both stride 1, which cuDNN may refuse or treat as a layout it has no 3-D kernel for. Such shapes are
  * described first as LAYOUT_C1_NCDHW (the single-channel tensor with packed NCDHW strides, and a c_in == 1 filter
- * in NCHW format: [c_out][k][k][k][1] is [c_out][1][k][k][k]) and, for each direction where that gives no usable
+ * in NCHW format: [c_out][kd][kh][kw][1] is [c_out][1][kd][kh][kw]) and, for each direction where that gives no usable
  * algorithm, as plain LAYOUT_NDHWC. Other shapes have LAYOUT_NDHWC only.
  *
  * Algorithms: per direction, cuDNN's heuristics (cudnnGet*Algorithm_v7: no memory and no trial runs needed) in
@@ -43,15 +43,27 @@ static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static ConvPlan **cache;
 static size_t cache_n, cache_cap;
 
-void conv_shape_str(const Conv3dShape *s, char *buf, size_t len) {
-    snprintf(buf, len, "n=%d %dx%dx%d c_in=%d -> c_out=%d, k=%d stride=%d pad=%d (output %dx%dx%d), %s", s->n, s->d,
-             s->h, s->w, s->c_in, s->c_out, s->k, s->stride, s->pad, s->od, s->oh, s->ow, dtype_name(s->dtype));
+/* "3" for the same value on every axis (what a cubic shape printed before per-axis shapes), else "1x3x3" */
+static void axes_str(const int v[3], char *buf, size_t len) {
+    if (v[0] == v[1] && v[1] == v[2]) snprintf(buf, len, "%d", v[0]);
+    else snprintf(buf, len, "%dx%dx%d", v[0], v[1], v[2]);
 }
+
+void conv_shape_str(const Conv3dShape *s, char *buf, size_t len) {
+    char k[40], st[40], pd[40];
+    axes_str(s->k, k, sizeof k);
+    axes_str(s->stride, st, sizeof st);
+    axes_str(s->pad, pd, sizeof pd);
+    snprintf(buf, len, "n=%d %dx%dx%d c_in=%d -> c_out=%d, k=%s stride=%s pad=%s (output %dx%dx%d), %s", s->n, s->d,
+             s->h, s->w, s->c_in, s->c_out, k, st, pd, s->od, s->oh, s->ow, dtype_name(s->dtype));
+}
+
+static int same_axes(const int a[3], const int b[3]) { return a[0] == b[0] && a[1] == b[1] && a[2] == b[2]; }
 
 static int same_shape(const Conv3dShape *a, const Conv3dShape *b) {
     return a->n == b->n && a->d == b->d && a->h == b->h && a->w == b->w && a->c_in == b->c_in &&
-           a->c_out == b->c_out && a->k == b->k && a->stride == b->stride && a->pad == b->pad && a->od == b->od &&
-           a->oh == b->oh && a->ow == b->ow && a->dtype == b->dtype;
+           a->c_out == b->c_out && same_axes(a->k, b->k) && same_axes(a->stride, b->stride) &&
+           same_axes(a->pad, b->pad) && a->od == b->od && a->oh == b->oh && a->ow == b->ow && a->dtype == b->dtype;
 }
 
 /* cuDNN's name for a storage type */
@@ -129,7 +141,7 @@ static int chunking(ConvPlan *p, char *why, size_t why_len) {
     const Conv3dShape *s = &p->shape;
     const size_t in_ps = (size_t)s->d * s->h * s->w * s->c_in, out_ps = (size_t)s->od * s->oh * s->ow * s->c_out;
     const size_t per = in_ps > out_ps ? in_ps : out_ps;
-    if (per > (size_t)INT_MAX || (size_t)s->c_out * s->k * s->k * s->k * s->c_in > (size_t)INT_MAX) {
+    if (per > (size_t)INT_MAX || (size_t)conv3d_weight_count(s) > (size_t)INT_MAX) {
         char shape[200];
         conv_shape_str(s, shape, sizeof shape);
         snprintf(why, why_len, "conv3d %s: one sample or the filter has more than 2^31-1 elements, beyond cuDNN's "
@@ -185,9 +197,9 @@ static int describe(ConvPlan *p, int layout, char *why, size_t why_len) {
     int xstr[5], ystr[5];
     tensor_strides(s->d, s->h, s->w, s->c_in, c1 && s->c_in == 1, xstr);
     tensor_strides(s->od, s->oh, s->ow, s->c_out, c1 && s->c_out == 1, ystr);
-    const int wdim[5] = {s->c_out, s->c_in, s->k, s->k, s->k};
+    const int wdim[5] = {s->c_out, s->c_in, s->k[0], s->k[1], s->k[2]};
     const cudnnTensorFormat_t wfmt = c1 && s->c_in == 1 ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
-    const int pad[3] = {s->pad, s->pad, s->pad}, stride[3] = {s->stride, s->stride, s->stride}, dil[3] = {1, 1, 1};
+    const int *pad = s->pad, *stride = s->stride, dil[3] = {1, 1, 1};
     DESCRIBE_TRY(cudnnCreateTensorDescriptor(&d->xd));
     DESCRIBE_TRY(cudnnCreateTensorDescriptor(&d->yd));
     DESCRIBE_TRY(cudnnCreateFilterDescriptor(&d->wd));

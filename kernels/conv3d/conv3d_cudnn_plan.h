@@ -56,7 +56,7 @@ ConvPlan *conv_plan_get(const Conv3dShape *s);
 static inline size_t conv_lp_dw_offset(const ConvPlan *p) { return (p->ws_bytes + 255) / 256 * 256; }
 static inline size_t conv_lp_dw_bytes(const ConvPlan *p) {
     if (p->shape.dtype == DT_F32) return 0;
-    const size_t w = (size_t)p->shape.c_out * p->shape.k * p->shape.k * p->shape.k * p->shape.c_in;
+    const size_t w = (size_t)conv3d_weight_count(&p->shape);
     return conv_lp_dw_offset(p) - p->ws_bytes + (w * dtype_size(p->shape.dtype) + 255) / 256 * 256;
 }
 

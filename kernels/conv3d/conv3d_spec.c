@@ -22,7 +22,7 @@ static long conv_y_index(const Conv3dShape *s, int n, int d, int h, int w, int c
     return ((((long)n * s->od + d) * s->oh + h) * s->ow + w) * s->c_out + c;
 }
 static long conv_w_index(const Conv3dShape *s, int co, int kd, int kh, int kw, int ci) {
-    return ((((long)co * s->k + kd) * s->k + kh) * s->k + kw) * s->c_in + ci;
+    return ((((long)co * s->k[0] + kd) * s->k[1] + kh) * s->k[2] + kw) * s->c_in + ci;
 }
 
 static void conv_fwd_setup(KernelCase *k, const OpHead *ops) {
@@ -63,11 +63,11 @@ static void conv_fwd_ref(const KernelCase *k, const float *const *in, double *co
         const int oh = (int)(t % s->oh); t /= s->oh;
         const int od = (int)(t % s->od), n = (int)(t / s->od);
         double acc = in[2][co];
-        for (int kd = 0; kd < s->k; kd++)
-            for (int kh = 0; kh < s->k; kh++)
-                for (int kw = 0; kw < s->k; kw++) {
-                    const int id = od * s->stride - s->pad + kd, ih = oh * s->stride - s->pad + kh,
-                              iw = ow * s->stride - s->pad + kw;
+        for (int kd = 0; kd < s->k[0]; kd++)
+            for (int kh = 0; kh < s->k[1]; kh++)
+                for (int kw = 0; kw < s->k[2]; kw++) {
+                    const int id = od * s->stride[0] - s->pad[0] + kd, ih = oh * s->stride[1] - s->pad[1] + kh,
+                              iw = ow * s->stride[2] - s->pad[2] + kw;
                     if (id < 0 || id >= s->d || ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
                     const float *x = in[0] + conv_x_index(s, n, id, ih, iw, 0);
                     const float *w = in[1] + conv_w_index(s, co, kd, kh, kw, 0);
@@ -99,12 +99,13 @@ static void conv_bwd_data_ref(const KernelCase *k, const float *const *in, doubl
         const int y = (int)(t % s->h); t /= s->h;
         const int z = (int)(t % s->d), n = (int)(t / s->d);
         double acc = 0;
-        for (int kd = 0; kd < s->k; kd++)
-            for (int kh = 0; kh < s->k; kh++)
-                for (int kw = 0; kw < s->k; kw++) {
-                    const int nd = z + s->pad - kd, nh = y + s->pad - kh, nw = x + s->pad - kw;
-                    if (nd < 0 || nh < 0 || nw < 0 || nd % s->stride || nh % s->stride || nw % s->stride) continue;
-                    const int od = nd / s->stride, oh = nh / s->stride, ow = nw / s->stride;
+        for (int kd = 0; kd < s->k[0]; kd++)
+            for (int kh = 0; kh < s->k[1]; kh++)
+                for (int kw = 0; kw < s->k[2]; kw++) {
+                    const int nd = z + s->pad[0] - kd, nh = y + s->pad[1] - kh, nw = x + s->pad[2] - kw;
+                    if (nd < 0 || nh < 0 || nw < 0 || nd % s->stride[0] || nh % s->stride[1] || nw % s->stride[2])
+                        continue;
+                    const int od = nd / s->stride[0], oh = nh / s->stride[1], ow = nw / s->stride[2];
                     if (od >= s->od || oh >= s->oh || ow >= s->ow) continue;
                     const float *dy = in[0] + conv_y_index(s, n, od, oh, ow, 0);
                     for (int co = 0; co < s->c_out; co++) acc += (double)dy[co] * in[1][conv_w_index(s, co, kd, kh, kw, ci)];
@@ -132,16 +133,16 @@ static void conv_bwd_filter_ref(const KernelCase *k, const float *const *in, dou
     for (long i = 0; i < k->buf_count[2]; i += stride) {
         long t = i;
         const int ci = (int)(t % s->c_in); t /= s->c_in;
-        const int kw = (int)(t % s->k); t /= s->k;
-        const int kh = (int)(t % s->k); t /= s->k;
-        const int kd = (int)(t % s->k), co = (int)(t / s->k);
+        const int kw = (int)(t % s->k[2]); t /= s->k[2];
+        const int kh = (int)(t % s->k[1]); t /= s->k[1];
+        const int kd = (int)(t % s->k[0]), co = (int)(t / s->k[0]);
         double acc = 0;
         for (int n = 0; n < s->n; n++)
             for (int od = 0; od < s->od; od++)
                 for (int oh = 0; oh < s->oh; oh++)
                     for (int ow = 0; ow < s->ow; ow++) {
-                        const int id = od * s->stride - s->pad + kd, ih = oh * s->stride - s->pad + kh,
-                                  iw = ow * s->stride - s->pad + kw;
+                        const int id = od * s->stride[0] - s->pad[0] + kd, ih = oh * s->stride[1] - s->pad[1] + kh,
+                                  iw = ow * s->stride[2] - s->pad[2] + kw;
                         if (id < 0 || id >= s->d || ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
                         acc += (double)in[0][conv_x_index(s, n, id, ih, iw, ci)] * in[1][conv_y_index(s, n, od, oh, ow, co)];
                     }

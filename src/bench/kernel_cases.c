@@ -56,8 +56,9 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
         case OP_CONV: {
             const Conv3dShape *s = &nd->conv;
             kernel_case_set_params(&k, s, sizeof *s);
-            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d k%d s%d", s->n, s->d, s->h, s->w, s->c_in,
-                     s->c_out, s->k, s->stride);
+            char ks[40];
+            conv3d_kernel_label(s, ks, sizeof ks);
+            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d %s", s->n, s->d, s->h, s->w, s->c_in, s->c_out, ks);
             add_case(&l, k, nd->in[1] >= 0 ? "conv3d_forward_add" : "conv3d_forward");
             if (nd->pad_w >= 0) { /* padded input channels: weights padded, their gradient sliced, the bias's added */
                 const int c_w = m->params[nd->weight].shape[4];

@@ -64,7 +64,7 @@ static void run_op(void **state) {
     assert_int_equal(failed, 0);
 }
 
-#define MAX_TESTS 128
+#define MAX_TESTS 256
 
 int main(int argc, char **argv) {
     int n_ops;

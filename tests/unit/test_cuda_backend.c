@@ -3,7 +3,8 @@
  * order against compute (also double-buffered, after an event), the cross-stream events (each direction able to
  * fail), the timers, CUDA Graph capture and replay (a replay reads the per-step values written before it, as the
  * captured training step does), the optimizer's state decided on the device exactly as on the host (the OptimState
- * layout nvcc and gcc share), normal_fill against the CPU to a few ulp, and, under BackendOptions.deterministic,
+ * layout nvcc and gcc share), normal_fill against the CPU to a few ulp, keyed dropout's mask and values against the
+ * CPU bit for bit, and, under BackendOptions.deterministic,
  * bitwise-identical reruns of conv backward-filter (float32 and bfloat16) and GroupNorm backward.
  * Without a usable GPU (always in a CPU-only build) it prints exactly one line, "skipped: no CUDA device
  * (<reason>)", and exits 0 without running cmocka; with VX_REQUIRE_GPU=1 (ci/gpu.sh on a GPU machine) that is a
@@ -25,6 +26,7 @@
 #include "backend/backend.h"
 #include "backend/spec_table.h"
 #include "conv3d/conv3d.h"
+#include "dropout/dropout.h"
 #include "elementwise/elementwise.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
@@ -159,6 +161,34 @@ static void test_normal_fill(void **state) {
     expect_bitwise("normal_fill offset", A + k, B, n);
     dfree(A, 0), dfree(B, 0);
     gpu->release(O0), gpu->release(OK);
+}
+
+/* Keyed dropout (dropout.h): the GPU drops exactly the values the CPU drops and scales the kept ones to the same
+ * float32 bits (integer hashing, one comparison, one multiply on both sides), forward and backward (beta 0), on the
+ * scalar, float4 and misaligned paths, with the batch's first sample read from device memory. */
+static void check_dropout(int n, long per_sample, float p, uint64_t first, int off) {
+    const DropoutShape s = {.n = n, .per_sample = per_sample, .p = p, .seed = 77, .stream = 5, .dtype = DT_F32};
+    const long count = (long)n * per_sample;
+    float *x = frand(count, -1, 1), *y = fnew(count), *dx = fnew(count);
+    cpu->dropout->forward(&s, &first, x, y);
+    cpu->dropout->backward(&s, &first, x, dx, 0.0f);
+    float *X = dput_off(x, count, off), *Y = dalloc(count, off), *DX = dalloc(count, off);
+    uint64_t *F = doffset(first);
+    gpu->dropout->forward(&s, F, X, Y);
+    gpu->dropout->backward(&s, F, X, DX, 0.0f);
+    float *gy = dget(Y, count), *gdx = dget(DX, count);
+    const int same = memcmp(gy, y, sizeof(float) * (size_t)count) == 0 && memcmp(gdx, dx, sizeof(float) * (size_t)count) == 0;
+    if (!same) print_error("dropout n=%d x%ld p=%g: GPU and CPU differ\n", n, per_sample, (double)p);
+    assert_true(same);
+    free(x), free(y), free(dx), free(gy), free(gdx);
+    dfree(X, off), dfree(Y, off), dfree(DX, off);
+    gpu->release(F);
+}
+
+static void test_dropout_matches_cpu(void **state) {
+    check_dropout(3, 1001, 0.3f, 12345, 0);    /* scalar */
+    check_dropout(4, 4096, 0.5f, 1ull << 40, 0); /* float4, a first sample past 2^32 */
+    check_dropout(2, 4096, 0.1f, 7, 1);        /* misaligned */
 }
 
 /* A captured graph replays what was enqueued, and reads device memory when it runs: a per-step value written with
@@ -448,7 +478,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_timer),               cmocka_unit_test(test_cross_stream_events),
         cmocka_unit_test(test_graph_replay_reads_device_values),
         cmocka_unit_test(test_optim_prepare_matches_host),
-        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_deterministic),       cmocka_unit_test(test_dropout_matches_cpu),
     };
     const size_t n_all = sizeof all / sizeof all[0];
     struct CMUnitTest chosen[sizeof all / sizeof all[0]];

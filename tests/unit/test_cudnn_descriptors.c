@@ -109,6 +109,45 @@ static void test_strided_and_odd_shapes_match_cudnn(void **state) {
     }
 }
 
+/* Per-axis kernels, strides and paddings (conv3d_shape_3d): MONAI's ResNet stem (k 7x7x7, stride 1x2x2, pad 3x3x3,
+ * with the default conv1_t_size 7 and conv1_t_stride 1, one input channel), its 2-D form on a depth-1 volume (k
+ * 1x7x7), a 1x3x3 conv on a depth-1 volume, and strides differing on every axis: cuDNN accepts the descriptors
+ * (float32, bf16, fp16), computes our output dims, and holds the filter dims {c_out, c_in, kd, kh, kw}. */
+static void test_anisotropic_shapes_match_cudnn(void **state) {
+    (void)state;
+    /* n, d, h, w, c_in, c_out, then k, stride, pad per axis (d, h, w) */
+    static const int shapes[][15] = {{2, 16, 32, 32, 1, 64, 7, 7, 7, 1, 2, 2, 3, 3, 3},
+                                     {2, 1, 32, 32, 1, 64, 1, 7, 7, 1, 2, 2, 0, 3, 3},
+                                     {3, 1, 9, 11, 8, 16, 1, 3, 3, 1, 1, 1, 0, 1, 1},
+                                     {2, 9, 10, 11, 5, 6, 3, 1, 3, 2, 1, 3, 1, 0, 1},
+                                     {2, 12, 14, 16, 64, 64, 3, 3, 3, 1, 2, 2, 1, 1, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int *v = shapes[i];
+        for (int dt = 0; dt < DT_COUNT; dt++) {
+            Conv3dShape s = conv3d_shape_3d(v[0], v[1], v[2], v[3], v[4], v[5], v + 6, v + 9, v + 12);
+            s.dtype = (DType)dt;
+            char why[600] = "";
+            int chunk = 0;
+            if (!conv3d_cuda_describe(&s, &chunk, why, sizeof why)) fail_msg("shape %zu %s: %s", i, dtype_name(s.dtype), why);
+            assert_int_equal(chunk, s.n);
+            for (int l = 0; l < conv3d_cuda_layouts(&s); l++) {
+                Conv3dCudnnLayout d;
+                if (!conv3d_cuda_describe_layout(&s, l, &d, why, sizeof why)) fail_msg("shape %zu layout %d: %s", i, l, why);
+                const int wdims[5] = {s.c_out, s.c_in, s.k[0], s.k[1], s.k[2]};
+                assert_memory_equal(d.w_dims, wdims, sizeof wdims);
+                const int ydims[5] = {s.n, s.c_out, s.od, s.oh, s.ow};
+                assert_memory_equal(d.y_dims, ydims, sizeof ydims);
+            }
+        }
+    }
+    /* the stem's output: (16 + 6 - 7)/1 + 1 = 16 deep, (32 + 6 - 7)/2 + 1 = 16 high and wide */
+    const Conv3dShape stem = conv3d_shape_3d(1, 16, 32, 32, 1, 64, (const int[3]){7, 7, 7}, (const int[3]){1, 2, 2},
+                                             (const int[3]){3, 3, 3});
+    assert_int_equal(stem.od, 16);
+    assert_int_equal(stem.oh, 16);
+    assert_int_equal(stem.ow, 16);
+}
+
 static void test_a_wrong_output_shape_is_reported(void **state) {
     (void)state;
     Conv3dShape s = conv3d_shape(2, 8, 8, 8, 4, 4, 3, 2, 1); /* output 4^3 */
@@ -185,7 +224,7 @@ static void test_single_channel_tensors_are_also_described_as_ncdhw(void **state
         expect_ndhwc_memory("y, NDHWC", plain.y_dims, plain.y_strides);
         /* the filter's dims are {c_out, c_in, k, k, k} in both; with c_in == 1, NCHW's [c_out][1][k][k][k] is the
          * memory of our [c_out][k][k][k][1] */
-        const int wdims[5] = {s.c_out, s.c_in, s.k, s.k, s.k};
+        const int wdims[5] = {s.c_out, s.c_in, s.k[0], s.k[1], s.k[2]};
         assert_memory_equal(c1.w_dims, wdims, sizeof wdims);
         assert_memory_equal(plain.w_dims, wdims, sizeof wdims);
     }
@@ -222,6 +261,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_conv_of_the_shipped_configs_is_accepted),
         cmocka_unit_test(test_strided_and_odd_shapes_match_cudnn),
+        cmocka_unit_test(test_anisotropic_shapes_match_cudnn),
         cmocka_unit_test(test_a_wrong_output_shape_is_reported),
         cmocka_unit_test(test_a_sample_beyond_int_sizes_is_reported),
         cmocka_unit_test(test_single_channel_tensors_are_also_described_as_ncdhw),

@@ -4,7 +4,9 @@
  * central finite differences of the float64 forward of a random scalar objective L = sum(r * y). On top of that:
  * beta 1 accumulation, beta 0 overwriting NaN, the multi-chunk convolution paths, bit-identical reductions for 1
  * and 2 threads, AdamW against a double transcription of torch's formula, and the counter-based RNG's statistics
- * and offset property. */
+ * and offset property. The ResNet family's ops (BatchNorm in SyncBatchNorm's pieces, on one rank and with the sums
+ * of several, ReLU, max and average pooling, Linear, keyed dropout, the head losses) run through the CPU backend's
+ * tables, their contracts having no CPU functions of their own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,9 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avgpool/avgpool.h"
 #include "backend/backend.h"
 #include "backend/spec_table.h"
+#include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
+#include "dropout/dropout.h"
+#include "head_loss/head_loss.h"
+#include "linear/linear.h"
+#include "maxpool/maxpool.h"
+#include "relu/relu.h"
 #include "elementwise/elementwise.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
@@ -122,22 +131,22 @@ static void expect_grad(const char *what, Objective obj, void *ctx, double *para
 
 /* direct convolution: y [n][od][oh][ow][co] = b + sum over taps and ci of w * x */
 static void ref_conv_forward(const Conv3dShape *s, const double *x, const double *w, const double *b, double *y) {
-    const int k = s->k;
+    const int *k = s->k, *st = s->stride, *pd = s->pad;
     for (int n = 0; n < s->n; n++)
         for (int oz = 0; oz < s->od; oz++)
             for (int oy = 0; oy < s->oh; oy++)
                 for (int ox = 0; ox < s->ow; ox++)
                     for (int co = 0; co < s->c_out; co++) {
                         double acc = b[co];
-                        for (int kd = 0; kd < k; kd++)
-                            for (int kh = 0; kh < k; kh++)
-                                for (int kw = 0; kw < k; kw++) {
-                                    const int iz = oz * s->stride - s->pad + kd;
-                                    const int iy = oy * s->stride - s->pad + kh;
-                                    const int ix = ox * s->stride - s->pad + kw;
+                        for (int kd = 0; kd < k[0]; kd++)
+                            for (int kh = 0; kh < k[1]; kh++)
+                                for (int kw = 0; kw < k[2]; kw++) {
+                                    const int iz = oz * st[0] - pd[0] + kd;
+                                    const int iy = oy * st[1] - pd[1] + kh;
+                                    const int ix = ox * st[2] - pd[2] + kw;
                                     if (iz < 0 || iz >= s->d || iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
                                     for (int ci = 0; ci < s->c_in; ci++)
-                                        acc += w[((((long)co * k + kd) * k + kh) * k + kw) * s->c_in + ci] *
+                                        acc += w[((((long)co * k[0] + kd) * k[1] + kh) * k[2] + kw) * s->c_in + ci] *
                                                x[((((long)n * s->d + iz) * s->h + iy) * s->w + ix) * s->c_in + ci];
                                 }
                         y[((((long)n * s->od + oz) * s->oh + oy) * s->ow + ox) * s->c_out + co] = acc;
@@ -147,7 +156,7 @@ static void ref_conv_forward(const Conv3dShape *s, const double *x, const double
 /* direct scatter-form gradients of sum(dy * y): used for the shapes too large for finite differences */
 static void ref_conv_backward(const Conv3dShape *s, const double *x, const double *w, const double *dy, double *dx,
                               double *dw, double *db) {
-    const int k = s->k;
+    const int *k = s->k, *st = s->stride, *pd = s->pad;
     memset(dx, 0, sizeof(double) * (size_t)conv3d_input_count(s));
     memset(dw, 0, sizeof(double) * (size_t)conv3d_weight_count(s));
     memset(db, 0, sizeof(double) * (size_t)s->c_out);
@@ -158,14 +167,14 @@ static void ref_conv_backward(const Conv3dShape *s, const double *x, const doubl
                     for (int co = 0; co < s->c_out; co++) {
                         const double g = dy[((((long)n * s->od + oz) * s->oh + oy) * s->ow + ox) * s->c_out + co];
                         db[co] += g;
-                        for (int kd = 0; kd < k; kd++)
-                            for (int kh = 0; kh < k; kh++)
-                                for (int kw = 0; kw < k; kw++) {
-                                    const int iz = oz * s->stride - s->pad + kd;
-                                    const int iy = oy * s->stride - s->pad + kh;
-                                    const int ix = ox * s->stride - s->pad + kw;
+                        for (int kd = 0; kd < k[0]; kd++)
+                            for (int kh = 0; kh < k[1]; kh++)
+                                for (int kw = 0; kw < k[2]; kw++) {
+                                    const int iz = oz * st[0] - pd[0] + kd;
+                                    const int iy = oy * st[1] - pd[1] + kh;
+                                    const int ix = ox * st[2] - pd[2] + kw;
                                     if (iz < 0 || iz >= s->d || iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
-                                    const long wo = ((((long)co * k + kd) * k + kh) * k + kw) * s->c_in;
+                                    const long wo = ((((long)co * k[0] + kd) * k[1] + kh) * k[2] + kw) * s->c_in;
                                     const long xo = ((((long)n * s->d + iz) * s->h + iy) * s->w + ix) * s->c_in;
                                     for (int ci = 0; ci < s->c_in; ci++) {
                                         dw[wo + ci] += g * x[xo + ci];
@@ -194,8 +203,8 @@ typedef struct {
 
 /* Forward vs reference; backward data and filter vs finite differences (small shapes) or the scatter reference
  * (use_fd 0); beta 0 into NaN; beta 1 accumulation; dbias NULL. */
-static void check_conv(ConvCase cc, int use_fd) {
-    const Conv3dShape s = conv3d_shape(cc.n, cc.d, cc.h, cc.w, cc.ci, cc.co, cc.k, cc.stride, cc.pad);
+static void check_conv_shape(const Conv3dShape s, int use_fd) {
+    const ConvCase cc = {.n = s.n, .ci = s.c_in, .co = s.c_out};
     const long nx = conv3d_input_count(&s), ny = conv3d_output_count(&s), nw = conv3d_weight_count(&s);
     float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = frand(cc.co, -1, 1), *r = frand(ny, -1, 1);
     void *ws = malloc(conv3d_workspace_bytes_cpu(&s) + 1);
@@ -251,7 +260,41 @@ static void check_conv(ConvCase cc, int use_fd) {
     free(c.x), free(c.w), free(c.b), free(c.r), free(c.y);
 }
 
+static void check_conv(ConvCase cc, int use_fd) {
+    check_conv_shape(conv3d_shape(cc.n, cc.d, cc.h, cc.w, cc.ci, cc.co, cc.k, cc.stride, cc.pad), use_fd);
+}
+
+/* k, stride, pad per axis (d, h, w) */
+static Conv3dShape conv_3d(int n, int d, int h, int w, int ci, int co, int kd, int kh, int kw, int sd, int sh, int sw,
+                           int pd, int ph, int pw) {
+    return conv3d_shape_3d(n, d, h, w, ci, co, (const int[3]){kd, kh, kw}, (const int[3]){sd, sh, sw},
+                           (const int[3]){pd, ph, pw});
+}
+
 static void test_conv_shape(void **state) {
+    /* cubic: the same fields on every axis, and the labels as before per-axis shapes */
+    const Conv3dShape c = conv3d_shape(1, 5, 6, 7, 2, 3, 3, 2, 1);
+    for (int a = 0; a < 3; a++) assert_true(c.k[a] == 3 && c.stride[a] == 2 && c.pad[a] == 1);
+    char label[64];
+    conv3d_kernel_label(&c, label, sizeof label);
+    assert_string_equal(label, "k3 s2");
+    /* MONAI's stem: k 7x7x7, stride 1x2x2, pad 3x3x3; weights [c_out][kd][kh][kw][c_in] */
+    const Conv3dShape m = conv_3d(2, 9, 20, 21, 1, 64, 7, 7, 7, 1, 2, 2, 3, 3, 3);
+    assert_int_equal(m.od, 9);
+    assert_int_equal(m.oh, 10);
+    assert_int_equal(m.ow, 11);
+    conv3d_kernel_label(&m, label, sizeof label);
+    assert_string_equal(label, "k7 s1x2x2");
+    const Conv3dShape a = conv_3d(2, 1, 8, 9, 4, 5, 1, 3, 3, 1, 1, 2, 0, 1, 1);
+    assert_int_equal(a.od, 1);
+    assert_int_equal(a.oh, 8);
+    assert_int_equal(a.ow, 5);
+    assert_int_equal(conv3d_taps(&a), 9);
+    assert_int_equal(conv3d_weight_count(&a), 5L * 9 * 4);
+    assert_true(conv3d_forward_flops(&a) == 2.0 * 2 * 1 * 8 * 5 * 5 * 9 * 4);
+    conv3d_kernel_label(&a, label, sizeof label);
+    assert_string_equal(label, "k1x3x3 s1x1x2");
+
     Conv3dShape s = conv3d_shape(2, 7, 6, 5, 3, 8, 3, 2, 1);
     assert_int_equal(s.od, 4);
     assert_int_equal(s.oh, 3);
@@ -280,6 +323,21 @@ static void test_conv_k1s2(void **state) { check_conv((ConvCase){2, 5, 4, 3, 3, 
 static void test_conv_k3p0(void **state) { check_conv((ConvCase){2, 5, 4, 6, 3, 2, 3, 1, 0}, 1); }
 static void test_conv_k3s3(void **state) { check_conv((ConvCase){1, 7, 5, 6, 2, 3, 3, 3, 2}, 1); }
 
+/* Per-axis kernels, strides and paddings (conv3d_shape_3d), against finite differences: MONAI's ResNet stem
+ * (k 7x7x7, stride 1x2x2, pad 3x3x3) on a small input, a 1x3x3 conv (pad 0x1x1) on a depth-1 volume, its strided
+ * form, a kernel of 1 along one axis with stride 2 there (residue classes with no tap along that axis only), and
+ * strides and sizes differing on every axis. */
+static void test_conv_anisotropic(void **state) {
+    check_conv_shape(conv_3d(1, 3, 6, 5, 1, 3, 7, 7, 7, 1, 2, 2, 3, 3, 3), 1);
+    check_conv_shape(conv_3d(2, 1, 5, 6, 3, 4, 1, 3, 3, 1, 1, 1, 0, 1, 1), 1);
+    check_conv_shape(conv_3d(2, 1, 7, 6, 3, 2, 1, 3, 3, 1, 2, 2, 0, 1, 1), 1);
+    check_conv_shape(conv_3d(2, 5, 4, 6, 2, 3, 1, 3, 2, 2, 1, 2, 0, 1, 0), 1);
+    check_conv_shape(conv_3d(1, 6, 5, 7, 3, 2, 3, 2, 3, 1, 3, 2, 1, 0, 2), 1);
+    /* larger than one chunk, against the scatter reference */
+    check_conv_shape(conv_3d(2, 9, 26, 27, 1, 4, 7, 7, 7, 1, 2, 2, 3, 3, 3), 0);
+    check_conv_shape(conv_3d(2, 1, 40, 41, 6, 5, 1, 3, 3, 1, 1, 1, 0, 1, 1), 0);
+}
+
 /* one input or one output channel: the GEMMs with a single output column go through sgemv */
 static void test_conv_c1(void **state) {
     check_conv((ConvCase){2, 5, 6, 7, 1, 4, 3, 1, 1}, 1); /* backward data: dx has one column */
@@ -305,9 +363,17 @@ static void test_conv_chunked_groups(void **state) { check_conv((ConvCase){1, 42
  * chunking and the dw/dbias reduction orders depend only on the shape). */
 static void test_conv_threads(void **state) {
     const ConvCase cases[] = {{2, 17, 17, 17, 3, 5, 3, 1, 1}, {2, 9, 10, 11, 6, 7, 3, 2, 1}, {2, 9, 8, 7, 40, 6, 1, 1, 0}};
-    for (int t = 0; t < 3; t++) {
-        const ConvCase cc = cases[t];
-        const Conv3dShape s = conv3d_shape(cc.n, cc.d, cc.h, cc.w, cc.ci, cc.co, cc.k, cc.stride, cc.pad);
+    const Conv3dShape shapes[] = {conv3d_shape(cases[0].n, cases[0].d, cases[0].h, cases[0].w, cases[0].ci, cases[0].co,
+                                               cases[0].k, cases[0].stride, cases[0].pad),
+                                  conv3d_shape(cases[1].n, cases[1].d, cases[1].h, cases[1].w, cases[1].ci, cases[1].co,
+                                               cases[1].k, cases[1].stride, cases[1].pad),
+                                  conv3d_shape(cases[2].n, cases[2].d, cases[2].h, cases[2].w, cases[2].ci, cases[2].co,
+                                               cases[2].k, cases[2].stride, cases[2].pad),
+                                  conv_3d(2, 6, 30, 31, 1, 8, 7, 7, 7, 1, 2, 2, 3, 3, 3),
+                                  conv_3d(2, 1, 33, 35, 5, 6, 1, 3, 3, 1, 1, 1, 0, 1, 1)};
+    for (int t = 0; t < 5; t++) {
+        const Conv3dShape s = shapes[t];
+        const ConvCase cc = {.ci = s.c_in, .co = s.c_out};
         const long sizes[4] = {conv3d_output_count(&s), conv3d_input_count(&s), conv3d_weight_count(&s), cc.co};
         float *x = frand(sizes[1], -1, 1), *w = frand(sizes[2], -1, 1), *b = frand(cc.co, -1, 1);
         float *r = frand(sizes[0], -1, 1);
@@ -824,6 +890,620 @@ static void test_normal_fill(void **state) {
     free(a), free(b), free(c), free(d);
 }
 
+/* ---- the ResNet family's ops (issue 27), through the CPU backend's tables ----------------------------------- */
+
+#define BN_EPS 1e-5f
+#define BN_MOM 0.1f
+
+/* float64 training BatchNorm over [rows][c]: the batch's mean and biased variance, y = xhat*gamma + beta */
+static void ref_bn(long rows, int c, const double *x, const double *gamma, const double *beta, double *y, double *mean,
+                   double *var) {
+    for (int j = 0; j < c; j++) {
+        double m = 0.0, v = 0.0;
+        for (long r = 0; r < rows; r++) m += x[r * c + j];
+        m /= (double)rows;
+        for (long r = 0; r < rows; r++) v += (x[r * c + j] - m) * (x[r * c + j] - m);
+        v /= (double)rows;
+        if (mean) mean[j] = m;
+        if (var) var[j] = v;
+        for (long r = 0; r < rows; r++) y[r * c + j] = (x[r * c + j] - m) / sqrt(v + BN_EPS) * gamma[j] + beta[j];
+    }
+}
+
+typedef struct {
+    long rows;
+    int c;
+    double *x, *gamma, *beta, *r, *y;
+} BnCtx;
+
+static double bn_objective(void *p) {
+    BnCtx *b = p;
+    ref_bn(b->rows, b->c, b->x, b->gamma, b->beta, b->y, NULL, NULL);
+    double L = 0.0;
+    for (long i = 0; i < b->rows * b->c; i++) L += b->r[i] * b->y[i];
+    return L;
+}
+
+/* A BatchNorm layer's training step as the model runs it through the table, its batch of n samples split over
+ * `ranks` ranks (samples [q*n/ranks, (q+1)*n/ranks) on rank q): each rank's local sums added in rank order where
+ * SyncBatchNorm all-reduces them (ranks 1: the plain layer, nothing summed). dgamma, dbeta: the summed gradient
+ * sums; dx with beta_dx. */
+typedef struct {
+    float *y, *dx, *dgamma, *dbeta, *mean, *invstd;
+} BnOut;
+static void bn_layer(int n, long S, int c, int ranks, const float *x, const float *gamma, const float *beta,
+                     const float *dy, float *rm, float *rv, BnOut *o, float beta_dx) {
+    const BatchNormOps *bn = backend_cpu()->batchnorm;
+    const double count = (double)n * S;
+    float *sum = fnew(c), *sq = fnew(c), *part = fnew(c), *a = fnew(c), *b = fnew(c);
+    for (int j = 0; j < c; j++) sum[j] = sq[j] = o->dgamma[j] = o->dbeta[j] = 0.0f;
+#define BN_RANKS(...)                                                                                         \
+    for (int q = 0; q < ranks; q++) {                                                                         \
+        const int n0 = q * n / ranks, n1 = (q + 1) * n / ranks;                                               \
+        const BatchNormShape s = {.n = n1 - n0, .spatial = S, .c = c, .dtype = DT_F32};                       \
+        const long off = (long)n0 * S * c;                                                                    \
+        __VA_ARGS__;                                                                                          \
+    }
+    BN_RANKS({
+        bn->stats(&s, x + off, NULL, count, part);
+        for (int j = 0; j < c; j++) sum[j] += part[j];
+    });
+    BN_RANKS({
+        bn->stats(&s, x + off, sum, count, part);
+        for (int j = 0; j < c; j++) sq[j] += part[j];
+    });
+    bn->finalize(c, count, BN_EPS, BN_MOM, 1, sum, sq, o->mean, o->invstd, rm, rv);
+    BN_RANKS(bn->forward(&s, x + off, o->mean, o->invstd, gamma, beta, o->y + off));
+    BN_RANKS({
+        bn->backward_reduce(&s, dy + off, x + off, o->mean, o->invstd, a, b);
+        for (int j = 0; j < c; j++) o->dbeta[j] += a[j], o->dgamma[j] += b[j];
+    });
+    BN_RANKS(bn->backward(&s, dy + off, x + off, o->mean, o->invstd, gamma, o->dbeta, o->dgamma, count, o->dx + off,
+                          beta_dx));
+#undef BN_RANKS
+    free(sum), free(sq), free(part), free(a), free(b);
+}
+
+static BnOut bn_out_new(long cnt, int c) {
+    return (BnOut){fnan(cnt), fnan(cnt), fnan(c), fnan(c), fnan(c), fnan(c)};
+}
+static void bn_out_free(BnOut *o) { free(o->y), free(o->dx), free(o->dgamma), free(o->dbeta), free(o->mean), free(o->invstd); }
+
+/* The composition stats -> stats(center) -> finalize -> forward, and backward_reduce -> backward, against float64:
+ * y and the running statistics against the definition, dx, dgamma, dbeta against finite differences of the whole
+ * float64 training forward (statistics included); the same with the batch split over 2 and 4 ranks whose sums are
+ * added (SyncBatchNorm's use), which must also match the one-rank results; beta_dx 1 adds. */
+static void check_batchnorm(int n, long S, int c) {
+    const long rows = (long)n * S, cnt = rows * c;
+    float *x = frand(cnt, -1, 1);
+    for (long i = 0; i < cnt; i++) x[i] = 0.5f + (float)(i % c) * 0.2f + x[i] * (1.0f + (float)(i % c) * 0.3f);
+    float *gamma = frand(c, 0.5, 1.5), *beta = frand(c, -0.5, 0.5), *r = frand(cnt, -1, 1);
+    float *rm0 = frand(c, -0.5, 0.5), *rv0 = frand(c, 0.5, 1.5);
+    BnCtx ctx = {.rows = rows, .c = c, .x = to_d(x, cnt), .gamma = to_d(gamma, c), .beta = to_d(beta, c),
+                 .r = to_d(r, cnt), .y = dnew(cnt)};
+    double *rmean = dnew(c), *rvar = dnew(c);
+    ref_bn(rows, c, ctx.x, ctx.gamma, ctx.beta, ctx.y, rmean, rvar);
+    double *want_rm = dnew(c), *want_rv = dnew(c), *want_invstd = dnew(c);
+    for (int j = 0; j < c; j++) {
+        want_rm[j] = 0.9 * rm0[j] + 0.1 * rmean[j];
+        want_rv[j] = 0.9 * rv0[j] + 0.1 * rvar[j] * (double)rows / (double)(rows - 1); /* unbiased */
+        want_invstd[j] = 1.0 / sqrt(rvar[j] + BN_EPS);
+    }
+    BnOut one = bn_out_new(cnt, c);
+    const int split[3] = {1, 2, 4};
+    for (int t = 0; t < 3 && split[t] <= n; t++) {
+        BnOut o = t == 0 ? one : bn_out_new(cnt, c); /* rank 1: into `one` itself */
+        float *rm = fcopy(rm0, c), *rv = fcopy(rv0, c);
+        bn_layer(n, S, c, split[t], x, gamma, beta, r, rm, rv, &o, 0.0f);
+        const BnOut *g = &o;
+        expect_close("batchnorm y", g->y, ctx.y, cnt, FWD_TOL);
+        expect_close("batchnorm mean", g->mean, rmean, c, FWD_TOL);
+        expect_close("batchnorm invstd", g->invstd, want_invstd, c, FWD_TOL);
+        expect_close("batchnorm running_mean", rm, want_rm, c, FWD_TOL);
+        expect_close("batchnorm running_var", rv, want_rv, c, FWD_TOL);
+        expect_grad("batchnorm dx", bn_objective, &ctx, ctx.x, cnt, g->dx);
+        expect_grad("batchnorm dgamma", bn_objective, &ctx, ctx.gamma, c, g->dgamma);
+        expect_grad("batchnorm dbeta", bn_objective, &ctx, ctx.beta, c, g->dbeta);
+        if (t > 0) { /* the ranks' sums give the one-rank layer to float rounding */
+            double *d = to_d(one.dx, cnt), *yy = to_d(one.y, cnt);
+            expect_close("batchnorm dx, ranks vs one", o.dx, d, cnt, 1e-6);
+            expect_close("batchnorm y, ranks vs one", o.y, yy, cnt, 1e-6);
+            free(d), free(yy);
+        }
+        free(rm), free(rv);
+        if (t > 0) bn_out_free(&o);
+    }
+    /* beta_dx 1: dx adds to what is there */
+    BnOut acc = bn_out_new(cnt, c);
+    float *dx0 = frand(cnt, -1, 1), *rm = fcopy(rm0, c), *rv = fcopy(rv0, c);
+    memcpy(acc.dx, dx0, sizeof(float) * (size_t)cnt);
+    bn_layer(n, S, c, 1, x, gamma, beta, r, rm, rv, &acc, 1.0f);
+    expect_accumulated("batchnorm dx beta 1", acc.dx, dx0, one.dx, cnt);
+    bn_out_free(&acc), bn_out_free(&one);
+    free(dx0), free(rm), free(rv), free(x), free(gamma), free(beta), free(r), free(rm0), free(rv0), free(rmean), free(rvar);
+    free(want_rm), free(want_rv), free(want_invstd), free(ctx.x), free(ctx.gamma), free(ctx.beta), free(ctx.r), free(ctx.y);
+}
+
+static void test_batchnorm(void **state) {
+    check_batchnorm(4, 2 * 3 * 4, 5);
+    check_batchnorm(2, 5 * 6 * 7, 3); /* more rows than one partial-sum block */
+    check_batchnorm(4, 1, 6);         /* one position per sample (the head's 1x1x1 features) */
+}
+
+/* Eval: finalize(train 0) takes the running statistics and leaves them alone; forward normalises with them. */
+static void test_batchnorm_eval(void **state) {
+    const BatchNormOps *bn = backend_cpu()->batchnorm;
+    const int c = 7;
+    const long S = 30, cnt = 2 * S * c;
+    float *x = frand(cnt, -2, 2), *gamma = frand(c, 0.5, 1.5), *beta = frand(c, -0.5, 0.5);
+    float *rm = frand(c, -0.5, 0.5), *rv = frand(c, 0.5, 1.5), *rm0 = fcopy(rm, c), *rv0 = fcopy(rv, c);
+    float *mean = fnan(c), *invstd = fnan(c), *y = fnan(cnt);
+    bn->finalize(c, 60.0, BN_EPS, BN_MOM, 0, NULL, NULL, mean, invstd, rm, rv);
+    assert_memory_equal(rm, rm0, sizeof(float) * c);
+    assert_memory_equal(rv, rv0, sizeof(float) * c);
+    assert_memory_equal(mean, rm0, sizeof(float) * c);
+    const BatchNormShape s = {.n = 2, .spatial = S, .c = c, .dtype = DT_F32};
+    bn->forward(&s, x, mean, invstd, gamma, beta, y);
+    double *want = dnew(cnt);
+    for (long i = 0; i < cnt; i++) {
+        const int j = (int)(i % c);
+        want[i] = ((double)x[i] - rm0[j]) / sqrt((double)rv0[j] + BN_EPS) * gamma[j] + beta[j];
+    }
+    expect_close("batchnorm eval y", y, want, cnt, FWD_TOL);
+    free(x), free(gamma), free(beta), free(rm), free(rv), free(rm0), free(rv0), free(mean), free(invstd), free(y), free(want);
+}
+
+/* The sums are bit-identical on 1 and 2 threads (fixed blocks added in order). */
+static void test_batchnorm_threads(void **state) {
+    const BatchNormOps *bn = backend_cpu()->batchnorm;
+    const BatchNormShape s = {.n = 2, .spatial = 3001, .c = 12, .dtype = DT_F32};
+    const long cnt = 2L * 3001 * 12;
+    float *x = frand(cnt, -2, 3), *dy = frand(cnt, -1, 1), *mean = frand(12, 0, 1), *invstd = frand(12, 0.5, 2);
+    float o[2][4][12];
+    for (int th = 0; th < 2; th++) {
+        set_threads(th + 1);
+        bn->stats(&s, x, NULL, 6002.0, o[th][0]);
+        bn->stats(&s, x, o[th][0], 6002.0, o[th][1]);
+        bn->backward_reduce(&s, dy, x, mean, invstd, o[th][2], o[th][3]);
+    }
+    set_threads(2);
+    assert_memory_equal(o[0], o[1], sizeof o[0]);
+    free(x), free(dy), free(mean), free(invstd);
+}
+
+/* ---- relu, avgpool, dropout ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    long n;
+    double *x, *r;
+    double (*f)(const void *ctx, const double *x, long i); /* the op's value at output i, from x */
+    const void *f_ctx;
+    long n_out;
+} MapCtx;
+
+static double map_objective(void *p) {
+    MapCtx *m = p;
+    double L = 0.0;
+    for (long i = 0; i < m->n_out; i++) L += m->r[i] * m->f(m->f_ctx, m->x, i);
+    return L;
+}
+
+static double relu_at(const void *ctx, const double *x, long i) { return x[i] > 0 ? x[i] : 0.0; }
+
+static void test_relu(void **state) {
+    const ReluOps *re = backend_cpu()->relu;
+    const long n = 3001;
+    float *x = frand(n, -1, 1), *r = frand(n, -1, 1), *y = fnan(n), *dx = fnan(n);
+    x[5] = 0.0f; /* y = 0 there, and so is the gradient (as PyTorch) */
+    re->forward(DT_F32, n, x, y);
+    for (long i = 0; i < n; i++) assert_true(y[i] == (x[i] > 0 ? x[i] : 0.0f));
+    re->backward(DT_F32, n, y, r, dx, 0.0f);
+    assert_true(dx[5] == 0.0f);
+    x[5] = 0.25f; /* finite differences need a point away from the kink */
+    MapCtx m = {.n = n, .x = to_d(x, n), .r = to_d(r, n), .f = relu_at, .n_out = n};
+    re->forward(DT_F32, n, x, y);
+    re->backward(DT_F32, n, y, r, dx, 0.0f);
+    expect_grad("relu dx", map_objective, &m, m.x, n, dx);
+    float *dx1 = frand(n, -1, 1), *dx0 = fcopy(dx1, n);
+    re->backward(DT_F32, n, y, r, dx1, 1.0f);
+    expect_accumulated("relu dx beta 1", dx1, dx0, dx, n);
+    /* NaN passes through the forward */
+    const float nan_in = NAN;
+    float nan_out = 0.0f;
+    re->forward(DT_F32, 1, &nan_in, &nan_out);
+    assert_true(nan_out != nan_out);
+    free(x), free(r), free(y), free(dx), free(dx1), free(dx0), free(m.x), free(m.r);
+}
+
+typedef struct {
+    int n, c;
+    long S;
+} PoolDims;
+static double avgpool_at(const void *ctx, const double *x, long i) {
+    const PoolDims *d = ctx;
+    const long b = i / d->c, j = i % d->c;
+    double s = 0.0;
+    for (long p = 0; p < d->S; p++) s += x[(b * d->S + p) * d->c + j];
+    return s / (double)d->S;
+}
+
+static void test_avgpool(void **state) {
+    const AvgPoolOps *ap = backend_cpu()->avgpool;
+    const PoolDims d = {.n = 3, .c = 70, .S = 27}; /* more channels than one work item */
+    const long nx = (long)d.n * d.S * d.c, ny = (long)d.n * d.c;
+    float *x = frand(nx, -1, 1), *r = frand(ny, -1, 1), *y = fnan(ny), *dx = fnan(nx);
+    ap->forward(DT_F32, d.n, d.S, d.c, x, y);
+    MapCtx m = {.x = to_d(x, nx), .r = to_d(r, ny), .f = avgpool_at, .f_ctx = &d, .n_out = ny};
+    double *ry = dnew(ny);
+    for (long i = 0; i < ny; i++) ry[i] = avgpool_at(&d, m.x, i);
+    expect_close("avgpool forward", y, ry, ny, FWD_TOL);
+    ap->backward(DT_F32, d.n, d.S, d.c, r, dx, 0.0f);
+    expect_grad("avgpool dx", map_objective, &m, m.x, nx, dx);
+    float *dx1 = frand(nx, -1, 1), *dx0 = fcopy(dx1, nx);
+    ap->backward(DT_F32, d.n, d.S, d.c, r, dx1, 1.0f);
+    expect_accumulated("avgpool dx beta 1", dx1, dx0, dx, nx);
+    /* bit-identical on 1 and 2 threads */
+    const PoolDims big = {.n = 4, .c = 300, .S = 512};
+    const long nb = (long)big.n * big.S * big.c;
+    float *xb = frand(nb, -1, 1), *yb[2] = {fnew(big.n * big.c), fnew(big.n * big.c)};
+    for (int th = 0; th < 2; th++) {
+        set_threads(th + 1);
+        ap->forward(DT_F32, big.n, big.S, big.c, xb, yb[th]);
+    }
+    set_threads(2);
+    assert_memory_equal(yb[0], yb[1], sizeof(float) * (size_t)(big.n * big.c));
+    free(x), free(r), free(y), free(dx), free(dx1), free(dx0), free(m.x), free(m.r), free(ry), free(xb), free(yb[0]);
+    free(yb[1]);
+}
+
+typedef struct {
+    DropoutShape s;
+    uint64_t first;
+} DropCtx;
+static double dropout_at(const void *ctx, const double *x, long i) {
+    const DropCtx *d = ctx;
+    const uint64_t k = (d->first + (uint64_t)(i / d->s.per_sample)) * (uint64_t)d->s.per_sample +
+                       (uint64_t)(i % d->s.per_sample);
+    return vx_uniform01(vx_hash3(d->s.seed, d->s.stream, k)) >= d->s.p ? x[i] / (1.0 - d->s.p) : 0.0;
+}
+
+/* dropout.h's key: value j of global sample s kept when vx_uniform01(vx_hash3(seed, stream, s*per_sample + j)) >= p;
+ * the same sample gets the same mask in any batch; p 0 is the identity, p 1 drops everything; backward against
+ * finite differences; about p of the values dropped. */
+static void test_dropout(void **state) {
+    const DropoutOps *dr = backend_cpu()->dropout;
+    const DropCtx d = {.s = {.n = 4, .per_sample = 777, .p = 0.3f, .seed = 99, .stream = 4, .dtype = DT_F32},
+                       .first = 1000};
+    const long n = d.s.n * d.s.per_sample;
+    float *x = frand(n, -1, 1), *r = frand(n, -1, 1), *y = fnan(n), *dx = fnan(n);
+    dr->forward(&d.s, &d.first, x, y);
+    MapCtx m = {.x = to_d(x, n), .r = to_d(r, n), .f = dropout_at, .f_ctx = &d, .n_out = n};
+    double *ry = dnew(n);
+    long dropped = 0;
+    for (long i = 0; i < n; i++) ry[i] = dropout_at(&d, m.x, i), dropped += y[i] == 0.0f;
+    expect_close("dropout forward", y, ry, n, 1e-7);
+    assert_true(fabs((double)dropped / n - 0.3) < 0.03);
+    dr->backward(&d.s, &d.first, r, dx, 0.0f);
+    expect_grad("dropout dx", map_objective, &m, m.x, n, dx);
+    float *dx1 = frand(n, -1, 1), *dx0 = fcopy(dx1, n);
+    dr->backward(&d.s, &d.first, r, dx1, 1.0f);
+    expect_accumulated("dropout dx beta 1", dx1, dx0, dx, n);
+    /* samples 1002 and 1003 of this batch, as a batch of their own: the same values, bit for bit */
+    DropoutShape tail = d.s;
+    tail.n = 2;
+    const uint64_t first2 = d.first + 2;
+    float *y2 = fnan(2 * d.s.per_sample);
+    dr->forward(&tail, &first2, x + 2 * d.s.per_sample, y2);
+    assert_memory_equal(y2, y + 2 * d.s.per_sample, sizeof(float) * (size_t)(2 * d.s.per_sample));
+    /* p 0: y = x; p 1: y = 0 */
+    DropoutShape id = d.s, all = d.s;
+    id.p = 0.0f, all.p = 1.0f;
+    dr->forward(&id, &d.first, x, y);
+    assert_memory_equal(y, x, sizeof(float) * (size_t)n);
+    dr->forward(&all, &d.first, x, y);
+    for (long i = 0; i < n; i++) assert_true(y[i] == 0.0f);
+    free(x), free(r), free(y), free(dx), free(dx1), free(dx0), free(m.x), free(m.r), free(ry), free(y2);
+}
+
+/* ---- maxpool ----------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    MaxPoolShape s;
+} MpCtx;
+static double maxpool_at(const void *ctx, const double *x, long t) {
+    const MaxPoolShape *s = &((const MpCtx *)ctx)->s;
+    const int j = (int)(t % s->c);
+    long q = t / s->c;
+    const int ox = (int)(q % s->ow), oy = (int)(q / s->ow % s->oh), oz = (int)(q / ((long)s->ow * s->oh) % s->od);
+    const long b = q / ((long)s->ow * s->oh * s->od);
+    double best = -INFINITY;
+    for (int kd = 0; kd < s->k; kd++)
+        for (int kh = 0; kh < s->k; kh++)
+            for (int kw = 0; kw < s->k; kw++) {
+                const int z = oz * s->stride - s->pad + kd, y = oy * s->stride - s->pad + kh,
+                          xx = ox * s->stride - s->pad + kw;
+                if (z < 0 || z >= s->d || y < 0 || y >= s->h || xx < 0 || xx >= s->w) continue;
+                const double v = x[(((b * s->d + z) * s->h + y) * s->w + xx) * s->c + j];
+                best = v > best ? v : best;
+            }
+    return best;
+}
+
+/* forward against the float64 max; backward (through the saved args) against finite differences, on distinct
+ * values (a permutation of a 1e-3 grid: no ties, so the max is differentiable); beta 1 adds */
+static void check_maxpool(int n, int d, int h, int w, int c, int k, int stride, int pad) {
+    const MaxPoolOps *mp = backend_cpu()->maxpool;
+    const MpCtx mc = {maxpool_shape(n, d, h, w, c, k, stride, pad)};
+    const MaxPoolShape *s = &mc.s;
+    const long nx = (long)n * d * h * w * c, ny = (long)n * s->od * s->oh * s->ow * c;
+    float *x = fnew(nx), *r = frand(ny, -1, 1), *y = fnan(ny), *dx = fnan(nx);
+    int32_t *arg = malloc(sizeof(int32_t) * (size_t)ny);
+    for (long i = 0; i < nx; i++) x[i] = (float)i;
+    for (long i = nx - 1; i > 0; i--) { /* shuffle */
+        const long j = (long)(urand() * (i + 1));
+        const float t = x[i];
+        x[i] = x[j], x[j] = t;
+    }
+    for (long i = 0; i < nx; i++) x[i] = (x[i] - (float)nx / 2) * 1e-3f;
+    mp->forward(s, x, y, arg);
+    MapCtx m = {.x = to_d(x, nx), .r = to_d(r, ny), .f = maxpool_at, .f_ctx = &mc, .n_out = ny};
+    double *ry = dnew(ny);
+    for (long i = 0; i < ny; i++) ry[i] = maxpool_at(&mc, m.x, i);
+    expect_close("maxpool forward", y, ry, ny, 0);
+    mp->backward(s, r, arg, dx, 0.0f);
+    expect_grad("maxpool dx", map_objective, &m, m.x, nx, dx);
+    float *dx1 = frand(nx, -1, 1), *dx0 = fcopy(dx1, nx);
+    mp->backward(s, r, arg, dx1, 1.0f);
+    expect_accumulated("maxpool dx beta 1", dx1, dx0, dx, nx);
+    free(x), free(r), free(y), free(dx), free(arg), free(dx1), free(dx0), free(m.x), free(m.r), free(ry);
+}
+
+static void test_maxpool(void **state) {
+    check_maxpool(2, 7, 8, 9, 3, 3, 2, 1); /* MONAI's: k3 s2 p1 */
+    check_maxpool(1, 5, 5, 5, 2, 3, 1, 1); /* overlapping windows */
+    check_maxpool(2, 4, 6, 5, 3, 2, 2, 0);
+    check_maxpool(1, 1, 7, 6, 4, 3, 2, 1); /* depth 1 */
+    check_maxpool(1, 3, 4, 5, 2, 4, 3, 2); /* even window, pad k/2 */
+}
+
+/* The tie rule (maxpool.h): the first maximum in window order wins; padding never wins, even over -infinity or
+ * values below any padding value one might pick; a NaN wins (the first one); the gradient goes to the winner only. */
+static void test_maxpool_ties(void **state) {
+    const MaxPoolOps *mp = backend_cpu()->maxpool;
+    /* one channel, 3x3x3 input, k3 s2 p1: output 2x2x2; output (0,0,0)'s window covers input [0,1]^3 at taps
+     * (1..2)^3, so its first real tap is (1,1,1) = 13 */
+    const MaxPoolShape s = maxpool_shape(1, 3, 3, 3, 1, 3, 2, 1);
+    float x[27], y[8], dy[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dx[27];
+    int32_t arg[8];
+    for (int i = 0; i < 27; i++) x[i] = 1.0f; /* all tied: every window's first real position */
+    mp->forward(&s, x, y, arg);
+    assert_int_equal(arg[0], 13);                 /* (kd,kh,kw) = (1,1,1): input (0,0,0) */
+    assert_int_equal(arg[7], 0);                  /* output (1,1,1) starts at input (1,1,1): tap (0,0,0) */
+    for (int i = 0; i < 27; i++) x[i] = -INFINITY; /* padding (-inf) must still not win */
+    mp->forward(&s, x, y, arg);
+    assert_int_equal(arg[0], 13);
+    assert_true(isinf(y[0]) && y[0] < 0);
+    for (int i = 0; i < 27; i++) x[i] = -5.0f;
+    x[4] = -1.0f, x[13] = -1.0f; /* input (0,1,1) and (1,1,1), both in output (0,0,0)'s window: the first wins */
+    mp->forward(&s, x, y, arg);
+    assert_true(y[0] == -1.0f);
+    assert_int_equal(arg[0], (1 * 3 + 2) * 3 + 2); /* input (0,1,1) is tap (1,2,2) */
+    mp->backward(&s, dy, arg, dx, 0.0f);
+    /* every input holds the dy of the outputs whose winner it is, added in output order */
+    float want[27] = {0};
+    for (int o = 0; o < 8; o++) {
+        const int oz = o / 4, oy = o / 2 % 2, ox = o % 2, a = arg[o];
+        want[((oz * 2 - 1 + a / 9) * 3 + oy * 2 - 1 + a / 3 % 3) * 3 + ox * 2 - 1 + a % 3] += dy[o];
+    }
+    assert_memory_equal(dx, want, sizeof want);
+    assert_true(dx[4] >= 1.0f && dx[0] == 0.0f);
+    x[14] = NAN; /* input (1,1,2), in output (0,0,1)'s window: the NaN shows there */
+    mp->forward(&s, x, y, arg);
+    assert_true(y[1] != y[1]);
+}
+
+/* ---- linear ------------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    LinearShape s;
+    double *x, *w, *b, *r;
+} LinCtx;
+static double lin_objective(void *p) {
+    const LinCtx *l = p;
+    double L = 0.0;
+    for (int r = 0; r < l->s.n; r++)
+        for (int o = 0; o < l->s.out; o++) {
+            double y = l->b[o];
+            for (int i = 0; i < l->s.in; i++) y += l->x[(long)r * l->s.in + i] * l->w[(long)o * l->s.in + i];
+            L += l->r[(long)r * l->s.out + o] * y;
+        }
+    return L;
+}
+
+static void check_linear(int n, int in, int out) {
+    const LinearOps *li = backend_cpu()->linear;
+    const LinearShape s = {.n = n, .in = in, .out = out, .dtype = DT_F32};
+    const long nx = (long)n * in, nw = (long)out * in, ny = (long)n * out;
+    float *x = frand(nx, -1, 1), *w = frand(nw, -1, 1), *b = frand(out, -1, 1), *r = frand(ny, -1, 1);
+    LinCtx l = {.s = s, .x = to_d(x, nx), .w = to_d(w, nw), .b = to_d(b, out), .r = to_d(r, ny)};
+    float *y = fnan(ny), *dx = fnan(nx), *dw = fnan(nw), *db = fnan(out);
+    li->forward(&s, x, w, b, y);
+    double *ry = dnew(ny);
+    for (long t = 0; t < ny; t++) {
+        ry[t] = l.b[t % out];
+        for (int i = 0; i < in; i++) ry[t] += l.x[t / out * in + i] * l.w[t % out * in + i];
+    }
+    expect_close("linear forward", y, ry, ny, FWD_TOL);
+    li->backward_data(&s, r, w, dx, 0.0f);
+    li->backward_filter(&s, x, r, dw, db, 0.0f);
+    expect_grad("linear dx", lin_objective, &l, l.x, nx, dx);
+    expect_grad("linear dw", lin_objective, &l, l.w, nw, dw);
+    expect_grad("linear db", lin_objective, &l, l.b, out, db);
+    /* no bias: y without b; db NULL: dw alone, the same bits */
+    float *y0 = fnan(ny), *dw2 = fnan(nw);
+    li->forward(&s, x, w, NULL, y0);
+    for (long t = 0; t < ny; t++) ry[t] -= l.b[t % out];
+    expect_close("linear forward without bias", y0, ry, ny, FWD_TOL);
+    li->backward_filter(&s, x, r, dw2, NULL, 0.0f);
+    assert_memory_equal(dw2, dw, sizeof(float) * (size_t)nw);
+    /* beta 1 */
+    float *dx1 = frand(nx, -1, 1), *dw1 = frand(nw, -1, 1), *db1 = frand(out, -1, 1);
+    float *dx0 = fcopy(dx1, nx), *dw0 = fcopy(dw1, nw), *db0 = fcopy(db1, out);
+    li->backward_data(&s, r, w, dx1, 1.0f);
+    li->backward_filter(&s, x, r, dw1, db1, 1.0f);
+    expect_accumulated("linear dx beta 1", dx1, dx0, dx, nx);
+    expect_accumulated("linear dw beta 1", dw1, dw0, dw, nw);
+    expect_accumulated("linear db beta 1", db1, db0, db, out);
+    free(x), free(w), free(b), free(r), free(y), free(dx), free(dw), free(db), free(ry), free(y0), free(dw2);
+    free(dx1), free(dw1), free(db1), free(dx0), free(dw0), free(db0), free(l.x), free(l.w), free(l.b), free(l.r);
+}
+
+static void test_linear(void **state) {
+    check_linear(5, 7, 3);
+    check_linear(37, 20, 1); /* a risk score; more samples than one chunk */
+    check_linear(2, 64, 10);
+}
+
+/* bit-identical on 1 and 2 threads */
+static void test_linear_threads(void **state) {
+    const LinearOps *li = backend_cpu()->linear;
+    const LinearShape s = {.n = 100, .in = 300, .out = 17, .dtype = DT_F32};
+    float *x = frand(30000, -1, 1), *w = frand(5100, -1, 1), *b = frand(17, -1, 1), *dy = frand(1700, -1, 1);
+    float *o[2][4];
+    for (int th = 0; th < 2; th++) {
+        set_threads(th + 1);
+        o[th][0] = fnew(1700), o[th][1] = fnew(30000), o[th][2] = fnew(5100), o[th][3] = fnew(17);
+        li->forward(&s, x, w, b, o[th][0]);
+        li->backward_data(&s, dy, w, o[th][1], 0.0f);
+        li->backward_filter(&s, x, dy, o[th][2], o[th][3], 0.0f);
+    }
+    set_threads(2);
+    const long sizes[4] = {1700, 30000, 5100, 17};
+    for (int j = 0; j < 4; j++) assert_memory_equal(o[0][j], o[1][j], sizeof(float) * (size_t)sizes[j]);
+    for (int th = 0; th < 2; th++)
+        for (int j = 0; j < 4; j++) free(o[th][j]);
+    free(x), free(w), free(b), free(dy);
+}
+
+/* ---- head losses --------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    HeadLossKind kind;
+    int n, k;
+    double *z;
+    const float *target, *weight;
+} HeadCtx;
+
+/* float64 losses from head_loss.h's definitions (no shifts or stable forms but where double needs them) */
+static double head_objective(void *p) {
+    const HeadCtx *h = p;
+    double L = 0.0, W = 0.0, E = 0.0;
+    if (h->kind == HEAD_LOSS_CE) {
+        for (int i = 0; i < h->n; i++) {
+            const int t = (int)h->target[i];
+            const double w = h->weight ? h->weight[t] : 1.0;
+            double se = 0.0;
+            for (int j = 0; j < h->k; j++) se += exp(h->z[(long)i * h->k + j]);
+            L += w * (log(se) - h->z[(long)i * h->k + t]);
+            W += w;
+        }
+        return L / W;
+    }
+    if (h->kind == HEAD_LOSS_BCE) {
+        for (long e = 0; e < (long)h->n * h->k; e++) {
+            const double z = h->z[e], t = h->target[e], pw = h->weight ? h->weight[e % h->k] : 1.0;
+            const double sg = 1.0 / (1.0 + exp(-z));
+            L += -(pw * t * log(sg) + (1 - t) * log(1 - sg));
+        }
+        return L / ((double)h->n * h->k);
+    }
+    for (int i = 0; i < h->n; i++) {
+        if (h->target[2 * i + 1] == 0.0f) continue;
+        E += 1;
+        double S = 0.0; /* relative to exp(z_i): z_i - log sum exp(z_j) = -log S */
+        for (int j = 0; j < h->n; j++)
+            if (h->target[2 * j] >= h->target[2 * i]) S += exp(h->z[j] - h->z[i]);
+        L += log(S);
+    }
+    return E > 0 ? L / E : 0.0;
+}
+
+/* loss against the float64 definition, dz (scaled by grad_scale and the loss scale, read from host memory) against
+ * finite differences; without dz the same loss */
+static void check_head(HeadLossKind kind, int n, int k, const float *z, const float *target, const float *weight) {
+    const HeadLossOps *hl = backend_cpu()->head_loss;
+    const HeadLossShape s = {.kind = kind, .n = n, .k = k, .dtype = DT_F32};
+    const long nz = (long)n * k;
+    const float scale = 4.0f, gs = 0.5f;
+    float loss = NAN, loss2 = NAN, *dz = fnan(nz);
+    hl->run(&s, z, target, weight, &loss, dz, gs, &scale);
+    HeadCtx h = {.kind = kind, .n = n, .k = k, .z = to_d(z, nz), .target = target, .weight = weight};
+    const double ref = head_objective(&h);
+    expect_close("head loss value", &loss, &ref, 1, FWD_TOL);
+    for (long i = 0; i < nz; i++) dz[i] /= gs * scale; /* exact: powers of two */
+    expect_grad("head loss dz", head_objective, &h, h.z, nz, dz);
+    hl->run(&s, z, target, weight, &loss2, NULL, gs, NULL);
+    assert_true(loss2 == loss);
+    free(dz), free(h.z);
+}
+
+static void test_head_loss_ce(void **state) {
+    const int n = 9, k = 5;
+    float *z = frand(n * k, -3, 3), *w = frand(k, 0.5, 2), t[9];
+    for (int i = 0; i < n; i++) t[i] = (float)(i * 7 % k);
+    check_head(HEAD_LOSS_CE, n, k, z, t, NULL);
+    check_head(HEAD_LOSS_CE, n, k, z, t, w); /* class weights: sum w_t nll / sum w_t */
+    /* large logits stay finite (log-sum-exp from the row's max) */
+    for (int i = 0; i < n * k; i++) z[i] *= 300.0f;
+    const HeadLossShape s = {.kind = HEAD_LOSS_CE, .n = n, .k = k, .dtype = DT_F32};
+    float loss, dz[45];
+    backend_cpu()->head_loss->run(&s, z, t, w, &loss, dz, 1.0f, NULL);
+    assert_true(isfinite(loss));
+    for (int i = 0; i < n * k; i++) assert_true(isfinite(dz[i]));
+    /* a target that is not a class index makes the loss NaN (the run then stops as diverged) */
+    t[3] = 2.5f;
+    backend_cpu()->head_loss->run(&s, z, t, w, &loss, dz, 1.0f, NULL);
+    assert_true(loss != loss);
+    free(z), free(w);
+}
+
+static void test_head_loss_bce(void **state) {
+    const int n = 6, k = 4;
+    float *z = frand(n * k, -4, 4), *pw = frand(k, 0.5, 3), t[24];
+    for (int i = 0; i < n * k; i++) t[i] = i % 5 == 2 ? 0.3f : (float)(i * 3 % 2);
+    check_head(HEAD_LOSS_BCE, n, k, z, t, NULL);
+    check_head(HEAD_LOSS_BCE, n, k, z, t, pw);
+    /* large |z|: finite, and the value and gradient the limits give (softplus(x) -> max(x, 0)) */
+    const float big[4] = {-100.0f, 100.0f, -1000.0f, 1000.0f}, tb[4] = {1, 0, 0, 1}, one = 1.0f;
+    const HeadLossShape s = {.kind = HEAD_LOSS_BCE, .n = 4, .k = 1, .dtype = DT_F32};
+    float loss, dz[4];
+    backend_cpu()->head_loss->run(&s, big, tb, &one, &loss, dz, 4.0f, NULL); /* grad_scale 4 undoes the mean */
+    assert_true(fabs(loss - 200.0 / 4) < 1e-4); /* -100 with t 1 and 100 with t 0 cost 100 each; the others 0 */
+    assert_true(dz[0] == -1.0f && dz[1] == 1.0f && dz[2] == 0.0f && dz[3] == 0.0f);
+    free(z), free(pw);
+}
+
+/* Cox with Breslow ties and censoring against the float64 definition; every sample censored: loss 0, dz 0 */
+static void test_head_loss_cox(void **state) {
+    const int n = 12;
+    float *z = frand(n, -2, 2), t[24];
+    for (int i = 0; i < n; i++) {
+        t[2 * i] = (float)(1 + i * 5 % 4);        /* times 1..4: ties */
+        t[2 * i + 1] = i % 3 == 1 ? 0.0f : 1.0f;  /* a third censored */
+    }
+    check_head(HEAD_LOSS_COX, n, 1, z, t, NULL);
+    z[4] = 40.0f; /* exp(40) is beyond float: the shift by the max keeps it finite */
+    check_head(HEAD_LOSS_COX, n, 1, z, t, NULL);
+    check_head(HEAD_LOSS_COX, 1, 1, z, t, NULL); /* a single event: its own risk set, loss 0 */
+    for (int i = 0; i < n; i++) t[2 * i + 1] = 0.0f;
+    const HeadLossShape s = {.kind = HEAD_LOSS_COX, .n = n, .k = 1, .dtype = DT_F32};
+    float loss = NAN, *dz = fnan(n);
+    backend_cpu()->head_loss->run(&s, z, t, NULL, &loss, dz, 1.0f, NULL);
+    assert_true(loss == 0.0f);
+    for (int i = 0; i < n; i++) assert_true(dz[i] == 0.0f);
+    free(z), free(dz);
+}
+
 /* ---- backend table ---------------------------------------------------------------------------------------- */
 
 static void test_backend_table(void **state) {
@@ -912,7 +1592,7 @@ int main(void) {
         cmocka_unit_test(test_conv_k3s2_even),    cmocka_unit_test(test_conv_k1),
         cmocka_unit_test(test_conv_k2s2),         cmocka_unit_test(test_conv_k1s2),
         cmocka_unit_test(test_conv_k3p0),         cmocka_unit_test(test_conv_k3s3),
-        cmocka_unit_test(test_conv_c1),
+        cmocka_unit_test(test_conv_c1),           cmocka_unit_test(test_conv_anisotropic),
         cmocka_unit_test(test_conv_chunked_s1),   cmocka_unit_test(test_conv_chunked_s2),
         cmocka_unit_test(test_conv_chunked_wide), cmocka_unit_test(test_conv_chunked_groups),
         cmocka_unit_test(test_conv_threads),
@@ -926,6 +1606,13 @@ int main(void) {
         cmocka_unit_test(test_latent_hand),       cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_sumsq),             cmocka_unit_test(test_normal_fill),
         cmocka_unit_test(test_latent_kl_gradient_near_zero_logvar),
+        cmocka_unit_test(test_relu),              cmocka_unit_test(test_avgpool),
+        cmocka_unit_test(test_dropout),           cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_maxpool_ties),      cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_threads),    cmocka_unit_test(test_batchnorm),
+        cmocka_unit_test(test_batchnorm_eval),    cmocka_unit_test(test_batchnorm_threads),
+        cmocka_unit_test(test_head_loss_ce),      cmocka_unit_test(test_head_loss_bce),
+        cmocka_unit_test(test_head_loss_cox),
         cmocka_unit_test(test_backend_table),     cmocka_unit_test(test_backend_extras),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,8 @@
 // bias_test.cpp: conv3d_cuda.cu's own kernels under the host emulation (run.sh) against plain loops, in every storage
 // type: the bias add with the fused residual (y = (y + bias) + r, rounded once to the storage type), the bias
 // gradient (a deterministic reduction into float32, beta 0 into NaN and beta 1), and the float32 accumulation of a
-// low-precision weight gradient.
+// low-precision weight gradient; pointwise shapes, and per-axis ones (conv3d_shape_3d: a 1x3x3 conv on a depth-1
+// volume, MONAI's stem k 7 stride 1x2x2), whose output positions and weight counts follow the per-axis sizes.
 #include <cuda_runtime.h>
 #include <cmath>
 #include <cstdio>
@@ -22,11 +23,16 @@ static void *buf(size_t bytes, long off_bytes) { // no slack after the end: ASan
 
 int main() {
     int fails = 0;
-    const int cases[][6] = {{3, 5, 7, 9, 5, 0}, {2, 4, 4, 4, 12, 0}, {2, 4, 4, 4, 12, 1}, {1, 3, 3, 3, 1, 0},
-                            {2, 30, 30, 30, 8, 0}, {1, 2, 2, 2, 300, 0}, {1, 2, 3, 2, 1036, 0}};
+    // n, d, h, w, c_out, offset, kernel (0: 1x1x1, 1: 1x3x3 pad 0x1x1, 2: 7x7x7 stride 1x2x2 pad 3x3x3)
+    const int cases[][7] = {{3, 5, 7, 9, 5, 0, 0}, {2, 4, 4, 4, 12, 0, 0}, {2, 4, 4, 4, 12, 1, 0}, {1, 3, 3, 3, 1, 0, 0},
+                            {2, 30, 30, 30, 8, 0, 0}, {1, 2, 2, 2, 300, 0, 0}, {1, 2, 3, 2, 1036, 0, 0},
+                            {2, 1, 9, 7, 12, 1, 1}, {2, 5, 9, 8, 8, 0, 2}};
+    const int kk[3][3][3] = {{{1, 1, 1}, {1, 1, 1}, {0, 0, 0}}, {{1, 3, 3}, {1, 1, 1}, {0, 1, 1}},
+                             {{7, 7, 7}, {1, 2, 2}, {3, 3, 3}}};
     for (int dt = 0; dt < DT_COUNT; dt++)
         for (auto &cs : cases) {
-            Conv3dShape s = conv3d_shape(cs[0], cs[1], cs[2], cs[3], 2, cs[4], 1, 1, 0);
+            const int(*kind)[3] = kk[cs[6]];
+            Conv3dShape s = conv3d_shape_3d(cs[0], cs[1], cs[2], cs[3], 2, cs[4], kind[0], kind[1], kind[2]);
             s.dtype = (DType)dt;
             const long P = (long)s.n * s.od * s.oh * s.ow, c = s.c_out, n = P * c, off = cs[5];
             const size_t es = dtype_size(s.dtype);
@@ -65,7 +71,7 @@ int main() {
             emu_dw_accumulate(&s, lp, dw, 1.0f);
             for (long i = 0; i < nw; i++)
                 if (dw[i] != 2.0f * dtype_load(s.dtype, lp, i)) { printf("FAIL dw beta 1 %s at %ld\n", dtype_name(s.dtype), i); fails++; break; }
-            printf("case %s c=%ld P=%ld off=%ld done\n", dtype_name(s.dtype), c, P, off);
+            printf("case %s c=%ld P=%ld off=%ld weights=%ld done\n", dtype_name(s.dtype), c, P, off, nw);
         }
     printf("%d failures\n", fails);
     return fails;

@@ -19,7 +19,15 @@ extern "C" {
 #include "normal/normal.h"
 #include "optim/optim.h"
 #include "augment/augment.h"
+#include "avgpool/avgpool.h"
+#include "batchnorm/batchnorm.h"
+#include "dropout/dropout.h"
+#include "head_loss/head_loss.h"
+#include "linear/linear.h"
+#include "maxpool/maxpool.h"
+#include "relu/relu.h"
 #include "silu/silu.h"
+#include "common/rng.h"
 #include "upsample/upsample.h"
 #include "op_cases.h"
 }
@@ -67,6 +75,26 @@ static void emu_sumsq(long n, const float *x, float *out) {
     sumsq_cuda(n, x, out);
 }
 
+/* the ResNet family's reducing ops: the CUDA tables' functions, the scratch poisoned first */
+static void emu_bn_stats(const BatchNormShape *s, const void *x, const float *center, double count, float *out) {
+    emu_poison_scratch();
+    batchnorm_ops_cuda.stats(s, x, center, count, out);
+}
+static void emu_bn_backward_reduce(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
+                                   const float *invstd, float *sum_dy, float *sum_dy_xhat) {
+    emu_poison_scratch();
+    batchnorm_ops_cuda.backward_reduce(s, dy, x, mean, invstd, sum_dy, sum_dy_xhat);
+}
+static void emu_avgpool_forward(DType dt, int n, long spatial, int c, const void *x, void *y) {
+    emu_poison_scratch();
+    avgpool_ops_cuda.forward(dt, n, spatial, c, x, y);
+}
+static void emu_head_loss(const HeadLossShape *s, const void *z, const float *target, const float *weight,
+                          float *loss_out, void *dz, float grad_scale, const float *loss_scale) {
+    emu_poison_scratch();
+    head_loss_ops_cuda.run(s, z, target, weight, loss_out, dz, grad_scale, loss_scale);
+}
+
 /* the op tables: CUDA's own where nothing is poisoned first; no convolutions (cuDNN has no emulation) */
 static int emu_no_conv(int, DType) { return 0; }
 static int emu_optim_supports(int fn, DType dt) { return fn == OPTIM_ADAMW ? op_supports_all_types(fn, dt) : dt == DT_F32; }
@@ -75,6 +103,10 @@ static const GroupNormOps emu_groupnorm = {{op_supports_all_types}, emu_gn_forwa
 static const LossOps emu_loss_ops = {{op_supports_all_types}, emu_loss};
 static const LatentOps emu_latent = {{op_supports_all_types}, emu_latent_forward, latent_backward_cuda};
 static const OptimOps emu_optim = {{emu_optim_supports}, adamw_cuda, emu_sumsq, optim_prepare_cuda};
+static const BatchNormOps emu_batchnorm = {batchnorm_ops_cuda.head, emu_bn_stats, batchnorm_ops_cuda.finalize,
+                                           batchnorm_ops_cuda.forward, emu_bn_backward_reduce, batchnorm_ops_cuda.backward};
+static const AvgPoolOps emu_avgpool = {avgpool_ops_cuda.head, emu_avgpool_forward, avgpool_ops_cuda.backward};
+static const HeadLossOps emu_head_loss_ops = {head_loss_ops_cuda.head, emu_head_loss};
 
 static const Backend emu_backend = {
     .name = "cuda-emulated",
@@ -115,13 +147,63 @@ static const Backend emu_backend = {
     .normal = &normal_ops_cuda,
     .augment = &augment_ops_cuda,
     .optim = &emu_optim,
+    .batchnorm = &emu_batchnorm,
+    .relu = &relu_ops_cuda,
+    .maxpool = &maxpool_ops_cuda,
+    .avgpool = &emu_avgpool,
+    .linear = &linear_ops_cuda,
+    .dropout = &dropout_ops_cuda,
+    .head_loss = &emu_head_loss_ops,
 };
 
+/* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one
+ * definition both compile), forward and backward with beta 0, scalar and float4 paths. Returns the failures. */
+static int dropout_bitwise(void) {
+    int fails = 0;
+    const struct { int n; long per_sample; float p; uint64_t first; } cases[] = {
+        {3, 1001, 0.3f, 12345}, {4, 4096, 0.5f, 1ull << 40}, {2, 1000, 0.0f, 3}, {2, 999, 0.9f, 0}};
+    for (const auto &c : cases) {
+        const DropoutShape s = {c.n, c.per_sample, c.p, 77, 5, DT_F32};
+        const long count = (long)c.n * c.per_sample;
+        float *x = (float *)emu_alloc(sizeof(float) * count), *y[2], *dx[2];
+        for (long i = 0; i < count; i++) x[i] = 2.0f * vx_uniform01(vx_hash3(1, 2, (uint64_t)i)) - 1.0f;
+        for (int b = 0; b < 2; b++) {
+            const DropoutOps *ops = b == 0 ? &dropout_ops_cpu : &dropout_ops_cuda;
+            y[b] = (float *)emu_alloc(sizeof(float) * count), dx[b] = (float *)emu_alloc(sizeof(float) * count);
+            ops->forward(&s, &c.first, x, y[b]);
+            ops->backward(&s, &c.first, x, dx[b], 0.0f);
+        }
+        long kept = 0;
+        for (long i = 0; i < count; i++) kept += y[0][i] != 0.0f;
+        if (memcmp(y[0], y[1], sizeof(float) * count) || memcmp(dx[0], dx[1], sizeof(float) * count)) {
+            printf("FAIL dropout p=%g n=%d x%ld: CUDA and CPU differ\n", (double)c.p, c.n, c.per_sample);
+            fails++;
+        } else if (c.p == 0.0f ? kept != count : (kept == 0 || kept == count)) {
+            printf("FAIL dropout p=%g: %ld of %ld kept\n", (double)c.p, kept, count);
+            fails++;
+        }
+    }
+    printf("dropout: CUDA and CPU bit for bit in %zu cases, %d failures\n", sizeof cases / sizeof cases[0], fails);
+    return fails;
+}
+
+/* VX_EMU_ONLY=a,b: only the cases of ops whose names start with one of these (a quicker run while working on them) */
+static int wanted(const char *op) {
+    const char *e = getenv("VX_EMU_ONLY");
+    if (!e || !*e) return 1;
+    for (const char *p = e; *p;) {
+        const size_t n = strcspn(p, ",");
+        if (n && strncmp(op, p, n) == 0) return 1;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 int main() {
-    int n_cases, failed = 0, run = 0;
+    int n_cases, failed = dropout_bitwise(), run = 0;
     const OpTestCase *cases = op_test_cases(&n_cases);
     for (int c = 0; c < n_cases; c++) {
-        if (!cases[c].emu) continue;
+        if (!cases[c].emu || !wanted(cases[c].op)) continue;
         const int op = kernel_op_find(cases[c].op);
         for (int dt = 0; dt < DT_COUNT; dt++) {
             if (!kernel_op_supported(&emu_backend, op, (DType)dt) || (cases[c].emu == 2 && dt != DT_F32)) continue;
