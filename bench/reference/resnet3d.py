@@ -97,19 +97,65 @@ def task_loss(cfg, out, targets):
     h = cfg["model"]
     task = h["task"]
     if task == "classification":
-        w = torch.tensor(h["class_weights"], dtype=torch.float32) if h["class_weights"] else None
+        w = torch.tensor(h["class_weights"], dtype=out.dtype) if h["class_weights"] else None
         return F.cross_entropy(out, targets.reshape(-1).long(), weight=w)
     if task == "multilabel":
-        pw = torch.tensor(h["pos_weight"], dtype=torch.float32) if h["pos_weight"] else None
+        pw = torch.tensor(h["pos_weight"], dtype=out.dtype) if h["pos_weight"] else None
         return F.binary_cross_entropy_with_logits(out, targets, pos_weight=pw)
     if task == "regression":
         return F.mse_loss(out, targets)
     return cox_loss(out, targets[:, 0], targets[:, 1])
 
 
-def run_probe_steps(prefix):
-    """Replays a resnet3d probe in MONAI: returns (meta, data, results) with each step's outputs and loss, the last
-    step's gradients (ours' layout, packed), the buffers after the steps and the evaluation outputs."""
+class ReplayedReLU:
+    """Makes every nn.ReLU of a model apply masks given in call order (a probe's: voxscale's y > 0 decisions) instead
+    of its own, counting where its own input would have decided otherwise (flips). A ReLU's input within rounding of
+    zero can fall on either side in two implementations; replaying one side's decisions takes that chance out of a
+    comparison of everything else, and the count says how many there were (a wrong layer would flip many)."""
+
+    def __init__(self, model):
+        self.model, self.masks, self.sizes, self.flips, self.values = model, [], None, 0, 0
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.ReLU):
+                mod.forward = self.forward
+
+    def call_sizes(self, x):
+        """Each ReLU call's output size in call order, from a forward of x that moves no running statistic."""
+        self.sizes, saved = [], [(b, b.clone()) for b in self.model.buffers()]
+        with torch.no_grad():
+            self.model(x)
+        for b, v in saved:
+            b.copy_(v)
+        sizes, self.sizes = self.sizes, None
+        return sizes
+
+    def load(self, flat, sizes):
+        self.masks = []
+        at = 0
+        for n in sizes:
+            self.masks.append(torch.from_numpy(flat[at:at + n].copy()))
+            at += n
+        assert at == flat.size, "the probe's ReLU masks do not add up to the model's ReLU outputs"
+
+    def forward(self, x):
+        if not self.masks:
+            if self.sizes is not None:
+                self.sizes.append(x.numel())
+            return torch.relu(x)
+        m = self.masks.pop(0)
+        nd = x.dim()
+        # ours are NDHWC (2-D: N 1 H W C); PyTorch's NC(D)HW
+        m = m.reshape((x.shape[0], *x.shape[2:], x.shape[1])).permute(0, nd - 1, *range(1, nd - 1)).to(x.dtype)
+        self.flips += int(((x > 0).to(x.dtype) != m).sum())
+        self.values += m.numel()
+        return x * m
+
+
+def run_probe_steps(prefix, dtype=torch.float32, replay_relu=False):
+    """Replays a resnet3d probe in MONAI, in float32 or (dtype float64) in double precision, the exact answer float32
+    results are measured against; replay_relu: with voxscale's ReLU decisions (ReplayedReLU). Returns (meta, data,
+    results) with each step's outputs and loss, the last step's gradients (ours' layout, packed), the buffers after
+    the steps, the evaluation outputs and, replaying, the ReLU values whose own decision differed (flips)."""
     meta, data = load_probe(prefix)
     cfg = meta["config"]
     torch.manual_seed(0)
@@ -117,37 +163,46 @@ def run_probe_steps(prefix):
     set_batchnorm(model, cfg)
     two_d = cfg["model"]["spatial_dims"] == 2
     load_params(model, meta, data[meta["param_values"]:], two_d)
+    model = model.to(dtype)
+    replay = ReplayedReLU(model) if replay_relu else None
     shape = meta["input_shape"]
     n, k, L = shape[0], meta["outputs_per_sample"], meta["labels_per_sample"]
     count = int(np.prod(shape))
     res = {"outputs": [], "loss": []}
     model.train()
     for st in meta["steps"]:
-        x = torch.from_numpy(data[st["input"]:st["input"] + count].reshape(shape)).permute(0, 4, 1, 2, 3)
+        x = torch.from_numpy(data[st["input"]:st["input"] + count].reshape(shape)).permute(0, 4, 1, 2, 3).to(dtype)
         if two_d:
             x = x[:, :, 0]
-        y = torch.from_numpy(data[st["targets"]:st["targets"] + n * L].reshape(n, L).copy())
+        y = torch.from_numpy(data[st["targets"]:st["targets"] + n * L].reshape(n, L).copy()).to(dtype)
         model.zero_grad(set_to_none=True)
+        if replay:
+            c = st["relu_masks_count"]
+            replay.load(data[st["relu_masks"]:st["relu_masks"] + c], replay.call_sizes(x.contiguous()))
         out = model(x.contiguous())
         loss = task_loss(cfg, out, y)
         loss.backward()
-        res["outputs"].append(out.detach().numpy().reshape(-1))
+        res["outputs"].append(out.detach().double().numpy().reshape(-1))
         res["loss"].append(float(loss))
+        if replay:
+            res["flips"], res["relu_values"] = replay.flips, replay.values
     named = dict(model.named_parameters())
-    grads = np.zeros(meta["param_count"], dtype=np.float32)
+    grads = np.zeros(meta["param_count"], dtype=np.float64)
     for p in meta["params"]:
         g = named[p["name"]].grad
-        grads[p["offset"]:p["offset"] + int(np.prod(p["shape"]))] = from_torch_weight(g, len(p["shape"]))
+        grads[p["offset"]:p["offset"] + int(np.prod(p["shape"]))] = from_torch_weight(g.double(), len(p["shape"]))
     res["grads"] = grads
     state = model.state_dict()
-    res["buffers"] = {b["name"]: state[b["name"]].numpy().reshape(-1) for b in meta["buffers"]}
+    res["buffers"] = {b["name"]: state[b["name"]].double().numpy().reshape(-1) for b in meta["buffers"]}
+    if replay:
+        replay.masks = []  # evaluation: its own ReLUs (no probe masks for it)
     model.eval()
     st = meta["steps"][0]
-    x = torch.from_numpy(data[st["input"]:st["input"] + count].reshape(shape)).permute(0, 4, 1, 2, 3)
+    x = torch.from_numpy(data[st["input"]:st["input"] + count].reshape(shape)).permute(0, 4, 1, 2, 3).to(dtype)
     if two_d:
         x = x[:, :, 0]
     with torch.no_grad():
-        res["eval_outputs"] = model(x.contiguous()).numpy().reshape(-1)
+        res["eval_outputs"] = model(x.contiguous()).double().numpy().reshape(-1)
     return meta, data, res
 
 

@@ -9,6 +9,11 @@
 #include "core/util.h"
 #include "conv3d/conv3d.h"
 #include "latent/latent.h"
+#include "batchnorm/batchnorm.h"
+#include "dropout/dropout.h"
+#include "head_loss/head_loss.h"
+#include "linear/linear.h"
+#include "maxpool/maxpool.h"
 
 /* ---- the cases of a model --------------------------------------------------------------------------------- */
 
@@ -114,10 +119,83 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             add_case(&l, k, "latent_backward");
             break;
         }
+        case OP_BATCHNORM: { /* the training forward's two passes, finalize, the forward, the backward's two */
+            BatchNormShape bn = nd->bn;
+            bn.dtype = dt;
+            kernel_case_set_params(&k, &bn, sizeof bn);
+            snprintf(k.shape, sizeof k.shape, "n%d %ldx%d", bn.n, bn.spatial, bn.c);
+            static const char *const BN[] = {"batchnorm_stats", "batchnorm_stats_centered", "batchnorm_finalize",
+                                             "batchnorm_forward", "batchnorm_backward_reduce", "batchnorm_backward"};
+            for (size_t b = 0; b < sizeof BN / sizeof BN[0]; b++)
+                if (b != 5 || tx->grad >= 0) add_case(&l, k, BN[b]);
+            KernelCase acc = count_case(bn.c, DT_F32); /* the sums into dgamma and dbeta */
+            acc.beta = 1.0f;
+            add_case(&l, acc, "accumulate");
+            break;
+        }
+        case OP_RELU:
+            add_case(&l, count_case(tx->count, dt), "relu_forward");
+            add_case(&l, count_case(tx->count, dt), "relu_backward");
+            break;
+        case OP_MAXPOOL: {
+            MaxPoolShape ps = nd->pool;
+            ps.dtype = dt;
+            kernel_case_set_params(&k, &ps, sizeof ps);
+            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d k%d s%d", ps.n, ps.d, ps.h, ps.w, ps.c, ps.k, ps.stride);
+            add_case(&l, k, "maxpool_forward");
+            add_case(&l, k, "maxpool_backward");
+            break;
+        }
+        case OP_AVGPOOL: {
+            const Dims d = tx->dims;
+            KernelCase ap = {.dims = {d.n, d.c}, .count = (long)d.d * d.h * d.w, .dtype = dt};
+            snprintf(ap.shape, sizeof ap.shape, "n%d %ldx%d", d.n, ap.count, d.c);
+            add_case(&l, ap, "avgpool_forward");
+            add_case(&l, ap, "avgpool_backward");
+            break;
+        }
+        case OP_LINEAR: {
+            LinearShape ls = nd->lin;
+            ls.dtype = dt;
+            kernel_case_set_params(&k, &ls, sizeof ls);
+            snprintf(k.shape, sizeof k.shape, "n%d %d->%d", ls.n, ls.in, ls.out);
+            add_case(&l, k, "linear_forward");
+            if (tx->grad >= 0) add_case(&l, k, "linear_backward_data");
+            add_case(&l, k, "linear_backward_filter");
+            break;
+        }
+        case OP_DROPOUT: {
+            DropoutShape ds = nd->drop;
+            ds.dtype = dt;
+            kernel_case_set_params(&k, &ds, sizeof ds);
+            snprintf(k.shape, sizeof k.shape, "n%d x%ld p%g", ds.n, ds.per_sample, (double)ds.p);
+            add_case(&l, k, "dropout_forward");
+            add_case(&l, k, "dropout_backward");
+            break;
+        }
         }
     }
-    add_case(&l, count_case(m->tensors[m->t_recon].count, m->dtype),
-             strcmp(m->cfg.loss, "mse") == 0 ? "recon_loss_mse" : "recon_loss_l1");
+    if (m->family == FAMILY_AE3D) {
+        add_case(&l, count_case(m->tensors[m->t_recon].count, m->dtype),
+                 strcmp(m->cfg.loss, "mse") == 0 ? "recon_loss_mse" : "recon_loss_l1");
+    } else { /* the head's loss (survival's over the global batch: the cases of one rank) */
+        const Tensor *t = &m->tensors[m->t_out];
+        if (m->task == TASK_REGRESSION) {
+            add_case(&l, count_case(t->count, t->dtype), "recon_loss_mse");
+        } else {
+            const HeadLossShape hs = {.kind = m->task == TASK_SURVIVAL ? HEAD_LOSS_COX
+                                              : m->task == TASK_MULTILABEL ? HEAD_LOSS_BCE : HEAD_LOSS_CE,
+                                      .n = m->batch, .k = t->dims.c,
+                                      .dtype = m->task == TASK_SURVIVAL ? DT_F32 : t->dtype};
+            KernelCase hk = {.dtype = hs.dtype};
+            kernel_case_set_params(&hk, &hs, sizeof hs);
+            snprintf(hk.shape, sizeof hk.shape, "n%d k%d", hs.n, hs.k);
+            const int weighted = m->head_weight != NULL || m->cfg.head.class_weights.n || m->cfg.head.pos_weight.n;
+            add_case(&l, hk, m->task == TASK_SURVIVAL ? "head_loss_cox"
+                             : m->task == TASK_MULTILABEL ? (weighted ? "head_loss_bce_pos_weight" : "head_loss_bce")
+                                                          : (weighted ? "head_loss_ce_weighted" : "head_loss_ce"));
+        }
+    }
     add_case(&l, count_case(m->param_floats, m->dtype), "adamw"); /* with the low-precision copy in mixed precision */
     add_case(&l, count_case(m->param_floats, DT_F32), "sumsq");
     for (int i = 1; i < l.n; i++) /* stable insertion sort by op: one op's shapes together, in the model's order */

@@ -37,7 +37,7 @@ static const KeySpec SCHEMA[] = {
     {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d", "\"ae3d\"",
      "the network: ae3d = the 3-D AutoencoderKL (the keys up to pad_input_channels); resnet3d = MONAI's 3-D ResNet "
      "for classification, regression and survival (the keys from depth on, and model.task)"},
-    {K(model, input_size), T_INT3, 4, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
+    {K(model, input_size), T_INT3, 1, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
     {K(model, in_channels), T_INT, 1, 64, NULL, "1", "channels of the input volume"},
     {K(model, channels), T_INTLIST, 1, 4096, NULL, "[16, 32]",
      "channels per resolution level; each level after the first halves D, H, W"},
@@ -202,7 +202,7 @@ static const KeySpec SCHEMA[] = {
  * in); exactly one of steps and epochs is given. */
 #define SK(key) "", #key, offsetof(Stage, key)
 static const KeySpec STAGE_SCHEMA[] = {
-    {SK(input_size), T_INT3, 4, 1024, NULL, NULL, "volume D, H, W of this stage"},
+    {SK(input_size), T_INT3, 1, 1024, NULL, NULL, "volume D, H, W of this stage"},
     {SK(steps), T_INT, 1, 1e9, NULL, NULL, "optimizer steps of this stage"},
     {SK(epochs), T_DOUBLE, 1e-6, 1e6, NULL, NULL, "or: passes over the training set"},
     {SK(batch_size), T_INT, 0, 4096, NULL, NULL, "per-rank micro-batch of this stage"},

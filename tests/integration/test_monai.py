@@ -3,7 +3,15 @@ bench/reference/resnet3d.py) holding the same weights: `voxscale probe` runs sev
 backwards (batch statistics; the running statistics move) and one evaluation forward, MONAI replays them, and the
 outputs, losses, every gradient and the running statistics must agree to float32 tolerance. Depths 18 and 50 (basic
 and bottleneck blocks), every task's loss (class weights, pos_weight), the 2-D variant on depth-1 volumes, no max
-pool and a wider stem stride."""
+pool and a wider stem stride.
+
+Float32 tolerance is measured, not assumed: MONAI runs the steps in float64 too, and ours must be as close to that
+exact answer as a fixed bound or as MONAI's own float32 run is (times 4), whichever is larger: a net this deep
+amplifies rounding (MONAI's float32 gradients differ from its float64 ones by 0.2% on 16^3 volumes in batches of 3).
+And a ReLU input within rounding of zero falls on either side in two implementations: one such switch moved a
+BatchNorm bias's gradient by 1.5% in a 2-D ResNet-34 here. So MONAI replays our ReLU decisions (the probe dumps them;
+ReplayedReLU) and the test counts where its own would have differed: a handful in millions is rounding, a wrong
+layer would switch thousands."""
 import importlib.util
 import json
 import os
@@ -11,6 +19,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import ROOT, run
 
@@ -29,15 +38,18 @@ CASES = {
                       "--set", "model.conv1_t_stride=2", "--set", "model.conv1_t_size=5"],
     "34-regression-2d": ["--set", "model.depth=34", "--set", "model.widen_factor=0.25", "--set", "model.task=regression",
                          "--set", "model.num_classes=2", "--set", "model.spatial_dims=2",
-                         "--set", "model.input_size=[1, 32, 32]"],
+                         "--set", "model.input_size=[1, 64, 64]"],
 }
 
 
-def close(got, want, rel, what):
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    scale = max(np.abs(want).max(), 1e-30)
-    err = np.abs(got - want).max() / scale
-    assert err <= rel, "%s: max |ours - MONAI| / max |MONAI| = %.3g > %.3g" % (what, err, rel)
+def close(got, exact, f32, rel, what, floor=1e-30):
+    """max |got - exact| / max |exact| within rel, or within 4x MONAI's own float32 error f32 (floor: the scale for
+    values that are float noise around zero: the bias of a conv a BatchNorm follows has a gradient of exactly zero)"""
+    got, exact, f32 = (np.asarray(v, dtype=np.float64) for v in (got, exact, f32))
+    scale = max(np.abs(exact).max(), floor)
+    err, theirs = np.abs(got - exact).max() / scale, np.abs(f32 - exact).max() / scale
+    assert err <= max(rel, 4 * theirs), "%s: max |ours - exact| / max |exact| = %.3g, MONAI float32's %.3g" % (
+        what, err, theirs)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -45,23 +57,30 @@ def test_resnet3d_matches_monai(case, tmp_path):
     import resnet3d
     prefix = str(tmp_path / "probe")
     run("probe", "--config", "configs/test/resnet-tiny.json", "--out", prefix, "--device", "cpu",
-        "--set", "model.widen_factor=0.25", "--set", "train.batch_size=3", "--set", "model.input_size=[16, 16, 16]",
+        "--set", "model.widen_factor=0.25", "--set", "train.batch_size=4", "--set", "model.input_size=[32, 32, 32]",
         *CASES[case], env=dict(os.environ, VX_PROBE_STEPS="3"))
-    meta, data, ref = resnet3d.run_probe_steps(prefix)
+    meta, data, f32 = resnet3d.run_probe_steps(prefix, replay_relu=True)
+    _, _, exact = resnet3d.run_probe_steps(prefix, torch.float64, replay_relu=True)
+    print("\n%s: %d of %d ReLU values decided otherwise in float64" % (case, exact["flips"], exact["relu_values"]))
+    assert exact["flips"] <= max(3, 2e-6 * exact["relu_values"]), "ReLU decisions differ: %d" % exact["flips"]
     k = meta["outputs_per_sample"]
     n = meta["input_shape"][0]
     for s, st in enumerate(meta["steps"]):
-        close(data[st["outputs"]:st["outputs"] + n * k], ref["outputs"][s], 2e-5, "step %d outputs" % s)
-        close([st["loss"]], [ref["loss"][s]], 2e-5, "step %d loss" % s)
+        close(data[st["outputs"]:st["outputs"] + n * k], exact["outputs"][s], f32["outputs"][s], 2e-5,
+              "step %d outputs" % s)
+        close([st["loss"]], [exact["loss"][s]], [f32["loss"][s]], 2e-5, "step %d loss" % s)
     grads = data[meta["grad_values"]:meta["grad_values"] + meta["param_count"]]
+    largest = np.abs(exact["grads"]).max()
     for p in meta["params"]:
-        c = int(np.prod(p["shape"]))
-        close(grads[p["offset"]:p["offset"] + c], ref["grads"][p["offset"]:p["offset"] + c], 2e-4,
-              "gradient of %s" % p["name"])
+        sl = slice(p["offset"], p["offset"] + int(np.prod(p["shape"])))
+        close(grads[sl], exact["grads"][sl], f32["grads"][sl], 2e-4, "gradient of %s" % p["name"],
+              floor=1e-3 * largest)
     bufs = data[meta["buffer_values"]:]
     for b in meta["buffers"]:
-        close(bufs[b["offset"]:b["offset"] + b["count"]], ref["buffers"][b["name"]], 2e-5, b["name"])
-    close(data[meta["eval_outputs"]:meta["eval_outputs"] + n * k], ref["eval_outputs"], 2e-5, "evaluation outputs")
+        close(bufs[b["offset"]:b["offset"] + b["count"]], exact["buffers"][b["name"]], f32["buffers"][b["name"]],
+              2e-5, b["name"])
+    close(data[meta["eval_outputs"]:meta["eval_outputs"] + n * k], exact["eval_outputs"], f32["eval_outputs"], 2e-5,
+          "evaluation outputs")
 
 
 def test_names_and_shapes_are_monais_state_dict(tmp_path):
