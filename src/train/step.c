@@ -237,6 +237,24 @@ void stepper_micro(Stepper *s, int micro, int64_t first_sample) {
     if (s->phases) s->be->timer_mark(timer_base(s->cur) + T_BACKWARD);
 }
 
+/* Test hook: VX_TEST_GRAD_DUMP=DIR writes the step's gradient, all-reduced and before the optimizer, in the packed
+ * layout, to DIR/grad_<step>.rank<r>.bin: how tests compare gradients of runs that AdamW would part (a gradient that
+ * is zero in exact arithmetic is float noise in another order, which AdamW's normalisation turns into steps of lr).
+ * It waits for the device; not for timed runs. */
+static void test_dump_grad(Stepper *s) {
+    const char *dir = getenv("VX_TEST_GRAD_DUMP");
+    if (!dir || !*dir) return;
+    float *packed = vx_malloc((size_t)s->m->param_count * sizeof(float));
+    model_download_packed(s->m, s->m->grad, packed);
+    char path[512];
+    snprintf(path, sizeof path, "%s/grad_%lld.rank%d.bin", dir, (long long)s->cur, s->comm ? s->comm->rank : 0);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(packed, sizeof(float), (size_t)s->m->param_count, f) != (size_t)s->m->param_count)
+        vx_fatal("VX_TEST_GRAD_DUMP: cannot write %s", path);
+    fclose(f);
+    free(packed);
+}
+
 void stepper_end(Stepper *s, double lr, int stop_request) {
     const Backend *be = s->be;
     const int base = timer_base(s->cur), slot = (int)(s->cur % 2);
@@ -251,6 +269,7 @@ void stepper_end(Stepper *s, double lr, int stop_request) {
         be->write_async(s->m->grad, &nan, sizeof nan);
         s->nonfinite_grad = 0;
     }
+    test_dump_grad(s);
     const float stop = stop_request ? 1.0f : 0.0f;
     be->write_async(&s->dev->opt.lr, &lr, sizeof lr);
     be->write_async(s->dev->sums + SUM_STOP, &stop, sizeof stop);
