@@ -1,6 +1,6 @@
 /* build.h: what a family's builder (build_<family>.c) makes a model with: tensors, parameters, buffers and nodes,
- * and the convolution every family uses. model_build.c owns these and runs the builder chosen by model.family,
- * then lays out the parameters and plans the memory; internal to src/model. */
+ * and the convolution every family uses (build.c); model_build.c runs the builder chosen by model.family, then lays
+ * out the parameters and plans the memory; internal to src/model. */
 #pragma once
 #include "model/model.h"
 
