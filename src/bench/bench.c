@@ -226,7 +226,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  "| layers, one eager step of %.2f ms | convolutions %.2f ms (%.0f%%), other layers %.2f ms, optimizer "
                  "%.2f ms |\n| step time / convolution time | %.2f |\n\n"
                  "Slowest layers of that step (forward + backward):\n\n| layer | time | of the step |\n|---|---|---|\n%s\n"
-                 "Device: %s. Backend %s, gcc %s, commit %s. One step = forward, L1+KL loss, backward, global "
+                 "Device: %s. Backend %s, gcc %s, commit %s. One step = forward, %s loss, backward, global "
                  "gradient norm, AdamW, timed with %s.\n",
                  stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, model->input_size[0],
                  model->input_size[1], model->input_size[2], m->conv_flops_step * 1e-9, gflops, ceil.what, ceil.gflops,
@@ -235,6 +235,10 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, phase[2], med * 1e3 / lt.conv_ms,
                  layers_md,
                  device, be->name, __VERSION__, commit,
+                 m->family == FAMILY_AE3D ? "L1+KL"
+                 : m->task == TASK_SURVIVAL ? "Cox"
+                 : m->task == TASK_REGRESSION ? "MSE"
+                 : m->task == TASK_MULTILABEL ? "BCE" : "cross-entropy",
                  gpu ? "CUDA events" : "the wall clock");
     snprintf(path, sizeof path, "%s/step_%s.md", dir, stem);
     fs_write_atomic(path, md, (size_t)n);
