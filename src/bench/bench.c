@@ -129,6 +129,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     model_allocate(m);
     model_init_params(m, (uint64_t)train->seed);
     float *batch = runtime_load_phantom_batch(&rt, train->seed, cfg->data.noise, 0);
+    runtime_load_phantom_targets(&rt, train->seed, 0);
     Comm *single = comm_single_open();
     Stepper *st = stepper_create(m, train, single, NULL);
     double *t = vx_malloc((size_t)iters * sizeof(double));

@@ -89,6 +89,7 @@ static Timeline measure_timeline(const Config *base, int batch, int threads) {
     model_allocate(m);
     model_init_params(m, (uint64_t)cfg.train.seed);
     float *host = runtime_load_phantom_batch(&rt, cfg.train.seed, cfg.data.noise, 0);
+    runtime_load_phantom_targets(&rt, cfg.train.seed, 0);
     Comm *single = comm_single_open();
     Buckets *bk = buckets_plan_model(m, single, cfg.dist.bucket_mb, cfg.dist.first_bucket_mb);
     Timeline tl = {.nb = bk->n, .estimated = gpu};

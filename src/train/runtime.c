@@ -107,6 +107,18 @@ float *runtime_load_phantom_batch(Runtime *rt, int64_t seed, double noise, int64
     return batch;
 }
 
+void runtime_load_phantom_targets(Runtime *rt, int64_t seed, int64_t first) {
+    Model *m = rt->model;
+    if (m->task == TASK_NONE) return;
+    const long n = m->task == TASK_SURVIVAL ? (long)m->world * m->batch : m->batch;
+    float *t = vx_malloc((size_t)n * m->labels * sizeof(float));
+    for (long b = 0; b < n; b++)
+        phantom_labels((uint64_t)seed, (uint64_t)(first + b), m->cfg.head.task, m->cfg.head.num_classes,
+                       t + b * m->labels);
+    model_set_targets(m, t); /* (staged before it returns: t may go) */
+    free(t);
+}
+
 void runtime_close(Runtime *rt) {
     model_free(rt->model);
     rt->model = NULL;

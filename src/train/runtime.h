@@ -35,6 +35,9 @@ void runtime_resolve_precision(TrainConfig *train, const Backend *be, const char
  * (data.noise) at the model's input size, copies them to the model's input and returns the host copy (caller
  * frees): the fixed batch of `bench step` and `probe`. */
 float *runtime_load_phantom_batch(Runtime *rt, int64_t seed, double noise, int64_t first);
+/* A head's targets for those samples (phantom_labels: the phantoms' labels for model.task), on the model; nothing for
+ * ae3d. */
+void runtime_load_phantom_targets(Runtime *rt, int64_t seed, int64_t first);
 
 /* The gradient buckets of m's flat gradient buffer as the data-parallel trainer plans them (each bucket's ready_step:
  * the backward node after which its gradients are complete); bench scaling reads the same plan. (runtime.c) */
