@@ -350,6 +350,7 @@ Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const i
     if (strcmp(cfg->source, "phantom") == 0) return ds;
     ds->files = 1;
     manifest_load(&ds->man, cfg, seed);
+    if (verbose) manifest_report(&ds->man); /* once, by rank 0 */
     probe_all(ds, max_size);
     ds->cache = cfg->cache_rate > 0;
     ds->window = ds->cache ? (int)lround(cfg->cache_rate * ds->n_train) : ds->n_train;

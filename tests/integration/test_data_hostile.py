@@ -166,9 +166,6 @@ def test_a_pair_read_by_its_img_and_listed_once_under_a_star_glob(tmp_path):
         nib.save(nib.Nifti1Pair(data + i, np.eye(4)), str(vols / ("p%d.img" % i)))
     p, info = probe_volume(vols / "p1.img")  # a manifest row may name the .img: the .hdr beside it is read
     assert p.returncode == 0 and info["dims"] == [12, 10, 14, 1], (p.stdout, p.stderr)
-
-
-def xtest_glob_pair(tmp_path):
     cfg = data_config(tmp_path, "unused.csv")
     spec = json.loads(cfg.read_text())
     spec["data"] = {"source": "dir", "dir": str(vols), "glob": "*", "val_fraction": 0.34}
@@ -212,3 +209,63 @@ def test_a_fifo_among_the_inputs_is_refused_not_waited_on(tmp_path):
     write_png(stack / "s1.png", np.full((4, 5), 9, np.uint8))
     os.mkfifo(stack / "s2.png")
     assert_refused(stack, "slice s2.png", "FIFO")
+
+
+# ---- CSV manifests as spreadsheets write them ----------------------------------------------------------------
+
+def manifest(tmp_path, name, text, **data):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return data_config(tmp_path, path, **data)
+
+
+def warnings(p):
+    return [line for line in p.stderr.splitlines() if "warning:" in line]
+
+
+def test_csv_with_a_bom_long_rows_and_quotes_trains(tmp_path):
+    csv = write_dataset(tmp_path, n=6)
+    rows = csv.read_text().splitlines()
+    note = "x" * 20000  # a row longer than the old 16383-byte buffer, before the path column
+    text = "\ufeffnotes,path,split\n" + "".join('"%s",%s\n' % (note, r.rsplit(",", 1)[0]) for r in rows[1:])
+    p = run("train", "--config", manifest(tmp_path, "bom.csv", text), "--steps", "1", "--out", tmp_path / "r")
+    assert "4 training and 2 validation volumes" in p.stdout and warnings(p) == [], p.stderr
+
+
+def test_csv_over_wide_rows_and_nul_bytes_are_refused_by_row(tmp_path):
+    csv = write_dataset(tmp_path, n=6)
+    rows = csv.read_text().splitlines()
+    wide = rows + ["vols/case0.nii.gz,train," + ",".join(["0"] * 300)]
+    p = run("train", "--config", manifest(tmp_path, "wide.csv", "\n".join(wide) + "\n"), "--steps", "1", "--out",
+            tmp_path / "w", check=False)
+    assert_bad(p, "wide.csv:8:", "more than 256 columns")
+    nul = "\n".join(rows[:3]) + "\nvols/case3.nii.gz\0junk,train,0\n"
+    p = run("train", "--config", manifest(tmp_path, "nul.csv", nul), "--steps", "1", "--out", tmp_path / "n",
+            check=False)
+    assert_bad(p, "nul.csv:4:", "NUL byte")
+    utf16 = "\n".join(rows).encode("utf-16")  # a spreadsheet's "Unicode text"
+    p = run("train", "--config", manifest(tmp_path, "u16.csv", utf16), "--steps", "1", "--out", tmp_path / "u",
+            check=False)
+    assert_bad(p, "u16.csv:1:", "NUL byte", "UTF-16")
+    twice = ["path,split,path"] + [r + ",x" for r in rows[1:]]
+    p = run("train", "--config", manifest(tmp_path, "twice.csv", "\n".join(twice)), "--steps", "1", "--out",
+            tmp_path / "t", check=False)
+    assert_bad(p, "twice.csv:1:", "column \"path\"", "twice")
+    assert not any((tmp_path / d).exists() for d in "wnut")
+
+
+def test_csv_duplicates_leakage_and_an_empty_validation_set_are_warned_once_with_counts(tmp_path):
+    csv = write_dataset(tmp_path, n=6)
+    rows = csv.read_text().splitlines()  # header, 4 train rows (2..5), 2 val rows (6, 7)
+    text = "\n".join(["path,split,label,label"] + [r + ",1" for r in rows[1:]] +
+                      ["vols/case0.nii.gz,train,0,1", "./vols//case0.nii.gz,train,0,1",  # rows 8, 9 repeat row 2
+                       "vols/case1.nii.gz,val,1,1", "vols/case4.nii.gz,train,0,1"])  # 1 in val, 4 in train
+    p = run("train", "--config", manifest(tmp_path, "dup.csv", text), "--steps", "2", "--out", tmp_path / "d")
+    w = warnings(p)
+    assert len(w) == 3, p.stderr
+    assert any("2 row(s) list a volume listed before" in x and "row 8 repeats row 2" in x for x in w), w
+    assert any("2 volume(s) are in both the training and the validation split" in x for x in w), w
+    assert any("column name(s) of the header given twice" in x and '"label"' in x for x in w), w
+    trainonly = "\n".join([rows[0]] + [r.replace(",val,", ",train,") for r in rows[1:]])
+    p = run("train", "--config", manifest(tmp_path, "noval.csv", trainonly), "--steps", "2", "--out", tmp_path / "e")
+    assert len(warnings(p)) == 1 and "no volume is held out for validation" in p.stderr, p.stderr
