@@ -96,6 +96,12 @@ static int cmd_train(int argc, char **argv) {
     cli_parse(argc, argv, &a, TRAIN_HELP,
               ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
               "lr-scaling,amp,compile,");
+    /* train.stages set the run's length (their sum): a --steps beside them was silently ignored; refused, since
+     * which stage it should shorten is anyone's guess */
+    if (a.steps_flag && a.cfg.train.n_stages)
+        vx_usage_error("%s train.steps = %d: train.stages set the run's length (the sum of their steps); change the "
+                       "stages' steps or epochs instead (--set train.stages=...), or drop the stages "
+                       "(--set train.stages=[])", a.steps_flag, a.cfg.train.steps);
     DistEnv env;
     dist_detect(&env);
     int on_gpu;

@@ -47,7 +47,7 @@ static const KeySpec SCHEMA[] = {
      "store the first convolution's input and weights with in_channels padded with zeros to a multiple of 8, the "
      "channel count cuDNN's tensor-core kernels want; auto = with bf16/fp16, on = in any precision too (the CPU "
      "tests the path so), off = never. Parameters and checkpoints stay unpadded"},
-    {K(train, steps), T_INT, 0, 1e9, NULL, "200", "optimizer steps in total"},
+    {K(train, steps), T_INT, 0, CONFIG_MAX_STEPS, NULL, "200", "optimizer steps in total"},
     {K(train, batch_size), T_INT, 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
     {K(train, global_batch), T_INT, 0, 1 << 22, NULL, "0",
      "samples per optimizer step over all ranks; sets the per-rank batch (it must divide by ranks x grad_accum), so "
@@ -160,7 +160,7 @@ static const KeySpec SCHEMA[] = {
 #define SK(key) "", #key, offsetof(Stage, key)
 static const KeySpec STAGE_SCHEMA[] = {
     {SK(input_size), T_INT3, 4, 1024, NULL, NULL, "volume D, H, W of this stage"},
-    {SK(steps), T_INT, 1, 1e9, NULL, NULL, "optimizer steps of this stage"},
+    {SK(steps), T_INT, 1, CONFIG_MAX_STEPS, NULL, NULL, "optimizer steps of this stage"},
     {SK(epochs), T_DOUBLE, 1e-6, 1e6, NULL, NULL, "or: passes over the training set"},
     {SK(batch_size), T_INT, 0, 4096, NULL, NULL, "per-rank micro-batch of this stage"},
     {SK(lr), T_FLOAT, 0, 10, NULL, NULL, "peak learning rate of this stage"},
@@ -438,8 +438,13 @@ void config_validate(const Config *cfg, const char *origin) {
         if (m->input_size[a] % factor)
             vx_usage_error("%s: model.input_size[%d] = %d must be divisible by %d (2^(levels-1) for %d channel levels)",
                            origin, a, m->input_size[a], factor, m->levels);
+    int64_t stage_steps = 0; /* in 64 bits: three stages of 1e9 overflowed an int into "-1294967296 steps" */
     for (int i = 0; i < t->n_stages; i++) {
         const Stage st = config_stage(t, m->input_size, i);
+        stage_steps += st.steps;
+        if (stage_steps > CONFIG_MAX_STEPS)
+            vx_usage_error("%s: train.stages[0..%d] sum to %lld steps, more than a run has (%d, train.steps' bound); "
+                           "shorten the stages", origin, i, (long long)stage_steps, CONFIG_MAX_STEPS);
         for (int a = 0; a < 3; a++)
             if (st.input_size[a] % factor)
                 vx_usage_error("%s: train.stages[%d].input_size[%d] = %d must be divisible by %d (2^(levels-1))", origin,

@@ -269,3 +269,25 @@ def test_csv_duplicates_leakage_and_an_empty_validation_set_are_warned_once_with
     trainonly = "\n".join([rows[0]] + [r.replace(",val,", ",train,") for r in rows[1:]])
     p = run("train", "--config", manifest(tmp_path, "noval.csv", trainonly), "--steps", "2", "--out", tmp_path / "e")
     assert len(warnings(p)) == 1 and "no volume is held out for validation" in p.stderr, p.stderr
+
+
+# ---- stages --------------------------------------------------------------------------------------------------
+
+def test_stage_steps_are_summed_in_64_bits_and_bounded_and_steps_beside_stages_is_refused(tmp_path):
+    """Three stages of 1e9 steps were '-1294967296 steps', 'done: 0 steps', exit 0, and a config.json the reader
+    refuses; --steps beside train.stages was silently ignored."""
+    spec = json.loads(open(os.path.join(ROOT, "configs", "test", "stages.json")).read())
+    spec["train"]["stages"] = [{"input_size": [8, 8, 8], "steps": 10 ** 9}] * 3
+    cfg = tmp_path / "long.json"
+    cfg.write_text(json.dumps(spec))
+    p = run("train", "--config", cfg, "--out", tmp_path / "long", check=False, timeout=60)
+    assert_bad(p, "long.json", "train.stages[0..1] sum to 2000000000 steps")
+    assert not (tmp_path / "long").exists()
+    for flag in (["--steps", "5"], ["--set", "train.steps=5"]):
+        p = run("train", "--config", "configs/test/stages.json", *flag, "--out", tmp_path / "s", check=False)
+        assert_bad(p, "train.steps = 5", "train.stages set the run's length")
+    assert not (tmp_path / "s").exists()
+    # the resolved config of a staged run is itself a config the reader takes, --steps and all left alone
+    run("train", "--config", "configs/test/stages.json", "--out", tmp_path / "ok")
+    again = run("train", "--config", tmp_path / "ok" / "config.json", "--out", tmp_path / "again")
+    assert "done: 12 steps" in again.stdout
