@@ -131,6 +131,9 @@ static const KeySpec SCHEMA[] = {
     {K(data, workers), T_INT, 0, 256, NULL, "0", "decoding threads; 0 = from the core count"},
     {K(data, skip_bad), T_INT, 0, 1, NULL, "0",
      "1 = skip an unreadable or unusable volume with a warning (counted); 0 = it is an error"},
+    {K(data, nonfinite), T_STRING, 0, 0, "error|zero|skip", "\"error\"",
+     "a volume with NaN or +-Inf voxels (in the file, or beyond float32 once scaled): error = refuse it (exit 2, "
+     "the file and the count), zero = set them to 0 with a warning, skip = leave the volume out with a warning"},
     {K(output, dir), T_STRING, 0, 0, NULL, "\"\"", "run directory; empty = runs/<config>-<time>"},
     {K(output, tensorboard), T_INT, 0, 1, NULL, "1", "1 = write TensorBoard event files into the run directory"},
     {K(output, image_every), T_INT, 0, 1e9, NULL, "50",

@@ -1,7 +1,9 @@
 /* nifti_read.c: NIfTI-1 and NIfTI-2 volumes through libnifti (see reader.h).
  * libnifti prints its own complaints on stderr, unconditionally for some, and a hostile header sends it far: so
- * every header is checked here first (sizeof_hdr and magic, dims, datatype, and whether the file holds the data the
- * header promises), and libnifti reads only files it will read without a word. */
+ * every header is checked here first (sizeof_hdr and magic, dims, datatype, vox_offset, whether name and content
+ * agree on gzip, and whether the file holds the data the header promises), and libnifti parses only headers it will
+ * read without a word. The voxels are read here (load_voxels), not by libnifti, which sets NaN and Inf floats to 0
+ * without saying so: the caller counts them (data.nonfinite). */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -58,6 +60,14 @@ static int swap_suffix(const char *path, const char *from, const char *to, char 
     return 1;
 }
 
+/* zlib's message for g without the "path: " it puts in front. */
+static const char *zlib_reason(gzFile g, const char *path) {
+    int err;
+    const char *msg = gzerror(g, &err);
+    const size_t n = strlen(path);
+    return strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0 ? msg + n + 2 : msg;
+}
+
 /* 1 when the file starts with gzip's magic, 0 when it does not, -1 when it cannot be read. */
 static int gzip_content(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -108,13 +118,13 @@ static int64_t gzip_length(const char *path, char *why, size_t why_len) {
     for (int n; (n = gzread(g, buf, (unsigned)chunk)) > 0;) total += n;
     free(buf);
     int err;
-    const char *msg = gzerror(g, &err);
+    gzerror(g, &err);
     if (err == Z_BUF_ERROR) { /* zlib's "unexpected end of file": no trailer */
         snprintf(why, why_len, "its gzip stream is cut short (it ends after %lld bytes, without its trailer)",
                  (long long)total);
         total = -1;
     } else if (err != Z_OK) {
-        snprintf(why, why_len, "its gzip stream is damaged (zlib: %s)", msg);
+        snprintf(why, why_len, "its gzip stream is damaged (zlib: %s)", zlib_reason(g, path));
         total = -1;
     }
     gzclose(g);
@@ -191,8 +201,7 @@ static int precheck(const char *path, char *why, size_t why_len) {
     unsigned char buf[540];
     const int n = gzread(g, buf, sizeof buf);
     if (n < 0) {
-        int err;
-        snprintf(why, why_len, "its gzip stream is damaged (zlib: %s)", gzerror(g, &err));
+        snprintf(why, why_len, "its gzip stream is damaged (zlib: %s)", zlib_reason(g, path));
         gzclose(g);
         return 0;
     }
@@ -272,6 +281,54 @@ static int precheck(const char *path, char *why, size_t why_len) {
     return holds(img, what, need, why, why_len);
 }
 
+/* The image's voxels as they are on disk, in native byte order: read here rather than by nifti_image_load, which
+ * silently sets NaN and Inf floats to 0 (the caller must count them: data.nonfinite) and prints its own errors.
+ * 1, or 0 and why; *data is malloc'd. */
+static int load_voxels(const nifti_image *nim, void **data, char *why, size_t why_len) {
+    const int64_t bytes = nim->nvox * nim->nbyper; /* < 2^31 voxels x 8 bytes: checked by the caller */
+    gzFile g = gzopen(nim->iname, "rb"); /* a plain file as it is (its name said so: precheck) */
+    if (!g) {
+        snprintf(why, why_len, "its data file %s cannot be opened (%s)", nim->iname, strerror(errno));
+        return 0;
+    }
+    char *buf = vx_malloc((size_t)(bytes ? bytes : 1));
+    int64_t got = gzseek(g, (z_off_t)nim->iname_offset, SEEK_SET) == (z_off_t)nim->iname_offset ? 0 : -1;
+    while (got >= 0 && got < bytes) {
+        const int64_t want = bytes - got > (1 << 30) ? (1 << 30) : bytes - got;
+        const int n = gzread(g, buf + got, (unsigned)want);
+        if (n <= 0) break;
+        got += n;
+    }
+    int err;
+    gzerror(g, &err);
+    if (got != bytes) {
+        if (err != Z_OK && err != Z_BUF_ERROR)
+            snprintf(why, why_len, "its gzip stream is damaged (zlib: %s)", zlib_reason(g, nim->iname));
+        else
+            snprintf(why, why_len, "its data is cut short: %lld of the %lld bytes of voxels are there%s",
+                     (long long)(got > 0 ? got : 0), (long long)bytes, err == Z_BUF_ERROR ? " (the gzip stream ends "
+                     "without its trailer)" : "");
+        gzclose(g);
+        free(buf);
+        return 0;
+    }
+    /* the rest of a gzip stream is read too: its CRC, checked at the end, is what finds damage to the voxels */
+    char tail[4096];
+    while (gzread(g, tail, sizeof tail) > 0) {}
+    gzerror(g, &err);
+    if (err != Z_OK && err != Z_BUF_ERROR) {
+        snprintf(why, why_len, "its gzip stream is damaged (zlib: %s)", zlib_reason(g, nim->iname));
+        gzclose(g);
+        free(buf);
+        return 0;
+    }
+    gzclose(g);
+    if (nim->swapsize > 1 && nim->byteorder != nifti_short_order())
+        nifti_swap_Nbytes(nim->nvox, nim->swapsize, buf);
+    *data = buf;
+    return 1;
+}
+
 static int read_nifti(const char *path, int channels, int header_only, Volume *out, char *why, size_t why_len) {
     memset(out, 0, sizeof *out);
     nifti_set_debug_level(0); /* its own messages would duplicate ours, on stderr, unescaped */
@@ -307,13 +364,9 @@ static int read_nifti(const char *path, int channels, int header_only, Volume *o
                  nifti_datatype_string(nim->datatype));
         ok = 0;
     }
-    if (ok) {
-        out->d = (int)nz, out->h = (int)ny, out->w = (int)nx, out->c = (int)nt;
-        if (!header_only && nifti_image_load(nim) != 0) {
-            snprintf(why, why_len, "its data could not be read (the file is truncated or its gzip stream damaged)");
-            ok = 0;
-        }
-    }
+    if (ok) out->d = (int)nz, out->h = (int)ny, out->w = (int)nx, out->c = (int)nt;
+    void *data = NULL;
+    if (ok && !header_only) ok = load_voxels(nim, &data, why, why_len);
     if (ok && !header_only) {
         const double slope = nim->scl_slope, inter = nim->scl_inter;
         const int scale = isfinite(slope) && slope != 0 && isfinite(inter);
@@ -322,13 +375,14 @@ static int read_nifti(const char *path, int channels, int header_only, Volume *o
         /* NIfTI: x fastest, then y, z, t; ours: channels fastest */
         for (int64_t t = 0; t < nt; t++)
             for (int64_t i = 0; i < plane; i++) {
-                double v = voxel(nim->data, nim->datatype, t * plane + i, &ok);
+                double v = voxel(data, nim->datatype, t * plane + i, &ok);
                 if (scale) v = v * slope + inter;
                 /* beyond float32 (a float64 1e300, an int16 with scl_slope 1e38) is +-Inf, said so by the caller
                  * (volume_read counts it); a double out of float's range must not be converted as it is */
                 out->v[i * nt + t] = fabs(v) <= FLT_MAX || isnan(v) ? (float)v : v > 0 ? INFINITY : -INFINITY;
             }
     }
+    free(data);
     nifti_image_free(nim);
     if (!ok) free(out->v), memset(out, 0, sizeof *out);
     return ok;

@@ -291,3 +291,164 @@ def test_stage_steps_are_summed_in_64_bits_and_bounded_and_steps_beside_stages_i
     run("train", "--config", "configs/test/stages.json", "--out", tmp_path / "ok")
     again = run("train", "--config", tmp_path / "ok" / "config.json", "--out", tmp_path / "again")
     assert "done: 12 steps" in again.stdout
+
+
+# ---- NaN and Inf voxels (data.nonfinite) ---------------------------------------------------------------------
+
+def nifti_file(path, data, slope=None):
+    img = nib.Nifti1Image(data, np.eye(4))
+    if slope is not None:
+        img.header.set_slope_inter(slope, 0)
+    nib.save(img, str(path))
+
+
+def with_extra_rows(tmp_path, name, extra, **data):
+    csv = write_dataset(tmp_path, n=6)
+    rows = csv.read_text().splitlines() + extra
+    (tmp_path / name).write_text("\n".join(rows) + "\n")
+    return data_config(tmp_path, tmp_path / name, **data)
+
+
+@pytest.mark.parametrize("case", ["all_nan", "one_nan", "float64_1e300", "int16_slope_1e38"])
+def test_non_finite_voxels_are_refused_with_the_file_and_count(tmp_path, case):
+    """An all-NaN volume trained like an all-zero one; a float64 1e300 became Inf and ended the run with exit 4
+    'training diverged ... lower train.lr' after writing its directory."""
+    shape = (12, 10, 14)
+    if case == "all_nan":
+        data, slope, count = np.full(shape, np.nan, np.float32), None, 12 * 10 * 14
+    elif case == "one_nan":
+        data, slope, count = np.ones(shape, np.float32), None, 1
+        data[3, 4, 5] = np.nan
+    elif case == "float64_1e300":
+        data, slope, count = np.ones(shape, np.float64), None, 2
+        data[0, 0, 0] = 1e300
+        data[1, 0, 0] = -1e300
+    else:
+        data, slope, count = np.full(shape, 100, np.int16), 1e38, 12 * 10 * 14  # 1e40: beyond float32
+    (tmp_path / "vols").mkdir()
+    path = tmp_path / "vols" / "bad.nii.gz"
+    nifti_file(path, data, slope)
+    cfg = with_extra_rows(tmp_path, "nf.csv", ["vols/bad.nii.gz,train,0"])
+    out = tmp_path / "run"
+    train_fixed_after(tmp_path, cfg, out, lambda: nifti_file(path, np.ones(shape, np.int16)),
+                      "bad.nii.gz", "row 8", "%d of its %d voxels are not finite" % (count, 12 * 10 * 14),
+                      "data.nonfinite")
+
+
+def test_data_nonfinite_zero_and_skip_warn_once_per_file(tmp_path):
+    (tmp_path / "vols").mkdir()
+    data = np.ones((12, 10, 14), np.float32)
+    data[2, 2, 2] = np.inf
+    nifti_file(tmp_path / "vols" / "inf.nii.gz", data)
+    for policy, needle in (("zero", "set to 0 (data.nonfinite=zero)"), ("skip", "skipped (data.nonfinite=skip)")):
+        cfg = with_extra_rows(tmp_path, policy + ".csv", ["vols/inf.nii.gz,train,0"], nonfinite=policy,
+                              cache_rate=0.0)  # every sample decodes its volume: many decodes of the file
+        p = run("train", "--config", cfg, "--steps", "12", "--out", tmp_path / policy)
+        lines = [l for l in p.stderr.splitlines() if "inf.nii.gz" in l]
+        assert len(lines) == 1 and needle in lines[0] and "1 of its 1680 voxels" in lines[0], p.stderr
+    assert "5 training" in p.stdout or "bad volumes 1" in p.stdout, p.stdout
+
+
+# ---- damage found late, and the run directory --------------------------------------------------------------
+
+def damaged_gz(path):
+    """A .nii.gz (48^3 int16, larger than zlib's buffers, so reading the header does not reach the damage) whose
+    header and trailer are intact but whose stream is damaged 3/4 of the way in: stored blocks, so no decode
+    error, only the CRC check at the end fails."""
+    data = np.random.default_rng(0).integers(0, 3000, size=(48, 48, 48)).astype(np.int16)
+    raw = bytearray(gzip.compress(nib.Nifti1Image(data, np.eye(4)).to_bytes(), compresslevel=0))
+    raw[len(raw) * 3 // 4] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("kind", ["png_crc", "gz_body", "val_gz_body"])
+def test_damage_found_late_leaves_no_run_directory_and_the_rerun_succeeds(tmp_path, kind):
+    csv = write_dataset(tmp_path, n=6)
+    rows = csv.read_text().splitlines()
+    vols = tmp_path / "vols"
+    if kind == "png_crc":
+        stack = vols / "stack"
+        stack.mkdir()
+        for z in range(14):
+            write_png(stack / ("s%d.png" % z), np.full((10, 12), 20 * z, np.uint8))
+        good = (stack / "s7.png").read_bytes()
+        bad = bytearray(good)
+        at = good.index(b"IDAT")
+        bad[at + 4 + struct.unpack(">I", good[at - 4:at])[0]] ^= 0xFF
+        (stack / "s7.png").write_bytes(bytes(bad))
+        rows.append("vols/stack,train,0")
+        fix = lambda: (stack / "s7.png").write_bytes(good)
+        needles = ["stack", "row 8", "libpng: IDAT: CRC error"]
+    else:
+        target = vols / "case2.nii.gz" if kind == "gz_body" else vols / "case5.nii.gz"  # case5: a val row
+        keep = target.read_bytes()
+        damaged_gz(target)
+        fix = lambda: target.write_bytes(keep)
+        needles = [target.name, "row %d" % (4 if kind == "gz_body" else 7), "gzip stream is damaged"]
+    (tmp_path / "late.csv").write_text("\n".join(rows) + "\n")
+    cfg = data_config(tmp_path, tmp_path / "late.csv", cache_rate=0.0)
+    out = tmp_path / "run"
+    p = run("train", "--config", cfg, "--steps", "2", "--out", out, check=False, timeout=60)
+    assert_bad(p, *needles)
+    assert not out.exists(), "a run refused for its data made its directory"
+    fix()
+    run("train", "--config", cfg, "--steps", "2", "--out", out)
+
+
+def test_skip_bad_warns_once_per_file_and_counts_the_rest(tmp_path):
+    """With data.skip_bad and no cache the same bad volume was warned of on every decode."""
+    csv = write_dataset(tmp_path, n=6)
+    damaged_gz(tmp_path / "vols" / "broken.nii.gz")
+    rows = csv.read_text().splitlines() + ["vols/broken.nii.gz,train,0"]
+    (tmp_path / "skip.csv").write_text("\n".join(rows) + "\n")
+    cfg = data_config(tmp_path, tmp_path / "skip.csv", cache_rate=0.0, skip_bad=1)
+    out = tmp_path / "run"
+    p = run("train", "--config", cfg, "--steps", "20", "--out", out, "--set", "train.log_every=5")
+    assert p.stderr.count("broken.nii.gz") == 1 and "skipped (data.skip_bad)" in p.stderr, p.stderr
+    assert "5 training and 2 validation volumes" in p.stdout, p.stdout  # its header is fine: found when decoded
+    assert "bad volumes 1 (" in p.stdout, p.stdout
+    rows = [m for m in metrics(out) if "loss" in m]
+    assert rows[-1]["bad_volumes"] == 1 and rows[-1]["bad_reads"] >= 1, rows[-1]
+
+
+def test_a_run_that_ended_before_its_first_checkpoint_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", "--config", "configs/test/tiny.json", "--out", out, "--set", "train.ckpt_every=0",
+            "--set", "train.val_samples=0", "--set", "train.log_every=1"]
+    proc = subprocess.Popen([os.environ.get("VOXSCALE") or os.path.join(ROOT, "build", "voxscale"),
+                             *map(str, args), "--steps", "100000"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = __import__("time").time() + 60
+    while __import__("time").time() < deadline and (not (out / "metrics.jsonl").exists() or
+                                                     len(metrics(out)) < 2):
+        __import__("time").sleep(0.05)
+    proc.kill()  # SIGKILL: nothing cleaned up, the lock file left behind
+    proc.communicate()
+    assert (out / "config.json").exists() and not os.listdir(out / "checkpoints")
+    p = run(*args, "--steps", "3")
+    assert "ended before its first checkpoint" in p.stdout and "taking it over" in p.stdout, p.stdout
+    assert [m["step"] for m in metrics(out) if "loss" in m] == [1, 2, 3]  # only this run's rows
+    assert len([f for f in os.listdir(out) if f.startswith("events.out.tfevents.")]) == 1
+    p = run(*args, "--steps", "3", check=False)  # now it holds a checkpoint: refused as before
+    assert_bad(p, "already holds a run", "--resume")
+
+
+def test_an_out_holding_another_runs_files_without_config_json_is_refused(tmp_path):
+    """A partial copy (checkpoints/ and metrics.jsonl, no config.json) was taken by a fresh run: step_N.ckpt
+    overwritten, metrics.jsonl appended to."""
+    from test_hardening import snapshot
+    first = tmp_path / "first"
+    run("train", "--config", "configs/test/tiny.json", "--steps", "2", "--out", first)
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    os.unlink(copy / "config.json")
+    before = snapshot(copy)
+    p = run("train", "--config", "configs/test/tiny.json", "--steps", "2", "--out", copy, check=False)
+    assert_bad(p, str(copy), "without its config.json", "1 checkpoint(s)", "metrics.jsonl", "not of this run")
+    assert snapshot(copy) == before
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "README.txt").write_text("my notes")
+    p = run("train", "--config", "configs/test/tiny.json", "--steps", "2", "--out", other)
+    assert "already holds 1 other entry (README.txt first)" in p.stdout, p.stdout
+    assert (other / "README.txt").read_text() == "my notes"
