@@ -558,6 +558,21 @@ uint64_t config_model_fingerprint(const ModelConfig *model) {
     return h;
 }
 
+int config_key_count(void) { return NKEYS; }
+
+const char *config_key_name(int i, char *out, size_t len) {
+    snprintf(out, len, "%s.%s", SCHEMA[i].section, SCHEMA[i].key);
+    return out;
+}
+
+char *config_key_json(const Config *cfg, int i) {
+    cJSON *v = value_to_json(cfg, &SCHEMA[i]);
+    char *s = cJSON_PrintUnformatted(v);
+    cJSON_Delete(v);
+    if (!s) vx_exit_error(VX_EXIT_MEMORY, "out of memory printing config key %s.%s", SCHEMA[i].section, SCHEMA[i].key);
+    return s;
+}
+
 void config_print_help(FILE *out) {
     fprintf(out, "Config keys (JSON sections model, train, data, output, dist):\n");
     for (int i = 0; i < NKEYS; i++) {

@@ -37,6 +37,7 @@
 #include "trace/gpu_activity.h"
 #include "trace/trace.h"
 #include "train/evaluate.h"
+#include "train/rank_agree.h"
 #include "train/run_dir.h"
 #include "train/runtime.h"
 #include "train/schedule.h"
@@ -343,6 +344,9 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     dataset_check_files(t->ds, rank, world, trainer_data_workers(t), rank0);
     /* the ranks meet before anything is written: a missing peer or a refused rank leaves no directory */
     t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, cfg->dist.timeout_s);
+    /* the first collective, of a fixed size: ranks of different configs or resume states end here (exit 2), not in
+     * a bucket all-reduce of another size, and before rank 0 takes the directory */
+    rank_agree(t->comm, t->be, cfg, resume_path ? &ck : NULL);
     if (rank0) {
         run_dir_take(&cfg->output, config_name, resume_path != NULL, config_model_fingerprint(&cfg->model),
                      train->seed);
