@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <glob.h>
 #include <libgen.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ typedef struct {
     char **field;
     int n;
     size_t *at; /* field offsets while buf may still move */
+    char error[256]; /* why csv_next returned -1 */
 } Csv;
 
 static void csv_open(Csv *c, const char *origin, const char *text, size_t len) {
@@ -59,9 +61,8 @@ static void put(Csv *c, size_t *o, char ch) {
     c->buf[(*o)++] = ch;
 }
 
-/* Reads the next record: 1, or 0 at the end of the text. Exits 2 naming the file and record for an unterminated
- * quote, a NUL byte (not UTF-8 text: UTF-16, as some spreadsheets save it?) or more than MANIFEST_MAX_FIELDS
- * fields. */
+/* Reads the next record: 1, 0 at the end of the text, or -1 and c->error for an unterminated quote, a NUL byte
+ * (not UTF-8 text: UTF-16, as some spreadsheets save it?) or more than MANIFEST_MAX_FIELDS fields. */
 static int csv_next(Csv *c) {
     if (c->p >= c->end) return 0;
     c->record++;
@@ -72,9 +73,11 @@ static int csv_next(Csv *c) {
     const char *s = c->p;
     for (; s < c->end; s++) {
         const char ch = *s;
-        if (ch == 0)
-            vx_usage_error("%s:%d: a NUL byte in a field: a manifest is UTF-8 text (a spreadsheet's \"Unicode text\" "
-                           "is UTF-16: save it as CSV UTF-8)", c->origin, c->record);
+        if (ch == 0) {
+            snprintf(c->error, sizeof c->error, "a NUL byte in a field: a manifest is UTF-8 text (a spreadsheet's "
+                     "\"Unicode text\" is UTF-16: save it as CSV UTF-8)");
+            return -1;
+        }
         if (quoted) {
             if (ch == '"' && s + 1 < c->end && s[1] == '"') s++; /* "" inside quotes is one quote */
             else if (ch == '"') {
@@ -85,9 +88,11 @@ static int csv_next(Csv *c) {
             quoted = 1;
             continue;
         } else if (ch == ',') {
-            if (c->n == MANIFEST_MAX_FIELDS)
-                vx_usage_error("%s:%d: the row has more than %d columns, more than a manifest holds; check its "
-                               "delimiters and quotes", c->origin, c->record, MANIFEST_MAX_FIELDS);
+            if (c->n == MANIFEST_MAX_FIELDS) {
+                snprintf(c->error, sizeof c->error, "the row has more than %d columns, more than a manifest holds; "
+                         "check its delimiters and quotes", MANIFEST_MAX_FIELDS);
+                return -1;
+            }
             put(c, &o, 0);
             c->at[c->n++] = o;
             continue;
@@ -97,12 +102,37 @@ static int csv_next(Csv *c) {
         put(c, &o, ch);
     }
     put(c, &o, 0);
-    if (quoted) vx_usage_error("%s:%d: an unterminated quote", c->origin, c->record);
+    if (quoted) {
+        snprintf(c->error, sizeof c->error, "an unterminated quote");
+        return -1;
+    }
     if (s < c->end && *s == '\r') s++;
     if (s < c->end && *s == '\n') s++;
     c->p = s;
     for (int i = 0; i < c->n; i++) c->field[i] = c->buf + c->at[i];
     return 1;
+}
+
+/* Refuses the manifest (exit 2) after freeing what reading it holds: the fuzz target's refused inputs must not
+ * leak (they longjmp out of vx_usage_error). */
+__attribute__((noreturn, format(printf, 4, 5))) static void refuse(Manifest *m, Csv *c, char *path, const char *fmt,
+                                                                   ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    csv_close(c);
+    free(path);
+    manifest_free(m);
+    vx_usage_error("%s", msg);
+}
+
+/* The next record, or the refusal naming the file and record. */
+static int next_or_refuse(Manifest *m, Csv *c, char *path) {
+    const int r = csv_next(c);
+    if (r < 0) refuse(m, c, path, "%s:%d: %s", c->origin, c->record, c->error);
+    return r;
 }
 
 /* ---- columns ----------------------------------------------------------------------------------------------- */
@@ -117,20 +147,20 @@ typedef struct {
 
 /* Finds each column in the header row (the record just read). A column the manifest reads given twice is
  * ambiguous (exit 2); any other name given twice is counted for a warning. */
-static void find_columns(Manifest *m, const Csv *c, Column *cols, int ncols) {
+static void find_columns(Manifest *m, Csv *c, Column *cols, int ncols) {
     for (int k = 0; k < ncols; k++) {
         cols[k].index = -1;
         for (int i = 0; i < c->n; i++) {
             if (strcmp(c->field[i], cols[k].name) != 0) continue;
             if (cols[k].index >= 0)
-                vx_usage_error("%s:1: column \"%s\" (%s) is in the header twice, as columns %d and %d; which one is "
-                               "meant is not clear: rename one", c->origin, cols[k].name, cols[k].key,
-                               cols[k].index + 1, i + 1);
+                refuse(m, c, NULL, "%s:1: column \"%s\" (%s) is in the header twice, as columns %d and %d; which "
+                       "one is meant is not clear: rename one", c->origin, cols[k].name, cols[k].key,
+                       cols[k].index + 1, i + 1);
             cols[k].index = i;
         }
         if (cols[k].required && cols[k].index < 0)
-            vx_usage_error("%s:1: no column \"%s\" in the header row; name the path column with %s", c->origin,
-                           cols[k].name, cols[k].key);
+            refuse(m, c, NULL, "%s:1: no column \"%s\" in the header row; name the path column with %s", c->origin,
+                   cols[k].name, cols[k].key);
     }
     for (int i = 0; i < c->n; i++)
         for (int j = 0; j < i; j++)
@@ -166,6 +196,7 @@ static void draw_validation(Manifest *m, double fraction, uint64_t seed) {
 
 /* "a/./b//c" -> "a/b/c": the same file written two ways compares equal (links are not followed). */
 static void normalize(char *path) {
+    const char first = path[0];
     char *w = path;
     for (const char *r = path; *r;) {
         if (r[0] == '/' && r[1] == '/') {
@@ -178,6 +209,7 @@ static void normalize(char *path) {
             *w++ = *r++;
         }
     }
+    if (w == path) *w++ = first == '/' ? '/' : '.'; /* "/." is "/", never "" (the fuzz target found it) */
     *w = 0;
 }
 
@@ -227,8 +259,9 @@ void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const 
     const char *base = dirname(dir);
     Csv c;
     csv_open(&c, csv_path, text, len);
-    if (!csv_next(&c)) vx_usage_error("%s: the manifest is empty (a header row with a \"%s\" column is expected)",
-                                      csv_path, cfg->path_column);
+    if (!next_or_refuse(m, &c, NULL))
+        refuse(m, &c, NULL, "%s: the manifest is empty (a header row with a \"%s\" column is expected)", csv_path,
+               cfg->path_column);
     enum { COL_PATH, COL_SPLIT, NCOLS };
     Column cols[NCOLS] = {{"data.path_column", cfg->path_column, 1, -1}, {"data.split_column", cfg->split_column, 0, -1}};
     find_columns(m, &c, cols, NCOLS);
@@ -236,20 +269,20 @@ void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const 
     int cap = 0;
     size_t path_cap = 256;
     char *path = vx_malloc(path_cap);
-    while (csv_next(&c)) {
+    while (next_or_refuse(m, &c, path)) {
         if (c.n == 1 && c.field[0][0] == 0) continue; /* a blank line */
         const char *file = field_of(&c, &cols[COL_PATH]);
         if (file[0] == 0)
-            vx_usage_error("%s:%d: the row has no path (column \"%s\"); give every row one or remove it", csv_path,
-                           c.record, cols[COL_PATH].name);
+            refuse(m, &c, path, "%s:%d: the row has no path (column \"%s\"); give every row one or remove it",
+                   csv_path, c.record, cols[COL_PATH].name);
         int val = 0;
         if (m->with_split) {
             const char *v = field_of(&c, &cols[COL_SPLIT]);
             if (strcmp(v, "train") == 0) val = 0;
             else if (strcmp(v, "val") == 0 || strcmp(v, "validation") == 0) val = 1;
             else
-                vx_usage_error("%s:%d: split \"%s\" is neither train nor val (column \"%s\")", csv_path, c.record, v,
-                               cols[COL_SPLIT].name);
+                refuse(m, &c, path, "%s:%d: split \"%s\" is neither train nor val (column \"%s\")", csv_path, c.record,
+                       v, cols[COL_SPLIT].name);
         }
         const size_t need = strlen(base) + strlen(file) + 2;
         if (need > path_cap) path = vx_realloc(path, path_cap = need);
@@ -258,9 +291,9 @@ void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const 
         normalize(path);
         add(m, &cap, path, c.record, val);
     }
+    if (m->n == 0) refuse(m, &c, path, "%s: the manifest lists no volumes", csv_path);
     free(path);
     csv_close(&c);
-    if (m->n == 0) vx_usage_error("%s: the manifest lists no volumes", csv_path);
     if (!m->with_split) draw_validation(m, cfg->val_fraction, (uint64_t)seed);
     check_split(m, m->with_split, cfg->val_fraction);
 }
