@@ -452,3 +452,67 @@ def test_an_out_holding_another_runs_files_without_config_json_is_refused(tmp_pa
     p = run("train", "--config", "configs/test/tiny.json", "--steps", "2", "--out", other)
     assert "already holds 1 other entry (README.txt first)" in p.stdout, p.stdout
     assert (other / "README.txt").read_text() == "my notes"
+
+
+# ---- every bad input: one line naming the file and row, exit 2, and the fixed rerun needs no cleanup ---------
+
+def _bad_nifti(tmp_path, name, mutate):
+    raw = nifti_bytes(np.arange(14 * 10 * 12, dtype=np.int16).reshape(12, 10, 14))
+    mutate(raw)
+    (tmp_path / "vols" / name).write_bytes(bytes(raw))
+
+
+def _case(tmp_path, kind):
+    """Writes one bad input into the dataset of tmp_path; returns (the CSV row, needles, a fix)."""
+    vols = tmp_path / "vols"
+    good = bytes(nifti_bytes(np.arange(14 * 10 * 12, dtype=np.int16).reshape(12, 10, 14)))
+    fix_nifti = lambda name: (lambda: (vols / name).write_bytes(good))
+    if kind == "vox_offset":
+        _bad_nifti(tmp_path, "v.nii", lambda r: struct.pack_into("<f", r, VOX_OFFSET, 10.0))
+        return "vols/v.nii", ["v.nii", "vox_offset = 10"], fix_nifti("v.nii")
+    if kind == "datatype":
+        _bad_nifti(tmp_path, "t.nii", lambda r: struct.pack_into("<h", r, 70, 32))
+        return "vols/t.nii", ["t.nii", "datatype 32", "not supported"], fix_nifti("t.nii")
+    if kind == "dim":
+        _bad_nifti(tmp_path, "d.nii", lambda r: set_dims(r, [3, 14, 10, 9000, 1, 1, 1, 1]))
+        return "vols/d.nii", ["d.nii", "dim[3] = 9000"], fix_nifti("d.nii")
+    if kind == "gzip_named_nii":
+        (vols / "z.nii").write_bytes(gzip.compress(good))
+        return "vols/z.nii", ["z.nii", "gzip-compressed but its name"], fix_nifti("z.nii")
+    if kind == "pair_without_img":
+        nib.save(nib.Nifti1Pair(np.ones((14, 10, 12), np.int16), np.eye(4)), str(vols / "p.img"))
+        keep = (vols / "p.img").read_bytes()
+        os.unlink(vols / "p.img")
+        return "vols/p.hdr", ["p.hdr", "p.img is missing"], lambda: (vols / "p.img").write_bytes(keep)
+    if kind == "png_depth":
+        stack = vols / "stack"
+        stack.mkdir()
+        for z in range(12):
+            write_png(stack / ("s%d.png" % z), np.full((10, 14), 9, np.uint16 if z == 5 else np.uint8))
+        return "vols/stack", ["stack", "slice s5.png", "16-bit"], \
+            lambda: write_png(stack / "s5.png", np.full((10, 14), 9, np.uint8))
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["vox_offset", "datatype", "dim", "gzip_named_nii", "pair_without_img",
+                                  "png_depth"])
+def test_every_bad_volume_is_one_line_and_its_fixed_rerun_needs_no_cleanup(tmp_path, kind):
+    csv = write_dataset(tmp_path, n=6)
+    row, needles, fix = _case(tmp_path, kind)
+    (tmp_path / "bad.csv").write_text("\n".join(csv.read_text().splitlines() + [row + ",train,0"]) + "\n")
+    train_fixed_after(tmp_path, data_config(tmp_path, tmp_path / "bad.csv"), tmp_path / "run", fix,
+                      *needles, "row 8")
+
+
+@pytest.mark.parametrize("kind", ["wide", "nul", "unterminated", "no_path", "split"])
+def test_every_bad_manifest_row_is_one_line_and_its_fixed_rerun_needs_no_cleanup(tmp_path, kind):
+    csv = write_dataset(tmp_path, n=6)
+    rows = csv.read_text().splitlines()
+    bad = {"wide": "vols/case0.nii.gz,train," + ",".join(["0"] * 300), "nul": "vols/case0.nii.gz\0,train,0",
+           "unterminated": '"vols/case0.nii.gz,train,0', "no_path": ",train,0", "split": "vols/case0.nii.gz,test,0"}
+    needle = {"wide": "more than 256 columns", "nul": "NUL byte", "unterminated": "unterminated quote",
+              "no_path": "has no path", "split": "neither train nor val"}
+    path = tmp_path / "m.csv"
+    path.write_text("\n".join(rows + [bad[kind]]) + "\n")
+    train_fixed_after(tmp_path, data_config(tmp_path, path), tmp_path / "run",
+                      lambda: path.write_text("\n".join(rows) + "\n"), "m.csv:8:", needle[kind])
