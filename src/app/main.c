@@ -60,7 +60,7 @@ static int spawn_count(const DistConfig *cfg, const char *device, const DistEnv 
     *on_gpu = 0;
     if (!cfg->gpus[0]) return 0;
     if (env->world > 1 || strcmp(env->launcher, "single") != 0) {
-        if (env->rank == 0)
+        if (env->rank == 0 && strcmp(env->launcher, "spawn") != 0) /* (a spawned rank: --gpus made it) */
             vx_log("launch: --gpus %s (dist.gpus) is ignored: the %d ranks come from %s\n", cfg->gpus, env->world,
                    env->launcher);
         return 0;
