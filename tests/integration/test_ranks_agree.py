@@ -110,6 +110,7 @@ def test_tcp_ranks_with_another_seed_exit_2_on_every_rank(tmp_path, world):
 
 
 @pytest.mark.parametrize("what,extra,needle", [
+    ("model", ["--set", "model.channels=[8,16]", "--set", "model.norm_groups=4"], "model.channels"),  # was exit 3
     ("input size", ["--set", "model.input_size=[16,16,16]"], "model.input_size"),
     ("batch", ["--batch-size", "1"], "train.batch_size"),
     ("learning rate", ["--lr", "2e-3"], "train.lr"),
