@@ -1,6 +1,6 @@
 /* train.c: the training loop (see train.h). A run first validates everything (config, device, data, memory plan of
- * every stage, checkpoint), then takes the run directory (run_dir.h), then writes there: a refused run touches
- * nothing. It runs its stages (train_plan.h: one, or train.stages' progressive input sizes) in order; between two
+ * every stage, checkpoint; with ranks, that they agree), then takes the run directory (run_dir.h), then writes
+ * there: a refused run touches nothing. It runs its stages (train_plan.h: one, or train.stages' progressive input sizes) in order; between two
  * the model is rebuilt at the new size, the parameters carry over and the optimizer restarts.
  * One optimizer step, on each of W data-parallel ranks (W = 1 for one process), is enqueued by train_step through
  * the stepper (step.h): for each of grad_accum micro-batches the loader's batch goes in (rank r reads part r of the
@@ -300,9 +300,9 @@ static FILE *open_run_file(const char *run_dir, const char *name) {
     return f;
 }
 
-/* Validates everything (device, data, the memory plan of every stage, the checkpoint), then rank 0 takes the run
- * directory and writes there; then the ranks meet, start from rank 0's parameters, and enter the stage they resume
- * in. */
+/* Validates everything (device, data headers, the memory plan of every stage, the checkpoint, every data file
+ * decoded once), then the ranks meet and agree (rank_agree.h), then rank 0 takes the run directory and writes
+ * there; then the ranks start from rank 0's parameters and enter the stage they resume in. */
 static void open_run(Trainer *t, const char *config_name, const char *resume_path) {
     Config *cfg = t->cfg;
     dist_detect(&t->env);
