@@ -47,7 +47,7 @@ static const KeySpec SCHEMA[] = {
      "store the first convolution's input and weights with in_channels padded with zeros to a multiple of 8, the "
      "channel count cuDNN's tensor-core kernels want; auto = with bf16/fp16, on = in any precision too (the CPU "
      "tests the path so), off = never. Parameters and checkpoints stay unpadded"},
-    {K(train, steps), T_INT, 0, 1e9, NULL, "200", "optimizer steps in total"},
+    {K(train, steps), T_INT, 0, CONFIG_MAX_STEPS, NULL, "200", "optimizer steps in total"},
     {K(train, batch_size), T_INT, 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
     {K(train, global_batch), T_INT, 0, 1 << 22, NULL, "0",
      "samples per optimizer step over all ranks; sets the per-rank batch (it must divide by ranks x grad_accum), so "
@@ -131,6 +131,9 @@ static const KeySpec SCHEMA[] = {
     {K(data, workers), T_INT, 0, 256, NULL, "0", "decoding threads; 0 = from the core count"},
     {K(data, skip_bad), T_INT, 0, 1, NULL, "0",
      "1 = skip an unreadable or unusable volume with a warning (counted); 0 = it is an error"},
+    {K(data, nonfinite), T_STRING, 0, 0, "error|zero|skip", "\"error\"",
+     "a volume with NaN or +-Inf voxels (in the file, or beyond float32 once scaled): error = refuse it (exit 2, "
+     "the file and the count), zero = set them to 0 with a warning, skip = leave the volume out with a warning"},
     {K(output, dir), T_STRING, 0, 0, NULL, "\"\"", "run directory; empty = runs/<config>-<time>"},
     {K(output, tensorboard), T_INT, 0, 1, NULL, "1", "1 = write TensorBoard event files into the run directory"},
     {K(output, image_every), T_INT, 0, 1e9, NULL, "50",
@@ -160,7 +163,7 @@ static const KeySpec SCHEMA[] = {
 #define SK(key) "", #key, offsetof(Stage, key)
 static const KeySpec STAGE_SCHEMA[] = {
     {SK(input_size), T_INT3, 4, 1024, NULL, NULL, "volume D, H, W of this stage"},
-    {SK(steps), T_INT, 1, 1e9, NULL, NULL, "optimizer steps of this stage"},
+    {SK(steps), T_INT, 1, CONFIG_MAX_STEPS, NULL, NULL, "optimizer steps of this stage"},
     {SK(epochs), T_DOUBLE, 1e-6, 1e6, NULL, NULL, "or: passes over the training set"},
     {SK(batch_size), T_INT, 0, 4096, NULL, NULL, "per-rank micro-batch of this stage"},
     {SK(lr), T_FLOAT, 0, 10, NULL, NULL, "peak learning rate of this stage"},
@@ -438,8 +441,13 @@ void config_validate(const Config *cfg, const char *origin) {
         if (m->input_size[a] % factor)
             vx_usage_error("%s: model.input_size[%d] = %d must be divisible by %d (2^(levels-1) for %d channel levels)",
                            origin, a, m->input_size[a], factor, m->levels);
+    int64_t stage_steps = 0; /* in 64 bits: three stages of 1e9 overflowed an int into "-1294967296 steps" */
     for (int i = 0; i < t->n_stages; i++) {
         const Stage st = config_stage(t, m->input_size, i);
+        stage_steps += st.steps;
+        if (stage_steps > CONFIG_MAX_STEPS)
+            vx_usage_error("%s: train.stages[0..%d] sum to %lld steps, more than a run has (%d, train.steps' bound); "
+                           "shorten the stages", origin, i, (long long)stage_steps, CONFIG_MAX_STEPS);
         for (int a = 0; a < 3; a++)
             if (st.input_size[a] % factor)
                 vx_usage_error("%s: train.stages[%d].input_size[%d] = %d must be divisible by %d (2^(levels-1))", origin,
@@ -548,6 +556,21 @@ uint64_t config_model_fingerprint(const ModelConfig *model) {
     p = (const unsigned char *)model->channels;
     for (size_t i = 0; i < (size_t)model->levels * sizeof(int); i++) h = (h ^ p[i]) * 1099511628211ull;
     return h;
+}
+
+int config_key_count(void) { return NKEYS; }
+
+const char *config_key_name(int i, char *out, size_t len) {
+    snprintf(out, len, "%s.%s", SCHEMA[i].section, SCHEMA[i].key);
+    return out;
+}
+
+char *config_key_json(const Config *cfg, int i) {
+    cJSON *v = value_to_json(cfg, &SCHEMA[i]);
+    char *s = cJSON_PrintUnformatted(v);
+    cJSON_Delete(v);
+    if (!s) vx_exit_error(VX_EXIT_MEMORY, "out of memory printing config key %s.%s", SCHEMA[i].section, SCHEMA[i].key);
+    return s;
 }
 
 void config_print_help(FILE *out) {

@@ -58,5 +58,7 @@ void trainer_check_stages(Trainer *t);
 void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer);
 /* The stage holding step s (a stage's first step belongs to it). */
 int trainer_stage_of(const Trainer *t, int64_t s);
+/* Decoding threads of this rank: data.workers, or the cores left to each rank of this machine. */
+int trainer_data_workers(const Trainer *t);
 /* Releases the GPU's staging buffers (none on the CPU). */
 void trainer_staging_free(Trainer *t);
