@@ -71,6 +71,20 @@ passed=$((passed + fuzz_ok)); failed=$((failed + fuzz_bad))
 if [ "$fuzz_ok" -eq 0 ] && [ "$fuzz_bad" -eq 0 ]; then failed=$((failed + 1)); failed_names+=("fuzz build"); fi
 [ "$fuzz_bad" -eq 0 ] || failed_names+=("fuzz")
 
+# The hostile-data, data and rank-agreement tests once more on a sanitizer build (make asan: ASan and UBSan, every
+# report fatal, CPU-only, -O1): the readers, the manifest, the run directory and the ranks' rendezvous under input
+# meant to break them (issue 24). One test, about a minute on 2 cores (the build, then some 80 tests).
+echo "=== sanitizer build: data and rank tests (make asan)"
+if asan_out=$( { make --no-print-directory -s asan BUILD="$BUILD" &&
+                 ASAN_OPTIONS=detect_leaks=0 VOXSCALE="$BUILD/asan/voxscale" \
+                 VX_DATA_PROBE="$BUILD/asan/tests/tools/data_probe" .venv/bin/python -m pytest -q -p no:cacheprovider \
+                     tests/integration/test_data_hostile.py tests/integration/test_data.py \
+                     tests/integration/test_ranks_agree.py; } 2>&1 ); then
+    printf '%s\n' "$asan_out" | tail -3; passed=$((passed + 1))
+else
+    printf '%s\n' "$asan_out" | tail -40; failed=$((failed + 1)); failed_names+=("asan data and rank tests")
+fi
+
 # ci/gpu.sh without a GPU (tests/tools/gpu/*.sh say what each checks): the build stops, and says what to set, where
 # nvcc exists but cuDNN does not; the runner's bookkeeping and reports in a dry run with a planted failure and a
 # planted hang; --prepare against CUDA laid out as on the GPU device (cuDNN, CUPTI, cuBLAS from Python's nvidia-*

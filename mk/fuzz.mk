@@ -1,8 +1,8 @@
 # mk/fuzz.mk: the libFuzzer targets of tests/fuzz (the config reader, the checkpoint loader, the command line, the
-# TensorBoard record reader), built with clang, AddressSanitizer and UndefinedBehaviorSanitizer into
-# $(BUILD)/fuzz. The library is compiled again there, CPU-only, by a sub-make with clang (-fsanitize=fuzzer-no-link
-# instruments it for coverage); the targets link it with libFuzzer's main. `ci/fuzz.sh SECONDS` builds and runs
-# them; `make test` runs each for a few seconds.
+# TensorBoard record reader, the CSV manifest reader, the volume readers), built with clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer into $(BUILD)/fuzz. The library is compiled again there, CPU-only, by a sub-make with
+# clang (-fsanitize=fuzzer-no-link instruments it for coverage); the targets link it with libFuzzer's main.
+# `ci/fuzz.sh SECONDS` builds and runs them; `make test` runs each for a few seconds.
 
 FUZZ_CC      ?= clang
 FUZZ_BUILD   := $(BUILD)/fuzz

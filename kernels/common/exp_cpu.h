@@ -6,7 +6,7 @@
 
 /* exp(x) within ~2 ulp for x in [-87, 88] (Cephes expf: Cody-Waite reduction x = n*ln2 + r, degree-6
  * polynomial for e^r, then a 2^n exponent). Inputs are clamped to that range: exp(-x) then never overflows to
- * inf, and beyond it sigmoid is 0 or 1 to float precision anyway. */
+ * inf, and beyond it sigmoid is 0 or 1 to float precision anyway. NaN in, NaN out. */
 static inline float exp_vec(float x) {
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     const float n = __builtin_rintf(x * 1.44269504088896341f);
@@ -19,7 +19,10 @@ static inline float exp_vec(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 127] */
+    /* 2^n, n in [-126, 127]. A NaN input leaves n NaN, whose conversion to int is undefined (and gave a negative
+     * shift): its exponent is taken as 0 instead, and the NaN goes on through p, so silu(NaN) is still NaN. */
+    const int32_t k = (int32_t)(n == n ? n : 0.0f);
+    const uint32_t bits = (uint32_t)(k + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;

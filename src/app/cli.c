@@ -109,6 +109,7 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
         if (!config_has_key(keys[i]))
             vx_usage_error("%s %s: no config key \"%s\" (see --help-config)", flags[i], keys[i], keys[i]);
         config_set(&a->cfg, keys[i], vals[i], flags[i]);
+        if (strcmp(keys[i], "train.steps") == 0) a->steps_flag = flags[i];
     }
     config_validate(&a->cfg, "command line");
 }

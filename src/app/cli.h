@@ -11,6 +11,7 @@ typedef struct {
     int warmup, iters; /* bench: -1 when not given */
     const char *ops;   /* bench kernels --ops: NULL when not given */
     int budget_ms, reps; /* bench kernels: -1 when not given */
+    const char *steps_flag; /* "--steps" or "--set" when the command line set train.steps, else NULL */
     Config cfg;
 } CliArgs;
 

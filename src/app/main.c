@@ -58,13 +58,26 @@ static char **main_argv; /* the whole command line: `train --gpus N` starts its 
  * come from a launcher or there is one process. Says why when --gpus all finds no GPU (one CPU process then). */
 static int spawn_count(const DistConfig *cfg, const char *device, const DistEnv *env, int *on_gpu) {
     *on_gpu = 0;
-    if (!cfg->gpus[0] || env->world > 1 || strcmp(env->launcher, "single") != 0) return 0;
+    if (!cfg->gpus[0]) return 0;
+    if (env->world > 1 || strcmp(env->launcher, "single") != 0) {
+        if (env->rank == 0 && strcmp(env->launcher, "spawn") != 0) /* (a spawned rank: --gpus made it) */
+            vx_log("launch: --gpus %s (dist.gpus) is ignored: the %d ranks come from %s\n", cfg->gpus, env->world,
+                   env->launcher);
+        return 0;
+    }
     HwInfo hw;
     hw_detect(&hw);
     const int cpu = strcmp(device, "cpu") == 0, all = strcmp(cfg->gpus, "all") == 0;
     if (cpu) {
         if (all) vx_usage_error("--gpus all --device cpu: say how many CPU ranks to start, e.g. --gpus 2");
-        return atoi(cfg->gpus);
+        const int n = atoi(cfg->gpus);
+        /* each CPU rank is a process with its threads: more than the cores only slows every one of them down (and
+         * --gpus 1000 really started 1000) */
+        if (n > hw.cores)
+            vx_usage_error("--gpus %d --device cpu: %d CPU ranks on %d core(s); start at most one rank per core "
+                           "(--gpus %d), or share cores on purpose under mpirun --oversubscribe", n, n, hw.cores,
+                           hw.cores);
+        return n;
     }
     const int n = all ? hw.n_gpus : atoi(cfg->gpus);
     if (hw.n_gpus == 0) {
@@ -96,6 +109,12 @@ static int cmd_train(int argc, char **argv) {
     cli_parse(argc, argv, &a, TRAIN_HELP,
               ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
               "lr-scaling,amp,compile,");
+    /* train.stages set the run's length (their sum): a --steps beside them was silently ignored; refused, since
+     * which stage it should shorten is anyone's guess */
+    if (a.steps_flag && a.cfg.train.n_stages)
+        vx_usage_error("%s train.steps = %d: train.stages set the run's length (the sum of their steps); change the "
+                       "stages' steps or epochs instead (--set train.stages=...), or drop the stages "
+                       "(--set train.stages=[])", a.steps_flag, a.cfg.train.steps);
     DistEnv env;
     dist_detect(&env);
     int on_gpu;

@@ -1,4 +1,5 @@
-/* config.c: the schema table, the strict JSON reader, overrides and the resolved-config writer (see config.h). */
+/* config.c: the strict JSON reader, overrides and the resolved-config writer over the schema table
+ * (config_schema.c; see config.h). */
 #include "core/config.h"
 
 #include <cJSON.h>
@@ -7,208 +8,11 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/config_schema.h"
 #include "core/fsutil.h"
 #include "core/util.h"
 
-/* T_FLOAT: a number kept as a double here but used as float32 by the ops, so its range is checked after rounding
- * to float too (beta2 = 0.999999999 is below 1 as a double and exactly 1 as a float). */
-/* T_STAGES: train.stages, a list of objects read with STAGE_SCHEMA below. */
-/* T_LIST: a list of numbers (ConfigList, config_base.h). */
-typedef enum { T_INT, T_INT64, T_DOUBLE, T_FLOAT, T_STRING, T_INT3, T_INTLIST, T_STAGES, T_LIST } KeyType;
-
 #define CONFIG_MAX_BYTES (1 << 20) /* a config is a few KiB; more is not a config (or /dev/zero) */
-
-typedef struct {
-    const char *section, *key;
-    size_t offset; /* of the value in a Config (in a Stage for STAGE_SCHEMA) */
-    KeyType type;
-    double min, max;     /* inclusive range of numbers and of list elements */
-    const char *choices; /* T_STRING: "a|b|c", or NULL for any string */
-    const char *def;     /* default, as the JSON text of the value */
-    const char *help;
-} KeySpec;
-
-/* A key of the schema: its section, its name, and where it lives in a Config, which is its section's member of the
- * same name (cfg->model.input_size is model.input_size). */
-#define K(section, key) #section, #key, offsetof(Config, section.key)
-/* A key of a family's part of the model section (model.depth is Config.model.resnet.depth) */
-#define KF(part, key) "model", #key, offsetof(Config, model.part.key)
-static const KeySpec SCHEMA[] = {
-    {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d", "\"ae3d\"",
-     "the network: ae3d = the 3-D AutoencoderKL (the keys up to pad_input_channels); resnet3d = MONAI's 3-D ResNet "
-     "for classification, regression and survival (the keys from depth on, and model.task)"},
-    {K(model, input_size), T_INT3, 1, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
-    {K(model, in_channels), T_INT, 1, 64, NULL, "1", "channels of the input volume"},
-    {K(model, channels), T_INTLIST, 1, 4096, NULL, "[16, 32]",
-     "channels per resolution level; each level after the first halves D, H, W"},
-    {K(model, res_blocks), T_INT, 0, 16, NULL, "1", "ResBlocks per level"},
-    {K(model, norm_groups), T_INT, 1, 1024, NULL, "8", "GroupNorm groups (divide every channels entry)"},
-    {K(model, latent_channels), T_INT, 1, 256, NULL, "4", "channels of the latent"},
-    {K(model, kl_weight), T_FLOAT, 0, 1e3, NULL, "1e-6", "weight of the KL term"},
-    {K(model, loss), T_STRING, 0, 0, "l1|mse", "\"l1\"", "reconstruction loss"},
-    {K(model, logvar_min), T_FLOAT, -100, 0, NULL, "-30", "log-variance clamp, low"},
-    {K(model, logvar_max), T_FLOAT, 0, 100, NULL, "20", "log-variance clamp, high"},
-    {K(model, norm_eps), T_FLOAT, 1e-12, 1, NULL, "1e-6", "GroupNorm epsilon"},
-    {K(model, pad_input_channels), T_STRING, 0, 0, "auto|on|off", "\"auto\"",
-     "store the first convolution's input and weights with in_channels padded with zeros to a multiple of 8, the "
-     "channel count cuDNN's tensor-core kernels want; auto = with bf16/fp16, on = in any precision too (the CPU "
-     "tests the path so), off = never. Parameters and checkpoints stay unpadded"},
-    {KF(resnet, depth), T_INT, 10, 101, NULL, "18", "resnet3d: 10, 18, 34 (basic blocks), 50 or 101 (bottleneck), as "
-     "monai.networks.nets.resnet10 ... resnet101"},
-    {KF(resnet, spatial_dims), T_INT, 2, 3, NULL, "3",
-     "resnet3d: 3, or 2 for a volume of depth 1 (input_size [1, H, W]: every kernel is 1 deep, the weights those of "
-     "MONAI's spatial_dims=2 net)"},
-    {KF(resnet, conv1_t_size), T_INT, 1, 15, NULL, "7",
-     "resnet3d: the stem conv's kernel along every axis, padded by half of it (MONAI's ensure_tuple_rep of it)"},
-    {KF(resnet, conv1_t_stride), T_INT, 1, 4, NULL, "1", "resnet3d: the stem conv's stride along every axis"},
-    {KF(resnet, no_max_pool), T_INT, 0, 1, NULL, "0", "resnet3d: 1 = no max pooling after the stem"},
-    {KF(resnet, shortcut_type), T_STRING, 0, 0, "B", "\"B\"",
-     "resnet3d: the shortcut where a block changes shape: B = 1x1x1 conv + BatchNorm (MONAI's default; A is not built)"},
-    {KF(resnet, widen_factor), T_DOUBLE, 0.0625, 16, NULL, "1", "resnet3d: the planes 64/128/256/512 times this"},
-    {KF(resnet, bias_downsample), T_INT, 0, 1, NULL, "1", "resnet3d: 1 = the shortcut conv has a bias (MONAI's default)"},
-    {KF(resnet, bn_momentum), T_FLOAT, 0, 1, NULL, "0.1", "resnet3d: BatchNorm's running-statistics momentum"},
-    {KF(resnet, bn_eps), T_FLOAT, 1e-12, 1, NULL, "1e-5", "resnet3d: BatchNorm's epsilon"},
-    {KF(resnet, sync_bn), T_INT, 0, 1, NULL, "0",
-     "resnet3d: 1 = SyncBatchNorm: every BatchNorm normalises with the statistics of the batch over all ranks, as "
-     "torch.nn.SyncBatchNorm (two all-reduces per layer forward, one backward); 0 = each rank its own"},
-    {KF(head, task), T_STRING, 0, 0, "classification|multilabel|regression|survival", "\"classification\"",
-     "resnet3d: classification (softmax cross-entropy), multilabel (BCE with logits), regression (MSE) or survival "
-     "(Cox partial likelihood over the global batch, Breslow ties)"},
-    {KF(head, num_classes), T_INT, 1, 100000, NULL, "2",
-     "resnet3d: classes, labels or regression targets the head predicts (survival: 1, the risk score)"},
-    {KF(head, class_weights), T_LIST, 0, 1e6, NULL, "[]",
-     "resnet3d classification: a weight per class for the cross-entropy, as CrossEntropyLoss(weight=...); [] = none"},
-    {KF(head, pos_weight), T_LIST, 0, 1e6, NULL, "[]",
-     "resnet3d multilabel: BCEWithLogitsLoss's pos_weight, one per label; [] = none"},
-    {KF(head, dropout), T_FLOAT, 0, 0.95, NULL, "0",
-     "resnet3d: dropout before the final Linear (keyed by sample and position: a resumed run drops the same values)"},
-    {K(train, steps), T_INT, 0, 1e9, NULL, "200", "optimizer steps in total"},
-    {K(train, batch_size), T_INT, 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
-    {K(train, global_batch), T_INT, 0, 1 << 22, NULL, "0",
-     "samples per optimizer step over all ranks; sets the per-rank batch (it must divide by ranks x grad_accum), so "
-     "results do not depend on the number of GPUs; 0 = batch_size per rank"},
-    {K(train, grad_accum), T_INT, 1, 1024, NULL, "1", "micro-batches per optimizer step"},
-    {K(train, lr), T_FLOAT, 0, 10, NULL, "1e-3", "peak learning rate"},
-    {K(train, min_lr), T_FLOAT, 0, 10, NULL, "1e-5", "learning rate at the end of the cosine"},
-    {K(train, warmup_steps), T_INT, 0, 1e9, NULL, "20", "linear warmup steps"},
-    {K(train, weight_decay), T_FLOAT, 0, 10, NULL, "0.01", "AdamW decoupled weight decay"},
-    {K(train, beta1), T_FLOAT, 0, 0.9999999, NULL, "0.9", "AdamW beta1"},
-    {K(train, beta2), T_FLOAT, 0, 0.9999999, NULL, "0.999", "AdamW beta2"},
-    {K(train, adam_eps), T_FLOAT, 1e-20, 1, NULL, "1e-8", "AdamW epsilon"},
-    {K(train, grad_clip), T_DOUBLE, 0, 1e9, NULL, "1.0", "clip the global gradient norm to this; 0 = off"},
-    {K(train, lr_scaling), T_STRING, 0, 0, "none|linear|sqrt", "\"sqrt\"",
-     "scale lr and min_lr with the number of ranks when the batch is per rank (not with global_batch): x ranks, "
-     "x sqrt(ranks), or not"},
-    {K(train, seed), T_INT64, 0, 9007199254740991.0, NULL, "1234", "seed of weights, data and noise"},
-    {K(train, log_every), T_INT, 1, 1e9, NULL, "10", "steps between progress lines"},
-    {K(train, val_every), T_INT, 0, 1e9, NULL, "50", "steps between validations; 0 = only at the end"},
-    {K(train, val_samples), T_INT, 0, 1e6, NULL, "4", "held-out volumes per validation"},
-    {K(train, ckpt_every), T_INT, 0, 1e9, NULL, "0", "steps between checkpoints; 0 = only at the end"},
-    {K(train, best_metric), T_STRING, 0, 0, "auto|loss|l1|accuracy|auroc|cindex", "\"auto\"",
-     "the validation figure best.ckpt keeps the best of: auto = l1 (ae3d), accuracy (classification), auroc "
-     "(multilabel), loss (regression), cindex (survival); loss and l1 lower is better, the others higher"},
-    {K(train, device), T_STRING, 0, 0, "auto|cpu|cuda", "\"auto\"", "where to train"},
-    {K(train, threads), T_INT, 0, 4096, NULL, "0", "CPU threads; 0 = all cores"},
-    {K(train, deterministic), T_INT, 0, 1, NULL, "0",
-     "1 = only deterministic GPU algorithms (bit-identical reruns, slower convolutions)"},
-    {K(train, tf32), T_INT, 0, 1, NULL, "1",
-     "1 = let cuDNN use TF32 tensor cores for float32 convolutions (PyTorch's default), 0 = strict FP32"},
-    {K(train, fuse), T_INT, 0, 1, NULL, "1",
-     "1 = run each GroupNorm and the SiLU after it as one op (no pre-activation tensor kept: less memory, one pass "
-     "fewer each way); 0 = two ops, as PyTorch eager"},
-    {K(train, checkpoint_activations), T_INT, 0, 1, NULL, "0",
-     "1 = keep only each ResBlock's input and recompute its inside in backward (less activation memory, about "
-     "one more forward of the blocks per step), as torch.utils.checkpoint"},
-    {K(train, precision), T_STRING, 0, 0, "auto|bf16|fp16|off", "\"auto\"",
-     "storage and compute type of activations (--amp): bf16 or fp16 = mixed precision on a GPU (float32 master "
-     "weights, optimizer state, statistics and every reduction); off = float32; auto = bf16 on a GPU (all this build "
-     "runs on have it), float32 on the CPU"},
-    {K(train, loss_scale), T_STRING, 0, 0, "auto|dynamic|off", "\"auto\"",
-     "dynamic loss scaling, as torch.amp.GradScaler: a step whose gradient is not finite is skipped and the scale "
-     "halved, growth_interval finite steps double it; auto = with fp16 only"},
-    {K(train, loss_scale_init), T_FLOAT, 1, 1 << 24, NULL, "65536",
-     "the first loss scale (a power of two, so scaling is exact)"},
-    {K(train, loss_scale_growth_interval), T_INT, 1, 1e9, NULL, "2000",
-     "finite steps in a row after which the loss scale doubles"},
-    {K(train, compile), T_INT, 0, 1, NULL, "0",
-     "1 = capture the training step in CUDA Graphs on its second use and replay them (--compile): one per kind of "
-     "micro-batch (forward, loss, backward; with ranks the last one holds the gradient buckets' NCCL all-reduces) and "
-     "one for the losses' all-reduce, clipping and AdamW; losses are read back one step late. The CPU runs the "
-     "same step eagerly"},
-    {K(train, stages), T_STAGES, 0, 0, NULL, "[]",
-     "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
-     "train.steps is then their sum"},
-    {K(data, source), T_STRING, 0, 0, "phantom|csv|dir", "\"phantom\"",
-     "where volumes come from: the built-in phantoms, a CSV manifest (data.csv) or a folder (data.dir)"},
-    {K(data, noise), T_FLOAT, 0, 1, NULL, "0.02", "std of the phantom's Gaussian noise"},
-    {K(data, prefetch), T_INT, 1, 64, NULL, "2", "batches the loader prepares ahead"},
-    {K(data, csv), T_STRING, 0, 0, NULL, "\"\"",
-     "the manifest: a header row, a path column (relative paths are to the CSV's folder), optional split column"},
-    {K(data, dir), T_STRING, 0, 0, NULL, "\"\"", "a folder of volumes (source dir)"},
-    {K(data, glob), T_STRING, 0, 0, NULL, "\"*.nii*\"",
-     "which entries of data.dir are volumes: NIfTI files, or folders of PNG slices (e.g. \"case*\")"},
-    {K(data, path_column), T_STRING, 0, 0, NULL, "\"path\"", "the manifest's path column"},
-    {K(data, label_columns), T_STRING, 0, 0, NULL, "\"\"",
-     "resnet3d: the manifest's label columns, comma-separated; \"\" = label (classification: the class index "
-     "0..num_classes-1), time,event (survival: event 1 observed, 0 censored), or one 0/1 column per label "
-     "(multilabel) and per target (regression) named in order; with source phantom the labels are a function of "
-     "each phantom's shape"},
-    {K(data, split_column), T_STRING, 0, 0, NULL, "\"split\"",
-     "the manifest's split column (train | val); without one, data.val_fraction is held out"},
-    {K(data, val_fraction), T_DOUBLE, 0, 0.9, NULL, "0.1",
-     "share of the volumes held out for validation by a seeded draw, when there is no split column"},
-    {K(data, normalize), T_STRING, 0, 0, "percentile|zscore|none", "\"percentile\"",
-     "per volume: clip to the clip_low..clip_high percentiles and scale to [0, 1], or zero mean unit std"},
-    {K(data, clip_low), T_DOUBLE, 0, 50, NULL, "0.5", "lower percentile of normalize percentile"},
-    {K(data, clip_high), T_DOUBLE, 50, 100, NULL, "99.5", "upper percentile"},
-    {K(data, pad), T_INT, 0, 1, NULL, "1",
-     "1 = pad a volume smaller than the input with its minimum; 0 = such a volume is an error"},
-    {K(data, augment), T_INT, 0, 1, NULL, "1",
-     "1 = random flips and 90-degree rotations of training volumes read from files (seeded per sample)"},
-    {K(data, cache_rate), T_DOUBLE, 0, 1, NULL, "1",
-     "share of the decoded training volumes kept in memory; an epoch draws from the cached ones"},
-    {K(data, replace_rate), T_DOUBLE, 0, 1, NULL, "0",
-     "share of the cache replaced by new volumes each epoch (decoded ahead by a background thread)"},
-    {K(data, cache_max_gib), T_DOUBLE, 0.001, 4096, NULL, "8",
-     "upper bound of the cache per rank; a cache_rate beyond it is refused"},
-    {K(data, workers), T_INT, 0, 256, NULL, "0", "decoding threads; 0 = from the core count"},
-    {K(data, skip_bad), T_INT, 0, 1, NULL, "0",
-     "1 = skip an unreadable or unusable volume with a warning (counted); 0 = it is an error"},
-    {K(output, dir), T_STRING, 0, 0, NULL, "\"\"", "run directory; empty = runs/<config>-<time>"},
-    {K(output, tensorboard), T_INT, 0, 1, NULL, "1", "1 = write TensorBoard event files into the run directory"},
-    {K(output, image_every), T_INT, 0, 1e9, NULL, "50",
-     "steps between TensorBoard images (mid-slices of inputs, reconstructions, errors); 0 = off"},
-    {K(output, image_samples), T_INT, 1, 64, NULL, "2", "held-out volumes shown per image step"},
-    {K(output, hist_every), T_INT, 0, 1e9, NULL, "100",
-     "steps between weight and gradient histograms per layer group; 0 = off"},
-    {K(output, flush_secs), T_DOUBLE, 0.1, 3600, NULL, "5", "longest time TensorBoard records stay buffered"},
-    {K(output, profile), T_STRING, 0, 0, NULL, "\"\"",
-     "START:END records a profiler trace of optimizer steps START..END (1-based, inclusive); empty = off"},
-    {K(dist, gpus), T_STRING, 0, 0, NULL, "\"\"",
-     "N or all: start one rank per GPU of this machine (N CPU ranks with --device cpu); empty = one process"},
-    {K(dist, timeout_s), T_DOUBLE, 0.1, 1e6, NULL, "600",
-     "a collective not finished within this ends every rank with exit 3 (PyTorch's default is 600 s)"},
-    {K(dist, bucket_mb), T_DOUBLE, 0.001, 4096, NULL, "25",
-     "size of the gradient buckets all-reduced while backward runs (DDP's bucket_cap_mb)"},
-    {K(dist, first_bucket_mb), T_DOUBLE, 0.001, 4096, NULL, "1",
-     "size of the first bucket, smaller so that communication starts early"},
-    {K(output, sample_log), T_INT, 0, 1, NULL, "0",
-     "1 = write samples.tsv in the run directory: step, micro-batch, first global sample and count of every batch read"},
-};
-#define NKEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))
-
-/* The keys of one entry of train.stages (section "" : the name is train.stages[i].key). A key left out inherits:
- * input_size from model.input_size, batch_size from train.batch_size, lr from train.lr (config_validate fills them
- * in); exactly one of steps and epochs is given. */
-#define SK(key) "", #key, offsetof(Stage, key)
-static const KeySpec STAGE_SCHEMA[] = {
-    {SK(input_size), T_INT3, 1, 1024, NULL, NULL, "volume D, H, W of this stage"},
-    {SK(steps), T_INT, 1, 1e9, NULL, NULL, "optimizer steps of this stage"},
-    {SK(epochs), T_DOUBLE, 1e-6, 1e6, NULL, NULL, "or: passes over the training set"},
-    {SK(batch_size), T_INT, 0, 4096, NULL, NULL, "per-rank micro-batch of this stage"},
-    {SK(lr), T_FLOAT, 0, 10, NULL, NULL, "peak learning rate of this stage"},
-};
-#define NSTAGE_KEYS ((int)(sizeof STAGE_SCHEMA / sizeof STAGE_SCHEMA[0]))
 
 static const char *type_name(KeyType t) {
     switch (t) {
@@ -521,8 +325,13 @@ void config_validate(const Config *cfg, const char *origin) {
         if (m->input_size[a] % factor)
             vx_usage_error("%s: model.input_size[%d] = %d must be divisible by %d (2^(levels-1) for %d channel levels)",
                            origin, a, m->input_size[a], factor, m->levels);
+    int64_t stage_steps = 0; /* in 64 bits: three stages of 1e9 overflowed an int into "-1294967296 steps" */
     for (int i = 0; i < t->n_stages; i++) {
         const Stage st = config_stage(t, m->input_size, i);
+        stage_steps += st.steps;
+        if (stage_steps > CONFIG_MAX_STEPS)
+            vx_usage_error("%s: train.stages[0..%d] sum to %lld steps, more than a run has (%d, train.steps' bound); "
+                           "shorten the stages", origin, i, (long long)stage_steps, CONFIG_MAX_STEPS);
         for (int a = 0; a < 3; a++)
             if (st.input_size[a] % factor)
                 vx_usage_error("%s: train.stages[%d].input_size[%d] = %d must be divisible by %d (2^(levels-1))", origin,
@@ -644,6 +453,21 @@ uint64_t config_model_fingerprint(const ModelConfig *model) {
     p = (const unsigned char *)model->channels;
     for (size_t i = 0; i < (size_t)model->levels * sizeof(int); i++) h = (h ^ p[i]) * 1099511628211ull;
     return h;
+}
+
+int config_key_count(void) { return NKEYS; }
+
+const char *config_key_name(int i, char *out, size_t len) {
+    snprintf(out, len, "%s.%s", SCHEMA[i].section, SCHEMA[i].key);
+    return out;
+}
+
+char *config_key_json(const Config *cfg, int i) {
+    cJSON *v = value_to_json(cfg, &SCHEMA[i]);
+    char *s = cJSON_PrintUnformatted(v);
+    cJSON_Delete(v);
+    if (!s) vx_exit_error(VX_EXIT_MEMORY, "out of memory printing config key %s.%s", SCHEMA[i].section, SCHEMA[i].key);
+    return s;
 }
 
 void config_print_help(FILE *out) {

@@ -43,5 +43,10 @@ void config_validate(const Config *cfg, const char *origin);
 char *config_to_json(const Config *cfg);
 /* Writes config_to_json to path (atomically). */
 void config_write(const Config *cfg, const char *path);
+/* The schema's keys one by one (what the ranks compare at their rendezvous): how many, the name of key i
+ * ("train.seed", into out), and its value in cfg as compact JSON (caller frees). */
+int config_key_count(void);
+const char *config_key_name(int i, char *out, size_t len);
+char *config_key_json(const Config *cfg, int i);
 /* Lists every key with its default and meaning (for --help-config). */
 void config_print_help(FILE *out);

@@ -20,4 +20,5 @@ typedef struct {
     double cache_rate, replace_rate, cache_max_gib;
     int workers;             /* decoding threads; 0 = from the core count */
     int skip_bad;            /* skip unreadable volumes with a warning instead of exit 2 */
+    char nonfinite[CONFIG_STR]; /* "error" | "zero" | "skip": volumes with NaN or Inf voxels */
 } DataConfig;

@@ -6,6 +6,7 @@
 #include "core/config_base.h"
 
 #define CONFIG_MAX_STAGES 8
+#define CONFIG_MAX_STEPS 1000000000 /* train.steps' bound, and the bound of the stages' sum */
 
 /* One stage of a progressive run (train.stages): its own input size, length, batch and learning rate; the weights
  * carry over from the stage before (the autoencoder is fully convolutional), the optimizer restarts. */

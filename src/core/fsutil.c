@@ -52,6 +52,30 @@ char *fs_read_file(const char *path, size_t max_bytes, size_t *len) {
     return buf;
 }
 
+int fs_input_kind(const char *path, int want_dir, int *is_dir, char *why, size_t why_len) {
+    struct stat st;
+    if (is_dir) *is_dir = 0;
+    if (stat(path, &st) != 0) {
+        snprintf(why, why_len, "%s", errno == ENOENT || errno == ENOTDIR ? "no such file" : strerror(errno));
+        return 0;
+    }
+    if (S_ISREG(st.st_mode)) return 1;
+    if (S_ISDIR(st.st_mode) && want_dir) {
+        if (is_dir) *is_dir = 1;
+        return 1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(why, why_len, "a directory, not a file");
+        return 0;
+    }
+    const char *kind = S_ISFIFO(st.st_mode)   ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                    : "something";
+    snprintf(why, why_len, "%s, not a regular file: reading it could block forever or never end", kind);
+    return 0;
+}
+
 void fs_write_failed(const char *what, const char *path, int err) {
     const char *hint = err == ENOSPC || err == EDQUOT ? "free disk space or choose another --out"
                        : err == EACCES || err == EPERM || err == EROFS

@@ -6,6 +6,11 @@
  * EFBIG when the file holds more than max_bytes (a config pointed at /dev/zero must not read forever), EISDIR for
  * a directory. */
 char *fs_read_file(const char *path, size_t max_bytes, size_t *len);
+/* Whether path (links followed) is a regular file an input may be read from: 1, or 0 and why ("no such file", "a
+ * FIFO (named pipe), not a regular file", ...; for `want_dir`, a directory is accepted too and is_dir says which).
+ * A FIFO, socket or device would block a reader forever or feed it endless bytes: inputs are refused before they
+ * are opened. */
+int fs_input_kind(const char *path, int want_dir, int *is_dir, char *why, size_t why_len);
 /* Writes path.tmp, fsyncs it, renames it over path and fsyncs the directory: a crash leaves the old or the new
  * file, never a torn one. On failure the .tmp is removed and the run ends with one line saying why and what to do
  * (disk full, permissions, a directory in the way) and exit code VX_EXIT_STORAGE. */

@@ -54,13 +54,16 @@ char *vx_escape(const char *s, char *out, size_t len) {
     return out;
 }
 
-/* "voxscale: " + the formatted message, escaped, on one line of stderr. */
+/* "voxscale: " + the formatted message, escaped, on one line of stderr, written with one call: ranks that share a
+ * stderr (mpirun forwards each rank's writes as they come) would otherwise interleave pieces of their lines. */
 static void print_error(const char *prefix, const char *fmt, va_list ap, int saved_errno) {
-    char msg[2048], safe[4 * sizeof msg];
+    char msg[2048], safe[4 * sizeof msg], line[sizeof safe + 256];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "voxscale: %s%s%s", error_prefix, prefix, vx_escape(msg, safe, sizeof safe));
-    if (saved_errno) fprintf(stderr, " (%s)", strerror(saved_errno));
-    fputc('\n', stderr);
+    int n = snprintf(line, sizeof line, "voxscale: %s%s%s%s%s%s\n", error_prefix, prefix,
+                     vx_escape(msg, safe, sizeof safe), saved_errno ? " (" : "", saved_errno ? strerror(saved_errno) : "",
+                     saved_errno ? ")" : "");
+    if (n >= (int)sizeof line) line[sizeof line - 2] = '\n', n = (int)sizeof line - 1;
+    fwrite(line, 1, (size_t)n, stderr);
     fflush(stderr);
 }
 

@@ -22,6 +22,7 @@
 #define RNG_STREAM_AUGMENT 0xA06ull  /* a sample's flips and rotation */
 
 enum { SLOT_ABSENT = 0, SLOT_LOADING, SLOT_READY, SLOT_BAD };
+enum { NOTED_BAD = 1, NOTED_ZEROED = 2 };
 
 typedef struct {
     Volume vol;
@@ -53,6 +54,8 @@ struct Dataset {
     int ahead_started, stop;
     char error[1024]; /* the first unusable volume met while training without data.skip_bad: the main thread
                          reports it (a loader worker must not end the process under the trainer's feet) */
+    unsigned char *noted; /* per manifest entry: NOTED_BAD once it was found unusable (warned once, then skipped
+                             unread), NOTED_ZEROED once its non-finite voxels were reported */
     int *todo, n_todo;
     DatasetStats st;
     /* a prediction head's labels (dataset_set_labels): floats per sample, the task, and for files each manifest
@@ -103,31 +106,70 @@ static const char *row_of(const Dataset *ds, int m, char *buf, size_t len) {
     return buf;
 }
 
-/* A volume that cannot be used: a warning and a count with data.skip_bad; else the end of the run (exit 2), at once
- * when the dataset opens, through dataset_error when a worker met it. Called with the lock held, or at open. */
-static void bad_volume(Dataset *ds, int m, const char *why, int at_open) {
+/* A volume that cannot be used: a warning and a count with data.skip_bad (or skip_anyway: data.nonfinite=skip),
+ * once per file, which is then skipped unread; else the end of the run (exit 2), at once when the dataset opens,
+ * through dataset_error when a worker met it. `hint` says what to do (NULL: fix it or set data.skip_bad). Called
+ * with the lock held, or at open. */
+static void bad_volume(Dataset *ds, int m, const char *why, const char *hint, int skip_anyway, int at_open) {
     char row[CONFIG_STR + 64];
-    if (!ds->cfg.skip_bad) {
-        if (at_open)
-            vx_usage_error("%s%s: %s; fix or remove it, or set data.skip_bad=1 to skip such volumes", ds->man.e[m].path,
-                           row_of(ds, m, row, sizeof row), why);
+    if (!hint) hint = "fix or remove it, or set data.skip_bad=1 to skip such volumes";
+    if (!ds->cfg.skip_bad && !skip_anyway) {
+        if (at_open) vx_usage_error("%s%s: %s; %s", ds->man.e[m].path, row_of(ds, m, row, sizeof row), why, hint);
         if (!ds->error[0])
-            snprintf(ds->error, sizeof ds->error, "%s%s: %s; fix or remove it, or set data.skip_bad=1 to skip such "
-                     "volumes", ds->man.e[m].path, row_of(ds, m, row, sizeof row), why);
+            snprintf(ds->error, sizeof ds->error, "%s%s: %s; %s", ds->man.e[m].path, row_of(ds, m, row, sizeof row),
+                     why, hint);
         return;
     }
-    vx_error_line("warning: %s%s: %s; skipped (data.skip_bad)", ds->man.e[m].path, row_of(ds, m, row, sizeof row),
-                  why);
+    if (ds->noted[m] & NOTED_BAD) return; /* warned once: later reads skip it unread (counted as bad_reads) */
+    ds->noted[m] |= NOTED_BAD;
+    vx_error_line("warning: %s%s: %s; skipped (%s)", ds->man.e[m].path, row_of(ds, m, row, sizeof row), why,
+                  skip_anyway ? "data.nonfinite=skip" : "data.skip_bad");
     ds->st.skipped++;
+}
+
+/* data.nonfinite for a decoded volume with non-finite voxels: 1 when it may be used (zero: they are 0 now), 0
+ * when it was refused or left out (reported). Locks. */
+static int nonfinite_policy(Dataset *ds, int m, Volume *v) {
+    if (v->nonfinite == 0) return 1;
+    const int64_t n = (int64_t)v->d * v->h * v->w * v->c;
+    char why[256];
+    snprintf(why, sizeof why, "%lld of its %lld voxels are not finite (NaN or +-Inf, in the file or beyond float32 "
+             "once scaled by scl_slope)", (long long)v->nonfinite, (long long)n);
+    pthread_mutex_lock(&ds->mu);
+    int ok = 0;
+    if (strcmp(ds->cfg.nonfinite, "zero") == 0) {
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(v->v[i])) v->v[i] = 0.0f;
+        if (!(ds->noted[m] & NOTED_ZEROED)) {
+            char row[CONFIG_STR + 64];
+            vx_error_line("warning: %s%s: %s; set to 0 (data.nonfinite=zero)", ds->man.e[m].path,
+                          row_of(ds, m, row, sizeof row), why);
+            ds->noted[m] |= NOTED_ZEROED;
+        }
+        ok = 1;
+    } else {
+        bad_volume(ds, m, why, "fix the file, or set data.nonfinite=zero (they become 0) or skip (the volume is left "
+                   "out)", strcmp(ds->cfg.nonfinite, "skip") == 0, 0);
+    }
+    pthread_mutex_unlock(&ds->mu);
+    return ok;
 }
 
 /* Decodes and normalises manifest entry m; 0 when it cannot be used (already reported or counted). */
 static int decode(Dataset *ds, int m, Volume *v, float *pad) {
     char why[512];
+    pthread_mutex_lock(&ds->mu);
+    const int known_bad = ds->noted[m] & NOTED_BAD;
+    pthread_mutex_unlock(&ds->mu);
+    if (known_bad) return 0;
     if (!volume_read(ds->man.e[m].path, ds->c, v, why, sizeof why)) {
         pthread_mutex_lock(&ds->mu);
-        bad_volume(ds, m, why, 0);
+        bad_volume(ds, m, why, NULL, 0, 0);
         pthread_mutex_unlock(&ds->mu);
+        return 0;
+    }
+    if (!nonfinite_policy(ds, m, v)) {
+        volume_free(v);
         return 0;
     }
     transform_normalize(v, ds->cfg.normalize, ds->cfg.clip_low, ds->cfg.clip_high);
@@ -256,7 +298,12 @@ int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float 
         pthread_mutex_unlock(&ds->mu);
         if (failed) return 0;
         f = file_at(ds, e, (p + tries) % ds->window);
-        if (!slot_get(ds, f, &held, &hit)) f = -1;
+        if (!slot_get(ds, f, &held, &hit)) {
+            f = -1;
+            pthread_mutex_lock(&ds->mu);
+            ds->st.bad_reads++; /* the sample moves on to the next file: counted, not warned again */
+            pthread_mutex_unlock(&ds->mu);
+        }
     }
     pthread_mutex_lock(&ds->mu);
     ds->st.hits += hit;
@@ -348,13 +395,13 @@ static void probe_all(Dataset *ds, const int max_size[3]) {
         int dims[4];
         char why[512];
         if (!volume_probe(ds->man.e[m].path, ds->c, dims, why, sizeof why)) {
-            bad_volume(ds, m, why, 1);
+            bad_volume(ds, m, why, NULL, 0, 1);
             continue;
         }
         if (!ds->cfg.pad && (dims[0] < max_size[0] || dims[1] < max_size[1] || dims[2] < max_size[2])) {
             snprintf(why, sizeof why, "%d x %d x %d is smaller than the input %d x %d x %d and data.pad is 0", dims[0],
                      dims[1], dims[2], max_size[0], max_size[1], max_size[2]);
-            bad_volume(ds, m, why, 1);
+            bad_volume(ds, m, why, NULL, 0, 1);
             continue;
         }
         const double bytes = (double)dims[0] * dims[1] * dims[2] * dims[3] * sizeof(float);
@@ -381,6 +428,8 @@ Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const i
     if (strcmp(cfg->source, "phantom") == 0) return ds;
     ds->files = 1;
     manifest_load(&ds->man, cfg, seed);
+    if (verbose) manifest_report(&ds->man); /* once, by rank 0 */
+    ds->noted = vx_calloc((size_t)ds->man.n, 1);
     probe_all(ds, max_size);
     ds->cache = cfg->cache_rate > 0;
     ds->window = ds->cache ? (int)lround(cfg->cache_rate * ds->n_train) : ds->n_train;
@@ -403,6 +452,62 @@ Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const i
                ds->n_train, ds->n_val, ds->st.skipped ? " (some skipped: data.skip_bad)" : "", ds->window,
                ds->cache ? "on" : "off (every sample decodes its volume)");
     return ds;
+}
+
+/* ---- checking every file before the run writes anything --------------------------------------------------- */
+
+typedef struct {
+    Dataset *ds;
+    int *todo; /* a training file's index f, or -1 - j for validation file j */
+    int n, next;
+} Check;
+
+static void *check_worker(void *arg) {
+    Check *c = arg;
+    Dataset *ds = c->ds;
+    for (;;) {
+        pthread_mutex_lock(&ds->mu);
+        const int k = c->next < c->n && !ds->error[0] ? c->next++ : -1;
+        pthread_mutex_unlock(&ds->mu);
+        if (k < 0) break;
+        const int item = c->todo[k], f = item >= 0 ? item : -1;
+        Volume v;
+        float pad;
+        if (!decode(ds, f >= 0 ? ds->train[f] : ds->val[-1 - item], &v, &pad)) continue; /* reported or counted */
+        pthread_mutex_lock(&ds->mu);
+        if (f >= 0 && ds->cache && in_window(ds, f, 0) && ds->slot[f].state == SLOT_ABSENT) {
+            ds->slot[f] = (Slot){.vol = v, .pad = pad, .state = SLOT_READY}; /* the first window: kept, not decoded again */
+            ds->st.decoded++;
+        } else {
+            volume_free(&v);
+        }
+        pthread_mutex_unlock(&ds->mu);
+    }
+    return NULL;
+}
+
+void dataset_check_files(Dataset *ds, int rank, int world, int threads, int verbose) {
+    if (!ds->files) return;
+    const double t0 = vx_now();
+    Check c = {.ds = ds, .todo = vx_malloc((size_t)(ds->n_train + ds->n_val) * sizeof(int))};
+    if (rank == 0)
+        for (int j = 0; j < ds->n_val; j++) c.todo[c.n++] = -1 - j;
+    for (int f = rank; f < ds->n_train; f += world) c.todo[c.n++] = f;
+    if (threads > c.n) threads = c.n;
+    if (threads < 1) threads = 1;
+    pthread_t *th = vx_malloc((size_t)threads * sizeof *th);
+    int started = 0;
+    for (; started < threads; started++)
+        if (pthread_create(&th[started], NULL, check_worker, &c) != 0) break;
+    if (started == 0) check_worker(&c); /* no thread could start: this one does the work */
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    free(th);
+    free(c.todo);
+    if (ds->error[0]) vx_usage_error("%s", ds->error);
+    if (verbose)
+        vx_log("data: %d volume(s) decoded and checked before the run starts (%.1f s%s)%s\n", c.n, vx_now() - t0,
+               world > 1 ? "; each rank checks its share of the training volumes" : "",
+               ds->st.skipped ? "; bad ones skipped (warned above)" : "");
 }
 
 void dataset_set_size(Dataset *ds, const int size[3]) { memcpy(ds->size, size, sizeof ds->size); }
@@ -439,6 +544,7 @@ void dataset_close(Dataset *ds) {
     free(ds->perm[1]);
     free(ds->train);
     free(ds->val);
+    free(ds->noted);
     manifest_free(&ds->man);
     pthread_mutex_destroy(&ds->mu);
     pthread_cond_destroy(&ds->cv);

@@ -13,7 +13,9 @@
  * cache of the window (data.cache_max_gib bounds it), so that ranks draw the same samples as one process would.
  * Every file's header is read when the dataset opens: a missing file, a wrong magic, absurd dimensions or a volume
  * smaller than the input without data.pad is refused then (exit 2, naming the file and its manifest row), or, with
- * data.skip_bad, left out with a warning and counted; a file whose data turns out damaged later is treated alike. */
+ * data.skip_bad, left out with a warning and counted; a file whose data turns out damaged later is treated alike:
+ * each bad file is warned of once, then skipped unread (bad_reads counts the samples that met it). A decoded volume
+ * with NaN or +-Inf voxels is refused, zeroed or left out as data.nonfinite says. */
 #pragma once
 #include <stdint.h>
 
@@ -25,7 +27,8 @@ typedef struct {
     long hits, misses;   /* samples whose volume was in the cache / had to be decoded for them */
     long decoded;        /* volumes decoded, by the loader and ahead of time */
     long evicted;        /* volumes dropped from the cache when the window moved on */
-    long skipped;        /* bad volumes left out (data.skip_bad) */
+    long skipped;        /* bad volumes left out (data.skip_bad, data.nonfinite=skip), each warned of once */
+    long bad_reads;      /* samples that met a volume known to be bad and moved on to the next one */
     long epochs_entered; /* windows the cache has served */
 } DatasetStats;
 
@@ -36,6 +39,13 @@ typedef struct {
 Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const int size[3], const int max_size[3],
                       int verbose);
 void dataset_close(Dataset *ds);
+/* Decodes every file this rank checks, on `threads` threads, before the run writes anything: on rank 0 every
+ * validation file, and every world-th training file from `rank` (together the ranks check each training file
+ * once). Damage past a header (a gzip stream, a PNG's CRC), non-finite voxels (data.nonfinite) and anything else a
+ * decode finds is then refused (exit 2, naming the file and row) or, with data.skip_bad, warned of once and left
+ * out, before a run directory exists. Decoded training volumes of the first cache window are kept. No-op for the
+ * phantoms. */
+void dataset_check_files(Dataset *ds, int rank, int world, int threads, int verbose);
 /* The crop size from now on (a stage's input size). */
 void dataset_set_size(Dataset *ds, const int size[3]);
 /* Samples in one epoch; 0 for the phantoms (endless). */

@@ -1,10 +1,15 @@
 /* manifest.h: the list of volumes a run reads: a CSV manifest (data.source csv) or a folder (data.source dir),
  * each entry a path (a NIfTI file or a folder of PNG slices) and its split. The CSV has a header row; data.path_column
  * names the path column (paths relative to the CSV's folder unless absolute); data.split_column, when the CSV has
- * it, says train or val per row; quoted fields ("a,b") and CRLF line ends are read. A folder source lists the
- * entries that match data.glob, in natural order. Without a split column data.val_fraction of the entries is held
- * out for validation by a seeded draw. Bad input (no such file, a row without a path, an unknown split value, an
- * empty list) is one line naming the file and row, exit 2. */
+ * it, says train or val per row. Read as spreadsheets write it: a UTF-8 byte order mark is skipped, quoted fields
+ * ("a,b", "say ""x""", line ends inside quotes) and CRLF line ends are read, rows of any length. The columns read
+ * are looked up by name in the header (manifest.c's Column list: a new column is one entry there). A folder source
+ * lists the entries that match data.glob, in natural order (a .hdr/.img pair once, by its .hdr). Without a split
+ * column data.val_fraction of the entries is held out for validation by a seeded draw.
+ * Bad input is one line naming the file and row, exit 2: no such column, a row without a path, an unknown split
+ * value, an unterminated quote, a NUL byte (UTF-16 text), more than 256 columns, a column read given twice in the
+ * header, an empty list. Repeated rows, a file in both splits, an empty validation set and other repeated header
+ * names are warnings (manifest_report). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +26,13 @@ typedef struct {
     ManifestEntry *e;
     int n;
     char origin[CONFIG_STR + 32]; /* "data/list.csv" or "the folder data/ct": where errors point */
+    int with_split;               /* the CSV has the split column */
+    /* what manifest_report warns of, once each, with a count and the first example */
+    int dup_columns;              /* header names given twice (not of a column read: those are refused) */
+    char dup_column[64];
+    int dup_rows, dup_example[2]; /* rows repeating a file listed before in the same split: (first row, repeat) */
+    int leaked, leak_example[2];  /* files in both splits: (train row, val row) */
+    int empty_val;                /* nothing held out although a split column or data.val_fraction asked for it */
 } Manifest;
 
 /* seed (train.seed): the validation draw without a split column. */
@@ -29,3 +41,6 @@ void manifest_free(Manifest *m);
 /* The same from CSV text in memory (the file at csv_path gave it): the CSV reader's fuzz target enters here. */
 void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const char *csv_path, const char *text,
                         size_t len);
+/* Warns (stderr, one line each) of repeated rows, files in both splits, an empty validation set and repeated
+ * header names, with counts: rank 0 calls it once. */
+void manifest_report(const Manifest *m);

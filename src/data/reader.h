@@ -11,6 +11,7 @@
 typedef struct {
     float *v;
     int d, h, w, c;
+    int64_t nonfinite; /* voxels that are NaN or +-Inf as read (volume_read counts them; data.nonfinite decides) */
 } Volume;
 
 #define VOLUME_MAX_DIM 4096            /* per axis: beyond any scanner */

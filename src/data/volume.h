@@ -12,6 +12,7 @@
 /* The dims of the volume at path (a NIfTI file, or a folder of PNG slices) from its header(s) alone: 1, or 0 and
  * why. `channels` is the model's in_channels, which a 4th dimension must match. */
 int volume_probe(const char *path, int channels, int dims[4], char *why, size_t why_len);
-/* Reads it whole; 1, or 0 and why. */
+/* Reads it whole; 1, or 0 and why. out->nonfinite counts its NaN and +-Inf voxels (the caller's policy decides:
+ * data.nonfinite). Anything but a folder or a regular file (a FIFO, a socket, a device) is refused unopened. */
 int volume_read(const char *path, int channels, Volume *out, char *why, size_t why_len);
 void volume_free(Volume *v);

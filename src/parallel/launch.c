@@ -79,7 +79,22 @@ void dist_detect(DistEnv *e) {
     } else if (getenv("PMI_RANK") && getenv("PMI_SIZE")) {
         set_ranks(e, "mpirun", env_int("PMI_RANK"), env_int("PMI_SIZE"), env_int("MPI_LOCALRANKID"),
                   env_int("MPI_LOCALNRANKS"));
-    } else if (getenv("RANK") && getenv("WORLD_SIZE")) {
+    } else if (getenv("RANK") || getenv("WORLD_SIZE") || getenv("LOCAL_RANK")) {
+        /* torchrun sets all three: one alone (a partial environment, a variable left in a shell) would make each
+         * process train as if it were alone */
+        static const char *const VARS[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK"};
+        char list[2][64] = {"", ""}; /* [0] missing, [1] set */
+        int count[2] = {0, 0};
+        for (int i = 0; i < 3; i++) {
+            const int set = getenv(VARS[i]) != NULL;
+            const size_t used = strlen(list[set]);
+            snprintf(list[set] + used, sizeof list[set] - used, "%s%s", count[set]++ ? " and " : "", VARS[i]);
+        }
+        if (count[0])
+            vx_usage_error("torchrun launch: %s %s not set, but %s %s: a torchrun environment has all three (RANK, "
+                           "WORLD_SIZE, LOCAL_RANK); set them all, or unset %s to train as one process", list[0],
+                           count[0] > 1 ? "are" : "is", list[1], count[1] > 1 ? "are" : "is",
+                           count[1] > 1 ? "them" : "it");
         const int rank = env_required("RANK", "torchrun"), world = env_required("WORLD_SIZE", "torchrun");
         const int local = env_required("LOCAL_RANK", "torchrun"); /* read in this order: the first bad one is named */
         set_ranks(e, "torchrun", rank, world, local, env_int("LOCAL_WORLD_SIZE"));

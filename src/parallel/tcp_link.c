@@ -18,9 +18,12 @@
 #include "core/util.h"
 
 #define HELLO_MAGIC 0x5A52584Bu /* "KXRZ": a voxscale rank, not some other program on the port */
+#define HELLO_VERSION 2          /* the handshake's layout and the protocol after it; 2: with this field */
+#define HELLO_WAIT_S 10.0        /* how long rank 0 waits for a connection's hello: a port scanner or a silent
+                                    foreign client must not hold the rendezvous until its deadline */
 
 typedef struct {
-    uint32_t magic;
+    uint32_t magic, version;
     int32_t rank, world;
 } Hello;
 
@@ -84,6 +87,20 @@ int tcp_recv_all(int fd, void *p, size_t n, double deadline, int peer, char *why
     return 1;
 }
 
+/* Up to n bytes from fd before the deadline, fewer when the peer closes or goes silent: how many arrived. */
+static size_t recv_some(int fd, void *p, size_t n, double deadline) {
+    char *b = p, why[160];
+    size_t got = 0;
+    while (got < n) {
+        if (!ready(fd, POLLIN, deadline, 0, "sent nothing", why, sizeof why)) break;
+        const ssize_t k = recv(fd, b + got, n - got, MSG_DONTWAIT);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    return got;
+}
+
 static void no_delay(int fd) {
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* small messages (headers, losses) go at once */
@@ -127,9 +144,19 @@ static int *meet_as_root(const DistEnv *env, double deadline, const Comm *who, c
         const int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0) continue;
         Hello h;
-        if (!tcp_recv_all(c, &h, sizeof h, deadline, -1, why, sizeof why) || h.magic != HELLO_MAGIC) {
+        const double hello_by = vx_now() + HELLO_WAIT_S < deadline ? vx_now() + HELLO_WAIT_S : deadline;
+        if (!tcp_recv_all(c, &h, sizeof h, hello_by, -1, why, sizeof why) || h.magic != HELLO_MAGIC) {
             close(c); /* not one of ours (a port scan, a stale rank): keep waiting for the real ones */
             continue;
+        }
+        if (h.version != HELLO_VERSION) {
+            snprintf(why, sizeof why, "failed: a process says it is rank %d but speaks rendezvous version %u, this "
+                     "rank %u: start every rank with the same voxscale build", h.rank, h.version, HELLO_VERSION);
+            const Hello refusal = {HELLO_MAGIC, HELLO_VERSION, -1, env->world};
+            char ignored[128];
+            tcp_send_all(c, &refusal, sizeof refusal, vx_now() + 1.0, h.rank, ignored, sizeof ignored);
+            close(c);
+            comm_fail(who, "rendezvous", where, why);
         }
         const int twice = h.world == env->world && h.rank >= 1 && h.rank < env->world && fd[h.rank] >= 0;
         if (h.world != env->world || h.rank < 1 || h.rank >= env->world || twice) {
@@ -143,14 +170,14 @@ static int *meet_as_root(const DistEnv *env, double deadline, const Comm *who, c
                 snprintf(why, sizeof why, "failed: a process says it is rank %d, outside 1..%d; give each rank a "
                          "RANK below WORLD_SIZE", h.rank, env->world - 1);
             /* tell the refused process why (rank -1 marks a refusal), so both sides name the same cause */
-            const Hello refusal = {HELLO_MAGIC, -1, env->world};
+            const Hello refusal = {HELLO_MAGIC, HELLO_VERSION, -1, env->world};
             char ignored[128];
             tcp_send_all(c, &refusal, sizeof refusal, vx_now() + 1.0, h.rank, ignored, sizeof ignored);
             close(c);
             comm_fail(who, "rendezvous", where, why);
         }
         no_delay(c);
-        const Hello ack = {HELLO_MAGIC, 0, env->world};
+        const Hello ack = {HELLO_MAGIC, HELLO_VERSION, 0, env->world};
         if (!tcp_send_all(c, &ack, sizeof ack, deadline, h.rank, why, sizeof why)) comm_fail(who, "rendezvous", where, why);
         fd[h.rank] = c;
         joined++;
@@ -161,7 +188,7 @@ static int *meet_as_root(const DistEnv *env, double deadline, const Comm *who, c
 
 /* Ranks 1..: connect to rank 0, retrying while it is not listening yet. */
 static int *meet_as_peer(const DistEnv *env, double deadline, const Comm *who, const char *where) {
-    char port[16], why[256];
+    char port[16], why[320];
     snprintf(port, sizeof port, "%d", env->master_port);
     const struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     for (;;) {
@@ -179,12 +206,28 @@ static int *meet_as_peer(const DistEnv *env, double deadline, const Comm *who, c
                 continue;
             }
             no_delay(s);
-            const Hello h = {HELLO_MAGIC, env->rank, env->world};
+            const Hello h = {HELLO_MAGIC, HELLO_VERSION, env->rank, env->world};
             Hello ack;
-            if (!tcp_send_all(s, &h, sizeof h, deadline, 0, why, sizeof why) ||
-                !tcp_recv_all(s, &ack, sizeof ack, deadline, 0, why, sizeof why))
+            if (!tcp_send_all(s, &h, sizeof h, deadline, 0, why, sizeof why)) comm_fail(who, "rendezvous", where, why);
+            const size_t got = recv_some(s, &ack, sizeof ack, deadline);
+            if (got < sizeof ack || ack.magic != HELLO_MAGIC) {
+                /* whatever listens there answered with something else, or closed: rank 0 always answers, even to
+                 * refuse */
+                if (got == 0 && vx_now() > deadline)
+                    snprintf(why, sizeof why, "did not finish within the deadline: rank 0 sent nothing back");
+                else
+                    snprintf(why, sizeof why, "failed: what listens there is not a voxscale rendezvous (it %s): another "
+                             "service holds the port; set MASTER_PORT or VX_RENDEZVOUS_PORT to a free one",
+                             got == 0 ? "closed the connection without a word" : "answered with bytes that are not "
+                             "voxscale's handshake");
                 comm_fail(who, "rendezvous", where, why);
-            if (ack.magic != HELLO_MAGIC || ack.world != env->world || ack.rank != 0) {
+            }
+            if (ack.version != HELLO_VERSION) {
+                snprintf(why, sizeof why, "failed: rank 0 speaks rendezvous version %u, this rank %u: start every rank "
+                         "with the same voxscale build", ack.version, HELLO_VERSION);
+                comm_fail(who, "rendezvous", where, why);
+            }
+            if (ack.world != env->world || ack.rank != 0) {
                 if (ack.magic == HELLO_MAGIC && ack.world != env->world)
                     snprintf(why, sizeof why, "failed: rank 0 refused the meeting: this rank says the world has %d "
                              "ranks, rank 0 has %d; start every rank with the same WORLD_SIZE", env->world, ack.world);

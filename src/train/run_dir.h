@@ -1,9 +1,17 @@
 /* run_dir.h: the run directory a training run writes into, taken before anything is written there.
- * A run validates everything first (config, device, memory plan, checkpoint), then takes the directory, then
- * writes: a refused run leaves the directory as it found it. Taking it means: create it (and checkpoints/), lock
- * it for the life of the process (an flock on <dir>/.voxscale.lock holding the owner's pid, so a second run there
- * is refused whether or not TensorBoard is on), and refuse a directory that already holds a run unless this run
- * resumes that run's model. */
+ * A run validates everything first (config, device, memory plan, checkpoint, every data file; with ranks, that
+ * every rank agrees), then takes the directory, then writes: a refused run leaves the directory as it found it.
+ * Taking it means: create it (and checkpoints/), lock it for the life of the process (an flock on
+ * <dir>/.voxscale.lock holding the owner's pid, so a second run there is refused whether or not TensorBoard is on),
+ * and decide what is there:
+ *   a run (config.json) with a checkpoint  a fresh run is refused (resume it); a resumed run continues it only
+ *                                          when it is of the same model and seed
+ *   a run with no checkpoint               one that ended before its first checkpoint (a refused volume, a failed
+ *                                          launch, a kill): its lock is free, so it is taken over, saying so, and
+ *                                          its metrics.jsonl, event files and samples files removed
+ *   a run's files without config.json      checkpoints, metrics.jsonl, event files, samples.tsv of some other run
+ *                                          (a partial copy): refused, never overwritten or appended to
+ *   other files                            the run writes beside them, saying so */
 #pragma once
 #include <stdint.h>
 

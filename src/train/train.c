@@ -1,6 +1,6 @@
 /* train.c: the training loop (see train.h). A run first validates everything (config, device, data, memory plan of
- * every stage, checkpoint), then takes the run directory (run_dir.h), then writes there: a refused run touches
- * nothing. It runs its stages (train_plan.h: one, or train.stages' progressive input sizes) in order; between two
+ * every stage, checkpoint; with ranks, that they agree), then takes the run directory (run_dir.h), then writes
+ * there: a refused run touches nothing. It runs its stages (train_plan.h: one, or train.stages' progressive input sizes) in order; between two
  * the model is rebuilt at the new size, the parameters carry over and the optimizer restarts.
  * One optimizer step, on each of W data-parallel ranks (W = 1 for one process), is enqueued by train_step through
  * the stepper (step.h): for each of grad_accum micro-batches the loader's batch goes in (rank r reads part r of the
@@ -38,6 +38,7 @@
 #include "trace/trace.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
+#include "train/rank_agree.h"
 #include "train/run_dir.h"
 #include "train/runtime.h"
 #include "train/schedule.h"
@@ -216,7 +217,10 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     const double sps = (double)t->m->batch * cfg->grad_accum * t->comm->world / dt; /* global samples/s */
     const double wait_ms = wait_window * 1e3 / window_steps, comm_ms = comm_window / window_steps;
     const int scaling = strcmp(cfg->loss_scale, "dynamic") == 0;
-    char eta[32], comm[48] = "", scale[64] = "";
+    const DatasetStats ds = dataset_stats(t->ds); /* rank 0's reads */
+    const int bad = ds.skipped > 0 || ds.bad_reads > 0;
+    char eta[32], comm[48] = "", scale[64] = "", skipped[80] = "";
+    if (bad) snprintf(skipped, sizeof skipped, " | bad volumes %ld (%ld reads moved on)", ds.skipped, ds.bad_reads);
     format_eta(dt * (cfg->steps - r->step), eta, sizeof eta);
     if (t->comm->world > 1)
         snprintf(comm, sizeof comm, isfinite(comm_ms) ? " | comm wait %.1f ms" : " | comm wait in the graphs", comm_ms);
@@ -225,8 +229,9 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     char terms[64] = "";
     if (ae) snprintf(terms, sizeof terms, " (recon %.6f kl %.3f)", r->recon, r->kl);
     vx_log("step %5ld/%d | loss %.6f%s | lr %.3e | grad norm %.4f%s | %.2f samples/s | "
-           "%.0f ms/step | data wait %.1f ms%s | eta %s\n",
-           (long)r->step, cfg->steps, r->loss, terms, lr, r->grad_norm, scale, sps, dt * 1e3, wait_ms, comm, eta);
+           "%.0f ms/step | data wait %.1f ms%s%s | eta %s\n",
+           (long)r->step, cfg->steps, r->loss, terms, lr, r->grad_norm, scale, sps, dt * 1e3, wait_ms, comm, skipped,
+           eta);
     /* metrics.jsonl and TensorBoard get the same float32 values (9 digits print a float32 exactly); the loss scale
      * and the skipped steps only where dynamic loss scaling runs */
     static const char *const KEYS[] = {"loss", "recon", "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
@@ -248,6 +253,11 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
         if (isfinite(values[i]) || strcmp(KEYS[i], "comm_wait_ms") != 0)
             train_log_scalar(t->tb, TAGS[i], r->step, values[i]);
     }
+    if (bad) { /* data.skip_bad's count, where there is one: the same numbers in all three */
+        fprintf(t->metrics, ", \"bad_volumes\": %ld, \"bad_reads\": %ld", ds.skipped, ds.bad_reads);
+        train_log_scalar(t->tb, "data/bad_volumes", r->step, (float)ds.skipped);
+        train_log_scalar(t->tb, "data/bad_reads", r->step, (float)ds.bad_reads);
+    }
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
 }
@@ -261,9 +271,9 @@ static FILE *open_run_file(const char *run_dir, const char *name) {
     return f;
 }
 
-/* Validates everything (device, data, the memory plan of every stage, the checkpoint), then rank 0 takes the run
- * directory and writes there; then the ranks meet, start from rank 0's parameters, and enter the stage they resume
- * in. */
+/* Validates everything (device, data headers, the memory plan of every stage, the checkpoint, every data file
+ * decoded once), then the ranks meet and agree (rank_agree.h), then rank 0 takes the run directory and writes
+ * there; then the ranks start from rank 0's parameters and enter the stage they resume in. */
 static void open_run(Trainer *t, const char *config_name, const char *resume_path) {
     Config *cfg = t->cfg;
     dist_detect(&t->env);
@@ -302,6 +312,14 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     trainer_check_stages(t);
     Ckpt ck = {0};
     if (resume_path) ckpt_read(resume_path, t->m, train->steps, &ck);
+    /* every file decoded once (this rank's share), before any directory exists: damage past a header, a PNG's
+     * CRC or non-finite voxels found during training left a run directory behind that blocked the rerun */
+    dataset_check_files(t->ds, rank, world, trainer_data_workers(t), rank0);
+    /* the ranks meet before anything is written: a missing peer or a refused rank leaves no directory */
+    t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, cfg->dist.timeout_s);
+    /* the first collective, of a fixed size: ranks of different configs or resume states end here (exit 2), not in
+     * a bucket all-reduce of another size, and before rank 0 takes the directory */
+    rank_agree(t->comm, t->be, cfg, resume_path ? &ck : NULL);
     if (rank0) {
         run_dir_take(&cfg->output, config_name, resume_path != NULL, config_model_fingerprint(&cfg->model),
                      train->seed);
@@ -314,14 +332,13 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         free(json);
         if (t->tb) vx_log("tensorboard: %s (tensorboard --logdir %s)\n", train_log_path(t->tb), output->dir);
     }
+    /* a rank that refused to start (rank 0's directory busy, say) ends the run here, not in the first bucket */
+    comm_wait(t->comm, comm_barrier(t->comm, "the start of the run"), NULL);
     if (output->sample_log && output->dir[0]) { /* every rank logs what it reads: samples.tsv, samples.rank1.tsv, ... */
-        char name[48];
+        char name[48]; /* (after the barrier: rank 0 has made the directory) */
         snprintf(name, sizeof name, rank0 ? "samples.tsv" : "samples.rank%d.tsv", rank);
         t->samples = open_run_file(output->dir, name);
     }
-    t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, cfg->dist.timeout_s);
-    /* a rank that refused to start (rank 0's directory busy, say) ends the run here, not in the first bucket */
-    comm_wait(t->comm, comm_barrier(t->comm, "the start of the run"), NULL);
     Model *m = t->m;
     trainer_attach_model(t, m);
     model_allocate(m);

@@ -46,11 +46,19 @@ int train_stages(const ModelConfig *model, const TrainConfig *cfg, int64_t epoch
                     vx_usage_error("train.stages[%d] counts epochs, which the phantoms do not have; give steps, or read "
                                    "volumes from files (data.source csv or dir)", k);
                 const double global = (double)(sp->train.batch_size ? sp->train.batch_size : 1) * world * cfg->grad_accum;
-                sp->train.steps = (int)ceil(st.epochs * (double)epoch_samples / global);
+                const double steps = ceil(st.epochs * (double)epoch_samples / global);
+                if (steps > CONFIG_MAX_STEPS)
+                    vx_usage_error("train.stages[%d]: %g epochs of %lld samples at %g per step are %.0f steps, more "
+                                   "than a run has (%d); give fewer epochs", k, st.epochs, (long long)epoch_samples,
+                                   global, steps, CONFIG_MAX_STEPS);
+                sp->train.steps = (int)steps;
             }
         }
         sp->first_step = first;
-        first += sp->train.steps;
+        first += sp->train.steps; /* int64: each stage is at most CONFIG_MAX_STEPS, so the sum cannot overflow */
+        if (first > CONFIG_MAX_STEPS)
+            vx_usage_error("train.stages[0..%d] sum to %lld steps, more than a run has (%d, train.steps' bound); "
+                           "shorten the stages or give fewer epochs", k, (long long)first, CONFIG_MAX_STEPS);
     }
     return n;
 }

@@ -142,8 +142,7 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
     t->best_l1 = INFINITY;
     const long vol = m->tensors[m->t_input].count / m->batch;
     staging_make(t); /* a GPU augments after the upload, from these; the CPU path on the loader's workers */
-    const int workers = t->cfg->data.workers ? t->cfg->data.workers
-                                             : (t->rt.hw.cores / t->env.local_world > 1 ? t->rt.hw.cores / t->env.local_world : 1);
+    const int workers = trainer_data_workers(t);
     loader_start(&t->loader, t->ds, m->batch, vol, t->st.next_sample + (int64_t)t->comm->rank * m->batch,
                  (int64_t)m->batch * t->comm->world, t->cfg->data.prefetch, workers, t->staging[0] == NULL, t->be);
     t->loader_on = 1;
@@ -153,6 +152,13 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
                (long long)sp->first_step, sp->train.lr);
         train_log_scalar(t->tb, "stage", t->st.step, k);
     }
+}
+
+/* Decoding threads of this rank: data.workers, or the cores left to each rank of this machine. */
+int trainer_data_workers(const Trainer *t) {
+    if (t->cfg->data.workers) return t->cfg->data.workers;
+    const int share = t->rt.hw.cores / (t->env.local_world > 0 ? t->env.local_world : 1);
+    return share > 1 ? share : 1;
 }
 
 /* The stage holding step s (a stage's first step belongs to it). */

@@ -73,5 +73,7 @@ int trainer_stage_of(const Trainer *t, int64_t s);
 /* Gives model m the run's ranks: its world and rank, and the exchanges SyncBatchNorm and the Cox loss make inside a
  * step (model.h's hooks) over the run's communicator. */
 void trainer_attach_model(Trainer *t, Model *m);
+/* Decoding threads of this rank: data.workers, or the cores left to each rank of this machine. */
+int trainer_data_workers(const Trainer *t);
 /* Releases the GPU's staging buffers (none on the CPU). */
 void trainer_staging_free(Trainer *t);

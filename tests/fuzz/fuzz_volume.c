@@ -1,8 +1,12 @@
 /* fuzz_volume.c: the volume readers on hostile files: the first byte picks the reader, the rest is the file.
- *   even: a NIfTI file (written as fuzz.nii, or fuzz.nii.gz when it starts with gzip's magic) through libnifti
+ *   even: a NIfTI file through libnifti and our own checks; bits 1-2 of the first byte name it:
+ *         0 by its content (fuzz.nii.gz when it starts with gzip's magic, else fuzz.nii), 1 fuzz.nii and 2
+ *         fuzz.nii.gz whatever the content (name and content disagree: issue 24's 8c), 3 a pair: the rest cut at the
+ *         first "IMG!" into fuzz.hdr and fuzz.img (the .img missing when there is no marker)
  *   odd:  a folder of PNG slices, the rest cut at "SLICE" markers into up to 8 slices, through libpng
- * Every file must be read or refused with a reason (no exit, no crash, no read outside a buffer); a volume that is
- * read must have the dims its header promised (volume_probe). Files go to a private tmpfs folder. */
+ * Every file must be read or refused with a reason (no exit, no crash, no read outside a buffer, nothing of the
+ * libraries' own on stderr); a volume that is read must have the dims its header promised (volume_probe) and count
+ * at most all of its voxels as non-finite. Files go to a private tmpfs folder. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +35,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Volume v;
     int dims[4];
     if ((data[0] & 1) == 0) {
-        const int gz = size >= 3 && data[1] == 0x1f && data[2] == 0x8b;
-        snprintf(path, sizeof path, "%s/fuzz.nii%s", dir, gz ? ".gz" : "");
-        unlink(path);
-        put(path, data + 1, size - 1);
+        static const char *const NAMES[] = {"fuzz.nii", "fuzz.nii.gz", "fuzz.hdr", "fuzz.img"};
+        for (int k = 0; k < 4; k++) { /* nothing left from the last input */
+            snprintf(path, sizeof path, "%s/%s", dir, NAMES[k]);
+            unlink(path);
+        }
+        const int naming = (data[0] >> 1) & 3, gz = size >= 3 && data[1] == 0x1f && data[2] == 0x8b;
+        const uint8_t *p = data + 1, *end = data + size;
+        if (naming == 3) {
+            const uint8_t *cut = memmem(p, (size_t)(end - p), "IMG!", 4);
+            snprintf(path, sizeof path, "%s/fuzz.img", dir);
+            if (cut) put(path, cut + 4, (size_t)(end - cut - 4));
+            snprintf(path, sizeof path, "%s/fuzz.hdr", dir);
+            put(path, p, (size_t)((cut ? cut : end) - p));
+        } else {
+            snprintf(path, sizeof path, "%s/%s", dir, naming == 2 || (naming == 0 && gz) ? "fuzz.nii.gz" : "fuzz.nii");
+            put(path, p, (size_t)(end - p));
+        }
     } else {
         snprintf(path, sizeof path, "%s/stack", dir);
         mkdir(path, 0700);
@@ -56,6 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int probed = volume_probe(path, 1, dims, why, sizeof why);
     if (volume_read(path, 1, &v, why, sizeof why)) {
         if (!probed || v.d != dims[0] || v.h != dims[1] || v.w != dims[2] || v.c != dims[3]) abort();
+        if (v.nonfinite < 0 || v.nonfinite > (int64_t)v.d * v.h * v.w * v.c) abort();
         volume_free(&v);
     }
     return 0;

@@ -71,6 +71,18 @@ printf 'path,split\r\n"vols/with,comma.nii",train\r\n"a ""quoted"" name.nii",val
 printf 'id,path\n1,/abs/x.nii\n2,rel/y.nii\n\n3,z.nii' > "$C/manifest/no_split.csv"
 printf 'path,split\nx.nii,test\n,train\n"unterminated,train\n' > "$C/manifest/bad_rows.csv"
 
+# manifest, issue 24: a BOM, a row longer than the old 16383-byte buffer, more than 256 columns, a NUL byte, UTF-16,
+# a read column given twice, repeated rows and a file in both splits, no validation row, quotes holding line ends
+printf '\xef\xbb\xbfpath,split\nvols/a.nii,train\nvols/b.nii,val\n' > "$C/manifest/bom.csv"
+{ printf 'notes,path,split\n"'; head -c 20000 /dev/zero | tr '\0' x; printf '",vols/a.nii,train\nshort,vols/b.nii,val\n'; } > "$C/manifest/long_row.csv"
+{ printf 'path,split\nvols/a.nii,train'; for i in $(seq 300); do printf ',%d' "$i"; done; printf '\n'; } > "$C/manifest/wide_row.csv"
+printf 'path,split\nvols/a.nii\0junk,train\n' > "$C/manifest/nul.csv"
+printf 'path,split\nvols/a.nii,train\n' | iconv -f utf-8 -t utf-16 > "$C/manifest/utf16.csv"
+printf 'path,split,path\nvols/a.nii,train,x\n' > "$C/manifest/path_twice.csv"
+printf 'path,split,label,label\nvols/a.nii,train,0,0\n./vols//a.nii,train,0,0\nvols/a.nii,val,0,0\nvols/b.nii,val,1,1\n' > "$C/manifest/dup_leak.csv"
+printf 'path,split\nvols/a.nii,train\nvols/b.nii,train\n' > "$C/manifest/no_val.csv"
+printf 'path,split\n"vols/multi\nline.nii",train\n"vols/b.nii",val\n' > "$C/manifest/quoted_newline.csv"
+
 # volume: small NIfTI files (first byte even) and PNG slice stacks (odd), written by nibabel and by hand
 /usr/bin/python3 - "$C/volume" <<'PY'
 import gzip, io, struct, sys, zlib
@@ -92,5 +104,44 @@ def png(a, depth):
 a = np.arange(12, dtype=np.uint16).reshape(3, 4) * 1000
 open(out + "/png16_two_slices", "wb").write(b"\1" + png(a, 16) + b"SLICE" + png(a, 16))
 open(out + "/png8_mismatched", "wb").write(b"\1" + png((a // 256).astype(np.uint8), 8) + b"SLICE" + png(a[:2], 16))
+# issue 24: first byte 0 names by content, 2 .nii, 4 .nii.gz, 6 a .hdr/.img pair cut at "IMG!"
+open(out + "/png_mixed_depth", "wb").write(b"\1" + png((a // 256).astype(np.uint8), 8) + b"SLICE" + png(a, 16))
+bad_crc = bytearray(png(a, 16))
+at = bad_crc.index(b"IDAT")
+bad_crc[at + 4 + struct.unpack(">I", bad_crc[at - 4:at])[0]] ^= 0xFF
+open(out + "/png_idat_crc", "wb").write(b"\1" + png(a, 16) + b"SLICE" + bytes(bad_crc))
+huge = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">IIBBBBB", 2 ** 31 - 1, 3, 8, 0, 0, 0, 0)
+open(out + "/png_huge_ihdr", "wb").write(b"\1" + huge + struct.pack(">I", zlib.crc32(huge[12:]) & 0xFFFFFFFF))
+for off in (0.0, 10.0, 352.5):
+    r = bytearray(raw)
+    struct.pack_into("<f", r, 108, off)
+    open(out + "/nifti_vox_offset_%g" % off, "wb").write(b"\0" + bytes(r))
+    open(out + "/nifti_gz_vox_offset_%g" % off, "wb").write(b"\0" + gzip.compress(bytes(r)))
+for code in (32, 1536, 1792):  # complex64, float128, complex128
+    r = bytearray(raw)
+    struct.pack_into("<h", r, 70, code)
+    open(out + "/nifti_datatype_%d" % code, "wb").write(b"\0" + bytes(r))
+r = bytearray(raw)
+struct.pack_into("<8h", r, 40, 4, 5, 3, 4, -2, 1, 1, 1)  # dim[4] bad
+open(out + "/nifti_dim4", "wb").write(b"\0" + bytes(r))
+f32 = np.ones((4, 3, 5), np.float32)
+f32[1, 1, 1], f32[2, 2, 2] = np.nan, np.inf
+open(out + "/nifti_nonfinite", "wb").write(b"\0" + nib.Nifti1Image(f32, np.eye(4)).to_bytes())
+f64 = np.ones((4, 3, 5), np.float64)
+f64[0, 0, 0] = 1e300
+open(out + "/nifti_float64_1e300", "wb").write(b"\0" + nib.Nifti1Image(f64, np.eye(4)).to_bytes())
+big = nib.Nifti1Image(np.full((4, 3, 5), 100, np.int16), np.eye(4))
+big.header.set_slope_inter(1e38, 0)
+open(out + "/nifti_slope_1e38", "wb").write(b"\0" + big.to_bytes())
+open(out + "/nifti_gz_multi_member", "wb").write(b"\0" + gzip.compress(raw[:200]) + gzip.compress(raw[200:]))
+open(out + "/nifti_gzip_named_nii", "wb").write(b"\2" + gzip.compress(raw))
+open(out + "/nifti_plain_named_gz", "wb").write(b"\4" + raw)
+gz = bytearray(gzip.compress(raw))
+gz[-8] ^= 1  # the trailer's CRC
+open(out + "/nifti_gz_bad_crc", "wb").write(b"\0" + bytes(gz))
+pair = nib.Nifti1Pair(np.arange(60, dtype=np.int16).reshape(4, 3, 5), np.eye(4))
+hdr, img = pair.header.binaryblock, np.arange(60, dtype=np.int16).reshape(4, 3, 5).tobytes(order="F")
+open(out + "/pair", "wb").write(b"\6" + hdr + b"IMG!" + img)
+open(out + "/pair_img_missing", "wb").write(b"\6" + hdr)
 PY
 echo "seeds: $(find "$C" -type f | wc -l) files, $(du -sh "$C" | cut -f1)"

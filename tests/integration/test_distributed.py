@@ -243,9 +243,9 @@ def test_bucket_all_reduces_overlap_backward(tmp_path):
 
 
 def test_detect_shows_the_launch(tmp_path):
-    p = run("detect", "--config", TINY, "--gpus", "4", "--device", "cpu", "--set", "train.global_batch=16")
-    assert "launch: 4 ranks started by train --gpus 4" in p.stdout
-    assert "batch size: 4 per micro-batch per rank x 4 rank(s) x 1 accumulation = 16 samples per step" in p.stdout
+    p = run("detect", "--config", TINY, "--gpus", "2", "--device", "cpu", "--set", "train.global_batch=16")
+    assert "launch: 2 ranks started by train --gpus 2" in p.stdout
+    assert "batch size: 8 per micro-batch per rank x 2 rank(s) x 1 accumulation = 16 samples per step" in p.stdout
     p = mpi(2, "detect", "--config", TINY)
     assert "2 ranks (mpirun)" in p.stdout
 

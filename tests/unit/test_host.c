@@ -30,6 +30,8 @@
 #include "optim/optim.h"
 #include "silu/silu.h"
 #include "upsample/upsample.h"
+#include "relu/relu.h"
+#include "avgpool/avgpool.h"
 #include "train/schedule.h"
 #include "train/train_log.h"
 #include "train/volume_tiles.h"
