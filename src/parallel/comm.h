@@ -72,10 +72,12 @@ typedef struct {
     /* Frees everything; called once every collective has been waited for (or on the way out of a failure). */
     void (*close)(Comm *c);
     /* Optional: ends every rank at once after this one failed (MPI_Abort), so none waits out its own deadline.
-     * comm_fail calls it after printing its line; it does not return. nccl: aborts its communicator (this rank's
-     * NCCL kernels end; peers reached over the network see their connection fail, others may learn of it only
-     * from their own watchdog) and exits, bounded by a grace period. NULL: this rank exits and the others find out from the closed sockets
-     * (tcp). */
+     * comm_fail calls it after printing its line, and when it returns ends the process at once (vx_exit_now: no
+     * exit handlers, which could wait for device work the failed collective holds). mpi: MPI_Abort, does not
+     * return. nccl: aborts its communicator (this rank's NCCL kernels end; peers reached over the network see
+     * their connection fail, others may learn of it only from their own watchdog), bounded by a grace period
+     * after which a reaper _exits, and returns. NULL: this rank exits and the others find out from the closed
+     * sockets (tcp). */
     void (*abort_all)(Comm *c, int code);
     /* CUDA Graph capture of collectives (--compile with data parallelism); NULL where the collectives run on the
      * host (mpi, tcp, single: a CPU backend has no graphs). Between capture_begin and capture_end the caller
