@@ -37,6 +37,18 @@ cmocka_counts() {
     echo "${p:-0} passed${f:+, $f failed}"
 }
 
+# The driver and the NVIDIA libraries against the versions the build was compiled with (ci/gpu/driver_check.py):
+# one line, first, so that a driver below the build's CUDA major or a wheel of the other CUDA major is named before
+# any step fails on it
+step_driver() {
+    local line rc
+    line=$(/usr/bin/env python3 ci/gpu/driver_check.py "$VX_STAGE/prepare.json" 2>&1)
+    rc=$?
+    printf '%s\n' "$line"
+    figure "$(head -1 <<<"$line" | sed 's/^driver check: //')"
+    return $rc
+}
+
 step_libs() {
     vx_ldd_check "$LD_LIBRARY_PATH" "$VX_BIN" "$VX_TESTS"/* | tee "$VX_STEP_DIR/ldd.txt"
     local rc=${PIPESTATUS[0]}

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -523,6 +524,31 @@ static void test_noise_is_keyed_by_the_global_sample(void **state) {
     model_free(small);
 }
 
+/* --device auto on a machine with GPUs that CUDA cannot use (a driver below the build's CUDA major reports none) warns
+ * instead of training on the CPU in silence: the GPUs are counted from /dev's device files, not from CUDA. */
+static void test_nvidia_device_files_count_the_gpus(void **state) {
+    (void)state;
+    char dir[] = "/tmp/vx_dev_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(hw_nvidia_device_files(dir), 0);
+    const char *names[] = {"nvidia0", "nvidia1", "nvidia12", "nvidiactl", "nvidia-uvm", "nvidia-modeset", "nvidia",
+                           "nvidia3x", "null"};
+    char path[256];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    assert_int_equal(hw_nvidia_device_files(dir), 3);
+    assert_int_equal(hw_nvidia_device_files("/nonexistent-dir"), 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 /* Every node has its own name: trace ranges and layer timings are told apart by it (the upsample and the conv
  * after it once shared one). */
 static void test_node_names_are_unique(void **state) {
@@ -660,6 +686,7 @@ int main(void) {
         cmocka_unit_test(test_loader_delivers_batches_in_order_from_any_start),
         cmocka_unit_test(test_noise_is_keyed_by_the_global_sample),
         cmocka_unit_test(test_node_names_are_unique),
+        cmocka_unit_test(test_nvidia_device_files_count_the_gpus),
         cmocka_unit_test(test_escape_keeps_text_and_neutralizes_control_bytes),
         cmocka_unit_test(test_config_reader_is_strict),
         cmocka_unit_test(test_tiles_show_the_mid_slices),
