@@ -106,11 +106,13 @@ typedef struct {
     int checkpoint_activations; /* train.checkpoint_activations */
     int64_t seed;               /* train.seed: the latent noise's stream (and the checkpoint's seed) */
     int pad_all_types;          /* conv_pad.h's rule in float32 too (tests: padding changes no result); 0 in runs */
+    int no_workspace;           /* plan the convolutions' workspace as empty and ask the backend nothing about it: a
+                                   lower bound of the bytes (hw_plan's batch search); 0 in runs */
 } ModelOptions;
 
 typedef struct Model {
     ModelConfig cfg;            /* the model section, input_size that of the model's stage */
-    int fuse, checkpoint_activations, pad_all_types; /* from ModelOptions */
+    int fuse, checkpoint_activations, pad_all_types, no_workspace; /* from ModelOptions */
     int64_t seed;
     int batch;
     DType dtype; /* of the activations (model_dtype) */

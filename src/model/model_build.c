@@ -321,7 +321,7 @@ static void plan_memory(Model *m) {
         Node *nd = &m->nodes[i];
         if (nd->kind == OP_GROUPNORM) nd->stats = plan_add(&m->plan, 2 * (size_t)nd->gn.n * nd->gn.groups * sizeof(float), i, T - i);
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
-        if (nd->kind == OP_CONV) {
+        if (nd->kind == OP_CONV && !m->no_workspace) {
             size_t w = m->be->conv3d->workspace_bytes(&nd->conv);
             if (w > ws) ws = w;
         }
@@ -357,6 +357,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->fuse = opt->fuse;
     m->checkpoint_activations = opt->checkpoint_activations;
     m->pad_all_types = opt->pad_all_types;
+    m->no_workspace = opt->no_workspace;
     m->seed = opt->seed;
     m->be = be;
     m->batch = batch;
