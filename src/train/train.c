@@ -399,8 +399,14 @@ static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int 
     if (!isfinite(r->loss)) diverged(t, r->step, "the loss", r->loss);
     if (r->skipped) {
         if (strcmp(cfg->loss_scale, "dynamic") != 0) diverged(t, r->step, "the gradient norm", r->grad_norm);
-        if (r->loss_scale < 0x1p-24)
-            diverged(t, r->step, "the loss scale (halved at every non-finite gradient)", r->loss_scale);
+        /* below the floor a float16 loss gradient is zero (optim_loss_scale_floor): end rather than train on it */
+        const double least = stepper_loss_scale_floor(t->stepper);
+        if (r->loss_scale < least)
+            diverged(t, r->step, least > 0x1p-24 ? "the loss scale (halved at every non-finite gradient, now under the "
+                                                   "least at which float16 holds the loss gradient; --amp bf16 has the "
+                                                   "range)"
+                                                 : "the loss scale (halved at every non-finite gradient)",
+                     r->loss_scale);
         vx_log("step %5ld: gradient not finite: update skipped, loss scale now %g (%lld steps skipped so far)\n",
                (long)r->step, r->loss_scale, (long long)r->skipped_total);
     }
