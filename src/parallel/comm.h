@@ -101,9 +101,11 @@ struct Comm {
 };
 
 /* The communicator of env: single when env->world == 1, else nccl when on_gpu, mpi under mpirun/srun, tcp
- * otherwise. Exits 2 with the reason when the one needed is not built in (MPI=0, CUDA=0) and 3 when the ranks
- * cannot meet within timeout_s. */
-Comm *comm_open(const DistEnv *env, int on_gpu, double timeout_s);
+ * otherwise. With several ranks every rank first says over the host communicator (mpi or tcp) whether it runs on a
+ * GPU: ranks that disagree all exit 2 with one line naming the ranks on the CPU (device_reason, may be NULL: why
+ * this rank chose its device) rather than open different communicators and wait for each other. Exits 2 with the
+ * reason when the one needed is not built in (MPI=0, CUDA=0) and 3 when the ranks cannot meet within timeout_s. */
+Comm *comm_open(const DistEnv *env, int on_gpu, const char *device_reason, double timeout_s);
 void comm_close(Comm *c);
 
 static inline CommWork *comm_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {

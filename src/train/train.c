@@ -328,6 +328,9 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     for (int k = -1; k < t->n_stages; k++) /* the run's config (config.json) and every stage's say what runs */
         runtime_resolve_precision(k < 0 ? train : &t->stages[k].train, t->be, t->rt.device_reason);
     trainer_check_stages(t);
+    /* the ranks meet, and agree on the device (one line and exit 2 on every rank when they do not), before anything
+     * is written */
+    t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, t->rt.device_reason, cfg->dist.timeout_s);
     Ckpt ck = {0};
     if (resume_path) ckpt_read(resume_path, t->m, train->steps, &ck);
     if (rank0) {
@@ -347,7 +350,6 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         snprintf(name, sizeof name, rank0 ? "samples.tsv" : "samples.rank%d.tsv", rank);
         t->samples = open_run_file(output->dir, name);
     }
-    t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, cfg->dist.timeout_s);
     /* a rank that refused to start (rank 0's directory busy, say) ends the run here, not in the first bucket */
     comm_wait(t->comm, comm_barrier(t->comm, "the start of the run"), NULL);
     Model *m = t->m;
