@@ -68,11 +68,11 @@ register bench-64    65  0 step_bench_64    "bench step ae3d-64 fp32, TF32 on an
 register bench-128   45  0 step_bench_128   "bench step ae3d-128 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
 register pad-64      30  0 step_pad_64      "ae3d-64 bf16: model.pad_input_channels off vs auto, the step and conv_in's time" on-demand
 register bench-kernels 40 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
-register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30"
+register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30 (else owed)"
 register bench-scaling 30 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"
 register profile     20 15 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
 register nccl        45  0 step_nccl        "NCCL: 1 rank vs none; 2 ranks on the GPU vs 1 and their bucket overlap (NCCL >= 2.30, else owed)"
-register nccl-unit   45  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit"
+register nccl-unit   45  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit (else owed)"
 # Every step runs with VX_REQUIRE_GPU=1 where a test could skip: on a GPU machine a skip is a failure.
 
 usage() {
