@@ -95,4 +95,4 @@ tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {t += 
 awk -v c="$carried" -v u="$unpacked" -v t="$tree" -v d="$DIR" -v s="$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {print b - a}')" 'BEGIN {
     printf "prepared in %.0f s: %s holds %.1f MiB (%.1f MiB unpacked); with the tracked tree (%.1f MiB) the device tool carries %.1f of its 64 MiB\n",
            s, d, c / 1048576, u / 1048576, t / 1048576, (c + t) / 1048576 }'
-echo "next: with the device tool, run(command=\"bash ci/gpu.sh\", carry=[\"$DIR\"]); on a GPU machine: bash ci/gpu.sh"
+echo "next: with the device tool, run(command=\"VX_CONV_LOG=1 bash ci/gpu.sh --first --only driver,libs,detect\", carry=[\"$DIR\"]), then the calls 'bash ci/gpu.sh --first --plan' prints; on a GPU machine: bash ci/gpu.sh"
