@@ -60,13 +60,14 @@ char *vx_escape(const char *s, char *out, size_t len) {
     return out;
 }
 
-/* "voxscale: " + the formatted message, escaped, on one line of stderr. */
+/* "voxscale: " + the formatted message, escaped, on one line of stderr, written at once: stderr is unbuffered, and
+ * a line written in pieces interleaves with other ranks' lines where a launcher merges their output (mpirun). */
 static void print_error(const char *prefix, const char *fmt, va_list ap, int saved_errno) {
-    char msg[2048], safe[4 * sizeof msg];
+    char msg[2048], safe[4 * sizeof msg], line[sizeof safe + 256];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    fprintf(stderr, "voxscale: %s%s%s", error_prefix, prefix, vx_escape(msg, safe, sizeof safe));
-    if (saved_errno) fprintf(stderr, " (%s)", strerror(saved_errno));
-    fputc('\n', stderr);
+    snprintf(line, sizeof line, "voxscale: %s%s%s%s%s%s\n", error_prefix, prefix, vx_escape(msg, safe, sizeof safe),
+             saved_errno ? " (" : "", saved_errno ? strerror(saved_errno) : "", saved_errno ? ")" : "");
+    fputs(line, stderr);
     fflush(stderr);
 }
 

@@ -28,10 +28,14 @@ static void agree_on_the_device(Comm *host, int on_gpu, const char *device_reaso
             snprintf(cpu + strlen(cpu), sizeof cpu - strlen(cpu), "%s%d", shown++ ? ", " : "", r);
     if (world - gpu > 8) snprintf(cpu + strlen(cpu), sizeof cpu - strlen(cpu), ", ...");
     free(votes);
-    vx_usage_error("the ranks disagree on the device: %d of %d train on a GPU, rank(s) %s on the CPU (this rank: %s%s%s); "
-                   "every rank must train on the same kind: start at most as many ranks per node as it has GPUs "
-                   "(with NCCL 2.30 or newer, NCCL_MULTI_RANK_GPU_ENABLE=1 lets ranks share one), or use --device cpu",
-                   gpu, world, cpu, on_gpu ? "GPU" : "CPU", device_reason ? ": " : "", device_reason ? device_reason : "");
+    vx_error_line("the ranks disagree on the device: %d of %d train on a GPU, rank(s) %s on the CPU (this rank: %s%s%s); "
+                  "every rank must train on the same kind: start at most as many ranks per node as it has GPUs "
+                  "(with NCCL 2.30 or newer, NCCL_MULTI_RANK_GPU_ENABLE=1 lets ranks share one), or use --device cpu",
+                  gpu, world, cpu, on_gpu ? "GPU" : "CPU", device_reason ? ": " : "", device_reason ? device_reason : "");
+    /* every rank has the same votes and ends here: closing the communicator first (MPI: finalising it) lets the
+     * launcher pass every rank's line on before the job ends */
+    comm_close(host);
+    vx_exit(VX_EXIT_USAGE);
 }
 
 Comm *comm_open(const DistEnv *env, int on_gpu, const char *device_reason, double timeout_s) {
