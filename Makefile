@@ -48,8 +48,9 @@ ifeq ($(CUDA),1)
                -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 -MMD -MP
   CFLAGS    += -DVX_CUDA=1 $(addprefix -I,$(CUDA_INCS))
-  # cudart is linked statically so the binary needs only the driver, cuDNN, cuBLAS and CUPTI at run time, found
-  # through LD_LIBRARY_PATH or the RUNPATH: every directory they were found in at build time.
+  # cudart is linked statically so the binary needs only the driver, cuDNN and NCCL at run time (cuBLAS for bench's
+  # ceiling and CUPTI for --profile are loaded with dlopen when first used), found through LD_LIBRARY_PATH or the
+  # RUNPATH: every directory they were found in at build time.
   LDLIBS    += $(addprefix -L,$(CUDA_LIB_DIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIB_DIRS)) \
                $(CUDNN_LINK) -lcudart_static -ldl -lrt -lstdc++
   CU_SRCS   := $(shell find src kernels -name '*.cu')

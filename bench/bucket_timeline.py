@@ -7,7 +7,11 @@ or, on GPUs, NCCL's kernels as CUPTI records them (names starting ncclDevKernel 
 the start of the step's backward range. The summary gives how many all-reduces started before backward ended (the
 overlap), their summed time, and the step's comm_wait_ms: with overlap the optimizer waits for less than the sum.
 This is the measured input of the scaling projection (bench scaling): when backward makes each bucket ready, how long
-its all-reduce takes on this interconnect. Used by tests/integration/test_distributed.py and ci/gpu.sh."""
+its all-reduce takes on this interconnect. Used by tests/integration/test_distributed.py and ci/gpu.sh.
+--require-overlap N: exit 1, with one line, unless at least N all-reduces started while backward ran: evidence that
+buckets overlap backward, which a run measuring nothing cannot pass (one NCCL rank launches no kernel for an in-place
+sum: 0 all-reduces)."""
+import sys
 import argparse
 import glob
 import gzip
@@ -59,6 +63,7 @@ def main():
     ap.add_argument("run_dir")
     ap.add_argument("--step", type=int)
     ap.add_argument("--json")
+    ap.add_argument("--require-overlap", type=int, default=0, metavar="N")
     a = ap.parse_args()
     t = timeline(a.run_dir, a.step)
     print("step %d: backward %.3f ms; %d all-reduces, %d started during backward, %.3f ms in all; comm wait %s ms"
@@ -69,6 +74,12 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(t, f, indent=2)
+    if a.require_overlap and t["started_during_backward"] < a.require_overlap:
+        print("bucket_timeline.py: no overlap evidence: %d all-reduces in step %d, %d of them started during backward "
+              "(at least %d required)%s" % (len(t["allreduces"]), t["step"], t["started_during_backward"],
+                                            a.require_overlap, "; nothing was measured (one rank?)"
+                                            if not t["allreduces"] else ""))
+        sys.exit(1)
 
 
 if __name__ == "__main__":

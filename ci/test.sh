@@ -87,10 +87,11 @@ fi
 
 # ci/gpu.sh without a GPU (tests/tools/gpu/*.sh say what each checks): the build stops, and says what to set, where
 # nvcc exists but cuDNN does not; the runner's bookkeeping and reports in a dry run with a planted failure and a
-# planted hang; --prepare against CUDA laid out as on the GPU device (cuDNN, CUPTI, cuBLAS from Python's nvidia-*
-# wheels), whose archive must resolve every library through the carried path. Three tests; the last builds
-# everything with nvcc once more (about a minute on 2 cores, incremental after that).
-for check in build_not_silent dry_run prepare_pip; do
+# planted hang; the driver check (ci/gpu.sh's first step) against stand-in probes of a GPU machine; --prepare against
+# CUDA laid out as on the GPU device (cuDNN, CUPTI, cuBLAS from Python's nvidia-* wheels), whose archive must resolve
+# every library through the carried path. Four tests; the last builds everything with nvcc once more (about a
+# minute on 2 cores, incremental after that).
+for check in build_not_silent dry_run driver_check prepare_pip; do
     echo "=== tests/tools/gpu/$check.sh"
     if gpu_out=$(bash "tests/tools/gpu/$check.sh" "$BUILD/ci-gpu/$check" 2>&1); then
         printf '%s\n' "$gpu_out"; passed=$((passed + 1))

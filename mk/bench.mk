@@ -1,5 +1,3 @@
-# mk/bench.mk: `bench step` on a GPU measures its ceiling with cuBLAS SGEMM (src/bench/bench_cuda.cu), so CUDA builds
-# link cuBLAS (found by mk/detect/cuda.mk; -l:libcublas.so.13 where only the versioned soname exists).
-ifeq ($(CUDA),1)
-  LDLIBS += $(CUBLAS_LINK)
-endif
+# mk/bench.mk: `bench step` on a GPU measures its ceiling with cuBLAS SGEMM (src/bench/bench_cuda.cu), which loads
+# cuBLAS with dlopen when it first measures (libcublas.so.<major> through the RUNPATH, where mk/detect/cuda.mk found
+# it, or the library path), not at start-up: training, detect and the op tests need no cuBLAS. Nothing to link.

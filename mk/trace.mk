@@ -1,10 +1,12 @@
 # mk/trace.mk: build steps of the profiler trace (src/trace).
-# CUDA builds record GPU activity through CUPTI (src/trace/gpu_activity.c), linked from where mk/detect/cuda.mk
-# found it (its directory is already on the Makefile's -L and RUNPATH list), and demangle kernel names with
-# libstdc++'s __cxa_demangle. CPU builds get stubs and link neither. This fragment is included after the Makefile's CUDA section, so $(CUDA) is already decided here.
+# CUDA builds record GPU activity through CUPTI (src/trace/gpu_activity.c), which is loaded with dlopen when a
+# profile starts (src/trace/cupti_load.c), not linked: a run without --profile needs no libcupti. It is looked for
+# first where mk/detect/cuda.mk found it (VX_CUPTI_LIBDIR; that directory is on the RUNPATH too), and kernel names
+# are demangled with libstdc++'s __cxa_demangle. CPU builds get stubs and need neither. This fragment is included
+# after the Makefile's CUDA section, so $(CUDA) is already decided here.
 
 ifeq ($(CUDA),1)
-  LDLIBS += $(CUPTI_LINK)
+  $(BUILD)/src/trace/cupti_load.o: CFLAGS += -DVX_CUPTI_LIBDIR='"$(CUPTI_LIBDIR)"'
   ifeq ($(findstring -lstdc++,$(LDLIBS)),)
     LDLIBS += -lstdc++
   endif

@@ -4,6 +4,9 @@
 #   vx_lib_path STAGE   the LD_LIBRARY_PATH for a carried build: STAGE/lib (what ci/gpu.sh --prepare gathered),
 #                       then the lib dirs of $NVIDIA_PYTHON's nvidia-* pip packages (cuDNN, CUPTI, cuBLAS, NCCL:
 #                       the same files PyTorch loads), then the toolkit's ($CUDA_HOME/lib64, extras/CUPTI/lib64)
+#   vx_cupti_lib        the toolkit's libcupti ($CUDA_HOME's, where the build found its own: what the binary is built
+#                       to read), for VX_CUPTI_LIB: the binary loads CUPTI with dlopen and takes that one first, ahead
+#                       of a pip wheel's of another minor version on the library path; empty when the toolkit has none
 #   vx_ldd_check PATH BINARY...
 #                       ldd each binary with LD_LIBRARY_PATH=PATH; fails when a library is not found, or is found
 #                       outside PATH while it is not one every Linux system has (glibc's, libstdc++, libgcc_s, and
@@ -47,6 +50,15 @@ vx_lib_path() {
     for d in "$CUDA_HOME/lib64" "$CUDA_HOME/extras/CUPTI/lib64"; do [ -d "$d" ] && dirs+=("$d"); done
     local IFS=:
     echo "${dirs[*]}"
+}
+
+vx_cupti_lib() {
+    local f
+    for f in "$CUDA_HOME/extras/CUPTI/lib64/libcupti.so.${VX_CUDA_MAJOR:-13}" "$CUDA_HOME/lib64/libcupti.so.${VX_CUDA_MAJOR:-13}" \
+        "$CUDA_HOME/targets/x86_64-linux/lib/libcupti.so.${VX_CUDA_MAJOR:-13}"; do
+        [ -e "$f" ] && { echo "$f"; return 0; }
+    done
+    return 0
 }
 
 vx_ldd_check() {

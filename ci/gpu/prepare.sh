@@ -32,6 +32,12 @@ make --no-print-directory -s -j"$(nproc)" CUDA=1 MPI=0 ARCH="$ARCH" BUILD="$OBJ"
     "${GPU_TESTS[@]/#/$OBJ/tests/}"
 cuda_info=$(make --no-print-directory -s CUDA=1 MPI=0 BUILD="$OBJ" cuda-info)
 printf '%s\n' "$cuda_info"
+# the versions the build was compiled against, as the binary says them: what ci/gpu.sh's driver check compares the
+# GPU machine's driver and libraries with
+built_line=$("$OBJ/voxscale" detect --device cpu --config configs/test/tiny.json 2>&1 | sed -n '/^cuda: built in/p') || true
+built=$(python3 ci/gpu/driver_check.py --parse-detect "$built_line")
+[ "$built" != null ] || { echo "gpu.sh --prepare: cannot read the build's CUDA versions from: $built_line" >&2; exit 1; }
+echo "built with: ${built_line#*built with }"
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -61,13 +67,13 @@ for g in "${gathered[@]}"; do printf '  %-30s %6.1f MiB\n' "$g" "$(du -bL "$stag
 
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 dirty=$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo true || echo false)
-/usr/bin/env python3 - "$stage/prepare.json" "$commit" "$dirty" "$ARCH" "$cuda_info" "${gathered[@]}" <<'PY'
+/usr/bin/env python3 - "$stage/prepare.json" "$commit" "$dirty" "$ARCH" "$cuda_info" "$built" "${gathered[@]}" <<'PY'
 import json, platform, socket, sys, time
-out, commit, dirty, arch, cuda_info, *libs = sys.argv[1:]
+out, commit, dirty, arch, cuda_info, built, *libs = sys.argv[1:]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 json.dump({"commit": commit, "dirty": dirty == "true", "prepared": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "host": socket.gethostname(), "host_cpu": cpu, "machine": platform.machine(), "arch": arch,
-           "cuda": cuda_info.splitlines(), "libs": libs}, open(out, "w"), indent=2)
+           "cuda": cuda_info.splitlines(), "built": json.loads(built), "libs": libs}, open(out, "w"), indent=2)
 PY
 
 rm -rf "$DIR"
@@ -89,4 +95,4 @@ tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {t += 
 awk -v c="$carried" -v u="$unpacked" -v t="$tree" -v d="$DIR" -v s="$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {print b - a}')" 'BEGIN {
     printf "prepared in %.0f s: %s holds %.1f MiB (%.1f MiB unpacked); with the tracked tree (%.1f MiB) the device tool carries %.1f of its 64 MiB\n",
            s, d, c / 1048576, u / 1048576, t / 1048576, (c + t) / 1048576 }'
-echo "next: with the device tool, run(command=\"bash ci/gpu.sh\", carry=[\"$DIR\"]); on a GPU machine: bash ci/gpu.sh"
+echo "next: with the device tool, run(command=\"VX_CONV_LOG=1 bash ci/gpu.sh --first --only driver,libs,detect\", carry=[\"$DIR\"]), then the calls 'bash ci/gpu.sh --first --plan' prints; on a GPU machine: bash ci/gpu.sh"

@@ -110,6 +110,22 @@ VX_HD void optim_prepare_step(const OptimConfig *cfg, float sumsq, OptimState *s
     }
 }
 
+/* The least loss scale a float16 run may back off to. The loss gradient is stored in the activation type: each
+ * element is grad_scale x loss_scale / count (L1; twice that times the difference for MSE) with count the loss's
+ * elements (256^3 x 4 = 2^26), so in float16, whose smallest subnormal is 2^-24, a scale backed off below
+ * count x 2^-24 / grad_scale makes the reconstruction gradient exactly zero: the step is not skipped (zeros are
+ * finite) and the model silently stops learning the reconstruction. Folding 1/count into the unscale instead would
+ * store every gradient count times larger, the same as a count-times-larger loss scale, which the dynamic scale
+ * would back off again: the floor is what keeps it. Returns the smallest power of two at or above that bound for
+ * float16, and 2^-24 (the trainer's old bound) for the other types, whose exponent range is float32's. */
+VX_HD double optim_loss_scale_floor(DType dt, double count, double grad_scale) {
+    if (dt != DT_F16 || count <= 0 || grad_scale <= 0) return 0x1p-24;
+    const double least = count * 0x1p-24 / grad_scale;
+    double s = 0x1p-24;
+    while (s < least) s *= 2.0;
+    return s;
+}
+
 /* The float32 reference (CPU): the update with constants c. */
 void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWConsts *c);
 void sumsq_cpu(long count, const float *x, float *out);

@@ -87,7 +87,7 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
         else if (strcmp(o->device, "cuda") == 0)
             vx_usage_error("bench allreduce --device cuda: no usable GPU (%s); use --device cpu", why);
     }
-    Comm *c = comm_open(&env, on_gpu, 300.0);
+    Comm *c = comm_open(&env, on_gpu, on_gpu ? NULL : why, 300.0);
     const int n = c->world;
     vx_log("# bench allreduce: %d rank%s, %s communicator, %s buffers\n", n, n > 1 ? "s" : "", c->name,
            on_gpu ? "GPU" : "host");

@@ -65,11 +65,28 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             conv3d_kernel_label(s, ks, sizeof ks);
             snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d %s", s->n, s->d, s->h, s->w, s->c_in, s->c_out, ks);
             add_case(&l, k, nd->in[1] >= 0 ? "conv3d_forward_add" : "conv3d_forward");
-            if (nd->pad_w >= 0) { /* padded input channels: weights padded, their gradient sliced, the bias's added */
-                const int c_w = m->params[nd->weight].shape[4];
-                add_case(&l, pad_case(conv3d_weight_count(s) / s->c_in, c_w, s->c_in, dt), "pad_channels_to");
-                add_case(&l, pad_case(conv3d_weight_count(s) / s->c_in, s->c_in, c_w, DT_F32), "pad_channels_to");
-                add_case(&l, count_case(s->c_out, DT_F32), "accumulate");
+            if (nd->pad_w >= 0) { /* padded channels (model/conv_pad.h): what its forward and backward add */
+                const ParamView *w = &m->params[nd->weight];
+                const int ci = w->shape[4], co = w->shape[0], k3 = s->k[0] * s->k[1] * s->k[2];
+                const Tensor *ty = &m->tensors[nd->out];
+                add_case(&l, pad_case((long)co * k3, ci, s->c_in, dt), "pad_channels_to");      /* weights */
+                add_case(&l, pad_case((long)co * k3, s->c_in, ci, DT_F32), "pad_channels_to");  /* their gradient */
+                if (nd->bias >= 0) add_case(&l, count_case(co, DT_F32), "accumulate");         /* the bias's */
+                if (nd->pad_b >= 0) add_case(&l, pad_case(1, co, s->c_out, DT_F32), "pad_channels_to");
+                if (nd->pad_x >= 0) {
+                    add_case(&l, pad_case(tx->count / tx->dims.c, tx->dims.c, s->c_in, dt), "pad_channels_to");
+                    if (nd->pad_dx >= 0)
+                        add_case(&l, pad_case(tx->count / tx->dims.c, s->c_in, tx->dims.c, dt), "pad_channels_to");
+                }
+                if (nd->pad_y >= 0) {
+                    add_case(&l, pad_case(ty->count / ty->dims.c, s->c_out, ty->dims.c, dt), "pad_channels_to");
+                    add_case(&l, pad_case(ty->count / ty->dims.c, ty->dims.c, s->c_out, dt), "pad_channels_to");
+                    if (nd->in[1] >= 0) { /* the fused residual, added after the slice */
+                        KernelCase acc = count_case(ty->count, dt);
+                        acc.beta = 1.0f;
+                        add_case(&l, acc, "accumulate");
+                    }
+                }
             }
             if (tx->grad >= 0) add_case(&l, k, "conv3d_backward_data");
             add_case(&l, k, "conv3d_backward_filter");

@@ -21,6 +21,12 @@ void vx_exit(int code) {
     exit(code);
 }
 
+void vx_exit_now(int code) {
+    if (exit_handler) exit_handler(code);
+    fflush(NULL);
+    quick_exit(code);
+}
+
 /* Length of the valid UTF-8 sequence at s that is safe to print (not a C1 control), or 0. */
 static int printable_utf8(const unsigned char *s) {
     int n = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;

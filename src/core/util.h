@@ -32,6 +32,12 @@ __attribute__((noreturn, format(printf, 3, 4))) void vx_fatal_at(const char *fil
  * handler that is called instead of exit() (it must not return: it longjmps back into the harness), so that a
  * refused input is an ordinary outcome there rather than the end of the fuzzing process. */
 __attribute__((noreturn)) void vx_exit(int code);
+/* Ends the process with `code` at once, without the handlers registered with atexit: the way out after a failed
+ * collective was aborted (comm_fail), when the CUDA backend's exit handler would synchronise streams that the
+ * failed collective, or a host function queued before it, still holds. Flushes stdio and runs the handlers
+ * registered with at_quick_exit (the TensorBoard event files' flush), then quick_exit. An installed exit handler
+ * is called instead, as vx_exit does. */
+__attribute__((noreturn)) void vx_exit_now(int code);
 typedef void (*VxExitHandler)(int code);
 void vx_set_exit_handler(VxExitHandler handler);
 

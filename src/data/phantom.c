@@ -101,18 +101,20 @@ void phantom_labels(uint64_t seed, uint64_t index, const char *task, int num_cla
     for (int a = 0; a < 3; a++) radius += (draw(seed, index, 4 + (uint64_t)a, 0.30f, 0.42f) - 0.30) / 0.12;
     const double size = mean3_cdf(radius / 3.0);
     const double bright = (draw(seed, index, 10, 0.2f, 0.4f) - 0.2) / 0.2;
+    /* the score: size and brightness together (the sum of two uniforms through its own CDF: uniform again) */
+    const double sum = size + bright, score = sum < 1 ? sum * sum / 2 : 1 - (2 - sum) * (2 - sum) / 2;
     const int inside = ne - 1;
     if (strcmp(task, "classification") == 0) {
-        const int c = (int)(size * num_classes);
+        const int c = (int)(score * num_classes);
         out[0] = (float)(c < num_classes ? c : num_classes - 1);
     } else if (strcmp(task, "multilabel") == 0) {
         for (int j = 0; j < num_classes; j++) out[j] = inside > j ? 1.0f : 0.0f;
     } else if (strcmp(task, "regression") == 0) {
-        const double f[3] = {size, bright, inside / 7.0};
+        const double f[3] = {score, bright, inside / 7.0};
         for (int j = 0; j < num_classes; j++) out[j] = (float)f[j % 3];
     } else { /* survival */
         const uint64_t stream = vx_mix64(seed ^ 0x5C0EBull);
-        const double hazard = exp(2.5 * (size - 0.5) + (bright - 0.5));
+        const double hazard = exp(4.0 * (score - 0.5));
         const double t = -log(vx_uniform01(vx_hash3(stream, index, 0))) / hazard;
         const double censor = -log(vx_uniform01(vx_hash3(stream, index, 1))) * 2.2;
         out[0] = (float)(t < censor ? t : censor);

@@ -16,11 +16,12 @@ void phantom_batch(uint64_t seed, const int size[3], int c, float noise, int cou
 /* The labels of volume `index` of stream `seed` for a prediction head's task (model.task: "classification",
  * "multilabel", "regression", "survival"), a pure function of the phantom's shape, so a classifier trained on the
  * phantoms has something to learn and a run shows learning without data. With the body's size s in [0, 1) (its
- * mean radius, mapped through that mean's own distribution, so s is uniform) and its brightness b in [0, 1):
- *   classification  out[0] = the class, floor(num_classes * s): balanced classes
+ * mean radius, mapped through that mean's own distribution, so s is uniform), its brightness b in [0, 1), and their
+ * score u = the CDF of s + b at s + b (uniform on [0, 1) too):
+ *   classification  out[0] = the class, floor(num_classes * u): balanced classes
  *   multilabel      out[j] = 1 when the phantom has more than j structures inside the body, else 0
- *   regression      out[j] = s, b, (structures)/7, then again
- *   survival        out[0] = time, out[1] = event: an exponential event time of hazard exp(2.5 (s - 0.5) + (b - 0.5))
- *                   censored by an independent one (about 30% censored), both drawn by hash from (seed, index)
+ *   regression      out[j] = u, b, (structures)/7, then again
+ *   survival        out[0] = time, out[1] = event: an exponential event time of hazard exp(4 (u - 0.5)) censored by an
+ *                   independent one (about 30% censored), both drawn by hash from (seed, index)
  * Writes num_classes values, or 1 (classification) or 2 (survival). */
 void phantom_labels(uint64_t seed, uint64_t index, const char *task, int num_classes, float *out);

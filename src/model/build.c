@@ -6,6 +6,7 @@
 
 #include "core/util.h"
 #include "model/build.h"
+#include "model/conv_pad.h"
 
 int build_tensor(Model *m, Dims d, int producer, DType dtype) {
     GROW(m->tensors, m->n_tensors, m->cap_tensors);
@@ -50,6 +51,7 @@ int build_conv(Model *m, const char *name, int x, int w_cin, int c_out, const in
     Dims in = m->tensors[x].dims;
     Conv3dShape s = conv3d_shape_3d(in.n, in.d, in.h, in.w, in.c, c_out, k, stride, pad);
     s.dtype = m->dtype;
+    conv_pad_shape(m, &s, x == m->t_input_lp); /* 16-bit: channels padded to multiples of 8 (conv_pad.h) */
     Node *nd = build_node(m, OP_CONV, name, x, -1, (Dims){in.n, s.od, s.oh, s.ow, c_out});
     nd->conv = s;
     nd->weight = build_param(m, name, "weight", 5, (int[]){c_out, k[0], k[1], k[2], w_cin});

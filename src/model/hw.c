@@ -1,6 +1,8 @@
 /* hw.c: CPU, RAM and GPU detection; the device and automatic batch size choice (see hw.h). */
 #include "model/hw.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/sysinfo.h>
@@ -75,11 +77,31 @@ void hw_detect(HwInfo *hw) {
     hw->n_gpus = hw_cuda_query(hw->gpus, HW_MAX_GPUS, hw->gpu_reason, sizeof hw->gpu_reason);
 }
 
+int hw_nvidia_device_files(const char *dev_dir) {
+    DIR *d = opendir(dev_dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *p = e->d_name;
+        if (strncmp(p, "nvidia", 6) != 0 || !p[6]) continue;
+        p += 6;
+        while (isdigit((unsigned char)*p)) p++;
+        n += *p == '\0';
+    }
+    closedir(d);
+    return n;
+}
+
 void hw_print(const HwInfo *hw) {
     printf("cpu: %s, %d cores, features:%s%s%s%s\n", hw->cpu_model, hw->cores, hw->sse42 ? " sse4.2" : "",
            hw->avx2 ? " avx2" : "", hw->fma ? " fma" : "", hw->avx512f ? " avx512f" : "");
     printf("ram: %.1f GiB total, %.1f GiB available\n", hw->ram_total / 1073741824.0, hw->ram_available / 1073741824.0);
-    printf("cuda: %s\n", hw->cuda_built ? "built in (sm_80, sm_90, PTX)" : "not built in");
+    char versions[200] = "";
+#ifdef VX_CUDA
+    hw_cuda_build_versions(versions, sizeof versions);
+#endif
+    printf("cuda: %s%s%s\n", hw->cuda_built ? "built in (sm_80, sm_90, PTX)" : "not built in",
+           versions[0] ? "; built with " : "", versions);
     if (hw->n_gpus == 0) printf("gpus: none usable: %s\n", hw->gpu_reason);
     for (int i = 0; i < hw->n_gpus; i++) {
         const HwGpu *g = &hw->gpus[i];
@@ -165,6 +187,12 @@ const Backend *hw_choose_backend(const ModelConfig *model, const TrainConfig *tr
     }
     if (!cuda_ok) {
         snprintf(reason, reason_len, "%s", why);
+        /* a machine with GPUs that trains on the CPU is rarely what was meant: say so where it shows, on every rank */
+        const int files = hw_nvidia_device_files("/dev");
+        if (hw->n_gpus > 0 || files > 0)
+            vx_error_line("warning: this machine has %d NVIDIA GPU(s) but --device auto trains on the CPU: %s; "
+                          "--device cuda makes this an error, ci/gpu/driver_check.py checks the driver and libraries",
+                          hw->n_gpus > 0 ? hw->n_gpus : files, why);
         return backend_cpu();
     }
     snprintf(reason, reason_len, "automatic: GPU %d, %s", hw->gpu, hw->gpus[hw->gpu].name);

@@ -32,6 +32,9 @@ typedef struct {
 } HwInfo;
 
 void hw_detect(HwInfo *hw);
+/* NVIDIA GPU device files in dev_dir ("/dev": nvidia0, nvidia1, ...; not nvidiactl or nvidia-uvm): whether the
+ * machine has GPUs whatever CUDA says of them (a driver older than the build's CUDA makes CUDA report none). */
+int hw_nvidia_device_files(const char *dev_dir);
 void hw_print(const HwInfo *hw);
 /* Picks the backend for train->device (a GPU only where the model section's model fits there) and says why in
  * `reason`. Exits 2 if cuda is requested and impossible. The CUDA backend starts on GPU hw->gpu and fills in its free
@@ -52,5 +55,9 @@ HwPlanDevice hw_plan_device(const HwInfo *hw, const Backend *be);
 /* Implemented in hw_cuda.cu when built with CUDA: fills gpus from their properties (no CUDA context is created),
  * returns their count, or 0 with a reason. */
 int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_len);
+/* The versions of the CUDA libraries this build was compiled against, one line ("CUDA runtime 13.0, cuDNN 9.13.0,
+ * NCCL 2.28.9, cuBLAS 13.1.0, CUPTI API 130001"): what `detect` prints and ci/gpu.sh's driver check compares the GPU
+ * machine's libraries with. CUDA builds only. */
+void hw_cuda_build_versions(char *out, size_t len);
 /* Free memory on `device` (creates or reuses its context); 0 when it cannot be read. */
 int hw_cuda_free_bytes(int device, size_t *free_bytes);

@@ -4,6 +4,12 @@
  * Free memory needs a context, so it is read for the one device the backend started on (hw_cuda_free_bytes). */
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <cublas_api.h>
+#include <cudnn_version.h>
+#include <cupti_version.h>
+#ifdef VX_NCCL
+#include <nccl.h>
+#endif
 
 extern "C" {
 #include "model/hw.h"
@@ -53,4 +59,16 @@ extern "C" int hw_cuda_free_bytes(int device, size_t *free_bytes) {
     }
     *free_bytes = free_b;
     return 1;
+}
+
+extern "C" void hw_cuda_build_versions(char *out, size_t len) {
+#ifdef VX_NCCL
+    char nccl[32];
+    snprintf(nccl, sizeof nccl, "%d.%d.%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+#else
+    const char *nccl = "none";
+#endif
+    snprintf(out, len, "CUDA runtime %d.%d, cuDNN %d.%d.%d, NCCL %s, cuBLAS %d.%d.%d, CUPTI API %d", CUDART_VERSION / 1000,
+             CUDART_VERSION % 1000 / 10, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nccl, CUBLAS_VER_MAJOR,
+             CUBLAS_VER_MINOR, CUBLAS_VER_PATCH, CUPTI_API_VERSION);
 }

@@ -29,20 +29,33 @@ static size_t planned_bytes(const ModelConfig *model, const ModelOptions *o, int
     return b;
 }
 
-/* The largest batch (a power of two <= cap dividing `share` when share > 0) whose plan fits budget; 0 if none. */
+/* The largest batch (a power of two <= cap dividing `share` when share > 0) whose plan fits budget; 0 if none, with
+ * *need what batch 1 plans. The exact plan of a batch asks the backend for every convolution's workspace, and on a
+ * GPU each new shape (each batch) costs cuDNN's heuristics and workspace queries per direction: planning every
+ * candidate batch so was 7 x every convolution's plans before step 1 (issue 20). So the candidates are planned
+ * without the workspace first, a lower bound that asks the backend nothing, and exactly only from the largest
+ * candidate that bound lets through downwards, until one fits: once in the common case. The result is the one
+ * planning every batch exactly would give wherever the bytes grow with the batch (test_host checks it). */
 static int largest_fit(const ModelConfig *model, const ModelOptions *o, const Backend *be, int cap, int share,
                        double budget, size_t *need) {
-    int best = 0;
+    ModelOptions bound = *o;
+    bound.no_workspace = 1;
+    int top = 0;
     for (int b = 1; b <= cap; b *= 2) {
         if (share > 0 && share % b) continue;
-        const size_t bytes = planned_bytes(model, o, b, be);
-        if ((double)bytes > budget) {
-            if (!best) *need = bytes;
-            break;
-        }
-        best = b, *need = bytes;
+        if ((double)planned_bytes(model, &bound, b, be) > budget) break;
+        top = b;
     }
-    return best;
+    for (int b = top; b >= 1; b /= 2) {
+        if (share > 0 && share % b) continue;
+        const size_t bytes = planned_bytes(model, o, b, be);
+        if ((double)bytes <= budget) {
+            *need = bytes;
+            return b;
+        }
+    }
+    *need = planned_bytes(model, o, 1, be); /* for the message: not even one volume fits */
+    return 0;
 }
 
 int hw_plan(const ModelConfig *model, const TrainConfig *train, const Backend *be, const HwPlanDevice *dev, int ranks,

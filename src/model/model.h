@@ -115,6 +115,9 @@ typedef struct {
      * padded count, the weight view keeps the real one): plan items of the padded weight copy (model dtype) and of the
      * float32 weight and bias gradients its backward computes before slicing them into the real ones; -1 otherwise */
     int pad_w, pad_dw, pad_db;
+    /* the channel rule of 16-bit convolutions (conv_pad.h): plan items of the padded bias, input, output, output
+     * gradient and input gradient where this conv's shape pads them; -1 otherwise */
+    int pad_b, pad_x, pad_y, pad_dy, pad_dx;
 } Node;
 
 /* A checkpointed segment (a ResBlock): nodes first..last, last the residual add. With activation checkpointing only
@@ -137,11 +140,14 @@ typedef struct {
     int checkpoint_activations; /* train.checkpoint_activations */
     int64_t seed;               /* train.seed: the latent noise's stream (and the checkpoint's seed) */
     int world;                  /* ranks (0 or 1: one): SyncBatchNorm's counts and survival's global batch */
+    int pad_all_types;          /* conv_pad.h's rule in float32 too (tests: padding changes no result); 0 in runs */
+    int no_workspace;           /* plan the convolutions' workspace as empty and ask the backend nothing about it: a
+                                   lower bound of the bytes (hw_plan's batch search); 0 in runs */
 } ModelOptions;
 
 typedef struct Model {
     ModelConfig cfg;            /* the model section, input_size that of the model's stage */
-    int fuse, checkpoint_activations; /* from ModelOptions */
+    int fuse, checkpoint_activations, pad_all_types, no_workspace; /* from ModelOptions */
     int64_t seed;
     int batch;
     DType dtype; /* of the activations (model_dtype) */

@@ -9,6 +9,7 @@
 #include "core/util.h"
 #include "model/build.h"
 #include "model/model.h"
+#include "model/conv_pad.h"
 #include "conv3d/conv3d.h"
 #include "groupnorm/groupnorm.h"
 
@@ -152,22 +153,11 @@ static void plan_memory(Model *m) {
         if (nd->kind == OP_MAXPOOL)
             nd->arg = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(int32_t), i, T - i);
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
-        if (nd->kind == OP_CONV) {
+        if (nd->kind == OP_CONV && !m->no_workspace) {
             size_t w = m->be->conv3d->workspace_bytes(&nd->conv);
             if (w > ws) ws = w;
         }
-        if (nd->kind == OP_CONV && nd->conv.c_in != m->params[nd->weight].shape[4]) {
-            /* padded input channels: the padded weights live during the forward that writes and reads them, the
-             * padded gradients during the backward that writes and slices them. Only conv_in reads padded channels;
-             * it is outside every checkpointed block (never rerun) and its input, the data, has no gradient, so
-             * nothing else reads these. */
-            VX_CHECK(!nd->recompute && m->tensors[nd->in[0]].grad < 0, "%s: padded channels on a rerun conv or one "
-                     "whose input has a gradient", nd->name);
-            const size_t wcount = (size_t)conv3d_weight_count(&nd->conv);
-            nd->pad_w = plan_add(&m->plan, wcount * dtype_size(m->dtype), i, i);
-            nd->pad_dw = plan_add(&m->plan, wcount * sizeof(float), T - i, T - i);
-            nd->pad_db = plan_add(&m->plan, (size_t)nd->conv.c_out * sizeof(float), T - i, T - i);
-        }
+        if (nd->kind == OP_CONV) conv_pad_plan(m, nd, i, T); /* padded channels' buffers, where it has them */
     }
     m->workspace_item = plan_add(&m->plan, ws, 0, T);
     if (m->task != TASK_NONE) { /* the targets live through the step; survival's gathered scores at the loss */
@@ -206,6 +196,8 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->cfg = *cfg;
     m->fuse = opt->fuse;
     m->checkpoint_activations = opt->checkpoint_activations;
+    m->pad_all_types = opt->pad_all_types;
+    m->no_workspace = opt->no_workspace;
     m->seed = opt->seed;
     m->be = be;
     m->batch = batch;
@@ -226,6 +218,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
         if (nd->kind != OP_CONV) continue;
         Conv3dShape useful = nd->conv;
         useful.c_in = m->params[nd->weight].shape[4];
+        useful.c_out = m->params[nd->weight].shape[0];
         m->conv_flops_step += conv3d_forward_flops(&useful) * (m->tensors[nd->in[0]].grad >= 0 ? 3 : 2);
     }
     return m;

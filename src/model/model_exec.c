@@ -9,6 +9,7 @@
 
 #include "core/util.h"
 #include "model/model.h"
+#include "model/conv_pad.h"
 #include "common/rng.h"
 #include "trace/trace.h"
 #include "conv3d/conv3d.h"
@@ -240,16 +241,9 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
     const DType dt = tx->dtype;
     switch (nd->kind) {
     case OP_CONV: {
-        const void *w = weight_ptr(m, nd->weight);
-        if (nd->pad_w >= 0) { /* padded input channels: the weights padded too, from the master AdamW just wrote */
-            const ParamView *p = &m->params[nd->weight];
-            void *padded = item_ptr(m, nd->pad_w);
-            be->elementwise->pad_channels(p->count / p->shape[4], DT_F32, p->shape[4], param_ptr(m, m->param, nd->weight), m->dtype,
-                             nd->conv.c_in, padded, 0.0f);
-            w = padded;
-        }
-        be->conv3d->forward(&nd->conv, x, w, param_ptr(m, m->param, nd->bias),
-                           nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL, y, ws);
+        const void *res = nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL;
+        if (nd->pad_w >= 0) conv_pad_forward(m, nd, x, y, res, ws); /* padded channels (conv_pad.h) */
+        else be->conv3d->forward(&nd->conv, x, weight_ptr(m, nd->weight), param_ptr(m, m->param, nd->bias), res, y, ws);
         break;
     }
     case OP_GROUPNORM: {
@@ -408,20 +402,13 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
     const DType dt = tx->dtype;
     switch (nd->kind) {
     case OP_CONV:
-        if (nd->pad_w >= 0) {
-            /* padded input channels: the padded weight gradient, overwritten (its one beta covers the bias gradient
-             * too, so that gets a buffer of its own), then its real channels and the bias added (param_beta) */
-            const ParamView *p = &m->params[nd->weight];
-            float *dw = (float *)item_ptr(m, nd->pad_dw), *db = (float *)item_ptr(m, nd->pad_db);
-            be->conv3d->backward_filter(&nd->conv, x, dy, dw, db, 0.0f, ws);
-            be->elementwise->pad_channels(p->count / p->shape[4], DT_F32, nd->conv.c_in, dw, DT_F32, p->shape[4],
-                             param_ptr(m, m->grad, nd->weight), param_beta);
-            be->elementwise->accumulate(DT_F32, nd->conv.c_out, db, param_ptr(m, m->grad, nd->bias), param_beta);
+        if (nd->pad_w >= 0) { /* padded channels (conv_pad.h) */
+            conv_pad_backward(m, nd, x, dy, dx, param_beta, ws);
         } else {
             be->conv3d->backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight),
                                        param_ptr(m, m->grad, nd->bias), param_beta, ws);
+            if (dx) be->conv3d->backward_data(&nd->conv, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0], ws);
         }
-        if (dx) be->conv3d->backward_data(&nd->conv, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0], ws);
         /* the fused residual's gradient is the output's */
         if (nd->in[1] >= 0) be->elementwise->accumulate(dt, m->tensors[nd->out].count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
         break;

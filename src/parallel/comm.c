@@ -23,6 +23,9 @@ void comm_fail(const Comm *c, const char *op, const char *what, const char *why)
     if (c->ops && c->ops->abort_all) {
         vx_error_line(FMT, op, what, why, c->name, c->timeout_s);
         c->ops->abort_all((Comm *)c, VX_EXIT_DIST);
+        /* aborted: leave now. The exit handlers would wait: the CUDA backend's synchronises the compute stream,
+         * which the failed collective (or the work queued before it) may hold for good. */
+        vx_exit_now(VX_EXIT_DIST);
     }
     vx_exit_error(VX_EXIT_DIST, FMT, op, what, why, c->name, c->timeout_s);
 }

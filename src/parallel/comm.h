@@ -72,10 +72,12 @@ typedef struct {
     /* Frees everything; called once every collective has been waited for (or on the way out of a failure). */
     void (*close)(Comm *c);
     /* Optional: ends every rank at once after this one failed (MPI_Abort), so none waits out its own deadline.
-     * comm_fail calls it after printing its line; it does not return. nccl: aborts its communicator (this rank's
-     * NCCL kernels end; peers reached over the network see their connection fail, others may learn of it only
-     * from their own watchdog) and exits, bounded by a grace period. NULL: this rank exits and the others find out from the closed sockets
-     * (tcp). */
+     * comm_fail calls it after printing its line, and when it returns ends the process at once (vx_exit_now: no
+     * exit handlers, which could wait for device work the failed collective holds). mpi: MPI_Abort, does not
+     * return. nccl: aborts its communicator (this rank's NCCL kernels end; peers reached over the network see
+     * their connection fail, others may learn of it only from their own watchdog), bounded by a grace period
+     * after which a reaper _exits, and returns. NULL: this rank exits and the others find out from the closed
+     * sockets (tcp). */
     void (*abort_all)(Comm *c, int code);
     /* CUDA Graph capture of collectives (--compile with data parallelism); NULL where the collectives run on the
      * host (mpi, tcp, single: a CPU backend has no graphs). Between capture_begin and capture_end the caller
@@ -99,9 +101,11 @@ struct Comm {
 };
 
 /* The communicator of env: single when env->world == 1, else nccl when on_gpu, mpi under mpirun/srun, tcp
- * otherwise. Exits 2 with the reason when the one needed is not built in (MPI=0, CUDA=0) and 3 when the ranks
- * cannot meet within timeout_s. */
-Comm *comm_open(const DistEnv *env, int on_gpu, double timeout_s);
+ * otherwise. With several ranks every rank first says over the host communicator (mpi or tcp) whether it runs on a
+ * GPU: ranks that disagree all exit 2 with one line naming the ranks on the CPU (device_reason, may be NULL: why
+ * this rank chose its device) rather than open different communicators and wait for each other. Exits 2 with the
+ * reason when the one needed is not built in (MPI=0, CUDA=0) and 3 when the ranks cannot meet within timeout_s. */
+Comm *comm_open(const DistEnv *env, int on_gpu, const char *device_reason, double timeout_s);
 void comm_close(Comm *c);
 
 static inline CommWork *comm_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {

@@ -21,8 +21,10 @@
  * WATCHDOG_PERIOD_MS; the few host waits here (allreduce_host, close) poll against the deadline themselves. A
  * failure anywhere goes through comm_fail: its line (rank, operation, `what`, why), then abort_all here, which
  * aborts the communicator (its kernels end, so nothing on this GPU waits for it any more, and peers reached over
- * the network see the connection fail) and exits 3; a reaper thread _exits with 3 after ABORT_GRACE_S should the
- * abort or the exit's own clean-up hang (NCCL's abort has hung in some versions). The mutex serialises every use
+ * the network see the connection fail); comm_fail then ends the process at once with 3 (vx_exit_now: stdio and the
+ * event files flushed, no atexit handlers: the backend's would synchronise the compute stream, which the work
+ * queued before the failed collective may hold for good); a reaper thread _exits with 3 after ABORT_GRACE_S should
+ * the abort itself hang (NCCL's abort has hung in some versions). The mutex serialises every use
  * of the ncclComm_t between the caller's thread and the watchdog (NCCL allows one thread at a time), and a failing
  * thread keeps it: the other blocks there instead of racing it to exit.
  *
@@ -58,7 +60,7 @@ extern "C" {
 }
 
 #define WATCHDOG_PERIOD_MS 100
-#define ABORT_GRACE_S 10   /* the most the abort and the exit's clean-up may take before _exit(3) */
+#define ABORT_GRACE_S 10   /* the most the abort may take before _exit(3) */
 #define STAGING_FLOATS 4096 /* the most allreduce_host stages (losses and flags: a few floats) */
 
 struct CommWork {
@@ -147,14 +149,15 @@ static void settle(Comm *c, const char *file, int line, const char *call, const 
 
 static void *reaper(void *arg) {
     sleep(ABORT_GRACE_S);
-    _exit((int)(intptr_t)arg); /* the abort or the exit's clean-up hung: leave without them */
+    _exit((int)(intptr_t)arg); /* the abort hung: leave without it */
 }
 
-/* comm_fail's second half (CommOps.abort_all): the line is out; abort the communicator and exit, bounded. The mutex
- * is kept: the other thread, reaching a collective or the watchdog's next sweep, blocks there, and never touches
- * the aborted communicator or races this exit. (An exit handler that longjmps, as fuzz targets install, would
- * leave the reaper armed: NCCL failures are tested in child processes.) */
-[[noreturn]] static void nccl_abort_all(Comm *c, int code) {
+/* comm_fail's second half (CommOps.abort_all): the line is out; abort the communicator, bounded by the reaper, and
+ * return to comm_fail, which ends the process at once. The mutex is kept: the other thread, reaching a collective or
+ * the watchdog's next sweep, blocks there, and never touches the aborted communicator or races the exit. (An exit
+ * handler that longjmps, as fuzz targets install, would leave the reaper armed: NCCL failures are tested in child
+ * processes.) */
+static void nccl_abort_all(Comm *c, int code) {
     Nccl *n = impl(c);
     pthread_t t;
     if (pthread_create(&t, NULL, reaper, (void *)(intptr_t)code) == 0) pthread_detach(t);
@@ -163,7 +166,6 @@ static void *reaper(void *arg) {
         if (n->comm) ncclCommAbort(n->comm); /* the run ends either way: its result adds nothing to the line */
         n->comm = NULL;
     }
-    vx_exit(code);
 }
 
 /* ---- works and the watchdog ------------------------------------------------------------------------------- */

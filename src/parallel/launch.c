@@ -177,9 +177,9 @@ int dist_spawn(int nproc, int on_gpu, int argc, char **argv) {
         char why[200];
         if (!dist_nccl_unique_id(nccl_id, sizeof nccl_id, why, sizeof why))
             vx_usage_error("--gpus %d: cannot make the NCCL id the ranks meet with: %s", nproc, why);
-    } else {
-        port = dist_free_port();
     }
+    /* the tcp rendezvous: CPU ranks' communicator, and where GPU ranks agree on the device first (comm_open) */
+    port = dist_free_port();
     /* Signals are taken synchronously (sigtimedwait) so that forwarding and reaping happen in one loop. */
     sigset_t set, old;
     sigemptyset(&set);

@@ -82,7 +82,11 @@ void event_file_flush_all_signal_safe(void) {
 }
 
 static void flush_all_at_exit(void) { event_file_flush_all_signal_safe(); }
-static void register_atexit(void) { atexit(flush_all_at_exit); }
+/* at_quick_exit too: a run that ends at once after an aborted collective (vx_exit_now) keeps its records */
+static void register_atexit(void) {
+    atexit(flush_all_at_exit);
+    at_quick_exit(flush_all_at_exit);
+}
 
 /* events.out.tfevents.<10-digit seconds>.<host>.<pid>.<n>: TensorBoard only needs "tfevents" in the name and
  * orders files by it; the pid and n keep restarts and concurrent writers in one second apart. */

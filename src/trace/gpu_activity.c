@@ -17,6 +17,25 @@
 
 #include <cupti.h>
 
+#include "trace/cupti_load.h"
+
+/* Every CUPTI call goes through the functions cupti_load found (libcupti is loaded, not linked): each path below
+ * reaches a call only after cupti_load succeeded (trace_gpu_begin, api_name_locked). */
+static inline const CuptiFunctions *cupti(void) { return cupti_load(NULL, 0); }
+#define VX_CUPTI_CALL(f) (cupti()->f)
+#define cuptiGetVersion VX_CUPTI_CALL(cuptiGetVersion)
+#define cuptiGetCallbackName VX_CUPTI_CALL(cuptiGetCallbackName)
+#define cuptiGetResultString VX_CUPTI_CALL(cuptiGetResultString)
+#define cuptiGetTimestamp VX_CUPTI_CALL(cuptiGetTimestamp)
+#define cuptiSetThreadIdType VX_CUPTI_CALL(cuptiSetThreadIdType)
+#define cuptiActivityRegisterTimestampCallback VX_CUPTI_CALL(cuptiActivityRegisterTimestampCallback)
+#define cuptiActivityRegisterCallbacks VX_CUPTI_CALL(cuptiActivityRegisterCallbacks)
+#define cuptiActivityGetNextRecord VX_CUPTI_CALL(cuptiActivityGetNextRecord)
+#define cuptiActivityGetNumDroppedRecords VX_CUPTI_CALL(cuptiActivityGetNumDroppedRecords)
+#define cuptiActivityEnable VX_CUPTI_CALL(cuptiActivityEnable)
+#define cuptiActivityDisable VX_CUPTI_CALL(cuptiActivityDisable)
+#define cuptiActivityFlushAll VX_CUPTI_CALL(cuptiActivityFlushAll)
+
 /* The record carries CUPTI's enum values; the names in gpu_events.c are indexed by them. */
 _Static_assert(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD == 1 && CUPTI_ACTIVITY_MEMCPY_KIND_DTOH == 2 &&
                    CUPTI_ACTIVITY_MEMCPY_KIND_DTOD == 8 && CUPTI_ACTIVITY_MEMCPY_KIND_PTOP == 10,
@@ -113,7 +132,7 @@ static const char *intern_locked(const char *key, bool demangle) {
 /* "cudaLaunchKernel_v7000" -> "cudaLaunchKernel", interned. */
 static const char *api_name_locked(CUpti_CallbackDomain domain, uint32_t cbid) {
     const char *name = NULL;
-    if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) return "cuda api";
+    if (!cupti() || cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) return "cuda api";
     char buf[256];
     snprintf(buf, sizeof buf, "%s", name);
     char *v = NULL;
@@ -322,18 +341,13 @@ int trace_gpu_begin(int device_index, char *reason, size_t reason_len) {
         snprintf(reason, reason_len, "no trace is recording (trace_begin comes first)");
         return 0;
     }
+    if (!cupti_load(reason, reason_len)) return 0;
     /* The records are read through the structs of the headers we were built with (CUpti_ActivityKernel10 in 13.0);
-     * a CUPTI of another CUDA minor version may fill a newer struct (13.2 has Kernel11) under the same soname. */
+     * a CUPTI of a newer CUDA minor fills a newer struct (13.2 has Kernel11) under the same soname, which reads right
+     * only where it just adds fields (trace_cupti_version_ok, cupti_load.c: checked up to 13.5). */
     uint32_t loaded = 0;
-    CUptiResult vr = cuptiGetVersion(&loaded);
-    if (vr != CUPTI_SUCCESS || loaded / 100 != CUPTI_API_VERSION / 100) {
-        snprintf(reason, reason_len,
-                 "the CUPTI library loaded has API version %u, this build reads records of version %u (CUDA %u.%u): "
-                 "use the libcupti of the CUDA toolkit it was built with",
-                 (unsigned)loaded, (unsigned)CUPTI_API_VERSION, (unsigned)(CUPTI_API_VERSION / 10000),
-                 (unsigned)(CUPTI_API_VERSION / 100 % 100));
-        return 0;
-    }
+    if (cuptiGetVersion(&loaded) != CUPTI_SUCCESS) loaded = 0;
+    if (!trace_cupti_version_ok(CUPTI_API_VERSION, loaded, reason, reason_len)) return 0;
     pthread_mutex_lock(&mu);
     clear_locked();
     pthread_mutex_unlock(&mu);

@@ -86,6 +86,11 @@ uint64_t trace_gpu_kernel_ns_of(const TraceGpuRecord *recs, size_t n, int64_t of
 const char *trace_gpu_memcpy_kind_name(unsigned kind);
 const char *trace_gpu_memory_kind_name(unsigned kind);
 
+/* Whether a CUPTI of API version `loaded` (cuptiGetVersion: 130001 is CUDA 13.0 update 1) fills the records this
+ * build reads with the headers of version `built`: the same CUDA major, a minor at least the build's and at most the
+ * newest whose record layouts were checked to only append fields (cupti_load.c). 0 with a one-line reason. */
+int trace_cupti_version_ok(unsigned built, unsigned loaded, char *why, size_t why_len);
+
 #ifdef VX_CUDA
 /* What trace_gpu_end keeps of one CUPTI activity record (a CUpti_Activity *): the conversion the buffer callback
  * runs, for tests. Returns 0 for records the trace does not keep. Names stay valid until the next

@@ -163,6 +163,15 @@ Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *b
         s->host[i] = s->be->alloc_host(sizeof(StepDev));
         s->landed[i] = s->be->event_create();
     }
+    const double least = optim_loss_scale_floor(m->dtype, (double)m->tensors[m->t_recon].count,
+                                                1.0 / ((double)s->accum * s->world));
+    if (dynamic && m->dtype == DT_F16 && cfg->loss_scale_init < least)
+        vx_usage_error("train.loss_scale_init = %g is below %g, under which float16 cannot hold this model's loss "
+                       "gradient (1/%ld per voxel, x 1/%d accumulation x ranks): raise it", cfg->loss_scale_init, least,
+                       m->tensors[m->t_recon].count, s->accum * s->world);
+    if (!dynamic && m->dtype == DT_F16 && least > 1.0)
+        vx_log("warning: float16 without loss scaling: the loss gradient (1/%ld per voxel) is below float16's range "
+               "and trains nothing; use train.loss_scale dynamic (auto) or --amp bf16\n", m->tensors[m->t_recon].count);
     StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}};
     s->be->copy_to_device(s->dev, &init, sizeof init);
     stepper_set_model(s, m, buckets);
@@ -201,6 +210,11 @@ void stepper_time_phases(Stepper *s, int on) {
     s->phases = on;
     drop_graphs(s);
     s->use_graphs = on ? 0 : s->graphs_asked; /* the marks go between the ops: no graphs */
+}
+
+double stepper_loss_scale_floor(const Stepper *s) {
+    return optim_loss_scale_floor(s->m->dtype, (double)s->m->tensors[s->m->t_recon].count,
+                                  1.0 / ((double)s->accum * s->world));
 }
 
 OptimCarry stepper_carry(const Stepper *s) {

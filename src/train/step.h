@@ -60,6 +60,9 @@ void stepper_set_model(Stepper *s, Model *m, Buckets *buckets);
 /* The persistent optimizer state (optim.h's OptimCarry), read from the device (waits for it; no step may be
  * pending), and set (a loss_scale of 0 keeps the current one). */
 OptimCarry stepper_carry(const Stepper *s);
+/* The least loss scale the run's dynamic scaling may back off to (optim_loss_scale_floor of the model's type, its loss
+ * elements and the gradient scale 1/(accumulation x ranks)): the trainer ends a run that falls below it (exit 4). */
+double stepper_loss_scale_floor(const Stepper *s);
 void stepper_set_carry(Stepper *s, const OptimCarry *c);
 
 void stepper_begin(Stepper *s, int64_t step1);

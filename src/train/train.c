@@ -315,8 +315,9 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     /* every file decoded once (this rank's share), before any directory exists: damage past a header, a PNG's
      * CRC or non-finite voxels found during training left a run directory behind that blocked the rerun */
     dataset_check_files(t->ds, rank, world, trainer_data_workers(t), rank0);
-    /* the ranks meet before anything is written: a missing peer or a refused rank leaves no directory */
-    t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, cfg->dist.timeout_s);
+    /* the ranks meet, and agree on the device (one line and exit 2 on every rank when they do not), before anything
+     * is written: a missing peer or a refused rank leaves no directory */
+    t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, t->rt.device_reason, cfg->dist.timeout_s);
     /* the first collective, of a fixed size: ranks of different configs or resume states end here (exit 2), not in
      * a bucket all-reduce of another size, and before rank 0 takes the directory */
     rank_agree(t->comm, t->be, cfg, resume_path ? &ck : NULL);
@@ -391,8 +392,14 @@ static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int 
     if (!isfinite(r->loss)) trainer_diverged(t, r->step, "the loss", r->loss);
     if (r->skipped) {
         if (strcmp(cfg->loss_scale, "dynamic") != 0) trainer_diverged(t, r->step, "the gradient norm", r->grad_norm);
-        if (r->loss_scale < 0x1p-24)
-            trainer_diverged(t, r->step, "the loss scale (halved at every non-finite gradient)", r->loss_scale);
+        /* below the floor a float16 loss gradient is zero (optim_loss_scale_floor): end rather than train on it */
+        const double least = stepper_loss_scale_floor(t->stepper);
+        if (r->loss_scale < least)
+            trainer_diverged(t, r->step, least > 0x1p-24 ? "the loss scale (halved at every non-finite gradient, now under the "
+                                                   "least at which float16 holds the loss gradient; --amp bf16 has the "
+                                                   "range)"
+                                                 : "the loss scale (halved at every non-finite gradient)",
+                     r->loss_scale);
         vx_log("step %5ld: gradient not finite: update skipped, loss scale now %g (%lld steps skipped so far)\n",
                (long)r->step, r->loss_scale, (long long)r->skipped_total);
     }

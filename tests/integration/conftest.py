@@ -29,3 +29,7 @@ def metrics(run_dir):
 def built_binary():
     if not os.access(VOXSCALE, os.X_OK):
         pytest.fail("%s is missing: run `make` first (make test does)" % VOXSCALE)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "host_only: a check of a GPU test file's own logic, run without a GPU too")

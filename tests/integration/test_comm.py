@@ -291,8 +291,36 @@ def test_mismatched_collective_tcp():
     """Rank 1 issues an all-reduce of 8 floats where the others issue 7: rank 0 refuses it by its header, and every
     rank ends with the reason instead of summing garbage."""
     ranks = run_tcp(3, "--timeout", 20, "mismatch")
-    why = ("all-reduce (sum) of bucket 1/2 of step 1 does not match rank 1's collective number 0 (all-reduce of 8 "
+    # (collective number 0 is comm_open's device vote)
+    why = ("all-reduce (sum) of bucket 1/2 of step 1 does not match rank 1's collective number 1 (all-reduce of 8 "
            "floats): the ranks issued different collectives")
     assert ranks[0].rc == 3 and why in ranks[0].err, ranks[0]
     for r in ranks[1:]:
         assert r.rc == 3 and "all-reduce (sum) of bucket 1/2 of step 1 failed: lost rank 0" in r.err, r
+
+
+def test_ranks_that_disagree_on_the_device_refuse_in_one_line_tcp():
+    """torchrun with more local ranks than GPUs under --device auto: some ranks take a GPU (NCCL), the others the CPU
+    (tcp), and they would wait for each other until the deadline. comm_open has every rank vote over the host
+    communicator first: here rank 1 of 3 says it is on a GPU (comm_check --gpu-ranks, the CPU ranks' stand-in for
+    the disagreement); every rank ends at once with exit 2 and the same line naming the ranks on the CPU."""
+    t0 = time.monotonic()
+    ranks = run_tcp(3, "--timeout", 60, "--gpu-ranks", 1, "check")
+    took = max(r.ended for r in ranks) - t0
+    line = "the ranks disagree on the device: 1 of 3 train on a GPU, rank(s) 0, 2 on the CPU"
+    for r in ranks:
+        assert r.rc == 2 and line in r.err, r
+        assert len([l for l in r.err.splitlines() if l.strip()]) == 1, r.err
+    assert "this rank: GPU: said so by --gpu-ranks" in ranks[1].err and "this rank: CPU: a CPU rank" in ranks[0].err
+    assert took < 30, "the ranks waited %.1f s: the vote must end them at once" % took
+    # every rank on the CPU (or, where a GPU is, every rank on one) passes the vote
+    assert_checks_passed([r.out for r in run_tcp(2, "--timeout", 60, "check")], "tcp", 2)
+
+
+@needs_mpi
+def test_ranks_that_disagree_on_the_device_refuse_in_one_line_mpi():
+    rc, ranks, extra, took = run_mpi(2, "--timeout", 60, "--gpu-ranks", 0, "check")
+    assert rc == 2, "%s\n%s" % (ranks, extra)
+    for r in ranks.values():
+        assert "the ranks disagree on the device: 1 of 2 train on a GPU, rank(s) 1 on the CPU" in r.err, r
+    assert took < 30

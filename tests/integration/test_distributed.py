@@ -240,6 +240,21 @@ def test_bucket_all_reduces_overlap_backward(tmp_path):
     print("\noverlap: %d of %d all-reduces started during backward; comm wait %.3f ms, all-reduces %.3f ms in all" %
           (t["started_during_backward"], len(t["allreduces"]), t["comm_wait_ms"], t["allreduce_ms_total"]))
     assert t["comm_wait_ms"] < t["allreduce_ms_total"]
+    # what ci/gpu.sh's nccl step asks of two ranks: the evidence, on the command line
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bucket_timeline.py"), str(out), "--step", "3",
+                        "--require-overlap", "2"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_one_rank_is_no_overlap_evidence(tmp_path):
+    """One process has no all-reduce to time (as one NCCL rank launches no kernel for an in-place sum): the check that
+    ci/gpu.sh's nccl step requires of its timeline fails in one line instead of passing on nothing."""
+    out = tmp_path / "one"
+    run("train", "--config", TINY, "--steps", "4", "--out", out, "--profile", "3:3", *QUIET)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bucket_timeline.py"), str(out),
+                        "--require-overlap", "1"], capture_output=True, text=True)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "no overlap evidence: 0 all-reduces in step 3" in p.stdout and "nothing was measured" in p.stdout, p.stdout
 
 
 def test_detect_shows_the_launch(tmp_path):

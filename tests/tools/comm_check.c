@@ -422,7 +422,7 @@ static int env_int(const char *name, int fallback) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: comm_check [--rank R] [--world W] [--addr HOST] [--port P] [--timeout S] "
+    fprintf(stderr, "usage: comm_check [--rank R] [--world W] [--addr HOST] [--port P] [--timeout S] [--gpu-ranks R,R] "
                     "check|sleep RANK SECONDS|die RANK|mismatch|bootstrap|bench|built\n");
     exit(2);
 }
@@ -439,6 +439,7 @@ int main(int argc, char **argv) {
     snprintf(env.master_addr, sizeof env.master_addr, "%s", addr ? addr : "127.0.0.1");
     env.master_port = env_int("MASTER_PORT", 29500);
     double timeout = 60;
+    const char *gpu_ranks = ""; /* ranks that say they run on a GPU (the device vote of comm_open) */
     int a = 1;
     for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
         if (!strcmp(argv[a], "--rank")) env.rank = atoi(argv[a + 1]);
@@ -446,6 +447,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "--addr")) snprintf(env.master_addr, sizeof env.master_addr, "%s", argv[a + 1]);
         else if (!strcmp(argv[a], "--port")) env.master_port = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--timeout")) timeout = atof(argv[a + 1]);
+        else if (!strcmp(argv[a], "--gpu-ranks")) gpu_ranks = argv[a + 1];
         else usage();
     }
     if (a >= argc) usage();
@@ -455,16 +457,20 @@ int main(int argc, char **argv) {
         printf("mpi built: %s\n", comm_mpi_built() ? "yes" : "no");
         return 0;
     }
+    char list[256], me[24];
+    snprintf(list, sizeof list, ",%s,", gpu_ranks);
+    snprintf(me, sizeof me, ",%d,", env.rank);
+    const int on_gpu = strstr(list, me) != NULL;
     Comm *c = NULL;
     if (!strcmp(mode, "bootstrap")) {
         /* over MPI the bootstrap finalises MPI again (nothing else uses it: the NCCL path); over TCP a
          * communicator then meets on the same port, as a torchrun launch would */
         mode_bootstrap(timeout, under_mpi);
         if (under_mpi) goto done;
-        c = comm_open(&env, 0, timeout);
+        c = comm_open(&env, 0, NULL, timeout);
         check_allreduce(c, 1000003, COMM_AVG);
     } else {
-        c = comm_open(&env, 0, timeout);
+        c = comm_open(&env, on_gpu, on_gpu ? "said so by --gpu-ranks" : "a CPU rank", timeout);
     }
     printf("comm %s rank %d/%d\n", c->name, c->rank, c->world);
     if (!strcmp(mode, "bootstrap")) (void)0;

@@ -462,8 +462,9 @@ static int log_has(const char *log, const char *text) {
 }
 
 /* One rank (child mode `mode`) whose collective, or graph replay, waits behind a compute stream held for 60 s,
- * timeout 1 s: the watchdog must end it with exit 3 and `line` within the deadline plus the abort's grace (10 s),
- * far from the 60 s. */
+ * timeout 1 s: the watchdog must end it with exit 3 and `line` soon after the deadline: the abort path ends the
+ * process at once (comm_fail's vx_exit_now), well before the reaper's grace (10 s) would, far from the 60 s. The
+ * time includes the child's start (CUDA context, cuDNN, NCCL's init). */
 static void watchdog_ends(const char *dir, const char *mode, const char *line) {
     char log[512];
     snprintf(log, sizeof log, "%s/%s.log", dir, mode);
@@ -471,7 +472,7 @@ static void watchdog_ends(const char *dir, const char *mode, const char *line) {
     const int rc = reap(spawn_child(mode, 0, 1, 0, 1.0, NULL, log, 0), 40.0, &took);
     fprintf(stderr, "watchdog, one rank (%s): exit %d after %.1f s\n", mode, rc, took);
     assert_int_equal(rc, VX_EXIT_DIST);
-    assert_true(took < 30.0);
+    assert_true(took < 9.0); /* the abort path, not the reaper (10 s after the abort began) */
     assert_true(log_has(log, line));
 }
 

@@ -22,9 +22,11 @@
 #include "backend/backend.h"
 #include "conv3d/conv3d.h"
 #include "core/config.h"
+#include "model/hw_plan.h"
 #include "model/model.h"
 #include "model_of.h"
 #include "require_gpu.h"
+#include "test_select.h"
 #ifdef VX_CUDA
 #include <cudnn.h>
 #endif
@@ -41,14 +43,18 @@ static int expected_chunk(const Conv3dShape *s) {
 static void check_convs(const Model *m, const char *path, int batch, DType dt, int padded, int *split_seen);
 
 /* Every conv of the config at the batch, in storage type dt (the model plans with the CPU backend; the shapes are
- * the GPU's, with the storage type the GPU run would give them). The CPU plans float32, where pad_input_channels
- * auto does not pad: conv_in is checked again as bf16/fp16 runs have it, its input channel padded to 8 ("on"). */
+ * the GPU's, with the storage type the GPU run would give them: in bf16/fp16 the channel rule of src/model/conv_pad.h
+ * pads odd channel counts to multiples of 8, which the CPU's float32 plan does with pad_all_types). The CPU plans
+ * float32, where pad_input_channels auto does not pad: conv_in is checked again as bf16/fp16 runs have it, its input
+ * channel padded to 8 ("on"). */
 static void check_config(const char *path, int batch, DType dt, int *split_seen) {
     Config cfg;
     config_load(&cfg, path);
     for (int padded = 0; padded < 2; padded++) {
         snprintf(cfg.model.pad_input_channels, sizeof cfg.model.pad_input_channels, padded ? "on" : "off");
-        Model *m = model_of(&cfg, batch, backend_cpu());
+        ModelOptions o = hw_model_options(&cfg.train);
+        o.pad_all_types = dt != DT_F32;
+        Model *m = model_build(&cfg.model, &o, batch, backend_cpu());
         check_convs(m, path, batch, dt, padded, split_seen);
         model_free(m);
     }
@@ -77,13 +83,14 @@ static void check_convs(const Model *m, const char *path, int batch, DType dt, i
         assert_int_equal(l.w_type, want);
 #endif
     }
-    if (padded) assert_int_equal(convs, 1);
-    else assert_true(convs > 5);
+    if (padded && dt == DT_F32) assert_int_equal(convs, 1);
+    else assert_true(convs > 5 || padded);
 }
 
 static void test_every_conv_of_the_shipped_configs_is_accepted(void **state) {
     (void)state;
-    static const char *const configs[] = {"configs/default.json", "configs/ae3d-64.json", "configs/ae3d-128.json"};
+    static const char *const configs[] = {"configs/default.json", "configs/ae3d-64.json", "configs/ae3d-128.json",
+                                          "configs/resnet3d-18-cls.json", "configs/resnet3d-50-survival.json"};
     static const int batches[] = {1, 8, 32};
     int split_seen = 0;
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++)
@@ -91,6 +98,70 @@ static void test_every_conv_of_the_shipped_configs_is_accepted(void **state) {
             for (int dt = 0; dt < DT_COUNT; dt++) check_config(configs[c], batches[b], (DType)dt, &split_seen);
     /* ae3d-128 at batch 32 has 64-channel 128^3 tensors of 2^32 elements: the chunked path was exercised */
     assert_true(split_seen);
+}
+
+/* On a GPU: cuDNN has a usable algorithm, in every direction the model calls, for every convolution of the shipped
+ * configs (each stage of the staged one at its own size) at their batch, in float32 with TF32 on and off, bf16 and
+ * fp16 (the shapes the channel rule gives them), with deterministic algorithms only (a superset of choices remains
+ * without --deterministic), and in bf16 with model.pad_input_channels off (conv_in on its single channel, as the
+ * pad-64 comparison runs it). Not only descriptors accepted: the plans --device auto checks before choosing the GPU
+ * (conv3d_cuda_usable). VX_CONV_LOG=1 prints each plan. Skipped without a GPU; VX_REQUIRE_GPU=1 makes that a
+ * failure (ci/gpu.sh's detect step runs this test first, for the answer in seconds). */
+static void test_every_conv_of_the_shipped_configs_has_a_cudnn_algorithm(void **state) {
+    (void)state;
+    char why[2048];
+    if (!backend_cuda_init(0, why, sizeof why)) {
+        if (vx_require_gpu()) fail_msg("no CUDA device (%s), and VX_REQUIRE_GPU=1 turns the skip into a failure", why);
+        printf("skipped: no CUDA device (%s): this test asks cuDNN for an algorithm per convolution on a GPU\n", why);
+        skip();
+    }
+    static const char *const configs[] = {"configs/default.json", "configs/ae3d-64.json", "configs/ae3d-128.json",
+                                          "configs/stages-64-128-256.json", "configs/resnet3d-18-cls.json",
+                                          "configs/resnet3d-50-survival.json"};
+    static const struct {
+        const char *precision, *pad;
+        int tf32;
+    } runs[] = {{"off", "auto", 1}, {"off", "auto", 0}, {"bf16", "auto", 1}, {"fp16", "auto", 1}, {"bf16", "off", 1}};
+    int checked = 0, failed = 0;
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        BackendOptions o = {.deterministic = 1, .allow_tf32 = runs[r].tf32};
+        backend_cuda_set_options(&o);
+        for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+            Config cfg;
+            config_load(&cfg, configs[c]);
+            snprintf(cfg.train.precision, sizeof cfg.train.precision, "%s", runs[r].precision);
+            snprintf(cfg.model.pad_input_channels, sizeof cfg.model.pad_input_channels, "%s", runs[r].pad);
+            const int stages = cfg.train.n_stages > 0 ? cfg.train.n_stages : 1;
+            for (int k = 0; k < stages; k++) {
+                ModelConfig model = cfg.model;
+                int batch = cfg.train.batch_size > 0 ? cfg.train.batch_size : 1;
+                if (cfg.train.n_stages > 0) {
+                    const Stage st = config_stage(&cfg.train, cfg.model.input_size, k);
+                    memcpy(model.input_size, st.input_size, sizeof model.input_size);
+                    if (st.batch_size > 0) batch = st.batch_size;
+                }
+                const ModelOptions mo = hw_model_options(&cfg.train);
+                Model *m = model_build(&model, &mo, batch, backend_cuda());
+                for (int i = 0; i < m->n_nodes; i++) {
+                    const Node *nd = &m->nodes[i];
+                    if (nd->kind != OP_CONV) continue;
+                    checked++;
+                    if (conv3d_cuda_usable(&nd->conv, m->tensors[nd->in[0]].grad >= 0, why, sizeof why)) continue;
+                    failed++;
+                    char shape[200], ks[40];
+                    conv3d_kernel_label(&nd->conv, ks, sizeof ks);
+                    snprintf(shape, sizeof shape, "n=%d %dx%dx%d c_in=%d c_out=%d %s", nd->conv.n, nd->conv.d,
+                             nd->conv.h, nd->conv.w, nd->conv.c_in, nd->conv.c_out, ks);
+                    print_message("no algorithm: %s stage %d, precision %s, TF32 %d, pad_input_channels %s, %s (%s): "
+                                  "%s\n", configs[c], k, runs[r].precision, runs[r].tf32, runs[r].pad, nd->name, shape,
+                                  why);
+                }
+                model_free(m);
+            }
+        }
+    }
+    print_message("%d convolutions planned, %d without a usable algorithm\n", checked, failed);
+    assert_int_equal(failed, 0);
 }
 
 static void test_strided_and_odd_shapes_match_cudnn(void **state) {
@@ -247,7 +318,7 @@ static void test_tf32_is_off_on_cudnn_versions_with_broken_3d_tf32(void **state)
     assert_int_equal(conv3d_cuda_tf32_broken(90100), 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     char why[128] = "";
     const Conv3dShape probe = conv3d_shape(1, 4, 4, 4, 1, 1, 3, 1, 1);
     if (!conv3d_cuda_describe(&probe, NULL, why, sizeof why) && strstr(why, "no CUDA")) {
@@ -260,6 +331,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_conv_of_the_shipped_configs_is_accepted),
+        cmocka_unit_test(test_every_conv_of_the_shipped_configs_has_a_cudnn_algorithm),
         cmocka_unit_test(test_strided_and_odd_shapes_match_cudnn),
         cmocka_unit_test(test_anisotropic_shapes_match_cudnn),
         cmocka_unit_test(test_a_wrong_output_shape_is_reported),
@@ -267,5 +339,10 @@ int main(void) {
         cmocka_unit_test(test_single_channel_tensors_are_also_described_as_ncdhw),
         cmocka_unit_test(test_tf32_is_off_on_cudnn_versions_with_broken_3d_tf32),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* test names as patterns (ci/gpu.sh's detect step runs the algorithm test alone), --list prints them */
+    struct CMUnitTest chosen[sizeof tests / sizeof tests[0]];
+    size_t n = 0;
+    const int rc = select_tests("test_cudnn_descriptors", argc, argv, tests, sizeof tests / sizeof tests[0], chosen, &n);
+    if (rc >= 0) return rc;
+    return _cmocka_run_group_tests("test_cudnn_descriptors", chosen, n, NULL, NULL);
 }

@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -459,6 +462,62 @@ static void test_loader_reads_a_ranks_share(void **state) {
     free(want);
 }
 
+/* ---- comm_fail after an abort: the process ends at once ------------------------------------------------------ */
+
+/* Stands in for the CUDA backend's exit handler, which synchronises the compute stream: after a collective failed,
+ * the stream may be held for good (test_comm_nccl's watchdog cases hold it for 60 s with a host function). */
+static void held_stream_at_exit(void) { sleep(30); }
+static void fake_abort_all(Comm *c, int code) { fprintf(stderr, "fake abort of %s: code %d\n", c->name, code); }
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A communicator with abort_all (nccl's case): comm_fail prints its line, aborts, and ends the process with exit 3
+ * at once, without the atexit handlers (here one that would wait 30 s), stdio flushed: what keeps a failed NCCL
+ * rank from waiting out the reaper's grace (ci/gpu.sh's nccl-unit step; every real NCCL failure 10 s sooner). */
+static void test_comm_fail_after_an_abort_ends_at_once(void **state) {
+    (void)state;
+    char path[] = "/tmp/vx_abort_exit_XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(NULL);
+    const double t0 = mono_s();
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 1), dup2(fd, 2);
+        atexit(held_stream_at_exit);
+        printf("a progress line, still in stdout's buffer\n"); /* a file: fully buffered until the exit flushes */
+        static CommOps ops;
+        ops.abort_all = fake_abort_all;
+        const Comm c = {.name = "fake", .rank = 1, .world = 2, .timeout_s = 1, .ops = &ops};
+        comm_fail(&c, "allreduce", "gradient bucket 1/2 of step 3", "did not finish within the deadline");
+        _exit(99); /* not reached */
+    }
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (mono_s() - t0 > 20) kill(pid, SIGKILL);
+        usleep(10000);
+    }
+    const double took = mono_s() - t0;
+    char out[4096] = "";
+    const ssize_t n = pread(fd, out, sizeof out - 1, 0);
+    close(fd);
+    unlink(path);
+    out[n > 0 ? n : 0] = '\0';
+    print_message("comm_fail after abort_all: exit %d after %.2f s\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                  took);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), VX_EXIT_DIST);
+    assert_true(took < 5.0); /* not the 30 s of the exit handler */
+    assert_non_null(strstr(out, "a progress line, still in stdout's buffer"));
+    assert_non_null(strstr(out, "allreduce of gradient bucket 1/2 of step 3 did not finish within the deadline"));
+    assert_non_null(strstr(out, "fake abort of fake: code 3"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets_cover_the_gradients_in_backward_order),
@@ -468,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_grad_hook_writes_the_reduced_gradient),
         cmocka_unit_test(test_dist_detect_reads_each_launcher),
         cmocka_unit_test(test_loader_reads_a_ranks_share),
+        cmocka_unit_test(test_comm_fail_after_an_abort_ends_at_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -35,6 +36,7 @@
 #include "train/schedule.h"
 #include "train/train_log.h"
 #include "train/volume_tiles.h"
+#include "backend_double.h"
 
 /* No two items whose live intervals overlap may share bytes. */
 static void assert_plan_valid(const Plan *p) {
@@ -240,20 +242,6 @@ static void test_padded_input_channels_match_unpadded(void **state) {
 /* The hardware plan (hw_plan.h) on simulated GPUs: a test double of the device (its free memory and compute
  * capability) and of the backend (the CPU's table, planning bytes with its workspace sizes, but answering supports()
  * for every storage type as a GPU does). ae3d-64's model. */
-static int all_types(int fn, DType dt) { return 1; }
-#define VX_OP(name, Type) static Type name##_double;
-#include "backend/ops.def"
-#undef VX_OP
-static Backend gpu_double(void) {
-    Backend b = *backend_cpu();
-#define VX_OP(name, Type)                    \
-    name##_double = *b.name;                 \
-    name##_double.head.supports = all_types; \
-    b.name = &name##_double;
-#include "backend/ops.def"
-#undef VX_OP
-    return b;
-}
 static Config ae3d_64(void) {
     Config c;
     config_defaults(&c);
@@ -327,6 +315,51 @@ static void test_hardware_plan_on_simulated_gpus(void **state) {
     g.train.global_batch = 66; /* 66 does not split into 4 ranks */
     assert_false(hw_plan(&g.model, &g.train, &be, &l4, 4, &c, why, sizeof why));
     assert_non_null(strstr(why, "does not split"));
+}
+
+/* The automatic batch search asks the backend for convolution workspaces (on a GPU: cuDNN's heuristics and workspace
+ * queries per direction and shape) about once per convolution of the chosen batch, not for every candidate batch:
+ * counted on the simulated GPU, against the search that planned every batch exactly, which must choose the same. */
+static long workspace_queries;
+static size_t (*cpu_workspace)(const Conv3dShape *s);
+static size_t counting_workspace(const Conv3dShape *s) {
+    workspace_queries++;
+    return cpu_workspace(s);
+}
+
+static void test_batch_search_plans_exactly_once(void **state) {
+    (void)state;
+    Backend be = gpu_double();
+    cpu_workspace = conv3d_double.workspace_bytes;
+    conv3d_double.workspace_bytes = counting_workspace;
+    const Config cfg = ae3d_64();
+    const size_t GiB = 1073741824ul;
+    Model *one = model_of(&cfg, 1, &be);
+    int convs = 0;
+    for (int i = 0; i < one->n_nodes; i++) convs += one->nodes[i].kind == OP_CONV;
+    model_free(one);
+    const size_t sizes[] = {3 * GiB, 24 * GiB, 80 * GiB, 141 * GiB};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const HwPlanDevice dev = {.gpu = 1, .cc_major = 9, .available = sizes[k], .cap = 64};
+        const double budget = HW_MEMORY_SHARE * (double)dev.available;
+        /* before: every candidate batch planned exactly, up to the first that does not fit */
+        workspace_queries = 0;
+        int want = 0;
+        for (int b = 1; b <= 64 && (double)plan_bytes(&cfg, &be, b, DT_BF16, 0) <= budget; b *= 2) want = b;
+        const long before = workspace_queries;
+        workspace_queries = 0;
+        HwPlan p;
+        char why[400];
+        assert_true(hw_plan(&cfg.model, &cfg.train, &be, &dev, 1, &p, why, sizeof why));
+        const long now = workspace_queries;
+        print_message("%zu GiB: batch %d; workspace queries %ld planning every batch, %ld now (%d convolutions)\n",
+                      sizes[k] / GiB, p.batch, before, now, convs);
+        assert_int_equal(p.batch, want);
+        assert_int_equal(p.need_bytes, plan_bytes(&cfg, &be, p.batch, DT_BF16, 0));
+        assert_true(now <= convs);
+        if (want >= 4) assert_true(now * 3 <= before);
+    }
+    conv3d_double.workspace_bytes = cpu_workspace;
 }
 
 /* model.pad_input_channels auto pads in bf16 and fp16 (cuDNN's tensor-core types) and not in float32; off never, on
@@ -525,6 +558,31 @@ static void test_noise_is_keyed_by_the_global_sample(void **state) {
     model_free(small);
 }
 
+/* --device auto on a machine with GPUs that CUDA cannot use (a driver below the build's CUDA major reports none) warns
+ * instead of training on the CPU in silence: the GPUs are counted from /dev's device files, not from CUDA. */
+static void test_nvidia_device_files_count_the_gpus(void **state) {
+    (void)state;
+    char dir[] = "/tmp/vx_dev_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(hw_nvidia_device_files(dir), 0);
+    const char *names[] = {"nvidia0", "nvidia1", "nvidia12", "nvidiactl", "nvidia-uvm", "nvidia-modeset", "nvidia",
+                           "nvidia3x", "null"};
+    char path[256];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    assert_int_equal(hw_nvidia_device_files(dir), 3);
+    assert_int_equal(hw_nvidia_device_files("/nonexistent-dir"), 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 /* Every node has its own name: trace ranges and layer timings are told apart by it (the upsample and the conv
  * after it once shared one). */
 static void test_node_names_are_unique(void **state) {
@@ -654,6 +712,7 @@ int main(void) {
         cmocka_unit_test(test_checkpointed_plan_is_valid_and_smaller),
         cmocka_unit_test(test_padded_input_channels_match_unpadded),
         cmocka_unit_test(test_hardware_plan_on_simulated_gpus),
+        cmocka_unit_test(test_batch_search_plans_exactly_once),
         cmocka_unit_test(test_hardware_plan_switches_checkpointing_on_only_when_needed),
         cmocka_unit_test(test_input_padding_auto_follows_the_storage_type),
         cmocka_unit_test(test_param_pack_round_trip),
@@ -662,6 +721,7 @@ int main(void) {
         cmocka_unit_test(test_loader_delivers_batches_in_order_from_any_start),
         cmocka_unit_test(test_noise_is_keyed_by_the_global_sample),
         cmocka_unit_test(test_node_names_are_unique),
+        cmocka_unit_test(test_nvidia_device_files_count_the_gpus),
         cmocka_unit_test(test_escape_keeps_text_and_neutralizes_control_bytes),
         cmocka_unit_test(test_config_reader_is_strict),
         cmocka_unit_test(test_tiles_show_the_mid_slices),

@@ -1584,6 +1584,36 @@ static void test_backend_extras(void **state) {
 #endif
 }
 
+/* float16's loss gradient and the loss-scale floor (optim_loss_scale_floor), on the CPU's float16 conversion (the
+ * rounding the GPU's stores do, dtype.h): each element of the L1 gradient is grad_scale x scale / count. At 256^3 x 4
+ * voxels (count 2^26) with the scale backed off to 1 it rounds to exactly 0, the step still finite: the silent
+ * failure the floor prevents. At the floor it is a non-zero float16 (the smallest subnormal at least), a factor two
+ * below it zero again; bf16 and float32 keep float32's range and only the old 2^-24 bound. */
+static void test_loss_scale_floor_keeps_the_fp16_loss_gradient(void **state) {
+    (void)state;
+    const struct {
+        double count, grad_scale, floor;
+    } cases[] = {{0x1p26, 1.0, 4.0},          /* 256^3 x 4, one rank, one micro-batch */
+                 {0x1p26, 0.25, 16.0},        /* the same with 4 micro-batches (or ranks) */
+                 {0x1p16, 0x1p-8, 1.0},       /* the emulation's case (tests/tools/cuda_emu) */
+                 {3.0 * 0x1p20, 1.0, 0.25},   /* not a power of two: the next power of two above 0.1875 */
+                 {32768.0 * 2, 1.0, 0x1p-8}}; /* the default config: 32^3 x 2 */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const double c = cases[i].count, gs = cases[i].grad_scale, f = optim_loss_scale_floor(DT_F16, c, gs);
+        assert_float_equal(f, cases[i].floor, 0);
+        uint16_t h[2];
+        dtype_store(DT_F16, h, 0, (float)(gs * f / c));
+        dtype_store(DT_F16, h, 1, (float)(gs * (f / 2) / c));
+        assert_true(dtype_load(DT_F16, h, 0) > 0.0f); /* at the floor: still a gradient */
+        if (f == 0x1p-24 * c / gs) assert_true(dtype_load(DT_F16, h, 1) == 0.0f); /* below it: none (powers of two) */
+    }
+    uint16_t h;
+    dtype_store(DT_F16, &h, 0, (float)(1.0 / 0x1p26)); /* the case: scale 1 at 256^3 x 4 */
+    assert_true(dtype_load(DT_F16, &h, 0) == 0.0f);
+    assert_float_equal(optim_loss_scale_floor(DT_BF16, 0x1p26, 1.0), 0x1p-24, 0);
+    assert_float_equal(optim_loss_scale_floor(DT_F32, 0x1p26, 1.0), 0x1p-24, 0);
+}
+
 int main(void) {
     set_threads(2 < omp_get_num_procs() ? 2 : omp_get_num_procs());
     const struct CMUnitTest tests[] = {
@@ -1614,6 +1644,7 @@ int main(void) {
         cmocka_unit_test(test_head_loss_ce),      cmocka_unit_test(test_head_loss_bce),
         cmocka_unit_test(test_head_loss_cox),
         cmocka_unit_test(test_backend_table),     cmocka_unit_test(test_backend_extras),
+        cmocka_unit_test(test_loss_scale_floor_keeps_the_fp16_loss_gradient),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,8 @@
 #ifdef VX_CUDA
 #include <cuda_runtime_api.h>
 #include <cupti.h>
+
+#include "trace/cupti_load.h"
 #endif
 
 #include "trace/gpu_activity.h"
@@ -731,6 +733,32 @@ static void test_trace_gpu_live(void **state) {
 #endif
 }
 
+
+/* The CUPTI version gate: the build's CUDA major, a minor at least the build's and no newer than the last one whose
+ * record layouts were checked (13.5: each newer record only appends fields), each refusal one line that says why. */
+static void test_cupti_newer_minors_are_accepted(void **state) {
+    (void)state;
+    char why[600];
+    const unsigned built = 130001; /* CUDA 13.0 update 1, this build's headers */
+    const unsigned ok[] = {130001, 130000, 130002, 130100, 130202, 130300, 130500, 130599};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) assert_int_equal(trace_cupti_version_ok(built, ok[i], why, sizeof why), 1);
+    const struct {
+        unsigned loaded;
+        const char *says;
+    } no[] = {{130600, "newer than the last one whose record layouts were checked"},
+              {140000, "another CUDA major version"},
+              {120900, "before CUDA 13"},
+              {0, "before CUDA 13"}};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        why[0] = '\0';
+        assert_int_equal(trace_cupti_version_ok(built, no[i].loaded, why, sizeof why), 0);
+        assert_non_null(strstr(why, no[i].says));
+        assert_null(strchr(why, '\n'));
+    }
+    assert_int_equal(trace_cupti_version_ok(130200, 130100, why, sizeof why), 0); /* an older minor than the build's */
+    assert_non_null(strstr(why, "an older CUDA minor version"));
+}
+
 #ifdef VX_CUDA
 /* The CUPTI side of the conversion, on hand-made activity records (no GPU needed to build them): the fields each
  * kind keeps, demangled kernel names, API names without their version suffix, and what is dropped. */
@@ -801,6 +829,24 @@ static void test_trace_gpu_records_from_cupti(void **state) {
 }
 #endif
 
+#ifdef VX_CUDA
+/* libcupti is loaded, not linked (the binary's DT_NEEDED has no libcupti): the first load finds the library the build
+ * found (the toolkit's, by its absolute path), ahead of a wheel's on the library path, unless VX_CUPTI_LIB says. */
+static void test_cupti_is_loaded_from_the_builds_toolkit(void **state) {
+    (void)state;
+    char why[700] = "";
+    const CuptiFunctions *f = cupti_load(why, sizeof why);
+    if (!f) fail_msg("%s", why);
+    const char *path = cupti_loaded_path();
+    print_message("CUPTI loaded from %s\n", path);
+    if (!getenv("VX_CUPTI_LIB")) assert_true(path[0] == '/');
+    assert_non_null(strstr(path, "libcupti.so.13"));
+    uint32_t v = 0;
+    assert_int_equal(f->cuptiGetVersion(&v), CUPTI_SUCCESS);
+    assert_int_equal(trace_cupti_version_ok(CUPTI_API_VERSION, v, why, sizeof why), 1);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_trace_nested_ranges_round_trip, tmpdir_setup, tmpdir_teardown),
@@ -811,9 +857,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_trace_gpu_events_from_records, tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_trace_gpu_kernel_time, tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test(test_trace_gpu_kind_names),
+        cmocka_unit_test(test_cupti_newer_minors_are_accepted),
         cmocka_unit_test_setup_teardown(test_trace_gpu_live, tmpdir_setup, tmpdir_teardown),
 #ifdef VX_CUDA
         cmocka_unit_test(test_trace_gpu_records_from_cupti),
+        cmocka_unit_test(test_cupti_is_loaded_from_the_builds_toolkit),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

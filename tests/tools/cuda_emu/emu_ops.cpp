@@ -220,6 +220,33 @@ int main() {
             }
         }
     }
+    /* float16's loss gradient at the loss-scale floor (optim_loss_scale_floor): the kernel's own multiplier and store,
+     * with a large count and a small scale. Count 2^16 with grad_scale 2^-8 stands for 2^24 voxels on one rank: the
+     * floor is 1, where every element of the L1 gradient is +2^-24 (float16's smallest subnormal); at half of it every
+     * element rounds to 0 and the step would go on, finite, learning nothing: why the trainer ends a run there. */
+    {
+        const long n = 1L << 16;
+        const float gs = 0x1p-8f;
+        uint16_t *pred = (uint16_t *)emu_alloc((size_t)n * 2), *grad = (uint16_t *)emu_alloc((size_t)n * 2);
+        float *target = (float *)emu_alloc((size_t)n * 4), *loss = (float *)emu_alloc(4), *scale = (float *)emu_alloc(4);
+        for (long i = 0; i < n; i++) target[i] = 0.25f * (float)(i % 7), dtype_store(DT_F16, pred, (size_t)i, target[i] + 0.5f);
+        const double floor = optim_loss_scale_floor(DT_F16, (double)n, gs);
+        for (int half = 0; half < 2; half++) {
+            scale[0] = (float)(half ? floor / 2 : floor);
+            emu_loss(LOSS_L1, DT_F16, n, pred, target, loss, grad, gs, scale);
+            long nonzero = 0, exact = 0;
+            for (long i = 0; i < n; i++) {
+                const float g = dtype_load(DT_F16, grad, (size_t)i);
+                nonzero += g != 0.0f;
+                exact += g == 0x1p-24f;
+            }
+            run++;
+            const int ok = half ? nonzero == 0 : exact == n && floor == 1.0;
+            printf("float16 loss gradient at %sthe loss-scale floor %g: %ld of %ld elements non-zero (%s)\n",
+                   half ? "half " : "", floor, nonzero, n, ok ? "as expected" : "FAIL");
+            if (!ok) failed++;
+        }
+    }
     printf("%d cases run under the emulation, %d failures\n", run, failed);
     return failed != 0 || run == 0;
 }

@@ -6,8 +6,14 @@
 #   - the reports and the log archive (one log per step) are written; exit code 0 when nothing is planted;
 #   - --quick runs the quick steps only and marks the others "not run"; --only likewise;
 #   - on-demand steps (the fp32 comparisons) run only when --only names them: "not run" in full and --quick runs;
-#   - the limits keep the bounds ci/gpu.sh's comment states: full run 510 s of steps (540 s with the environment
-#     probe and the reports), --quick 150 s (180 s), both inside the device tool's 10 minutes a call;
+#   - the limits fit the device tool's 10 minutes a call where ci/gpu.sh says: --quick 150 s of steps (180 s with the
+#     environment probe and the reports), and --plan (also with --first, every limit x 3) splits the full run into
+#     calls of at most 535 s of limits that hold every step of the run once, in order;
+#   - --first runs with the limits x 3 and says so in the reports; each step's measured time and a suggested limit
+#     are in summary.md and summary.json;
+#   - an owed step (exit 77) is never a pass: OWED in the reports, the verdict OWED, exit code 1;
+#   - under a call budget (VX_GPU_CALL_S, 570 s under the device tool) the steps that no longer fit are "not run: no
+#     time left", and the reports written after every step survive a run killed part way;
 #   - bad usage is one line and exit code 2.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 2
@@ -22,13 +28,22 @@ n=$(wc -w <<<"$steps")
 demand=$(bash ci/gpu.sh --list | awk '/ on demand / {print $1}')
 nd=$(wc -w <<<"$demand")
 [ "$nd" -ge 1 ] || fail "no on-demand step in ci/gpu.sh --list"
-# the bounds: full = the limits of every step not on demand, quick = the quick limits
+# the bounds: quick = the quick limits, one call; the full run (and --first) in the calls --plan prints
 read -r full quick < <(bash ci/gpu.sh --list | awk '
     / on demand / {next}
     {full += $2; if ($4 == "quick") quick += $5}
     END {print full, quick}')
-{ [ "$full" -le 510 ] && [ "$quick" -le 150 ]; } ||
-    fail "the step limits add up to $full s (full) and $quick s (--quick), beyond the 510 s and 150 s ci/gpu.sh states"
+[ "$quick" -le 150 ] || fail "the --quick limits add up to $quick s, beyond the 150 s ci/gpu.sh states"
+regular=$(bash ci/gpu.sh --list | awk '!/ on demand / {printf "%s,", $1}')
+for flag in "" --first; do
+    plan=$(bash ci/gpu.sh --plan $flag) || fail "ci/gpu.sh --plan $flag failed"
+    covered=$(sed -n 's/.* --only \([^ ]*\) .*/\1/p' <<<"$plan" | tr '\n' ',')
+    [ "$covered" = "$regular" ] || fail "--plan $flag covers '$covered', not every regular step once in order ('$regular')"
+    sed -n 's/.*limits \([0-9]*\) s$/\1/p' <<<"$plan" | while read -r l; do [ "$l" -le 535 ] || exit 1; done ||
+        fail "--plan $flag has a call beyond 535 s of limits: $plan"
+    [ -z "$flag" ] || [[ $(head -1 <<<"$plan") == "bash ci/gpu.sh --first --only "* ]] || fail "--plan --first: $plan"
+    echo "plan${flag:+ $flag}: $(wc -l <<<"$plan") call(s)"
+done
 is_demand() { [[ " ${demand//$'\n'/ } " == *" $1 "* ]]; }
 
 # results NAME: "step=result ..." from NAME/summary.json
@@ -84,6 +99,49 @@ got=$(results demand)
 [[ $got == *" bench-64=pass"* && $got == *" amp-128=pass"* && $(grep -o '=pass' <<<"$got" | wc -l) = 2 ]] ||
     fail "--only bench-64,amp-128: $got"
 echo "on demand (${demand//$'\n'/ }): run only by --only; limits: full $full s, --quick $quick s"
+
+# --first: every limit x 3, the mode in the reports, each step's time and a suggested limit from it
+VX_GPU_WORK=$scratch/w6 bash ci/gpu.sh --dry-run --first --only libs,ops --results "$scratch/first" >/dev/null 2>&1 ||
+    fail "--first dry run failed"
+/usr/bin/python3 - "$scratch/first/summary.json" "$(bash ci/gpu.sh --list | awk '$1 == "ops" {print $2}')" <<'PY' ||
+import json, sys
+d = json.load(open(sys.argv[1]))
+ops = next(s for s in d["steps"] if s["step"] == "ops")
+assert d["mode"] == "first dry-run", d["mode"]
+assert ops["limit_s"] == 3 * int(sys.argv[2]), ops
+assert ops["result"] == "pass" and ops["suggested_limit_s"] >= 5, ops
+PY
+    fail "--first: the limits are not x 3, or no suggested limit: $(cat "$scratch/first/summary.json")"
+grep -q '^| ops | pass | .* s | .* s | [0-9]* s |' "$scratch/first/summary.md" || fail "summary.md lacks the suggested limit"
+echo "first: limits x 3, suggested limits in the reports"
+
+# an owed step is never a pass
+VX_GPU_DRY_OWE=nccl VX_GPU_WORK=$scratch/w7 bash ci/gpu.sh --dry-run --only libs,nccl --results "$scratch/owed" \
+    >"$scratch/owed.log" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "an owed step: exit code $rc, not 1"
+got=$(results owed)
+[[ $got == OWED* && $got == *" libs=pass "* && $got == *" nccl=owed "* && $got != *=fail* ]] ||
+    fail "an owed step: summary.json says '$got'"
+grep -q '^| nccl | \*\*OWED\*\* |' "$scratch/owed/summary.md" || fail "summary.md does not show nccl as OWED"
+echo "owed: nccl=owed, verdict OWED (exit 1)"
+
+# a call budget: steps that would run past it are left for later, with the way to run them; and the reports written
+# after every step are there when the run is killed part way
+VX_GPU_CALL_S=30 VX_GPU_WORK=$scratch/w8 bash ci/gpu.sh --dry-run --only driver,libs,detect,unit,ops \
+    --results "$scratch/budget" >/dev/null 2>&1 || fail "a dry run under a call budget failed"
+got=$(results budget)
+[[ $got == "PASS driver=pass libs=pass detect=not-run unit=not-run ops=not-run"* ]] || fail "call budget: $got"
+grep -q '^| detect | not run | .* | no time left in this call .*: ci/gpu.sh --only detect |' "$scratch/budget/summary.md" ||
+    fail "summary.md does not say how to run the step left for later"
+VX_GPU_DRY_HANG=unit VX_GPU_WORK=$scratch/w9 bash ci/gpu.sh --dry-run --only driver,libs,unit --results "$scratch/cut" \
+    >/dev/null 2>&1 &
+cut=$!
+for _ in $(seq 50); do grep -q '"step": "libs"' "$scratch/cut/summary.json" 2>/dev/null && break; sleep 0.2; done
+kill -- "$cut" 2>/dev/null
+wait "$cut" 2>/dev/null
+[[ $(results cut) == "PASS driver=pass libs=pass"* ]] || fail "the reports of a run killed part way: $(results cut)"
+echo "call budget: $got; a run killed part way keeps the finished steps' reports"
 
 for bad in "--only nosuchstep" "--frobnicate" "--results"; do
     # shellcheck disable=SC2086

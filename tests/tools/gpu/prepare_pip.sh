@@ -4,7 +4,8 @@
 # by tests/tools/pip_layout.py (versioned sonames only, headers outside CUDA_HOME, found through a python's
 # `import nvidia`), with CUDA_HOME a toolkit without them. Then, on the archive it made (not on the build tree):
 #   - every binary resolves every library through the library path ci/gpu.sh sets there, cuDNN from the wheel
-#     layout and the gathered libraries (libcjson, OpenBLAS, ...) from the archive, not from this machine;
+#     layout and the gathered libraries (libcjson, OpenBLAS, ...) from the archive, not from this machine; CUPTI and
+#     cuBLAS, loaded with dlopen when first used, are not linked and load from the wheel layout through that path;
 #   - the RUNPATH names the directories the libraries were found in, not /usr/local/cuda;
 #   - test_cudnn_descriptors from the archive runs against the wheel layout's cuDNN and passes;
 #   - with libcjson taken out of the archive's lib/, the check fails and names it (the check can fail).
@@ -36,7 +37,14 @@ path=$(vx_lib_path "$stage")
 vx_ldd_check "$path" "$stage/voxscale" "$stage"/tests/* || fail "the archive's binaries do not resolve every library"
 LD_LIBRARY_PATH=$path ldd "$stage/voxscale" >"$scratch/ldd.txt"
 grep -q "libcudnn.so.9 => $site/nvidia/cudnn/lib/libcudnn.so.9" "$scratch/ldd.txt" || fail "cuDNN not from the wheel layout"
-grep -q "libcupti.so.13 => $site/nvidia/cu13/lib/libcupti.so.13" "$scratch/ldd.txt" || fail "CUPTI not from the wheel layout"
+# CUPTI and cuBLAS are loaded when first used (dlopen), not linked: absent from ldd, found through the same path
+! grep -q "libcupti\|libcublas" "$scratch/ldd.txt" || fail "the binary links CUPTI or cuBLAS: $(grep 'libcupti\|libcublas' "$scratch/ldd.txt")"
+for lib in libcupti.so.13 libcublas.so.13; do
+    # the path the loader found it by (the layout's files link this machine's: /proc/self/maps would name those)
+    where=$(LD_DEBUG=libs LD_LIBRARY_PATH=$path /usr/bin/python3 -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' \
+        "$lib" 2>&1 | sed -n "s|.*calling init: \(.*/$lib\)\$|\1|p" | head -1)
+    [ "$where" = "$site/nvidia/cu13/lib/$lib" ] || fail "$lib loads from '$where', not the wheel layout"
+done
 grep -q "libnccl.so.2 => $site/nvidia/nccl/lib/libnccl.so.2" "$scratch/ldd.txt" || fail "NCCL not from the wheel layout"
 grep -q "libcjson.so.1 => $stage/lib/libcjson.so.1" "$scratch/ldd.txt" || fail "libcjson not from the archive"
 grep -q "libopenblas.so.0 => $stage/lib/libopenblas.so.0" "$scratch/ldd.txt" || fail "OpenBLAS not from the archive"
