@@ -9,6 +9,7 @@
 
 #include "augment/augment.h"
 #include "core/util.h"
+#include "data/labels.h"
 #include "data/phantom.h"
 #include "data/manifest.h"
 #include "data/transform.h"
@@ -367,11 +368,17 @@ int dataset_val_sample(Dataset *ds, int j, float *out) {
 int dataset_set_labels(Dataset *ds, const char *task, int num_classes, int verbose) {
     snprintf(ds->task, sizeof ds->task, "%s", task);
     ds->num_classes = num_classes;
-    ds->n_labels = strcmp(task, "classification") == 0 ? 1 : strcmp(task, "survival") == 0 ? 2 : num_classes;
-    if (ds->files)
-        vx_usage_error("%s: labels for model.task %s are read from the manifest's data.label_columns, which this "
-                       "build does not read yet; train on data.source phantom", ds->man.origin, task);
-    (void)verbose;
+    ds->n_labels = labels_per_sample(task, num_classes);
+    if (!ds->files) return ds->n_labels; /* the phantoms': a function of each one's shape (phantom.h) */
+    if (!ds->man.header)
+        vx_usage_error("%s: model.task %s needs labels, which a folder source (data.source dir) does not have; list "
+                       "the volumes and their labels in a CSV manifest (data.source csv)", ds->man.origin, task);
+    free(ds->entry_labels);
+    ds->entry_labels = labels_read(&ds->man, &ds->cfg, task, num_classes);
+    if (verbose) {
+        labels_describe(ds->entry_labels, ds->train, ds->n_train, task, num_classes, "training files");
+        labels_describe(ds->entry_labels, ds->val, ds->n_val, task, num_classes, "validation files");
+    }
     return ds->n_labels;
 }
 

@@ -22,6 +22,19 @@ static void add(Manifest *m, int *cap, const char *path, int row, int val) {
     if (!m->e[m->n - 1].path) vx_exit_error(VX_EXIT_MEMORY, "out of memory reading %s", m->origin);
 }
 
+/* n copies of fields (a record's, or the header's) */
+static char **copy_fields(const Manifest *m, char *const *fields, int n) {
+    char **out = vx_malloc((size_t)(n > 0 ? n : 1) * sizeof *out);
+    for (int i = 0; i < n; i++)
+        if (!(out[i] = strdup(fields[i]))) vx_exit_error(VX_EXIT_MEMORY, "out of memory reading %s", m->origin);
+    return out;
+}
+
+static void free_fields(char **fields, int n) {
+    for (int i = 0; fields && i < n; i++) free(fields[i]);
+    free(fields);
+}
+
 /* ---- CSV records ------------------------------------------------------------------------------------------- */
 
 /* A CSV reader over text in memory (RFC 4180 as spreadsheets write it): records of any length; a quoted field may
@@ -266,6 +279,8 @@ void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const 
     Column cols[NCOLS] = {{"data.path_column", cfg->path_column, 1, -1}, {"data.split_column", cfg->split_column, 0, -1}};
     find_columns(m, &c, cols, NCOLS);
     m->with_split = cols[COL_SPLIT].index >= 0;
+    m->header = copy_fields(m, c.field, c.n); /* labels are read by name later (dataset_set_labels) */
+    m->n_header = c.n;
     int cap = 0;
     size_t path_cap = 256;
     char *path = vx_malloc(path_cap);
@@ -290,6 +305,8 @@ void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const 
         else snprintf(path, path_cap, "%s/%s", base, file);
         normalize(path);
         add(m, &cap, path, c.record, val);
+        m->e[m->n - 1].fields = copy_fields(m, c.field, c.n);
+        m->e[m->n - 1].n_fields = c.n;
     }
     if (m->n == 0) refuse(m, &c, path, "%s: the manifest lists no volumes", csv_path);
     free(path);
@@ -361,8 +378,23 @@ void manifest_report(const Manifest *m) {
                       m->with_split ? "no row's split is val" : "one volume, or data.val_fraction rounds to none");
 }
 
+int manifest_column(const Manifest *m, const char *name) {
+    for (int i = 0; i < m->n_header; i++)
+        if (strcmp(m->header[i], name) == 0) return i;
+    return -1;
+}
+
+const char *manifest_field(const Manifest *m, int i, int col) {
+    const ManifestEntry *e = &m->e[i];
+    return col >= 0 && col < e->n_fields ? e->fields[col] : "";
+}
+
 void manifest_free(Manifest *m) {
-    for (int i = 0; i < m->n; i++) free(m->e[i].path);
+    for (int i = 0; i < m->n; i++) {
+        free(m->e[i].path);
+        free_fields(m->e[i].fields, m->e[i].n_fields);
+    }
+    free_fields(m->header, m->n_header);
     free(m->e);
     memset(m, 0, sizeof *m);
 }

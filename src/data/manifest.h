@@ -20,6 +20,8 @@ typedef struct {
     char *path;   /* as the readers take it */
     int row;      /* the CSV row it came from (1 = the header), 0 for a folder source */
     int val;      /* 1: held out for validation */
+    char **fields; /* the CSV row's fields, n_fields of them (NULL for a folder source): labels are read from them */
+    int n_fields;
 } ManifestEntry;
 
 typedef struct {
@@ -33,6 +35,8 @@ typedef struct {
     int dup_rows, dup_example[2]; /* rows repeating a file listed before in the same split: (first row, repeat) */
     int leaked, leak_example[2];  /* files in both splits: (train row, val row) */
     int empty_val;                /* nothing held out although a split column or data.val_fraction asked for it */
+    char **header;                /* the CSV's header names, n_header of them (NULL for a folder source) */
+    int n_header;
 } Manifest;
 
 /* seed (train.seed): the validation draw without a split column. */
@@ -41,6 +45,10 @@ void manifest_free(Manifest *m);
 /* The same from CSV text in memory (the file at csv_path gave it): the CSV reader's fuzz target enters here. */
 void manifest_parse_csv(Manifest *m, const DataConfig *cfg, int64_t seed, const char *csv_path, const char *text,
                         size_t len);
+/* The column of the CSV's header named `name`, or -1 (or a folder source). */
+int manifest_column(const Manifest *m, const char *name);
+/* Entry i's field of column `col` (manifest_column), "" where its row is shorter. */
+const char *manifest_field(const Manifest *m, int i, int col);
 /* Warns (stderr, one line each) of repeated rows, files in both splits, an empty validation set and repeated
  * header names, with counts: rank 0 calls it once. */
 void manifest_report(const Manifest *m);

@@ -152,3 +152,71 @@ def test_bad_head_settings_are_one_line(tmp_path, sets, words):
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and words in lines[0], p.stderr
     assert not (tmp_path / "run").exists()
+
+
+def write_labelled_volumes(folder, rows):
+    """NIfTI volumes of 16^3 (bright boxes whose size gives the class) and a manifest: path, split, then the label
+    columns given per row (dicts)."""
+    nib = pytest.importorskip("nibabel")
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    keys = list(rows[0][1].keys())
+    lines = ["path,split," + ",".join(keys)]
+    for i, (split, labels) in enumerate(rows):
+        vol = rng.normal(0.1, 0.02, (16, 16, 16)).astype(np.float32)
+        r = 3 + i % 4
+        vol[8 - r:8 + r, 8 - r:8 + r, 8 - r:8 + r] += 1.0
+        nib.save(nib.Nifti1Image(vol, np.eye(4)), str(folder / ("v%02d.nii" % i)))
+        lines.append("v%02d.nii,%s,%s" % (i, split, ",".join(str(labels[k]) for k in keys)))
+    (folder / "list.csv").write_text("\n".join(lines) + "\n")
+    return folder / "list.csv"
+
+
+CSV_RUN = ["--config", TINY, "--steps", "2", "--set", "data.source=csv", "--set", "data.augment=0",
+           "--set", "train.val_every=0", "--set", "output.tensorboard=0"]
+
+
+def test_labels_from_the_manifest(tmp_path):
+    rows = [("val" if i % 4 == 0 else "train", {"label": i % 3}) for i in range(12)]
+    csv = write_labelled_volumes(tmp_path / "data", rows)
+    p = run("train", *CSV_RUN, "--set", "data.csv=%s" % csv, "--out", tmp_path / "run", timeout=300)
+    assert "labels (classification, 9 training files): samples per class: 0: 3 1: 3 2: 3" in p.stdout, p.stdout
+    assert [m for m in metrics(tmp_path / "run") if "val_accuracy" in m]
+    rows = [("val" if i % 4 == 0 else "train", {"time": 1.5 + i, "event": i % 2}) for i in range(12)]
+    csv = write_labelled_volumes(tmp_path / "surv", rows)
+    p = run("train", *CSV_RUN, "--set", "data.csv=%s" % csv, "--set", "model.task=survival",
+            "--set", "model.num_classes=1", "--out", tmp_path / "run2", timeout=300)
+    assert "labels (survival, 9 training files): 6 events, 3 censored" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("column, value, task, words", [
+    ("label", "", "classification", 'column "label" is "", not a finite number'),
+    ("label", "two", "classification", 'column "label" is "two", not a finite number'),
+    ("label", "3", "classification", "a class index 0..2 is expected (model.num_classes 3)"),
+    ("label", "1.5", "classification", "a class index 0..2 is expected"),
+    ("event", "2", "survival", 'column "event" is "2": the event is 1 (observed) or 0 (censored)'),
+    ("time", "-1", "survival", "a survival time is not negative"),
+])
+def test_bad_labels_are_one_line_and_the_fixed_rerun_works(tmp_path, column, value, task, words):
+    good = {"label": 1} if task == "classification" else {"time": 2.5, "event": 1}
+    rows = [("val" if i % 4 == 0 else "train", dict(good)) for i in range(8)]
+    rows[5][1][column] = value
+    csv = write_labelled_volumes(tmp_path / "data", rows)
+    head = ["--set", "model.task=%s" % task, "--set", "model.num_classes=%d" % (3 if task == "classification" else 1)]
+    out = tmp_path / "run"
+    p = run("train", *CSV_RUN, *head, "--set", "data.csv=%s" % csv, "--out", out, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and words in lines[0] and "list.csv:7:" in lines[0], p.stderr
+    assert not out.exists()
+    rows[5][1][column] = good[column]
+    write_labelled_volumes(tmp_path / "data", rows)
+    run("train", *CSV_RUN, *head, "--set", "data.csv=%s" % csv, "--out", out, timeout=300)
+
+
+def test_a_missing_label_column_is_named(tmp_path):
+    csv = write_labelled_volumes(tmp_path / "data", [("train", {"grade": 1})] * 3 + [("val", {"grade": 0})])
+    p = run("train", *CSV_RUN, "--set", "data.csv=%s" % csv, "--out", tmp_path / "run", check=False)
+    assert p.returncode == 2 and 'no label column "label" in the header row' in p.stderr, p.stderr
+    p = run("train", *CSV_RUN, "--set", "data.csv=%s" % csv, "--set", "data.label_columns=grade", "--out",
+            tmp_path / "run", timeout=300)

@@ -1,0 +1,117 @@
+/* labels.c: a head's labels from a manifest's columns, checked as they are read (see labels.h). */
+#include "data/labels.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+int labels_per_sample(const char *task, int num_classes) {
+    return strcmp(task, "classification") == 0 ? 1 : strcmp(task, "survival") == 0 ? 2 : num_classes;
+}
+
+/* The label columns' names into names[want] (pointers into buf): data.label_columns split at commas, or the task's
+ * default. */
+static void column_names(const DataConfig *cfg, const char *task, int want, char *buf, size_t len, char **names,
+                         const char *origin) {
+    const char *given = cfg->label_columns;
+    if (!given[0]) {
+        if (strcmp(task, "classification") == 0) given = "label";
+        else if (strcmp(task, "survival") == 0) given = "time,event";
+        else
+            vx_usage_error("%s: model.task %s reads %d label column(s) from the manifest: name them, in order, with "
+                           "data.label_columns (e.g. \"a,b,c\")", origin, task, want);
+    }
+    snprintf(buf, len, "%s", given);
+    int n = 0;
+    for (char *p = buf, *tok; (tok = strsep(&p, ",")) != NULL;) {
+        while (*tok == ' ') tok++;
+        if (n < want) names[n] = tok;
+        n++;
+    }
+    if (n != want)
+        vx_usage_error("%s: data.label_columns \"%s\" names %d column(s); model.task %s with model.num_classes %d reads "
+                       "%d", origin, given, n, task, want == 2 && strcmp(task, "survival") == 0 ? 1 : want, want);
+}
+
+/* One value of the CSV as a finite number, or exit 2 naming where it is. */
+static double number(const Manifest *man, int i, const char *col, const char *text) {
+    char *end;
+    errno = 0;
+    const double v = strtod(text, &end);
+    while (*end == ' ') end++;
+    if (!text[0] || *end || errno == ERANGE || !isfinite(v))
+        vx_usage_error("%s:%d: column \"%s\" is \"%s\", not a finite number; give every row its label (or leave the "
+                       "row out)", man->origin, man->e[i].row, col, text);
+    return v;
+}
+
+float *labels_read(const Manifest *man, const DataConfig *cfg, const char *task, int num_classes) {
+    const int L = labels_per_sample(task, num_classes);
+    char buf[CONFIG_STR], *names[CONFIG_MAX_LIST] = {0};
+    if (L > CONFIG_MAX_LIST)
+        vx_usage_error("%s: model.task %s with %d outputs reads more label columns than %d", man->origin, task, L,
+                       CONFIG_MAX_LIST);
+    column_names(cfg, task, L, buf, sizeof buf, names, man->origin);
+    int col[CONFIG_MAX_LIST];
+    for (int k = 0; k < L; k++)
+        if ((col[k] = manifest_column(man, names[k])) < 0)
+            vx_usage_error("%s:1: no label column \"%s\" in the header row (model.task %s reads it; "
+                           "data.label_columns names the columns)", man->origin, names[k], task);
+    float *out = vx_malloc((size_t)(man->n ? man->n : 1) * L * sizeof(float));
+    const int cls = strcmp(task, "classification") == 0, surv = strcmp(task, "survival") == 0,
+              multi = strcmp(task, "multilabel") == 0;
+    for (int i = 0; i < man->n; i++)
+        for (int k = 0; k < L; k++) {
+            const char *text = manifest_field(man, i, col[k]);
+            const double v = number(man, i, names[k], text);
+            if (cls && (v != floor(v) || v < 0 || v >= num_classes))
+                vx_usage_error("%s:%d: column \"%s\" is \"%s\": a class index 0..%d is expected (model.num_classes "
+                               "%d)", man->origin, man->e[i].row, names[k], text, num_classes - 1, num_classes);
+            if (surv && k == 0 && v < 0)
+                vx_usage_error("%s:%d: column \"%s\" is \"%s\": a survival time is not negative", man->origin,
+                               man->e[i].row, names[k], text);
+            if (surv && k == 1 && v != 0 && v != 1)
+                vx_usage_error("%s:%d: column \"%s\" is \"%s\": the event is 1 (observed) or 0 (censored)", man->origin,
+                               man->e[i].row, names[k], text);
+            if (multi && (v < 0 || v > 1))
+                vx_usage_error("%s:%d: column \"%s\" is \"%s\": a multilabel target is 0 or 1 (or between)",
+                               man->origin, man->e[i].row, names[k], text);
+            out[(long)i * L + k] = (float)v;
+        }
+    return out;
+}
+
+void labels_describe(const float *labels, const int *idx, int n, const char *task, int num_classes, const char *what) {
+    const int L = labels_per_sample(task, num_classes);
+    char line[1024] = "";
+    size_t at = 0;
+#define ADD(...) (at += (size_t)snprintf(line + at, at < sizeof line ? sizeof line - at : 0, __VA_ARGS__))
+    if (strcmp(task, "classification") == 0 || strcmp(task, "multilabel") == 0) {
+        const int cls = strcmp(task, "classification") == 0;
+        ADD("%s per %s:", cls ? "samples" : "positives", cls ? "class" : "label");
+        for (int c = 0; c < num_classes && at < sizeof line - 32; c++) {
+            long count = 0;
+            for (int i = 0; i < n; i++)
+                count += cls ? labels[(long)idx[i] * L] == (float)c : labels[(long)idx[i] * L + c] >= 0.5f;
+            ADD(" %d: %ld", c, count);
+        }
+    } else if (strcmp(task, "survival") == 0) {
+        long events = 0;
+        for (int i = 0; i < n; i++) events += labels[(long)idx[i] * 2 + 1] == 1.0f;
+        ADD("%ld events, %ld censored", events, (long)n - events);
+    } else {
+        double lo = INFINITY, hi = -INFINITY;
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < L; k++) {
+                const double v = labels[(long)idx[i] * L + k];
+                lo = v < lo ? v : lo, hi = v > hi ? v : hi;
+            }
+        ADD("targets in [%g, %g]", lo, hi);
+    }
+#undef ADD
+    vx_log("labels (%s, %d %s): %s\n", task, n, what, line);
+}

@@ -1,0 +1,17 @@
+/* labels.h: a prediction head's labels from a CSV manifest's columns (data.label_columns; by default "label" for
+ * classification, "time,event" for survival; multilabel and regression name theirs, one per output), checked as
+ * they are read: a missing column, an empty, non-numeric or non-finite value, a class outside 0..num_classes-1, a
+ * negative time, an event other than 0 or 1, a multilabel value outside [0, 1] is one line naming the file, row and
+ * column, exit 2 (before the run directory is taken). */
+#pragma once
+#include "core/config_data.h"
+#include "data/manifest.h"
+
+/* Label floats per sample of a task: 1 (classification), 2 (survival) or num_classes. */
+int labels_per_sample(const char *task, int num_classes);
+/* Every entry's labels, [man->n][labels_per_sample] (caller frees), read and checked as above. */
+float *labels_read(const Manifest *man, const DataConfig *cfg, const char *task, int num_classes);
+/* One line for rank 0 about the labels of the entries listed in idx[n] (the training files): the count per class
+ * (classification), positives per label (multilabel), events and censored samples (survival), the range
+ * (regression). */
+void labels_describe(const float *labels, const int *idx, int n, const char *task, int num_classes, const char *what);
