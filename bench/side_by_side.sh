@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/side_by_side.sh CONFIG [DEVICE]: times the training step of CONFIG in voxscale (bench step) and in the same
-# model in PyTorch (bench/reference/ae3d.py), one after the other on the same machine, and writes
+# model in PyTorch (bench/reference/ae3d.py for ae3d, MONAI's ResNet in bench/reference/resnet3d.py for resnet3d), one after the other on the same machine, and writes
 # results/<device>/side_by_side_<config>.md. DEVICE is cpu (default) or cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,13 +8,17 @@ config=${1:?usage: bench/side_by_side.sh CONFIG [cpu|cuda]}
 device=${2:-cpu}
 iters=${ITERS:-10}; warmup=${WARMUP:-2}
 stem=$(basename "$config" .json)
-python=${PYTHON:-/usr/bin/python3}
+# .venv has MONAI (ci/deps.sh) over the system Python, whose PyTorch both references use
+python=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3)}
 
 ./build/voxscale bench step --config "$config" --device "$device" --iters "$iters" --warmup "$warmup" > /tmp/vx_side.log
 ours=$(sed -n 's/^written: \(.*\)\/step_.*/\1/p' /tmp/vx_side.log)
 # The same batch and the same convolution math (TF32 on or off) as the voxscale run just measured.
 read -r batch tf32 < <("$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["batch"], r.get("tf32", 1))' "$ours/step_$stem.json")
-"$python" bench/reference/ae3d.py --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
+family=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("model", {}).get("family", "ae3d"))' "$config")
+reference=bench/reference/$family.py
+[ -f "$reference" ] || { echo "side_by_side.sh: no PyTorch reference for model.family $family ($reference)" >&2; exit 2; }
+"$python" "$reference" --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
     --batch-size "$batch" --tf32 "$tf32" --out "$ours/pytorch_step_$stem.json" > /dev/null
 "$python" - "$ours/step_$stem.json" "$ours/pytorch_step_$stem.json" "$ours/side_by_side_$stem.md" <<'PY'
 import json, sys
@@ -27,9 +31,9 @@ with open(sys.argv[3], "w") as f:
     if pt.get("peak_memory_mib") is not None:  # null on a CPU: CUDA's allocator statistics only
         f.write("| peak memory | %.0f MiB | %.0f MiB |\n" % (vx["peak_memory_mib"], pt["peak_memory_mib"]))
     f.write("| speed-up of voxscale | %.2fx | |\n\n" % (pt["step_ms_median"] / vx["step_ms_median"]))
-    f.write("Both: batch %d, fp32 (TF32 in convolutions %s), one step = forward, L1+KL loss, backward, global-norm "
-            "clip, AdamW. Device: %s. Ceiling for voxscale: %s at %.1f GFLOP/s; voxscale reached %.1f GFLOP/s of "
-            "convolution work. Commit %s.\n" % (vx["batch"], "on" if vx.get("tf32", 1) else "off",
+    f.write("Both: batch %d, fp32 (TF32 in convolutions %s), one step = forward, the loss (%s), backward, "
+            "global-norm clip, AdamW. Device: %s. Ceiling for voxscale: %s at %.1f GFLOP/s; voxscale reached %.1f GFLOP/s of "
+            "convolution work. Commit %s.\n" % (vx["batch"], "on" if vx.get("tf32", 1) else "off", vx.get("loss", "L1+KL"),
                                                  vx.get("device_detail", vx["device"]), vx["ceiling"],
                                                  vx["ceiling_gflops"], vx["conv_gflops"], vx["commit"]))
 print(open(sys.argv[3]).read())

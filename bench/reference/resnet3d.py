@@ -206,16 +206,20 @@ def run_probe_steps(prefix, dtype=torch.float32, replay_relu=False):
     return meta, data, res
 
 
-def bench(cfg, batch, steps, threads):
-    """Times MONAI's training step (forward, loss, backward, AdamW) on random volumes: the baseline bench step puts
-    voxscale's beside."""
+def bench(cfg, batch, iters, warmup, threads, device="cpu", tf32=1):
+    """Times MONAI's training step (forward, loss, backward, global-norm clip, AdamW) on random volumes: the baseline
+    bench step puts voxscale's beside (bench/side_by_side.sh), the same fields as ae3d.py's bench."""
     torch.set_num_threads(threads)
-    model = build_model(cfg)
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = bool(tf32)
+    model = build_model(cfg).to(dev)
     set_batchnorm(model, cfg)
     model.train()
     m = cfg["model"]
     d, h, w = m["input_size"]
-    x = torch.rand(batch, m["in_channels"], d, h, w) if m["spatial_dims"] == 3 else torch.rand(batch, m["in_channels"], h, w)
+    shape = (batch, m["in_channels"], d, h, w) if m["spatial_dims"] == 3 else (batch, m["in_channels"], h, w)
+    x = torch.rand(*shape, device=dev)
     L = 1 if m["task"] == "classification" else 2 if m["task"] == "survival" else m["num_classes"]
     if m["task"] == "classification":
         y = torch.randint(0, m["num_classes"], (batch, 1)).float()
@@ -223,38 +227,53 @@ def bench(cfg, batch, steps, threads):
         y = torch.stack([torch.rand(batch), (torch.rand(batch) > 0.3).float()], 1)
     else:
         y = torch.rand(batch, L).round()
+    y = y.to(dev)
     t = cfg["train"]
     opt = torch.optim.AdamW(model.parameters(), lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["adam_eps"],
                             weight_decay=t["weight_decay"])
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times = []
-    for i in range(steps + 2):
+    for i in range(iters + warmup):
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = task_loss(cfg, model(x), y)
         loss.backward()
+        if t["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
         opt.step()
-        if i >= 2:
+        sync()
+        if i >= warmup:
             times.append(time.perf_counter() - t0)
-    return {"model": "monai.networks.nets.ResNet", "depth": m["depth"], "batch": batch, "threads": threads,
-            "torch": torch.__version__, "step_ms_median": 1e3 * float(np.median(times)),
-            "step_ms_min": 1e3 * float(np.min(times)), "steps": steps}
+    med = float(np.median(times))
+    import monai
+    return {"framework": "monai %s / pytorch %s" % (monai.__version__, torch.__version__),
+            "model": "monai.networks.nets.ResNet", "depth": m["depth"], "task": m["task"], "batch": batch,
+            "threads": threads, "device": str(dev), "torch": torch.__version__, "step_ms_median": 1e3 * med,
+            "step_ms_min": 1e3 * float(np.min(times)), "samples_per_s": batch / med, "iters": iters,
+            "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else None}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch-size", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--iters", "--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--tf32", type=int, default=1)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--json", default="")
+    ap.add_argument("--out", "--json", dest="out", default="")
     a = ap.parse_args()
     cfg = resolve(json.load(open(a.config)))
     batch = a.batch_size or cfg["train"]["batch_size"] or 2
-    r = bench(cfg, batch, a.steps, a.threads)
+    r = bench(cfg, batch, a.iters, a.warmup, a.threads, a.device, a.tf32)
     print(json.dumps(r))
-    if a.json:
-        with open(a.json, "w") as f:
+    if a.out:
+        with open(a.out, "w") as f:
             json.dump(r, f, indent=1)
 
 
@@ -264,7 +283,7 @@ DEFAULTS = {"model": {"in_channels": 1, "depth": 18, "spatial_dims": 3, "conv1_t
                       "bn_momentum": 0.1, "bn_eps": 1e-5, "task": "classification", "num_classes": 2,
                       "class_weights": [], "pos_weight": [], "input_size": [32, 32, 32]},
             "train": {"batch_size": 2, "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "adam_eps": 1e-8,
-                      "weight_decay": 0.01}}
+                      "weight_decay": 0.01, "grad_clip": 1.0}}
 
 
 def resolve(raw):

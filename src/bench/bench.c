@@ -190,6 +190,11 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     else
         snprintf(device, sizeof device, "%s, %d cores, %d threads, %s", rt.hw.cpu_model, rt.hw.cores, threads,
                  openblas_get_config());
+    const char *loss = m->family == FAMILY_AE3D       ? "L1+KL"
+                       : m->task == TASK_SURVIVAL      ? "Cox"
+                       : m->task == TASK_REGRESSION    ? "MSE"
+                       : m->task == TASK_MULTILABEL    ? "BCE"
+                                                       : "cross-entropy";
     char json[16384];
     int n = snprintf(json, sizeof json,
                      "{\n  \"benchmark\": \"step\",\n  \"config\": \"%s\",\n  \"device\": \"%s\",\n  \"backend\": \"%s\",\n"
@@ -204,14 +209,14 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      "  \"graphs\": %d,\n  \"forward_ms\": %.3f,\n  \"backward_ms\": %.3f,\n  \"optimizer_ms\": %.3f,\n"
                      "  \"conv_ms\": %.3f,\n  \"other_layers_ms\": %.3f,\n  \"own_kernels_ms\": %.3f,\n"
                      "  \"layers_step_ms\": %.3f,\n  \"step_over_conv\": %.4f,\n  \"first_layer_ms\": %.3f,\n"
-                     "  \"input_channels_stored\": %d\n}\n",
+                     "  \"input_channels_stored\": %d,\n  \"loss\": \"%s\"\n}\n",
                      stem, slug, be->name, device, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
                      __VERSION__, train->tf32, train->deterministic, commit, m->batch, model->input_size[0],
                      model->input_size[1], model->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
                      tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, peak_mib, ceil.what, ceil.gflops,
                      ceil.conv_shape, gflops / ceil.gflops, m->dtype == DT_F32 ? "fp32" : train->precision, train->compile,
                      graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.other_ms + phase[2], lt.step_ms,
-                     med * 1e3 / lt.conv_ms, first_ms, in_c_stored);
+                     med * 1e3 / lt.conv_ms, first_ms, in_c_stored, loss);
     snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
     fs_write_atomic(path, json, (size_t)n);
     char md[16384];
@@ -236,11 +241,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, phase[2], med * 1e3 / lt.conv_ms,
                  layers_md,
                  device, be->name, __VERSION__, commit,
-                 m->family == FAMILY_AE3D ? "L1+KL"
-                 : m->task == TASK_SURVIVAL ? "Cox"
-                 : m->task == TASK_REGRESSION ? "MSE"
-                 : m->task == TASK_MULTILABEL ? "BCE" : "cross-entropy",
-                 gpu ? "CUDA events" : "the wall clock");
+                 loss, gpu ? "CUDA events" : "the wall clock");
     snprintf(path, sizeof path, "%s/step_%s.md", dir, stem);
     fs_write_atomic(path, md, (size_t)n);
     fputs(md, stdout);
