@@ -3,14 +3,19 @@
 # is all there already (so `make run` and `make test` can call it every time).
 #   Debian packages: compiler, cJSON, OpenBLAS, cmocka, protobuf-c, libpng, zlib, PyTorch (the reference model),
 #                    clang with libFuzzer and its OpenMP runtime (the fuzz targets), Open MPI (CPU ranks),
-#                    libnifti (NIfTI volumes) and nibabel (the tests' reference reader)
+#                    libnifti (NIfTI volumes) and nibabel (the tests' reference reader), matplotlib (the
+#                    benchmark reports' charts, bench/report) and chromium (headless: the report page's test)
 #   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest and tensorboard
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-dev protobuf-c-compiler
               libprotobuf-c-dev libpng-dev zlib1g-dev python3-venv python3-torch python3-numpy
-              clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel)
+              clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel
+              python3-matplotlib)
+# Headless Chromium for the report page's test: Debian's chromium is the browser itself; Ubuntu's is a stub that
+# installs a snap, which containers (the test image on NVIDIA's Ubuntu) cannot run, so there the test skips and says so.
+if grep -q '^ID=debian' /etc/os-release 2>/dev/null; then APT_PACKAGES+=(chromium); fi
 PIP_PACKAGES=(pytest tensorboard)
 
 missing=()
