@@ -48,6 +48,9 @@ def _make_one(dev, config, doc):
         ax_r.annotate("%.0f GFLOP/s (%.0f%%)" % (best["gflops"], 100 * best["gflops"] / gemm),
                       (best["flops"] / best["bytes"], best["gflops"]), textcoords="offset points", xytext=(5, -3 - 9 * i),
                       fontsize=7, color=COLOURS[i % len(COLOURS)])
+    if not comp:
+        ax_r.text(0.5, 0.5, "no op that counts FLOPs (a convolution) in this run", transform=ax_r.transAxes,
+                  ha="center", va="center", color=style.GREY)
     ridge = gemm / copy
     lo = min(xs_all + [ridge]) / 3 if xs_all else ridge / 30
     hi = max(xs_all + [ridge]) * 3 if xs_all else ridge * 30

@@ -3,6 +3,7 @@
 
   python3 bench/report/report.py [RESULTS]     every device folder under RESULTS (default: the repository's results/)
   python3 bench/report/report.py --device DIR  one device folder (what `bench scaling` runs after it has written)
+                                   [--no-index]  ... without rewriting its parent's index.html (ci/gpu.sh into $OUT)
 
 For each device folder it draws a chart for every benchmark JSON the folder holds (chart_*.py, one module per kind of
 chart) into DIR/charts/<name>.png (README, TensorBoard) and .svg (the page), removes charts it no longer draws,
@@ -67,6 +68,8 @@ def main(argv=None):
     ap.add_argument("results", nargs="?", default=os.path.join(os.path.dirname(os.path.dirname(HERE)), "results"),
                     help="the results directory: one folder per device (default: the repository's results/)")
     ap.add_argument("--device", metavar="DIR", help="one device folder only (its parent's index.html is rewritten)")
+    ap.add_argument("--no-index", action="store_true",
+                    help="with --device: leave the parent folder's index.html alone (a folder outside results/)")
     a = ap.parse_args(argv)
     if a.device:
         if not os.path.isdir(a.device):
@@ -80,8 +83,9 @@ def main(argv=None):
         dev, charts = render_device(f)
         print("report: %s: %d chart(s) in %s, page %s" % (dev.name, len(charts), os.path.join(dev.path, "charts"),
                                                           os.path.join(dev.path, "index.html")))
-    index = page.write_index(results)
-    print("report: %s links %d device folder(s)" % (index, len(data.devices(results))))
+    if not a.no_index:
+        index = page.write_index(results)
+        print("report: %s links %d device folder(s)" % (index, len(data.devices(results))))
     return 0
 
 
