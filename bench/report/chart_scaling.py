@@ -148,8 +148,12 @@ def _make_one(dev, config, doc):
         labels.append("band: projection / (1 + e), e the model's error measured here at 2+ ranks (%+.0f%% to %+.0f%%)"
                       % (100 * band[0], 100 * band[1]))
     fig.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.01, 0.06), ncol=2, frameon=True)
-    notes = ["Measured: the trainer under %s on %s cores, median step after warm-up." % (
+    notes = ["Measured: the trainer under %s on %s cores, median step after warm-up" % (
         doc.get("launcher", "?"), doc.get("cores", "?"))]
+    load = doc.get("load_average_before_after")
+    if load and min(load) >= 0:  # what else ran on the machine meanwhile
+        notes[0] += "; load average %.2f before, %.2f after" % tuple(load)
+    notes[0] += "."
     if presets:
         notes.append("Projected: docs/architecture.md 'Scaling projections' from one rank's measured timeline; each "
                      "preset keeps this machine's compute and swaps the link (sources in scaling_%s.md)." % config)

@@ -256,6 +256,15 @@ static int measure_interconnect(const char *tmp, int n, double *alpha, double *b
     return 1;
 }
 
+/* The 1-minute load average (/proc/loadavg), NAN where unreadable: on a shared machine, what else was running. */
+static double load_average(void) {
+    double v = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", &v) != 1) v = NAN;
+    if (f) fclose(f);
+    return v;
+}
+
 /* ---- the chart: drawn by the report script (bench/report/report.py, matplotlib) ------------------------------ */
 
 /* bench/report/report.py beside this binary's tree (build/voxscale, build/cpu-only/voxscale: a folder or two up),
@@ -284,7 +293,8 @@ static int draw_report(const char *dir, const char *tmp) {
         return 0;
     }
     snprintf(log, sizeof log, "%s/report.log", tmp);
-    const char *env = getenv("VX_PYTHON"), *pythons[] = {env && env[0] ? env : "python3", "python3", "/usr/bin/python3"};
+    const char *env = getenv("VX_PYTHON");
+    const char *pythons[] = {env && env[0] ? env : "python3", "python3", "/usr/bin/python3"};
     int rc = 127;
     for (size_t i = 0; i < sizeof pythons / sizeof *pythons; i++) {
         if (i && strcmp(pythons[i], pythons[i - 1]) == 0) continue;
@@ -337,6 +347,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     const int measure_max = o->measure_max > 0 ? o->measure_max : gpu ? n_gpus : 4;
     const int use_mpi = !gpu && have_mpirun();
     const int b = cfg->batch_size > 0 ? cfg->batch_size : 1, global = b * max_count;
+    const double load_before = load_average();
     char tmp[] = "/tmp/voxscale-scaling-XXXXXX";
     VX_CHECK(mkdtemp(tmp) != NULL, "bench scaling: cannot make a scratch directory in /tmp");
 
@@ -388,7 +399,8 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
             const double compute = (tl.fwd + tl.bwd + tl.opt) * share;
             r->proj_sps = pb * n / proj, r->proj_comm_ms = (proj - compute) * 1e3;
             for (int p = 0; p < 3; p++) { /* the same compute, each preset's link */
-                const double t = scaling_project_step(&tl, n, PRESETS[p].alpha_us * 1e-6, PRESETS[p].bus_gbps * 1e9, share);
+                const Interconnect *ic = &PRESETS[p];
+                const double t = scaling_project_step(&tl, n, ic->alpha_us * 1e-6, ic->bus_gbps * 1e9, share);
                 r->preset_sps[p] = pb * n / t, r->preset_comm_ms[p] = (t - compute) * 1e3;
             }
             if (measurable) {
@@ -439,6 +451,10 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     cJSON_AddStringToObject(j, "bucket_ready", gpu ? "estimated from FLOP shares of the CUDA-event backward time"
                                                    : "host timestamps of the CPU backend");
     cJSON_AddNumberToObject(j, "worst_measured_model_error", worst_err);
+    const double load_after = load_average(); /* the measured runs compete with whatever else runs here */
+    cJSON *load = cJSON_AddArrayToObject(j, "load_average_before_after");
+    cJSON_AddItemToArray(load, cJSON_CreateNumber(isfinite(load_before) ? load_before : -1));
+    cJSON_AddItemToArray(load, cJSON_CreateNumber(isfinite(load_after) ? load_after : -1));
     cJSON *ics = cJSON_AddArrayToObject(j, "interconnects"); /* the presets every row is also projected with */
     for (int p = 0; p < 3; p++) {
         cJSON *e = cJSON_CreateObject();
@@ -502,14 +518,15 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     }
     len += (size_t)snprintf(md + len, sizeof md - len,
                             "\nModel error: projection / measurement - 1, where both exist; the worst at 2 ranks and "
-                            "up: %+.0f%%. Interconnect for counts beyond this "
-                            "machine: %s. Bucket-ready moments: %s. On CPU ranks, threads per rank = cores / ranks (at "
-                            "least 1), and compute is stretched by the oversubscription where ranks x threads exceed "
-                            "the %d cores. Chart: charts/scaling_%s.png and .svg, drawn by bench/report/report.py "
-                            "(speedup and efficiency against ranks: measured, projected with this link and with each "
-                            "interconnect preset, the ideal line and the seeds' claims). Commit %s.\n",
-                            100 * worst_err, inter, gpu ? "estimated from FLOP shares" : "CPU host timestamps", cores,
-                            stem, commit);
+                            "up: %+.0f%%. Load average before and after the runs: %.2f, %.2f. Interconnect for "
+                            "counts beyond this machine: %s. Bucket-ready moments: %s. On CPU ranks, threads per rank "
+                            "= cores / ranks (at least 1), and compute is stretched by the oversubscription where "
+                            "ranks x threads exceed the %d cores. Chart: charts/scaling_%s.png and .svg, drawn by "
+                            "bench/report/report.py (speedup and efficiency against ranks: measured, projected with "
+                            "this link and with each interconnect preset, the ideal line and the seeds' claims). "
+                            "Commit %s.\n",
+                            100 * worst_err, load_before, load_after, inter,
+                            gpu ? "estimated from FLOP shares" : "CPU host timestamps", cores, stem, commit);
     snprintf(path, sizeof path, "%s/scaling_%s.md", dir, stem);
     fs_write_atomic(path, md, len);
     const int drawn = draw_report(dir, tmp);

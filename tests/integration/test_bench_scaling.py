@@ -116,6 +116,7 @@ def test_scaling_measured_projected_and_reported(tmp_path):
     names = [ic["name"] for ic in r["interconnects"]]
     assert names == ["h100-nvlink", "pcie4", "ib400"] and all(ic["bus_gbps"] > 0 for ic in r["interconnects"])
     assert [f["ranks"] for f in r["fits"]] == [2, 4]
+    assert len(r["load_average_before_after"]) == 2 and min(r["load_average_before_after"]) >= 0
     for x in r["rows"]:
         assert set(x["interconnects"]) == set(names)
         nv, pcie = x["interconnects"]["h100-nvlink"], x["interconnects"]["pcie4"]
