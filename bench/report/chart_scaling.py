@@ -156,7 +156,8 @@ def _make_one(dev, config, doc):
     notes[0] += "."
     if presets:
         notes.append("Projected: docs/architecture.md 'Scaling projections' from one rank's measured timeline; each "
-                     "preset keeps this machine's compute and swaps the link (sources in scaling_%s.md)." % config)
+                     "preset keeps this machine's compute and swaps the link (sources in scaling_%s.md), its speedup "
+                     "taken against the model's own 1-rank step." % config)
     if not band:
         notes.append("No rank count above 1 was measured: no error band.")
     notes.append("Beyond the measured ranks: %s." % doc.get("interconnect_beyond", "?"))

@@ -11,7 +11,7 @@ import style
 
 SEGMENTS = {  # name -> colour, the same on every bar
     "forward": style.BLUE, "backward": "#17becf", "optimizer": style.GREEN, "rest of the step": style.GREY,
-    "compute": style.BLUE, "exposed communication": style.RED, "data wait": style.ORANGE,
+    "compute": "#393b79", "exposed communication": style.RED, "data wait": style.ORANGE,
     "whole step (not split by phase)": style.PURPLE,
 }
 
@@ -41,7 +41,7 @@ def _bars(dev, config, st):
         for r in sorted((r for r in sc["rows"] if r["mode"] == "weak" and r["kind"] == "measured"
                          and "comm_wait_ms" in r), key=lambda r: r["ranks"]):
             comm, wait = r["comm_wait_ms"], r.get("data_wait_ms", 0.0)
-            bars.append(("voxscale trainer, %d rank%s\nbench scaling, batch %d/rank, %d thread%s/rank" % (
+            bars.append(("voxscale trainer, %d rank%s\n(bench scaling) batch %d/rank, %d thread%s/rank" % (
                 r["ranks"], "s" if r["ranks"] > 1 else "", r["batch_per_rank"], r["threads_per_rank"],
                 "s" if r["threads_per_rank"] > 1 else ""),
                 [("compute", max(0.0, r["step_ms"] - comm - wait)), ("exposed communication", comm),
@@ -61,7 +61,7 @@ def _make_one(dev, config, st):
     layers = dev.layers(config)
     if layers:
         fig, (ax_p, ax_l) = plt.subplots(1, 2, figsize=(14, 6.8), gridspec_kw={"width_ratios": [1.25, 1]})
-        fig.subplots_adjust(left=0.16, right=0.97, wspace=0.55, top=0.9, bottom=0.27)
+        fig.subplots_adjust(left=0.19, right=0.97, wspace=0.55, top=0.9, bottom=0.27)
     else:  # an older run without per-layer times: the phases alone
         fig, ax_p = plt.subplots(figsize=(10, 5.2 + 0.4 * len(bars)))
         fig.subplots_adjust(left=0.25, right=0.95, top=0.88, bottom=0.3)
@@ -107,7 +107,8 @@ def _make_one(dev, config, st):
         ax_l.legend(handles=[Patch(color=style.BLUE, label="convolution layer (conv + bias [+ residual])"),
                              Patch(color=style.ORANGE, label="other layer (our kernels)")], loc="upper left",
                     bbox_to_anchor=(0.0, -0.12), ncol=1)
-        ax_l.set_title("time by layer: the slowest %d of one eager step (%s)" % (len(layers), style.ms(ref)))
+        ax_l.set_title("time by layer: the slowest %d of one eager step (%s)" % (len(layers), style.ms(ref)),
+                       fontsize=9)
         if "conv_ms" in st:
             ax_l.text(0.98, 0.03, "all convolution layers %s\nall other layers %s" % (
                 style.ms(st["conv_ms"]), style.ms(st["other_layers_ms"])), transform=ax_l.transAxes, ha="right",

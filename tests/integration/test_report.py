@@ -212,6 +212,30 @@ def test_a_folder_gets_the_charts_of_what_it_holds(tmp_path):
     assert 'id="chart-kernels_default"' not in (d / "index.html").read_text()
 
 
+def test_the_scaling_chart_projects_every_interconnect(tmp_path):
+    """The committed scaling JSON predates the presets; report_fixtures/scaling_presets.json is bench scaling's own
+    output at dc8dc16 (measured here under a load average of 1.6 to 110, which its notes must say): every preset's
+    line with its band, the measured waits in the step chart's trainer rows."""
+    d = tmp_path / "cpu-amd-epyc-2c"
+    d.mkdir()
+    shutil.copy(os.path.join(ROOT, "tests", "integration", "report_fixtures", "scaling_presets.json"),
+                d / "scaling_default.json")
+    for f in ("step_default.json", "step_default.md"):
+        shutil.copy(os.path.join(RESULTS, "cpu-amd-epyc-2c", f), d)
+    report("--device", str(d))
+    want = expected(str(d))
+    assert "projected over PCIe 4.0 x16" in want["scaling_default"] and "exposed communication" in want["step_default"]
+    for name, strings in want.items():
+        svg = str(d / "charts" / (name + ".svg"))
+        assert not missing(svg, strings + ["load average 1.62 before, 110.18 after"] * (name == "scaling_default")), \
+            missing(svg, strings)
+    j = load(str(d), "scaling_default.json")
+    weak8 = next(r for r in j["rows"] if r["mode"] == "weak" and r["ranks"] == 8)
+    one = next(r for r in j["rows"] if r["mode"] == "weak" and r["ranks"] == 1)
+    nv = weak8["interconnects"]["h100-nvlink"]["samples_per_s"] / one["interconnects"]["h100-nvlink"]["samples_per_s"]
+    assert not missing(str(d / "charts" / "scaling_default.svg"), ["NVLink (8x H100): %.2fx" % nv])
+
+
 def test_no_matplotlib_is_exit_3(tmp_path):
     """bench scaling moves on to the next Python on exit 3; a Python without matplotlib must give exactly that."""
     (tmp_path / "matplotlib.py").write_text("raise ImportError('hidden for the test')\n")
