@@ -2,6 +2,7 @@
 #   docker build -t voxscale .                          the trainer (stage runtime, the last one)
 #   docker build --target tensorboard -t voxscale-tensorboard .
 #   docker build --target test -t voxscale-test .       the test suite, GPU tests included when GPUs are given
+#   docker build --target report -t voxscale-report .   the benchmark reports (charts, one page per device)
 # The base images are build arguments so that CI builds this same file against local stand-ins of NVIDIA's
 # images (ci/docker.sh), since image registries cannot be reached from our machines.
 # There is deliberately no "# syntax=" line: it makes BuildKit fetch a frontend image, which fails offline.
@@ -76,6 +77,26 @@ USER 65534:65534
 EXPOSE 6006
 ENTRYPOINT ["/opt/tensorboard/bin/tensorboard"]
 CMD ["--logdir", "/runs", "--bind_all", "--port", "6006"]
+
+# ---- report: the benchmark reports on the mounted results/ ----------------------------------------------------
+# `docker compose run --rm report` after a bench service: bench/report/report.py draws results/<device>/charts/
+# (matplotlib) and index.html, and results/index.html. An image of its own so that the trainer's carries no Python;
+# on the runtime base, whose layers it shares. It writes as the owner of results/ (the trainer's entrypoint, with
+# VOXSCALE_PROGRAM naming the program to run).
+FROM ${RUNTIME_IMAGE} AS report
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-matplotlib \
+ && rm -rf /var/lib/apt/lists/*
+COPY bench/report/ /usr/local/lib/voxscale/report/
+COPY docker/entrypoint.sh /usr/local/bin/voxscale-entrypoint
+RUN printf '#!/bin/sh\nexec python3 /usr/local/lib/voxscale/report/report.py "$@"\n' > /usr/local/bin/voxscale-report \
+ && chmod 755 /usr/local/bin/voxscale-report
+# matplotlib's font cache goes to /tmp: the owner of results/ may have no home in the image
+ENV VOXSCALE_PROGRAM=voxscale-report VOXSCALE_OUTPUT=/work/results MPLCONFIGDIR=/tmp/matplotlib
+WORKDIR /work
+ENTRYPOINT ["voxscale-entrypoint"]
+CMD ["/work/results"]
 
 # ---- runtime: the trainer (the default target) -----------------------------------------------------------------
 FROM ${RUNTIME_IMAGE} AS runtime

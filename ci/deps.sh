@@ -4,7 +4,8 @@
 #   Debian packages: compiler, cJSON, OpenBLAS, cmocka, protobuf-c, libpng, zlib, PyTorch (the reference model),
 #                    clang with libFuzzer and its OpenMP runtime (the fuzz targets), Open MPI (CPU ranks),
 #                    libnifti (NIfTI volumes) and nibabel (the tests' reference reader), scikit-learn (AUROC's
-#                    reference)
+#                    reference), matplotlib (the benchmark reports' charts, bench/report) and chromium (headless:
+#                    the report page's test)
 #   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest and tensorboard,
 #          and MONAI without its dependencies (resnet3d's reference)
 set -euo pipefail
@@ -12,7 +13,11 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-dev protobuf-c-compiler
               libprotobuf-c-dev libpng-dev zlib1g-dev python3-venv python3-torch python3-numpy
-              clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel python3-sklearn)
+              clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel
+              python3-sklearn python3-matplotlib)
+# Headless Chromium for the report page's test: Debian's chromium is the browser itself; Ubuntu's is a stub that
+# installs a snap, which containers (the test image on NVIDIA's Ubuntu) cannot run, so there the test skips and says so.
+if grep -q '^ID=debian' /etc/os-release 2>/dev/null; then APT_PACKAGES+=(chromium); fi
 PIP_PACKAGES=(pytest tensorboard)
 # installed without their dependencies, so pip keeps Debian's torch and numpy: MONAI (resnet3d's reference,
 # tests/integration/test_monai.py; 1.3.2 runs on torch 1.13)

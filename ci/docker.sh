@@ -10,12 +10,13 @@
 #   3. builds stand-ins for NVIDIA's cuDNN devel and runtime images from a debootstrapped Debian 12 and this
 #      machine's CUDA toolkit and cuDNN (docker/standin-images.sh), unless they are already in the data root;
 #   4. builds the project's Dockerfile against them through its base-image arguments: the trainer (runtime), the
-#      tensorboard and the test targets;
+#      tensorboard, the test and the report targets;
 #   5. runs the unchanged compose.yaml's `train` service on configs/test/tiny.json (VOXSCALE_TRAIN_ARGS) with its
 #      GPU reservation, and checks that the hook saw the reservation, that the trainer fell back to the CPU and said
 #      why, and that metrics.jsonl, an event file and a checkpoint appeared in the mounted runs/, owned by the
 #      owner of that directory (the entrypoint's non-root path);
-#   6. runs `bench-step` and `bench-kernels` (tiny config) into a mounted results/, the same way;
+#   6. runs `bench-step` and `bench-kernels` (tiny config) into a mounted results/, the same way, then `report` on
+#      it (the device's charts and index.html, results/index.html);
 #   7. runs part of the suite in the `test` image: the cuDNN descriptor test (the real cuDNN, where NVIDIA's images
 #      keep it) and tests/integration/test_cli.py;
 #   8. starts `tensorboard` on the runs/ of step 5 and reads the run back over its HTTP API.
@@ -174,6 +175,8 @@ build tensorboard voxscale-tensorboard:latest
 phase "built voxscale-tensorboard:latest ($($DOCKER image inspect -f '{{.Size}}' voxscale-tensorboard:latest | awk '{printf "%.2f GB", $1/1e9}'))"
 build test voxscale-test:latest
 phase "built voxscale-test:latest ($($DOCKER image inspect -f '{{.Size}}' voxscale-test:latest | awk '{printf "%.2f GB", $1/1e9}'))"
+build report voxscale-report:latest
+phase "built voxscale-report:latest ($($DOCKER image inspect -f '{{.Size}}' voxscale-report:latest | awk '{printf "%.2f GB", $1/1e9}'))"
 
 # ---- 5. `compose up train`, unchanged compose.yaml ------------------------------------------------------------------
 # runs/ belongs to a non-root user that exists nowhere, so the files must come out owned by it: the entrypoint ran
@@ -233,6 +236,20 @@ kern=$(find "$TMP/results" -name kernels_tiny.json -size +0 | head -1)
 grep -Eq '"failed_checks":[[:space:]]*0([^0-9]|$)' "$kern" || die "bench-kernels: an op failed its check in the image (see $LOGS/compose.log)"
 echo "docker check: bench-kernels wrote results/${kern#"$TMP/results/"}, every op checked ok"
 phase "docker-compose run bench-kernels finished"
+# `report` on the same results/: the device's charts and page (matplotlib in the report image), owned by results/'s
+# owner, and the results index linking the device
+timeout 300 $COMPOSE -p vxci -f compose.yaml run --rm -T report >> "$LOGS/compose.log" 2>&1 ||
+    { tail -30 "$LOGS/compose.log"; die "docker-compose run report failed"; }
+kdir=$(dirname "$kern")
+for chart in kernels_tiny step_tiny; do
+    [ -s "$kdir/charts/$chart.svg" ] && [ -s "$kdir/charts/$chart.png" ] || die "report drew no charts/$chart.svg and .png"
+    grep -q "id=\"chart-$chart\"" "$kdir/index.html" || die "report's index.html lacks the chart $chart"
+done
+grep -q "href=\"$(basename "$kdir")/index.html\"" "$TMP/results/index.html" || die "results/index.html does not link the device"
+not_owned=$(find "$TMP/results" -mindepth 1 ! -uid "$RUNS_UID" | head -1)
+[ -z "$not_owned" ] || die "$not_owned is not owned by results/'s owner (uid $RUNS_UID)"
+echo "docker check: report drew results/$(basename "$kdir")/charts/ (kernels_tiny, step_tiny) and index.html, and results/index.html"
+phase "docker-compose run report finished"
 
 # ---- 7. the test image: a real part of the suite in it (the whole suite runs on the host: ci/test.sh) -----------
 # The cuDNN descriptor test loads the real cuDNN from where NVIDIA's images keep it; test_cli drives the binary.

@@ -5,8 +5,9 @@
 #   ci/gpu.sh [--quick]   on the GPU machine, from the repository root, with build/gpu/ there: unpacks it, sets the
 #                         library path (ci/gpu/libpath.sh), records the machine (ci/gpu/env.py), then runs the steps
 #                         registered below, each timed, under its time limit, marked pass, fail or timeout, going on
-#                         after a failure; writes summary.md, summary.json, logs.tar.gz and the benchmark
-#                         tables (amp_*.md/json, side_by_side_*.md) to $OUT when set (the device tool), else to
+#                         after a failure; writes summary.md, summary.json, logs.tar.gz, the benchmark
+#                         tables (amp_*.md/json, side_by_side_*.md), the benchmarks' JSON and the device's charts
+#                         and index.html (bench/report/report.py) to $OUT when set (the device tool), else to
 #                         results/<gpu>/
 #   ci/gpu.sh --dry-run   anywhere: the same bookkeeping and reports with each step's command replaced by a
 #                         stand-in (VX_GPU_DRY_FAIL=STEP plants a failing one, VX_GPU_DRY_HANG=STEP one that runs
@@ -286,6 +287,27 @@ fi
 for f in "$WORK"/steps/*/side_by_side_*.md "$WORK"/steps/*/amp_*.md "$WORK"/steps/*/amp_*.json; do
     [ -f "$f" ] && cp "$f" "$outdir/"
 done
+# the benchmarks' own results (bench kernels and step of the default config, allreduce, scaling) beside the summary,
+# then this device's charts and index.html (bench/report/report.py, with the first Python that has matplotlib; where
+# none has, the page is drawn later, where one does). results/index.html is rewritten only when the reports went to
+# results/<gpu>/ itself; a copy brought back from $OUT is drawn into results/ with `python3 bench/report/report.py`.
+for f in "$WORK"/steps/bench-{kernels,allreduce,scaling}/*/{kernels,step,allreduce,scaling}_*.{json,md}; do
+    [ -f "$f" ] && cp "$f" "$outdir/"
+done
+index=--no-index
+[ -z "$RESULTS" ] && [ -z "${OUT:-}" ] && [ $DRY = 0 ] && index=""
+report_rc=3
+for py in python3 /usr/bin/python3 "$VX_PYTHON"; do
+    "$py" bench/report/report.py --device "$outdir" $index
+    report_rc=$?
+    [ $report_rc = 3 ] || [ $report_rc = 127 ] || break
+done
+case $report_rc in
+0) ;;
+3 | 127) echo "gpu.sh: no Python with matplotlib here: draw the charts and index.html where there is one:" \
+    "python3 bench/report/report.py --device <this device's results folder>" ;;
+*) echo "gpu.sh: drawing the charts failed (exit $report_rc)"; any_failed=1 ;;
+esac
 total=$(awk -v a="$T_START" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.0f", b - a}')
 echo "== $(head -1 "$outdir/summary.md" 2>/dev/null | sed 's/^# //'); ${total} s in all; reports in $outdir"
 exit $any_failed

@@ -17,11 +17,15 @@
  * The model is checked where it can be: every measured count above 1 is projected too, and the relative error is
  * printed beside it; projected rows carry the errors seen on this machine.
  *
- * Reports: results/<device>/scaling_<config>.json and .md, scaling_<config>.png (speedup against rank count: the
- * ideal line, measured points, projected points, and the seeds' claimed 1.8/3.5/6.5x), and TensorBoard scalars
- * (step = rank count) in results/<device>/scaling_<config>_tb/. */
+ * Every row is also projected with each interconnect preset (same compute, another link), and measured rows carry
+ * the trainer's own exposed communication and data wait (its metrics.jsonl), for the report's charts.
+ * Reports: results/<device>/scaling_<config>.json and .md, TensorBoard scalars (step = rank count) and the chart as
+ * an image in results/<device>/scaling_<config>_tb/. The chart itself (charts/scaling_<config>.png and .svg) and the
+ * device's index.html are drawn by the report script, bench/report/report.py (matplotlib), which this command runs
+ * on the device's folder when it finds the script and a Python with matplotlib; otherwise it says why and goes on. */
 #include <cJSON.h>
 #include <math.h>
+#include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +38,6 @@
 #include "bench/scaling_model.h"
 #include "core/fsutil.h"
 #include "core/util.h"
-#include "tb/png_encode.h"
 #include "tb/tb_writer.h"
 #include "train/runtime.h"
 #include "train/step.h"
@@ -64,6 +67,9 @@ typedef struct {
     double sps, step_ms;    /* measured (or projected, for projected rows) */
     double proj_sps, err;   /* the model's figure, and its relative error where measured (NAN otherwise) */
     int threads;
+    double comm_ms, data_ms; /* measured: the trainer's median comm_wait_ms and data_wait_ms (NAN otherwise) */
+    double proj_comm_ms;     /* the model's exposed communication: projected step - compute */
+    double preset_sps[3], preset_comm_ms[3]; /* the same step projected with each interconnect preset */
 } Row;
 
 static double now_s(void) { return vx_now(); }
@@ -155,28 +161,37 @@ static int run_child(char *const *argv, const char *log) {
 
 static int have_mpirun(void) { return system("command -v mpirun >/dev/null 2>&1") == 0; }
 
-/* The median step time (s) of a finished run's metrics.jsonl, steps after the first two. */
-static double run_step_time(const char *run_dir) {
+/* The medians of a finished run's metrics.jsonl over the steps after the first two: step time (s), and the
+ * communication wait and data wait (ms) into comm_ms and data_ms (NAN where absent). */
+static double run_step_time(const char *run_dir, double *comm_ms, double *data_ms) {
     char path[1200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    *comm_ms = *data_ms = NAN;
     FILE *f = fopen(path, "r");
     if (!f) return NAN;
-    double v[512];
-    int n = 0;
+    double v[512], c[512], d[512];
+    int n = 0, nc = 0, nd = 0;
     char line[4096];
     while (fgets(line, sizeof line, f) && n < 512) {
         cJSON *j = cJSON_Parse(line);
-        const cJSON *s = cJSON_GetObjectItem(j, "step"), *ms = cJSON_GetObjectItem(j, "step_ms");
-        if (cJSON_IsNumber(s) && cJSON_IsNumber(ms) && s->valuedouble > 2) v[n++] = ms->valuedouble * 1e-3;
+        const cJSON *s = cJSON_GetObjectItem(j, "step"), *ms = cJSON_GetObjectItem(j, "step_ms"),
+                    *cw = cJSON_GetObjectItem(j, "comm_wait_ms"), *dw = cJSON_GetObjectItem(j, "data_wait_ms");
+        if (cJSON_IsNumber(s) && cJSON_IsNumber(ms) && s->valuedouble > 2) {
+            v[n++] = ms->valuedouble * 1e-3;
+            if (cJSON_IsNumber(cw)) c[nc++] = cw->valuedouble;
+            if (cJSON_IsNumber(dw)) d[nd++] = dw->valuedouble;
+        }
         cJSON_Delete(j);
     }
     fclose(f);
+    if (nc) *comm_ms = bench_median(c, nc);
+    if (nd) *data_ms = bench_median(d, nd);
     return n ? bench_median(v, n) : NAN;
 }
 
 /* The measured run of n ranks: returns its step time (s), or NAN with the log's path printed. */
 static double measure_run(const BenchScalingOptions *o, const char *tmp, int mode, int n, int batch, int global,
-                          int threads, int use_mpi, const char *device) {
+                          int threads, int use_mpi, const char *device, double *comm_ms, double *data_ms) {
     char dir[1024], log[1100], nbuf[16], steps[32], bs[48], gb[48], th[48];
     snprintf(dir, sizeof dir, "%s/%s-%d", tmp, mode ? "strong" : "weak", n);
     snprintf(log, sizeof log, "%s.log", dir);
@@ -203,11 +218,12 @@ static double measure_run(const BenchScalingOptions *o, const char *tmp, int mod
     for (int i = 0; i < o->n_sets && a < 92; i++) argv[a++] = "--set", argv[a++] = o->sets[i];
     argv[a] = NULL;
     const int rc = run_child((char *const *)argv, log);
+    *comm_ms = *data_ms = NAN;
     if (rc != 0) {
         vx_log("bench scaling: the %d-rank %s run exited %d; its output: %s\n", n, mode ? "strong" : "weak", rc, log);
         return NAN;
     }
-    return run_step_time(dir);
+    return run_step_time(dir, comm_ms, data_ms);
 }
 
 /* a and B fitted by `bench allreduce` on n ranks (mpirun), into *alpha (s) and *bus (B/s); 0 on failure */
@@ -242,58 +258,75 @@ static int measure_interconnect(const char *tmp, int n, double *alpha, double *b
     return 1;
 }
 
-/* ---- the chart: speedup against rank count, drawn with our PNG encoder ------------------------------------- */
-
-enum { W = 640, H = 420, X0 = 50, Y0 = 380, X1 = 620, Y1 = 20 };
-static void px(uint8_t *img, int x, int y, const uint8_t c[3]) {
-    if (x < 0 || y < 0 || x >= W || y >= H) return;
-    memcpy(img + 3 * ((size_t)y * W + x), c, 3);
-}
-static void line(uint8_t *img, double x0, double y0, double x1, double y1, const uint8_t c[3]) {
-    const int n = (int)(fmax(fabs(x1 - x0), fabs(y1 - y0)) + 1);
-    for (int i = 0; i <= n; i++) px(img, (int)lround(x0 + (x1 - x0) * i / n), (int)lround(y0 + (y1 - y0) * i / n), c);
-}
-/* filled square (measured), hollow square (projected), cross (claimed) */
-static void mark(uint8_t *img, double x, double y, int kind, const uint8_t c[3]) {
-    for (int dy = -4; dy <= 4; dy++)
-        for (int dx = -4; dx <= 4; dx++) {
-            const int edge = abs(dx) == 4 || abs(dy) == 4;
-            if (kind == 0 || (kind == 1 && edge) || (kind == 2 && (dx == dy || dx == -dy)))
-                px(img, (int)x + dx, (int)y + dy, c);
-        }
+/* The 1-minute load average (/proc/loadavg), NAN where unreadable: on a shared machine, what else was running. */
+static double load_average(void) {
+    double v = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", &v) != 1) v = NAN;
+    if (f) fclose(f);
+    return v;
 }
 
-static void write_chart(const char *path, const Row *rows, int nr, int max_n) {
-    uint8_t *img = vx_malloc((size_t)W * H * 3);
-    memset(img, 255, (size_t)W * H * 3);
-    const uint8_t black[3] = {0, 0, 0}, grey[3] = {190, 190, 190}, blue[3] = {31, 119, 180},
-                  orange[3] = {255, 127, 14}, red[3] = {214, 39, 40};
-    const double top = max_n > 1 ? max_n : 2;
-#define SX(v) (X0 + ((v) - 1) / (top - 1) * (X1 - X0))
-#define SY(v) (Y0 - ((v) - 1) / (top - 1) * (Y0 - Y1))
-    for (int g = 1; g <= (int)top; g++) line(img, SX(g), Y0, SX(g), Y1, grey), line(img, X0, SY(g), X1, SY(g), grey);
-    line(img, X0, Y0, X1, Y0, black), line(img, X0, Y0, X0, Y1, black);
-    line(img, SX(1), SY(1), SX(top), SY(top), black); /* ideal: speedup = ranks */
-    static const double claimed[][2] = {{2, 1.8}, {4, 3.5}, {8, 6.5}};
-    for (int i = 0; i < 3; i++)
-        if (claimed[i][0] <= top) mark(img, SX(claimed[i][0]), SY(claimed[i][1]), 2, red);
-    for (int i = 0; i < nr; i++) {
-        double base = NAN;
-        for (int j = 0; j < nr; j++)
-            if (rows[j].mode == rows[i].mode && rows[j].n == 1) base = rows[j].sps;
-        const double sp = rows[i].sps / base;
-        if (isfinite(sp)) mark(img, SX(rows[i].n), SY(fmin(sp, top)), rows[i].measured ? 0 : 1,
-                               rows[i].mode ? orange : blue);
+/* ---- the chart: drawn by the report script (bench/report/report.py, matplotlib) ------------------------------ */
+
+/* bench/report/report.py beside this binary's tree (build/voxscale, build/cpu-only/voxscale: a folder or two up),
+ * or VX_REPORT_SCRIPT; 0 when there is none (an installed binary, the Docker image). */
+static int find_report_script(char *out, size_t len) {
+    const char *env = getenv("VX_REPORT_SCRIPT");
+    if (env && env[0]) return snprintf(out, len, "%s", env), access(out, R_OK) == 0;
+    char dir[1024];
+    self_exe(dir, sizeof dir);
+    for (int up = 0; up < 4 && strrchr(dir, '/'); up++) {
+        *strrchr(dir, '/') = 0;
+        snprintf(out, len, "%s/bench/report/report.py", dir);
+        if (access(out, R_OK) == 0) return 1;
     }
-#undef SX
-#undef SY
-    uint8_t *png;
-    size_t len;
-    if (tb_png_encode(img, W, H, 3, &png, &len) == 0) {
-        fs_write_atomic(path, png, len);
-        free(png);
+    return 0;
+}
+
+/* Runs the report script on the device's folder (every chart of it, its index.html and the results index) with
+ * the first of VX_PYTHON, python3 and /usr/bin/python3 that has matplotlib (the script exits 3 where it is
+ * missing). Returns 1 when the charts were drawn; otherwise says why. */
+static int draw_report(const char *dir, const char *tmp) {
+    char script[1200], log[1100];
+    if (!find_report_script(script, sizeof script)) {
+        vx_log("bench scaling: chart not drawn: no bench/report/report.py beside this binary (set VX_REPORT_SCRIPT, or "
+               "run python3 bench/report/report.py %s from the repository)\n", dir);
+        return 0;
     }
-    free(img);
+    snprintf(log, sizeof log, "%s/report.log", tmp);
+    const char *env = getenv("VX_PYTHON");
+    const char *pythons[] = {env && env[0] ? env : "python3", "python3", "/usr/bin/python3"};
+    int rc = 127;
+    for (size_t i = 0; i < sizeof pythons / sizeof *pythons; i++) {
+        if (i && strcmp(pythons[i], pythons[i - 1]) == 0) continue;
+        const char *argv[] = {pythons[i], script, "--device", dir, NULL};
+        rc = run_child((char *const *)argv, log);
+        if (rc == 0) return 1;
+        if (rc != 3 && rc != 127) break; /* 3: no matplotlib in that Python, 127: no such Python */
+    }
+    size_t len = 0;
+    char *text = fs_read_file(log, 1 << 16, &len);
+    vx_log("bench scaling: chart not drawn: the report script exited %d%s%s", rc, text && len ? ":\n" : "\n",
+           text ? text : "");
+    free(text);
+    return 0;
+}
+
+/* The chart's PNG as a TensorBoard image (decoded with libpng, composited on white). */
+static void tb_add_chart(TbWriter *tw, const char *png_path) {
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_file(&im, png_path)) return;
+    im.format = PNG_FORMAT_RGB;
+    const png_color white = {255, 255, 255};
+    uint8_t *px = malloc(PNG_IMAGE_SIZE(im));
+    if (px && png_image_finish_read(&im, &white, px, 0, NULL))
+        tb_writer_add_image(tw, "scaling/chart", 0, px, (int)im.width, (int)im.height, 3);
+    else
+        png_image_free(&im);
+    free(px);
 }
 
 int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
@@ -316,6 +349,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     const int measure_max = o->measure_max > 0 ? o->measure_max : gpu ? n_gpus : 4;
     const int use_mpi = !gpu && have_mpirun();
     const int b = cfg->train.batch_size > 0 ? cfg->train.batch_size : 1, global = b * max_count;
+    const double load_before = load_average();
     char tmp[] = "/tmp/voxscale-scaling-XXXXXX";
     VX_CHECK(mkdtemp(tmp) != NULL, "bench scaling: cannot make a scratch directory in /tmp");
 
@@ -357,15 +391,23 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
             const int threads = gpu ? cfg->train.threads : (cores / n > 1 ? cores / n : 1);
             const double share = gpu ? 1.0 : fmax(1.0, (double)n * threads / cores);
             Row *r = &rows[nr++];
-            *r = (Row){.mode = mode, .n = n, .batch = pb, .global = pb * n, .threads = threads, .err = NAN};
+            *r = (Row){.mode = mode, .n = n, .batch = pb, .global = pb * n, .threads = threads, .err = NAN,
+                       .comm_ms = NAN, .data_ms = NAN};
             Timeline tl = measure_timeline(cfg, pb, threads);
             const int measurable = n <= measure_max;
             const double a = measurable && fit_b[n] > 0 ? fit_a[n] : beyond_a;
             const double bb = measurable && fit_b[n] > 0 ? fit_b[n] : beyond_b;
             const double proj = scaling_project_step(&tl, n, a, bb, share);
-            r->proj_sps = pb * n / proj;
+            const double compute = (tl.fwd + tl.bwd + tl.opt) * share;
+            r->proj_sps = pb * n / proj, r->proj_comm_ms = (proj - compute) * 1e3;
+            for (int p = 0; p < 3; p++) { /* the same compute, each preset's link */
+                const Interconnect *ic = &PRESETS[p];
+                const double t = scaling_project_step(&tl, n, ic->alpha_us * 1e-6, ic->bus_gbps * 1e9, share);
+                r->preset_sps[p] = pb * n / t, r->preset_comm_ms[p] = (t - compute) * 1e3;
+            }
             if (measurable) {
-                const double t = measure_run(o, tmp, mode, n, pb, pb * n, threads, use_mpi, device);
+                const double t = measure_run(o, tmp, mode, n, pb, pb * n, threads, use_mpi, device, &r->comm_ms,
+                                             &r->data_ms);
                 r->measured = 1, r->step_ms = t * 1e3, r->sps = pb * n / t;
                 r->err = r->proj_sps / r->sps - 1;
                 if (isfinite(r->err) && n > 1 && fabs(r->err) > fabs(worst_err)) worst_err = r->err;
@@ -411,6 +453,28 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     cJSON_AddStringToObject(j, "bucket_ready", gpu ? "estimated from FLOP shares of the CUDA-event backward time"
                                                    : "host timestamps of the CPU backend");
     cJSON_AddNumberToObject(j, "worst_measured_model_error", worst_err);
+    const double load_after = load_average(); /* the measured runs compete with whatever else runs here */
+    cJSON *load = cJSON_AddArrayToObject(j, "load_average_before_after");
+    cJSON_AddItemToArray(load, cJSON_CreateNumber(isfinite(load_before) ? load_before : -1));
+    cJSON_AddItemToArray(load, cJSON_CreateNumber(isfinite(load_after) ? load_after : -1));
+    cJSON *ics = cJSON_AddArrayToObject(j, "interconnects"); /* the presets every row is also projected with */
+    for (int p = 0; p < 3; p++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", PRESETS[p].name);
+        cJSON_AddStringToObject(e, "source", PRESETS[p].source);
+        cJSON_AddNumberToObject(e, "alpha_us", PRESETS[p].alpha_us);
+        cJSON_AddNumberToObject(e, "bus_gbps", PRESETS[p].bus_gbps);
+        cJSON_AddItemToArray(ics, e);
+    }
+    cJSON *fits = cJSON_AddArrayToObject(j, "fits"); /* bench allreduce's fit on each measured rank count */
+    for (int n = 2; n <= 16; n++)
+        if (fit_b[n] > 0) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "ranks", n);
+            cJSON_AddNumberToObject(e, "alpha_us", fit_a[n] * 1e6);
+            cJSON_AddNumberToObject(e, "bus_gbps", fit_b[n] * 1e-9);
+            cJSON_AddItemToArray(fits, e);
+        }
     cJSON *arr = cJSON_AddArrayToObject(j, "rows");
     for (int i = 0; i < nr; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -426,6 +490,15 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
         cJSON_AddNumberToObject(e, "efficiency", eff[i]);
         cJSON_AddNumberToObject(e, "model_samples_per_s", rows[i].proj_sps);
         if (isfinite(rows[i].err)) cJSON_AddNumberToObject(e, "model_error", rows[i].err);
+        cJSON_AddNumberToObject(e, "model_exposed_comm_ms", rows[i].proj_comm_ms);
+        if (isfinite(rows[i].comm_ms)) cJSON_AddNumberToObject(e, "comm_wait_ms", rows[i].comm_ms);
+        if (isfinite(rows[i].data_ms)) cJSON_AddNumberToObject(e, "data_wait_ms", rows[i].data_ms);
+        cJSON *pj = cJSON_AddObjectToObject(e, "interconnects");
+        for (int p = 0; p < 3; p++) {
+            cJSON *q = cJSON_AddObjectToObject(pj, PRESETS[p].name);
+            cJSON_AddNumberToObject(q, "samples_per_s", rows[i].preset_sps[p]);
+            cJSON_AddNumberToObject(q, "exposed_comm_ms", rows[i].preset_comm_ms[p]);
+        }
         cJSON_AddItemToArray(arr, e);
     }
     snprintf(path, sizeof path, "scaling_%s.json", stem);
@@ -447,18 +520,18 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     }
     len += (size_t)snprintf(md + len, sizeof md - len,
                             "\nModel error: projection / measurement - 1, where both exist; the worst at 2 ranks and "
-                            "up: %+.0f%%. Interconnect for counts beyond this "
-                            "machine: %s. Bucket-ready moments: %s. On CPU ranks, threads per rank = cores / ranks (at "
-                            "least 1), and compute is stretched by the oversubscription where ranks x threads exceed "
-                            "the %d cores. Chart: scaling_%s.png (x: ranks, y: speedup; black line ideal, blue weak, "
-                            "orange strong, filled measured, hollow projected, red crosses the seeds' claimed "
-                            "1.8/3.5/6.5x). Commit %s.\n",
-                            100 * worst_err, inter, gpu ? "estimated from FLOP shares" : "CPU host timestamps", cores,
-                            stem, commit);
+                            "up: %+.0f%%. Load average before and after the runs: %.2f, %.2f. Interconnect for "
+                            "counts beyond this machine: %s. Bucket-ready moments: %s. On CPU ranks, threads per rank "
+                            "= cores / ranks (at least 1), and compute is stretched by the oversubscription where "
+                            "ranks x threads exceed the %d cores. Chart: charts/scaling_%s.png and .svg, drawn by "
+                            "bench/report/report.py (speedup and efficiency against ranks: measured, projected with "
+                            "this link and with each interconnect preset, the ideal line and the seeds' claims). "
+                            "Commit %s.\n",
+                            100 * worst_err, load_before, load_after, inter,
+                            gpu ? "estimated from FLOP shares" : "CPU host timestamps", cores, stem, commit);
     snprintf(path, sizeof path, "%s/scaling_%s.md", dir, stem);
     fs_write_atomic(path, md, len);
-    snprintf(path, sizeof path, "%s/scaling_%s.png", dir, stem);
-    write_chart(path, rows, nr, max_count);
+    const int drawn = draw_report(dir, tmp);
     snprintf(path, sizeof path, "%s/scaling_%s_tb", dir, stem);
     TbWriter *tw;
     if (tb_writer_open(&tw, path, NULL) == 0) {
@@ -472,9 +545,12 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
             snprintf(tag, sizeof tag, "scaling/%s/%s/efficiency", mode, kind);
             tb_writer_add_scalar(tw, tag, rows[i].n, eff[i], 0);
         }
+        snprintf(path, sizeof path, "%s/charts/scaling_%s.png", dir, stem);
+        if (drawn) tb_add_chart(tw, path);
         tb_writer_close(tw);
     }
-    vx_log("written: %s/scaling_%s.{json,md,png} and scaling_%s_tb/\n", dir, stem, stem);
+    vx_log("written: %s/scaling_%s.{json,md}, scaling_%s_tb/%s\n", dir, stem, stem,
+           drawn ? ", charts/ and index.html (bench/report/report.py)" : "");
     char rm[200];
     snprintf(rm, sizeof rm, "rm -rf %s", tmp);
     if (system(rm) != 0) vx_log("bench scaling: could not remove %s\n", tmp);

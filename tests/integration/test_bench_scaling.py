@@ -1,6 +1,7 @@
 """`voxscale bench allreduce` (nccl-tests' table, on MPI CPU ranks) and `voxscale bench scaling` (weak and strong
 scaling of the trainer: 1, 2, 4 CPU ranks measured under mpirun, 8 projected, the model's error beside each
-measured count; JSON, Markdown, PNG chart, TensorBoard scalars). About 1.5 minutes on 2 cores."""
+measured count, every row projected with each interconnect preset; JSON, Markdown, TensorBoard scalars and the chart
+image; the chart and the device's page drawn by bench/report/report.py). About 1.5 minutes on 2 cores."""
 import json
 import os
 import shutil
@@ -68,12 +69,13 @@ def test_bad_flags_are_one_line_and_exit_2(args, words):
 
 
 def png_size(path):
+    """(width, height) of a PNG whose every chunk's CRC holds and whose image data inflates to h filtered rows."""
     data = open(path, "rb").read()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     length, kind = struct.unpack(">I4s", data[8:16])
     assert kind == b"IHDR"
-    w, h = struct.unpack(">II", data[16:24])
-    # every chunk's CRC holds, and the image data inflates to h rows of 1 + 3w bytes
+    w, h, depth, colour = struct.unpack(">IIBB", data[16:26])
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}[colour]
     pos, idat = 8, b""
     while pos < len(data):
         n, kind = struct.unpack(">I4s", data[pos:pos + 8])
@@ -81,7 +83,7 @@ def png_size(path):
         assert struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])[0] == zlib.crc32(kind + body)
         idat += body if kind == b"IDAT" else b""
         pos += 12 + n
-    assert len(zlib.decompress(idat)) == h * (1 + 3 * w)
+    assert depth == 8 and len(zlib.decompress(idat)) == h * (1 + channels * w)
     return w, h
 
 
@@ -90,7 +92,7 @@ def test_scaling_measured_projected_and_reported(tmp_path):
     p = run([BIN, "bench", "scaling", "--gpus", "1,2,4,8", "--steps", "5", "--device", "cpu",
              "--set", "model.input_size=[16,16,16]", "--results", str(tmp_path)])
     assert p.returncode == 0, p.stdout[-4000:]
-    [dev] = os.listdir(tmp_path)
+    [dev] = [e for e in os.listdir(tmp_path) if os.path.isdir(os.path.join(tmp_path, e))]  # and index.html
     d = os.path.join(tmp_path, dev)
     r = json.load(open(os.path.join(d, "scaling_default.json")))
     assert r["launcher"] == "mpirun -np N"
@@ -110,16 +112,59 @@ def test_scaling_measured_projected_and_reported(tmp_path):
             assert len({x["global_batch"] for x in rows.values()}) == 1
         else:
             assert len({x["batch_per_rank"] for x in rows.values()}) == 1
+    # every row projected with each preset: the same compute, another link, so a faster link is never slower
+    names = [ic["name"] for ic in r["interconnects"]]
+    assert names == ["h100-nvlink", "pcie4", "ib400"] and all(ic["bus_gbps"] > 0 for ic in r["interconnects"])
+    assert [f["ranks"] for f in r["fits"]] == [2, 4]
+    assert len(r["load_average_before_after"]) == 2 and min(r["load_average_before_after"]) >= 0
+    for x in r["rows"]:
+        assert set(x["interconnects"]) == set(names)
+        nv, pcie = x["interconnects"]["h100-nvlink"], x["interconnects"]["pcie4"]
+        assert nv["samples_per_s"] >= pcie["samples_per_s"] > 0 and 0 <= nv["exposed_comm_ms"] <= pcie["exposed_comm_ms"]
+        if x["ranks"] == 1:
+            assert nv["exposed_comm_ms"] == 0 and nv["samples_per_s"] == pytest.approx(x["model_samples_per_s"])
+        if x["kind"] == "measured":  # the trainer's own waits, from its metrics.jsonl
+            assert x["comm_wait_ms"] >= 0 and x["data_wait_ms"] >= 0 and x["comm_wait_ms"] < x["step_ms"]
+        else:
+            assert "comm_wait_ms" not in x
     md = open(os.path.join(d, "scaling_default.md")).read()
     assert "| weak | 8 | 2 | 16 | projected |" in md and "Model error" in md
     assert "| weak | 2 | 2 | 4 | measured |" in p.stdout
-    assert png_size(os.path.join(d, "scaling_default.png")) == (640, 420)
+    # the chart and the page come from the report script (matplotlib), not from a rasteriser of ours
+    assert not os.path.exists(os.path.join(d, "scaling_default.png"))
+    w, h = png_size(os.path.join(d, "charts", "scaling_default.png"))
+    assert w > 1000 and h > 600
+    svg = open(os.path.join(d, "charts", "scaling_default.svg")).read()
+    assert "bench scaling: speedup and efficiency: default on %s" % dev in svg and "seeds' claims" in svg
+    assert 'id="chart-scaling_default"' in open(os.path.join(d, "index.html")).read()
+    assert 'href="%s/index.html"' % dev in open(os.path.join(tmp_path, "index.html")).read()
+    assert "charts/ and index.html (bench/report/report.py)" in p.stdout
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(os.path.join(d, "scaling_default_tb"))
     acc.Reload()
+    [img] = acc.Images("scaling/chart")  # the same PNG, decoded and written as a TensorBoard image
+    assert (img.width, img.height) == (w, h)
     tags = acc.Tags()["scalars"]
     assert "scaling/weak/measured/speedup" in tags and "scaling/strong/projected/samples_per_s" in tags
     assert [e.step for e in acc.Scalars("scaling/weak/measured/efficiency")] == [1, 2, 4]
     assert [e.step for e in acc.Scalars("scaling/weak/projected/speedup")] == [8]
     weak8 = [x for x in r["rows"] if x["mode"] == "weak" and x["ranks"] == 8][0]
     assert acc.Scalars("scaling/weak/projected/speedup")[0].value == pytest.approx(weak8["speedup"], rel=1e-6)
+
+
+def test_scaling_without_the_report_script_still_reports(tmp_path):
+    """Where the report script cannot be found (an installed binary) bench scaling says so and writes the rest."""
+    env = dict(os.environ, VX_REPORT_SCRIPT=str(tmp_path / "no-such-report.py"))
+    p = subprocess.run([BIN, "bench", "scaling", "--gpus", "1,2", "--mode", "weak", "--measure-max", "1", "--steps", "4",
+                        "--device", "cpu", "--set", "model.input_size=[16,16,16]", "--results", str(tmp_path / "r")],
+                       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert "bench scaling: chart not drawn: no bench/report/report.py beside this binary" in p.stdout
+    [dev] = os.listdir(tmp_path / "r")
+    d = tmp_path / "r" / dev
+    assert (d / "scaling_default.json").exists() and (d / "scaling_default.md").exists()
+    assert not (d / "charts").exists() and not (d / "index.html").exists()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(d / "scaling_default_tb"))
+    acc.Reload()
+    assert acc.Tags()["images"] == [] and "scaling/weak/projected/speedup" in acc.Tags()["scalars"]

@@ -3,7 +3,8 @@
 # stand-in). Checks that:
 #   - a planted failing step (ops) shows as FAIL and a planted hanging one (memcheck) as TIMEOUT, stopped at its
 #     limit, in summary.md and summary.json, while every other step still runs and passes; exit code 1;
-#   - the reports and the log archive (one log per step) are written; exit code 0 when nothing is planted;
+#   - the reports and the log archive (one log per step) are written, and the device's page (bench/report, where
+#     matplotlib is); exit code 0 when nothing is planted;
 #   - --quick runs the quick steps only and marks the others "not run"; --only likewise;
 #   - on-demand steps (the fp32 comparisons) run only when --only names them: "not run" in full and --quick runs;
 #   - the limits fit the device tool's 10 minutes a call where ci/gpu.sh says: --quick 150 s of steps (180 s with the
@@ -82,6 +83,13 @@ VX_GPU_WORK=$scratch/w2 bash ci/gpu.sh --dry-run --results "$scratch/clean" >"$s
     { cat "$scratch/clean.log"; fail "a dry run with nothing planted failed"; }
 got=$(results clean)
 [[ $got == PASS* ]] && [[ $got != *=fail* ]] && [[ $got != *=timeout* ]] || fail "clean dry run: $got"
+# the device's page (bench/report/report.py) beside the summary, with the run's environment and no chart (no
+# benchmark ran); the results index is not written outside results/
+if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+    grep -q '<h1>voxscale results: clean</h1>' "$scratch/clean/index.html" &&
+        grep -q 'summary.json (ci/gpu.sh)' "$scratch/clean/index.html" || fail "the dry run wrote no index.html page"
+    [ ! -e "$scratch/index.html" ] || fail "the dry run wrote an index.html outside results/"
+fi
 echo "clean: exit 0, $got"
 
 VX_GPU_WORK=$scratch/w3 bash ci/gpu.sh --dry-run --quick --results "$scratch/quick" >/dev/null 2>&1 || fail "--quick dry run failed"

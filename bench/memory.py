@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""bench/memory.py: planned against measured peak memory, per config and mode, for the report's memory chart.
+
+  python3 bench/memory.py [--config configs/default.json ...] [--device cpu|cuda|auto] [--results results]
+                          [--bin build/voxscale] [--modes fused,unfused,checkpointed]
+
+For each config and mode (fused: train.fuse=1, the default; unfused: train.fuse=0; checkpointed:
+--checkpoint-activations) it asks `voxscale detect` for the plan (the arena with and without reuse, the parameters'
+and optimizer's bytes, the planned peak), then trains one step and reads the backend's measured peak (metrics.jsonl's
+peak_mib). Writes results/<device>/memory_<config>.json and .md; <device> is the folder voxscale's benchmarks write
+to, learned from a one-size `bench allreduce` into a scratch folder (so it is their naming, not a copy of it)."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODES = {"fused": [], "unfused": ["--set", "train.fuse=0"], "checkpointed": ["--checkpoint-activations"]}
+PLAN = re.compile(r"^memory: arena ([\d.]+) MiB planned \(([\d.]+) MiB without reuse\) \+ ([\d.]+) MiB parameters, "
+                  r"gradients and AdamW state = ([\d.]+) MiB peak", re.M)
+
+
+def run(args, **kw):
+    p = subprocess.run(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit("memory: %s exited %d:\n%s" % (" ".join(args), p.returncode, p.stdout[-2000:]))
+    return p.stdout
+
+
+def device_folder(binary, device, scratch):
+    run([binary, "bench", "allreduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "--device", device,
+         "--results", scratch])
+    [name] = [d for d in os.listdir(scratch) if os.path.isdir(os.path.join(scratch, d))]
+    return name
+
+
+def commit():
+    if os.environ.get("VX_COMMIT"):
+        return os.environ["VX_COMMIT"]
+    p = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return p.stdout.strip() or "unknown"
+
+
+def measure(binary, config, device, mode, scratch):
+    extra = MODES[mode]
+    out = run([binary, "detect", "--config", config, "--device", device] + extra)
+    m = PLAN.search(out)
+    if not m:
+        sys.exit("memory: no plan line in voxscale detect's output:\n" + out[-2000:])
+    batch = int(re.search(r"batch (\d+) per rank", out).group(1))
+    where = re.search(r"^device: (.*)$", out, re.M).group(1)
+    detail = re.search(r"^(cpu|gpu): (.*)$", out.split("train would use")[-1], re.M)
+    run_dir = os.path.join(scratch, "%s-%s" % (os.path.basename(config), mode))
+    run([binary, "train", "--config", config, "--device", device, "--steps", "1", "--out", run_dir,
+         "--set", "train.val_every=0", "--set", "output.tensorboard=0", "--set", "train.log_every=1"] + extra)
+    peaks = [json.loads(l).get("peak_mib") for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    peaks = [p for p in peaks if p is not None]
+    prec = re.search(r"^precision: (\S+)", out, re.M)
+    return {"mode": mode, "batch": batch, "arena_mib": float(m.group(1)), "arena_without_reuse_mib": float(m.group(2)),
+            "params_state_mib": float(m.group(3)), "planned_peak_mib": float(m.group(4)),
+            "without_reuse_mib": round(float(m.group(2)) + float(m.group(3)), 2),
+            "measured_peak_mib": max(peaks) if peaks else None, "device_choice": where,
+            "detail": detail.group(2) if detail else "", "precision": prec.group(1) if prec else "?"}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", action="append", help="config file (repeatable; default configs/default.json)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "voxscale"))
+    ap.add_argument("--modes", default=",".join(MODES))
+    a = ap.parse_args()
+    modes = a.modes.split(",")
+    for m in modes:
+        if m not in MODES:
+            ap.error("--modes: no mode %r; choose from %s" % (m, ", ".join(MODES)))
+    with tempfile.TemporaryDirectory(prefix="voxscale-memory-") as scratch:
+        slug = device_folder(a.bin, a.device, os.path.join(scratch, "slug"))
+        out_dir = os.path.join(a.results, slug)
+        os.makedirs(out_dir, exist_ok=True)
+        for config in a.config or ["configs/default.json"]:
+            stem = os.path.splitext(os.path.basename(config))[0]
+            rows = [measure(a.bin, config, a.device, m, scratch) for m in modes]
+            doc = {"benchmark": "memory", "config": stem, "device": slug, "commit": commit(),
+                   "device_detail": rows[0]["detail"], "precision": rows[0]["precision"], "rows": rows}
+            with open(os.path.join(out_dir, "memory_%s.json" % stem), "w") as f:
+                json.dump(doc, f, indent=1)
+                f.write("\n")
+            md = ["# memory: %s on %s" % (stem, slug), "",
+                  "| mode | batch | planned peak | measured peak | arena (planned) | arena without reuse | parameters, "
+                  "gradients, AdamW |", "|---|---|---|---|---|---|---|"]
+            for r in rows:
+                md.append("| %s | %d | %.1f MiB | %s | %.1f MiB | %.1f MiB | %.1f MiB |" % (
+                    r["mode"], r["batch"], r["planned_peak_mib"],
+                    "%.1f MiB" % r["measured_peak_mib"] if r["measured_peak_mib"] is not None else "-",
+                    r["arena_mib"], r["arena_without_reuse_mib"], r["params_state_mib"]))
+            md += ["", "Planned: `voxscale detect`; measured: the backend's peak allocation in one training step "
+                       "(metrics.jsonl's peak_mib). Modes: fused = train.fuse=1 (default), unfused = train.fuse=0, "
+                       "checkpointed = --checkpoint-activations. Device: %s. Commit %s." % (doc["device_detail"],
+                                                                                         doc["commit"])]
+            with open(os.path.join(out_dir, "memory_%s.md" % stem), "w") as f:
+                f.write("\n".join(md) + "\n")
+            print("memory: %s" % os.path.join(out_dir, "memory_%s.json" % stem))
+            print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
