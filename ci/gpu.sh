@@ -68,6 +68,7 @@ register amp-128     85  0 step_amp_128     "ae3d-128 bf16: voxscale --compile a
 register bench-64    65  0 step_bench_64    "bench step ae3d-64 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
 register bench-128   45  0 step_bench_128   "bench step ae3d-128 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
 register pad-64      30  0 step_pad_64      "ae3d-64 bf16: model.pad_input_channels off vs auto, the step and conv_in's time" on-demand
+register resnet3d    60  0 step_resnet3d    "resnet3d-50 survival: voxscale bench step fp32 and bf16 vs MONAI's ResNet-50 eager fp32 and bf16 autocast"
 register bench-kernels 40 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
 register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30 (else owed)"
 register bench-scaling 30 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"

@@ -206,7 +206,7 @@ def run_probe_steps(prefix, dtype=torch.float32, replay_relu=False):
     return meta, data, res
 
 
-def bench(cfg, batch, iters, warmup, threads, device="cpu", tf32=1):
+def bench(cfg, batch, iters, warmup, threads, device="cpu", tf32=1, amp="off"):
     """Times MONAI's training step (forward, loss, backward, global-norm clip, AdamW) on random volumes: the baseline
     bench step puts voxscale's beside (bench/side_by_side.sh), the same fields as ae3d.py's bench."""
     torch.set_num_threads(threads)
@@ -239,7 +239,10 @@ def bench(cfg, batch, iters, warmup, threads, device="cpu", tf32=1):
         sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = task_loss(cfg, model(x), y)
+        # bf16 autocast as a MONAI script runs mixed precision (float32 weights, the loss in float32)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
+            out = model(x)
+        loss = task_loss(cfg, out.float(), y)
         loss.backward()
         if t["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
@@ -251,7 +254,8 @@ def bench(cfg, batch, iters, warmup, threads, device="cpu", tf32=1):
     import monai
     return {"framework": "monai %s / pytorch %s" % (monai.__version__, torch.__version__),
             "model": "monai.networks.nets.ResNet", "depth": m["depth"], "task": m["task"], "batch": batch,
-            "threads": threads, "device": str(dev), "torch": torch.__version__, "step_ms_median": 1e3 * med,
+            "threads": threads, "device": str(dev), "precision": "bf16 autocast" if amp == "bf16" else "fp32",
+            "torch": torch.__version__, "step_ms_median": 1e3 * med,
             "step_ms_min": 1e3 * float(np.min(times)), "samples_per_s": batch / med, "iters": iters,
             "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else None}
 
@@ -265,12 +269,13 @@ def main():
     ap.add_argument("--iters", "--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--tf32", type=int, default=1)
+    ap.add_argument("--amp", default="off", choices=["off", "bf16"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--out", "--json", dest="out", default="")
     a = ap.parse_args()
     cfg = resolve(json.load(open(a.config)))
     batch = a.batch_size or cfg["train"]["batch_size"] or 2
-    r = bench(cfg, batch, a.iters, a.warmup, a.threads, a.device, a.tf32)
+    r = bench(cfg, batch, a.iters, a.warmup, a.threads, a.device, a.tf32, a.amp)
     print(json.dumps(r))
     if a.out:
         with open(a.out, "w") as f:

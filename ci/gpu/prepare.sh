@@ -45,6 +45,14 @@ stage=$scratch/stage
 mkdir -p "$stage/tests" "$stage/lib" "$stage/lib-common"
 cp "$OBJ/voxscale" "$stage/"
 for t in "${GPU_TESTS[@]}"; do cp "$OBJ/tests/$t" "$stage/tests/"; done
+# MONAI (pure Python) for the resnet3d step's baseline: the GPU machine has PyTorch but no package index
+monai_dir=$(.venv/bin/python -c 'import monai, os; print(os.path.dirname(monai.__file__))' 2>/dev/null || true)
+if [ -n "$monai_dir" ]; then
+    mkdir -p "$stage/python" && cp -r "$monai_dir" "$stage/python/"
+    find "$stage/python" -name __pycache__ -prune -exec rm -rf {} +
+else
+    echo "gpu.sh --prepare: no MONAI in .venv (ci/deps.sh installs it); the resnet3d step's MONAI baseline will be owed"
+fi
 
 echo "== gathering the shared libraries the GPU machine may lack"
 declare -A seen=()

@@ -217,6 +217,37 @@ bench_pair() {
 # bench-64 and bench-128 are on demand (ci/gpu.sh --only bench-64,bench-128): fp32 is no longer the GPU headline
 step_bench_64() { bench_pair configs/ae3d-64.json 10 3 eager,compile; }
 
+# MONAI's ResNet-50 (seed 004's survival model, resnet3d-50-survival) on the GPU: voxscale's bench step in float32
+# (TF32 on, PyTorch's cuDNN default) and bf16, then MONAI's at the same batch (bench/reference/resnet3d.py, MONAI
+# carried in the archive's python/), eager, fp32 and bf16 autocast. The CPU-vs-GPU equality of the family's kernels
+# is test_cuda.py's test_resnet3d_steps_match_cpu (the integration step).
+step_resnet3d() {
+    local config=configs/resnet3d-50-survival.json stem=resnet3d-50-survival rc=0 amp batch ms parts=()
+    for amp in off bf16; do
+        echo "=== voxscale bench step $stem --amp $amp"
+        "$VX_BIN" bench step --config "$config" --device cuda --amp $amp --iters 10 --warmup 3 \
+            --results "$VX_STEP_DIR/vx-$amp" 2>&1 | tee "$VX_STEP_DIR/voxscale-$amp.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || { rc=1; figure "voxscale $amp: $(tail -1 "$VX_STEP_DIR/voxscale-$amp.log")"; continue; }
+        ms=$(sed -n 's/.*"step_ms_median": \([0-9.]*\).*/\1/p' "$VX_STEP_DIR"/vx-$amp/*/step_$stem.json | head -1)
+        parts+=("voxscale $amp ${ms} ms")
+    done
+    batch=$(sed -n 's/.*"batch": \([0-9]*\).*/\1/p' "$VX_STEP_DIR"/vx-off/*/step_$stem.json 2>/dev/null | head -1)
+    if [ -d "$VX_STAGE/python/monai" ]; then
+        for amp in off bf16; do
+            echo "=== MONAI $stem --amp $amp"
+            PYTHONPATH=$VX_STAGE/python${PYTHONPATH:+:$PYTHONPATH} py_orig_timeout 120 bench/reference/resnet3d.py \
+                --config "$config" --bench --device cuda --amp $amp --batch-size "${batch:-16}" --iters 10 --warmup 3 \
+                --out "$VX_STEP_DIR/monai-$amp.json" || { rc=1; figure "MONAI $amp failed"; continue; }
+            ms=$(sed -n 's/.*"step_ms_median": \([0-9.]*\).*/\1/p' "$VX_STEP_DIR/monai-$amp.json" | head -1)
+            parts+=("MONAI $amp ${ms} ms")
+        done
+    else
+        parts+=("MONAI baseline owed: the archive has no python/monai (run --prepare with ci/deps.sh's .venv)")
+    fi
+    figure "$stem batch ${batch:-?}: $(IFS=';'; echo "${parts[*]}" | sed 's/;/; /g')"
+    return $rc
+}
+
 step_bench_128() { bench_pair configs/ae3d-128.json 5 2 eager,compile; }
 
 # amp_pair CONFIG ITERS WARMUP MODES: issue 12's comparison. voxscale bench step --amp bf16 with --compile (the whole

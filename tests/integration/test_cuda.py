@@ -93,6 +93,42 @@ def test_one_step_matches_cpu(tmp_path, config, extra):
         assert rel(g, c) <= 1e-3, p["name"]
 
 
+@pytest.mark.parametrize("extra", [
+    [],                                                                          # ResNet-10, cross-entropy
+    ["--set", "model.task=survival", "--set", "model.num_classes=1", "--set", "model.depth=18"],  # Cox, basic blocks
+    ["--set", "model.task=multilabel", "--set", "model.depth=50", "--set", "model.conv1_t_stride=2"],  # bottleneck
+])
+def test_resnet3d_steps_match_cpu(tmp_path, extra):
+    """MONAI's ResNet on the GPU (cuDNN convolutions, our BatchNorm, pooling, Linear and head-loss kernels) against
+    the CPU backend, float32 without TF32: the probe's three steps' losses and outputs, the gradients of the first
+    step, and the BatchNorm running statistics after the last."""
+    cm, cd = probe(tmp_path, "cpu", "configs/test/resnet-tiny.json", *extra)
+    gm, gd = probe(tmp_path, "cuda", "configs/test/resnet-tiny.json", *extra)
+    for c, g in zip(cm["steps"], gm["steps"]):
+        assert g["loss"] == pytest.approx(c["loss"], rel=1e-4, abs=1e-7)
+        n = int(cm["outputs_per_sample"]) * int(cm["input_shape"][0])
+        assert rel(gd[int(g["outputs"]):int(g["outputs"]) + n], cd[int(c["outputs"]):int(c["outputs"]) + n]) <= 1e-4
+    pc, bc = cm["param_count"], sum(b["count"] for b in cm["buffers"])
+    assert rel(gd[int(gm["grad_values"]):int(gm["grad_values"]) + pc],
+               cd[int(cm["grad_values"]):int(cm["grad_values"]) + pc]) <= 1e-3
+    assert rel(gd[int(gm["buffer_values"]):int(gm["buffer_values"]) + bc],
+               cd[int(cm["buffer_values"]):int(cm["buffer_values"]) + bc]) <= 1e-4
+
+
+def test_resnet3d_bf16_step_is_close_to_the_cpu(tmp_path):
+    """bf16 activations with float32 BatchNorm statistics, head loss and master weights: the loss and the gradients
+    of MONAI's ResNet within bf16's rounding of the float32 CPU step"""
+    cm, cd = probe(tmp_path, "cpu", "configs/test/resnet-tiny.json")
+    prefix = tmp_path / "probe_bf16"
+    run("probe", "--config", "configs/test/resnet-tiny.json", "--out", prefix, "--device", "cuda", "--amp", "bf16")
+    gm = json.loads(prefix.with_suffix(".json").read_text())
+    gd = np.fromfile(prefix.with_suffix(".bin"), dtype=np.float32)
+    assert gm["steps"][0]["loss"] == pytest.approx(cm["steps"][0]["loss"], rel=2e-2)
+    pc = cm["param_count"]
+    assert rel(gd[int(gm["grad_values"]):int(gm["grad_values"]) + pc],
+               cd[int(cm["grad_values"]):int(cm["grad_values"]) + pc]) <= 5e-2
+
+
 _RUNS = {}
 
 

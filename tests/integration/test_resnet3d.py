@@ -57,7 +57,7 @@ def compare(a, b, steps):
     pb, bb = checkpoint(b / "checkpoints" / ("step_%d.ckpt" % steps))
     err = {"loss": max(abs(la[s] - lb[s]) / abs(lb[s]) for s in la),
            "grad_norm": max(abs(ga[s] - gb[s]) / abs(gb[s]) for s in ga),
-           "running_end": rel(ba, bb), "params_end": rel(pa, pb)}
+           "grad_norm_1": abs(ga[1] - gb[1]) / abs(gb[1]), "running_end": rel(ba, bb), "params_end": rel(pa, pb)}
     if (a / "checkpoints" / "step_1.ckpt").exists():  # the first step's statistics, from the same parameters
         err["running"] = rel(checkpoint(a / "checkpoints" / "step_1.ckpt")[1],
                              checkpoint(b / "checkpoints" / "step_1.ckpt")[1])
@@ -89,7 +89,11 @@ def test_sync_batchnorm_equals_one_rank_with_the_global_batch(tmp_path, single, 
     mpi(world, "train", "--config", TINY, "--steps", "4", "--out", out, *SYNC, *QUIET, env=dumping(out))
     err = compare(out, single, 4)
     print("\nSyncBatchNorm on %d ranks vs one rank: %s" % (world, err))
-    assert err["gradient"] < 1e-5 and err["loss"] < 1e-5 and err["grad_norm"] < 1e-4 and err["running"] < 1e-5, err
+    # the first step (the same parameters on both sides) to float rounding; AdamW's later steps amplify the
+    # summation order's rounding in near-zero gradients (measured: the grad norm of step 4 differs by 2.2e-4 on 2
+    # ranks, where plain BatchNorm differs by 2.2, and the losses by 3e-6)
+    assert err["gradient"] < 1e-5 and err["grad_norm_1"] < 1e-5 and err["running"] < 1e-5, err
+    assert err["loss"] < 1e-5 and err["grad_norm"] < 1e-3, err
 
 
 def test_plain_batchnorm_on_two_ranks_differs(tmp_path, single):
@@ -98,6 +102,7 @@ def test_plain_batchnorm_on_two_ranks_differs(tmp_path, single):
     mpi(2, "train", "--config", TINY, "--steps", "4", "--out", out, *SYNC, "--set", "model.sync_bn=0", *QUIET,
         env=dumping(out))
     err = compare(out, single, 4)
+    print("\nplain BatchNorm on 2 ranks vs one rank: %s" % err)
     assert err["gradient"] > 1e-3 and err["loss"] > 1e-4 and err["running"] > 1e-4, err
 
 
