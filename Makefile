@@ -18,7 +18,7 @@ PKGS     := libcjson zlib libpng
 CFLAGS   := -std=c11 -O3 $(ARCH) -fopenmp -fno-trapping-math -g -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP \
             -D_GNU_SOURCE -Isrc -Ikernels -I$(BUILD)/gen \
             $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
-LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -lm -lpthread
+LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -ldnnl -lm -lpthread
 LDFLAGS  := -fopenmp
 
 # ---- CUDA: auto-detected unless CUDA=0/1 is given ------------------------------------------------------------
