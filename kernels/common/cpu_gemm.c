@@ -117,12 +117,20 @@ void cpu_gemm_describe(char *buf, size_t len) {
         if (bt < ct) snprintf(buf + strlen(buf), len - strlen(buf), "%s", cpu_tier_name(ct));
         return;
     }
+    const char *isa_name = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
     snprintf(buf, len, "oneDNN %d.%d.%d sgemm (%s)", v->major, v->minor, v->patch,
-             dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()));
+             strncmp(isa_name, "cpu_isa_", 8) == 0 ? isa_name + 8 : isa_name);
     if (forced[0]) snprintf(buf + strlen(buf), len - strlen(buf), ", VX_GEMM=%s", forced);
     else
         snprintf(buf + strlen(buf), len - strlen(buf), ": %s's %s kernels (%s) are older than this %s CPU", ob, core,
                  cpu_tier_name(bt), cpu_tier_name(ct));
+}
+
+const char *cpu_gemm_kernels(void) {
+    static char buf[64];
+    snprintf(buf, sizeof buf, "%s", cpu_gemm_uses_onednn() ? "oneDNN sgemm" : "OpenBLAS ");
+    if (!cpu_gemm_uses_onednn()) snprintf(buf + 9, sizeof buf - 9, "%s", openblas_get_corename());
+    return buf;
 }
 
 void cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,

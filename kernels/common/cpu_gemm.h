@@ -32,6 +32,9 @@ int cpu_gemm_uses_onednn(void);
  * run its Prescott (SSE) kernels on this AVX-512 CPU" */
 void cpu_gemm_describe(char *buf, size_t len);
 
+/* "OpenBLAS Cooperlake" or "oneDNN sgemm": the GEMM kernels in a word or two (keys of measured choices). */
+const char *cpu_gemm_kernels(void);
+
 /* Row-major C [m][n] = alpha * op(A) op(B) + beta * C, op = transpose where ta/tb are 1 (cblas_sgemm's meaning).
  * Inside an OpenMP parallel region it runs on the calling thread (both libraries do so there). */
 void cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,

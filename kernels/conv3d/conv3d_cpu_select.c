@@ -6,7 +6,7 @@
  * (forward with bias, backward-data with beta 0, backward-filter with the bias gradient), alternately, each timed
  * as its fastest of 3 to 12 calls after a warm-up; the slower must lose by more than 3% for oneDNN to replace the
  * reference (a tie keeps im2col). The choice is kept per process and in a file, keyed by the CPU's model name, the
- * thread count, oneDNN's version and ISA and the shape, so that a run measures only shapes that no earlier run on
+ * thread count, oneDNN's version and ISA, the GEMM kernels im2col runs on, and the shape, so that a run measures only shapes that no earlier run on
  * this kind of machine measured, and reruns use the same kernels (the bits then repeat: both candidates are
  * deterministic at a fixed thread count). The file is $VX_CONV_CACHE, else $XDG_CACHE_HOME/voxscale/conv-cpu.tsv,
  * else ~/.cache/voxscale/conv-cpu.tsv; VX_CONV_CACHE=off keeps choices in the process only.
@@ -93,10 +93,10 @@ static const char *cache_path(void) {
     return path[0] ? path : NULL;
 }
 
-/* "v1\t<cpu model>\t<threads>\t<oneDNN version>\t<isa>" : what a line's choice holds for */
+/* "v1\t<cpu model>\t<threads>\t<oneDNN version>\t<its isa>\t<GEMM kernels>": what a line's choice holds for */
 static void machine_key(int threads, char *buf, size_t len) {
-    snprintf(buf, len, "%s\t%s\t%d\t%s\t%s", CACHE_FORMAT, cpu_isa()->model, threads, conv3d_dnnl_version(),
-             conv3d_dnnl_isa());
+    snprintf(buf, len, "%s\t%s\t%d\t%s\t%s\t%s", CACHE_FORMAT, cpu_isa()->model, threads, conv3d_dnnl_version(),
+             conv3d_dnnl_isa(), cpu_gemm_kernels());
 }
 
 /* The path recorded for (shape, direction) on this machine, or -1. Lines: machine key, shape, direction, path,
@@ -252,6 +252,16 @@ static Choice *choose(const Conv3dShape *s) {
 }
 
 int conv3d_cpu_path(const Conv3dShape *s, int dir) { return choose(s)->path[dir]; }
+
+void conv3d_cpu_describe(char *buf, size_t len) {
+    int n = 0, dn = 0;
+    for (const Choice *c = choices; c; c = c->next)
+        for (int dir = 0; dir < 3; dir++) n++, dn += c->path[dir] == CONV_PATH_ONEDNN;
+    const int m = conv3d_cpu_mode();
+    snprintf(buf, len, "%s (%s) on %d of %d shape-directions, im2col+sgemm on %d (%s; VX_CONV_LOG=1 lists them)",
+             conv3d_dnnl_version(), conv3d_dnnl_isa(), dn, n, n - dn,
+             m == CONV_MODE_AUTO ? "the faster of the two, measured per shape" : "forced by VX_CONV_CPU");
+}
 
 /* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
 

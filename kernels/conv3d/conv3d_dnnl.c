@@ -61,7 +61,10 @@ const char *conv3d_dnnl_version(void) {
     return buf;
 }
 
-const char *conv3d_dnnl_isa(void) { return dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()); }
+const char *conv3d_dnnl_isa(void) {
+    const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()); /* "cpu_isa_avx512_core_bf16" */
+    return strncmp(s, "cpu_isa_", 8) == 0 ? s + 8 : s;
+}
 
 /* A blocked layout as oneDNN's tags spell it ("Odhwi16o", "OIdhw16i16o"): dims outermost first by stride,
  * upper case where a dim is also blocked, then the inner blocks. */
