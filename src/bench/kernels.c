@@ -30,6 +30,7 @@
 #include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "bench/kernel_cases.h"
+#include "bench/kernel_count.h"
 #include "backend/op_check.h"
 #include "common/cpu_gemm.h"
 #include "core/fsutil.h"
@@ -231,6 +232,12 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     const int gpu = strcmp(be->name, "cuda") == 0;
     KernelCase *cases;
     const int n_all = kernel_cases_of_model(rt.model, be, &cases);
+    if (bench_kernels_count_mode()) { /* ci/regress's instruction counts: no check, ceiling or timing */
+        bench_kernels_count(be, cases, n_all, want);
+        free(cases);
+        runtime_close(&rt);
+        return 0;
+    }
     Ceilings ceil = measure_ceilings(&rt, cfg->train.tf32);
     vx_log("ceilings: %s %.1f GFLOP/s; %s %.1f GB/s; cache %.1f MiB\n", ceil.gemm_what, ceil.gemm_gflops,
            ceil.copy_what, ceil.copy_gbps, ceil.cache_bytes / 1048576.0);
