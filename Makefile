@@ -18,8 +18,12 @@ PKGS     := libcjson zlib libpng
 CFLAGS   := -std=c11 -O3 $(ARCH) -fopenmp -fno-trapping-math -g -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP \
             -D_GNU_SOURCE -Isrc -Ikernels -I$(BUILD)/gen \
             $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
-LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -lm -lpthread
+LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -ldnnl -lm -lpthread
 LDFLAGS  := -fopenmp
+# Test builds only: VX_TEST_SLOW=P makes upsample2x_forward do P% more work (ci/regress must catch it).
+ifneq ($(VX_TEST_SLOW),)
+  CFLAGS += -DVX_TEST_SLOW_PERCENT=$(VX_TEST_SLOW)
+endif
 
 # ---- CUDA: auto-detected unless CUDA=0/1 is given ------------------------------------------------------------
 # Auto (no CUDA=): a CUDA build wherever nvcc exists, a CPU-only one where it does not. Where nvcc exists but

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/side_by_side.sh CONFIG [DEVICE]: times the training step of CONFIG in voxscale (bench step) and in the same
 # model in PyTorch (bench/reference/ae3d.py for ae3d, MONAI's ResNet in bench/reference/resnet3d.py for resnet3d), one after the other on the same machine, and writes
-# results/<device>/side_by_side_<config>.md. DEVICE is cpu (default) or cuda.
+# results/<device>/side_by_side_<config>.md. DEVICE is cpu (default) or cuda. VOXSCALE names another binary (a build of
+# the parent commit, for the same-run comparison bench/alternate.sh makes); RESULTS another results folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=${1:?usage: bench/side_by_side.sh CONFIG [cpu|cuda]}
@@ -11,8 +12,10 @@ stem=$(basename "$config" .json)
 # .venv has MONAI (ci/deps.sh) over the system Python, whose PyTorch both references use
 python=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3)}
 
-./build/voxscale bench step --config "$config" --device "$device" --iters "$iters" --warmup "$warmup" > /tmp/vx_side.log
-ours=$(sed -n 's/^written: \(.*\)\/step_.*/\1/p' /tmp/vx_side.log)
+log=$(mktemp); trap 'rm -f "$log"' EXIT  # private: other runs on the machine may be doing the same
+"${VOXSCALE:-./build/voxscale}" bench step --config "$config" --device "$device" --iters "$iters" --warmup "$warmup" \
+    --results "${RESULTS:-results}" > "$log"
+ours=$(sed -n 's/^written: \(.*\)\/step_.*/\1/p' "$log")
 # The same batch and the same convolution math (TF32 on or off) as the voxscale run just measured.
 read -r batch tf32 < <("$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["batch"], r.get("tf32", 1))' "$ours/step_$stem.json")
 family=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("model", {}).get("family", "ae3d"))' "$config")

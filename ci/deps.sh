@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-dev protobuf-c-compiler
               libprotobuf-c-dev libpng-dev zlib1g-dev python3-venv python3-torch python3-numpy
               clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel
-              python3-sklearn python3-matplotlib)
+              python3-sklearn python3-matplotlib libdnnl-dev valgrind)
 # Headless Chromium for the report page's test: Debian's chromium is the browser itself; Ubuntu's is a stub that
 # installs a snap, which containers (the test image on NVIDIA's Ubuntu) cannot run, so there the test skips and says so.
 if grep -q '^ID=debian' /etc/os-release 2>/dev/null; then APT_PACKAGES+=(chromium); fi

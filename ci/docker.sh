@@ -142,9 +142,14 @@ standin_id=$(bash docker/standin-images.sh --id)
 have_ids=$($DOCKER image inspect -f '{{index .Config.Labels "voxscale.standin"}}' "$DEVEL_IMAGE" "$RUNTIME_IMAGE" \
            2>/dev/null | sort -u || true)
 if [ "$have_ids" != "$standin_id" ]; then
-    mirror=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1)
-    [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
-    mirror=${mirror:-http://deb.debian.org/debian}
+    # The Debian mirror this machine's apt already uses (deb822 .sources or one-line lists), or VX_DEBIAN_MIRROR; never
+    # an address of our own: a machine that cannot reach it would fail later, in debootstrap, with a worse message.
+    mirror=${VX_DEBIAN_MIRROR:-}
+    [ -n "$mirror" ] || mirror=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null |
+                                 grep -v security | head -1)
+    [ -n "$mirror" ] || mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+                                 awk '$1 == "deb" && $2 !~ /security/ {print ($2 ~ /^\[/ ? $3 : $2); exit}')
+    [ -n "$mirror" ] || die "no Debian mirror in this machine's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d/); set VX_DEBIAN_MIRROR=URL (a Debian 12 mirror, e.g. the one apt should use) and rerun"
     debootstrap --variant=minbase bookworm "$TMP/rootfs" "$mirror" > "$LOGS/debootstrap.log" 2>&1 ||
         { tail -20 "$LOGS/debootstrap.log"; die "debootstrap of Debian 12 from $mirror failed"; }
     phase "debootstrapped Debian 12 from $mirror"

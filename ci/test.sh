@@ -117,13 +117,14 @@ fi
 [ $rc -eq 0 ] || [ $rc -eq 5 ] || { [ $failed -gt 0 ] || { failed=$((failed + 1)); failed_names+=("pytest rc=$rc"); }; }
 rm -f "$report"
 
-# The regression gate (ci/regress): a fresh `bench kernels` and `bench step` of the default config against the
-# committed baseline of this machine's device, results/<device>/baseline.json, compared as fractions of the ceilings
-# measured in the same run. Skipped, and counted so, where the device has none. A failure runs once more, and each
-# figure counts at the better of its two runs: a real regression slows its figure in both, while a neighbour's burst
-# of load on a shared VM slows a few figures in one run (seen: the latent ops -35..-40% in one run, -3..-13% in the
-# next, while conv3d_forward_add went from +22% to -56%). One test, about 30 s (60 s when it reruns).
-echo "=== regression gate (ci/regress against results/<device>/baseline.json)"
+# The regression gate (ci/regress): this tree against its parent commit, both built here (x86-64-v3, CPU-only; the
+# parent cached by commit in /var/tmp/voxscale-regress), bench kernels and bench step of the default config timed in
+# 3 alternating pairs (an op regresses when slower in every pair) and each op's instructions counted under callgrind
+# (tiny and resnet-tiny configs; no load moves them); then the committed baseline of this device, where there is one,
+# as a second opinion (fractions of the ceilings measured in the same run; a failure runs once more, and each figure
+# counts at the better of its two runs). A CPU with no baseline is gated by the parent comparison alone; "skipped"
+# only where there is neither (not a git checkout). About 5 minutes on 2 quiet cores (two builds, valgrind).
+echo "=== regression gate (ci/regress: against the parent commit, then results/<device>/baseline*.json)"
 regress_out=$(python3 ci/regress --device cpu --attempts 2 2>&1); regress_rc=$?
 printf '%s\n' "$regress_out"
 case $regress_rc in

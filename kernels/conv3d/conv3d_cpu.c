@@ -26,12 +26,11 @@
  * Determinism: a chunk's result does not depend on which thread computes it, dw is summed per fixed group of
  * chunks and the groups are added in order, dbias over fixed row blocks: every output is bit-identical for any
  * thread count. */
-#include <cblas.h>
 #include <omp.h>
 #include <string.h>
 
 #include "conv3d/conv3d.h"
-#include "common/cpu_op.h"
+#include "common/cpu_gemm.h"
 #include "core/util.h"
 
 /* Column matrix per chunk: about this many bytes, rows clamped to [MIN_ROWS, MAX_ROWS]. Measured on the 2-core
@@ -125,44 +124,38 @@ static long conv_chunk_rows(long width, long total) {
 }
 
 /* The GEMMs run inside our OpenMP threads, so OpenBLAS must not start its own for them. */
-static int blas_serial_begin(void) {
-    const int saved = openblas_get_num_threads();
-    if (saved != 1) openblas_set_num_threads(1);
-    return saved;
-}
-static void blas_serial_end(int saved) {
-    if (saved != 1) openblas_set_num_threads(saved);
-}
+static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
+static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
 
 /* The three GEMM forms the convolution needs, row-major, alpha 1, beta 0 (overwrite) or 1 (accumulate). With a
  * single output column OpenBLAS's sgemm still runs its packing path (3 GFLOP/s for a 16->1 output conv), so
  * that case goes to sgemv. sgemv's beta 0 is not relied on to ignore NaN (it scales y by beta in some OpenBLAS
  * versions): y is zeroed first and accumulated into. */
-static void gemv_rows(CBLAS_TRANSPOSE t, int m, int n, const float *A, int lda, const float *xv, int incx, float beta,
-                      float *yv, long ylen) {
+static void gemv_rows(int t, int m, int n, const float *A, int lda, const float *xv, int incx, float beta, float *yv,
+                      long ylen) {
     if (beta == 0.0f) memset(yv, 0, sizeof(float) * (size_t)ylen);
-    cblas_sgemv(CblasRowMajor, t, m, n, 1.0f, A, lda, xv, incx, beta == 0.0f ? 1.0f : beta, yv, 1);
+    cpu_sgemv(t, m, n, 1.0f, A, lda, xv, incx, beta == 0.0f ? 1.0f : beta, yv);
 }
 
 /* C [m][n] = beta*C + A [m][k] x B [n][k]^T */
 static void gemm_nt(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc) {
-    if (n == 1 && ldc == 1) gemv_rows(CblasNoTrans, m, k, A, lda, B, 1, beta, C, m);
-    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (n == 1 && ldc == 1) gemv_rows(0, m, k, A, lda, B, 1, beta, C, m);
+    else cpu_sgemm(0, 1, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* C [m][n] = beta*C + A [k][m]^T x B [k][n] */
 static void gemm_tn(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc) {
-    if (m == 1 && lda == 1) gemv_rows(CblasTrans, k, n, B, ldb, A, 1, beta, C, n);
-    else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (m == 1 && lda == 1) gemv_rows(1, k, n, B, ldb, A, 1, beta, C, n);
+    else cpu_sgemm(1, 0, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* C [m][n] = beta*C + A [m][k] x B [k][n] */
 static void gemm_nn(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc) {
-    if (n == 1 && ldb == 1 && ldc == 1) gemv_rows(CblasNoTrans, m, k, A, lda, B, 1, beta, C, m);
-    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (n == 1 && ldb == 1 && ldc == 1) gemv_rows(0, m, k, A, lda, B, 1, beta, C, m);
+    else cpu_sgemm(0, 0, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* One row of a column matrix: the tz x ty x tx block of source positions starting at (z0, y0, x0) of one sample
@@ -513,22 +506,3 @@ size_t conv3d_workspace_bytes_cpu(const Conv3dShape *s) {
     }
     return sizeof(float) * (size_t)max_l(filt, data);
 }
-
-/* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
-
-static void cpu_forward(const Conv3dShape *s, const void *x, const void *wt, const float *bias, const void *residual,
-                        void *y, void *ws) {
-    cpu_need_f32(s->dtype, "conv3d_forward");
-    conv3d_forward_cpu(s, x, wt, bias, residual, y, ws);
-}
-static void cpu_backward_data(const Conv3dShape *s, const void *dy, const void *wt, void *dx, float beta, void *ws) {
-    cpu_need_f32(s->dtype, "conv3d_backward_data");
-    conv3d_backward_data_cpu(s, dy, wt, dx, beta, ws);
-}
-static void cpu_backward_filter(const Conv3dShape *s, const void *x, const void *dy, float *dw, float *dbias,
-                                float beta, void *ws) {
-    cpu_need_f32(s->dtype, "conv3d_backward_filter");
-    conv3d_backward_filter_cpu(s, x, dy, dw, dbias, beta, ws);
-}
-const Conv3dOps conv3d_ops_cpu = {{op_supports_f32}, conv3d_workspace_bytes_cpu, cpu_forward, cpu_backward_data,
-                                  cpu_backward_filter};

@@ -6,10 +6,10 @@
  * Deterministic: the chunks depend on the shape only and each runs a single-threaded sgemm on one OpenMP thread
  * (OpenBLAS is switched to one thread for the call, as conv3d_cpu.c does), and the weight gradient's sums are
  * per-output loops, so the bits do not depend on the thread count. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cpu_gemm.h"
 #include "common/cpu_op.h"
 #include "core/util.h"
 #include "linear/linear.h"
@@ -20,14 +20,8 @@ static void check(const LinearShape *s) {
     if (s->n < 0 || s->in < 1 || s->out < 1) vx_fatal("linear: invalid shape n=%d in=%d out=%d", s->n, s->in, s->out);
 }
 
-static int blas_serial_begin(void) {
-    const int saved = openblas_get_num_threads();
-    if (saved != 1) openblas_set_num_threads(1);
-    return saved;
-}
-static void blas_serial_end(int saved) {
-    if (saved != 1) openblas_set_num_threads(saved);
-}
+static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
+static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
 
 static void linear_forward_cpu(const LinearShape *s, const float *x, const float *w, const float *b, float *y) {
     check(s);
@@ -38,7 +32,7 @@ static void linear_forward_cpu(const LinearShape *s, const float *x, const float
         const long r0 = c * LIN_CHUNK, rows = r0 + LIN_CHUNK <= s->n ? LIN_CHUNK : s->n - r0;
         float *yc = y + r0 * s->out;
         memset(yc, 0, sizeof(float) * (size_t)(rows * s->out)); /* sgemm's beta 0 is not relied on to ignore NaN */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, s->out, s->in, 1.0f, x + r0 * s->in, s->in, w,
+        cpu_sgemm(0, 1, (int)rows, s->out, s->in, 1.0f, x + r0 * s->in, s->in, w,
                     s->in, 0.0f, yc, s->out);
         if (b)
             for (long r = 0; r < rows; r++)
@@ -56,7 +50,7 @@ static void linear_backward_data_cpu(const LinearShape *s, const float *dy, cons
         const long r0 = c * LIN_CHUNK, rows = r0 + LIN_CHUNK <= s->n ? LIN_CHUNK : s->n - r0;
         float *dxc = dx + r0 * s->in;
         if (beta == 0.0f) memset(dxc, 0, sizeof(float) * (size_t)(rows * s->in)); /* dx may hold NaN */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, s->in, s->out, 1.0f, dy + r0 * s->out,
+        cpu_sgemm(0, 0, (int)rows, s->in, s->out, 1.0f, dy + r0 * s->out,
                     s->out, w, s->in, beta, dxc, s->in);
     }
     blas_serial_end(saved);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "bench/bench_util.h"
+#include "common/cpu_gemm.h"
 #include "core/fsutil.h"
 #include "core/util.h"
 #include "parallel/comm.h"
@@ -45,7 +46,7 @@ static Ceiling measure_ceiling(const Runtime *rt, int tf32, int c0) {
     }
     c.gflops = bench_sgemm_gflops(2048, 2048, 2048);
     c.conv_shape = bench_sgemm_gflops(4096, c0, 27 * c0);
-    snprintf(c.what, sizeof c.what, "sgemm 2048^3, same BLAS, same threads, same run");
+    snprintf(c.what, sizeof c.what, "%s sgemm 2048^3, same threads, same run", cpu_gemm_uses_onednn() ? "oneDNN" : "OpenBLAS");
     return c;
 }
 
@@ -253,7 +254,9 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
 }
 
 int bench_gemm(void) {
-    printf("blas: %s\n", openblas_get_config());
+    char gemm[256];
+    cpu_gemm_describe(gemm, sizeof gemm);
+    printf("blas: %s\ngemm: %s\n", openblas_get_config(), gemm);
     int shapes[][3] = {{2048, 2048, 2048}, {4096, 32, 864}, {4096, 64, 1728}, {4096, 128, 3456}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         printf("sgemm %5d x %4d x %4d: %8.2f GFLOP/s\n", shapes[i][0], shapes[i][1], shapes[i][2],

@@ -30,7 +30,9 @@
 #include "bench/bench.h"
 #include "bench/bench_util.h"
 #include "bench/kernel_cases.h"
+#include "bench/kernel_count.h"
 #include "backend/op_check.h"
+#include "common/cpu_gemm.h"
 #include "core/fsutil.h"
 #include "core/util.h"
 #include "train/runtime.h"
@@ -111,8 +113,7 @@ static double probe_rate(Probe *p, int compute) {
     for (int r = 0; r < 3; r++) {
         const double t0 = vx_now();
         if (compute) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, PROBE_N, PROBE_N, PROBE_N, 1.0f, p->a, PROBE_N, p->b,
-                        PROBE_N, 0.0f, p->c, PROBE_N);
+            cpu_sgemm(0, 1, PROBE_N, PROBE_N, PROBE_N, 1.0f, p->a, PROBE_N, p->b, PROBE_N, 0.0f, p->c, PROBE_N);
         } else {
             bench_parallel_copy(p->dst, p->src, PROBE_BYTES);
         }
@@ -133,7 +134,7 @@ static Ceilings measure_ceilings(const Runtime *rt, int tf32) {
         c.cache_bytes = bench_cuda_l2_bytes();
     } else {
         c.gemm_gflops = bench_sgemm_gflops(2048, 2048, 2048);
-        snprintf(c.gemm_what, sizeof c.gemm_what, "BLAS sgemm 2048^3, same threads");
+        snprintf(c.gemm_what, sizeof c.gemm_what, "%s sgemm 2048^3, same threads", cpu_gemm_uses_onednn() ? "oneDNN" : "BLAS");
         c.copy_gbps = cpu_copy_gbps((size_t)256 << 20);
         snprintf(c.copy_what, sizeof c.copy_what, "memcpy of 256 MiB over the OpenMP threads (read + write)");
         c.cache_bytes = cpu_cache_bytes();
@@ -231,6 +232,12 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     const int gpu = strcmp(be->name, "cuda") == 0;
     KernelCase *cases;
     const int n_all = kernel_cases_of_model(rt.model, be, &cases);
+    if (bench_kernels_count_mode()) { /* ci/regress's instruction counts: no check, ceiling or timing */
+        bench_kernels_count(be, cases, n_all, want);
+        free(cases);
+        runtime_close(&rt);
+        return 0;
+    }
     Ceilings ceil = measure_ceilings(&rt, cfg->train.tf32);
     vx_log("ceilings: %s %.1f GFLOP/s; %s %.1f GB/s; cache %.1f MiB\n", ceil.gemm_what, ceil.gemm_gflops,
            ceil.copy_what, ceil.copy_gbps, ceil.cache_bytes / 1048576.0);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cpu_gemm.h"
+#include "conv3d/conv3d_cpu_select.h"
 #include "core/util.h"
 #include "data/phantom.h"
 
@@ -63,9 +65,17 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
     rt->model = model_build(model, &opt, cfg->batch_size, rt->be);
     const Model *m = rt->model;
     if (verbose) {
-        vx_log("device: %s (%s)\n", rt->be->name, rt->device_reason);
-        if (strcmp(rt->be->name, "cpu") == 0) vx_log("cpu: %s, %d threads\n", rt->hw.cpu_model, threads ? threads : rt->hw.cores);
-        else {
+        if (strcmp(rt->be->name, "cpu") == 0) {
+            /* what the CPU runs: its instruction set, the GEMM kernels (a BLAS older than the CPU said here, never
+             * silently), the convolutions the plan chose */
+            char isa[96], gemm[256], conv[256];
+            cpu_isa_describe(isa, sizeof isa);
+            cpu_gemm_describe(gemm, sizeof gemm);
+            conv3d_cpu_describe(conv, sizeof conv);
+            vx_log("device: %s (%s); %s, %d threads, %s; GEMM: %s; convolutions: %s\n", rt->be->name,
+                   rt->device_reason, rt->hw.cpu_model, threads ? threads : rt->hw.cores, isa, gemm, conv);
+        } else {
+            vx_log("device: %s (%s)\n", rt->be->name, rt->device_reason);
             const HwGpu *g = &rt->hw.gpus[rt->hw.gpu];
             vx_log("gpu: %s, %.1f GiB (%.1f GiB free), %d SMs, compute capability %d.%d; TF32 convolutions %s, "
                    "deterministic algorithms %s\n",

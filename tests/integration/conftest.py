@@ -10,6 +10,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VOXSCALE = os.path.abspath(os.environ.get("VOXSCALE") or os.path.join(ROOT, "build", "voxscale"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def conv_choices_of_this_session(tmp_path_factory):
+    """The CPU convolutions' measured choices (kernels/conv3d/conv3d_cpu_select.c) in a file of this test session:
+    every run of the session reuses them (so reruns meet the same kernels, as on a user's machine), and nothing
+    measured here is left in the user's cache or read from it. VX_CONV_CACHE set by the caller wins."""
+    if "VX_CONV_CACHE" not in os.environ:
+        os.environ["VX_CONV_CACHE"] = str(tmp_path_factory.mktemp("conv-cache") / "conv-cpu.tsv")
+    yield
+
+
 def run(*args, check=True, timeout=600, env=None):
     """Runs voxscale with args from the repo root; returns the CompletedProcess (text)."""
     p = subprocess.run([VOXSCALE, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=timeout,

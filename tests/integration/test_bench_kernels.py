@@ -2,8 +2,9 @@
 
 bench kernels must check every op of the default config against its float64 reference (and fail, naming the op,
 when an output is wrong), rate each against ceilings measured in the same run, and write its JSON and Markdown;
-ci/regress must pass a fresh run against a baseline made on this machine, fail when one op is made 3x slower, and
-say "skipped" (exit 77) where the device has no baseline. About a minute on 2 cores."""
+ci/regress's baseline part (--no-parent: the parent comparison has tests/integration/test_regress_gate.py) must pass
+a fresh run against a baseline made on this machine, fail when one op is made 3x slower, and say "skipped" (exit 77)
+where there is neither a parent nor a baseline. About a minute on 2 cores."""
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "voxscale")
-REGRESS = [os.path.join(ROOT, "ci", "regress")]
+REGRESS = [os.path.join(ROOT, "ci", "regress"), "--no-parent"]
 GATE_OPS = "conv3d_forward,groupnorm_silu_forward,accumulate"
 
 
@@ -118,7 +119,7 @@ def test_gate_fails_when_one_kernel_is_3x_slower(gate_baseline):
     assert "FAILED: 1 of 4 figures regressed" in p.stdout
 
 
-def test_gate_without_a_baseline_says_skipped(tmp_path):
+def test_gate_without_a_parent_or_a_baseline_says_skipped(tmp_path):
     k, s = tmp_path / "k.json", tmp_path / "s.json"
     k.write_text(json.dumps({"device": "gpu-nobody-has", "device_detail": "", "config": "default", "commit": "x",
                              "ceilings": {"gemm_gflops": 1, "copy_gbps": 1}, "kernels": []}))
@@ -126,5 +127,5 @@ def test_gate_without_a_baseline_says_skipped(tmp_path):
                              "step_ms_min": 1}))
     p = run(REGRESS + ["--kernels", str(k), "--step", str(s)])
     assert p.returncode == 77, p.stdout
-    assert "skipped: no baseline for this device (gpu-nobody-has)" in p.stdout
+    assert "skipped: no parent to compare with and no baseline for this device (gpu-nobody-has)" in p.stdout
     assert "ci/regress --update" in p.stdout

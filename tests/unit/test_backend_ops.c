@@ -20,12 +20,14 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "conv3d/conv3d_cpu_select.h"
 #include "op_cases.h"
 #include "require_gpu.h"
 
 typedef struct {
     const Backend *be;
     int op;
+    int conv_mode; /* the CPU's convolutions: CONV_MODE_AUTO (chosen by measurement), or one path forced */
 } Target;
 
 /* VX_OP_TYPES (a comma list of dtype names) allows dt; unset: every type */
@@ -46,6 +48,7 @@ static void run_op(void **state) {
     const OpTestCase *cases = op_test_cases(&n_cases);
     const KernelOp *ops = kernel_ops(&n_ops);
     const char *small = getenv("VX_OP_SMALL");
+    if (t->be == backend_cpu()) conv3d_cpu_set_mode(t->conv_mode);
     for (int c = 0; c < n_cases; c++) {
         if (kernel_op_find(cases[c].op) != t->op) continue;
         if (small && strcmp(small, "1") == 0 && !cases[c].emu) continue;
@@ -59,6 +62,7 @@ static void run_op(void **state) {
             }
         }
     }
+    if (t->be == backend_cpu()) conv3d_cpu_set_mode(CONV_MODE_AUTO);
     if (run == 0) print_error("%s on %s: no case ran\n", ops[t->op].name, t->be->name);
     assert_true(run > 0);
     assert_int_equal(failed, 0);
@@ -89,19 +93,23 @@ int main(int argc, char **argv) {
     for (int b = 0; b < 2; b++) {
         if (!backends[b] && !listed) continue;
         const char *bname = b == 0 ? "cpu" : "cuda";
-        for (int op = 0; op < n_ops && n < MAX_TESTS; op++) {
-            snprintf(names[n], sizeof names[n], "%s_%s", bname, ops[op].name);
-            int wanted = argc <= 1 || listed;
-            for (int a = 1; a < argc && !wanted; a++) wanted = fnmatch(argv[a], names[n], 0) == 0;
-            if (!wanted) continue;
-            if (listed) {
-                printf("%s\n", names[n]);
-                continue;
+        /* the CPU's convolutions three times: as chosen, and each path forced (the im2col reference and oneDNN) */
+        static const char *const suffix[3] = {"", "_im2col", "_onednn"};
+        static const int mode[3] = {CONV_MODE_AUTO, CONV_MODE_IM2COL, CONV_MODE_ONEDNN};
+        for (int op = 0; op < n_ops; op++)
+            for (int v = 0; v < (b == 0 && strncmp(ops[op].name, "conv3d", 6) == 0 ? 3 : 1) && n < MAX_TESTS; v++) {
+                snprintf(names[n], sizeof names[n], "%s_%s%s", bname, ops[op].name, suffix[v]);
+                int wanted = argc <= 1 || listed;
+                for (int a = 1; a < argc && !wanted; a++) wanted = fnmatch(argv[a], names[n], 0) == 0;
+                if (!wanted) continue;
+                if (listed) {
+                    printf("%s\n", names[n]);
+                    continue;
+                }
+                targets[n] = (Target){.be = backends[b], .op = op, .conv_mode = mode[v]};
+                tests[n] = (struct CMUnitTest){.name = names[n], .test_func = run_op, .initial_state = &targets[n]};
+                n++;
             }
-            targets[n] = (Target){.be = backends[b], .op = op};
-            tests[n] = (struct CMUnitTest){.name = names[n], .test_func = run_op, .initial_state = &targets[n]};
-            n++;
-        }
     }
     if (listed) return 0;
     const int rc = _cmocka_run_group_tests("backend_ops", tests, (size_t)n, NULL, NULL);

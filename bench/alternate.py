@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""bench/alternate.py CONFIG --base BIN: this build, another build (the parent commit's, say) and the PyTorch/MONAI
+reference, timed in turns on the same machine in the same run, so that a shared machine's load moves all three
+alike. Each round runs `voxscale bench step` with both binaries and the reference's --bench (the order rotating
+between rounds), and records each one's median and fastest step and the load average before it; the figures are
+the median over the rounds of the runs' medians, and the fastest step of all (what each reaches when the machine
+is least disturbed: on a shared 2-core VM at a load average of 200 the medians measure the neighbours). Writes results/<device>/alternate_<config>.md (and .json) and prints it.
+
+  bench/alternate.py configs/default.json --base /tmp/parent/voxscale --rounds 5
+  ITERS / WARMUP: steps per run (default 6 / 2)."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def vx_step(binary, config, iters, warmup, env):
+    out = tempfile.mkdtemp(prefix="vx-alt-")
+    p = subprocess.run([binary, "bench", "step", "--config", config, "--iters", str(iters), "--warmup", str(warmup),
+                        "--device", "cpu", "--results", out], cwd=ROOT, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit("alternate.py: %s bench step failed (%d):\n%s" % (binary, p.returncode, (p.stdout + p.stderr)[-2000:]))
+    [dev] = os.listdir(out)
+    stem = os.path.splitext(os.path.basename(config))[0]
+    j = json.load(open(os.path.join(out, dev, "step_%s.json" % stem)))
+    dline = next((l for l in (p.stdout + p.stderr).splitlines() if l.startswith("device: ")), "")
+    return j, dline
+
+
+def reference(config, batch, iters, warmup, python):
+    family = json.load(open(os.path.join(ROOT, config))).get("model", {}).get("family", "ae3d")
+    out = tempfile.mktemp(suffix=".json")
+    p = subprocess.run([python, os.path.join(ROOT, "bench", "reference", family + ".py"), "--config", config, "--bench",
+                        "--device", "cpu", "--iters", str(iters), "--warmup", str(warmup), "--batch-size", str(batch),
+                        "--tf32", "1", "--out", out], cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("alternate.py: the reference failed (%d):\n%s" % (p.returncode, (p.stdout + p.stderr)[-2000:]))
+    return json.load(open(out))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("config")
+    ap.add_argument("--base", required=True, help="the other voxscale binary (the parent commit's build)")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "voxscale"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--label", default="", help="what the base binary is (for the table)")
+    args = ap.parse_args()
+    iters, warmup = int(os.environ.get("ITERS", 6)), int(os.environ.get("WARMUP", 2))
+    python = os.path.join(ROOT, ".venv", "bin", "python")
+    python = python if os.access(python, os.X_OK) else "/usr/bin/python3"
+    env = dict(os.environ)
+    runs = {"new": [], "base": [], "ref": []}
+    mins = {"new": [], "base": [], "ref": []}
+    loads = []
+    dline, vxj, ptj = "", None, None
+    order = ["new", "base", "ref"]
+    for r in range(args.rounds):
+        for who in order[r % 3:] + order[:r % 3]:
+            loads.append(loadavg())
+            if who == "ref":
+                ptj = reference(args.config, vxj["batch"] if vxj else 2, iters, warmup, python)
+                runs["ref"].append(ptj["step_ms_median"])
+                mins["ref"].append(ptj["step_ms_min"])
+            else:
+                j, d = vx_step(args.bin if who == "new" else args.base, args.config, iters, warmup, env)
+                runs[who].append(j["step_ms_median"])
+                mins[who].append(j["step_ms_min"])
+                if who == "new":
+                    vxj, dline = j, d
+            print("round %d %-4s %9.1f ms (fastest %.1f)  (load %.2f)" % (r + 1, who, runs[who][-1], mins[who][-1],
+                                                                       loads[-1]), flush=True)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    best = {k: min(v) for k, v in mins.items()}
+    stem = os.path.splitext(os.path.basename(args.config))[0]
+    res = {"config": stem, "rounds": args.rounds, "iters": iters, "warmup": warmup, "step_ms": runs,
+           "step_ms_min": mins, "median_ms": med, "fastest_ms": best,
+           "ratio_fastest_reference_over_new": best["ref"] / best["new"],
+           "ratio_fastest_reference_over_base": best["ref"] / best["base"], "load_avg": loads, "device_line": dline, "cpu": vxj["cpu"], "threads": vxj["threads"],
+           "batch": vxj["batch"], "commit": vxj["commit"], "reference": ptj["framework"],
+           "ratio_reference_over_new": med["ref"] / med["new"], "ratio_reference_over_base": med["ref"] / med["base"],
+           "ratio_base_over_new": med["base"] / med["new"], "base_label": args.label}
+    dev = os.path.join(args.results, vxj["device"])
+    os.makedirs(dev, exist_ok=True)
+    md = ["# %s: this build, %s and %s, alternating, same machine, same run" % (stem, args.label or "the base build",
+                                                                                 ptj["framework"]), "",
+          "| | this build (%s) | %s | %s |" % (vxj["commit"], args.label or "base", ptj["framework"]),
+          "|---|---|---|---|",
+          "| step time, median of %d rounds (each the median of %d steps) | %.1f ms | %.1f ms | %.1f ms |" % (
+              args.rounds, iters, med["new"], med["base"], med["ref"]),
+          "| per round | %s | %s | %s |" % tuple(" ".join("%.0f" % x for x in runs[k]) for k in ("new", "base", "ref")),
+          "| reference / this build (medians) | **%.2fx** | %.2fx | |" % (res["ratio_reference_over_new"],
+                                                                       res["ratio_reference_over_base"]),
+          "| fastest step of all rounds | %.1f ms | %.1f ms | %.1f ms |" % (best["new"], best["base"], best["ref"]),
+          "| reference / this build (fastest steps) | **%.2fx** | %.2fx | |" % (
+              res["ratio_fastest_reference_over_new"], res["ratio_fastest_reference_over_base"]),
+          "", "Batch %d, fp32, %d threads, CPU %s; load average (1 min) before each run: %s (2 cores, shared)." % (
+              vxj["batch"], vxj["threads"], vxj["cpu"], " ".join("%.1f" % x for x in loads)),
+          "", "This build's `%s`" % dline.replace("|", "/"), ""]
+    text = "\n".join(md)
+    with open(os.path.join(dev, "alternate_%s.md" % stem), "w") as f:
+        f.write(text)
+    with open(os.path.join(dev, "alternate_%s.json" % stem), "w") as f:
+        json.dump(res, f, indent=1)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

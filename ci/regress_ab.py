@@ -1,0 +1,205 @@
+"""ci/regress_ab.py: the gate's comparison of this tree with its parent commit (ci/regress imports it).
+
+Both are built here, in the same job, the same way (CPU-only, -march=x86-64-v3: what valgrind can run, and the
+same flags for both, so only the code differs); the parent's build is cached by commit. Then:
+  time    `bench kernels` and `bench step` of the timing config, run in alternating pairs (this, parent, this,
+          parent, ...): a neighbour's load on a shared VM hits both sides of a pair alike. Per op and pair, the
+          geometric mean over its cases of this build's median call over the parent's; an op regresses when that
+          ratio exceeds 1 + tolerance in every pair (a burst of load slows one pair, a regression every pair).
+  count   `bench kernels` of the count configs under callgrind (VX_KERNELS_CALLGRIND=1, src/bench/kernel_count.c):
+          each case's instructions for one call, one thread; per op the sum over its cases; an op regresses when
+          this build executes more than 1 + tolerance of the parent's. Counts do not move with load; they cover
+          the convolutions on each CPU path (VX_CONV_CPU=im2col, onednn) where both builds have it. Under valgrind
+          the CPU shows AVX2 (valgrind runs no AVX-512), so the kernels counted are the AVX2 ones.
+A parent built before the count mode existed gives no counts: said, and the gate rests on the times."""
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCH = "-march=x86-64-v3"
+TOL_TIME = 0.15   # every pair slower by more than this: a regression
+TOL_COUNT = 0.03  # instructions: deterministic up to library internals, 3% is far above their jitter
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, cwd=kw.pop("cwd", ROOT), capture_output=True, text=True, **kw)
+
+
+def git(*args):
+    p = sh(["git", *args])
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def parent_rev():
+    """(rev, why): HEAD when tracked files have changes (the tree is what is tested), else HEAD's first parent."""
+    if git("rev-parse", "--is-inside-work-tree") != "true":
+        return None, "not a git checkout"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    if dirty:
+        return git("rev-parse", "HEAD"), "the working tree's changes against HEAD"
+    rev = git("rev-parse", "--verify", "-q", "HEAD~1")
+    return (rev, "HEAD against its parent") if rev else (None, "HEAD has no parent in this clone (shallow?)")
+
+
+def make(src, build, extra=()):
+    """make CUDA=0 ARCH=x86-64-v3 in src into build; returns the binary or exits with the log's end."""
+    jobs = str(os.cpu_count() or 2)
+    p = sh(["make", "-j" + jobs, "CUDA=0", "ARCH=" + ARCH, "BUILD=" + build, *extra, os.path.join(build, "voxscale")],
+           cwd=src)
+    if p.returncode != 0:
+        sys.exit("ci/regress: building %s failed:\n%s" % (src, (p.stdout + p.stderr)[-3000:]))
+    return os.path.join(build, "voxscale")
+
+
+def build_parent(rev):
+    cache = os.environ.get("VX_REGRESS_CACHE", "/var/tmp/voxscale-regress")
+    out = os.path.join(cache, rev[:12])
+    binary = os.path.join(out, "build", "voxscale")
+    if os.access(binary, os.X_OK):
+        return binary
+    tmp = out + ".tmp%d" % os.getpid()
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    arch = subprocess.Popen(["git", "archive", rev], cwd=ROOT, stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", tmp], stdin=arch.stdout, check=True)
+    if arch.wait() != 0:
+        sys.exit("ci/regress: git archive %s failed" % rev)
+    make(tmp, os.path.join(tmp, "build"))
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)  # a finished build only: an interrupted one is never taken for done
+    return binary
+
+
+def build_this():
+    return make(ROOT, os.path.join(ROOT, "build-regress-v3"))
+
+
+def has(binary, text):
+    with open(binary, "rb") as f:
+        return text.encode() in f.read()
+
+
+# ---- time -------------------------------------------------------------------------------------------------------
+
+def run_json(binary, sub, config, extra, env=None):
+    out = tempfile.mkdtemp(prefix="voxscale-ab-")
+    p = sh([binary, "bench", sub, "--config", config, "--device", "cpu", "--results", out, *extra],
+           env=dict(os.environ, **(env or {})))
+    if p.returncode != 0:
+        sys.exit("ci/regress: %s bench %s exited %d:\n%s" % (binary, sub, p.returncode, (p.stdout + p.stderr)[-3000:]))
+    [dev] = os.listdir(out)
+    stem = os.path.splitext(os.path.basename(config))[0]
+    with open(os.path.join(out, dev, "%s_%s.json" % ("kernels" if sub == "kernels" else "step", stem))) as f:
+        j = json.load(f)
+    shutil.rmtree(out, ignore_errors=True)
+    return j
+
+
+def time_pairs(new, base, config, pairs, ops, budget_ms, log):
+    """{op: [ratio per pair]} (geometric mean over the op's cases of new median / base median) and the step's."""
+    extra = ["--budget-ms", str(budget_ms)] + (["--ops", ops] if ops else [])
+    ratios = {}
+    for p in range(pairs):
+        k, s = {}, {}
+        for who, binary in (("new", new), ("base", base)) if p % 2 == 0 else (("base", base), ("new", new)):
+            k[who] = {(c["op"], c["shape"]): c["median_us"] for c in run_json(binary, "kernels", config, extra)["kernels"]}
+            if not ops:
+                s[who] = run_json(binary, "step", config, ["--iters", "6", "--warmup", "2"])["step_ms_min"]
+        per_op = {}
+        for key in set(k["new"]) & set(k["base"]):
+            per_op.setdefault(key[0], []).append(math.log(k["new"][key] / k["base"][key]))
+        for op, v in per_op.items():
+            ratios.setdefault(op, []).append(math.exp(sum(v) / len(v)))
+        if s:
+            ratios.setdefault("step (fastest of 6)", []).append(s["new"] / s["base"])
+        log("ci/regress: timing pair %d of %d done (load average %.1f)" % (p + 1, pairs, os.getloadavg()[0]))
+    return ratios
+
+
+# ---- count ------------------------------------------------------------------------------------------------------
+
+def count(binary, config, conv_path):
+    """{(op, shape): instructions of one call} under callgrind, one thread."""
+    out = tempfile.mkdtemp(prefix="voxscale-cg-")
+    env = dict(os.environ, VX_KERNELS_CALLGRIND="1", VX_CONV_CPU=conv_path, VX_CONV_CACHE="off", OMP_NUM_THREADS="1")
+    p = sh(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=" + os.path.join(out, "cg.out"),
+            binary, "bench", "kernels", "--config", config, "--device", "cpu", "--threads", "1"], env=env)
+    if p.returncode != 0:
+        sys.exit("ci/regress: callgrind on %s exited %d:\n%s" % (binary, p.returncode, (p.stdout + p.stderr)[-3000:]))
+    got = {}
+    for name in os.listdir(out):
+        case, total = None, None
+        with open(os.path.join(out, name)) as f:
+            for line in f:
+                if line.startswith("desc: Trigger: Client Request: case "):
+                    case = line.split("case ", 1)[1].strip()
+                elif line.startswith("totals:"):
+                    total = int(line.split()[1])
+        if case and total is not None:
+            op, shape = case.split(" ", 1)
+            got[(op, shape)] = total
+    shutil.rmtree(out, ignore_errors=True)
+    return got
+
+
+def count_ratios(new, base, configs, log):
+    """{op: (new instructions, base instructions)} summed over the op's cases in every count config and path."""
+    paths = ["im2col", "onednn"] if has(base, "VX_CONV_CPU") else ["im2col"]
+    sums = {}
+    for config in configs:
+        for path in paths:
+            n, b = count(new, config, path), count(base, config, path)
+            for key in set(n) & set(b):
+                if key[0].startswith("conv3d") or path == "im2col":  # non-conv ops once
+                    op = key[0] + (" [%s]" % path if key[0].startswith("conv3d") else "")
+                    t = sums.setdefault(op, [0, 0])
+                    t[0] += n[key]
+                    t[1] += b[key]
+            log("ci/regress: counted %s with convolutions on %s: %d cases" % (config, path, len(set(n) & set(b))))
+    return sums
+
+
+# ---- the comparison ---------------------------------------------------------------------------------------------
+
+def gate(args, log=print):
+    """Returns (regressed count, rows printed) or None when no parent can be had."""
+    if args.base_bin:
+        base, what = args.base_bin, "the given base binary %s" % args.base_bin
+    else:
+        rev, why = (args.against, "against %s" % args.against) if args.against else parent_rev()
+        if not rev:
+            log("ci/regress: no parent to compare with: %s" % why)
+            return None
+        log("ci/regress: building the parent %s (%s) ..." % (rev[:12], why))
+        base, what = build_parent(rev), "%s (%s), built here" % (rev[:12], why)
+    new = args.new_bin or build_this()
+    log("ci/regress: this build %s against %s" % (new, what))
+    rows, bad = [], 0
+    if args.pairs > 0:
+        for op, r in sorted(time_pairs(new, base, args.config, args.pairs, args.ops, args.budget_ms, log).items()):
+            worst_ok = min(r) > 1 + TOL_TIME
+            bad += worst_ok
+            rows.append(("time", op, statistics.median(r), " ".join("%.2f" % x for x in r), TOL_TIME,
+                         "REGRESSED" if worst_ok else "ok"))
+    if args.count_configs:
+        if not shutil.which("valgrind"):
+            log("ci/regress: no valgrind: instruction counts not compared (ci/deps.sh installs it)")
+        elif not has(base, "VX_KERNELS_CALLGRIND"):
+            log("ci/regress: the base build has no instruction-count mode (it predates it): counts not compared")
+        else:
+            for op, (n, b) in sorted(count_ratios(new, base, args.count_configs, log).items()):
+                r = n / b if b else 1.0
+                worse = r > 1 + TOL_COUNT
+                bad += worse
+                rows.append(("instructions", op, r, "%d vs %d" % (n, b), TOL_COUNT, "REGRESSED" if worse else "ok"))
+    log("%-13s %-40s %8s  %-28s %5s  %s" % ("kind", "op (this build / parent)", "ratio", "per pair / counts", "tol",
+                                          "verdict"))
+    for kind, op, r, detail, tol, verdict in sorted(rows, key=lambda x: -x[2]):
+        log("%-13s %-40s %8.3f  %-28s %4.0f%%  %s" % (kind, op[:40], r, detail[:28], 100 * tol, verdict))
+    return bad, len(rows)

@@ -1,0 +1,48 @@
+/* cpu_gemm.h: the CPU's instruction set, and the float32 GEMM every CPU kernel calls, on kernels that match it.
+ *
+ * OpenBLAS picks its kernels from a table of CPUs it knows: 0.3.21 (Debian 12) does not know Emerald Rapids and falls
+ * back to its Prescott (SSE3) kernels there, 4x slower than the CPU can go, without a word. So the GEMMs go through
+ * OpenBLAS only where the kernels it chose (openblas_get_corename()) are of the CPU's own vector width (AVX-512,
+ * AVX2, AVX, SSE), and otherwise through oneDNN's sgemm, which generates its code for the running CPU; the choice
+ * and any mismatch are in cpu_gemm_describe(), which the device: line prints. VX_GEMM=openblas|onednn forces one
+ * (tests, comparisons). */
+#pragma once
+#include <stddef.h>
+
+/* the vector tiers that decide the float32 GEMM kernels, in order */
+typedef enum { ISA_SSE, ISA_AVX, ISA_AVX2, ISA_AVX512 } CpuVecTier;
+
+typedef struct {
+    char model[128];    /* /proc/cpuinfo's model name */
+    CpuVecTier tier;    /* the widest float32 vectors the CPU runs (AVX-512: F, BW, VL, DQ) */
+    int avx512_bf16;    /* AVX512-BF16 (vdpbf16ps): bf16 dot products with float32 accumulation */
+    int amx_bf16;       /* AMX tiles with bf16 */
+} CpuIsa;
+
+const CpuIsa *cpu_isa(void);
+const char *cpu_tier_name(CpuVecTier t); /* "AVX-512", "AVX2", "AVX", "SSE" */
+/* "AVX-512, AVX512-BF16" (and ", AMX-BF16") */
+void cpu_isa_describe(char *buf, size_t len);
+
+/* The tier of an OpenBLAS kernel family ("Cooperlake" -> AVX-512, "Zen" -> AVX2, "Prescott" -> SSE). */
+CpuVecTier cpu_gemm_openblas_tier(const char *corename);
+/* 1 when the GEMMs run on oneDNN's sgemm (OpenBLAS's kernels are older than the CPU, or VX_GEMM=onednn). */
+int cpu_gemm_uses_onednn(void);
+/* "OpenBLAS 0.3.21, Cooperlake kernels (AVX-512)" or "oneDNN 2.6.3 sgemm (avx512_core_bf16): OpenBLAS 0.3.21 would
+ * run its Prescott (SSE) kernels on this AVX-512 CPU" */
+void cpu_gemm_describe(char *buf, size_t len);
+
+/* "OpenBLAS Cooperlake" or "oneDNN sgemm": the GEMM kernels in a word or two (keys of measured choices). */
+const char *cpu_gemm_kernels(void);
+
+/* Row-major C [m][n] = alpha * op(A) op(B) + beta * C, op = transpose where ta/tb are 1 (cblas_sgemm's meaning).
+ * Inside an OpenMP parallel region it runs on the calling thread (both libraries do so there). */
+void cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc);
+/* Row-major y [m] = beta*y + op(A) x, A [rows][cols] (cblas_sgemv's meaning, incy 1). */
+void cpu_sgemv(int ta, int rows, int cols, float alpha, const float *A, int lda, const float *x, int incx, float beta,
+               float *y);
+/* OpenBLAS's own thread pool off for the duration of a call whose OpenMP threads each run their own GEMMs; returns
+ * what cpu_gemm_serial_end restores. No-op for oneDNN (it runs on the calling thread inside parallel regions). */
+int cpu_gemm_serial_begin(void);
+void cpu_gemm_serial_end(int saved);

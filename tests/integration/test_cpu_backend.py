@@ -1,0 +1,101 @@
+"""The CPU backend on the running CPU (issue 22): the device: line names the CPU's instruction set, the GEMM kernels
+and the convolutions' paths; an OpenBLAS whose kernels are older than the CPU is said there and its GEMMs go to
+oneDNN's sgemm; the convolutions are chosen per shape and direction by measurement, printed with VX_CONV_LOG=1 and
+kept in the VX_CONV_CACHE file; training through oneDNN matches the im2col reference to float rounding; and
+--deterministic reruns are bit for bit, forced onto either path or as chosen (the choice read back from the file)."""
+import filecmp
+import os
+import re
+
+import pytest
+
+from conftest import metrics, run
+
+TINY = ["--config", "configs/test/tiny.json", "--device", "cpu", "--set", "output.tensorboard=0",
+        "--set", "train.val_samples=0"]
+
+
+def flags():
+    with open("/proc/cpuinfo") as f:
+        line = next(l for l in f if l.startswith("flags"))
+    return set(line.split(":", 1)[1].split())
+
+
+def device_line(out):
+    return next(l for l in out.splitlines() if l.startswith("device: "))
+
+
+def test_device_line_names_the_isa_the_gemm_kernels_and_the_convolutions():
+    line = device_line(run("detect", *TINY).stdout)
+    f = flags()
+    isa = "AVX-512" if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= f else "AVX2" if "avx2" in f else None
+    if isa:
+        assert ", %s" % isa in line, line
+    if "avx512_bf16" in f:
+        assert "AVX512-BF16" in line, line
+    assert re.search(r"GEMM: (OpenBLAS [0-9.]+, \w+ kernels|oneDNN [0-9.]+ sgemm)", line), line
+    assert re.search(r"convolutions: oneDNN [0-9.]+ \(\w+\) on \d+ of \d+ shape-directions, im2col\+sgemm on \d+", line), line
+
+
+def test_an_openblas_older_than_the_cpu_is_said_and_its_gemms_go_to_onednn():
+    # OpenBLAS's SSE kernels are what 0.3.21 runs on a CPU it does not know (Emerald Rapids); forcing them here
+    # stands in for that machine
+    p = run("detect", *TINY, env=dict(os.environ, OPENBLAS_CORETYPE="Prescott"))
+    line = device_line(p.stdout)
+    if "AVX" not in line.split("GEMM:")[0]:
+        pytest.skip("this CPU has no AVX: SSE kernels match it")
+    assert "GEMM: oneDNN" in line and "Prescott kernels (SSE) are older than this" in line, line
+    # and a forced GEMM says it was forced
+    line = device_line(run("detect", *TINY, env=dict(os.environ, VX_GEMM="onednn")).stdout)
+    assert "sgemm" in line and "VX_GEMM=onednn" in line, line
+
+
+def test_conv_log_shows_each_choice_with_both_times_and_the_file_keeps_them(tmp_path):
+    cache = tmp_path / "conv.tsv"
+    env = dict(os.environ, VX_CONV_LOG="1", VX_CONV_CACHE=str(cache))
+    first = run("detect", *TINY, env=env).stderr
+    lines = [l for l in first.splitlines() if l.startswith("conv3d cpu ")]
+    # every distinct shape of the tiny model, three directions each, measured now
+    assert lines and len(lines) % 3 == 0, first
+    assert all("measured now" in l and re.search(r"im2col [0-9.]+ ms, oneDNN [0-9.]+ ms", l) for l in lines), first
+    assert any("oneDNN " in l.split(": ", 1)[1] for l in lines) or all("im2col+sgemm" in l for l in lines)
+    assert len(cache.read_text().splitlines()) == len(lines)
+    again = run("detect", *TINY, env=env).stderr
+    relines = [l for l in again.splitlines() if l.startswith("conv3d cpu ")]
+    assert len(relines) == len(lines) and all("measured earlier" in l for l in relines), again
+    # the same choices
+    strip = lambda l: l.split(" (im2col")[0].split(", measured")[0]
+    assert sorted(map(strip, lines)) == sorted(map(strip, relines))
+
+
+def test_a_bad_vx_conv_cpu_is_one_line_and_exit_2():
+    p = run("detect", *TINY, check=False, env=dict(os.environ, VX_CONV_CPU="fast"))
+    assert p.returncode == 2 and "VX_CONV_CPU must be auto, im2col or onednn" in p.stderr, p.stderr
+
+
+def _train(out, env, steps=4, threads=2):
+    return run("train", *TINY, "--steps", steps, "--threads", threads, "--deterministic", "--out", out,
+               "--set", "train.log_every=1", env=dict(os.environ, **env))
+
+
+def test_onednn_training_matches_the_im2col_reference_to_float_rounding(tmp_path):
+    losses = {}
+    for path in ("im2col", "onednn"):
+        _train(tmp_path / path, {"VX_CONV_CPU": path}, threads=2)
+        losses[path] = [m["loss"] for m in metrics(tmp_path / path) if "loss" in m]
+    assert len(losses["im2col"]) == 4
+    for a, b in zip(losses["im2col"], losses["onednn"]):
+        assert abs(a - b) <= 1e-4 * abs(a), losses
+    assert losses["im2col"] != losses["onednn"]  # two paths really ran (their sums round differently)
+
+
+@pytest.mark.parametrize("path", ["onednn", "auto"])
+def test_deterministic_reruns_are_bit_for_bit(tmp_path, path):
+    # fixed threads (2), the choices of the first run read back from the file by the second, oneDNN's kernels
+    # deterministic for a fixed thread count and ISA
+    env = {"VX_CONV_CPU": path, "VX_CONV_CACHE": str(tmp_path / "conv.tsv")}
+    for r in ("a", "b"):
+        _train(tmp_path / r, env)
+    ca, cb = (os.path.join(tmp_path, r, "checkpoints", "step_4.ckpt") for r in "ab")
+    assert filecmp.cmp(ca, cb, shallow=False)
+    assert [m.get("loss") for m in metrics(tmp_path / "a")] == [m.get("loss") for m in metrics(tmp_path / "b")]
