@@ -106,8 +106,7 @@ typedef struct {
 typedef struct {
     Diff *d[D_KINDS];
     int n[D_KINDS], refused[D_KINDS];
-    const Diff *first_refused;
-    int first_kind;
+    int first_kind, first_index; /* the first difference not allowed: d[first_kind][first_index]; kind -1: none */
 } Diffs;
 
 static void add_diff(Diffs *ds, int kind, const char *key, const char *detail, const char *allow) {
@@ -117,7 +116,7 @@ static void add_diff(Diffs *ds, int kind, const char *key, const char *detail, c
     snprintf(d->detail, sizeof d->detail, "%s", detail);
     if (!allowed(allow, key)) {
         ds->refused[kind]++;
-        if (!ds->first_refused) ds->first_refused = d, ds->first_kind = kind;
+        if (ds->first_kind < 0) ds->first_kind = kind, ds->first_index = ds->n[kind] - 1;
     }
 }
 
@@ -187,7 +186,7 @@ void weights_read(const char *path, const Model *m, const char *allow, const cha
     out->param_src = vx_malloc((size_t)(m->n_params + 1) * sizeof(int));
     out->buffer_src = vx_malloc((size_t)(m->n_buffers + 1) * sizeof(int));
     char *used = vx_calloc((size_t)f->n + 1, 1);
-    Diffs ds = {0};
+    Diffs ds = {.first_kind = -1};
     for (int i = 0; i < m->n_params; i++) {
         int64_t shape[5];
         const int nd = weights_torch_shape(m, &m->params[i], shape);
@@ -226,15 +225,16 @@ void weights_read(const char *path, const Model *m, const char *allow, const cha
                        "%s one; use weights of the same network (model.family, depth, channels)", f->origin, out->total,
                        k, m->params[0].name, family);
     }
-    if (ds.first_refused) {
+    if (ds.first_kind >= 0) {
+        const Diff *first = &ds.d[ds.first_kind][ds.first_index];
         static const char *const KIND[D_KINDS] = {"is missing in the file", "has another shape or dtype in the file",
                                                   "is in the file but not in the model"};
         const int refused = ds.refused[0] + ds.refused[1] + ds.refused[2];
         char top[128];
-        snprintf(top, sizeof top, "%.*s.*", (int)strcspn(ds.first_refused->key, "."), ds.first_refused->key);
+        snprintf(top, sizeof top, "%.*s.*", (int)strcspn(first->key, "."), first->key);
         vx_usage_error("%s: key \"%s\" %s %s%s; allow the keys that may differ with --init-allow PATTERNS "
                        "(train.init_allow, e.g. \"%s\": they keep their fresh values) or use weights of this model",
-                       f->origin, ds.first_refused->key, KIND[ds.first_kind], ds.first_refused->detail,
+                       f->origin, first->key, KIND[ds.first_kind], first->detail,
                        refused > 1 ? " (and more: listed above)" : "", top);
     }
     for (int k = 0; k < D_KINDS; k++) free(ds.d[k]);
