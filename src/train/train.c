@@ -39,6 +39,7 @@
 #include "trace/trace.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
+#include "train/param_groups.h"
 #include "train/rank_agree.h"
 #include "train/run_dir.h"
 #include "train/runtime.h"
@@ -319,6 +320,8 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     if (init_from) weights_read(train->init_from, t->m, train->init_allow, "init-from", rank0, &init);
     else if (train->init_from[0] && rank0)
         vx_log("init-from: not read: the run resumes from %s, which holds its weights\n", resume_path);
+    ParamGroups groups; /* train.freeze checked here, before anything is written (the stepper plans them again) */
+    param_groups_plan(t->m, train, &groups, 0);
     /* every file decoded once (this rank's share), before any directory exists: damage past a header, a PNG's
      * CRC or non-finite voxels found during training left a run directory behind that blocked the rerun */
     dataset_check_files(t->ds, rank, world, trainer_data_workers(t), rank0);
