@@ -6,9 +6,11 @@
  * summed into rank 0's table (one value and zeros: exact), which writes predictions.csv in the input's order.
  * Bad input follows training's rules: every volume's header is read, and the weights checked, before anything is
  * written (a missing file, a bad header, a volume smaller than the input without data.pad: one line naming the file
- * and row, exit 2; data.skip_bad leaves them out with a warning); a file found damaged while decoding ends the run
- * likewise, or is left out with data.skip_bad; non-finite voxels follow data.nonfinite. Every file is written whole
- * and atomically; an --out holding a predictions.csv already is refused rather than overwritten. */
+ * and row, exit 2; data.skip_bad leaves them out with a warning); a file found damaged only by decoding it ends the
+ * run likewise (the outputs before it complete, no predictions.csv: the rerun in the same --out needs no cleanup),
+ * or is left out with data.skip_bad; non-finite voxels follow data.nonfinite. (Training decodes every file once before
+ * it writes; predict reads each once, not twice.) Every file is written whole and atomically; an --out holding a
+ * predictions.csv already is refused rather than overwritten. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
