@@ -6,7 +6,8 @@
 #                    libnifti (NIfTI volumes) and nibabel (the tests' reference reader), scikit-learn (AUROC's
 #                    reference), matplotlib (the benchmark reports' charts, bench/report) and chromium (headless:
 #                    the report page's test)
-#   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest and tensorboard,
+#   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest, tensorboard and
+#          safetensors (the reference reader and writer the weights files are checked against),
 #          and MONAI without its dependencies (resnet3d's reference)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-
 # Headless Chromium for the report page's test: Debian's chromium is the browser itself; Ubuntu's is a stub that
 # installs a snap, which containers (the test image on NVIDIA's Ubuntu) cannot run, so there the test skips and says so.
 if grep -q '^ID=debian' /etc/os-release 2>/dev/null; then APT_PACKAGES+=(chromium); fi
-PIP_PACKAGES=(pytest tensorboard)
+PIP_PACKAGES=(pytest tensorboard safetensors==0.8.0)
 # installed without their dependencies, so pip keeps Debian's torch and numpy: MONAI (resnet3d's reference,
 # tests/integration/test_monai.py; 1.3.2 runs on torch 1.13)
 PIP_NODEPS=(monai==1.3.2)

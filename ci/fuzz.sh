@@ -12,7 +12,7 @@ shift || true
 BUILD=${BUILD:-build}
 make --no-print-directory -s fuzz BUILD="$BUILD" || { echo "fuzz: build failed"; exit 1; }
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config checkpoint cli tfrecord manifest volume)
+[ ${#targets[@]} -gt 0 ] || targets=(config checkpoint cli tfrecord manifest volume safetensors)
 
 failed=0
 for name in "${targets[@]}"; do
@@ -22,7 +22,7 @@ for name in "${targets[@]}"; do
     # Refused configs and command lines end through a longjmp that skips the frees of a process about to exit
     # (cJSON trees, the file buffer): leak detection would report those, so it is on only for the other targets.
     leaks=1
-    case $name in config|cli|manifest) leaks=0 ;; esac
+    case $name in config|cli|manifest|safetensors) leaks=0 ;; esac
     log="$BUILD/fuzz/$name.log"
     ASAN_OPTIONS="detect_leaks=$leaks${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
         "$bin" "$work" "tests/fuzz/corpus/$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \

@@ -12,7 +12,7 @@
 enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OPT_THREADS, OPT_OUT, OPT_RESUME,
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
        OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS, OPT_CKPT_ACT, OPT_AMP,
-       OPT_COMPILE };
+       OPT_COMPILE, OPT_CKPT, OPT_WEIGHTS, OPT_DATA, OPT_INIT_FROM, OPT_INIT_ALLOW };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -25,7 +25,10 @@ static const struct option COMMON_OPTS[] = {
     {"gpus", required_argument, 0, OPT_GPUS}, {"lr-scaling", required_argument, 0, OPT_LR_SCALING},
     {"ops", required_argument, 0, OPT_OPS}, {"budget-ms", required_argument, 0, OPT_BUDGET_MS},
     {"reps", required_argument, 0, OPT_REPS}, {"checkpoint-activations", no_argument, 0, OPT_CKPT_ACT},
-    {"amp", required_argument, 0, OPT_AMP}, {"compile", no_argument, 0, OPT_COMPILE}, {0, 0, 0, 0}};
+    {"amp", required_argument, 0, OPT_AMP}, {"compile", no_argument, 0, OPT_COMPILE},
+    {"ckpt", required_argument, 0, OPT_CKPT}, {"weights", required_argument, 0, OPT_WEIGHTS},
+    {"data", required_argument, 0, OPT_DATA}, {"init-from", required_argument, 0, OPT_INIT_FROM},
+    {"init-allow", required_argument, 0, OPT_INIT_ALLOW}, {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
 static int cli_count(const char *s, const char *flag) {
@@ -36,6 +39,10 @@ static int cli_count(const char *s, const char *flag) {
 }
 
 void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *allowed) {
+    cli_parse_from(argc, argv, a, help, allowed, NULL);
+}
+
+void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const char *allowed, CliConfigSource source) {
     memset(a, 0, sizeof *a);
     a->config_path = DEFAULT_CONFIG;
     a->warmup = a->iters = a->budget_ms = a->reps = -1; /* -1: the subcommand's default */
@@ -57,7 +64,12 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
         case 'h':
         case OPT_HELP: fputs(help, stdout); vx_exit(0);
         case OPT_HELP_CONFIG: config_print_help(stdout); vx_exit(0);
-        case OPT_CONFIG: a->config_path = optarg; break;
+        case OPT_CONFIG: a->config_path = optarg, a->config_given = 1; break;
+        case OPT_CKPT: a->ckpt = optarg; break;
+        case OPT_WEIGHTS: a->weights = optarg; break;
+        case OPT_DATA: a->data = optarg; break;
+        case OPT_INIT_FROM: key = "train.init_from"; break;
+        case OPT_INIT_ALLOW: key = "train.init_allow"; break;
         case OPT_RESUME: a->resume = optarg; break;
         case OPT_RESULTS: a->results_dir = optarg; break;
         case OPT_WARMUP: a->warmup = cli_count(optarg, "--warmup"); break;
@@ -71,7 +83,7 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
         case OPT_DEVICE: key = "train.device"; break;
         case OPT_SEED: key = "train.seed"; break;
         case OPT_THREADS: key = "train.threads"; break;
-        case OPT_OUT: key = "output.dir"; break;
+        case OPT_OUT: key = "output.dir", a->out = optarg; break;
         case OPT_PROFILE: key = "output.profile"; break;
         case OPT_DETERMINISTIC: key = "train.deterministic"; optarg = "1"; break;
         case OPT_CKPT_ACT: key = "train.checkpoint_activations"; optarg = "1"; break;
@@ -104,7 +116,8 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
         }
     }
     if (optind < argc) vx_usage_error("%s: unexpected argument \"%s\" (see --help)", argv[0], argv[optind]);
-    config_load(&a->cfg, a->config_path);
+    if (source && !a->config_given) source(a, &a->cfg);
+    else config_load(&a->cfg, a->config_path);
     for (int i = 0; i < n; i++) {
         if (!config_has_key(keys[i]))
             vx_usage_error("%s %s: no config key \"%s\" (see --help-config)", flags[i], keys[i], keys[i]);

@@ -12,8 +12,16 @@ typedef struct {
     const char *ops;   /* bench kernels --ops: NULL when not given */
     int budget_ms, reps; /* bench kernels: -1 when not given */
     const char *steps_flag; /* "--steps" or "--set" when the command line set train.steps, else NULL */
+    const char *ckpt, *weights, *data, *out; /* export and predict: --ckpt, --weights, --data, --out (or NULL) */
+    int config_given;                  /* --config was on the command line */
     Config cfg;
 } CliArgs;
 
+/* Where a subcommand's config comes from when --config is not given (export and predict: beside the checkpoint, or
+ * in the weights file's metadata): fills cfg (defaults included) or exits 2 saying why; NULL: DEFAULT_CONFIG. */
+typedef void (*CliConfigSource)(const CliArgs *a, Config *cfg);
+
 /* `allowed` lists the long option names this subcommand takes, as ",name,name,". Prints `help` for --help. */
 void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *allowed);
+/* The same with the config taken from `source` unless --config is given. */
+void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const char *allowed, CliConfigSource source);

@@ -1,4 +1,4 @@
-/* main.c: the voxscale command line: train, detect, bench, probe. Each subcommand parses its own flags; bad flags
+/* main.c: the voxscale command line: train, detect, bench, probe, export, predict. Each subcommand parses its own flags; bad flags
  * are one line and exit 2, `--help` works everywhere. */
 #include <getopt.h>
 #include <libgen.h>
@@ -23,7 +23,9 @@ static void usage_main(FILE *out) {
             "  train    train the 3D autoencoder of a config (voxscale train --help)\n"
             "  detect   show CPUs, RAM and GPUs, and the device and batch size train would choose\n"
             "  bench    benchmarks: `bench step` (training step), `bench gemm` (the machine's GEMM ceiling)\n"
-            "  probe    write one step's inputs, noise, parameters, losses and gradients for the PyTorch check\n");
+            "  probe    write one step's inputs, noise, parameters, losses and gradients for the PyTorch check\n"
+            "  export   a checkpoint's weights as safetensors, in MONAI's / PyTorch's names and layouts\n"
+            "  predict  apply a trained model to volumes: predictions.csv (a head), reconstructions and latents (ae3d)\n");
 }
 
 static const char *TRAIN_HELP =
@@ -37,6 +39,10 @@ static const char *TRAIN_HELP =
     "  --threads N         CPU threads, 0 = all cores (train.threads)\n"
     "  --out DIR           run directory (output.dir); default runs/<config>-<time>\n"
     "  --resume CKPT       continue exactly from a checkpoint written by train\n"
+    "  --init-from FILE    start from a safetensors file's weights, matched by name (train.init_from; voxscale\n"
+    "                      export, or bench/reference/convert_pth.py for a PyTorch state_dict)\n"
+    "  --init-allow P,..   glob patterns of the keys that may differ from it: missing, unexpected or of another\n"
+    "                      shape, they keep their fresh values (train.init_allow; e.g. \"fc.*\" for a new head)\n"
     "  --profile A:B       write a profiler trace of optimizer steps A..B to <run>/traces/ (output.profile)\n"
     "  --deterministic     deterministic GPU algorithms only (train.deterministic=1)\n"
     "  --amp P             bf16 | fp16 | off: mixed precision on a GPU (train.precision; default auto: bf16 on a GPU,\n"
@@ -108,7 +114,7 @@ static int cmd_train(int argc, char **argv) {
     CliArgs a;
     cli_parse(argc, argv, &a, TRAIN_HELP,
               ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
-              "lr-scaling,amp,compile,");
+              "lr-scaling,amp,compile,init-from,init-allow,");
     /* train.stages set the run's length (their sum): a --steps beside them was silently ignored; refused, since
      * which stage it should shorten is anyone's guess */
     if (a.steps_flag && a.cfg.train.n_stages)
@@ -177,5 +183,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "detect") == 0) return cmd_detect(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "probe") == 0) return probe_main(argc - 1, argv + 1);
-    vx_usage_error("unknown command \"%s\"; commands: train, detect, bench, probe (voxscale --help)", cmd);
+    if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);
+    if (strcmp(cmd, "predict") == 0) return cmd_predict(argc - 1, argv + 1);
+    vx_usage_error("unknown command \"%s\"; commands: train, detect, bench, probe, export, predict (voxscale --help)",
+                   cmd);
 }

@@ -341,6 +341,9 @@ void config_validate(const Config *cfg, const char *origin) {
                            "train.weight_decay", origin, i, st.lr);
     }
     if (!ae3d) validate_resnet(m, origin);
+    if (ae3d && t->backbone_lr_mult != 1)
+        vx_usage_error("%s: train.backbone_lr_mult = %g: ae3d has no head, so no backbone apart from it; use train.lr "
+                       "(or train.freeze for the first layers)", origin, t->backbone_lr_mult);
     if (strcmp(d->source, "csv") == 0 && !d->csv[0])
         vx_usage_error("%s: data.source csv needs data.csv, the manifest's path", origin);
     if (strcmp(d->source, "dir") == 0 && !d->dir[0])

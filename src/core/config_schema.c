@@ -110,6 +110,19 @@ const KeySpec SCHEMA[] = {
      "micro-batch (forward, loss, backward; with ranks the last one holds the gradient buckets' NCCL all-reduces) and "
      "one for the losses' all-reduce, clipping and AdamW; losses are read back one step late. The CPU runs the "
      "same step eagerly"},
+    {K(train, init_from), T_STRING, 0, 0, NULL, "\"\"",
+     "a safetensors file (voxscale export, or a PyTorch/MONAI state_dict through bench/reference/convert_pth.py) the "
+     "parameters and BatchNorm statistics start from, matched by name; \"\" = the seed's initialisation. Ignored "
+     "when resuming"},
+    {K(train, init_allow), T_STRING, 0, 0, NULL, "\"\"",
+     "comma-separated glob patterns of the keys that may be missing in train.init_from, unexpected in it or of "
+     "another shape (they keep their fresh values: \"fc.*\" for a new head); any other difference is refused"},
+    {K(train, freeze), T_STRING, 0, 0, NULL, "\"\"",
+     "comma-separated name prefixes of parameters left untrained (e.g. \"conv1,bn1,layer1\"); they must be the "
+     "network's first layers. BatchNorm's running statistics still move in training, as in PyTorch"},
+    {K(train, backbone_lr_mult), T_DOUBLE, 0, 1e3, NULL, "1",
+     "resnet3d: the learning rate of every parameter but the head's (fc) is train.lr times this (fine-tuning a "
+     "pretrained backbone slower than a new head)"},
     {K(train, stages), T_STAGES, 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
      "train.steps is then their sum"},

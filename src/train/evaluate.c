@@ -2,6 +2,7 @@
 #include "train/evaluate.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,9 +52,27 @@ float *evaluate_reconstruct(Model *m, const float *vols, int count) {
     return recon;
 }
 
+/* Test hook: VX_TEST_VAL_DUMP=DIR writes each validation's inputs and reconstructions (float32, [count][D][H][W][C])
+ * to DIR/val_input.bin and DIR/val_recon.bin, the last validation's staying: what tests/integration/test_predict.py
+ * compares `voxscale predict`'s output with. */
+static void test_dump(const float *vols, const float *recon, long n) {
+    const char *dir = getenv("VX_TEST_VAL_DUMP");
+    if (!dir || !*dir) return;
+    const float *what[2] = {vols, recon};
+    static const char *const NAME[2] = {"val_input.bin", "val_recon.bin"};
+    for (int k = 0; k < 2; k++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, NAME[k]);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(what[k], sizeof(float), (size_t)n, f) != (size_t)n) vx_fatal("VX_TEST_VAL_DUMP: %s", path);
+        fclose(f);
+    }
+}
+
 ValResult evaluate(Model *m, const HeldOut *h) {
     const long n = h->val * (m->tensors[m->t_input].count / m->batch);
     float *recon = evaluate_reconstruct(m, h->vols, h->val);
+    test_dump(h->vols, recon, n);
     double l1 = 0, se = 0;
     for (long i = 0; i < n; i++) {
         const double d = (double)recon[i] - (double)h->vols[i];

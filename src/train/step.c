@@ -9,6 +9,7 @@
 #include "core/util.h"
 #include "elementwise/elementwise.h"
 #include "optim/optim.h"
+#include "train/param_groups.h"
 
 enum { SUM_RECON = 0, SUM_KL = 1, SUM_STOP = 2, SUM_SUMSQ = 3, SUM_COUNT = 4 };
 #define SUMS_REDUCED 3 /* recon, kl, stop: summed over the ranks */
@@ -17,6 +18,7 @@ enum { SUM_RECON = 0, SUM_KL = 1, SUM_STOP = 2, SUM_SUMSQ = 3, SUM_COUNT = 4 };
 typedef struct {
     OptimState opt;
     float sums[SUM_COUNT]; /* recon and kl summed over the micro-batches (then over the ranks), stop flag, sumsq */
+    OptimState opt_backbone; /* the backbone's group (param_groups.h): opt's decisions at lr x backbone_lr_mult */
 } StepDev;
 
 /* A graph slot: the captured replay of one variant of a step's part, how often it was asked for, and how many
@@ -33,6 +35,8 @@ struct Stepper {
     Comm *comm;
     Buckets *buckets;
     OptimConfig ocfg;
+    TrainConfig train;   /* train.freeze and train.backbone_lr_mult: the parameter groups of each model */
+    ParamGroups groups;  /* of the current model */
     int accum, world, phases, said;
     int graphs_asked; /* --compile and graphs possible here (a backend that captures; ranks: a comm that does) */
     int use_graphs;   /* graphs_asked, unless the phases are timed or a capture failed */
@@ -143,14 +147,23 @@ static void optimizer_body(Stepper *s, int unused) {
     if (s->buckets)
         comm_wait(s->comm, comm_allreduce(s->comm, s->dev->sums, SUMS_REDUCED, COMM_SUM, "the step's losses"), NULL);
     float *sumsq = s->dev->sums + SUM_SUMSQ;
-    s->be->optim->sumsq(m->param_floats, m->grad, sumsq); /* of the reduced gradients: the same on every rank */
+    const ParamGroups *pg = &s->groups; /* one group of every float unless fine-tuning says otherwise */
+    /* of the reduced gradients (the same on every rank), frozen parameters left out as PyTorch leaves them out */
+    s->be->optim->sumsq(pg->trainable, m->grad, sumsq);
     s->be->optim->prepare(&s->ocfg, sumsq, &s->dev->opt);
-    s->be->optim->adamw(m->param_floats, m->param, m->grad, m->adam_m, m->adam_v, &s->dev->opt, m->dtype, m->param_lp);
+    if (pg->n > 1) s->be->optim->prepare(&s->ocfg, sumsq, &s->dev->opt_backbone); /* the same decisions, its lr */
+    for (int i = 0; i < pg->n; i++) {
+        const long b = pg->g[i].begin;
+        void *lp = m->param_lp ? (char *)m->param_lp + (size_t)b * dtype_size(m->dtype) : NULL;
+        s->be->optim->adamw(pg->g[i].end - b, m->param + b, m->grad + b, m->adam_m + b, m->adam_v + b,
+                            pg->g[i].backbone ? &s->dev->opt_backbone : &s->dev->opt, m->dtype, lp);
+    }
 }
 
 Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *buckets) {
     Stepper *s = vx_calloc(1, sizeof *s);
     s->be = m->be;
+    s->train = *cfg;
     s->comm = comm;
     s->accum = cfg->grad_accum;
     s->world = comm->world;
@@ -173,8 +186,10 @@ Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *b
         vx_log("warning: float16 without loss scaling: the loss gradient (1/%ld per voxel) is below float16's range "
                "and trains nothing; use train.loss_scale dynamic (auto) or --amp bf16\n", m->tensors[m->t_recon].count);
     StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}};
+    init.opt_backbone = init.opt;
     s->be->copy_to_device(s->dev, &init, sizeof init);
     stepper_set_model(s, m, buckets);
+    param_groups_plan(m, cfg, &s->groups, 1); /* (once more, to say what it decided) */
     s->graphs_asked = cfg->compile && s->be->graph_capture_begin != NULL;
     if (s->graphs_asked && buckets && !comm_can_capture(comm)) {
         s->graphs_asked = 0; /* for good: stepper_time_phases(s, 0) must not turn them on either */
@@ -201,6 +216,7 @@ void stepper_set_model(Stepper *s, Model *m, Buckets *buckets) {
     drop_graphs(s);
     s->m = m;
     s->buckets = buckets;
+    param_groups_plan(m, &s->train, &s->groups, 0);
 }
 
 int stepper_graphs(const Stepper *s) { return s->use_graphs; }
@@ -234,6 +250,7 @@ void stepper_set_carry(Stepper *s, const OptimCarry *c) {
     o.skipped_steps = c->skipped_steps;
     o.growth_tracker = c->growth_tracker;
     s->be->copy_to_device(&s->dev->opt, &o, sizeof o);
+    s->be->copy_to_device(&s->dev->opt_backbone, &o, sizeof o); /* the backbone's group keeps the same count */
 }
 
 void stepper_begin(Stepper *s, int64_t step1) {
@@ -286,6 +303,10 @@ void stepper_end(Stepper *s, double lr, int stop_request) {
     test_dump_grad(s);
     const float stop = stop_request ? 1.0f : 0.0f;
     be->write_async(&s->dev->opt.lr, &lr, sizeof lr);
+    if (s->groups.n > 1) {
+        const double lr_b = lr * s->groups.backbone_lr_mult;
+        be->write_async(&s->dev->opt_backbone.lr, &lr_b, sizeof lr_b);
+    }
     be->write_async(s->dev->sums + SUM_STOP, &stop, sizeof stop);
     run(s, &s->opt, optimizer_body, 0);
     be->timer_mark(base + T_END);

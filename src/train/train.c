@@ -33,11 +33,13 @@
 #include "parallel/comm.h"
 #include "parallel/launch.h"
 #include "model/ckpt.h"
+#include "model/weights.h"
 #include "tb/tb_writer.h"
 #include "trace/gpu_activity.h"
 #include "trace/trace.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
+#include "train/param_groups.h"
 #include "train/rank_agree.h"
 #include "train/run_dir.h"
 #include "train/runtime.h"
@@ -312,6 +314,14 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     trainer_check_stages(t);
     Ckpt ck = {0};
     if (resume_path) ckpt_read(resume_path, t->m, train->steps, &ck);
+    /* train.init_from: read and matched here, applied after the seed's initialisation (a checkpoint has it all) */
+    WeightsInit init = {0};
+    const int init_from = train->init_from[0] && !resume_path;
+    if (init_from) weights_read(train->init_from, t->m, train->init_allow, "init-from", rank0, &init);
+    else if (train->init_from[0] && rank0)
+        vx_log("init-from: not read: the run resumes from %s, which holds its weights\n", resume_path);
+    ParamGroups groups; /* train.freeze checked here, before anything is written (the stepper plans them again) */
+    param_groups_plan(t->m, train, &groups, 0);
     /* every file decoded once (this rank's share), before any directory exists: damage past a header, a PNG's
      * CRC or non-finite voxels found during training left a run directory behind that blocked the rerun */
     dataset_check_files(t->ds, rank, world, trainer_data_workers(t), rank0);
@@ -344,6 +354,10 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     trainer_attach_model(t, m);
     model_allocate(m);
     model_init_params(m, (uint64_t)train->seed);
+    if (init_from) {
+        weights_apply(&init, m);
+        weights_free(&init);
+    }
     if (resume_path) {
         ckpt_apply(&ck, m, &t->st);
         ckpt_free(&ck);

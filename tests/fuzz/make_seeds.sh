@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=tests/fuzz/corpus
-rm -rf "$C" && mkdir -p "$C"/{config,checkpoint,cli,tfrecord,manifest,volume}
+rm -rf "$C" && mkdir -p "$C"/{config,checkpoint,cli,tfrecord,manifest,volume,safetensors}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -143,5 +143,32 @@ pair = nib.Nifti1Pair(np.arange(60, dtype=np.int16).reshape(4, 3, 5), np.eye(4))
 hdr, img = pair.header.binaryblock, np.arange(60, dtype=np.int16).reshape(4, 3, 5).tobytes(order="F")
 open(out + "/pair", "wb").write(b"\6" + hdr + b"IMG!" + img)
 open(out + "/pair_img_missing", "wb").write(b"\6" + hdr)
+PY
+# safetensors (issue 28): files the reference writer makes (every float dtype, an int64 scalar, metadata, an empty
+# tensor) and the damaged forms the reader must refuse: header length, JSON, dtype, shape, overlap, out of the file
+.venv/bin/python - "$C/safetensors" <<'PY'
+import json, struct, sys
+import torch
+from safetensors.torch import save
+out = sys.argv[1]
+good = save({"conv1.weight": torch.arange(24, dtype=torch.float32).reshape(2, 1, 3, 2, 2), "bn1.running_var":
+             torch.ones(2, dtype=torch.float64), "h": torch.tensor([1.0, -2.0], dtype=torch.float16), "b":
+             torch.tensor([3.0], dtype=torch.bfloat16), "bn1.num_batches_tracked": torch.tensor(7), "e": torch.zeros(0)},
+            metadata={"format": "pt", "voxscale.family": "resnet3d"})
+open(out + "/valid", "wb").write(good)
+def raw(header, data=b""):
+    h = header.encode() if isinstance(header, str) else header
+    return struct.pack("<Q", len(h)) + h + data
+t = lambda dt, shape, off: {"dtype": dt, "shape": shape, "data_offsets": off}
+cases = {"bad_length": struct.pack("<Q", 1 << 40) + good[8:], "bad_json": raw('{"a": {"dtype": "F32",'),
+         "bad_dtype": raw(json.dumps({"a": t("F33", [1], [0, 4])}), b"\0" * 4),
+         "bad_shape": raw(json.dumps({"a": t("F32", [3], [0, 4])}), b"\0" * 4),
+         "overlap": raw(json.dumps({"a": t("F32", [2], [0, 8]), "b": t("F32", [2], [4, 12])}), b"\0" * 12),
+         "out_of_file": raw(json.dumps({"a": t("F32", [4], [0, 16])}), b"\0" * 8),
+         "trailing": raw(json.dumps({"a": t("F32", [1], [0, 4])}) + " x", b"\0" * 4),
+         "twice": raw('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+                      '"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}', b"\0" * 8)}
+for name, data in cases.items():
+    open(out + "/" + name, "wb").write(data)
 PY
 echo "seeds: $(find "$C" -type f | wc -l) files, $(du -sh "$C" | cut -f1)"

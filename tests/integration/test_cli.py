@@ -63,7 +63,8 @@ def test_bad_command_line_is_one_line_and_exit_2(tmp_path, args, needles):
 
 
 @pytest.mark.parametrize("cmd", [["--help"], ["train", "--help"], ["detect", "--help"], ["bench", "--help"],
-                                 ["bench", "step", "--help"], ["bench", "gemm", "--help"], ["probe", "--help"]])
+                                 ["bench", "step", "--help"], ["bench", "gemm", "--help"], ["probe", "--help"],
+                                 ["export", "--help"], ["predict", "--help"]])
 def test_help_everywhere(cmd):
     p = run(*cmd)
     assert "usage: voxscale" in p.stdout

@@ -1,0 +1,44 @@
+/* predict_family.h: what `voxscale predict` makes of a model's outputs, one table entry per family (predict_family.c):
+ *   resnet3d  a row of predictions.csv per volume: the class probabilities (softmax) and the predicted class, the
+ *             labels' probabilities (sigmoid), the regression targets, or the survival risk score
+ *   ae3d      the reconstruction and the latent mean as NIfTI files beside predictions.csv (the input's header and
+ *             affine kept, moved to the crop and, for the latent, to its coarser grid), and a row with the
+ *             reconstruction's L1 and PSNR against the input crop (the trainer's validation figures) and the names
+ * The driver (cmd_predict.c) lists, checks, decodes, crops and batches the volumes, runs the evaluation forward, then
+ * hands each batch to its family's `batch`; each rank's rows are summed into rank 0's table, which writes the CSV
+ * through `header` and `format`. A new family (one whose predict samples volumes, say) is one entry here. */
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+
+#include "core/config_base.h"
+#include "model/model.h"
+
+typedef struct {
+    const char *path;        /* the input volume, as listed */
+    char stem[CONFIG_STR];   /* what its output files are named after (unique in the run) */
+    int off[3];              /* the crop's corner in the volume (d, h, w; negative: padding before it) */
+} PredictItem;
+
+typedef struct {
+    Model *m;                /* after model_forward(m, 0) on the batch */
+    const char *out_dir;
+    const PredictItem *items; /* the batch's volumes */
+    int used;                /* how many of the batch's slots hold one */
+    const float *inputs;     /* their normalised crops, host memory [used][D][H][W][C] */
+} PredictBatch;
+
+typedef struct {
+    const char *family; /* model.family */
+    /* floats of a volume's row (what the ranks gather) */
+    int (*row_floats)(const Model *m);
+    /* predictions.csv's header after "path" (",prob_0,...") */
+    void (*header)(const Model *m, FILE *f);
+    /* rows[used][row_floats] from the batch's outputs, and the batch's files; 1, or 0 and why */
+    int (*batch)(const PredictBatch *b, float *rows, char *why, size_t why_len);
+    /* one row's fields after the path (",0.25,...") */
+    void (*format)(const Model *m, const PredictItem *it, const float *row, FILE *f);
+} PredictFamily;
+
+/* The entry of model m's family (every family has one). */
+const PredictFamily *predict_family(const Model *m);
