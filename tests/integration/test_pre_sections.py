@@ -106,6 +106,10 @@ def _assert_metrics(out, fixture):
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMES} for r in rows]
     assert [sorted(r) for r in got] == [sorted(r) for r in want], "metrics.jsonl logs other fields or lines"
     for g, w in zip(strip(got), strip(want)):
+        # peak_mib may grow by a few bytes of device-side state: issue 28 added the backbone's OptimState (88 bytes)
+        # to the step's StepDev. Anything beyond 1 KiB is a real change of the plan and fails.
+        if "peak_mib" in w:
+            assert abs(g.pop("peak_mib") - w.pop("peak_mib")) * 2**20 < 1024, "peak memory moved by more than 1 KiB"
         assert g == w, (g, w)
 
 
