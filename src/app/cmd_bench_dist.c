@@ -72,7 +72,8 @@ static const char *SCALING_HELP =
     "  --measure-max (default: the GPUs present, or 4 CPU ranks) are run (mpirun on CPU ranks), the others\n"
     "  projected from a measured one-rank step and the all-reduce model (the fit of bench allreduce, or the\n"
     "  --interconnect preset); the model's error is printed beside every measured count. Writes\n"
-    "  DIR/<device>/scaling_<config>.json, .md, .png and scaling_<config>_tb/ (TensorBoard, step = ranks)\n";
+    "  DIR/<device>/scaling_<config>.json, .md, scaling_<config>_tb/ (TensorBoard, step = ranks) and the chart\n"
+    "  DIR/<device>/charts/scaling_<config>.png and .svg (drawn by bench/report/report.py)\n";
 
 int cmd_bench_scaling(int argc, char **argv) {
     BenchScalingOptions o = {.counts = {1, 2, 4, 8}, .n_counts = 4, .weak = 1, .strong = 1, .steps = 8,

@@ -60,5 +60,6 @@ typedef struct {
 } BenchScalingOptions;
 
 /* Weak and strong scaling of the trainer: measured up to measure_max ranks, projected beyond from a one-rank
- * timeline and the all-reduce model; writes <results>/<device>/scaling_<config>.{json,md,png} and _tb/. */
+ * timeline and the all-reduce model; writes <results>/<device>/scaling_<config>.{json,md} and _tb/; the chart,
+ * charts/scaling_<config>.{png,svg}, is drawn by bench/report/report.py. */
 int bench_scaling(Config *cfg, const BenchScalingOptions *o);
