@@ -1,8 +1,8 @@
 /* conv3d_cpu_select.c: the CPU backend's convolution table (ops.def): per shape and direction, the im2col + sgemm
  * reference (conv3d_cpu.c) or oneDNN (conv3d_dnnl.c), whichever ran faster when measured, as cuDNN's "find" chooses.
  *
- * When: at plan time, the first time the planner asks a shape's workspace (model_build, bench kernels, the op
- * tests); a call of a shape never planned measures it then. How: both candidates run on scratch buffers of the shape
+ * When: at the first call of a shape (a training run's first step, a benchmark's warm-up); the workspace a plan
+ * asks before that is enough for either candidate, so that planning alone measures nothing. How: both candidates run on scratch buffers of the shape
  * (forward with bias, backward-data with beta 0, backward-filter with the bias gradient), alternately, each timed
  * as its fastest of 3 to 12 calls after a warm-up; the slower must lose by more than 3% for oneDNN to replace the
  * reference (a tie keeps im2col). The choice is kept per process and in a file, keyed by the CPU's model name, the
@@ -258,6 +258,11 @@ void conv3d_cpu_describe(char *buf, size_t len) {
     for (const Choice *c = choices; c; c = c->next)
         for (int dir = 0; dir < 3; dir++) n++, dn += c->path[dir] == CONV_PATH_ONEDNN;
     const int m = conv3d_cpu_mode();
+    if (n == 0 && m == CONV_MODE_AUTO) { /* said before the first call: nothing chosen yet */
+        snprintf(buf, len, "%s (%s) or im2col+sgemm per shape and direction, the faster measured at its first "
+                 "call (VX_CONV_LOG=1 lists them)", conv3d_dnnl_version(), conv3d_dnnl_isa());
+        return;
+    }
     snprintf(buf, len, "%s (%s) on %d of %d shape-directions, im2col+sgemm on %d (%s; VX_CONV_LOG=1 lists them)",
              conv3d_dnnl_version(), conv3d_dnnl_isa(), dn, n, n - dn,
              m == CONV_MODE_AUTO ? "the faster of the two, measured per shape" : "forced by VX_CONV_CPU");
@@ -265,9 +270,24 @@ void conv3d_cpu_describe(char *buf, size_t len) {
 
 /* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
 
+/* The workspace asked by a plan: the chosen paths' where the shape was chosen already, else enough for either
+ * candidate in every direction, without measuring. Planning alone (detect, the hardware plan trying batch sizes,
+ * the cuDNN descriptor checks, a CUDA run's host-side model) must not time convolutions of every shape it
+ * considers on scratch buffers of that shape (ae3d-128 at batch 32 is gigabytes); the first call measures. */
 static size_t cpu_workspace(const Conv3dShape *s) {
     cpu_need_f32(s->dtype, "conv3d");
-    return choose(s)->ws;
+    const int threads = omp_get_max_threads();
+    for (const Choice *c = choices; c; c = c->next)
+        if (c->threads == threads && memcmp(&c->s, s, sizeof *s) == 0) return c->ws;
+    size_t ws = conv3d_workspace_bytes_cpu(s);
+    if (conv3d_cpu_mode() != CONV_MODE_IM2COL)
+        for (int dir = 0; dir < 3; dir++) {
+            char why[200];
+            if (!conv3d_dnnl_usable(s, dir, NULL, 0, why, sizeof why)) continue;
+            const size_t b = conv3d_dnnl_workspace_bytes(s, dir);
+            if (b > ws) ws = b;
+        }
+    return ws;
 }
 static void cpu_forward(const Conv3dShape *s, const void *x, const void *wt, const float *bias, const void *residual,
                         void *y, void *ws) {
