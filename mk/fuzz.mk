@@ -8,7 +8,7 @@ FUZZ_CC      ?= clang
 FUZZ_BUILD   := $(BUILD)/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_LIBS    := $(shell pkg-config --libs $(PKGS) openblas libprotobuf-c 2>/dev/null) -lnifti2 -lznz -lz -lm -lpthread
+FUZZ_LIBS    := $(shell pkg-config --libs $(PKGS) openblas libprotobuf-c 2>/dev/null) -ldnnl -lnifti2 -lznz -lz -lm -lpthread
 
 .PHONY: fuzz fuzz-lib
 fuzz: $(FUZZ_TARGETS)
