@@ -4,15 +4,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "adaln/adaln.h"
 #include "augment/augment.h"
 #include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
 #include "dropout/dropout.h"
+#include "gelu/gelu.h"
 #include "groupnorm/groupnorm.h"
 #include "head_loss/head_loss.h"
 #include "latent/latent.h"
+#include "layernorm/layernorm.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "softmax/softmax.h"
+#include "timestep/timestep.h"
 #include "backend/op_check.h"
 
 #define MAX_CASES 1024
@@ -252,8 +257,90 @@ static void resnet_ops(void) {
     cox(2000, 0);
 }
 
+/* ---- the transformer family's ops (issue 21) -------------------------------------------------------------------- */
+
+static void gelu(long n, int offset, int emu) {
+    for (int kind = 0; kind < 2; kind++) {
+        KernelCase k = {0};
+        const GeluShape s = {.count = n, .kind = kind};
+        kernel_case_set_params(&k, &s, sizeof s);
+        snprintf(k.shape, sizeof k.shape, "%ld %s", n, kind == GELU_TANH ? "tanh" : "erf");
+        add("gelu_forward", k, offset, emu);
+        add_betas("gelu_backward", k, offset, emu);
+    }
+}
+
+static void softmax(long rows, int cols, int offset, int emu) {
+    KernelCase k = {0};
+    const SoftmaxShape s = {.rows = rows, .cols = cols};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "%ld x %d", rows, cols);
+    add("softmax_forward", k, offset, emu);
+    add_betas("softmax_backward", k, offset, emu);
+}
+
+static void layernorm(long rows, int c, int offset, int emu) {
+    for (int affine = 0; affine < 2; affine++) {
+        KernelCase k = {0};
+        const LayerNormShape s = {.rows = rows, .c = c, .eps = 1e-6f, .affine = affine};
+        kernel_case_set_params(&k, &s, sizeof s);
+        snprintf(k.shape, sizeof k.shape, "%ld x %d%s", rows, c, affine ? " affine" : "");
+        add("layernorm_forward", k, offset, emu);
+        add_betas("layernorm_backward", k, offset, emu);
+    }
+}
+
+/* mod_stride c: separate [n][c] vectors; 6c: inside adaLN's packed [n][6c] */
+static void adaln(int n, long tokens, int c, long mod_stride, int offset, int emu) {
+    KernelCase k = {0};
+    const AdaLNShape s = {.n = n, .tokens = tokens, .c = c, .mod_stride = mod_stride};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %ldx%d stride %ld", n, tokens, c, mod_stride);
+    add("adaln_modulate", k, offset, emu);
+    add_betas("adaln_modulate_backward", k, offset, emu);
+    add("adaln_gate", k, offset, emu);
+    add_betas("adaln_gate_backward", k, offset, emu);
+}
+
+static void timestep(int n, int dim, int emu) {
+    KernelCase k = {0};
+    const TimestepShape s = {.n = n, .dim = dim, .max_period = 10000.0f};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d dim %d", n, dim);
+    add("timestep_embed", k, 0, emu);
+}
+
+static void vit_ops(void) {
+    gelu(1001, 0, 1);
+    gelu(4096, 0, 1);
+    gelu(7000, 1, 1);
+    gelu(300001, 0, 0);
+    softmax(7, 5, 0, 1);
+    softmax(3, 1, 0, 1);   /* one column: y = 1, dx = 0 */
+    softmax(33, 300, 0, 1); /* more columns than threads */
+    softmax(5, 1000, 1, 1);
+    softmax(4096, 512, 0, 0);
+    layernorm(7, 5, 0, 1);
+    layernorm(3, 1, 0, 1);   /* one channel: var 0 */
+    layernorm(33, 384, 0, 1);
+    layernorm(9, 1030, 1, 1); /* more than 1024 channels, misaligned */
+    layernorm(5000, 16, 0, 1); /* many partial-sum blocks */
+    layernorm(8192, 384, 0, 0);
+    adaln(2, 37, 5, 5, 0, 1);
+    adaln(3, 100, 12, 72, 0, 1); /* inside a packed [n][6c] */
+    adaln(1, 1, 3, 3, 0, 1);
+    adaln(2, 300, 300, 1800, 1, 1); /* more channels than threads, misaligned */
+    adaln(1, 5000, 8, 8, 0, 1);     /* many partial-sum blocks */
+    adaln(4, 4096, 384, 2304, 0, 0);
+    timestep(5, 256, 1);
+    timestep(3, 7, 1); /* odd width: a zero column */
+    timestep(1, 2, 1);
+    timestep(64, 384, 1);
+}
+
 static void build(void) {
     resnet_ops();
+    vit_ops();
     conv(3, 5, 7, 9, 3, 5, 3, 1, 1);
     conv(3, 5, 7, 9, 12, 20, 3, 2, 1);
     conv(3, 6, 5, 8, 5, 3, 3, 2, 1);
