@@ -10,6 +10,7 @@
 #include "conv3d/conv3d.h"
 #include "dropout/dropout.h"
 #include "gelu/gelu.h"
+#include "gemm/gemm.h"
 #include "groupnorm/groupnorm.h"
 #include "head_loss/head_loss.h"
 #include "latent/latent.h"
@@ -310,7 +311,64 @@ static void timestep(int n, int dim, int emu) {
     add("timestep_embed", k, 0, emu);
 }
 
+/* one product: C [m][n] = alpha op(A) op(B), batch entries packed (or B shared: stride 0 when shared_b) */
+static GemmShape gemm_shape(int batch, int m, int n, int k, int ta, int tb, int shared_b, float alpha, int c_f32) {
+    return (GemmShape){.batch = batch, .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb,
+                       .stride_a = (long)m * k, .stride_b = shared_b ? 0 : (long)k * n, .stride_c = (long)m * n,
+                       .alpha = alpha, .c_f32 = c_f32};
+}
+
+static void gemm_case(const char *op, GemmShape s, int bias, int offset, int emu, int betas) {
+    KernelCase k = {.dims = {bias}};
+    kernel_case_set_params(&k, &s, sizeof s);
+    static const char *const epi[] = {"", " gelu", " gelu-erf", " dgelu", " dgelu-erf"};
+    snprintf(k.shape, sizeof k.shape, "b%d %dx%dx%d %c%c%s%s%s%s", s.batch, s.m, s.n, s.k, s.trans_a ? 'T' : 'N',
+             s.trans_b ? 'T' : 'N', s.stride_b == 0 && s.batch > 1 && s.k > 0 ? " shared-B" : "", bias ? " bias" : "",
+             s.c_f32 ? " f32-C" : "", epi[s.epilogue]);
+    if (betas) add_betas(op, k, offset, emu);
+    else add(op, k, offset, emu);
+}
+
+/* a Linear over rows (x W^T + b), its dX (dY W) and dW (dY^T X into float32), and their epilogue forms */
+static void gemm_linear(int rows, int in, int out, int offset, int emu) {
+    gemm_case("gemm", gemm_shape(1, rows, out, in, 0, 1, 0, 1.0f, 0), 1, offset, emu, 1);
+    gemm_case("gemm", gemm_shape(1, rows, in, out, 0, 0, 0, 1.0f, 0), 0, offset, emu, 1);
+    gemm_case("gemm", gemm_shape(1, out, in, rows, 1, 0, 0, 1.0f, 1), 0, offset, emu, 1);
+    for (int e = GEMM_EPI_GELU_TANH; e <= GEMM_EPI_GELU_ERF; e++) {
+        GemmShape g = gemm_shape(1, rows, out, in, 0, 1, 0, 1.0f, 0);
+        g.epilogue = e;
+        gemm_case("gemm_gelu", g, 1, offset, emu, 0);
+        GemmShape d = gemm_shape(1, rows, in, out, 0, 0, 0, 1.0f, 0); /* dH = dY W2, times gelu'(pre) */
+        d.epilogue = e + 2;
+        gemm_case("gemm_dgelu", d, 0, offset, emu, 0);
+    }
+    KernelCase k = {0};
+    const GemmShape bg = {.m = rows, .n = out};
+    kernel_case_set_params(&k, &bg, sizeof bg);
+    snprintf(k.shape, sizeof k.shape, "%d x %d", rows, out);
+    add_betas("gemm_bias_grad", k, offset, emu);
+}
+
+static void vit_gemm(void) {
+    gemm_linear(37, 33, 20, 0, 1);
+    gemm_linear(5, 7, 1, 0, 1);      /* one output */
+    gemm_linear(70, 24, 40, 1, 1);   /* misaligned, more than one tile of rows */
+    gemm_linear(130, 96, 136, 0, 1); /* several tiles both ways, multiples of 8 (cuBLASLt's aux) */
+    gemm_linear(2048, 384, 1536, 0, 0);
+    gemm_case("gemm", gemm_shape(4, 29, 31, 16, 0, 1, 0, 0.25f, 0), 0, 0, 1, 1); /* scores-like: batched, scaled */
+    gemm_case("gemm", gemm_shape(3, 17, 9, 40, 1, 1, 0, 1.0f, 0), 1, 0, 1, 1);  /* both transposed */
+    gemm_case("gemm", gemm_shape(3, 33, 12, 20, 0, 1, 1, 1.0f, 0), 1, 1, 1, 1); /* one weight for every batch entry */
+    gemm_case("gemm", gemm_shape(2, 5, 7, 0, 0, 0, 0, 1.0f, 0), 1, 0, 1, 1);   /* k 0: bias (and beta C) only */
+    gemm_case("gemm", gemm_shape(96, 64, 64, 64, 0, 1, 0, 0.125f, 0), 0, 0, 2, 0);
+    KernelCase k = {0};
+    const GemmShape bg = {.m = 5000, .n = 16}; /* many partial-sum blocks */
+    kernel_case_set_params(&k, &bg, sizeof bg);
+    snprintf(k.shape, sizeof k.shape, "5000 x 16");
+    add_betas("gemm_bias_grad", k, 0, 1);
+}
+
 static void vit_ops(void) {
+    vit_gemm();
     gelu(1001, 0, 1);
     gelu(4096, 0, 1);
     gelu(7000, 1, 1);

@@ -24,6 +24,8 @@ extern "C" {
 #include "batchnorm/batchnorm.h"
 #include "dropout/dropout.h"
 #include "gelu/gelu.h"
+#include "gemm/gemm.h"
+#include "gemm/gemm_lt.h"
 #include "head_loss/head_loss.h"
 #include "layernorm/layernorm.h"
 #include "linear/linear.h"
@@ -117,6 +119,16 @@ static void emu_ada_gate_backward(const AdaLNShape *s, const void *dout, const v
     adaln_ops_cuda.gate_backward(s, dout, h, gate, dh, dgate, beta_dh, beta_mod);
 }
 
+static void emu_gemm_bias_grad(DType dt, long rows, int cols, const void *dy, float *db, float beta) {
+    emu_poison_scratch();
+    gemm_ops_cuda.bias_grad(dt, rows, cols, dy, db, beta);
+}
+/* no cuBLASLt under the emulation: gemm_cuda.cu's own tiled kernel and epilogues run */
+int gemm_lt_matmul(const GemmShape *, const void *, const void *, const float *, void *, void *, float, int *pending) {
+    *pending = 0;
+    return 0;
+}
+
 /* the op tables: CUDA's own where nothing is poisoned first; no convolutions (cuDNN has no emulation) */
 static int emu_no_conv(int, DType) { return 0; }
 static int emu_optim_supports(int fn, DType dt) { return fn == OPTIM_ADAMW ? op_supports_all_types(fn, dt) : dt == DT_F32; }
@@ -129,6 +141,7 @@ static const BatchNormOps emu_batchnorm = {batchnorm_ops_cuda.head, emu_bn_stats
                                            batchnorm_ops_cuda.forward, emu_bn_backward_reduce, batchnorm_ops_cuda.backward};
 static const AvgPoolOps emu_avgpool = {avgpool_ops_cuda.head, emu_avgpool_forward, avgpool_ops_cuda.backward};
 static const HeadLossOps emu_head_loss_ops = {head_loss_ops_cuda.head, emu_head_loss};
+static const GemmOps emu_gemm = {gemm_ops_cuda.head, gemm_ops_cuda.matmul, emu_gemm_bias_grad};
 static const LayerNormOps emu_layernorm = {layernorm_ops_cuda.head, layernorm_ops_cuda.forward, emu_ln_backward};
 static const AdaLNOps emu_adaln = {adaln_ops_cuda.head, adaln_ops_cuda.modulate, emu_ada_modulate_backward,
                                    adaln_ops_cuda.gate, emu_ada_gate_backward};
@@ -184,6 +197,7 @@ static const Backend emu_backend = {
     .layernorm = &emu_layernorm,
     .adaln = &emu_adaln,
     .timestep = &timestep_ops_cuda,
+    .gemm = &emu_gemm,
 };
 
 /* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one

@@ -71,12 +71,13 @@ template <class F> void emu_launch(dim3 grid, dim3 block, F f) {
     for (unsigned t = 0; t < block.x; t++)
         ts.emplace_back([&, t] {
             threadIdx = dim3(t, 0, 0);
-            for (unsigned by = 0; by < grid.y; by++)
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    blockIdx = dim3(bx, by, 0);
-                    f();
-                    bar.arrive_and_wait();
-                }
+            for (unsigned bz = 0; bz < grid.z; bz++)
+                for (unsigned by = 0; by < grid.y; by++)
+                    for (unsigned bx = 0; bx < grid.x; bx++) {
+                        blockIdx = dim3(bx, by, bz);
+                        f();
+                        bar.arrive_and_wait();
+                    }
         });
     for (auto &t : ts) t.join();
     for (unsigned w = 0; w < (block.x + 31) / 32; w++) delete emu_warp_bar[w];
