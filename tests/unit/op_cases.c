@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "adaln/adaln.h"
+#include "attention/attention.h"
 #include "augment/augment.h"
 #include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
@@ -367,8 +368,40 @@ static void vit_gemm(void) {
     add_betas("gemm_bias_grad", k, 0, 1);
 }
 
+static void attention(AttentionShape s, const char *what, int offset, int emu) {
+    KernelCase k = {0};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "b%d h%d %dx%d d%d%s", s.batch, s.heads, s.tq, s.tk, s.d, what);
+    add("attention_forward", k, offset, emu);
+    add_betas("attention_backward", k, offset, emu);
+}
+
+/* rows of a packed [tokens][3*heads*d] QKV projection (o and dO packed [tokens][heads*d]) */
+static AttentionShape packed_qkv(AttentionShape s) {
+    s.ld_q = s.ld_k = s.ld_v = 3 * s.heads * s.d;
+    return s;
+}
+
+static void vit_attention(void) {
+    attention(attention_shape(2, 3, 37, 37, 32, DT_F32), "", 0, 1);  /* odd tokens, d 32: two lanes a row */
+    attention(attention_shape(1, 2, 70, 70, 64, DT_F32), "", 1, 1);  /* d 64, misaligned, several tiles */
+    attention(attention_shape(1, 1, 1, 1, 16, DT_F32), "", 0, 1);    /* one query, one key: o = v */
+    attention(attention_shape(2, 2, 33, 5, 64, DT_F32), " cross", 0, 1);  /* fewer keys than a tile */
+    attention(attention_shape(1, 2, 7, 100, 48, DT_F32), " cross", 0, 1); /* more keys; d 48 leaves lanes idle */
+    attention(attention_shape(1, 1, 0, 9, 32, DT_F32), " no queries", 0, 1); /* dk dv 0 (or kept, beta 1) */
+    attention(attention_shape(1, 2, 45, 45, 128, DT_F32), "", 0, 1); /* eight lanes a row */
+    attention(attention_shape(1, 1, 40, 40, 80, DT_F32), "", 0, 1);
+    AttentionShape peaked = attention_shape(1, 2, 50, 77, 32, DT_F32);
+    peaked.scale = 1.0f; /* scores spread over tens of units: the online max is tested */
+    attention(peaked, " scale 1", 0, 1);
+    attention(packed_qkv(attention_shape(2, 3, 29, 29, 32, DT_F32)), " packed qkv", 1, 1);
+    attention(attention_shape(1, 6, 1000, 1000, 64, DT_F32), "", 0, 0);
+    attention(attention_shape(2, 6, 4096, 4096, 64, DT_F32), "", 0, 0);
+}
+
 static void vit_ops(void) {
     vit_gemm();
+    vit_attention();
     gelu(1001, 0, 1);
     gelu(4096, 0, 1);
     gelu(7000, 1, 1);

@@ -19,6 +19,7 @@ extern "C" {
 #include "normal/normal.h"
 #include "optim/optim.h"
 #include "adaln/adaln.h"
+#include "attention/attention.h"
 #include "augment/augment.h"
 #include "avgpool/avgpool.h"
 #include "batchnorm/batchnorm.h"
@@ -198,6 +199,7 @@ static const Backend emu_backend = {
     .adaln = &emu_adaln,
     .timestep = &timestep_ops_cuda,
     .gemm = &emu_gemm,
+    .attention = &attention_ops_cuda,
 };
 
 /* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one
