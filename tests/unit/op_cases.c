@@ -18,6 +18,7 @@
 #include "layernorm/layernorm.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "patch/patch.h"
 #include "softmax/softmax.h"
 #include "timestep/timestep.h"
 #include "backend/op_check.h"
@@ -399,9 +400,28 @@ static void vit_attention(void) {
     attention(attention_shape(2, 6, 4096, 4096, 64, DT_F32), "", 0, 0);
 }
 
+static void patch(int n, int d, int h, int w, int c, int pd, int ph, int pw, int offset, int emu) {
+    KernelCase k = {0};
+    const PatchShape s = {.n = n, .d = d, .h = h, .w = w, .c = c, .p = {pd, ph, pw}};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d p%dx%dx%d", n, d, h, w, c, pd, ph, pw);
+    add_betas("patch_to_tokens", k, offset, emu);
+    add_betas("patch_to_volume", k, offset, emu);
+}
+
+static void vit_patch(void) {
+    patch(2, 4, 6, 8, 3, 2, 2, 2, 0, 1);
+    patch(1, 6, 4, 8, 5, 3, 1, 4, 1, 1); /* anisotropic patches, misaligned */
+    patch(2, 3, 5, 7, 2, 1, 1, 1, 0, 1); /* patch 1: tokens are the voxels */
+    patch(3, 1, 8, 12, 1, 1, 4, 4, 0, 1); /* a 2-D view: d = 1, one channel */
+    patch(1, 4, 4, 4, 2, 4, 4, 4, 0, 1); /* one token: the whole volume */
+    patch(2, 64, 64, 64, 1, 8, 8, 8, 0, 0);
+}
+
 static void vit_ops(void) {
     vit_gemm();
     vit_attention();
+    vit_patch();
     gelu(1001, 0, 1);
     gelu(4096, 0, 1);
     gelu(7000, 1, 1);

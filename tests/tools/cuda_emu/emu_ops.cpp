@@ -31,6 +31,7 @@ extern "C" {
 #include "layernorm/layernorm.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "patch/patch.h"
 #include "relu/relu.h"
 #include "silu/silu.h"
 #include "softmax/softmax.h"
@@ -200,6 +201,7 @@ static const Backend emu_backend = {
     .timestep = &timestep_ops_cuda,
     .gemm = &emu_gemm,
     .attention = &attention_ops_cuda,
+    .patch = &patch_ops_cuda,
 };
 
 /* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one
