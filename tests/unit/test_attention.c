@@ -6,7 +6,9 @@
  *     sgemm), at more tokens than one tile;
  *   - bit-identical outputs and gradients for 1 and 2 OpenMP threads.
  * `test_attention --bench T [d heads]` times the tiled forward and backward against the naive forward on one batch
- * entry (same BLAS, same threads) and prints the figures; it asserts nothing (timing is not a unit test). */
+ * entry (same BLAS, same threads) and prints the figures; it asserts nothing (timing is not a unit test).
+ * `test_attention --dump DIR` writes two cases' inputs and outputs (DIR/<case>.shape, DIR/<case>.<tensor>.f32) for
+ * tests/integration/test_attention_torch.py, which checks them against PyTorch in float64. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -219,7 +221,52 @@ static int bench(int T, int d, int heads) {
     return 0;
 }
 
+static void write_f32(const char *dir, const char *name, const char *what, const float *x, long n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.%s.f32", dir, name, what);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(x, sizeof(float), (size_t)n, f) != (size_t)n || fclose(f) != 0) {
+        fprintf(stderr, "test_attention: cannot write %s\n", path);
+        exit(2);
+    }
+}
+
+/* one case's inputs (q k v dout) and the CPU op's outputs (o lse dq dk dv), and its shape as text */
+static void dump_case(const char *dir, const char *name, AttentionShape s) {
+    const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k), nv = elems(&s, s.tk, s.ld_v);
+    const long no = elems(&s, s.tq, s.ld_o), rows = (long)s.batch * s.heads * s.tq;
+    float *q = rnd(nq, 11, 2.0f), *k = rnd(nk, 12, 1.0f), *v = rnd(nv, 13, 1.0f), *dout = rnd(no, 14, 1.0f);
+    float *o = rnd(no, 15, 0.0f), *lse = rnd(rows, 16, 0.0f), *delta = rnd(rows, 17, 0.0f);
+    float *dq = rnd(nq, 18, 0.0f), *dk = rnd(nk, 19, 0.0f), *dv = rnd(nv, 20, 0.0f);
+    attention_ops_cpu.forward(&s, q, k, v, o, lse);
+    attention_ops_cpu.backward(&s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.shape", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) exit(2);
+    fprintf(f, "%d %d %d %d %d %d %d %d %d %.9g\n", s.batch, s.heads, s.tq, s.tk, s.d, s.ld_q, s.ld_k, s.ld_v,
+            s.ld_o, (double)s.scale);
+    fclose(f);
+    const struct { const char *what; const float *x; long n; } out[] = {
+        {"q", q, nq}, {"k", k, nk}, {"v", v, nv}, {"dout", dout, no}, {"o", o, no},
+        {"lse", lse, rows}, {"dq", dq, nq}, {"dk", dk, nk}, {"dv", dv, nv}};
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++) write_f32(dir, name, out[i].what, out[i].x, out[i].n);
+    free(q), free(k), free(v), free(dout), free(o), free(lse), free(delta), free(dq), free(dk), free(dv);
+}
+
+static int dump(const char *dir) {
+    AttentionShape packed = attention_shape(2, 3, 37, 37, 16, DT_F32);
+    packed.ld_q = packed.ld_k = packed.ld_v = 3 * packed.heads * packed.d; /* rows of a packed QKV */
+    dump_case(dir, "self_packed", packed);
+    dump_case(dir, "cross", attention_shape(1, 2, 20, 300, 32, DT_F32)); /* more keys than a CPU tile */
+    AttentionShape peaked = attention_shape(1, 1, 70, 70, 64, DT_F32);
+    peaked.scale = 1.0f;
+    dump_case(dir, "peaked", peaked);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "--dump") == 0) return dump(argv[2]);
     if (argc > 2 && strcmp(argv[1], "--bench") == 0)
         return bench(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 64, argc > 4 ? atoi(argv[4]) : 1);
     const struct CMUnitTest tests[] = {
