@@ -22,8 +22,7 @@ typedef struct {
     int sync_bn;               /* 1: SyncBatchNorm: every BatchNorm's statistics summed over the ranks */
 } ResNetConfig;
 
-/* model.family vit3d (issue 21, a skeleton: built and trained by its unit test, not yet in the schema, so no config
- * file can name it): a 3-D ViT over patches of the volume that reconstructs it */
+/* model.family vit3d (issue 21's skeleton): a 3-D ViT over patches of the volume that reconstructs it */
 typedef struct {
     int hidden_size;   /* token width (the seed's voxel_dim 384) */
     int blocks;        /* transformer blocks (depth) */
@@ -44,7 +43,7 @@ typedef struct {
 } HeadConfig;
 
 typedef struct {
-    char family[CONFIG_STR]; /* "ae3d" | "resnet3d": which builder makes the network (model/build_<family>.c) */
+    char family[CONFIG_STR]; /* "ae3d" | "resnet3d" | "vit3d": which builder makes the network (build_<family>.c) */
     int input_size[3]; /* D, H, W */
     int in_channels;
     int channels[CONFIG_MAX_LEVELS];

@@ -5,7 +5,7 @@
  *             build_resnet3d.c. Its BatchNorm layers keep running statistics: the model's buffers (BufferView), a
  *             flat float32 array beside the parameters, checkpointed with them and never trained
  *   vit3d     a 3-D ViT over patches that reconstructs its input (issue 21's skeleton; build_vit3d.c, its nodes run by
- *             model_exec_vit.c): no config file names it yet, its unit test builds it
+ *             model_exec_vit.c)
  * The ae3d family:
  *
  *   x [N][D][H][W][Cin]

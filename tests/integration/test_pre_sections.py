@@ -69,7 +69,10 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
                ("model", "bn_momentum"): 0.1, ("model", "bn_eps"): 1e-5, ("model", "sync_bn"): 0,
                ("model", "task"): "classification", ("model", "num_classes"): 2, ("model", "class_weights"): [],
                ("model", "pos_weight"): [], ("model", "dropout"): 0, ("train", "best_metric"): "auto",
-               ("data", "label_columns"): ""}
+               ("data", "label_columns"): "",
+               # issue 21: the vit3d family's keys
+               ("model", "hidden_size"): 384, ("model", "blocks"): 6, ("model", "heads"): 6,
+               ("model", "patch_size"): [8, 8, 8], ("model", "mlp_ratio"): 4, ("model", "ln_eps"): 1e-6}
 
 
 def _without_added(config_text):
