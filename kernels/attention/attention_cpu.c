@@ -21,6 +21,9 @@
 #define ATT_BQ 64   /* queries per forward / dq job, and per query tile of the dk dv jobs (times 2) */
 #define ATT_BK 256  /* keys per tile */
 #define ATT_BKB 64  /* keys per dk dv job */
+/* score elements times d below which a call runs on the calling thread (a parallel region costs more; the jobs,
+ * and so the bits, are the same either way) */
+#define ATT_PARALLEL_MIN (1L << 20)
 
 static int blas_serial_begin(void) {
     const int saved = openblas_get_num_threads();
@@ -44,6 +47,8 @@ static inline size_t at(int b, int tokens, int t, int ld, int h, int d) {
     return ((size_t)b * (size_t)tokens + (size_t)t) * (size_t)ld + (size_t)h * (size_t)d;
 }
 
+static double work(const AttentionShape *s) { return (double)s->batch * s->heads * s->tq * s->tk * s->d; }
+
 static void *job_alloc(size_t floats) {
     float *p = malloc(floats * sizeof(float));
     if (!p) vx_fatal("attention: out of memory for a %zu-float tile", floats);
@@ -60,7 +65,7 @@ static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv,
     const float *Q = qv, *K = kv, *V = vv;
     float *O = ov;
     const int saved = blas_serial_begin();
-#pragma omp parallel if (jobs > 1)
+#pragma omp parallel if (jobs > 1 && work(s) >= ATT_PARALLEL_MIN)
     {
         float *S = job_alloc((size_t)ATT_BQ * ATT_BK), *acc = job_alloc((size_t)ATT_BQ * d);
         float m[ATT_BQ], l[ATT_BQ];
@@ -148,7 +153,7 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
     const int kb = (s->tk + ATT_BKB - 1) / ATT_BKB, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, QT = 2 * ATT_BQ;
     const long kjobs = (long)B * H * kb, qjobs = (long)B * H * qb;
     const int saved = blas_serial_begin();
-#pragma omp parallel if (kjobs + qjobs > 2)
+#pragma omp parallel if (kjobs + qjobs > 2 && work(s) >= ATT_PARALLEL_MIN)
     {
         float *S = job_alloc((size_t)QT * ATT_BK), *dP = job_alloc((size_t)QT * ATT_BK);
         float *acc = job_alloc((size_t)2 * ATT_BKB * d), *acc2 = acc + (size_t)ATT_BKB * d;

@@ -12,6 +12,9 @@
 #include "gemm/gemm.h"
 
 #define GEMM_ROWS 64L
+/* multiply-adds below which a product runs on the calling thread: a parallel region costs more than such a product,
+ * and on a shared machine it waits for a core (the jobs, and so the bits, are the same either way) */
+#define GEMM_PARALLEL_MIN (1L << 20)
 
 static int blas_serial_begin(void) {
     const int saved = openblas_get_num_threads();
@@ -54,7 +57,7 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     const long chunks = (s->m + GEMM_ROWS - 1) / GEMM_ROWS, jobs = (long)s->batch * chunks;
     const int lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
     const int saved = blas_serial_begin();
-#pragma omp parallel for schedule(static) if (jobs > 1)
+#pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
     for (long job = 0; job < jobs; job++) {
         const long i = job / chunks, r0 = (job % chunks) * GEMM_ROWS;
         const long rows = r0 + GEMM_ROWS <= s->m ? GEMM_ROWS : s->m - r0;
