@@ -192,6 +192,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
         snprintf(device, sizeof device, "%s, %d cores, %d threads, %s", rt.hw.cpu_model, rt.hw.cores, threads,
                  openblas_get_config());
     const char *loss = m->family == FAMILY_AE3D       ? "L1+KL"
+                       : m->family == FAMILY_VIT3D     ? (strcmp(m->cfg.loss, "mse") == 0 ? "MSE" : "L1")
                        : m->task == TASK_SURVIVAL      ? "Cox"
                        : m->task == TASK_REGRESSION    ? "MSE"
                        : m->task == TASK_MULTILABEL    ? "BCE"

@@ -14,6 +14,11 @@
 #include "head_loss/head_loss.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "attention/attention.h"
+#include "gelu/gelu.h"
+#include "gemm/gemm.h"
+#include "layernorm/layernorm.h"
+#include "patch/patch.h"
 
 /* ---- the cases of a model --------------------------------------------------------------------------------- */
 
@@ -48,6 +53,82 @@ static KernelCase pad_case(long rows, int c_from, int c_to, DType dt) {
     KernelCase k = {.count = rows, .dims = {c_from, c_to}, .dtype = dt};
     snprintf(k.shape, sizeof k.shape, "%ld x c%d->%d", rows, c_from, c_to);
     return k;
+}
+
+/* a product of gemm.h, with bias (dims[0]) and beta */
+static KernelCase gemm_case(GemmShape g, int bias, float beta) {
+    KernelCase k = {.dims = {bias}, .dtype = g.dtype, .beta = beta};
+    kernel_case_set_params(&k, &g, sizeof g);
+    snprintf(k.shape, sizeof k.shape, "%dx%dx%d %c%c%s%s", g.m, g.n, g.k, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N',
+             bias ? " bias" : "", g.c_f32 ? " f32-C" : "");
+    return k;
+}
+
+/* vit3d's nodes: a Linear over rows (forward, GELU's gradient, dW, db, dx), LayerNorm, attention, the positions'
+ * add and their gradient, un-patchify */
+static void vit_cases(CaseList *l, const Model *m, const Node *nd, const Tensor *tx) {
+    const DType dt = tx->dtype;
+    KernelCase k = {.dtype = dt};
+    switch (nd->kind) {
+    case OP_LAYERNORM:
+        kernel_case_set_params(&k, &nd->ln, sizeof nd->ln);
+        snprintf(k.shape, sizeof k.shape, "%ldx%d", nd->ln.rows, nd->ln.c);
+        add_case(l, k, "layernorm_forward");
+        add_case(l, k, "layernorm_backward");
+        break;
+    case OP_GEMM: {
+        const GemmShape f = nd->gemm;
+        add_case(l, gemm_case(f, 1, 0.0f), f.epilogue != GEMM_EPI_NONE ? "gemm_gelu" : "gemm");
+        if (f.epilogue != GEMM_EPI_NONE) {
+            const GeluShape g = {.count = (long)f.m * f.n, .kind = GELU_ERF, .dtype = dt};
+            kernel_case_set_params(&k, &g, sizeof g);
+            snprintf(k.shape, sizeof k.shape, "%ld erf", g.count);
+            add_case(l, k, "gelu_backward");
+        }
+        const GemmShape dw = {.batch = 1, .m = f.n, .n = f.k, .k = f.m, .trans_a = 1, .stride_a = (long)f.m * f.n,
+                              .stride_b = (long)f.m * f.k, .stride_c = (long)f.n * f.k, .alpha = 1.0f, .c_f32 = 1,
+                              .dtype = dt};
+        add_case(l, gemm_case(dw, 0, 1.0f), "gemm");
+        const GemmShape bg = {.m = f.m, .n = f.n, .dtype = dt};
+        KernelCase b = {.dtype = dt, .beta = 1.0f};
+        kernel_case_set_params(&b, &bg, sizeof bg);
+        snprintf(b.shape, sizeof b.shape, "%d x %d", f.m, f.n);
+        add_case(l, b, "gemm_bias_grad");
+        if (tx->grad >= 0) {
+            const GemmShape dd = {.batch = 1, .m = f.m, .n = f.k, .k = f.n, .stride_a = (long)f.m * f.n,
+                                  .stride_b = (long)f.n * f.k, .stride_c = (long)f.m * f.k, .alpha = 1.0f, .dtype = dt};
+            add_case(l, gemm_case(dd, 0, nd->dx_beta[0]), "gemm");
+        }
+        break;
+    }
+    case OP_ATTENTION:
+        kernel_case_set_params(&k, &nd->att, sizeof nd->att);
+        snprintf(k.shape, sizeof k.shape, "b%d h%d %dx%d d%d", nd->att.batch, nd->att.heads, nd->att.tq, nd->att.tk,
+                 nd->att.d);
+        add_case(l, k, "attention_forward");
+        add_case(l, k, "attention_backward");
+        break;
+    case OP_POS: {
+        KernelCase acc = count_case(tx->count / tx->dims.n, dt);
+        acc.beta = 1.0f;
+        add_case(l, count_case(tx->count, dt), "accumulate");
+        add_case(l, acc, "accumulate");
+        const GemmShape bg = {.m = tx->dims.n, .n = (int)(tx->count / tx->dims.n), .dtype = dt};
+        KernelCase b = {.dtype = dt, .beta = 1.0f};
+        kernel_case_set_params(&b, &bg, sizeof bg);
+        snprintf(b.shape, sizeof b.shape, "%d x %d", bg.m, bg.n);
+        add_case(l, b, "gemm_bias_grad");
+        break;
+    }
+    case OP_UNPATCH:
+        kernel_case_set_params(&k, &nd->patch, sizeof nd->patch);
+        snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d p%dx%dx%d", nd->patch.n, nd->patch.d, nd->patch.h,
+                 nd->patch.w, nd->patch.c, nd->patch.p[0], nd->patch.p[1], nd->patch.p[2]);
+        add_case(l, k, "patch_to_volume");
+        add_case(l, k, "patch_to_tokens");
+        break;
+    default: vx_fatal("bench kernels: node %s has no cases", nd->name);
+    }
 }
 
 int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
@@ -190,9 +271,14 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             add_case(&l, k, "dropout_backward");
             break;
         }
+        case OP_LAYERNORM:
+        case OP_GEMM:
+        case OP_ATTENTION:
+        case OP_POS:
+        case OP_UNPATCH: vit_cases(&l, m, nd, tx); break;
         }
     }
-    if (m->family == FAMILY_AE3D) {
+    if (m->t_recon >= 0) { /* ae3d, vit3d */
         add_case(&l, count_case(m->tensors[m->t_recon].count, m->dtype),
                  strcmp(m->cfg.loss, "mse") == 0 ? "recon_loss_mse" : "recon_loss_l1");
     } else { /* the head's loss (survival's over the global batch: the cases of one rank) */

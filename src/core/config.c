@@ -315,6 +315,26 @@ static void validate_resnet(const ModelConfig *m, const char *origin) {
                        origin, h->pos_weight.n, h->num_classes);
 }
 
+/* The vit3d family's keys against each other and the volume (config_validate). Its positions are one per token, so
+ * a stage may not change the volume's size (their interpolation across stages is issue 21's next step). */
+static void validate_vit(const Config *cfg, const char *origin) {
+    const ModelConfig *m = &cfg->model;
+    const ViTConfig *v = &m->vit;
+    if (v->hidden_size % v->heads)
+        vx_usage_error("%s: model.hidden_size %d is not divisible by model.heads %d", origin, v->hidden_size, v->heads);
+    for (int a = 0; a < 3; a++)
+        if (m->input_size[a] % v->patch_size[a])
+            vx_usage_error("%s: model.input_size[%d] = %d is not divisible by model.patch_size[%d] = %d", origin, a,
+                           m->input_size[a], a, v->patch_size[a]);
+    for (int i = 0; i < cfg->train.n_stages; i++) {
+        const Stage st = config_stage(&cfg->train, m->input_size, i);
+        if (memcmp(st.input_size, m->input_size, sizeof st.input_size) != 0)
+            vx_usage_error("%s: train.stages[%d] changes the volume to %dx%dx%d: vit3d keeps model.input_size in every "
+                           "stage (its positions are per token; interpolating them across stages is not built yet)",
+                           origin, i, st.input_size[0], st.input_size[1], st.input_size[2]);
+    }
+}
+
 void config_validate(const Config *cfg, const char *origin) {
     const ModelConfig *m = &cfg->model;
     const TrainConfig *t = &cfg->train;
@@ -340,10 +360,12 @@ void config_validate(const Config *cfg, const char *origin) {
             vx_usage_error("%s: train.stages[%d].lr = %g must be at least train.min_lr and below 1 / "
                            "train.weight_decay", origin, i, st.lr);
     }
-    if (!ae3d) validate_resnet(m, origin);
-    if (ae3d && t->backbone_lr_mult != 1)
-        vx_usage_error("%s: train.backbone_lr_mult = %g: ae3d has no head, so no backbone apart from it; use train.lr "
-                       "(or train.freeze for the first layers)", origin, t->backbone_lr_mult);
+    if (strcmp(m->family, "resnet3d") == 0) validate_resnet(m, origin);
+    if (strcmp(m->family, "vit3d") == 0) validate_vit(cfg, origin);
+    if (strcmp(m->family, "resnet3d") != 0 && t->backbone_lr_mult != 1) /* param_groups.c: only resnet3d's fc */
+        vx_usage_error("%s: train.backbone_lr_mult = %g: model.family %s has no head apart from its backbone (resnet3d "
+                       "has); use train.lr (or train.freeze for the first layers)", origin, t->backbone_lr_mult,
+                       m->family);
     if (strcmp(d->source, "csv") == 0 && !d->csv[0])
         vx_usage_error("%s: data.source csv needs data.csv, the manifest's path", origin);
     if (strcmp(d->source, "dir") == 0 && !d->dir[0])
@@ -442,6 +464,15 @@ uint64_t config_model_fingerprint(const ModelConfig *model) {
     /* FNV-1a over the keys that change the parameter count or layout (checkpoints hold it: the same values in the
      * same order, whatever the struct around them looks like) */
     uint64_t h = 1469598103934665603ull;
+    if (strcmp(model->family, "vit3d") == 0) { /* its own tag, then the keys that shape its parameters */
+        const ViTConfig *v = &model->vit;
+        const int keys[] = {0x717, model->in_channels, model->input_size[0], model->input_size[1], model->input_size[2],
+                            v->hidden_size, v->blocks, v->heads, v->patch_size[0], v->patch_size[1], v->patch_size[2],
+                            v->mlp_ratio};
+        const unsigned char *p = (const unsigned char *)keys;
+        for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 1099511628211ull;
+        return h;
+    }
     if (strcmp(model->family, "ae3d") != 0) { /* a family of its own: its tag first, so no ae3d config matches */
         const ModelConfig *m = model;
         const int keys[] = {0x5E5, m->in_channels, m->resnet.depth, m->resnet.spatial_dims, m->resnet.conv1_t_size,

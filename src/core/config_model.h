@@ -22,6 +22,16 @@ typedef struct {
     int sync_bn;               /* 1: SyncBatchNorm: every BatchNorm's statistics summed over the ranks */
 } ResNetConfig;
 
+/* model.family vit3d (issue 21's skeleton): a 3-D ViT over patches of the volume that reconstructs it */
+typedef struct {
+    int hidden_size;   /* token width (the seed's voxel_dim 384) */
+    int blocks;        /* transformer blocks (depth) */
+    int heads;         /* attention heads (hidden_size divisible by them) */
+    int patch_size[3]; /* D, H, W voxels per patch (dividing input_size) */
+    int mlp_ratio;     /* the MLP's hidden width, in hidden_size */
+    double ln_eps;     /* LayerNorm's epsilon */
+} ViTConfig;
+
 /* The prediction head of a classifier family (resnet3d): what it predicts and from which loss. */
 typedef struct {
     char task[CONFIG_STR];     /* "classification" | "multilabel" | "regression" | "survival" */
@@ -33,7 +43,7 @@ typedef struct {
 } HeadConfig;
 
 typedef struct {
-    char family[CONFIG_STR]; /* "ae3d" | "resnet3d": which builder makes the network (model/build_<family>.c) */
+    char family[CONFIG_STR]; /* "ae3d" | "resnet3d" | "vit3d": which builder makes the network (build_<family>.c) */
     int input_size[3]; /* D, H, W */
     int in_channels;
     int channels[CONFIG_MAX_LEVELS];
@@ -48,6 +58,7 @@ typedef struct {
     char pad_input_channels[CONFIG_STR]; /* "auto" | "on" | "off": conv_in's input channels padded to a multiple of 8 */
     ResNetConfig resnet; /* family resnet3d */
     HeadConfig head;     /* family resnet3d */
+    ViTConfig vit;       /* family vit3d */
 } ModelConfig;
 
 /* A hash of the keys that decide the parameter layout (ae3d: in_channels, levels, res_blocks, latent_channels,

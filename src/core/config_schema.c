@@ -9,9 +9,10 @@
 /* A key of a family's part of the model section (model.depth is Config.model.resnet.depth) */
 #define KF(part, key) "model", #key, offsetof(Config, model.part.key)
 const KeySpec SCHEMA[] = {
-    {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d", "\"ae3d\"",
+    {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d|vit3d", "\"ae3d\"",
      "the network: ae3d = the 3-D AutoencoderKL (the keys up to pad_input_channels); resnet3d = MONAI's 3-D ResNet "
-     "for classification, regression and survival (the keys from depth on, and model.task)"},
+     "for classification, regression and survival (the keys from depth on, and model.task); vit3d = a 3-D ViT over "
+     "patches reconstructing its input (issue 21's skeleton: the keys from hidden_size on, and model.loss)"},
     {K(model, input_size), T_INT3, 1, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
     {K(model, in_channels), T_INT, 1, 64, NULL, "1", "channels of the input volume"},
     {K(model, channels), T_INTLIST, 1, 4096, NULL, "[16, 32]",
@@ -57,6 +58,12 @@ const KeySpec SCHEMA[] = {
      "resnet3d multilabel: BCEWithLogitsLoss's pos_weight, one per label; [] = none"},
     {KF(head, dropout), T_FLOAT, 0, 0.95, NULL, "0",
      "resnet3d: dropout before the final Linear (keyed by sample and position: a resumed run drops the same values)"},
+    {KF(vit, hidden_size), T_INT, 1, 16384, NULL, "384", "vit3d: token width (the seed's voxel_dim)"},
+    {KF(vit, blocks), T_INT, 0, 128, NULL, "6", "vit3d: transformer blocks (depth)"},
+    {KF(vit, heads), T_INT, 1, 256, NULL, "6", "vit3d: attention heads (dividing hidden_size; head dim <= 128 on a GPU)"},
+    {KF(vit, patch_size), T_INT3, 1, 64, NULL, "[8, 8, 8]", "vit3d: voxels per patch along D, H, W (dividing input_size)"},
+    {KF(vit, mlp_ratio), T_INT, 1, 16, NULL, "4", "vit3d: the MLP's hidden width in hidden_size"},
+    {KF(vit, ln_eps), T_FLOAT, 1e-12, 1, NULL, "1e-6", "vit3d: LayerNorm's epsilon"},
     {K(train, steps), T_INT, 0, CONFIG_MAX_STEPS, NULL, "200", "optimizer steps in total"},
     {K(train, batch_size), T_INT, 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
     {K(train, global_batch), T_INT, 0, 1 << 22, NULL, "0",

@@ -33,3 +33,4 @@ void build_input(Model *m);
 /* The families (model.family). */
 void build_ae3d(Model *m);
 void build_resnet3d(Model *m);
+void build_vit3d(Model *m);

@@ -4,6 +4,8 @@
  *   resnet3d  MONAI's 3D ResNet with a prediction head (classification, multilabel, regression, survival);
  *             build_resnet3d.c. Its BatchNorm layers keep running statistics: the model's buffers (BufferView), a
  *             flat float32 array beside the parameters, checkpointed with them and never trained
+ *   vit3d     a 3-D ViT over patches that reconstructs its input (issue 21's skeleton; build_vit3d.c, its nodes run by
+ *             model_exec_vit.c)
  * The ae3d family:
  *
  *   x [N][D][H][W][Cin]
@@ -48,13 +50,18 @@
 #include "head_loss/head_loss.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "attention/attention.h"
+#include "gemm/gemm.h"
+#include "layernorm/layernorm.h"
+#include "patch/patch.h"
 
 typedef enum {
     OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST, /* ae3d's */
-    OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT      /* resnet3d's */
+    OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT,     /* resnet3d's */
+    OP_LAYERNORM, OP_GEMM, OP_ATTENTION, OP_POS, OP_UNPATCH                  /* vit3d's (model_exec_vit.c) */
 } OpKind;
 
-typedef enum { FAMILY_AE3D, FAMILY_RESNET3D } ModelFamily;
+typedef enum { FAMILY_AE3D, FAMILY_RESNET3D, FAMILY_VIT3D } ModelFamily;
 
 /* What a head predicts, and so its loss (resnet3d: model.task). */
 typedef enum { TASK_NONE, TASK_CLASSIFICATION, TASK_MULTILABEL, TASK_REGRESSION, TASK_SURVIVAL } ModelTask;
@@ -109,6 +116,12 @@ typedef struct {
     int arg;
     LinearShape lin;     /* OP_LINEAR */
     DropoutShape drop;   /* OP_DROPOUT */
+    LayerNormShape ln;   /* OP_LAYERNORM (stats: mean and rstd [rows] each) */
+    GemmShape gemm;      /* OP_GEMM: the forward product, a Linear over rows (x W^T + b); epilogue GELU: aux is the
+                            plan item of the pre-activation, arg of its gradient (backward's scratch) */
+    int aux;
+    AttentionShape att;  /* OP_ATTENTION over a packed QKV [rows][3*hidden] (stats: lse and delta [n*heads*tokens]) */
+    PatchShape patch;    /* OP_UNPATCH: tokens [rows][p^3*c] to the volume */
     float dx_beta[2];    /* 0 when this node writes that input's gradient first in backward, else 1 */
     int recompute;       /* activation checkpointing: rerun by its block's recomputation before the block's backward */
     /* OP_CONV reading zero-padded input channels (encoder.conv_in under model.pad_input_channels; conv.c_in is the
@@ -161,7 +174,7 @@ typedef struct Model {
     long param_floats; /* length of each flat buffer: param_count plus the alignment padding */
     ModelFamily family;
     int t_input, t_input_lp; /* t_input_lp: what the first conv reads (t_input itself in float32) */
-    int t_recon, t_mu, t_logvar, t_z; /* ae3d's outputs (-1 otherwise) */
+    int t_recon, t_mu, t_logvar, t_z; /* ae3d's outputs (-1 otherwise); vit3d has t_recon */
     /* a head (resnet3d): its outputs [n][k] (logits, scores or the risk), the task, label floats per sample, and the
      * plan items of the micro-batch's targets (float32 [n][labels]; survival: [world*n][2], every rank's, since the
      * Cox loss runs over the global batch) and of survival's gathered risk scores and their gradient [world*n] */

@@ -49,14 +49,18 @@ static int needs_input_in_backward(const Node *nd, int slot) {
     case OP_GROUPNORM:
     case OP_BATCHNORM:
     case OP_LINEAR:
+    case OP_LAYERNORM:
+    case OP_GEMM:
+    case OP_ATTENTION:
     case OP_SILU: return slot == 0;
     case OP_LATENT: return 1;
     default: return 0;
     }
 }
 
-/* Whether node nd's backward reads its own output (ReLU's mask is y > 0, so its input need not be kept) */
-static int needs_output_in_backward(const Node *nd) { return nd->kind == OP_RELU; }
+/* Whether node nd's backward reads its own output (ReLU's mask is y > 0, so its input need not be kept; attention's
+ * delta is dO . o) */
+static int needs_output_in_backward(const Node *nd) { return nd->kind == OP_RELU || nd->kind == OP_ATTENTION; }
 
 /* Activation checkpointing: which tensors are dropped after the forward (checkpointed: made inside a block by any
  * node but its last, and read only inside it), which of them backward needs again (read by a node that needs its
@@ -107,9 +111,9 @@ static void plan_memory(Model *m) {
         for (int i = m->blocks[bi].first; i <= m->blocks[bi].last; i++)
             if (m->nodes[i].recompute) again_first[m->nodes[i].out] = T - m->blocks[bi].last;
     /* the loss at time F reads the ae3d's reconstruction and input, or the head's outputs, and writes their gradient */
-    const int t_loss = m->family == FAMILY_AE3D ? m->t_recon : m->t_out;
+    const int t_loss = m->t_recon >= 0 ? m->t_recon : m->t_out;
     last_use[t_loss] = F;
-    if (m->family == FAMILY_AE3D) last_use[m->t_input] = F;
+    if (m->t_recon >= 0) last_use[m->t_input] = F; /* a reconstruction's target */
     first_grad[t_loss] = F;
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
@@ -152,6 +156,14 @@ static void plan_memory(Model *m) {
         if (nd->kind == OP_BATCHNORM) nd->stats = plan_add(&m->plan, 4 * (size_t)nd->bn.c * sizeof(float), i, T - i);
         if (nd->kind == OP_MAXPOOL)
             nd->arg = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(int32_t), i, T - i);
+        if (nd->kind == OP_LAYERNORM) nd->stats = plan_add(&m->plan, 2 * (size_t)nd->ln.rows * sizeof(float), i, T - i);
+        if (nd->kind == OP_ATTENTION)
+            nd->stats = plan_add(&m->plan, 2 * (size_t)nd->att.batch * nd->att.heads * nd->att.tq * sizeof(float), i, T - i);
+        if (nd->kind == OP_GEMM && nd->gemm.epilogue != GEMM_EPI_NONE) { /* the pre-activation, and its gradient */
+            const size_t bytes = (size_t)nd->gemm.m * nd->gemm.n * dtype_size(nd->gemm.dtype);
+            nd->aux = plan_add(&m->plan, bytes, i, T - i);
+            nd->arg = plan_add(&m->plan, bytes, T - i, T - i);
+        }
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
         if (nd->kind == OP_CONV && !m->no_workspace) {
             size_t w = m->be->conv3d->workspace_bytes(&nd->conv);
@@ -202,12 +214,15 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->be = be;
     m->batch = batch;
     m->world = opt->world > 0 ? opt->world : 1;
-    m->family = strcmp(cfg->family, "resnet3d") == 0 ? FAMILY_RESNET3D : FAMILY_AE3D;
+    m->family = strcmp(cfg->family, "resnet3d") == 0 ? FAMILY_RESNET3D
+                : strcmp(cfg->family, "vit3d") == 0  ? FAMILY_VIT3D
+                                                     : FAMILY_AE3D;
     m->t_recon = m->t_mu = m->t_logvar = m->t_z = m->t_out = -1;
     m->target_item = m->gathered_item = m->gathered_grad_item = -1;
     char why[160];
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     if (m->family == FAMILY_RESNET3D) build_resnet3d(m);
+    else if (m->family == FAMILY_VIT3D) build_vit3d(m);
     else build_ae3d(m);
     finish_params(m);
     plan_memory(m);

@@ -10,6 +10,8 @@
 #include "core/util.h"
 #include "model/model.h"
 #include "model/conv_pad.h"
+#include "model/exec_ptr.h"
+#include "model/model_exec_vit.h"
 #include "common/rng.h"
 #include "trace/trace.h"
 #include "conv3d/conv3d.h"
@@ -34,19 +36,10 @@
 /* model.loss names the reconstruction loss; the loss op takes its enum */
 static ReconLoss recon_loss_kind(const ModelConfig *cfg) { return strcmp(cfg->loss, "mse") == 0 ? LOSS_MSE : LOSS_L1; }
 
-static char *item_ptr(const Model *m, int item) { return m->arena + m->plan.items[item].offset; }
-void *model_tensor(const Model *m, int t) { return item_ptr(m, m->tensors[t].act); }
-/* the copy backward reads: the same buffer, or the one a checkpointed block's recomputation writes */
-static void *tensor_bwd(const Model *m, int t) { return item_ptr(m, m->tensors[t].act_bwd); }
-void *model_tensor_grad(const Model *m, int t) { return m->tensors[t].grad < 0 ? NULL : item_ptr(m, m->tensors[t].grad); }
-float *model_noise(const Model *m) { return (float *)item_ptr(m, m->eps_item); }
-static float *param_ptr(const Model *m, float *flat, int view) { return view < 0 ? NULL : flat + m->params[view].offset; }
-/* a convolution's weights as the convolution reads them: the low-precision copy in mixed precision */
-static const void *weight_ptr(const Model *m, int view) {
-    if (!m->param_lp) return param_ptr(m, m->param, view);
-    return (const char *)m->param_lp + (size_t)m->params[view].offset * dtype_size(m->dtype);
-}
-static float *scalars(const Model *m) { return (float *)item_ptr(m, m->scalars_item); }
+void *model_tensor(const Model *m, int t) { return exec_act(m, t); }
+void *model_tensor_grad(const Model *m, int t) { return exec_grad(m, t); }
+float *model_noise(const Model *m) { return (float *)exec_item(m, m->eps_item); }
+static float *scalars(const Model *m) { return (float *)exec_item(m, m->scalars_item); }
 
 void model_allocate(Model *m) {
     const Backend *be = m->be;
@@ -98,7 +91,7 @@ void model_upload_buffers(const Model *m, const float *host) {
 
 void model_set_targets(Model *m, const float *targets) {
     const long n = m->task == TASK_SURVIVAL ? (long)m->world * m->batch : m->batch;
-    m->be->write_async(item_ptr(m, m->target_item), targets, (size_t)n * m->labels * sizeof(float));
+    m->be->write_async(exec_item(m, m->target_item), targets, (size_t)n * m->labels * sizeof(float));
 }
 
 void model_sync_lp(Model *m) {
@@ -132,13 +125,19 @@ static void init_resnet(const Model *m, uint64_t seed, float *host) {
 
 void model_init_params(Model *m, uint64_t seed) {
     float *host = vx_calloc((size_t)m->param_floats, sizeof(float)); /* the padding stays 0 */
-    for (int i = 0; m->family == FAMILY_AE3D && i < m->n_params; i++) {
+    /* ae3d and vit3d: PyTorch's defaults; vit3d's pos_embed N(0, 0.02) as timm's (trunc_normal_ std .02) */
+    for (int i = 0; (m->family == FAMILY_AE3D || m->family == FAMILY_VIT3D) && i < m->n_params; i++) {
         const ParamView *p = &m->params[i];
         float *dst = host + p->offset;
         const char *kind = strrchr(p->name, '.') + 1;
         int is_norm = strstr(p->name, "norm") != NULL;
-        if (is_norm) { /* GroupNorm: gamma 1, beta 0 */
+        if (is_norm) { /* GroupNorm, LayerNorm: gamma 1, beta 0 */
             for (long j = 0; j < p->count; j++) dst[j] = strcmp(kind, "weight") == 0 ? 1.0f : 0.0f;
+            continue;
+        }
+        if (strncmp(p->name, "pos_embed", 9) == 0) {
+            for (long j = 0; j < p->count; j++)
+                dst[j] = (float)(0.02 * vx_normal(seed, RNG_STREAM_INIT_NORMAL + (uint64_t)i, (uint64_t)j));
             continue;
         }
         /* Conv weight and bias: U(-b, b), b = 1/sqrt(fan_in), fan_in = k^3 * c_in (PyTorch's default). The bias
@@ -199,9 +198,9 @@ void model_set_first_sample(Model *m, uint64_t first_sample) {
      * sample index, the same whatever batch (or rank) the sample falls in; dropout keys its mask likewise */
     if (m->family == FAMILY_AE3D) {
         const uint64_t offset = first_sample * (uint64_t)latent_shape(m).count_per_sample;
-        m->be->write_async(item_ptr(m, m->noise_offset_item), &offset, sizeof offset);
+        m->be->write_async(exec_item(m, m->noise_offset_item), &offset, sizeof offset);
     } else {
-        m->be->write_async(item_ptr(m, m->noise_offset_item), &first_sample, sizeof first_sample);
+        m->be->write_async(exec_item(m, m->noise_offset_item), &first_sample, sizeof first_sample);
     }
 }
 
@@ -211,7 +210,7 @@ void model_set_first_sample(Model *m, uint64_t first_sample) {
 static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, int train, int again) {
     const Backend *be = m->be;
     const int c = nd->bn.c, sync = m->cfg.resnet.sync_bn && m->world > 1 && m->allreduce_hook;
-    float *mean = (float *)item_ptr(m, nd->stats), *invstd = mean + c, *sum = mean + 2 * c, *sq = mean + 3 * c;
+    float *mean = (float *)exec_item(m, nd->stats), *invstd = mean + c, *sum = mean + 2 * c, *sq = mean + 3 * c;
     float *rmean = m->bufs + m->buffers[nd->buffer].offset, *rvar = m->bufs + m->buffers[nd->buffer + 1].offset;
     const double count = (double)nd->bn.n * nd->bn.spatial * (sync ? m->world : 1);
     const float eps = (float)m->cfg.resnet.bn_eps, momentum = (float)m->cfg.resnet.bn_momentum;
@@ -224,8 +223,8 @@ static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, 
     } else if (!train) {
         be->batchnorm->finalize(c, count, eps, momentum, 0, NULL, NULL, mean, invstd, rmean, rvar);
     }
-    be->batchnorm->forward(&nd->bn, x, mean, invstd, param_ptr(m, m->param, nd->weight),
-                           param_ptr(m, m->param, nd->bias), y);
+    be->batchnorm->forward(&nd->bn, x, mean, invstd, exec_param(m, m->param, nd->weight),
+                           exec_param(m, m->param, nd->bias), y);
 }
 
 /* One node's forward. `again` = 1: the recomputation of a checkpointed block, reading and writing the copies
@@ -233,8 +232,8 @@ static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, 
  * model_forward (ae3d: sample the latent noise). */
 static void forward_node(Model *m, const Node *nd, int again, int sample_noise) {
     const Backend *be = m->be;
-    void *ws = item_ptr(m, m->workspace_item);
-    void *(*tensor)(const Model *, int) = again ? tensor_bwd : model_tensor;
+    void *ws = exec_item(m, m->workspace_item);
+    void *(*tensor)(const Model *, int) = again ? exec_act_bwd : model_tensor;
     const void *x = tensor(m, nd->in[0]);
     void *y = tensor(m, nd->out);
     const Tensor *tx = &m->tensors[nd->in[0]];
@@ -243,12 +242,12 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
     case OP_CONV: {
         const void *res = nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL;
         if (nd->pad_w >= 0) conv_pad_forward(m, nd, x, y, res, ws); /* padded channels (conv_pad.h) */
-        else be->conv3d->forward(&nd->conv, x, weight_ptr(m, nd->weight), param_ptr(m, m->param, nd->bias), res, y, ws);
+        else be->conv3d->forward(&nd->conv, x, exec_weight(m, nd->weight), exec_param(m, m->param, nd->bias), res, y, ws);
         break;
     }
     case OP_GROUPNORM: {
-        float *mean = (float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
-        be->groupnorm->forward(&nd->gn, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias), y,
+        float *mean = (float *)exec_item(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
+        be->groupnorm->forward(&nd->gn, x, exec_param(m, m->param, nd->weight), exec_param(m, m->param, nd->bias), y,
                               mean, rstd);
         break;
     }
@@ -267,26 +266,27 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         if (sample_noise) {
             eps = model_noise(m);
             be->normal->fill(tx->count, (uint64_t)m->seed, RNG_STREAM_LATENT,
-                            (const uint64_t *)item_ptr(m, m->noise_offset_item), eps);
+                            (const uint64_t *)exec_item(m, m->noise_offset_item), eps);
         }
         be->latent->forward(&s, x, tensor(m, nd->in[1]), eps, y, m->losses + SCALAR_KL);
         break;
     }
     case OP_BATCHNORM: batchnorm_forward(m, nd, x, y, sample_noise, again); break;
     case OP_RELU: be->relu->forward(dt, tx->count, x, y); break;
-    case OP_MAXPOOL: be->maxpool->forward(&nd->pool, x, y, (int32_t *)item_ptr(m, nd->arg)); break;
+    case OP_MAXPOOL: be->maxpool->forward(&nd->pool, x, y, (int32_t *)exec_item(m, nd->arg)); break;
     case OP_AVGPOOL: {
         const Dims d = tx->dims;
         be->avgpool->forward(dt, d.n, (long)d.d * d.h * d.w, d.c, x, y);
         break;
     }
     case OP_LINEAR:
-        be->linear->forward(&nd->lin, x, weight_ptr(m, nd->weight), param_ptr(m, m->param, nd->bias), y);
+        be->linear->forward(&nd->lin, x, exec_weight(m, nd->weight), exec_param(m, m->param, nd->bias), y);
         break;
     case OP_DROPOUT:
-        if (sample_noise) be->dropout->forward(&nd->drop, (const uint64_t *)item_ptr(m, m->noise_offset_item), x, y);
+        if (sample_noise) be->dropout->forward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), x, y);
         else be->elementwise->accumulate(dt, tx->count, x, y, 0.0f); /* evaluation: the identity */
         break;
+    default: vit_forward_node(m, nd, x, y); break; /* the transformer's nodes */
     }
 }
 
@@ -327,7 +327,7 @@ static void cox_loss(Model *m, void *dz, float grad_scale, const float *loss_sca
     const Backend *be = m->be;
     const Tensor *t = &m->tensors[m->t_out];
     const long n = m->batch;
-    float *all = (float *)item_ptr(m, m->gathered_item), *dall = (float *)item_ptr(m, m->gathered_grad_item);
+    float *all = (float *)exec_item(m, m->gathered_item), *dall = (float *)exec_item(m, m->gathered_grad_item);
     float *own = all + (long)m->rank * n;
     be->elementwise->cast(n, t->dtype, model_tensor(m, m->t_out), DT_F32, own);
     if (m->world > 1) {
@@ -337,7 +337,7 @@ static void cox_loss(Model *m, void *dz, float grad_scale, const float *loss_sca
         m->gather_hook(m->dist_hook_ctx, mine, all, n, "the risk scores of the Cox loss");
     }
     const HeadLossShape hs = {.kind = HEAD_LOSS_COX, .n = (int)(n * m->world), .k = 1, .dtype = DT_F32};
-    be->head_loss->run(&hs, all, (const float *)item_ptr(m, m->target_item), NULL, m->losses + SCALAR_RECON,
+    be->head_loss->run(&hs, all, (const float *)exec_item(m, m->target_item), NULL, m->losses + SCALAR_RECON,
                        dz ? dall : NULL, grad_scale * (float)m->world, loss_scale);
     if (dz) be->elementwise->cast(n, DT_F32, dall + (long)m->rank * n, t->dtype, dz);
 }
@@ -346,7 +346,7 @@ static void cox_loss(Model *m, void *dz, float grad_scale, const float *loss_sca
  * term is the latent node's), or the head's task loss against the targets (model_set_targets). */
 static void loss(Model *m, void *dpred, float grad_scale, const float *loss_scale) {
     const Backend *be = m->be;
-    if (m->family == FAMILY_AE3D) {
+    if (m->t_recon >= 0) { /* ae3d, vit3d: a reconstruction of the input */
         const Tensor *r = &m->tensors[m->t_recon];
         be->loss->recon(recon_loss_kind(&m->cfg), r->dtype, r->count, model_tensor(m, m->t_recon),
                         (const float *)model_tensor(m, m->t_input), m->losses + SCALAR_RECON, dpred, grad_scale,
@@ -354,7 +354,7 @@ static void loss(Model *m, void *dpred, float grad_scale, const float *loss_scal
         return;
     }
     const Tensor *t = &m->tensors[m->t_out];
-    const float *target = (const float *)item_ptr(m, m->target_item);
+    const float *target = (const float *)exec_item(m, m->target_item);
     const int k = t->dims.c;
     switch (m->task) {
     case TASK_REGRESSION:
@@ -379,23 +379,23 @@ void model_loss(Model *m) { loss(m, NULL, 1.0f, NULL); }
 static void batchnorm_backward(Model *m, const Node *nd, const void *x, const void *dy, void *dx, float param_beta) {
     const Backend *be = m->be;
     const int c = nd->bn.c, sync = m->cfg.resnet.sync_bn && m->world > 1 && m->allreduce_hook;
-    const float *mean = (const float *)item_ptr(m, nd->stats), *invstd = mean + c;
-    float *sum_dy = (float *)item_ptr(m, nd->stats) + 2 * c, *sum_dy_xhat = sum_dy + c;
+    const float *mean = (const float *)exec_item(m, nd->stats), *invstd = mean + c;
+    float *sum_dy = (float *)exec_item(m, nd->stats) + 2 * c, *sum_dy_xhat = sum_dy + c;
     be->batchnorm->backward_reduce(&nd->bn, dy, x, mean, invstd, sum_dy, sum_dy_xhat);
-    be->elementwise->accumulate(DT_F32, c, sum_dy_xhat, param_ptr(m, m->grad, nd->weight), param_beta);
-    be->elementwise->accumulate(DT_F32, c, sum_dy, param_ptr(m, m->grad, nd->bias), param_beta);
+    be->elementwise->accumulate(DT_F32, c, sum_dy_xhat, exec_param(m, m->grad, nd->weight), param_beta);
+    be->elementwise->accumulate(DT_F32, c, sum_dy, exec_param(m, m->grad, nd->bias), param_beta);
     if (!dx) return;
     if (sync) m->allreduce_hook(m->dist_hook_ctx, sum_dy, 2 * c, nd->name);
     const double count = (double)nd->bn.n * nd->bn.spatial * (sync ? m->world : 1);
-    be->batchnorm->backward(&nd->bn, dy, x, mean, invstd, param_ptr(m, m->param, nd->weight), sum_dy, sum_dy_xhat,
+    be->batchnorm->backward(&nd->bn, dy, x, mean, invstd, exec_param(m, m->param, nd->weight), sum_dy, sum_dy_xhat,
                             count, dx, nd->dx_beta[0]);
 }
 
 /* Node nd's backward: the gradients of its inputs (dx_beta: overwrite or add) and of its parameters (param_beta). */
 static void backward_node(Model *m, const Node *nd, float grad_scale, float param_beta, const float *loss_scale) {
     const Backend *be = m->be;
-    void *ws = item_ptr(m, m->workspace_item);
-    const void *x = tensor_bwd(m, nd->in[0]);
+    void *ws = exec_item(m, m->workspace_item);
+    const void *x = exec_act_bwd(m, nd->in[0]);
     void *dx = model_tensor_grad(m, nd->in[0]); /* NULL for the input volume */
     const void *dy = model_tensor_grad(m, nd->out);
     const Tensor *tx = &m->tensors[nd->in[0]];
@@ -405,17 +405,17 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
         if (nd->pad_w >= 0) { /* padded channels (conv_pad.h) */
             conv_pad_backward(m, nd, x, dy, dx, param_beta, ws);
         } else {
-            be->conv3d->backward_filter(&nd->conv, x, dy, param_ptr(m, m->grad, nd->weight),
-                                       param_ptr(m, m->grad, nd->bias), param_beta, ws);
-            if (dx) be->conv3d->backward_data(&nd->conv, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0], ws);
+            be->conv3d->backward_filter(&nd->conv, x, dy, exec_param(m, m->grad, nd->weight),
+                                       exec_param(m, m->grad, nd->bias), param_beta, ws);
+            if (dx) be->conv3d->backward_data(&nd->conv, dy, exec_weight(m, nd->weight), dx, nd->dx_beta[0], ws);
         }
         /* the fused residual's gradient is the output's */
         if (nd->in[1] >= 0) be->elementwise->accumulate(dt, m->tensors[nd->out].count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
         break;
     case OP_GROUPNORM: {
-        const float *mean = (const float *)item_ptr(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
-        be->groupnorm->backward(&nd->gn, dy, x, param_ptr(m, m->param, nd->weight), param_ptr(m, m->param, nd->bias),
-                               mean, rstd, dx, param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
+        const float *mean = (const float *)exec_item(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
+        be->groupnorm->backward(&nd->gn, dy, x, exec_param(m, m->param, nd->weight), exec_param(m, m->param, nd->bias),
+                               mean, rstd, dx, exec_param(m, m->grad, nd->weight), exec_param(m, m->grad, nd->bias),
                                nd->dx_beta[0], param_beta);
         break;
     }
@@ -431,32 +431,33 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
     case OP_LATENT: {
         /* mu and logvar feed only this node, so their gradients are overwritten here (dx_beta is 0). */
         LatentShape s = latent_shape(m);
-        be->latent->backward(&s, x, tensor_bwd(m, nd->in[1]), model_noise(m), dy, (float)m->cfg.kl_weight * grad_scale,
+        be->latent->backward(&s, x, exec_act_bwd(m, nd->in[1]), model_noise(m), dy, (float)m->cfg.kl_weight * grad_scale,
                             loss_scale, dx, model_tensor_grad(m, nd->in[1]));
         break;
     }
     case OP_BATCHNORM: batchnorm_backward(m, nd, x, dy, dx, param_beta); break;
-    case OP_RELU: be->relu->backward(dt, tx->count, tensor_bwd(m, nd->out), dy, dx, nd->dx_beta[0]); break;
-    case OP_MAXPOOL: be->maxpool->backward(&nd->pool, dy, (const int32_t *)item_ptr(m, nd->arg), dx, nd->dx_beta[0]); break;
+    case OP_RELU: be->relu->backward(dt, tx->count, exec_act_bwd(m, nd->out), dy, dx, nd->dx_beta[0]); break;
+    case OP_MAXPOOL: be->maxpool->backward(&nd->pool, dy, (const int32_t *)exec_item(m, nd->arg), dx, nd->dx_beta[0]); break;
     case OP_AVGPOOL: {
         const Dims d = tx->dims;
         be->avgpool->backward(dt, d.n, (long)d.d * d.h * d.w, d.c, dy, dx, nd->dx_beta[0]);
         break;
     }
     case OP_LINEAR:
-        be->linear->backward_filter(&nd->lin, x, dy, param_ptr(m, m->grad, nd->weight), param_ptr(m, m->grad, nd->bias),
+        be->linear->backward_filter(&nd->lin, x, dy, exec_param(m, m->grad, nd->weight), exec_param(m, m->grad, nd->bias),
                                     param_beta);
-        if (dx) be->linear->backward_data(&nd->lin, dy, weight_ptr(m, nd->weight), dx, nd->dx_beta[0]);
+        if (dx) be->linear->backward_data(&nd->lin, dy, exec_weight(m, nd->weight), dx, nd->dx_beta[0]);
         break;
     case OP_DROPOUT:
-        be->dropout->backward(&nd->drop, (const uint64_t *)item_ptr(m, m->noise_offset_item), dy, dx, nd->dx_beta[0]);
+        be->dropout->backward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), dy, dx, nd->dx_beta[0]);
         break;
+    default: vit_backward_node(m, nd, x, dx, dy, param_beta); break; /* the transformer's nodes */
     }
 }
 
 void model_backward(Model *m, float grad_scale, float param_beta, const float *loss_scale) {
     trace_range_push("loss", "cpu_op");
-    loss(m, model_tensor_grad(m, m->family == FAMILY_AE3D ? m->t_recon : m->t_out), grad_scale, loss_scale);
+    loss(m, model_tensor_grad(m, m->t_recon >= 0 ? m->t_recon : m->t_out), grad_scale, loss_scale);
     trace_range_pop();
     trace_range_push("backward", "user_annotation");
     for (int i = m->n_nodes - 1; i >= 0; i--) {
@@ -475,6 +476,7 @@ void model_backward(Model *m, float grad_scale, float param_beta, const float *l
 Losses model_read_losses(const Model *m) {
     float s[2];
     m->be->copy_to_host(s, m->losses, sizeof s);
+    if (m->family == FAMILY_VIT3D) return (Losses){.recon = s[SCALAR_RECON], .total = s[SCALAR_RECON]};
     if (m->family != FAMILY_AE3D) return (Losses){.total = s[SCALAR_RECON]}; /* the head's loss, in the same slot */
     return (Losses){.recon = s[SCALAR_RECON], .kl = s[SCALAR_KL],
                     .total = s[SCALAR_RECON] + (float)m->cfg.kl_weight * s[SCALAR_KL]};

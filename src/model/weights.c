@@ -216,7 +216,7 @@ void weights_read(const char *path, const Model *m, const char *allow, const cha
                out->total, counters ? "; num_batches_tracked not used (BatchNorm follows model.bn_momentum)" : "");
         report(&ds, what, allow);
     }
-    const char *family = m->family == FAMILY_RESNET3D ? "resnet3d" : "ae3d";
+    const char *family = m->cfg.family;
     if (out->loaded == 0) {
         char k[128] = "(none)";
         if (f->n) vx_escape(f->t[0].name, k, sizeof k);

@@ -296,7 +296,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
             if (st.input_size[a] > max_size[a]) max_size[a] = st.input_size[a];
         }
     t->ds = dataset_open(&cfg->data, train->seed, cfg->model.in_channels, cfg->model.input_size, max_size, rank0);
-    if (strcmp(cfg->model.family, "ae3d") != 0)
+    if (strcmp(cfg->model.family, "resnet3d") == 0) /* a head's labels; ae3d and vit3d reconstruct */
         dataset_set_labels(t->ds, cfg->model.head.task, cfg->model.head.num_classes, rank0);
     t->n_stages = train_stages(&cfg->model, train, dataset_epoch_samples(t->ds), world, t->stages);
     train->steps = (int)(t->stages[t->n_stages - 1].first_step + t->stages[t->n_stages - 1].train.steps);

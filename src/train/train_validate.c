@@ -51,7 +51,7 @@ static void validate_head(Trainer *t, int64_t step) {
 
 void trainer_validate(Trainer *t, int64_t step) {
     if (t->held.val == 0) return;
-    if (t->m->family != FAMILY_AE3D) {
+    if (t->m->t_recon < 0) { /* a head's family; ae3d and vit3d reconstruct */
         validate_head(t, step);
         return;
     }
@@ -75,7 +75,7 @@ void trainer_validate(Trainer *t, int64_t step) {
 
 /* Mid-slice images of the first held-out volumes and their reconstructions. */
 void trainer_log_images(Trainer *t, int64_t step) {
-    if (!t->tb || t->held.shown == 0 || t->m->family != FAMILY_AE3D) return;
+    if (!t->tb || t->held.shown == 0 || t->m->t_recon < 0) return;
     trace_range_push("tensorboard images", "user_annotation");
     float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.shown);
     train_log_images(t->tb, t->cur->model.input_size, t->cur->model.in_channels, t->held.vols, recon, t->held.shown,

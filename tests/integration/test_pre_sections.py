@@ -80,7 +80,10 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
                ("data", "label_columns"): "",
                # issue 28: fine-tuning from a safetensors file
                ("train", "init_from"): "", ("train", "init_allow"): "", ("train", "freeze"): "",
-               ("train", "backbone_lr_mult"): 1}
+               ("train", "backbone_lr_mult"): 1,
+               # issue 21: the vit3d family's keys
+               ("model", "hidden_size"): 384, ("model", "blocks"): 6, ("model", "heads"): 6,
+               ("model", "patch_size"): [8, 8, 8], ("model", "mlp_ratio"): 4, ("model", "ln_eps"): 1e-6}
 
 
 def _without_added(config_text):

@@ -4,15 +4,23 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "adaln/adaln.h"
+#include "attention/attention.h"
 #include "augment/augment.h"
 #include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
 #include "dropout/dropout.h"
+#include "gelu/gelu.h"
+#include "gemm/gemm.h"
 #include "groupnorm/groupnorm.h"
 #include "head_loss/head_loss.h"
 #include "latent/latent.h"
+#include "layernorm/layernorm.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "patch/patch.h"
+#include "softmax/softmax.h"
+#include "timestep/timestep.h"
 #include "backend/op_check.h"
 
 #define MAX_CASES 1024
@@ -252,8 +260,198 @@ static void resnet_ops(void) {
     cox(2000, 0);
 }
 
+/* ---- the transformer family's ops (issue 21) -------------------------------------------------------------------- */
+
+static void gelu(long n, int offset, int emu) {
+    for (int kind = 0; kind < 2; kind++) {
+        KernelCase k = {0};
+        const GeluShape s = {.count = n, .kind = kind};
+        kernel_case_set_params(&k, &s, sizeof s);
+        snprintf(k.shape, sizeof k.shape, "%ld %s", n, kind == GELU_TANH ? "tanh" : "erf");
+        add("gelu_forward", k, offset, emu);
+        add_betas("gelu_backward", k, offset, emu);
+    }
+}
+
+static void softmax(long rows, int cols, int offset, int emu) {
+    KernelCase k = {0};
+    const SoftmaxShape s = {.rows = rows, .cols = cols};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "%ld x %d", rows, cols);
+    add("softmax_forward", k, offset, emu);
+    add_betas("softmax_backward", k, offset, emu);
+}
+
+static void layernorm(long rows, int c, int offset, int emu) {
+    for (int affine = 0; affine < 2; affine++) {
+        KernelCase k = {0};
+        const LayerNormShape s = {.rows = rows, .c = c, .eps = 1e-6f, .affine = affine};
+        kernel_case_set_params(&k, &s, sizeof s);
+        snprintf(k.shape, sizeof k.shape, "%ld x %d%s", rows, c, affine ? " affine" : "");
+        add("layernorm_forward", k, offset, emu);
+        add_betas("layernorm_backward", k, offset, emu);
+    }
+}
+
+/* mod_stride c: separate [n][c] vectors; 6c: inside adaLN's packed [n][6c] */
+static void adaln(int n, long tokens, int c, long mod_stride, int offset, int emu) {
+    KernelCase k = {0};
+    const AdaLNShape s = {.n = n, .tokens = tokens, .c = c, .mod_stride = mod_stride};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %ldx%d stride %ld", n, tokens, c, mod_stride);
+    add("adaln_modulate", k, offset, emu);
+    add_betas("adaln_modulate_backward", k, offset, emu);
+    add("adaln_gate", k, offset, emu);
+    add_betas("adaln_gate_backward", k, offset, emu);
+}
+
+static void timestep(int n, int dim, int emu) {
+    KernelCase k = {0};
+    const TimestepShape s = {.n = n, .dim = dim, .max_period = 10000.0f};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d dim %d", n, dim);
+    add("timestep_embed", k, 0, emu);
+}
+
+/* one product: C [m][n] = alpha op(A) op(B), batch entries packed (or B shared: stride 0 when shared_b) */
+static GemmShape gemm_shape(int batch, int m, int n, int k, int ta, int tb, int shared_b, float alpha, int c_f32) {
+    return (GemmShape){.batch = batch, .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb,
+                       .stride_a = (long)m * k, .stride_b = shared_b ? 0 : (long)k * n, .stride_c = (long)m * n,
+                       .alpha = alpha, .c_f32 = c_f32};
+}
+
+static void gemm_case(const char *op, GemmShape s, int bias, int offset, int emu, int betas) {
+    KernelCase k = {.dims = {bias}};
+    kernel_case_set_params(&k, &s, sizeof s);
+    static const char *const epi[] = {"", " gelu", " gelu-erf", " dgelu", " dgelu-erf"};
+    snprintf(k.shape, sizeof k.shape, "b%d %dx%dx%d %c%c%s%s%s%s", s.batch, s.m, s.n, s.k, s.trans_a ? 'T' : 'N',
+             s.trans_b ? 'T' : 'N', s.stride_b == 0 && s.batch > 1 && s.k > 0 ? " shared-B" : "", bias ? " bias" : "",
+             s.c_f32 ? " f32-C" : "", epi[s.epilogue]);
+    if (betas) add_betas(op, k, offset, emu);
+    else add(op, k, offset, emu);
+}
+
+/* a Linear over rows (x W^T + b), its dX (dY W) and dW (dY^T X into float32), and their epilogue forms */
+static void gemm_linear(int rows, int in, int out, int offset, int emu) {
+    gemm_case("gemm", gemm_shape(1, rows, out, in, 0, 1, 0, 1.0f, 0), 1, offset, emu, 1);
+    gemm_case("gemm", gemm_shape(1, rows, in, out, 0, 0, 0, 1.0f, 0), 0, offset, emu, 1);
+    gemm_case("gemm", gemm_shape(1, out, in, rows, 1, 0, 0, 1.0f, 1), 0, offset, emu, 1);
+    for (int e = GEMM_EPI_GELU_TANH; e <= GEMM_EPI_GELU_ERF; e++) {
+        GemmShape g = gemm_shape(1, rows, out, in, 0, 1, 0, 1.0f, 0);
+        g.epilogue = e;
+        gemm_case("gemm_gelu", g, 1, offset, emu, 0);
+        GemmShape d = gemm_shape(1, rows, in, out, 0, 0, 0, 1.0f, 0); /* dH = dY W2, times gelu'(pre) */
+        d.epilogue = e + 2;
+        gemm_case("gemm_dgelu", d, 0, offset, emu, 0);
+    }
+    KernelCase k = {0};
+    const GemmShape bg = {.m = rows, .n = out};
+    kernel_case_set_params(&k, &bg, sizeof bg);
+    snprintf(k.shape, sizeof k.shape, "%d x %d", rows, out);
+    add_betas("gemm_bias_grad", k, offset, emu);
+}
+
+static void vit_gemm(void) {
+    gemm_linear(37, 33, 20, 0, 1);
+    gemm_linear(5, 7, 1, 0, 1);      /* one output */
+    gemm_linear(70, 24, 40, 1, 1);   /* misaligned, more than one tile of rows */
+    gemm_linear(130, 96, 136, 0, 1); /* several tiles both ways, multiples of 8 (cuBLASLt's aux) */
+    gemm_linear(2048, 384, 1536, 0, 0);
+    gemm_case("gemm", gemm_shape(4, 29, 31, 16, 0, 1, 0, 0.25f, 0), 0, 0, 1, 1); /* scores-like: batched, scaled */
+    gemm_case("gemm", gemm_shape(3, 17, 9, 40, 1, 1, 0, 1.0f, 0), 1, 0, 1, 1);  /* both transposed */
+    gemm_case("gemm", gemm_shape(3, 33, 12, 20, 0, 1, 1, 1.0f, 0), 1, 1, 1, 1); /* one weight for every batch entry */
+    gemm_case("gemm", gemm_shape(2, 5, 7, 0, 0, 0, 0, 1.0f, 0), 1, 0, 1, 1);   /* k 0: bias (and beta C) only */
+    gemm_case("gemm", gemm_shape(96, 64, 64, 64, 0, 1, 0, 0.125f, 0), 0, 0, 2, 0);
+    KernelCase k = {0};
+    const GemmShape bg = {.m = 5000, .n = 16}; /* many partial-sum blocks */
+    kernel_case_set_params(&k, &bg, sizeof bg);
+    snprintf(k.shape, sizeof k.shape, "5000 x 16");
+    add_betas("gemm_bias_grad", k, 0, 1);
+}
+
+static void attention(AttentionShape s, const char *what, int offset, int emu) {
+    KernelCase k = {0};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "b%d h%d %dx%d d%d%s", s.batch, s.heads, s.tq, s.tk, s.d, what);
+    add("attention_forward", k, offset, emu);
+    add_betas("attention_backward", k, offset, emu);
+}
+
+/* rows of a packed [tokens][3*heads*d] QKV projection (o and dO packed [tokens][heads*d]) */
+static AttentionShape packed_qkv(AttentionShape s) {
+    s.ld_q = s.ld_k = s.ld_v = 3 * s.heads * s.d;
+    return s;
+}
+
+static void vit_attention(void) {
+    attention(attention_shape(2, 3, 37, 37, 32, DT_F32), "", 0, 1);  /* odd tokens, d 32: two lanes a row */
+    attention(attention_shape(1, 2, 70, 70, 64, DT_F32), "", 1, 1);  /* d 64, misaligned, several tiles */
+    attention(attention_shape(1, 1, 1, 1, 16, DT_F32), "", 0, 1);    /* one query, one key: o = v */
+    attention(attention_shape(2, 2, 33, 5, 64, DT_F32), " cross", 0, 1);  /* fewer keys than a tile */
+    attention(attention_shape(1, 2, 7, 100, 48, DT_F32), " cross", 0, 1); /* more keys; d 48 leaves lanes idle */
+    attention(attention_shape(1, 1, 0, 9, 32, DT_F32), " no queries", 0, 1); /* dk dv 0 (or kept, beta 1) */
+    attention(attention_shape(1, 2, 45, 45, 128, DT_F32), "", 0, 1); /* eight lanes a row */
+    attention(attention_shape(1, 1, 40, 40, 80, DT_F32), "", 0, 1);
+    AttentionShape peaked = attention_shape(1, 2, 50, 77, 32, DT_F32);
+    peaked.scale = 1.0f; /* scores spread over tens of units: the online max is tested */
+    attention(peaked, " scale 1", 0, 1);
+    attention(packed_qkv(attention_shape(2, 3, 29, 29, 32, DT_F32)), " packed qkv", 1, 1);
+    attention(attention_shape(1, 6, 1000, 1000, 64, DT_F32), "", 0, 0);
+    attention(attention_shape(2, 6, 4096, 4096, 64, DT_F32), "", 0, 0);
+}
+
+static void patch(int n, int d, int h, int w, int c, int pd, int ph, int pw, int offset, int emu) {
+    KernelCase k = {0};
+    const PatchShape s = {.n = n, .d = d, .h = h, .w = w, .c = c, .p = {pd, ph, pw}};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d p%dx%dx%d", n, d, h, w, c, pd, ph, pw);
+    add_betas("patch_to_tokens", k, offset, emu);
+    add_betas("patch_to_volume", k, offset, emu);
+}
+
+static void vit_patch(void) {
+    patch(2, 4, 6, 8, 3, 2, 2, 2, 0, 1);
+    patch(1, 6, 4, 8, 5, 3, 1, 4, 1, 1); /* anisotropic patches, misaligned */
+    patch(2, 3, 5, 7, 2, 1, 1, 1, 0, 1); /* patch 1: tokens are the voxels */
+    patch(3, 1, 8, 12, 1, 1, 4, 4, 0, 1); /* a 2-D view: d = 1, one channel */
+    patch(1, 4, 4, 4, 2, 4, 4, 4, 0, 1); /* one token: the whole volume */
+    patch(2, 64, 64, 64, 1, 8, 8, 8, 0, 0);
+}
+
+static void vit_ops(void) {
+    vit_gemm();
+    vit_attention();
+    vit_patch();
+    gelu(1001, 0, 1);
+    gelu(4096, 0, 1);
+    gelu(7000, 1, 1);
+    gelu(300001, 0, 0);
+    softmax(7, 5, 0, 1);
+    softmax(3, 1, 0, 1);   /* one column: y = 1, dx = 0 */
+    softmax(33, 300, 0, 1); /* more columns than threads */
+    softmax(5, 1000, 1, 1);
+    softmax(4096, 512, 0, 0);
+    layernorm(7, 5, 0, 1);
+    layernorm(3, 1, 0, 1);   /* one channel: var 0 */
+    layernorm(33, 384, 0, 1);
+    layernorm(9, 1030, 1, 1); /* more than 1024 channels, misaligned */
+    layernorm(5000, 16, 0, 1); /* many partial-sum blocks */
+    layernorm(8192, 384, 0, 0);
+    adaln(2, 37, 5, 5, 0, 1);
+    adaln(3, 100, 12, 72, 0, 1); /* inside a packed [n][6c] */
+    adaln(1, 1, 3, 3, 0, 1);
+    adaln(2, 300, 300, 1800, 1, 1); /* more channels than threads, misaligned */
+    adaln(1, 5000, 8, 8, 0, 1);     /* many partial-sum blocks */
+    adaln(4, 4096, 384, 2304, 0, 0);
+    timestep(5, 256, 1);
+    timestep(3, 7, 1); /* odd width: a zero column */
+    timestep(1, 2, 1);
+    timestep(64, 384, 1);
+}
+
 static void build(void) {
     resnet_ops();
+    vit_ops();
     conv(3, 5, 7, 9, 3, 5, 3, 1, 1);
     conv(3, 5, 7, 9, 12, 20, 3, 2, 1);
     conv(3, 6, 5, 8, 5, 3, 3, 2, 1);

@@ -18,15 +18,24 @@ extern "C" {
 #include "loss/loss.h"
 #include "normal/normal.h"
 #include "optim/optim.h"
+#include "adaln/adaln.h"
+#include "attention/attention.h"
 #include "augment/augment.h"
 #include "avgpool/avgpool.h"
 #include "batchnorm/batchnorm.h"
 #include "dropout/dropout.h"
+#include "gelu/gelu.h"
+#include "gemm/gemm.h"
+#include "gemm/gemm_lt.h"
 #include "head_loss/head_loss.h"
+#include "layernorm/layernorm.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "patch/patch.h"
 #include "relu/relu.h"
 #include "silu/silu.h"
+#include "softmax/softmax.h"
+#include "timestep/timestep.h"
 #include "common/rng.h"
 #include "upsample/upsample.h"
 #include "op_cases.h"
@@ -95,6 +104,33 @@ static void emu_head_loss(const HeadLossShape *s, const void *z, const float *ta
     head_loss_ops_cuda.run(s, z, target, weight, loss_out, dz, grad_scale, loss_scale);
 }
 
+/* the transformer family's reducing ops (issue 21), the scratch poisoned first */
+static void emu_ln_backward(const LayerNormShape *s, const void *dy, const void *x, const float *gamma, const float *mean,
+                            const float *rstd, void *dx, float *dgamma, float *dbeta, float beta_dx, float beta_param) {
+    emu_poison_scratch();
+    layernorm_ops_cuda.backward(s, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, beta_dx, beta_param);
+}
+static void emu_ada_modulate_backward(const AdaLNShape *s, const void *dy, const void *x, const void *scale, void *dx,
+                                      void *dshift, void *dscale, float beta_dx, float beta_mod) {
+    emu_poison_scratch();
+    adaln_ops_cuda.modulate_backward(s, dy, x, scale, dx, dshift, dscale, beta_dx, beta_mod);
+}
+static void emu_ada_gate_backward(const AdaLNShape *s, const void *dout, const void *h, const void *gate, void *dh,
+                                  void *dgate, float beta_dh, float beta_mod) {
+    emu_poison_scratch();
+    adaln_ops_cuda.gate_backward(s, dout, h, gate, dh, dgate, beta_dh, beta_mod);
+}
+
+static void emu_gemm_bias_grad(DType dt, long rows, int cols, const void *dy, float *db, float beta) {
+    emu_poison_scratch();
+    gemm_ops_cuda.bias_grad(dt, rows, cols, dy, db, beta);
+}
+/* no cuBLASLt under the emulation: gemm_cuda.cu's own tiled kernel and epilogues run */
+int gemm_lt_matmul(const GemmShape *, const void *, const void *, const float *, void *, void *, float, int *pending) {
+    *pending = 0;
+    return 0;
+}
+
 /* the op tables: CUDA's own where nothing is poisoned first; no convolutions (cuDNN has no emulation) */
 static int emu_no_conv(int, DType) { return 0; }
 static int emu_optim_supports(int fn, DType dt) { return fn == OPTIM_ADAMW ? op_supports_all_types(fn, dt) : dt == DT_F32; }
@@ -107,6 +143,10 @@ static const BatchNormOps emu_batchnorm = {batchnorm_ops_cuda.head, emu_bn_stats
                                            batchnorm_ops_cuda.forward, emu_bn_backward_reduce, batchnorm_ops_cuda.backward};
 static const AvgPoolOps emu_avgpool = {avgpool_ops_cuda.head, emu_avgpool_forward, avgpool_ops_cuda.backward};
 static const HeadLossOps emu_head_loss_ops = {head_loss_ops_cuda.head, emu_head_loss};
+static const GemmOps emu_gemm = {gemm_ops_cuda.head, gemm_ops_cuda.matmul, emu_gemm_bias_grad};
+static const LayerNormOps emu_layernorm = {layernorm_ops_cuda.head, layernorm_ops_cuda.forward, emu_ln_backward};
+static const AdaLNOps emu_adaln = {adaln_ops_cuda.head, adaln_ops_cuda.modulate, emu_ada_modulate_backward,
+                                   adaln_ops_cuda.gate, emu_ada_gate_backward};
 
 static const Backend emu_backend = {
     .name = "cuda-emulated",
@@ -154,6 +194,14 @@ static const Backend emu_backend = {
     .linear = &linear_ops_cuda,
     .dropout = &dropout_ops_cuda,
     .head_loss = &emu_head_loss_ops,
+    .gelu = &gelu_ops_cuda,
+    .softmax = &softmax_ops_cuda,
+    .layernorm = &emu_layernorm,
+    .adaln = &emu_adaln,
+    .timestep = &timestep_ops_cuda,
+    .gemm = &emu_gemm,
+    .attention = &attention_ops_cuda,
+    .patch = &patch_ops_cuda,
 };
 
 /* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one

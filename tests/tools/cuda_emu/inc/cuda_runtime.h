@@ -45,6 +45,16 @@ inline double __shfl_down_sync(unsigned, double v, int o) {
     emu_warp_bar[w]->arrive_and_wait();
     return r;
 }
+// __shfl_xor_sync: lane l gets lane (l ^ o)'s value (the butterfly of a warp-wide sum; exact for float and double)
+inline double __shfl_xor_sync(unsigned, double v, int o) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    emu_warp_buf[w][l] = v;
+    emu_warp_bar[w]->arrive_and_wait();
+    const double r = emu_warp_buf[w][l ^ o];
+    emu_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+inline float __shfl_xor_sync(unsigned m, float v, int o) { return (float)__shfl_xor_sync(m, (double)v, o); }
 inline long emu_launches = 0;
 template <class F> void emu_launch(dim3 grid, dim3 block, F f) {
     emu_launches++;
@@ -61,12 +71,13 @@ template <class F> void emu_launch(dim3 grid, dim3 block, F f) {
     for (unsigned t = 0; t < block.x; t++)
         ts.emplace_back([&, t] {
             threadIdx = dim3(t, 0, 0);
-            for (unsigned by = 0; by < grid.y; by++)
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    blockIdx = dim3(bx, by, 0);
-                    f();
-                    bar.arrive_and_wait();
-                }
+            for (unsigned bz = 0; bz < grid.z; bz++)
+                for (unsigned by = 0; by < grid.y; by++)
+                    for (unsigned bx = 0; bx < grid.x; bx++) {
+                        blockIdx = dim3(bx, by, bz);
+                        f();
+                        bar.arrive_and_wait();
+                    }
         });
     for (auto &t : ts) t.join();
     for (unsigned w = 0; w < (block.x + 31) / 32; w++) delete emu_warp_bar[w];

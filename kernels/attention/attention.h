@@ -1,0 +1,72 @@
+/* attention.h: scaled dot-product attention, forward and backward, that never holds the [tq][tk] score matrix:
+ * keys are visited in tiles with an online softmax (FlashAttention's scheme), so memory is linear in the tokens and
+ * 32768 tokens fit where the scores alone would take 4 GiB per head.
+ *   per batch entry b and head h, with q_i, k_j, v_j, o_i the head's d-vectors of query i and key j:
+ *     s_ij = scale * q_i . k_j          p_ij = exp(s_ij - lse_i),  lse_i = log sum_j exp(s_ij)
+ *     o_i  = sum_j p_ij v_j
+ *   backward, from dO (the gradient of o) and the forward's lse:
+ *     delta_i = dO_i . o_i              ds_ij = p_ij (dO_i . v_j - delta_i)
+ *     dq_i = scale sum_j ds_ij k_j      dk_j = scale sum_i ds_ij q_i      dv_j = sum_i p_ij dO_i
+ * Self-attention has tq == tk; cross-attention (volume tokens to view tokens) any tq, tk >= 1.
+ * Layout, row-major: a tensor is [batch][tokens][ld] elements, head h's vector at columns [h*d, h*d + d) of its
+ * token's row, so a Linear's output [batch*tokens][heads*d] is read in place (ld = heads*d), and so is one packed
+ * [.. ][3*heads*d] QKV projection (q, k, v = qkv, qkv + heads*d, qkv + 2*heads*d, ld 3*heads*d). dO shares o's ld,
+ * dq dk dv their tensor's, so the gradient of a packed QKV is packed too.
+ * Storage: q k v o dO dq dk dv of shape.dtype; lse [batch][heads][tq] float32 (written by the forward, read by the
+ * backward); delta [batch][heads][tq] float32, the backward's own workspace (the caller's memory, linear in tokens).
+ * beta (backward): 0 overwrites dq dk dv without reading them (they may hold NaN), 1 adds to them; for each the
+ * sums are formed whole first, then added once.
+ * Math in float32 whatever the storage (scores, exponentials, accumulators); a sum's order is fixed by the shape
+ * (CPU: jobs of query or key blocks, BLAS inside each job single-threaded; CUDA: one thread group per row, keys in
+ * order), so the bits do not depend on the thread count, and no atomics are used: dk dv are one pass over the
+ * queries per key block, dq one pass over the keys per query block (the scores are computed twice in backward). */
+#pragma once
+#include <math.h>
+
+#include "common/dtype.h"
+#include "common/op.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int batch, heads;
+    int tq, tk; /* query and key tokens (tk >= 1) */
+    int d;      /* head dim; the CUDA kernels take d <= ATTN_CUDA_MAX_D */
+    int ld_q, ld_k, ld_v, ld_o; /* elements between consecutive tokens' rows, each >= heads*d */
+    float scale;                /* usually 1/sqrt(d) */
+    DType dtype;                /* storage of q k v o dO dq dk dv */
+} AttentionShape;
+
+#define ATTN_CUDA_MAX_D 128
+
+/* The op's sub-table (kernels/backend/ops.def): be->attention->... */
+enum { ATTENTION_FORWARD, ATTENTION_BACKWARD }; /* its functions, for supports() */
+typedef struct AttentionOps {
+    OpHead head;
+    void (*forward)(const AttentionShape *s, const void *q, const void *k, const void *v, void *o, float *lse);
+    void (*backward)(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
+                     const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv, float beta);
+} AttentionOps;
+extern const AttentionOps attention_ops_cpu;
+extern const AttentionOps attention_ops_cuda; /* CUDA builds only */
+
+/* A packed shape: every tensor's rows exactly heads*d long, scale 1/sqrt(d). */
+static inline AttentionShape attention_shape(int batch, int heads, int tq, int tk, int d, DType dt) {
+    const int ld = heads * d;
+    return (AttentionShape){batch, heads, tq, tk, d, ld, ld, ld, ld, 1.0f / sqrtf((float)d), dt};
+}
+/* "" when s is valid, else what is wrong (one line; both backends' check) */
+static inline const char *attention_shape_error(const AttentionShape *s) {
+    if (s->batch < 0 || s->heads < 1 || s->tq < 0 || s->d < 1) return "negative sizes, or no heads or head dim";
+    if (s->tk < 1) return "no keys (tk < 1): a softmax over nothing";
+    const long row = (long)s->heads * s->d;
+    if (s->ld_q < row || s->ld_k < row || s->ld_v < row || s->ld_o < row) return "a row stride below heads*d";
+    if (!(s->scale == s->scale)) return "scale is NaN";
+    return "";
+}
+
+#ifdef __cplusplus
+}
+#endif

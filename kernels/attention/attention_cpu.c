@@ -1,0 +1,214 @@
+/* attention_cpu.c: float32 CPU attention (attention.h), tiled so no [tq][tk] matrix exists: per job a tile of at
+ * most ATT_BQ x ATT_BK scores, BLAS (single-threaded inside each OpenMP job, as gemm_cpu.c) reading q k v in place
+ * through their row strides.
+ *   forward   jobs (b, h, block of ATT_BQ queries); keys in tiles of ATT_BK, in order: S = scale Q K^T, then the
+ *             online softmax (running max m and sum l per row, the accumulator rescaled by exp(m_old - m_new)),
+ *             acc += P V; at the end o = acc / l, lse = m + log l.
+ *   backward  delta_i = dO_i . o_i (double, per row); then jobs (b, h, block of ATT_BKB keys) over query tiles of
+ *             ATT_BQ: P = exp(S - lse), dV += P^T dO, dS = P (dO V^T - delta), dK += scale dS^T Q; then jobs
+ *             (b, h, block of ATT_BQ queries) over key tiles: dQ += scale dS K. No two jobs write one element.
+ * Memory: per thread the tiles (ATT_BQ*ATT_BK scores twice, a block's accumulators), whatever the token count. The
+ * jobs and tiles depend on the shape only, so the bits do not depend on the thread count. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/attention.h"
+#include "common/cpu_op.h"
+#include "common/exp_cpu.h"
+
+#define ATT_BQ 64   /* queries per forward / dq job, and per query tile of the dk dv jobs (times 2) */
+#define ATT_BK 256  /* keys per tile */
+#define ATT_BKB 64  /* keys per dk dv job */
+/* score elements times d below which a call runs on the calling thread (a parallel region costs more; the jobs,
+ * and so the bits, are the same either way) */
+#define ATT_PARALLEL_MIN (1L << 20)
+
+static int blas_serial_begin(void) {
+    const int saved = openblas_get_num_threads();
+    if (saved != 1) openblas_set_num_threads(1);
+    return saved;
+}
+static void blas_serial_end(int saved) {
+    if (saved != 1) openblas_set_num_threads(saved);
+}
+
+static void check(const AttentionShape *s, const char *fn) {
+    cpu_need_f32(s->dtype, fn);
+    const char *bad = attention_shape_error(s);
+    if (*bad)
+        vx_fatal("attention: %s (batch %d, heads %d, tq %d, tk %d, d %d)", bad, s->batch, s->heads, s->tq, s->tk,
+                 s->d);
+}
+
+/* element (b, token t, head h, column 0) of a [batch][tokens][ld] tensor */
+static inline size_t at(int b, int tokens, int t, int ld, int h, int d) {
+    return ((size_t)b * (size_t)tokens + (size_t)t) * (size_t)ld + (size_t)h * (size_t)d;
+}
+
+static double work(const AttentionShape *s) { return (double)s->batch * s->heads * s->tq * s->tk * s->d; }
+
+static void *job_alloc(size_t floats) {
+    float *p = malloc(floats * sizeof(float));
+    if (!p) vx_fatal("attention: out of memory for a %zu-float tile", floats);
+    return p;
+}
+
+/* ---- forward ------------------------------------------------------------------------------------------------ */
+
+static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, void *ov,
+                        float *lse) {
+    check(s, "attention_forward");
+    const int d = s->d, qb = (s->tq + ATT_BQ - 1) / ATT_BQ;
+    const long jobs = (long)s->batch * s->heads * qb;
+    const float *Q = qv, *K = kv, *V = vv;
+    float *O = ov;
+    const int saved = blas_serial_begin();
+#pragma omp parallel if (jobs > 1 && work(s) >= ATT_PARALLEL_MIN)
+    {
+        float *S = job_alloc((size_t)ATT_BQ * ATT_BK), *acc = job_alloc((size_t)ATT_BQ * d);
+        float m[ATT_BQ], l[ATT_BQ];
+#pragma omp for schedule(static)
+        for (long job = 0; job < jobs; job++) {
+            const int b = (int)(job / ((long)s->heads * qb)), h = (int)(job / qb % s->heads);
+            const int i0 = (int)(job % qb) * ATT_BQ, rows = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
+            for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
+            memset(acc, 0, sizeof(float) * (size_t)rows * d);
+            for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) {
+                const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kn, d, s->scale,
+                            Q + at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, K + at(b, s->tk, j0, s->ld_k, h, d),
+                            s->ld_k, 0.0f, S, ATT_BK);
+                for (int r = 0; r < rows; r++) {
+                    float *sr = S + (size_t)r * ATT_BK, mt = m[r], sum = 0.0f;
+                    for (int j = 0; j < kn; j++) mt = sr[j] > mt ? sr[j] : mt;
+                    for (int j = 0; j < kn; j++) {
+                        sr[j] = exp_vec(sr[j] - mt);
+                        sum += sr[j];
+                    }
+                    const float corr = expf(m[r] - mt); /* 0 on the first tile (m = -inf) */
+                    l[r] = l[r] * corr + sum, m[r] = mt;
+                    if (corr != 1.0f)
+                        for (int c = 0; c < d; c++) acc[(size_t)r * d + c] *= corr;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, kn, 1.0f, S, ATT_BK,
+                            V + at(b, s->tk, j0, s->ld_v, h, d), s->ld_v, 1.0f, acc, d);
+            }
+            for (int r = 0; r < rows; r++) {
+                float *o = O + at(b, s->tq, i0 + r, s->ld_o, h, d);
+                const float inv = 1.0f / l[r];
+                for (int c = 0; c < d; c++) o[c] = acc[(size_t)r * d + c] * inv;
+                lse[((size_t)b * s->heads + h) * s->tq + i0 + r] = m[r] + logf(l[r]);
+            }
+        }
+        free(S);
+        free(acc);
+    }
+    blas_serial_end(saved);
+}
+
+/* ---- backward ----------------------------------------------------------------------------------------------- */
+
+/* The tile's probabilities and score gradients, in place: P = exp(S - lse_i) into S, dS = P (dP - delta_i) into dP
+ * (rows of ld floats; rows r are queries i0 + r of the (b, h) rows of lse and delta) */
+static void tile_ds(int rows, int kn, int ld, float *S, float *dP, const float *lse, const float *delta) {
+    for (int r = 0; r < rows; r++) {
+        float *sr = S + (size_t)r * ld, *pr = dP + (size_t)r * ld;
+        const float l = lse[r], dl = delta[r];
+        for (int j = 0; j < kn; j++) {
+            sr[j] = exp_vec(sr[j] - l);
+            pr[j] = sr[j] * (pr[j] - dl);
+        }
+    }
+}
+
+/* dst = beta*dst + acc over `rows` rows of d (dst rows ld apart) */
+static void store_grad(int rows, int d, const float *acc, float *dst, int ld, float beta) {
+    for (int r = 0; r < rows; r++) {
+        float *o = dst + (size_t)r * ld;
+        const float *a = acc + (size_t)r * d;
+        if (beta != 0.0f)
+            for (int c = 0; c < d; c++) o[c] = beta * o[c] + a[c];
+        else memcpy(o, a, sizeof(float) * (size_t)d);
+    }
+}
+
+static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, const void *ov,
+                         const void *dov, const float *lse, float *delta, void *dqv, void *dkv, void *dvv,
+                         float beta) {
+    check(s, "attention_backward");
+    const int d = s->d, B = s->batch, H = s->heads;
+    const float *Q = qv, *K = kv, *V = vv, *O = ov, *dO = dov;
+    float *dQ = dqv, *dK = dkv, *dV = dvv;
+    const long rows_all = (long)B * H * s->tq;
+#pragma omp parallel for schedule(static) if (rows_all * d >= 16384)
+    for (long row = 0; row < rows_all; row++) {
+        const int b = (int)(row / ((long)H * s->tq)), h = (int)(row / s->tq % H), i = (int)(row % s->tq);
+        const float *o = O + at(b, s->tq, i, s->ld_o, h, d), *g = dO + at(b, s->tq, i, s->ld_o, h, d);
+        double acc = 0.0;
+        for (int c = 0; c < d; c++) acc += (double)g[c] * o[c];
+        delta[row] = (float)acc;
+    }
+    const int kb = (s->tk + ATT_BKB - 1) / ATT_BKB, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, QT = 2 * ATT_BQ;
+    const long kjobs = (long)B * H * kb, qjobs = (long)B * H * qb;
+    const int saved = blas_serial_begin();
+#pragma omp parallel if (kjobs + qjobs > 2 && work(s) >= ATT_PARALLEL_MIN)
+    {
+        float *S = job_alloc((size_t)QT * ATT_BK), *dP = job_alloc((size_t)QT * ATT_BK);
+        float *acc = job_alloc((size_t)2 * ATT_BKB * d), *acc2 = acc + (size_t)ATT_BKB * d;
+        /* dk, dv: key block [j0, j0 + kn) against every query tile, in order */
+#pragma omp for schedule(static)
+        for (long job = 0; job < kjobs; job++) {
+            const int b = (int)(job / ((long)H * kb)), h = (int)(job / kb % H);
+            const int j0 = (int)(job % kb) * ATT_BKB, kn = s->tk - j0 < ATT_BKB ? s->tk - j0 : ATT_BKB;
+            const float *Kb = K + at(b, s->tk, j0, s->ld_k, h, d), *Vb = V + at(b, s->tk, j0, s->ld_v, h, d);
+            const size_t lrow = ((size_t)b * H + h) * s->tq;
+            memset(acc, 0, sizeof(float) * (size_t)2 * ATT_BKB * d); /* acc: dk, acc2: dv */
+            for (int i0 = 0; i0 < s->tq; i0 += QT) {
+                const int qn = s->tq - i0 < QT ? s->tq - i0 : QT;
+                const float *Qt = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOt = dO + at(b, s->tq, i0, s->ld_o, h, d);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, d, s->scale, Qt, s->ld_q, Kb, s->ld_k,
+                            0.0f, S, ATT_BK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, d, 1.0f, dOt, s->ld_o, Vb, s->ld_v,
+                            0.0f, dP, ATT_BK);
+                tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow + i0, delta + lrow + i0);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, qn, 1.0f, S, ATT_BK, dOt, s->ld_o, 1.0f,
+                            acc2, d);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q,
+                            1.0f, acc, d);
+            }
+            store_grad(kn, d, acc, dK + at(b, s->tk, j0, s->ld_k, h, d), s->ld_k, beta);
+            store_grad(kn, d, acc2, dV + at(b, s->tk, j0, s->ld_v, h, d), s->ld_v, beta);
+        }
+        /* dq: query block [i0, i0 + qn) against every key tile, in order */
+#pragma omp for schedule(static)
+        for (long job = 0; job < qjobs; job++) {
+            const int b = (int)(job / ((long)H * qb)), h = (int)(job / qb % H);
+            const int i0 = (int)(job % qb) * ATT_BQ, qn = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
+            const float *Qb = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOb = dO + at(b, s->tq, i0, s->ld_o, h, d);
+            const size_t lrow = ((size_t)b * H + h) * s->tq + i0;
+            memset(acc, 0, sizeof(float) * (size_t)qn * d);
+            for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) {
+                const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
+                const float *Kt = K + at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + at(b, s->tk, j0, s->ld_v, h, d);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k,
+                            0.0f, S, ATT_BK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v,
+                            0.0f, dP, ATT_BK);
+                tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow, delta + lrow);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k,
+                            1.0f, acc, d);
+            }
+            store_grad(qn, d, acc, dQ + at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, beta);
+        }
+        free(S);
+        free(dP);
+        free(acc);
+    }
+    blas_serial_end(saved);
+}
+
+/* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
+
+const AttentionOps attention_ops_cpu = {{op_supports_f32}, cpu_forward, cpu_backward};

@@ -1,0 +1,103 @@
+/* gemm_cpu.c: the float32 CPU batched GEMM with epilogues and the bias gradient (gemm.h), through BLAS.
+ * matmul: the work is cut into jobs of (batch entry, GEMM_ROWS rows of C), each one single-threaded sgemm on one
+ * OpenMP thread (OpenBLAS switched to one thread for the call, as linear_cpu.c does) followed by its epilogue on the
+ * same rows; the jobs depend on the shape only and each output element's sum over k is one sgemm's, so the bits do
+ * not depend on the thread count. bias_grad: partials in double per fixed chunk of GEMM_ROWS rows, added in order. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cpu_op.h"
+#include "gelu/gelu_math.h"
+#include "gemm/gemm.h"
+
+#define GEMM_ROWS 64L
+/* multiply-adds below which a product runs on the calling thread: a parallel region costs more than such a product,
+ * and on a shared machine it waits for a core (the jobs, and so the bits, are the same either way) */
+#define GEMM_PARALLEL_MIN (1L << 20)
+
+static int blas_serial_begin(void) {
+    const int saved = openblas_get_num_threads();
+    if (saved != 1) openblas_set_num_threads(1);
+    return saved;
+}
+static void blas_serial_end(int saved) {
+    if (saved != 1) openblas_set_num_threads(saved);
+}
+
+/* pre = C (alpha AB + beta C from sgemm) + bias; aux = pre; C = epilogue(pre) on `rows` rows of n */
+static void epilogue(const GemmShape *s, long rows, const float *bias, float *c, float *aux) {
+    const int n = s->n, e = s->epilogue;
+    for (long r = 0; r < rows; r++) {
+        float *cr = c + r * n, *ar = aux ? aux + r * n : NULL;
+        if (e == GEMM_EPI_DGELU_TANH || e == GEMM_EPI_DGELU_ERF) {
+            const int kind = e == GEMM_EPI_DGELU_TANH ? 0 : 1;
+            for (int j = 0; j < n; j++) cr[j] *= gelu_grad(kind, ar[j]);
+            continue;
+        }
+        if (bias)
+            for (int j = 0; j < n; j++) cr[j] += bias[j];
+        if (e == GEMM_EPI_NONE) continue;
+        const int kind = e == GEMM_EPI_GELU_TANH ? 0 : 1;
+        for (int j = 0; j < n; j++) {
+            if (ar) ar[j] = cr[j];
+            cr[j] = gelu_value(kind, cr[j]);
+        }
+    }
+}
+
+static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const float *bias, void *cv, void *auxv,
+                       float beta) {
+    cpu_need_f32(s->dtype, "gemm_matmul");
+    const char *bad = gemm_shape_error(s);
+    if (*bad) vx_fatal("gemm: %s (batch %d, m %d, n %d, k %d)", bad, s->batch, s->m, s->n, s->k);
+    const int dgelu = s->epilogue == GEMM_EPI_DGELU_TANH || s->epilogue == GEMM_EPI_DGELU_ERF;
+    if (dgelu && (!auxv || beta != 0.0f || bias)) vx_fatal("gemm: the DGELU epilogue needs aux, beta 0 and no bias");
+    if (!s->m || !s->n) return;
+    const long chunks = (s->m + GEMM_ROWS - 1) / GEMM_ROWS, jobs = (long)s->batch * chunks;
+    const int lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
+    const int saved = blas_serial_begin();
+#pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
+    for (long job = 0; job < jobs; job++) {
+        const long i = job / chunks, r0 = (job % chunks) * GEMM_ROWS;
+        const long rows = r0 + GEMM_ROWS <= s->m ? GEMM_ROWS : s->m - r0;
+        const float *a = (const float *)av + i * s->stride_a + (s->trans_a ? r0 : r0 * s->k);
+        const float *b = (const float *)bv + i * s->stride_b;
+        float *c = (float *)cv + i * s->stride_c + r0 * s->n;
+        float *aux = auxv ? (float *)auxv + i * s->stride_c + r0 * s->n : NULL;
+        if (beta == 0.0f) memset(c, 0, sizeof(float) * (size_t)(rows * s->n)); /* C may hold NaN */
+        if (s->k > 0)
+            cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans, s->trans_b ? CblasTrans : CblasNoTrans,
+                        (int)rows, s->n, s->k, s->alpha, a, lda, b, ldb, beta, c, s->n);
+        else if (beta != 0.0f && beta != 1.0f)
+            for (long e = 0; e < rows * s->n; e++) c[e] *= beta;
+        if (bias || s->epilogue != GEMM_EPI_NONE) epilogue(s, rows, bias, c, aux);
+    }
+    blas_serial_end(saved);
+}
+
+static void cpu_bias_grad(DType dt, long rows, int cols, const void *dyv, float *db, float beta) {
+    cpu_need_f32(dt, "gemm_bias_grad");
+    if (rows < 0 || cols < 1) vx_fatal("gemm: bias_grad of %ld rows of %d columns", rows, cols);
+    const long chunks = (rows + GEMM_ROWS - 1) / GEMM_ROWS;
+    double *part = calloc((size_t)(chunks > 0 ? chunks : 1) * (size_t)cols, sizeof(double));
+    if (!part) vx_fatal("gemm: out of memory for %ld partial sums of %d columns", chunks, cols);
+    const float *dy = dyv;
+#pragma omp parallel for schedule(static) if (rows * cols >= 16384)
+    for (long ch = 0; ch < chunks; ch++) {
+        const long r1 = (ch + 1) * GEMM_ROWS < rows ? (ch + 1) * GEMM_ROWS : rows;
+        double *p = part + ch * cols;
+        for (long r = ch * GEMM_ROWS; r < r1; r++)
+            for (int j = 0; j < cols; j++) p[j] += dy[r * cols + j];
+    }
+    for (int j = 0; j < cols; j++) {
+        double acc = 0.0;
+        for (long ch = 0; ch < chunks; ch++) acc += part[ch * cols + j];
+        db[j] = beta != 0.0f ? beta * db[j] + (float)acc : (float)acc;
+    }
+    free(part);
+}
+
+/* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
+
+const GemmOps gemm_ops_cpu = {{op_supports_f32}, cpu_matmul, cpu_bias_grad};

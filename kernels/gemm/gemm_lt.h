@@ -1,0 +1,20 @@
+/* gemm_lt.h: the cuBLASLt path of gemm_cuda.cu (gemm_lt.cu): cuBLASLt loaded with dlopen on first use, as bench
+ * loads cuBLAS (the binary links no cuBLAS), a matmul descriptor per call, the algorithm cached per shape. nvcc only;
+ * the host emulation (tests/tools/cuda_emu) has no cuBLASLt and answers 0, so the own kernel runs there. */
+#pragma once
+#include "gemm/gemm.h"
+
+#ifdef __cplusplus
+extern "C" { /* C linkage: the host emulation's stand-in (emu_ops.cpp) defines it from inside an extern "C" block */
+#endif
+
+/* Runs s on cuBLASLt and returns 1, or returns 0 having enqueued nothing when cuBLASLt is not loaded (VX_GEMM_OWN=1
+ * turns it off, a missing library is said once on stderr), offers no algorithm for the shape, types and alignment,
+ * or lacks the epilogue: GELU and DGELU are cuBLASLt's in their tanh form only; for the erf form *pending is set to
+ * 1 and the plain product (with beta) is what cuBLASLt leaves in C, the caller applying bias and epilogue after. */
+int gemm_lt_matmul(const GemmShape *s, const void *a, const void *b, const float *bias, void *c, void *aux, float beta,
+                   int *pending);
+
+#ifdef __cplusplus
+}
+#endif
