@@ -110,3 +110,13 @@ def test_bf16_on_a_cpu_without_it_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "r").exists()
     # the mask hides only that: float32 runs as ever
     train(tmp_path / "f32", "--amp", "off", steps=2, env=HIDE)
+
+
+@needs_bf16
+def test_onednn_held_below_its_bf16_kernels_is_refused_too(tmp_path):
+    # DNNL_MAX_CPU_ISA (oneDNN's own switch) below avx512_core_bf16: its bf16 convolutions would be emulated, slower
+    # than float32, so the CPU's features alone do not make bf16 usable
+    p = train(tmp_path / "r", "--amp", "bf16", env={"DNNL_MAX_CPU_ISA": "AVX512_CORE"}, check=False)
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "oneDNN is limited to avx512_core" in p.stderr and "use --amp off" in p.stderr, p.stderr
