@@ -57,6 +57,8 @@ d, stem = sys.argv[1], sys.argv[2]
 r = {k: json.load(open(os.path.join(d, f))) for k, f in (("vx32", "step_%s.json" % stem), ("vx16", "step_%s_bf16.json" % stem),
                                                           ("pt32", "pytorch_step_%s.json" % stem), ("pt16", "pytorch_step_%s_bf16.json" % stem))}
 md = os.path.join(d, "side_by_side_%s.md" % stem)
+with open(md) as f:
+    before = len(f.read())
 with open(md, "a") as f:
     f.write("## bf16 (BF16=1), same run\n\n| | voxscale fp32 | voxscale bf16 math | PyTorch fp32 | PyTorch bf16 autocast |\n"
             "|---|---|---|---|---|\n")
@@ -66,5 +68,5 @@ with open(md, "a") as f:
     f.write("| voxscale bf16 over PyTorch bf16 | | %.2fx | | |\n\n" % (r["pt16"]["step_ms_median"] / r["vx16"]["step_ms_median"]))
     f.write("voxscale bf16: convolutions in bf16 math where measured faster than float32 (float32 storage, master "
             "weights and optimizer); %.1f GFLOP/s of convolution work against the same float32 ceiling.\n" % r["vx16"]["conv_gflops"])
-print(open(md).read())
+print(open(md).read()[before:])
 PY

@@ -293,12 +293,20 @@ static Choice *choose(const Conv3dShape *s) {
     const Conv3dShape f = f32_of(s);
     for (int dir = 0; dir < 3; dir++) {
         char why[200] = "";
-        /* the oneDNN candidate of the shape's own math: float32, or bf16 (once it agrees with float32) */
-        const int usable = m != CONV_MODE_IM2COL && conv3d_dnnl_usable(s, dir, NULL, 0, why, sizeof why) &&
-                           (!s->bf16_math || bf16_agrees(s, dir, why, sizeof why));
-        /* and under bf16 math its float32 one */
+        /* the oneDNN candidate of the shape's own math (float32, or bf16), and under bf16 math its float32 one */
+        int usable = m != CONV_MODE_IM2COL && conv3d_dnnl_usable(s, dir, NULL, 0, why, sizeof why);
         const int usable_f32 = !s->bf16_math ? usable
                                              : m != CONV_MODE_IM2COL && conv3d_dnnl_usable(&f, dir, NULL, 0, NULL, 0);
+        if (m == CONV_MODE_AUTO && (usable || usable_f32)) { /* a bf16 choice in the file agreed when it was made */
+            const int cached = cache_lookup(s, threads, dir, c->ms[dir]);
+            if (cached == CONV_PATH_IM2COL || (cached == CONV_PATH_ONEDNN && usable_f32) ||
+                (cached == CONV_PATH_ONEDNN_BF16 && usable)) {
+                c->path[dir] = cached;
+                log_choice(c, dir, "measured earlier", NULL);
+                continue;
+            }
+        }
+        if (s->bf16_math && usable && !bf16_agrees(s, dir, why, sizeof why)) usable = 0;
         if (m == CONV_MODE_ONEDNN && !usable && !usable_f32)
             vx_fatal("VX_CONV_CPU=onednn, but oneDNN cannot run this convolution: %s", why);
         if (m != CONV_MODE_AUTO) { /* oneDNN forced: in the shape's math, float32 where bf16 disagreed */
@@ -311,12 +319,6 @@ static Choice *choose(const Conv3dShape *s) {
         if (!cand[1] && !cand[2]) {
             c->path[dir] = CONV_PATH_IM2COL;
             log_choice(c, dir, "the only candidate", why);
-            continue;
-        }
-        const int cached = cache_lookup(s, threads, dir, c->ms[dir]);
-        if (cached >= 0 && cand[cached]) {
-            c->path[dir] = cached;
-            log_choice(c, dir, "measured earlier", NULL);
             continue;
         }
         measure(s, dir, cand, c->ms[dir]);
