@@ -350,7 +350,8 @@ void conv3d_cpu_describe(char *buf, size_t len) {
     const int m = conv3d_cpu_mode();
     snprintf(buf, len, "%s (%s) on %d of %d shape-directions, im2col+sgemm on %d (%s; VX_CONV_LOG=1 lists them)",
              conv3d_dnnl_version(), conv3d_dnnl_isa(), dn, n, n - dn,
-             m == CONV_MODE_AUTO ? "the faster of the two, measured per shape" : "forced by VX_CONV_CPU");
+             m != CONV_MODE_AUTO ? "forced by VX_CONV_CPU"
+             : asked ? "the fastest of three with bf16, measured per shape" : "the faster of the two, measured per shape");
     if (asked)
         snprintf(buf + strlen(buf), len - strlen(buf), "; bf16 math on %d of them (oneDNN's %s kernels: bf16 "
                  "inputs, float32 accumulation and outputs)", bn, conv3d_dnnl_isa());
