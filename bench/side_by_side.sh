@@ -3,6 +3,8 @@
 # model in PyTorch (bench/reference/ae3d.py for ae3d, MONAI's ResNet in bench/reference/resnet3d.py for resnet3d), one after the other on the same machine, and writes
 # results/<device>/side_by_side_<config>.md. DEVICE is cpu (default) or cuda. VOXSCALE names another binary (a build of
 # the parent commit, for the same-run comparison bench/alternate.sh makes); RESULTS another results folder.
+# BF16=1 (cpu) adds the bf16 rows in the same run: voxscale --amp bf16 (bf16 math in the convolutions, on CPUs with
+# AVX512-BF16 or AMX) and PyTorch's bf16 autocast, after the float32 pair, into the same Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=${1:?usage: bench/side_by_side.sh CONFIG [cpu|cuda]}
@@ -40,4 +42,31 @@ with open(sys.argv[3], "w") as f:
                                                  vx.get("device_detail", vx["device"]), vx["ceiling"],
                                                  vx["ceiling_gflops"], vx["conv_gflops"], vx["commit"]))
 print(open(sys.argv[3]).read())
+PY
+[ "${BF16:-0}" = 1 ] || exit 0
+# bf16: voxscale in its own results folder (its JSON would replace the float32 one), then PyTorch's autocast
+tmpres=$(mktemp -d); trap 'rm -f "$log"; rm -rf "$tmpres"' EXIT
+"${VOXSCALE:-./build/voxscale}" bench step --config "$config" --device "$device" --iters "$iters" --warmup "$warmup" \
+    --amp bf16 --results "$tmpres" > "$log"
+cp "$(sed -n 's/^written: \(.*\)\/step_.*/\1/p' "$log")/step_$stem.json" "$ours/step_${stem}_bf16.json"
+"$python" "$reference" --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
+    --batch-size "$batch" --dtype bf16 --out "$ours/pytorch_step_${stem}_bf16.json" > /dev/null
+"$python" - "$ours" "$stem" <<'PY'
+import json, os, sys
+d, stem = sys.argv[1], sys.argv[2]
+r = {k: json.load(open(os.path.join(d, f))) for k, f in (("vx32", "step_%s.json" % stem), ("vx16", "step_%s_bf16.json" % stem),
+                                                          ("pt32", "pytorch_step_%s.json" % stem), ("pt16", "pytorch_step_%s_bf16.json" % stem))}
+md = os.path.join(d, "side_by_side_%s.md" % stem)
+with open(md) as f:
+    before = len(f.read())
+with open(md, "a") as f:
+    f.write("## bf16 (BF16=1), same run\n\n| | voxscale fp32 | voxscale bf16 math | PyTorch fp32 | PyTorch bf16 autocast |\n"
+            "|---|---|---|---|---|\n")
+    f.write("| step time, median | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n" % tuple(r[k]["step_ms_median"] for k in ("vx32", "vx16", "pt32", "pt16")))
+    f.write("| bf16 over fp32 | | %.2fx | | %.2fx |\n" % (r["vx32"]["step_ms_median"] / r["vx16"]["step_ms_median"],
+                                                        r["pt32"]["step_ms_median"] / r["pt16"]["step_ms_median"]))
+    f.write("| voxscale bf16 over PyTorch bf16 | | %.2fx | | |\n\n" % (r["pt16"]["step_ms_median"] / r["vx16"]["step_ms_median"]))
+    f.write("voxscale bf16: convolutions in bf16 math where measured faster than float32 (float32 storage, master "
+            "weights and optimizer); %.1f GFLOP/s of convolution work against the same float32 ceiling.\n" % r["vx16"]["conv_gflops"])
+print(open(md).read()[before:])
 PY

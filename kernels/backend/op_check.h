@@ -14,7 +14,8 @@ typedef struct {
 } KernelCheck;
 
 /* The tolerance case k is held to on a backend: the op's float32 one, widened for 16-bit storage (the outputs are
- * rounded to 8 or 11 significant bits) and for TF32 convolutions on a GPU (tf32: they are allowed). */
+ * rounded to 8 or 11 significant bits), for the CPU's bf16 math (k->bf16_math: inputs rounded to 8 bits) and for
+ * TF32 convolutions on a GPU (tf32: they are allowed). */
 double kernel_check_tolerance(const KernelCase *k, int tf32);
 /* Runs case k once on be and checks it. corrupt_first_output: add an error to the first output before comparing
  * (VX_TEST_WRONG_OP: proves the check can fail). */

@@ -1,6 +1,7 @@
 /* cpu_gemm.c: the CPU's instruction set from /proc/cpuinfo and cpuid, and the float32 GEMM on OpenBLAS or oneDNN
  * (cpu_gemm.h). The choice is made once, at the first call, and never changes within a process. */
 #include <cblas.h>
+#include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <stdio.h>
@@ -18,6 +19,14 @@ static int has_flag(const char *flags, const char *flag) {
     const size_t n = strlen(flag);
     for (const char *p = flags; (p = strstr(p, flag)); p += n)
         if ((p == flags || p[-1] == ' ' || p[-1] == '\t') && (p[n] == ' ' || p[n] == '\n' || p[n] == 0)) return 1;
+    return 0;
+}
+
+/* whether the comma list `list` holds `word` */
+static int has_word(const char *list, const char *word) {
+    const size_t n = strlen(word);
+    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ','))
+        if (strncmp(p, word, n) == 0 && (p[n] == ',' || p[n] == 0)) return 1;
     return 0;
 }
 
@@ -54,8 +63,18 @@ const CpuIsa *cpu_isa(void) {
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) isa.tier = ISA_AVX2;
     else if (__builtin_cpu_supports("avx")) isa.tier = ISA_AVX;
     else isa.tier = ISA_SSE;
-    isa.avx512_bf16 = isa.tier == ISA_AVX512 && has_flag(flags, "avx512_bf16");
-    isa.amx_bf16 = has_flag(flags, "amx_bf16") && has_flag(flags, "amx_tile");
+    /* BF16 and AMX: cpuid says the CPU has them (leaf 7: subleaf 1 EAX bit 5 AVX512-BF16; subleaf 0 EDX bits 22 and
+     * 24 AMX-BF16 and AMX-TILE) and cpuinfo that the kernel lets them run (AMX's tile state needs its support) */
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0, a0 = 0, b0 = 0, c0 = 0, d0 = 0;
+    const int leaf7 = __get_cpuid_count(7, 0, &a0, &b0, &c0, &d0);
+    if (leaf7 && a0 >= 1) __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
+    isa.avx512_bf16 = isa.tier == ISA_AVX512 && (a1 >> 5 & 1) && has_flag(flags, "avx512_bf16");
+    isa.amx_bf16 = (d0 >> 22 & 1) && (d0 >> 24 & 1) && has_flag(flags, "amx_bf16") && has_flag(flags, "amx_tile");
+    /* VX_CPU_HIDE=avx512_bf16,amx_bf16 (tests only): as if the CPU lacked them, so that the refusal of bf16 math on
+     * such a CPU runs on a machine that has them */
+    const char *hide = getenv("VX_CPU_HIDE");
+    if (hide && has_word(hide, "avx512_bf16")) isa.avx512_bf16 = 0;
+    if (hide && has_word(hide, "amx_bf16")) isa.amx_bf16 = 0;
     isa_known = 1;
     return &isa;
 }

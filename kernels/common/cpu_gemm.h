@@ -17,6 +17,8 @@ typedef struct {
     CpuVecTier tier;    /* the widest float32 vectors the CPU runs (AVX-512: F, BW, VL, DQ) */
     int avx512_bf16;    /* AVX512-BF16 (vdpbf16ps): bf16 dot products with float32 accumulation */
     int amx_bf16;       /* AMX tiles with bf16 */
+    /* both from cpuid and cpuinfo; VX_CPU_HIDE=avx512_bf16,amx_bf16 clears them (tests only: the refusal of
+     * train.precision bf16 on a CPU without them is then tested on one with them) */
 } CpuIsa;
 
 const CpuIsa *cpu_isa(void);

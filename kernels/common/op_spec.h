@@ -34,6 +34,8 @@ typedef struct {
     char shape[96];
     DType dtype;       /* storage of the activation buffers (act) */
     float beta;        /* 0: outputs are overwritten (poisoned with NaN first); 1: the accum outputs add to theirs */
+    int bf16_math;     /* convolutions: computed in bf16 on float32 storage (the CPU's bf16, conv3d.h): held to a
+                          bf16 tolerance (op_check.c) */
     /* the op's own shape struct (Conv3dShape, GroupNormShape, LatentShape, ...) as bytes: set and read with
      * kernel_case_set_params / kernel_case_get_params */
     unsigned char params[KCASE_PARAMS_BYTES];

@@ -12,7 +12,9 @@
  * Storage: x, wt, r, y, dy, dx are shape.dtype (dtype.h): DT_F32 on the CPU, the float32 reference; DT_BF16 or DT_F16
  * on CUDA run cuDNN's tensor-core kernels with float32 accumulation (x, wt, y all of that type, the weights being the
  * low-precision copy of the float32 master weights). dw and dbias are always float32, the master gradients: cuDNN
- * computes a low-precision dw into the workspace and one pass adds it to dw in float32 (beta as above). */
+ * computes a low-precision dw into the workspace and one pass adds it to dw in float32 (beta as above).
+ * bf16 math (the CPU's train.precision bf16): storage float32 throughout, the convolution's inputs rounded to bf16
+ * inside the call (oneDNN's avx512_core_bf16 / AMX kernels), as TF32 is a math mode of float32 on the GPU. */
 #pragma once
 #include <stddef.h>
 
@@ -29,6 +31,9 @@ typedef struct {
     int k[3], stride[3], pad[3]; /* per axis: d, h, w */
     int od, oh, ow;
     DType dtype; /* storage of x, wt, r, y, dy, dx */
+    int bf16_math; /* CPU, float32 storage only (train.precision bf16 on a CPU with AVX512-BF16 or AMX): may convolve
+                      in bf16 (x, wt and dy rounded to bf16, float32 accumulation, float32 y, dx, dw, dbias), where
+                      the table measured that faster (conv3d_cpu_select.c); 0 everywhere else */
 } Conv3dShape;
 
 /* A float32 shape (set .dtype after for another storage type): cubic (the same k, stride and pad on every axis),
@@ -107,6 +112,9 @@ typedef struct Conv3dOps {
     void (*backward_data)(const Conv3dShape *s, const void *dy, const void *wt, void *dx, float beta, void *workspace);
     void (*backward_filter)(const Conv3dShape *s, const void *x, const void *dy, float *dw, float *dbias, float beta,
                             void *workspace);
+    /* 1 when this backend runs shapes with bf16_math (the CPU on AVX512-BF16 or AMX-BF16), else 0 with a one-line
+     * reason in why (what the CPU lacks); NULL where bf16 is a storage type instead (CUDA) */
+    int (*bf16_math)(char *why, size_t why_len);
 } Conv3dOps;
 extern const Conv3dOps conv3d_ops_cpu;
 extern const Conv3dOps conv3d_ops_cuda; /* CUDA builds only */

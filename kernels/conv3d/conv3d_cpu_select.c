@@ -11,8 +11,14 @@
  * deterministic at a fixed thread count). The file is $VX_CONV_CACHE, else $XDG_CACHE_HOME/voxscale/conv-cpu.tsv,
  * else ~/.cache/voxscale/conv-cpu.tsv; VX_CONV_CACHE=off keeps choices in the process only.
  * VX_CONV_CPU=im2col|onednn forces a path (tests, comparisons; the fixtures made before oneDNN existed pin im2col),
- * VX_CONV_LOG=1 prints each choice with both times and oneDNN's implementation. */
+ * VX_CONV_LOG=1 prints each choice with both times and oneDNN's implementation.
+ * bf16 math (a shape's bf16_math: train.precision bf16 on a CPU with AVX512-BF16 or AMX) adds a third candidate,
+ * oneDNN's bf16 kernels, measured beside the two float32 ones in the same rounds: it runs where it is at least 3%
+ * faster than the faster float32 path, which then stays where bf16 would not pay (bf16 costs accuracy, so it must
+ * earn its place by speed; as TF32 on the GPU is allowed, not imposed). VX_CONV_CPU=onednn forces oneDNN in the
+ * shape's math (its bf16 kernels under bf16 math: what the bf16 tests pin). Such shapes are keyed apart ("... bf16"). */
 #include <errno.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +42,7 @@ typedef struct Choice {
     Conv3dShape s;
     int threads;
     int path[3];       /* CONV_PATH_* per direction */
-    double ms[3][2];   /* measured im2col, oneDNN (0 when not measured in this process) */
+    double ms[3][3];   /* measured im2col, oneDNN, oneDNN bf16 (0 when not measured in this process) */
     size_t ws;         /* workspace bytes of the chosen paths */
     struct Choice *next;
 } Choice;
@@ -76,6 +82,16 @@ void conv3d_cpu_set_mode(int m) {
 static void shape_key(const Conv3dShape *s, char *buf, size_t len) {
     snprintf(buf, len, "n%d %dx%dx%d c%d->%d k%dx%dx%d s%dx%dx%d p%dx%dx%d", s->n, s->d, s->h, s->w, s->c_in, s->c_out,
              s->k[0], s->k[1], s->k[2], s->stride[0], s->stride[1], s->stride[2], s->pad[0], s->pad[1], s->pad[2]);
+    if (s->bf16_math) snprintf(buf + strlen(buf), len - strlen(buf), " bf16");
+}
+
+static const char *PATH_WORD[3] = {"im2col", "onednn", "onednn-bf16"};
+
+/* the shape as its float32 candidates run it (bf16_math off) */
+static Conv3dShape f32_of(const Conv3dShape *s) {
+    Conv3dShape f = *s;
+    f.bf16_math = 0;
+    return f;
 }
 
 /* ---- the file of earlier choices ---------------------------------------------------------------------------- */
@@ -100,8 +116,8 @@ static void machine_key(int threads, char *buf, size_t len) {
 }
 
 /* The path recorded for (shape, direction) on this machine, or -1. Lines: machine key, shape, direction, path,
- * im2col ms, oneDNN ms. */
-static int cache_lookup(const Conv3dShape *s, int threads, int dir, double ms[2]) {
+ * im2col ms, oneDNN ms (and oneDNN bf16 ms for bf16 math). */
+static int cache_lookup(const Conv3dShape *s, int threads, int dir, double ms[3]) {
     const char *path = cache_path();
     if (!path) return -1;
     FILE *f = fopen(path, "r");
@@ -114,10 +130,14 @@ static int cache_lookup(const Conv3dShape *s, int threads, int dir, double ms[2]
     while (fgets(line, sizeof line, f)) {
         if (strncmp(line, want, strlen(want)) != 0) continue;
         char p[16];
-        double a, b;
-        if (sscanf(line + strlen(want), "%15s %lf %lf", p, &a, &b) != 3) continue;
-        found = strcmp(p, "onednn") == 0 ? CONV_PATH_ONEDNN : strcmp(p, "im2col") == 0 ? CONV_PATH_IM2COL : -1;
-        ms[0] = a, ms[1] = b; /* the last line for a key wins */
+        double a, b, c = 0;
+        const int got = sscanf(line + strlen(want), "%15s %lf %lf %lf", p, &a, &b, &c);
+        if (got < 3 || (s->bf16_math && got < 4)) continue;
+        int path = -1;
+        for (int i = 0; i < (s->bf16_math ? 3 : 2); i++)
+            if (strcmp(p, PATH_WORD[i]) == 0) path = i;
+        found = path; /* the last line for a key wins */
+        ms[0] = a, ms[1] = b, ms[2] = c;
     }
     fclose(f);
     return found;
@@ -125,7 +145,7 @@ static int cache_lookup(const Conv3dShape *s, int threads, int dir, double ms[2]
 
 /* Appends one line (O_APPEND: lines of concurrent ranks do not interleave, each being one short write). A file that
  * cannot be written only costs a measurement next time: said once, never fatal. */
-static void cache_store(const Conv3dShape *s, int threads, int dir, int path_chosen, const double ms[2]) {
+static void cache_store(const Conv3dShape *s, int threads, int dir, int path_chosen, const double ms[3]) {
     const char *path = cache_path();
     if (!path) return;
     char dir_path[1024];
@@ -137,11 +157,12 @@ static void cache_store(const Conv3dShape *s, int threads, int dir, int path_cho
             if (*p == '/') *p = 0, mkdir(dir_path, 0755), *p = '/';
         mkdir(dir_path, 0755);
     }
-    char mk[512], sk[160], line[1024];
+    char mk[512], sk[160], line[1024], bf16_ms[32] = "";
     machine_key(threads, mk, sizeof mk);
     shape_key(s, sk, sizeof sk);
-    const int n = snprintf(line, sizeof line, "%s\t%s\t%s\t%s\t%.4f\t%.4f\n", mk, sk, DIR_NAME[dir],
-                           path_chosen == CONV_PATH_ONEDNN ? "onednn" : "im2col", ms[0], ms[1]);
+    if (s->bf16_math) snprintf(bf16_ms, sizeof bf16_ms, "\t%.4f", ms[2]);
+    const int n = snprintf(line, sizeof line, "%s\t%s\t%s\t%s\t%.4f\t%.4f%s\n", mk, sk, DIR_NAME[dir],
+                           PATH_WORD[path_chosen], ms[0], ms[1], bf16_ms);
     FILE *f = fopen(path, "a");
     static int warned;
     if (!f || fwrite(line, 1, (size_t)n, f) != (size_t)n || fclose(f) != 0) {
@@ -158,7 +179,8 @@ static float *scratch(long n, unsigned seed) {
     return p;
 }
 
-static void call(const Conv3dShape *s, int dir, int path, float *const *b, void *ws) {
+static void call(const Conv3dShape *shape, int dir, int path, float *const *b, void *ws) {
+    const Conv3dShape f = f32_of(shape), *s = path == CONV_PATH_ONEDNN_BF16 ? shape : &f;
     if (path == CONV_PATH_IM2COL) {
         if (dir == CONV3D_FORWARD) conv3d_forward_cpu(s, b[0], b[1], b[2], NULL, b[3], ws);
         else if (dir == CONV3D_BACKWARD_DATA) conv3d_backward_data_cpu(s, b[3], b[1], b[0], 0.0f, ws);
@@ -170,46 +192,95 @@ static void call(const Conv3dShape *s, int dir, int path, float *const *b, void 
     }
 }
 
-/* Both candidates of one direction, alternately: ms[path] = the fastest call after one warm-up each, over at least
+/* The candidates of one direction (im2col, oneDNN, and oneDNN bf16 under bf16 math; those not usable get 0 ms and
+ * are not run), alternately: ms[path] = the fastest call after one warm-up each, over at least
  * 3 rounds and then more while the rounds so far took under MEASURE_MS (at most 12): the fastest call is what the
  * machine can do, the others are what neighbours took from it (on a shared 2-core VM, calls of one kernel moved
  * by 2-10x within seconds). */
 #define MEASURE_MS 250.0
-static void measure(const Conv3dShape *s, int dir, double ms[2]) {
+static void measure(const Conv3dShape *s, int dir, const int usable[3], double ms[3]) {
     float *b[4] = {scratch(conv3d_input_count(s), 1), scratch(conv3d_weight_count(s), 2), scratch(s->c_out, 3),
                    scratch(conv3d_output_count(s), 4)};
-    const size_t wsb = conv3d_workspace_bytes_cpu(s) > conv3d_dnnl_workspace_bytes(s, dir)
-                           ? conv3d_workspace_bytes_cpu(s)
-                           : conv3d_dnnl_workspace_bytes(s, dir);
-    void *ws = vx_malloc(wsb ? wsb : 64);
-    double best[2] = {1e30, 1e30};
+    const Conv3dShape f = f32_of(s);
+    const size_t need[3] = {conv3d_workspace_bytes_cpu(s), usable[1] ? conv3d_dnnl_workspace_bytes(&f, dir) : 0,
+                            usable[2] ? conv3d_dnnl_workspace_bytes(s, dir) : 0};
+    size_t wsb = 64;
+    for (int p = 0; p < 3; p++) wsb = need[p] > wsb ? need[p] : wsb;
+    void *ws = vx_malloc(wsb);
+    double best[3] = {1e30, 1e30, 1e30};
     const double start = vx_now();
     for (int r = -1; r < 12 && (r < 3 || (vx_now() - start) * 1e3 < MEASURE_MS); r++)
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < 3; p++) {
+            if (!usable[p]) continue;
             const double t0 = vx_now();
             call(s, dir, p, b, ws);
             const double t = (vx_now() - t0) * 1e3;
             if (r >= 0 && t < best[p]) best[p] = t;
         }
-    ms[0] = best[0], ms[1] = best[1];
+    for (int p = 0; p < 3; p++) ms[p] = usable[p] ? best[p] : 0;
     for (int i = 0; i < 4; i++) free(b[i]);
     free(ws);
 }
 
+/* Whether oneDNN's bf16 kernels compute direction dir of s within twice bf16's bound (op_check.c's 1.6e-2 of the
+ * largest value) of the float32 reference, im2col, on the same scratch inputs. Not all do: oneDNN 2.6.3's 1x1
+ * backward-data (jit_bf16_1x1) reads an odd number of output channels in ndhwc wrongly (errors of 40-200%; found by
+ * the op tests), so a kernel is a candidate only once it has agreed here, one call each, per shape and direction. */
+#define BF16_AGREE 3.2e-2
+static int bf16_agrees(const Conv3dShape *s, int dir, char *why, size_t why_len) {
+    float *b[4] = {scratch(conv3d_input_count(s), 1), scratch(conv3d_weight_count(s), 2), scratch(s->c_out, 3),
+                   scratch(conv3d_output_count(s), 4)};
+    const size_t a = conv3d_workspace_bytes_cpu(s), d = conv3d_dnnl_workspace_bytes(s, dir);
+    void *ws = vx_malloc((a > d ? a : d) + 64);
+    const int out = dir == CONV3D_FORWARD ? 3 : dir == CONV3D_BACKWARD_DATA ? 0 : 1; /* (filter: and dbias, b[2]) */
+    const long n = out == 3 ? conv3d_output_count(s) : out == 0 ? conv3d_input_count(s) : conv3d_weight_count(s);
+    call(s, dir, CONV_PATH_IM2COL, b, ws);
+    float *ref = vx_malloc(sizeof(float) * (size_t)n);
+    memcpy(ref, b[out], sizeof(float) * (size_t)n);
+    call(s, dir, CONV_PATH_ONEDNN_BF16, b, ws);
+    double worst = 0, scale = 0;
+    for (long i = 0; i < n; i++) {
+        const double e = fabs((double)b[out][i] - ref[i]);
+        if (!(e <= worst)) worst = e; /* NaN too */
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    const double err = worst / (scale > 0 ? scale : 1);
+    if (!(err <= BF16_AGREE))
+        snprintf(why, why_len, "oneDNN's bf16 kernel is off by %.2g of the largest value from float32 (bound %.2g): "
+                 "float32 here", err, BF16_AGREE);
+    for (int i = 0; i < 4; i++) free(b[i]);
+    free(ref);
+    free(ws);
+    return err <= BF16_AGREE;
+}
+
 /* ---- the choice per shape --------------------------------------------------------------------------------- */
+
+static const char *PATH_NAME[3] = {"im2col+sgemm", "oneDNN", "oneDNN bf16"};
 
 static void log_choice(const Choice *c, int dir, const char *how, const char *why) {
     if (!conv_log()) return;
     char sk[160], impl[160] = "";
     shape_key(&c->s, sk, sizeof sk);
-    if (c->path[dir] == CONV_PATH_ONEDNN) conv3d_dnnl_usable(&c->s, dir, impl, sizeof impl, NULL, 0);
-    char times[96] = "";
+    const Conv3dShape f = f32_of(&c->s);
+    if (c->path[dir] != CONV_PATH_IM2COL)
+        conv3d_dnnl_usable(c->path[dir] == CONV_PATH_ONEDNN_BF16 ? &c->s : &f, dir, impl, sizeof impl, NULL, 0);
+    char times[160] = "";
     if (c->ms[dir][0] > 0 && c->ms[dir][1] > 0)
-        snprintf(times, sizeof times, " (im2col %.3f ms, oneDNN %.3f ms: %.2fx)", c->ms[dir][0], c->ms[dir][1],
+        snprintf(times, sizeof times, " (im2col %.3f ms, oneDNN %.3f ms: %.2fx", c->ms[dir][0], c->ms[dir][1],
                  c->ms[dir][0] / c->ms[dir][1]);
+    if (times[0] && c->ms[dir][2] > 0)
+        snprintf(times + strlen(times), sizeof times - strlen(times), ", oneDNN bf16 %.3f ms", c->ms[dir][2]);
+    if (times[0]) snprintf(times + strlen(times), sizeof times - strlen(times), ")");
     fprintf(stderr, "conv3d cpu %s %s, %d threads: %s%s%s%s, %s%s%s\n", sk, DIR_NAME[dir], c->threads,
-            c->path[dir] == CONV_PATH_ONEDNN ? "oneDNN" : "im2col+sgemm", impl[0] ? " " : "", impl, times, how,
-            why ? ": " : "", why ? why : "");
+            PATH_NAME[c->path[dir]], impl[0] ? " " : "", impl, times, how, why ? ": " : "", why ? why : "");
+}
+
+/* The path the measured times choose: oneDNN over im2col when 3% faster, then bf16 over that when 3% faster. */
+static int fastest(const double ms[3], const int usable[3]) {
+    int p = usable[1] && ms[1] < ms[0] * TIE_MARGIN ? CONV_PATH_ONEDNN : CONV_PATH_IM2COL;
+    if (usable[2] && ms[2] < ms[p] * TIE_MARGIN) p = CONV_PATH_ONEDNN_BF16;
+    return p;
 }
 
 static Choice *choose(const Conv3dShape *s) {
@@ -219,30 +290,47 @@ static Choice *choose(const Conv3dShape *s) {
     Choice *c = vx_calloc(1, sizeof *c);
     c->s = *s, c->threads = threads;
     const int m = conv3d_cpu_mode();
+    const Conv3dShape f = f32_of(s);
     for (int dir = 0; dir < 3; dir++) {
         char why[200] = "";
-        const int usable = m != CONV_MODE_IM2COL && conv3d_dnnl_usable(s, dir, NULL, 0, why, sizeof why);
-        if (m == CONV_MODE_ONEDNN && !usable)
+        /* the oneDNN candidate of the shape's own math (float32, or bf16), and under bf16 math its float32 one */
+        int usable = m != CONV_MODE_IM2COL && conv3d_dnnl_usable(s, dir, NULL, 0, why, sizeof why);
+        const int usable_f32 = !s->bf16_math ? usable
+                                             : m != CONV_MODE_IM2COL && conv3d_dnnl_usable(&f, dir, NULL, 0, NULL, 0);
+        if (m == CONV_MODE_AUTO && (usable || usable_f32)) { /* a bf16 choice in the file agreed when it was made */
+            const int cached = cache_lookup(s, threads, dir, c->ms[dir]);
+            if (cached == CONV_PATH_IM2COL || (cached == CONV_PATH_ONEDNN && usable_f32) ||
+                (cached == CONV_PATH_ONEDNN_BF16 && usable)) {
+                c->path[dir] = cached;
+                log_choice(c, dir, "measured earlier", NULL);
+                continue;
+            }
+        }
+        if (s->bf16_math && usable && !bf16_agrees(s, dir, why, sizeof why)) usable = 0;
+        if (m == CONV_MODE_ONEDNN && !usable && !usable_f32)
             vx_fatal("VX_CONV_CPU=onednn, but oneDNN cannot run this convolution: %s", why);
-        if (!usable || m != CONV_MODE_AUTO) {
-            c->path[dir] = usable ? CONV_PATH_ONEDNN : CONV_PATH_IM2COL;
-            log_choice(c, dir, m == CONV_MODE_AUTO ? "the only candidate" : "forced by VX_CONV_CPU", usable ? NULL : why);
+        if (m != CONV_MODE_AUTO) { /* oneDNN forced: in the shape's math, float32 where bf16 disagreed */
+            c->path[dir] = !usable_f32 ? CONV_PATH_IM2COL : !s->bf16_math ? CONV_PATH_ONEDNN
+                           : usable ? CONV_PATH_ONEDNN_BF16 : CONV_PATH_ONEDNN;
+            log_choice(c, dir, "forced by VX_CONV_CPU", why[0] ? why : NULL);
             continue;
         }
-        const int cached = cache_lookup(s, threads, dir, c->ms[dir]);
-        if (cached >= 0) {
-            c->path[dir] = cached;
-            log_choice(c, dir, "measured earlier", NULL);
+        const int cand[3] = {1, usable_f32, s->bf16_math && usable};
+        if (!cand[1] && !cand[2]) {
+            c->path[dir] = CONV_PATH_IM2COL;
+            log_choice(c, dir, "the only candidate", why);
             continue;
         }
-        measure(s, dir, c->ms[dir]);
-        c->path[dir] = c->ms[dir][1] < c->ms[dir][0] * TIE_MARGIN ? CONV_PATH_ONEDNN : CONV_PATH_IM2COL;
+        measure(s, dir, cand, c->ms[dir]);
+        c->path[dir] = fastest(c->ms[dir], cand);
         cache_store(s, threads, dir, c->path[dir], c->ms[dir]);
         log_choice(c, dir, "measured now", NULL);
     }
     size_t ws = 0;
     for (int dir = 0; dir < 3; dir++) {
-        const size_t b = c->path[dir] == CONV_PATH_ONEDNN ? conv3d_dnnl_workspace_bytes(s, dir) : conv3d_workspace_bytes_cpu(s);
+        const int p = c->path[dir];
+        const size_t b = p == CONV_PATH_IM2COL ? conv3d_workspace_bytes_cpu(s)
+                                               : conv3d_dnnl_workspace_bytes(p == CONV_PATH_ONEDNN_BF16 ? s : &f, dir);
         if (b > ws) ws = b;
     }
     c->ws = ws;
@@ -254,9 +342,11 @@ static Choice *choose(const Conv3dShape *s) {
 int conv3d_cpu_path(const Conv3dShape *s, int dir) { return choose(s)->path[dir]; }
 
 void conv3d_cpu_describe(char *buf, size_t len) {
-    int n = 0, dn = 0;
+    int n = 0, dn = 0, bn = 0, asked = 0;
     for (const Choice *c = choices; c; c = c->next)
-        for (int dir = 0; dir < 3; dir++) n++, dn += c->path[dir] == CONV_PATH_ONEDNN;
+        for (int dir = 0; dir < 3; dir++)
+            n++, dn += c->path[dir] != CONV_PATH_IM2COL, bn += c->path[dir] == CONV_PATH_ONEDNN_BF16,
+                asked += c->s.bf16_math;
     const int m = conv3d_cpu_mode();
     if (n == 0 && m == CONV_MODE_AUTO) { /* said before the first call: nothing chosen yet */
         snprintf(buf, len, "%s (%s) or im2col+sgemm per shape and direction, the faster measured at its first "
@@ -265,10 +355,14 @@ void conv3d_cpu_describe(char *buf, size_t len) {
     }
     snprintf(buf, len, "%s (%s) on %d of %d shape-directions, im2col+sgemm on %d (%s; VX_CONV_LOG=1 lists them)",
              conv3d_dnnl_version(), conv3d_dnnl_isa(), dn, n, n - dn,
-             m == CONV_MODE_AUTO ? "the faster of the two, measured per shape" : "forced by VX_CONV_CPU");
+             m != CONV_MODE_AUTO ? "forced by VX_CONV_CPU"
+             : asked ? "the fastest of three with bf16, measured per shape" : "the faster of the two, measured per shape");
+    if (asked)
+        snprintf(buf + strlen(buf), len - strlen(buf), "; bf16 math on %d of them (oneDNN's %s kernels: bf16 "
+                 "inputs, float32 accumulation and outputs)", bn, conv3d_dnnl_isa());
 }
 
-/* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
+/* ---- the CPU backend's table (ops.def): float32 storage only, bf16 math where the shape asks ------------------ */
 
 /* The workspace asked by a plan: the chosen paths' where the shape was chosen already, else enough for either
  * candidate in every direction, without measuring. Planning alone (detect, the hardware plan trying batch sizes,
@@ -280,31 +374,40 @@ static size_t cpu_workspace(const Conv3dShape *s) {
     for (const Choice *c = choices; c; c = c->next)
         if (c->threads == threads && memcmp(&c->s, s, sizeof *s) == 0) return c->ws;
     size_t ws = conv3d_workspace_bytes_cpu(s);
+    const Conv3dShape f = f32_of(s); /* oneDNN float32 is a candidate of a bf16 shape too */
     if (conv3d_cpu_mode() != CONV_MODE_IM2COL)
-        for (int dir = 0; dir < 3; dir++) {
-            char why[200];
-            if (!conv3d_dnnl_usable(s, dir, NULL, 0, why, sizeof why)) continue;
-            const size_t b = conv3d_dnnl_workspace_bytes(s, dir);
-            if (b > ws) ws = b;
-        }
+        for (int dir = 0; dir < 3; dir++)
+            for (int bf = 0; bf < 1 + (s->bf16_math != 0); bf++) {
+                char why[200];
+                const Conv3dShape *c = bf ? s : &f;
+                if (!conv3d_dnnl_usable(c, dir, NULL, 0, why, sizeof why)) continue;
+                const size_t b = conv3d_dnnl_workspace_bytes(c, dir);
+                if (b > ws) ws = b;
+            }
     return ws;
 }
 static void cpu_forward(const Conv3dShape *s, const void *x, const void *wt, const float *bias, const void *residual,
                         void *y, void *ws) {
     cpu_need_f32(s->dtype, "conv3d_forward");
-    if (choose(s)->path[CONV3D_FORWARD] == CONV_PATH_ONEDNN) conv3d_dnnl_forward(s, x, wt, bias, residual, y, ws);
-    else conv3d_forward_cpu(s, x, wt, bias, residual, y, ws);
+    const int p = choose(s)->path[CONV3D_FORWARD];
+    const Conv3dShape f = f32_of(s);
+    if (p == CONV_PATH_IM2COL) conv3d_forward_cpu(s, x, wt, bias, residual, y, ws);
+    else conv3d_dnnl_forward(p == CONV_PATH_ONEDNN_BF16 ? s : &f, x, wt, bias, residual, y, ws);
 }
 static void cpu_backward_data(const Conv3dShape *s, const void *dy, const void *wt, void *dx, float beta, void *ws) {
     cpu_need_f32(s->dtype, "conv3d_backward_data");
-    if (choose(s)->path[CONV3D_BACKWARD_DATA] == CONV_PATH_ONEDNN) conv3d_dnnl_backward_data(s, dy, wt, dx, beta, ws);
-    else conv3d_backward_data_cpu(s, dy, wt, dx, beta, ws);
+    const int p = choose(s)->path[CONV3D_BACKWARD_DATA];
+    const Conv3dShape f = f32_of(s);
+    if (p == CONV_PATH_IM2COL) conv3d_backward_data_cpu(s, dy, wt, dx, beta, ws);
+    else conv3d_dnnl_backward_data(p == CONV_PATH_ONEDNN_BF16 ? s : &f, dy, wt, dx, beta, ws);
 }
 static void cpu_backward_filter(const Conv3dShape *s, const void *x, const void *dy, float *dw, float *dbias,
                                 float beta, void *ws) {
     cpu_need_f32(s->dtype, "conv3d_backward_filter");
-    if (choose(s)->path[CONV3D_BACKWARD_FILTER] == CONV_PATH_ONEDNN) conv3d_dnnl_backward_filter(s, x, dy, dw, dbias, beta, ws);
-    else conv3d_backward_filter_cpu(s, x, dy, dw, dbias, beta, ws);
+    const int p = choose(s)->path[CONV3D_BACKWARD_FILTER];
+    const Conv3dShape f = f32_of(s);
+    if (p == CONV_PATH_IM2COL) conv3d_backward_filter_cpu(s, x, dy, dw, dbias, beta, ws);
+    else conv3d_dnnl_backward_filter(p == CONV_PATH_ONEDNN_BF16 ? s : &f, x, dy, dw, dbias, beta, ws);
 }
 const Conv3dOps conv3d_ops_cpu = {{op_supports_f32}, cpu_workspace, cpu_forward, cpu_backward_data,
-                                  cpu_backward_filter};
+                                  cpu_backward_filter, conv3d_dnnl_bf16_math};

@@ -1,11 +1,12 @@
 /* conv3d_cpu_select.h: which CPU convolution runs a shape's direction (conv3d_cpu_select.c): the im2col + sgemm
- * reference or oneDNN, chosen by measurement at plan time (VX_CONV_CPU=auto, the default), or forced. */
+ * reference or oneDNN (and, for shapes with bf16_math, oneDNN's bf16 kernels), chosen by measurement at plan time
+ * (VX_CONV_CPU=auto, the default), or forced. */
 #pragma once
 #include <stddef.h>
 
 #include "conv3d/conv3d.h"
 
-enum { CONV_PATH_IM2COL, CONV_PATH_ONEDNN };
+enum { CONV_PATH_IM2COL, CONV_PATH_ONEDNN, CONV_PATH_ONEDNN_BF16 }; /* the last: bf16 math shapes only */
 enum { CONV_MODE_AUTO, CONV_MODE_IM2COL, CONV_MODE_ONEDNN };
 
 /* VX_CONV_CPU, read once: CONV_MODE_* */
@@ -14,6 +15,7 @@ int conv3d_cpu_mode(void);
 void conv3d_cpu_set_mode(int mode);
 /* The path direction `dir` (CONV3D_FORWARD, ...) of s runs on: chosen, and measured when new, at the first ask. */
 int conv3d_cpu_path(const Conv3dShape *s, int dir);
-/* "oneDNN 2.6.3 (avx512_core_bf16) on 21 of 36 shape-directions, im2col+sgemm on 15 (...)": the choices made so far
- * in this process (the device: line, after the model's plan made them). */
+/* "oneDNN 2.6.3 (avx512_core_bf16) on 21 of 36 shape-directions, im2col+sgemm on 15 (...)" and, where shapes asked
+ * for bf16 math, "; bf16 math on 18 of them (...)": the choices made so far in this process (the device: line, after
+ * the model's plan made them). */
 void conv3d_cpu_describe(char *buf, size_t len);

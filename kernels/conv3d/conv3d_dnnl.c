@@ -13,7 +13,12 @@
  * per sample into a sample-sized temporary and adds it (a temporary the size of the whole dx would grow the shared
  * workspace by the largest activation); dw and dbias, small, go through a temporary.
  * oneDNN's scratchpad is ours ("user" mode): it lives at the start of the planned workspace, so a step allocates
- * nothing. Execution is synchronous (oneDNN's OpenMP runtime, the same libgomp as ours). */
+ * nothing. Execution is synchronous (oneDNN's OpenMP runtime, the same libgomp as ours).
+ * bf16 math (Conv3dShape.bf16_math, conv3d.h): the same three directions with bf16 source, weights and diff_dst
+ * (what oneDNN's avx512_core_bf16 and AMX kernels read) and float32 destination, diff_src, diff_weights and bias:
+ * the float32 x and dy the direction reads are converted (reorders, round to nearest even) into bf16 copies in the
+ * workspace, the weights into the primitive's bf16 layout by the reorder that blocks them anyway; what the step
+ * stores stays float32. */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -21,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cpu_gemm.h"
 #include "conv3d/conv3d_dnnl.h"
 #include "core/util.h"
 
@@ -36,8 +42,11 @@ typedef struct Prim {
     dnnl_memory_desc_t user_w, prim_w; /* the caller's odhwi weights (or dw) and the primitive's layout */
     dnnl_primitive_t reorder;          /* user -> prim (forward, data) or prim -> user (filter); NULL when equal */
     int reorder_needed;
+    int lp_x, lp_y;                    /* bf16 math: x (forward, filter) and dy (data, filter) read as bf16 copies */
+    dnnl_primitive_t to_lp_x, to_lp_y; /* their float32 -> bf16 reorders */
     size_t scratch_bytes, w_bytes;
     dnnl_memory_t m_x, m_w, m_b, m_y, m_r, m_scratch, m_wuser, m_wprim; /* handles set at each call */
+    dnnl_memory_t m_xf, m_yf;          /* the float32 x and dy the bf16 copies are made from */
     char impl[64], layout[48];
     struct Prim *next;
 } Prim;
@@ -64,6 +73,25 @@ const char *conv3d_dnnl_version(void) {
 const char *conv3d_dnnl_isa(void) {
     const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()); /* "cpu_isa_avx512_core_bf16" */
     return strncmp(s, "cpu_isa_", 8) == 0 ? s + 8 : s;
+}
+
+int conv3d_dnnl_bf16_math(char *why, size_t why_len) {
+    const CpuIsa *c = cpu_isa();
+    if (!c->avx512_bf16 && !c->amx_bf16) {
+        char isa[96];
+        cpu_isa_describe(isa, sizeof isa);
+        snprintf(why, why_len, "this CPU (%.80s: %s) has neither AVX512-BF16 nor AMX-BF16", c->model, isa);
+        return 0;
+    }
+    /* the kernels oneDNN generates: the CPU may have bf16 while DNNL_MAX_CPU_ISA holds oneDNN below it (then its bf16
+     * convolutions would be emulated, slower than float32) */
+    const dnnl_cpu_isa_t e = dnnl_get_effective_cpu_isa();
+    if ((e & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) {
+        snprintf(why, why_len, "oneDNN is limited to %s on this CPU (DNNL_MAX_CPU_ISA?), below its bf16 kernels",
+                 conv3d_dnnl_isa());
+        return 0;
+    }
+    return 1;
 }
 
 /* A blocked layout as oneDNN's tags spell it ("Odhwi16o", "OIdhw16i16o"): dims outermost first by stride,
@@ -94,25 +122,31 @@ static void layout_name(const dnnl_memory_desc_t *md, const char *letters, char 
 }
 
 static void md5(dnnl_memory_desc_t *md, dnnl_dim_t a, dnnl_dim_t b, dnnl_dim_t c, dnnl_dim_t d, dnnl_dim_t e,
-                dnnl_format_tag_t tag) {
+                dnnl_format_tag_t tag, dnnl_data_type_t type) {
     const dnnl_dims_t dims = {a, b, c, d, e};
-    if (dnnl_memory_desc_init_by_tag(md, 5, dims, dnnl_f32, tag) != dnnl_success)
+    if (dnnl_memory_desc_init_by_tag(md, 5, dims, type, tag) != dnnl_success)
         vx_fatal("oneDNN: cannot describe a 5-D tensor");
 }
 
-/* The shape's descriptors: x, y NDHWC; weights (fmt: odhwi or any); bias; strides, paddings. oneDNN's output size
+/* The shape's descriptors: x, y NDHWC float32 and (x_lp, y_lp) their bf16 copies; weights (odhwi float32 as we hold
+ * them, any in the computing type: bf16 under bf16 math, and float32 for the weight gradient); bias; strides,
+ * paddings. oneDNN's output size
  * is (d + pad_l + pad_r - k) / stride + 1, floor as ours: pad_r is the smallest non-negative padding that gives our
  * od (the positions beyond it are never read), or the exact one where that is negative. */
 typedef struct {
-    dnnl_memory_desc_t x, y, w_user, w_any, b;
+    dnnl_memory_desc_t x, y, x_lp, y_lp, w_user, w_any, w_any_f32, b;
     dnnl_dims_t strides, pad_l, pad_r;
 } Descs;
 
 static void descs(const Conv3dShape *s, Descs *d) {
-    md5(&d->x, s->n, s->c_in, s->d, s->h, s->w, dnnl_ndhwc);
-    md5(&d->y, s->n, s->c_out, s->od, s->oh, s->ow, dnnl_ndhwc);
-    md5(&d->w_user, s->c_out, s->c_in, s->k[0], s->k[1], s->k[2], dnnl_odhwi);
-    md5(&d->w_any, s->c_out, s->c_in, s->k[0], s->k[1], s->k[2], dnnl_format_tag_any);
+    const dnnl_data_type_t lp = s->bf16_math ? dnnl_bf16 : dnnl_f32;
+    md5(&d->x, s->n, s->c_in, s->d, s->h, s->w, dnnl_ndhwc, dnnl_f32);
+    md5(&d->y, s->n, s->c_out, s->od, s->oh, s->ow, dnnl_ndhwc, dnnl_f32);
+    md5(&d->x_lp, s->n, s->c_in, s->d, s->h, s->w, dnnl_ndhwc, lp);
+    md5(&d->y_lp, s->n, s->c_out, s->od, s->oh, s->ow, dnnl_ndhwc, lp);
+    md5(&d->w_user, s->c_out, s->c_in, s->k[0], s->k[1], s->k[2], dnnl_odhwi, dnnl_f32);
+    md5(&d->w_any, s->c_out, s->c_in, s->k[0], s->k[1], s->k[2], dnnl_format_tag_any, lp);
+    md5(&d->w_any_f32, s->c_out, s->c_in, s->k[0], s->k[1], s->k[2], dnnl_format_tag_any, dnnl_f32);
     const dnnl_dims_t bd = {s->c_out};
     if (dnnl_memory_desc_init_by_tag(&d->b, 1, bd, dnnl_f32, dnnl_a) != dnnl_success) vx_fatal("oneDNN: bias desc");
     const int size[3] = {s->d, s->h, s->w}, out[3] = {s->od, s->oh, s->ow};
@@ -129,7 +163,7 @@ static dnnl_status_t forward_pd(const Conv3dShape *s, int flags, dnnl_primitive_
     Descs d;
     descs(s, &d);
     dnnl_convolution_desc_t cd;
-    dnnl_status_t st = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &d.x,
+    dnnl_status_t st = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &d.x_lp,
                                                           &d.w_any, flags & FWD_BIAS ? &d.b : NULL, &d.y, d.strides,
                                                           d.pad_l, d.pad_r);
     if (st != dnnl_success) return st;
@@ -169,11 +203,11 @@ static dnnl_status_t prim_describe(Prim *p) {
         dnnl_primitive_attr_create(&attr);
         dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
         if (p->dir == CONV3D_BACKWARD_DATA)
-            st = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.x, &d.w_any, &d.y,
+            st = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.x, &d.w_any, &d.y_lp,
                                                           d.strides, d.pad_l, d.pad_r);
-        else
-            st = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &d.x, &d.w_any,
-                                                             p->flags & FILTER_BIAS ? &d.b : NULL, &d.y, d.strides,
+        else /* the weight gradient in float32 whatever the math: it is the master gradient */
+            st = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &d.x_lp, &d.w_any_f32,
+                                                             p->flags & FILTER_BIAS ? &d.b : NULL, &d.y_lp, d.strides,
                                                              d.pad_l, d.pad_r);
         if (st == dnnl_success) st = dnnl_primitive_desc_create(&p->pd, &cd, attr, engine, hint);
         dnnl_primitive_attr_destroy(attr);
@@ -188,6 +222,8 @@ static dnnl_status_t prim_describe(Prim *p) {
                                                                                        : dnnl_query_weights_md, 0);
     p->reorder_needed = !dnnl_memory_desc_equal(&p->user_w, &p->prim_w);
     layout_name(&p->prim_w, "oidhw", p->layout, sizeof p->layout);
+    p->lp_x = s->bf16_math && p->dir != CONV3D_BACKWARD_DATA;
+    p->lp_y = s->bf16_math && p->dir != CONV3D_FORWARD;
     p->scratch_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0));
     p->w_bytes = dnnl_memory_desc_get_size(&p->prim_w);
     return dnnl_success;
@@ -197,6 +233,16 @@ static void mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md) {
     if (dnnl_memory_create(m, md, engine, DNNL_MEMORY_NONE) != dnnl_success) vx_fatal("oneDNN: cannot make a memory object");
 }
 
+static dnnl_primitive_t reorder_make(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to) {
+    dnnl_primitive_desc_t rpd;
+    dnnl_primitive_t r;
+    if (dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL) != dnnl_success ||
+        dnnl_primitive_create(&r, rpd) != dnnl_success)
+        vx_fatal("oneDNN: cannot make a float32 -> bf16 reorder of an activation");
+    dnnl_primitive_desc_destroy(rpd);
+    return r;
+}
+
 /* The primitive itself, its reorder and memory objects: at the first call (JIT code generation takes a few ms). */
 static void prim_make(Prim *p) {
     if (p->conv) return;
@@ -204,8 +250,12 @@ static void prim_make(Prim *p) {
         vx_fatal("oneDNN: cannot create the %s primitive it described", p->impl);
     Descs d;
     descs(&p->s, &d);
-    mem(&p->m_x, &d.x);
-    mem(&p->m_y, &d.y);
+    mem(&p->m_x, p->lp_x ? &d.x_lp : &d.x); /* what the primitive reads or writes */
+    mem(&p->m_y, p->lp_y ? &d.y_lp : &d.y);
+    mem(&p->m_xf, &d.x);
+    mem(&p->m_yf, &d.y);
+    if (p->lp_x) p->to_lp_x = reorder_make(&d.x, &d.x_lp);
+    if (p->lp_y) p->to_lp_y = reorder_make(&d.y, &d.y_lp);
     mem(&p->m_w, &p->prim_w);
     mem(&p->m_b, &d.b);
     mem(&p->m_r, &d.y);
@@ -274,14 +324,52 @@ static void *weights_in(Prim *p, const float *wt, char *ws_w) {
 
 /* ---- the three directions --------------------------------------------------------------------------------- */
 
-static size_t fwd_bytes(const Prim *p) { return ALIGN64(p->scratch_bytes) + (p->reorder_needed ? ALIGN64(p->w_bytes) : 0); }
+/* Where each part of a direction's workspace lives (byte offsets, 64-aligned), and the total: oneDNN's scratchpad;
+ * the weights (or dw) in the primitive's layout when it differs from ours; the temporaries of beta = 1 (a sample of
+ * dx; dw and dbias in our layout); under bf16 math the bf16 copies of x and dy. */
+typedef struct {
+    size_t w, tmp, b_tmp, x_lp, y_lp, total;
+} Ws;
+
+static Ws ws_layout(const Prim *p) {
+    const Conv3dShape *s = &p->s;
+    Ws l = {0};
+    size_t at = ALIGN64(p->scratch_bytes);
+    l.w = at;
+    at += p->reorder_needed ? ALIGN64(p->w_bytes) : 0;
+    l.tmp = at;
+    if (p->dir == CONV3D_BACKWARD_DATA && s->n == 1 && (p->flags & DATA_ONE_SAMPLE))
+        at += ALIGN64(sizeof(float) * (size_t)conv3d_input_count(s));
+    if (p->dir == CONV3D_BACKWARD_FILTER) at += ALIGN64(sizeof(float) * (size_t)conv3d_weight_count(s));
+    l.b_tmp = at;
+    if (p->dir == CONV3D_BACKWARD_FILTER) at += ALIGN64(sizeof(float) * (size_t)s->c_out);
+    l.x_lp = at;
+    at += p->lp_x ? ALIGN64(2 * (size_t)conv3d_input_count(s)) : 0;
+    l.y_lp = at;
+    at += p->lp_y ? ALIGN64(2 * (size_t)conv3d_output_count(s)) : 0;
+    l.total = at;
+    return l;
+}
+
+/* The tensor the primitive reads: src itself, or (bf16 math) its bf16 copy made in ws at `at`. */
+static const void *lp_in(dnnl_primitive_t to_lp, dnnl_memory_t m_f32, dnnl_memory_t m_lp, const float *src,
+                         char *at) {
+    if (!to_lp) return src;
+    set(m_f32, src);
+    set(m_lp, at);
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, m_f32}, {DNNL_ARG_TO, m_lp}};
+    run(to_lp, 2, a);
+    return at;
+}
 
 void conv3d_dnnl_forward(const Conv3dShape *s, const float *x, const float *wt, const float *bias,
                          const float *residual, float *y, void *workspace) {
     Prim *p = prim_need(s, CONV3D_FORWARD, (bias ? FWD_BIAS : 0) | (residual ? FWD_RESIDUAL : 0));
     char *ws = workspace;
-    void *w = weights_in(p, wt, ws + ALIGN64(p->scratch_bytes));
-    set(p->m_x, x), set(p->m_w, w), set(p->m_y, y), set(p->m_scratch, ws);
+    const Ws l = ws_layout(p);
+    void *w = weights_in(p, wt, ws + l.w);
+    const void *xin = lp_in(p->to_lp_x, p->m_xf, p->m_x, x, ws + l.x_lp);
+    set(p->m_x, xin), set(p->m_w, w), set(p->m_y, y), set(p->m_scratch, ws);
     dnnl_exec_arg_t a[6] = {{DNNL_ARG_SRC, p->m_x}, {DNNL_ARG_WEIGHTS, p->m_w}, {DNNL_ARG_DST, p->m_y},
                             {DNNL_ARG_SCRATCHPAD, p->m_scratch}};
     int n = 4;
@@ -296,30 +384,26 @@ void conv3d_dnnl_forward(const Conv3dShape *s, const float *x, const float *wt, 
     }
 }
 
-static size_t data_bytes(const Prim *p) {
-    return ALIGN64(p->scratch_bytes) + (p->reorder_needed ? ALIGN64(p->w_bytes) : 0) +
-           (p->s.n == 1 ? ALIGN64(sizeof(float) * (size_t)conv3d_input_count(&p->s)) : 0);
-}
-
 void conv3d_dnnl_backward_data(const Conv3dShape *s, const float *dy, const float *wt, float *dx, float beta,
                                void *workspace) {
     Prim *p = prim_need(s, CONV3D_BACKWARD_DATA, beta != 0.0f ? DATA_ONE_SAMPLE : 0);
     char *ws = workspace;
-    void *w = weights_in(p, wt, ws + ALIGN64(p->scratch_bytes));
-    float *tmp = (float *)(ws + ALIGN64(p->scratch_bytes) + (p->reorder_needed ? ALIGN64(p->w_bytes) : 0));
+    const Ws l = ws_layout(p);
+    void *w = weights_in(p, wt, ws + l.w);
+    float *tmp = (float *)(ws + l.tmp);
     set(p->m_w, w), set(p->m_scratch, ws);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_DIFF_DST, p->m_y}, {DNNL_ARG_WEIGHTS, p->m_w},
                                  {DNNL_ARG_DIFF_SRC, p->m_x}, {DNNL_ARG_SCRATCHPAD, p->m_scratch}};
     if (beta == 0.0f) {
-        set(p->m_y, dy), set(p->m_x, dx);
+        set(p->m_y, lp_in(p->to_lp_y, p->m_yf, p->m_y, dy, ws + l.y_lp)), set(p->m_x, dx);
         run(p->conv, 4, a);
         return;
     }
     /* beta = 1: sample by sample into tmp, then added */
     const long in_sample = conv3d_input_count(&p->s), out_sample = conv3d_output_count(&p->s);
-    set(p->m_x, tmp);
     for (int i = 0; i < s->n; i++) {
-        set(p->m_y, dy + i * out_sample);
+        set(p->m_y, lp_in(p->to_lp_y, p->m_yf, p->m_y, dy + i * out_sample, ws + l.y_lp));
+        set(p->m_x, tmp);
         run(p->conv, 4, a);
         float *d = dx + i * in_sample;
 #pragma omp parallel for schedule(static)
@@ -327,22 +411,18 @@ void conv3d_dnnl_backward_data(const Conv3dShape *s, const float *dy, const floa
     }
 }
 
-static size_t filter_bytes(const Prim *p) {
-    /* scratch, dw in the primitive's layout (when it differs), dw in ours (for beta 1), dbias (for beta 1) */
-    return ALIGN64(p->scratch_bytes) + (p->reorder_needed ? ALIGN64(p->w_bytes) : 0) +
-           ALIGN64(sizeof(float) * (size_t)conv3d_weight_count(&p->s)) + ALIGN64(sizeof(float) * (size_t)p->s.c_out);
-}
-
 void conv3d_dnnl_backward_filter(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
                                  float beta, void *workspace) {
     Prim *p = prim_need(s, CONV3D_BACKWARD_FILTER, dbias ? FILTER_BIAS : 0);
     char *ws = workspace;
-    char *w_prim = ws + ALIGN64(p->scratch_bytes);
-    float *w_tmp = (float *)(w_prim + (p->reorder_needed ? ALIGN64(p->w_bytes) : 0));
-    float *b_tmp = (float *)((char *)w_tmp + ALIGN64(sizeof(float) * (size_t)conv3d_weight_count(s)));
+    const Ws l = ws_layout(p);
+    char *w_prim = ws + l.w;
+    float *w_tmp = (float *)(ws + l.tmp), *b_tmp = (float *)(ws + l.b_tmp);
     const int acc = beta != 0.0f;
     float *w_user = acc ? w_tmp : dw; /* where dw in our layout lands */
-    set(p->m_x, x), set(p->m_y, dy), set(p->m_scratch, ws);
+    const void *xin = lp_in(p->to_lp_x, p->m_xf, p->m_x, x, ws + l.x_lp);
+    const void *dyin = lp_in(p->to_lp_y, p->m_yf, p->m_y, dy, ws + l.y_lp);
+    set(p->m_x, xin), set(p->m_y, dyin), set(p->m_scratch, ws);
     set(p->m_w, p->reorder_needed ? (void *)w_prim : (void *)w_user);
     dnnl_exec_arg_t a[5] = {{DNNL_ARG_SRC, p->m_x}, {DNNL_ARG_DIFF_DST, p->m_y}, {DNNL_ARG_DIFF_WEIGHTS, p->m_w},
                             {DNNL_ARG_SCRATCHPAD, p->m_scratch}};
@@ -399,7 +479,7 @@ size_t conv3d_dnnl_workspace_bytes(const Conv3dShape *s, int dir) {
     for (int i = 0; i < nv; i++) {
         Prim *p = prim_get(s, dir, v[i], NULL);
         if (!p) return 0;
-        const size_t b = dir == CONV3D_FORWARD ? fwd_bytes(p) : dir == CONV3D_BACKWARD_DATA ? data_bytes(p) : filter_bytes(p);
+        const size_t b = ws_layout(p).total;
         if (b > most) most = b;
     }
     return most;
@@ -411,10 +491,13 @@ void conv3d_dnnl_cache_clear(void) {
         cache = p->next;
         if (p->conv) {
             dnnl_primitive_destroy(p->conv);
-            dnnl_memory_t ms[] = {p->m_x, p->m_w, p->m_b, p->m_y, p->m_r, p->m_scratch, p->m_wuser, p->m_wprim};
+            dnnl_memory_t ms[] = {p->m_x, p->m_w, p->m_b, p->m_y, p->m_r, p->m_scratch, p->m_wuser, p->m_wprim,
+                                  p->m_xf, p->m_yf};
             for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) dnnl_memory_destroy(ms[i]);
         }
         if (p->reorder) dnnl_primitive_destroy(p->reorder);
+        if (p->to_lp_x) dnnl_primitive_destroy(p->to_lp_x);
+        if (p->to_lp_y) dnnl_primitive_destroy(p->to_lp_y);
         if (p->pd) dnnl_primitive_desc_destroy(p->pd);
         free(p);
     }

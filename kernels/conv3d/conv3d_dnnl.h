@@ -3,7 +3,8 @@
  * conv3d_cpu_select.c chooses between per shape and direction by measurement. Same semantics, float32, NDHWC
  * activations and KTRSC weights as the caller holds them (oneDNN's "ndhwc" and "odhwi"); oneDNN picks the weights'
  * layout (blocked), into which they are reordered in the workspace at each call (the model's weights change every
- * step, and the reorder is a pass over the weights alone). */
+ * step, and the reorder is a pass over the weights alone). With the shape's bf16_math, the primitives compute in bf16
+ * (float32 in and out, the inputs converted in the workspace). */
 #pragma once
 #include <stddef.h>
 
@@ -25,6 +26,10 @@ void conv3d_dnnl_backward_data(const Conv3dShape *s, const float *dy, const floa
                                void *workspace);
 void conv3d_dnnl_backward_filter(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
                                  float beta, void *workspace);
+
+/* 1 when shapes with bf16_math run here: the CPU has AVX512-BF16 or AMX-BF16 (cpu_gemm.h's cpu_isa) and oneDNN
+ * generates its bf16 kernels for it; else 0 with what is missing in why ("this CPU (...) has neither ..."). */
+int conv3d_dnnl_bf16_math(char *why, size_t why_len);
 
 /* "oneDNN 2.6.3" and the instruction set its kernels are generated for ("avx512_core_bf16"). */
 const char *conv3d_dnnl_version(void);

@@ -15,6 +15,17 @@ static Conv3dShape shape_of(const KernelCase *k) {
     return s;
 }
 
+/* The case's shape in its storage type and math: bf16 math where either the shape (a model's node, bench kernels)
+ * or the case (the op tests' bf16 variant) asks it; the case then says it, for the tolerance (op_check.c). */
+static Conv3dShape setup_shape(KernelCase *k) {
+    Conv3dShape s = shape_of(k);
+    s.dtype = k->dtype;
+    s.bf16_math = s.bf16_math || k->bf16_math;
+    k->bf16_math = s.bf16_math;
+    kernel_case_set_params(k, &s, sizeof s);
+    return s;
+}
+
 static long conv_x_index(const Conv3dShape *s, int n, int d, int h, int w, int c) {
     return ((((long)n * s->d + d) * s->h + h) * s->w + w) * s->c_in + c;
 }
@@ -26,9 +37,7 @@ static long conv_w_index(const Conv3dShape *s, int co, int kd, int kh, int kw, i
 }
 
 static void conv_fwd_setup(KernelCase *k, const OpHead *ops) {
-    Conv3dShape sv = shape_of(k), *s = &sv;
-    s->dtype = k->dtype;
-    kernel_case_set_params(k, s, sizeof *s);
+    Conv3dShape sv = setup_shape(k), *s = &sv;
     op_spec_bufs(k, 4, (long[]){conv3d_input_count(s), conv3d_weight_count(s), s->c_out, conv3d_output_count(s)},
          (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT}, 0xB, 0);
     k->flops = conv3d_forward_flops(s);
@@ -40,9 +49,7 @@ static void conv_fwd_run(const OpHead *ops, const KernelCase *k, void *const *b,
 }
 /* with the fused residual (the ResBlock's skip): buffers x w b r y */
 static void conv_fwd_add_setup(KernelCase *k, const OpHead *ops) {
-    Conv3dShape sv = shape_of(k), *s = &sv;
-    s->dtype = k->dtype;
-    kernel_case_set_params(k, s, sizeof *s);
+    Conv3dShape sv = setup_shape(k), *s = &sv;
     op_spec_bufs(k, 5, (long[]){conv3d_input_count(s), conv3d_weight_count(s), s->c_out, conv3d_output_count(s),
                         conv3d_output_count(s)},
          (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT}, 0x1B, 0);
@@ -78,9 +85,7 @@ static void conv_fwd_ref(const KernelCase *k, const float *const *in, double *co
 }
 
 static void conv_bwd_data_setup(KernelCase *k, const OpHead *ops) {
-    Conv3dShape sv = shape_of(k), *s = &sv;
-    s->dtype = k->dtype;
-    kernel_case_set_params(k, s, sizeof *s);
+    Conv3dShape sv = setup_shape(k), *s = &sv;
     op_spec_bufs(k, 3, (long[]){conv3d_output_count(s), conv3d_weight_count(s), conv3d_input_count(s)},
          (KernelBufRole[]){KB_IN, KB_IN, KB_OUT}, 0x7, 0x4);
     k->flops = conv3d_forward_flops(s);
@@ -115,9 +120,7 @@ static void conv_bwd_data_ref(const KernelCase *k, const float *const *in, doubl
 }
 
 static void conv_bwd_filter_setup(KernelCase *k, const OpHead *ops) {
-    Conv3dShape sv = shape_of(k), *s = &sv;
-    s->dtype = k->dtype;
-    kernel_case_set_params(k, s, sizeof *s);
+    Conv3dShape sv = setup_shape(k), *s = &sv;
     /* x dy act; dw dbias the float32 master gradients */
     op_spec_bufs(k, 4, (long[]){conv3d_input_count(s), conv3d_output_count(s), conv3d_weight_count(s), s->c_out},
          (KernelBufRole[]){KB_IN, KB_IN, KB_OUT, KB_OUT}, 0x3, 0xC);

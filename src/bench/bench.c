@@ -216,7 +216,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      __VERSION__, train->tf32, train->deterministic, commit, m->batch, model->input_size[0],
                      model->input_size[1], model->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
                      tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, peak_mib, ceil.what, ceil.gflops,
-                     ceil.conv_shape, gflops / ceil.gflops, m->dtype == DT_F32 ? "fp32" : train->precision, train->compile,
+                     ceil.conv_shape, gflops / ceil.gflops, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision, train->compile,
                      graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.other_ms + phase[2], lt.step_ms,
                      med * 1e3 / lt.conv_ms, first_ms, in_c_stored, loss);
     snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
@@ -238,7 +238,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  "gradient norm, AdamW, timed with %s.\n",
                  stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, model->input_size[0],
                  model->input_size[1], model->input_size[2], m->conv_flops_step * 1e-9, gflops, ceil.what, ceil.gflops,
-                 100 * gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 ? "fp32" : train->precision,
+                 100 * gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision,
                  graphs ? "the step replayed as CUDA Graphs" : "eager", PHASE_STEPS, phase[0], phase[1], phase[2],
                  lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, phase[2], med * 1e3 / lt.conv_ms,
                  layers_md,

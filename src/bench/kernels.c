@@ -346,6 +346,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     cJSON_AddStringToObject(cj, "copy", ceil.copy_what);
     cJSON_AddNumberToObject(cj, "cache_bytes", (double)ceil.cache_bytes);
     cJSON_AddStringToObject(j, "precision", dtype_name(rt.model->dtype));
+    if (rt.model->bf16_math) cJSON_AddBoolToObject(j, "bf16_math", 1); /* the CPU's bf16: float32 storage */
     cJSON *arr = cJSON_AddArrayToObject(j, "kernels");
     for (int c = 0; c < n_all; c++) {
         if (!want[cases[c].op]) continue;

@@ -51,6 +51,7 @@ int build_conv(Model *m, const char *name, int x, int w_cin, int c_out, const in
     Dims in = m->tensors[x].dims;
     Conv3dShape s = conv3d_shape_3d(in.n, in.d, in.h, in.w, in.c, c_out, k, stride, pad);
     s.dtype = m->dtype;
+    s.bf16_math = m->bf16_math;
     conv_pad_shape(m, &s, x == m->t_input_lp); /* 16-bit: channels padded to multiples of 8 (conv_pad.h) */
     Node *nd = build_node(m, OP_CONV, name, x, -1, (Dims){in.n, s.od, s.oh, s.ow, c_out});
     nd->conv = s;

@@ -131,6 +131,7 @@ void hw_plan_apply(const HwPlan *p, TrainConfig *train) {
 void hw_plan_describe(const HwPlan *p, const HwPlanDevice *dev, const TrainConfig *train, char *out, size_t len) {
     char prec[160], ckpt[80];
     if (p->precision == DT_F32) snprintf(prec, sizeof prec, "float32");
+    else if (!dev->gpu) snprintf(prec, sizeof prec, "bf16 math in the CPU's convolutions, float32 storage (train.precision)");
     else if (strcmp(train->precision, "auto") == 0)
         snprintf(prec, sizeof prec, "%s mixed precision (compute capability %d.%d: %s)", dtype_name(p->precision),
                  dev->cc_major, dev->cc_minor, dev->cc_major >= 8 ? "bf16 tensor cores" : "fp16, no bf16 below 8.0");

@@ -164,6 +164,7 @@ typedef struct Model {
     int64_t seed;
     int batch;
     DType dtype; /* of the activations (model_dtype) */
+    int bf16_math; /* the convolutions may compute in bf16 on float32 storage (model_bf16_math: the CPU's bf16) */
     Node *nodes;
     int n_nodes, cap_nodes;
     Tensor *tensors;
@@ -221,9 +222,13 @@ typedef struct Model {
 } Model;
 
 /* The activation type train.precision (`precision`) asks for on backend be: off float32, bf16, fp16, auto bf16
- * where the backend runs it (CUDA) and float32 where it does not (the CPU). 0 with the reason in why when an explicit
- * choice is one the backend cannot run. */
+ * where the backend runs it (CUDA) and float32 where it does not (the CPU); bf16 on the CPU is float32 storage with
+ * bf16 math (model_bf16_math). 0 with the reason in why when an explicit choice is one the backend cannot run (fp16
+ * on the CPU; bf16 on a CPU without AVX512-BF16 or AMX-BF16). */
 int model_dtype(const char *precision, const Backend *be, DType *out, char *why, size_t why_len);
+/* 1 when train.precision `precision` runs on be as a math mode of float32 storage: bf16 on the CPU (AVX512-BF16 or
+ * AMX-BF16), where model_dtype gives float32 activations and the convolutions compute in bf16 (conv3d.h). */
+int model_bf16_math(const char *precision, const Backend *be);
 
 /* Builds the graph and the memory plan for micro-batch `batch` on backend `be` (whose convolution workspace
  * sizes enter the plan); allocates nothing. */

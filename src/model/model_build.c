@@ -199,8 +199,22 @@ int model_dtype(const char *precision, const Backend *be, DType *out, char *why,
     }
     *out = strcmp(p, "bf16") == 0 ? DT_BF16 : strcmp(p, "fp16") == 0 ? DT_F16 : DT_F32;
     if (be->conv3d->head.supports(CONV3D_FORWARD, *out)) return 1;
+    if (*out == DT_BF16 && be->conv3d->bf16_math) { /* the CPU: bf16 as its convolutions' math, float32 storage */
+        char lack[200];
+        if (be->conv3d->bf16_math(lack, sizeof lack)) {
+            *out = DT_F32;
+            return 1;
+        }
+        snprintf(why, why_len, "train.precision bf16 on the %s needs AVX512-BF16 or AMX-BF16: %s", be->name, lack);
+        return 0;
+    }
     snprintf(why, why_len, "train.precision %s needs a GPU: the %s backend computes in float32 only", p, be->name);
     return 0;
+}
+
+int model_bf16_math(const char *precision, const Backend *be) {
+    return strcmp(precision, "bf16") == 0 && !be->conv3d->head.supports(CONV3D_FORWARD, DT_BF16) &&
+           be->conv3d->bf16_math && be->conv3d->bf16_math(NULL, 0);
 }
 
 Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, const Backend *be) {
@@ -221,6 +235,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->target_item = m->gathered_item = m->gathered_grad_item = -1;
     char why[160];
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
+    m->bf16_math = model_bf16_math(opt->precision, be);
     if (m->family == FAMILY_RESNET3D) build_resnet3d(m);
     else if (m->family == FAMILY_VIT3D) build_vit3d(m);
     else build_ae3d(m);

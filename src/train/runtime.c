@@ -20,7 +20,9 @@ void runtime_resolve_precision(TrainConfig *cfg, const Backend *be, const char *
     if (!model_dtype(cfg->precision, be, &dt, why, sizeof why))
         vx_usage_error("%s (device: %s: %s); use --amp off, or a machine whose GPU voxscale can use", why, be->name,
                        device_reason);
-    snprintf(cfg->precision, sizeof cfg->precision, "%s", dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "fp16" : "off");
+    const int bf16_math = model_bf16_math(cfg->precision, be); /* the CPU's bf16: float32 storage, bf16 math */
+    snprintf(cfg->precision, sizeof cfg->precision, "%s",
+             dt == DT_BF16 || bf16_math ? "bf16" : dt == DT_F16 ? "fp16" : "off");
     if (strcmp(cfg->loss_scale, "auto") == 0)
         snprintf(cfg->loss_scale, sizeof cfg->loss_scale, "%s", dt == DT_F16 ? "dynamic" : "off");
 }
@@ -68,7 +70,7 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
         if (strcmp(rt->be->name, "cpu") == 0) {
             /* what the CPU runs: its instruction set, the GEMM kernels (a BLAS older than the CPU said here, never
              * silently), the convolutions the plan chose */
-            char isa[96], gemm[256], conv[256];
+            char isa[96], gemm[256], conv[512];
             cpu_isa_describe(isa, sizeof isa);
             cpu_gemm_describe(gemm, sizeof gemm);
             conv3d_cpu_describe(conv, sizeof conv);
@@ -84,7 +86,11 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
         }
         vx_log("model: %ld parameters in %d tensors, %d nodes, %.2f GFLOP per micro-batch step\n", m->param_count,
                m->n_params, m->n_nodes, m->conv_flops_step * 1e-9);
-        if (m->dtype != DT_F32)
+        if (m->bf16_math)
+            vx_log("precision: bf16 math in the convolutions on the CPU (inputs, weights and gradients rounded to "
+                   "bf16 inside each call, float32 accumulation and outputs, where measured faster than float32); "
+                   "activations, master weights, gradients, AdamW state and every other op float32\n");
+        else if (m->dtype != DT_F32)
             vx_log("precision: %s activations and convolutions (mixed precision: float32 master weights, gradients, "
                    "AdamW state, statistics and reductions)%s\n", cfg->precision,
                    strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");

@@ -506,15 +506,23 @@ void op_test_case_name(const OpTestCase *c, DType dt, char *out, size_t len) {
     snprintf(out, len, "%s %s [%s] beta %g offset %d", c->op, dtype_name(dt), c->k.shape, (double)c->k.beta, c->offset);
 }
 
-int op_test_case_check(const OpTestCase *c, int index, DType dt, const Backend *be, char *why, size_t why_len) {
+int op_test_case_check_math(const OpTestCase *c, int index, DType dt, int bf16_math, const Backend *be, double *err,
+                            char *why, size_t why_len) {
     KernelCase k = c->k;
     k.dtype = dt;
+    k.bf16_math = bf16_math;
     kernel_case_setup(&k, c->op, be);
     KernelCheck r;
     kernel_check_case(be, &k, c->offset, 0x5EEDu + (unsigned)index, kernel_check_tolerance(&k, 0), 0, &r);
+    if (err) *err = r.err;
     if (r.ok) return 1;
     char name[200];
     op_test_case_name(c, dt, name, sizeof name);
-    snprintf(why, why_len, "%s on %s: error %.3g > %.3g: %s", name, be->name, r.err, r.tol, r.detail);
+    snprintf(why, why_len, "%s%s on %s: error %.3g > %.3g: %s", name, bf16_math ? " bf16 math" : "", be->name, r.err,
+             r.tol, r.detail);
     return 0;
+}
+
+int op_test_case_check(const OpTestCase *c, int index, DType dt, const Backend *be, char *why, size_t why_len) {
+    return op_test_case_check_math(c, index, dt, 0, be, NULL, why, why_len);
 }

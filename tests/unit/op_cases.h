@@ -22,3 +22,7 @@ void op_test_case_name(const OpTestCase *c, DType dt, char *out, size_t len);
 /* Runs case c (index: its seed) in storage type dt on be through kernel_check_case at the op's tolerance (TF32
  * off). Returns 1 when it passed; else 0 with "name on backend: error E > T: detail" in why. */
 int op_test_case_check(const OpTestCase *c, int index, DType dt, const Backend *be, char *why, size_t why_len);
+/* The same with the case's bf16_math set (a convolution computed in bf16 on float32 storage, the CPU's bf16: held to
+ * the bf16 tolerance); *err (may be NULL) receives the error found, passed or not. */
+int op_test_case_check_math(const OpTestCase *c, int index, DType dt, int bf16_math, const Backend *be, double *err,
+                            char *why, size_t why_len);
