@@ -341,6 +341,8 @@ static Choice *choose(const Conv3dShape *s) {
 
 int conv3d_cpu_path(const Conv3dShape *s, int dir) { return choose(s)->path[dir]; }
 
+static int bf16_planned; /* a planned shape asked for bf16 math (what the device line says before any call) */
+
 void conv3d_cpu_describe(char *buf, size_t len) {
     int n = 0, dn = 0, bn = 0, asked = 0;
     for (const Choice *c = choices; c; c = c->next)
@@ -349,8 +351,12 @@ void conv3d_cpu_describe(char *buf, size_t len) {
                 asked += c->s.bf16_math;
     const int m = conv3d_cpu_mode();
     if (n == 0 && m == CONV_MODE_AUTO) { /* said before the first call: nothing chosen yet */
-        snprintf(buf, len, "%s (%s) or im2col+sgemm per shape and direction, the faster measured at its first "
-                 "call (VX_CONV_LOG=1 lists them)", conv3d_dnnl_version(), conv3d_dnnl_isa());
+        snprintf(buf, len, "%s (%s) or im2col+sgemm per shape and direction, the %s measured at its first "
+                 "call (VX_CONV_LOG=1 lists them)", conv3d_dnnl_version(), conv3d_dnnl_isa(),
+                 bf16_planned ? "fastest of three with bf16" : "faster");
+        if (bf16_planned)
+            snprintf(buf + strlen(buf), len - strlen(buf), "; bf16 math where it wins (oneDNN's %s kernels: bf16 "
+                     "inputs, float32 accumulation and outputs)", conv3d_dnnl_isa());
         return;
     }
     snprintf(buf, len, "%s (%s) on %d of %d shape-directions, im2col+sgemm on %d (%s; VX_CONV_LOG=1 lists them)",
@@ -370,6 +376,7 @@ void conv3d_cpu_describe(char *buf, size_t len) {
  * considers on scratch buffers of that shape (ae3d-128 at batch 32 is gigabytes); the first call measures. */
 static size_t cpu_workspace(const Conv3dShape *s) {
     cpu_need_f32(s->dtype, "conv3d");
+    bf16_planned |= s->bf16_math != 0;
     const int threads = omp_get_max_threads();
     for (const Choice *c = choices; c; c = c->next)
         if (c->threads == threads && memcmp(&c->s, s, sizeof *s) == 0) return c->ws;
