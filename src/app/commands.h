@@ -6,3 +6,6 @@ int cmd_bench(int argc, char **argv);
 /* cmd_bench_dist.c: `bench allreduce` and `bench scaling`, called by cmd_bench */
 int cmd_bench_allreduce(int argc, char **argv);
 int cmd_bench_scaling(int argc, char **argv);
+
+/* cmd_ckpt.c: `ckpt consolidate`, a sharded checkpoint made one ordinary checkpoint */
+int cmd_ckpt(int argc, char **argv);

@@ -23,7 +23,8 @@ static void usage_main(FILE *out) {
             "  train    train the 3D autoencoder of a config (voxscale train --help)\n"
             "  detect   show CPUs, RAM and GPUs, and the device and batch size train would choose\n"
             "  bench    benchmarks: `bench step` (training step), `bench gemm` (the machine's GEMM ceiling)\n"
-            "  probe    write one step's inputs, noise, parameters, losses and gradients for the PyTorch check\n");
+            "  probe    write one step's inputs, noise, parameters, losses and gradients for the PyTorch check\n"
+            "  ckpt     `ckpt consolidate`: a sharded (dist.zero) checkpoint made one ordinary checkpoint\n");
 }
 
 static const char *TRAIN_HELP =
@@ -48,6 +49,8 @@ static const char *TRAIN_HELP =
     "  --gpus N|all        one rank per GPU of this machine, started by train itself (dist.gpus); with\n"
     "                      --device cpu, N CPU ranks. Under mpirun, srun or torchrun the ranks come from them\n"
     "  --lr-scaling S      none | linear | sqrt: lr x f(ranks) when the batch is per rank (train.lr_scaling)\n"
+    "  --zero N            0 | 1 | 2 | auto: shard AdamW's state (1) and the gradients too (2) over the ranks\n"
+    "                      (dist.zero, ZeRO); auto: the cheapest mode the memory plan fits\n"
     "  --set KEY=VALUE     set any config key, e.g. --set train.ckpt_every=100 (repeatable)\n"
     "  --help-config       list every config key with its default\n";
 
@@ -108,7 +111,7 @@ static int cmd_train(int argc, char **argv) {
     CliArgs a;
     cli_parse(argc, argv, &a, TRAIN_HELP,
               ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
-              "lr-scaling,amp,compile,");
+              "lr-scaling,amp,compile,zero,");
     /* train.stages set the run's length (their sum): a --steps beside them was silently ignored; refused, since
      * which stage it should shorten is anyone's guess */
     if (a.steps_flag && a.cfg.train.n_stages)
@@ -131,12 +134,12 @@ static int cmd_train(int argc, char **argv) {
 
 static int cmd_detect(int argc, char **argv) {
     static const char *help = "usage: voxscale detect [--config FILE] [--device D] [--batch-size N] [--checkpoint-activations]\n"
-                              "                       [--amp P] [--gpus N|all] [--set K=V]\n"
+                              "                       [--amp P] [--gpus N|all] [--zero N] [--set K=V]\n"
                               "  shows CPUs, RAM, GPUs and what `train` would choose for the config (the hardware plan):\n"
                               "  device, ranks, precision, per-rank batch, accumulation for train.global_batch, activation\n"
                               "  checkpointing, and the planned memory against the device's\n";
     CliArgs a;
-    cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,amp,");
+    cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,amp,zero,");
     HwInfo hw;
     hw_detect(&hw);
     hw_print(&hw);
@@ -177,5 +180,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "detect") == 0) return cmd_detect(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "probe") == 0) return probe_main(argc - 1, argv + 1);
-    vx_usage_error("unknown command \"%s\"; commands: train, detect, bench, probe (voxscale --help)", cmd);
+    if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
+    vx_usage_error("unknown command \"%s\"; commands: train, detect, bench, probe, ckpt (voxscale --help)", cmd);
 }

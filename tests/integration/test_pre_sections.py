@@ -69,7 +69,9 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
                ("model", "bn_momentum"): 0.1, ("model", "bn_eps"): 1e-5, ("model", "sync_bn"): 0,
                ("model", "task"): "classification", ("model", "num_classes"): 2, ("model", "class_weights"): [],
                ("model", "pos_weight"): [], ("model", "dropout"): 0, ("train", "best_metric"): "auto",
-               ("data", "label_columns"): ""}
+               ("data", "label_columns"): "",
+               # issue 23: sharded data parallelism
+               ("dist", "zero"): "0", ("dist", "offload_optimizer"): "none"}
 
 
 def _without_added(config_text):
