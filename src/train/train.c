@@ -370,13 +370,15 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
             comm_wait(t->comm, comm_broadcast(t->comm, state[k], (size_t)m->param_floats, 0, NAME[k]), NULL);
         if (m->buffer_floats) /* BatchNorm's running statistics too (DDP broadcasts the buffers) */
             comm_wait(t->comm, comm_broadcast(t->comm, m->bufs, (size_t)m->buffer_floats, 0, "the buffers"), NULL);
-        if (t->zero) zero_sync_master(t->zero);
-        else model_sync_lp(m);
+        if (!t->zero) model_sync_lp(m);
         if (!t->buckets) t->buckets = buckets_plan_model(m, t->comm, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb);
         vx_log("buckets: %d gradient buckets of up to %g MB (the first up to %g MB), %s during backward\n",
                t->buckets->n, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb,
                t->zl.stage >= 2 ? "reduced to their owners (reduce-scatter)" : "all-reduced");
     }
+    /* the master shard from the parameters every rank now holds (one rank too: ZeRO-Offload on one GPU keeps its
+     * master weights in host memory, which nothing else fills) */
+    if (t->zero) zero_sync_master(t->zero);
     trainer_zero_report(t);
     t->stepper = stepper_create(m, train, t->comm, t->buckets);
     stepper_set_zero(t->stepper, t->zero);
