@@ -14,6 +14,7 @@
 #include "model/hw.h"
 #include "train/runtime.h"
 #include "train/train.h"
+#include "train/zero_plan.h"
 #include "parallel/launch.h"
 
 static void usage_main(FILE *out) {
@@ -137,7 +138,8 @@ static int cmd_detect(int argc, char **argv) {
                               "                       [--amp P] [--gpus N|all] [--zero N] [--set K=V]\n"
                               "  shows CPUs, RAM, GPUs and what `train` would choose for the config (the hardware plan):\n"
                               "  device, ranks, precision, per-rank batch, accumulation for train.global_batch, activation\n"
-                              "  checkpointing, and the planned memory against the device's\n";
+                              "  checkpointing, the planned memory against the device's, and the bytes per rank of every data-parallel\n"
+                              "  mode (DDP, ZeRO-1, ZeRO-2, offload) with dist.zero auto's choice\n";
     CliArgs a;
     cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,amp,zero,");
     HwInfo hw;
@@ -160,6 +162,8 @@ static int cmd_detect(int argc, char **argv) {
     printf("launch: %s\n", who);
     printf("batch size: %d per micro-batch per rank x %d rank(s) x %d accumulation = %ld samples per step; lr x %.3g\n",
            train->batch_size, world, train->grad_accum, (long)train->batch_size * world * train->grad_accum, lr_scale);
+    fflush(stdout);
+    zero_plan_choose(&rt, &a.cfg.dist, world > 1 ? world : 1, 1); /* every mode's bytes per rank; auto's choice */
     runtime_close(&rt);
     return 0;
 }

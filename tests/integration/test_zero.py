@@ -361,3 +361,15 @@ def test_offload_needs_a_zero_stage(tmp_path):
     p = run("train", *MODELS["ae3d"], "--steps", "1", "--out", tmp_path / "r", "--set", "dist.offload_optimizer=cpu",
             *QUIET, check=False)
     assert p.returncode == 2 and "dist.zero 1 or 2" in p.stderr, p.stderr
+
+
+def test_detect_prints_every_mode_and_auto_chooses(tmp_path):
+    """detect shows every mode's bytes per rank for the launch it would make, and dist.zero auto's choice: on CPU ranks
+    with memory to spare DDP (the least communication; offload is never chosen on CPU ranks)."""
+    p = mpi(2, "detect", *MODELS["resnet3d"], "--zero", "auto")
+    assert "memory per rank by mode (2 rank(s);" in p.stdout, p.stdout
+    for mode in ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-2 + offload"):
+        assert re.search(r"^  %s +[\d.]+ MiB \+" % re.escape(mode), p.stdout, re.M), (mode, p.stdout)
+    assert re.search(r"^  DDP .*<- this run$", p.stdout, re.M) and "zero: auto chose DDP" in p.stdout, p.stdout
+    p = mpi(2, "detect", *MODELS["resnet3d"], "--zero", "2")
+    assert re.search(r"^  ZeRO-2 +[\d.]+ MiB .*<- this run$", p.stdout, re.M), p.stdout
