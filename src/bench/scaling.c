@@ -339,6 +339,13 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     bench_git_commit(commit, sizeof commit);
     bench_results_dir(&probe, o->results_dir, dir, sizeof dir);
     const int n_gpus = probe.hw.n_gpus;
+    /* the data-parallel mode the runs train in (--set dist.zero=N): its communication in the projection. Offload's
+     * host link is PCIe 4.0 x16's practical 25 GB/s, not measured (no GPU has been lent yet) */
+    const int zstage = strcmp(cfg->dist.zero, "auto") == 0 ? 0 : atoi(cfg->dist.zero);
+    const ZeroComm zc = {.stage = zstage, .offload = gpu && zstage > 0 && strcmp(cfg->dist.offload_optimizer, "cpu") == 0,
+                         .param_bytes = (double)probe.model->param_floats *
+                                        (probe.model->dtype == DT_F32 ? 4.0 : (double)dtype_size(probe.model->dtype)),
+                         .host_bus = 25e9};
     runtime_close(&probe);
     const char *device = gpu ? "cuda" : "cpu";
     const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
@@ -397,12 +404,12 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
             const int measurable = n <= measure_max;
             const double a = measurable && fit_b[n] > 0 ? fit_a[n] : beyond_a;
             const double bb = measurable && fit_b[n] > 0 ? fit_b[n] : beyond_b;
-            const double proj = scaling_project_step(&tl, n, a, bb, share);
+            const double proj = scaling_project_step_zero(&tl, n, a, bb, share, &zc);
             const double compute = (tl.fwd + tl.bwd + tl.opt) * share;
             r->proj_sps = pb * n / proj, r->proj_comm_ms = (proj - compute) * 1e3;
             for (int p = 0; p < 3; p++) { /* the same compute, each preset's link */
                 const Interconnect *ic = &PRESETS[p];
-                const double t = scaling_project_step(&tl, n, ic->alpha_us * 1e-6, ic->bus_gbps * 1e9, share);
+                const double t = scaling_project_step_zero(&tl, n, ic->alpha_us * 1e-6, ic->bus_gbps * 1e9, share, &zc);
                 r->preset_sps[p] = pb * n / t, r->preset_comm_ms[p] = (t - compute) * 1e3;
             }
             if (measurable) {
@@ -440,6 +447,8 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
                speed[i], 100 * eff[i], rows[i].proj_sps, err);
     }
     vx_log("interconnect beyond this machine: %s\n", inter);
+    if (zstage > 0) vx_log("data-parallel mode: ZeRO-%d%s (dist.zero): the projection's reduce-scatters, norm parts and "
+                           "parameter all-gather are that mode's\n", zstage, zc.offload ? " + offload" : "");
 
     /* JSON, Markdown, chart, TensorBoard */
     cJSON *j = cJSON_CreateObject();
@@ -453,6 +462,8 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     cJSON_AddStringToObject(j, "bucket_ready", gpu ? "estimated from FLOP shares of the CUDA-event backward time"
                                                    : "host timestamps of the CPU backend");
     cJSON_AddNumberToObject(j, "worst_measured_model_error", worst_err);
+    cJSON_AddStringToObject(j, "data_parallel_mode", zstage == 0 ? "DDP" : zc.offload ? "ZeRO-2 + offload"
+                                                     : zstage == 1 ? "ZeRO-1" : "ZeRO-2");
     const double load_after = load_average(); /* the measured runs compete with whatever else runs here */
     cJSON *load = cJSON_AddArrayToObject(j, "load_average_before_after");
     cJSON_AddItemToArray(load, cJSON_CreateNumber(isfinite(load_before) ? load_before : -1));
