@@ -189,6 +189,18 @@ static double run_step_time(const char *run_dir, double *comm_ms, double *data_m
     return n ? bench_median(v, n) : NAN;
 }
 
+/* mpirun and its flags into argv (returns how many): VX_MPIRUN_ARGS adds more, split on spaces (a host list and a
+ * launch agent: how tests/integration/test_two_hosts.py runs the ranks across two network namespaces). */
+static int mpirun_head(const char **argv, const char *np) {
+    static char extra[2048];
+    int a = 0;
+    argv[a++] = "mpirun", argv[a++] = "--allow-run-as-root", argv[a++] = "--oversubscribe";
+    snprintf(extra, sizeof extra, "%s", getenv("VX_MPIRUN_ARGS") ? getenv("VX_MPIRUN_ARGS") : "");
+    for (char *tok = strtok(extra, " "); tok && a < 28; tok = strtok(NULL, " ")) argv[a++] = tok;
+    argv[a++] = "-np", argv[a++] = np;
+    return a;
+}
+
 /* The measured run of n ranks: returns its step time (s), or NAN with the log's path printed. */
 static double measure_run(const BenchScalingOptions *o, const char *tmp, int mode, int n, int batch, int global,
                           int threads, int use_mpi, const char *device, double *comm_ms, double *data_ms) {
@@ -202,12 +214,8 @@ static double measure_run(const BenchScalingOptions *o, const char *tmp, int mod
     snprintf(th, sizeof th, "train.threads=%d", threads);
     char real[1024];
     self_exe(real, sizeof real);
-    const char *argv[96];
-    int a = 0;
-    if (n > 1 && use_mpi) {
-        argv[a++] = "mpirun", argv[a++] = "--allow-run-as-root", argv[a++] = "--oversubscribe", argv[a++] = "-np";
-        argv[a++] = nbuf;
-    }
+    const char *argv[128];
+    int a = n > 1 && use_mpi ? mpirun_head(argv, nbuf) : 0;
     argv[a++] = real, argv[a++] = "train", argv[a++] = "--config", argv[a++] = o->config_path;
     argv[a++] = "--device", argv[a++] = device, argv[a++] = "--steps", argv[a++] = steps, argv[a++] = "--out";
     argv[a++] = dir;
@@ -215,7 +223,7 @@ static double measure_run(const BenchScalingOptions *o, const char *tmp, int mod
     const char *sets[] = {bs, gb, th, "train.log_every=1", "train.val_every=0", "train.val_samples=0",
                           "output.tensorboard=0", "train.lr_scaling=none"};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) argv[a++] = "--set", argv[a++] = sets[i];
-    for (int i = 0; i < o->n_sets && a < 92; i++) argv[a++] = "--set", argv[a++] = o->sets[i];
+    for (int i = 0; i < o->n_sets && a < 124; i++) argv[a++] = "--set", argv[a++] = o->sets[i];
     argv[a] = NULL;
     const int rc = run_child((char *const *)argv, log);
     *comm_ms = *data_ms = NAN;
@@ -233,8 +241,10 @@ static int measure_interconnect(const char *tmp, int n, double *alpha, double *b
     snprintf(nbuf, sizeof nbuf, "%d", n);
     snprintf(res, sizeof res, "%s/allreduce", tmp);
     snprintf(log, sizeof log, "%s/allreduce-%d.log", tmp, n);
-    const char *argv[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", nbuf, real, "bench", "allreduce",
-                          "-b", "4K", "-e", "16M", "-f", "4", "--device", "cpu", "--results", res, NULL};
+    const char *argv[64], *tail[] = {real, "bench", "allreduce", "-b", "4K", "-e", "16M", "-f", "4", "--device", "cpu",
+                                     "--results", res, NULL};
+    int na = mpirun_head(argv, nbuf);
+    for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) argv[na++] = tail[i];
     if (run_child((char *const *)argv, log) != 0) return 0;
     char cmd[1500];
     snprintf(cmd, sizeof cmd, "ls %s/*/allreduce_%dranks.json 2>/dev/null", res, n);

@@ -3,7 +3,9 @@ inside the namespaces only: nothing outside this machine is ever addressed), the
 both. The multi-node path crosses a host boundary here as it would between nodes: 2 x 2 CPU ranks started
 torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; MASTER_ADDR the first namespace's address) train
 DDP and ZeRO-2 to the one-host losses, so do 2 x 2 MPI ranks under mpirun with a host list (mpirun in the first
-namespace, its daemon started in the second by a plm_rsh_agent that does what ssh would), and a cut link (the veth set down mid-run) ends every rank with the
+namespace, its daemon started in the second by a plm_rsh_agent that does what ssh would), `bench scaling`'s
+projection of 4 ranks over the shaped link (a and B fitted by bench allreduce across it) is checked against the
+4 ranks it measures there (its error printed; held to the same bound as on one host), and a cut link (the veth set down mid-run) ends every rank with the
 watchdog's named error and exit 3.
 
 Needs root and `ip netns` (CAP_SYS_ADMIN, CAP_NET_ADMIN): the module skips with the reason where either is missing.
@@ -22,7 +24,7 @@ TINY = "configs/test/tiny.json"
 QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
          "train.log_every=1"]
 SUBNET = "10.231.%d" % (os.getpid() % 200 + 20)  # private, and only inside the two namespaces
-RATE = "200mbit"                                   # the shaped link (a node-to-node link scaled to this machine)
+RATE = "1gbit"  # the shaped link: about 1/12 of one host's MPI all-reduce rate here (1.5 GB/s), NVLink:IB-like
 DELAY = "1ms"
 
 
@@ -208,3 +210,34 @@ def test_mpirun_with_a_host_list_trains_the_one_host_model(hosts, tmp_path, zero
     a, b = losses(out), losses(ref)
     assert sorted(a) == list(range(1, 11)) and a == b  # our own MPI ring: the same sums over any transport
     print("\nZeRO-%d under mpirun --host a:2,b:2: the one-host losses, bit for bit" % zero)
+
+
+def mpirun_over(hosts, folder):
+    return ["--mca", "plm_rsh_agent", hosts.agent(folder), "--mca", "btl", "tcp,self",
+            "--mca", "btl_tcp_if_include", SUBNET + ".0/24", "--mca", "oob_tcp_if_include", SUBNET + ".0/24",
+            "--host", "%s:2,%s:2" % (hosts.addr["a"], hosts.addr["b"])]
+
+
+@pytest.mark.skipif(subprocess.run(["which", "mpirun"], capture_output=True).returncode != 0,
+                    reason="mpirun (openmpi-bin) is not installed; ci/deps.sh installs it")
+@pytest.mark.parametrize("zero", [0, 2])
+def test_bench_scaling_projects_the_shaped_link(hosts, tmp_path, zero):
+    env = dict(os.environ, VX_MPIRUN_ARGS=" ".join(mpirun_over(hosts, tmp_path)))
+    res = tmp_path / "results"
+    p = subprocess.run([*hosts.exec("a"), VOXSCALE, "bench", "scaling", "--gpus", "1,4", "--mode", "weak", "--steps",
+                        "5", "--device", "cpu", "--set", "model.input_size=[16,16,16]", "--set", "dist.zero=%d" % zero,
+                        "--results", str(res)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    [dev] = [d for d in os.listdir(res) if os.path.isdir(res / d)]
+    r = json.load(open(res / dev / "scaling_default.json"))
+    assert r["interconnect_beyond"].startswith("measured: bench allreduce on 4 CPU ranks over MPI"), r
+    assert r["data_parallel_mode"] == ("DDP" if zero == 0 else "ZeRO-2")
+    [four] = [x for x in r["rows"] if x["ranks"] == 4]
+    fit = [f for f in r["fits"] if f["ranks"] == 4][0]
+    print("\n%s, 2 hosts x 2 ranks over %s: measured %.2f samples/s, projected %.2f: model error %+.0f%% "
+          "(link fit a = %.0f us, B = %.3f GB/s; load %s)" % (r["data_parallel_mode"], RATE, four["samples_per_s"],
+                                                           four["model_samples_per_s"], 100 * four["model_error"],
+                                                           fit.get("alpha_us", float("nan")),
+                                                           fit.get("bus_gbps", float("nan")),
+                                                           r["load_average_before_after"]))
+    assert four["kind"] == "measured" and abs(four["model_error"]) < 1.0, four
