@@ -5,7 +5,8 @@ torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; MASTER_ADDR the 
 DDP and ZeRO-2 to the one-host losses, so do 2 x 2 MPI ranks under mpirun with a host list (mpirun in the first
 namespace, its daemon started in the second by a plm_rsh_agent that does what ssh would), `bench scaling`'s
 projection of 4 ranks over the shaped link (a and B fitted by bench allreduce across it) is checked against the
-4 ranks it measures there (its error printed; held to the same bound as on one host), and a cut link (the veth set down mid-run) ends every rank with the
+4 ranks it measures there (its error printed; held to the one-host test's bound, a timing check that load on this
+shared machine can fail), and a cut link (the veth set down mid-run) ends every rank with the
 watchdog's named error and exit 3.
 
 Needs root and `ip netns` (CAP_SYS_ADMIN, CAP_NET_ADMIN): the module skips with the reason where either is missing.
@@ -232,12 +233,14 @@ def test_bench_scaling_projects_the_shaped_link(hosts, tmp_path, zero):
     r = json.load(open(res / dev / "scaling_default.json"))
     assert r["interconnect_beyond"].startswith("measured: bench allreduce on 4 CPU ranks over MPI"), r
     assert r["data_parallel_mode"] == ("DDP" if zero == 0 else "ZeRO-2")
-    [four] = [x for x in r["rows"] if x["ranks"] == 4]
+    rows = {x["ranks"]: x for x in r["rows"]}
+    one, four = rows[1], rows[4]
     fit = [f for f in r["fits"] if f["ranks"] == 4][0]
-    print("\n%s, 2 hosts x 2 ranks over %s: measured %.2f samples/s, projected %.2f: model error %+.0f%% "
-          "(link fit a = %.0f us, B = %.3f GB/s; load %s)" % (r["data_parallel_mode"], RATE, four["samples_per_s"],
-                                                           four["model_samples_per_s"], 100 * four["model_error"],
-                                                           fit.get("alpha_us", float("nan")),
-                                                           fit.get("bus_gbps", float("nan")),
-                                                           r["load_average_before_after"]))
+    print("\n%s, 2 hosts x 2 ranks over %s: measured %.2f samples/s, projected %.2f: model error %+.0f%% (one rank: "
+          "%+.0f%%); link fit a = %.0f us, B = %.3f GB/s; load %s" % (
+              r["data_parallel_mode"], RATE, four["samples_per_s"], four["model_samples_per_s"],
+              100 * four["model_error"], 100 * one["model_error"], fit["alpha_us"], fit["bus_gbps"],
+              r["load_average_before_after"]))
+    # a timing check, with test_bench_scaling's one-host bound: the projection's compute is a one-rank step timed at
+    # another moment, so load on this shared machine moves the error (seen: +71% to +116% at load 6-17)
     assert four["kind"] == "measured" and abs(four["model_error"]) < 1.0, four
