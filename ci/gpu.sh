@@ -74,6 +74,7 @@ register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 r
 register bench-scaling 30 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"
 register profile     20 15 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
 register nccl        45  0 step_nccl        "NCCL: 1 rank vs none; 2 ranks on the GPU vs 1 and their bucket overlap (NCCL >= 2.30, else owed)"
+register zero        60  0 step_zero        "ZeRO-1/2 and ZeRO-2 + offload (pinned host, AdamW on the CPU) on 1 GPU vs DDP; ZeRO-2 on 2 NCCL ranks vs DDP (NCCL >= 2.30, else owed)"
 register nccl-unit   45  0 step_nccl_unit   "test_comm_nccl: the NCCL communicator's collectives, stream order, watchdog; 2 ranks where they fit (else owed)"
 # Every step runs with VX_REQUIRE_GPU=1 where a test could skip: on a GPU machine a skip is a failure.
 

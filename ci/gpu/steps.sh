@@ -498,3 +498,52 @@ step_nccl_unit() {
     [ $rc = 0 ] && [ -n "$skipped" ] && return 77
     return $rc
 }
+
+# Sharded data parallelism on the GPU (issue 23). One rank: ZeRO-1, ZeRO-2 and ZeRO-2 with the optimizer offloaded
+# (pinned host memory, AdamW on the CPU: the path one GPU runs, which CPU ranks only force) must train what the run
+# without sharding trains, fp32 and deterministic; the offload run must say it used pinned host memory. Where NCCL
+# 2.30+ lets two ranks share the GPU, ZeRO-2 on two NCCL ranks (reduce_scatter_v: a group of ncclReduce per owner)
+# must train the two-rank DDP run's curve; otherwise that evidence is owed (exit 77). Loss curves within 1e-5.
+step_zero() {
+    local common=(--config configs/test/small.json --steps 10 --device cuda --deterministic --set train.log_every=1
+                  --set train.val_samples=0 --set output.tensorboard=0 --set train.global_batch=4
+                  --set train.grad_accum=2 --set dist.bucket_mb=0.05)
+    local rc=0 name
+    "$VX_BIN" train "${common[@]}" --out "$VX_STEP_DIR/ddp" >"$VX_STEP_DIR/ddp.log" 2>&1 || { cat "$VX_STEP_DIR/ddp.log"; return 1; }
+    compare_losses() { # A B LABEL
+        $VX_PYTHON - "$VX_STEP_DIR/$1" "$VX_STEP_DIR/$2" "$3" <<'PY'
+import json, sys
+def losses(d):
+    return {m["step"]: m["loss"] for m in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in m}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+err = max(abs(a[s] - b[s]) / abs(b[s]) for s in b) if a.keys() == b.keys() and b else float("inf")
+print("%s: loss curves within %.2e" % (sys.argv[3], err))
+sys.exit(0 if err <= 1e-5 else 1)
+PY
+    }
+    for name in zero1 zero2 offload; do
+        local flags=(--zero "${name#zero}")
+        [ "$name" = offload ] && flags=(--zero 2 --set dist.offload_optimizer=cpu)
+        "$VX_BIN" train "${common[@]}" "${flags[@]}" --out "$VX_STEP_DIR/$name" >"$VX_STEP_DIR/$name.log" 2>&1 ||
+            { cat "$VX_STEP_DIR/$name.log"; rc=1; continue; }
+        figure "$(compare_losses "$name" ddp "1 GPU, $name vs DDP")" || rc=1
+        figure "$name: $(grep -m1 '^memory: rank 0/' "$VX_STEP_DIR/$name.log")"
+    done
+    grep -q 'in pinned host memory (offload)' "$VX_STEP_DIR/offload.log" || { echo "offload: not in pinned host memory"; rc=1; }
+    local version
+    version=$($VX_PYTHON -c 'import ctypes; v = ctypes.c_int(); ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v)); print(v.value)' 2>/dev/null)
+    if [ -z "$version" ] || [ "$version" -lt 23000 ]; then
+        figure "ZeRO-2 on 2 NCCL ranks: owed (NCCL ${version:-?} < 2.30 cannot share a GPU between ranks)"
+        [ $rc = 0 ] && return 77
+        return $rc
+    fi
+    local shared=(env NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_NVLS_ENABLE=0)
+    for name in ddp2 zero2r2; do
+        local flags=(--zero 0)
+        [ "$name" = zero2r2 ] && flags=(--zero 2)
+        "${shared[@]}" "$VX_BIN" train "${common[@]}" --gpus 2 "${flags[@]}" --out "$VX_STEP_DIR/$name" \
+            >"$VX_STEP_DIR/$name.log" 2>&1 || { cat "$VX_STEP_DIR/$name.log"; return 1; }
+    done
+    figure "$(compare_losses zero2r2 ddp2 '2 NCCL ranks on 1 GPU, ZeRO-2 vs DDP')" || rc=1
+    return $rc
+}

@@ -6,6 +6,9 @@
  *   m = b1*m + (1-b1)*g' ;  v = b2*v + (1-b2)*g'^2
  *   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
  * sumsq writes sum(x^2) to out[0], reduced in double in a fixed order, so it does not depend on thread count.
+ * Sharded (ZeRO): sumsq_part writes a shard's sum(x^2) in double, unrounded, and sumsq_join adds n such parts in
+ * order and rounds once to float: with every rank's part (gathered in rank order) the squared global norm equals the
+ * unsharded sumsq's float but for a double rounding that would have to straddle a float's (2^-29 relative).
  *
  * One optimizer step on a backend is three ops, none of which needs the host in between (so a captured CUDA Graph
  * replays a whole step, and the host reads the outcome afterwards, or one step late):
@@ -129,16 +132,20 @@ VX_HD double optim_loss_scale_floor(DType dt, double count, double grad_scale) {
 /* The float32 reference (CPU): the update with constants c. */
 void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const AdamWConsts *c);
 void sumsq_cpu(long count, const float *x, float *out);
+void sumsq_part_cpu(long count, const float *x, double *out);
+void sumsq_join_cpu(int n, const double *parts, float *out);
 
 /* CUDA (optim_cuda.cu, CUDA builds only), on device pointers, on the compute stream. adamw does nothing when
  * st->skip; p_lp (NULL when none) receives the updated parameters rounded to lp_dt, in the same pass. */
 void adamw_cuda(long count, float *p, const float *g, float *m, float *v, const OptimState *st, DType lp_dt,
                 void *p_lp);
 void sumsq_cuda(long count, const float *x, float *out);
+void sumsq_part_cuda(long count, const float *x, double *out);
+void sumsq_join_cuda(int n, const double *parts, float *out);
 void optim_prepare_cuda(const OptimConfig *cfg, const float *sumsq, OptimState *st);
 
 /* The op's sub-table (kernels/backend/ops.def): be->optim->... */
-enum { OPTIM_ADAMW, OPTIM_SUMSQ, OPTIM_PREPARE }; /* its functions, for supports() */
+enum { OPTIM_ADAMW, OPTIM_SUMSQ, OPTIM_PREPARE, OPTIM_SUMSQ_SHARDED }; /* its functions, for supports() */
 typedef struct OptimOps {
     OpHead head;
     /* the update from st (backend memory); p_lp (NULL: none) the low-precision copy of type lp_dt */
@@ -146,6 +153,9 @@ typedef struct OptimOps {
                   void *p_lp);
     void (*sumsq)(long count, const float *x, float *out);
     void (*prepare)(const OptimConfig *cfg, const float *sumsq, OptimState *st);
+    /* sharded: a shard's sum of squares in double (backend memory), and n of them added in order into out[0] */
+    void (*sumsq_part)(long count, const float *x, double *out);
+    void (*sumsq_join)(int n, const double *parts, float *out);
 } OptimOps;
 extern const OptimOps optim_ops_cpu;
 extern const OptimOps optim_ops_cuda; /* CUDA builds only */

@@ -31,12 +31,8 @@ void adamw_cpu(long count, float *p, const float *g, float *m, float *v, const A
     }
 }
 
-void sumsq_cpu(long count, const float *x, float *out) {
-    /* x [count]; out [1] = sum(x^2) */
-    if (count <= 0) {
-        out[0] = 0.0f;
-        return;
-    }
+static double sumsq_double(long count, const float *x) {
+    if (count <= 0) return 0.0;
     const long nb = (count + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     double *part = vx_malloc(sizeof(double) * (size_t)nb);
 #pragma omp parallel for schedule(static)
@@ -54,6 +50,15 @@ void sumsq_cpu(long count, const float *x, float *out) {
     double total = 0.0;
     for (long blk = 0; blk < nb; blk++) total += part[blk];
     free(part);
+    return total;
+}
+
+/* x [count]; out [1] = sum(x^2) */
+void sumsq_cpu(long count, const float *x, float *out) { out[0] = (float)sumsq_double(count, x); }
+void sumsq_part_cpu(long count, const float *x, double *out) { out[0] = sumsq_double(count, x); }
+void sumsq_join_cpu(int n, const double *parts, float *out) {
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += parts[i];
     out[0] = (float)total;
 }
 
@@ -67,4 +72,4 @@ static void cpu_adamw(long count, float *p, const float *g, float *m, float *v, 
 static void cpu_prepare(const OptimConfig *cfg, const float *sumsq, OptimState *st) {
     optim_prepare_step(cfg, sumsq[0], st);
 }
-const OptimOps optim_ops_cpu = {{op_supports_f32}, cpu_adamw, sumsq_cpu, cpu_prepare};
+const OptimOps optim_ops_cpu = {{op_supports_f32}, cpu_adamw, sumsq_cpu, cpu_prepare, sumsq_part_cpu, sumsq_join_cpu};

@@ -98,7 +98,44 @@ extern "C" void sumsq_cuda(long count, const float *x, float *out) {
     vx_reduce_finalize(partials, blocks, 1.0, out);
 }
 
+/* sharded: the shard's partials (pass 1 above) added in double as the second pass does, but written unrounded */
+__global__ void sum_partials_kernel(const double *__restrict__ partials, int count, double *__restrict__ out) {
+    __shared__ double sh[VX_THREADS / 32];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < count; i += VX_THREADS) s += partials[i];
+    s = vx_block_sum(s, sh);
+    if (threadIdx.x == 0) out[0] = s;
+}
+
+extern "C" void sumsq_part_cuda(long count, const float *x, double *out) {
+    if (count <= 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), vx_cuda_stream())); /* +0.0 */
+        return;
+    }
+    const size_t n = (size_t)count;
+    double *partials = (double *)vx_cuda_scratch();
+    const int blocks = vx_red_blocks(n);
+    if (vx_vec4_ok(n, x)) sumsq_kernel<4><<<blocks, VX_THREADS, 0, vx_cuda_stream()>>>(n / 4, x, partials);
+    else sumsq_kernel<1><<<blocks, VX_THREADS, 0, vx_cuda_stream()>>>(n, x, partials);
+    LAUNCH_CHECK("sumsq_kernel");
+    sum_partials_kernel<<<1, VX_THREADS, 0, vx_cuda_stream()>>>(partials, blocks, out);
+    LAUNCH_CHECK("sum_partials_kernel");
+}
+
+/* one thread, in order: the same sum on every rank from the same gathered parts */
+__global__ void sumsq_join_kernel(int n, const double *__restrict__ parts, float *__restrict__ out) {
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += parts[i];
+    out[0] = (float)total;
+}
+
+extern "C" void sumsq_join_cuda(int n, const double *parts, float *out) {
+    sumsq_join_kernel<<<1, 1, 0, vx_cuda_stream()>>>(n, parts, out);
+    LAUNCH_CHECK("sumsq_join_kernel");
+}
+
 /* ---- the CUDA backend's table (ops.def): adamw writes a low-precision copy of any type; the rest is float32 --- */
 
 static int cuda_supports(int fn, DType dt) { return fn == OPTIM_ADAMW ? op_supports_all_types(fn, dt) : dt == DT_F32; }
-extern "C" const OptimOps optim_ops_cuda = {{cuda_supports}, adamw_cuda, sumsq_cuda, optim_prepare_cuda};
+extern "C" const OptimOps optim_ops_cuda = {{cuda_supports}, adamw_cuda,      sumsq_cuda,
+                                            optim_prepare_cuda, sumsq_part_cuda, sumsq_join_cuda};

@@ -64,10 +64,29 @@ static void sumsq_ref(const KernelCase *k, const float *const *in, double *const
     ref[1][0] = s;
 }
 
+/* sharded (ZeRO): the squared norm of x as two shards' parts joined: x IN, parts (two doubles, as 4 floats: scratch,
+ * not compared) IN, out [1] */
+static void sumsq_sharded_setup(KernelCase *k, const OpHead *ops) {
+    op_spec_bufs(k, 3, (long[]){k->count, 4, 1}, (KernelBufRole[]){KB_IN, KB_IN, KB_OUT}, 0, 0);
+}
+static void sumsq_sharded_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const long half = (k->count / 2) & ~15L; /* a shard boundary on a 64-byte one, as the shards have */
+    double *parts = b[1];
+    table(ops)->sumsq_part(half, b[0], parts);
+    table(ops)->sumsq_part(k->count - half, (const float *)b[0] + half, parts + 1);
+    table(ops)->sumsq_join(2, parts, b[2]);
+}
+static void sumsq_sharded_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    double s = 0;
+    for (long i = 0; i < k->count; i++) s += (double)in[0][i] * in[0][i];
+    ref[2][0] = s;
+}
+
 /* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp optim_specs[] = {
     {"adamw", OPTIM_ADAMW, 0, 1e-6, adamw_setup, adamw_run, adamw_ref, adamw_fill},
     {"sumsq", OPTIM_SUMSQ, 0, 1e-6, sumsq_setup, sumsq_run, sumsq_ref, NULL},
+    {"sumsq_sharded", OPTIM_SUMSQ_SHARDED, 0, 1e-6, sumsq_sharded_setup, sumsq_sharded_run, sumsq_sharded_ref, NULL},
 };
 const int optim_specs_count = sizeof optim_specs / sizeof optim_specs[0];

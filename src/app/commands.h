@@ -11,3 +11,5 @@ int cmd_bench_scaling(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 /* cmd_predict.c: `predict --ckpt C | --weights F --data CSV|DIR|FILE --out DIR` */
 int cmd_predict(int argc, char **argv);
+/* cmd_ckpt.c: `ckpt consolidate`, a sharded checkpoint made one ordinary checkpoint */
+int cmd_ckpt(int argc, char **argv);

@@ -1,4 +1,4 @@
-/* main.c: the voxscale command line: train, detect, bench, probe, export, predict. Each subcommand parses its own flags; bad flags
+/* main.c: the voxscale command line: train, detect, bench, probe, export, predict, ckpt. Each subcommand parses its own flags; bad flags
  * are one line and exit 2, `--help` works everywhere. */
 #include <getopt.h>
 #include <libgen.h>
@@ -14,6 +14,7 @@
 #include "model/hw.h"
 #include "train/runtime.h"
 #include "train/train.h"
+#include "train/zero_plan.h"
 #include "parallel/launch.h"
 
 static void usage_main(FILE *out) {
@@ -25,7 +26,9 @@ static void usage_main(FILE *out) {
             "  bench    benchmarks: `bench step` (training step), `bench gemm` (the machine's GEMM ceiling)\n"
             "  probe    write one step's inputs, noise, parameters, losses and gradients for the PyTorch check\n"
             "  export   a checkpoint's weights as safetensors, in MONAI's / PyTorch's names and layouts\n"
-            "  predict  apply a trained model to volumes: predictions.csv (a head), reconstructions and latents (ae3d)\n");
+            "  predict  apply a trained model to volumes: predictions.csv (a head), reconstructions and latents (ae3d)\n"
+
+            "  ckpt     `ckpt consolidate`: a sharded (dist.zero) checkpoint made one ordinary checkpoint\n");
 }
 
 static const char *TRAIN_HELP =
@@ -55,6 +58,8 @@ static const char *TRAIN_HELP =
     "  --gpus N|all        one rank per GPU of this machine, started by train itself (dist.gpus); with\n"
     "                      --device cpu, N CPU ranks. Under mpirun, srun or torchrun the ranks come from them\n"
     "  --lr-scaling S      none | linear | sqrt: lr x f(ranks) when the batch is per rank (train.lr_scaling)\n"
+    "  --zero N            0 | 1 | 2 | auto: shard AdamW's state (1) and the gradients too (2) over the ranks\n"
+    "                      (dist.zero, ZeRO); auto: the cheapest mode the memory plan fits\n"
     "  --set KEY=VALUE     set any config key, e.g. --set train.ckpt_every=100 (repeatable)\n"
     "  --help-config       list every config key with its default\n";
 
@@ -115,7 +120,7 @@ static int cmd_train(int argc, char **argv) {
     CliArgs a;
     cli_parse(argc, argv, &a, TRAIN_HELP,
               ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
-              "lr-scaling,amp,compile,init-from,init-allow,");
+              "lr-scaling,amp,compile,init-from,init-allow,zero,");
     /* train.stages set the run's length (their sum): a --steps beside them was silently ignored; refused, since
      * which stage it should shorten is anyone's guess */
     if (a.steps_flag && a.cfg.train.n_stages)
@@ -138,12 +143,13 @@ static int cmd_train(int argc, char **argv) {
 
 static int cmd_detect(int argc, char **argv) {
     static const char *help = "usage: voxscale detect [--config FILE] [--device D] [--batch-size N] [--checkpoint-activations]\n"
-                              "                       [--amp P] [--gpus N|all] [--set K=V]\n"
+                              "                       [--amp P] [--gpus N|all] [--zero N] [--set K=V]\n"
                               "  shows CPUs, RAM, GPUs and what `train` would choose for the config (the hardware plan):\n"
                               "  device, ranks, precision, per-rank batch, accumulation for train.global_batch, activation\n"
-                              "  checkpointing, and the planned memory against the device's\n";
+                              "  checkpointing, the planned memory against the device's, and the bytes per rank of every data-parallel\n"
+                              "  mode (DDP, ZeRO-1, ZeRO-2, offload) with dist.zero auto's choice\n";
     CliArgs a;
-    cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,amp,");
+    cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,amp,zero,");
     HwInfo hw;
     hw_detect(&hw);
     hw_print(&hw);
@@ -164,6 +170,8 @@ static int cmd_detect(int argc, char **argv) {
     printf("launch: %s\n", who);
     printf("batch size: %d per micro-batch per rank x %d rank(s) x %d accumulation = %ld samples per step; lr x %.3g\n",
            train->batch_size, world, train->grad_accum, (long)train->batch_size * world * train->grad_accum, lr_scale);
+    fflush(stdout);
+    zero_plan_choose(&rt, &a.cfg.dist, world > 1 ? world : 1, 1); /* every mode's bytes per rank; auto's choice */
     runtime_close(&rt);
     return 0;
 }
@@ -186,6 +194,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "probe") == 0) return probe_main(argc - 1, argv + 1);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);
     if (strcmp(cmd, "predict") == 0) return cmd_predict(argc - 1, argv + 1);
-    vx_usage_error("unknown command \"%s\"; commands: train, detect, bench, probe, export, predict (voxscale --help)",
-                   cmd);
+    if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
+    vx_usage_error("unknown command \"%s\"; commands: train, detect, bench, probe, export, predict, ckpt "
+                   "(voxscale --help)", cmd);
 }

@@ -189,6 +189,18 @@ static double run_step_time(const char *run_dir, double *comm_ms, double *data_m
     return n ? bench_median(v, n) : NAN;
 }
 
+/* mpirun and its flags into argv (returns how many): VX_MPIRUN_ARGS adds more, split on spaces (a host list and a
+ * launch agent: how tests/integration/test_two_hosts.py runs the ranks across two network namespaces). */
+static int mpirun_head(const char **argv, const char *np) {
+    static char extra[2048];
+    int a = 0;
+    argv[a++] = "mpirun", argv[a++] = "--allow-run-as-root", argv[a++] = "--oversubscribe";
+    snprintf(extra, sizeof extra, "%s", getenv("VX_MPIRUN_ARGS") ? getenv("VX_MPIRUN_ARGS") : "");
+    for (char *tok = strtok(extra, " "); tok && a < 28; tok = strtok(NULL, " ")) argv[a++] = tok;
+    argv[a++] = "-np", argv[a++] = np;
+    return a;
+}
+
 /* The measured run of n ranks: returns its step time (s), or NAN with the log's path printed. */
 static double measure_run(const BenchScalingOptions *o, const char *tmp, int mode, int n, int batch, int global,
                           int threads, int use_mpi, const char *device, double *comm_ms, double *data_ms) {
@@ -202,12 +214,8 @@ static double measure_run(const BenchScalingOptions *o, const char *tmp, int mod
     snprintf(th, sizeof th, "train.threads=%d", threads);
     char real[1024];
     self_exe(real, sizeof real);
-    const char *argv[96];
-    int a = 0;
-    if (n > 1 && use_mpi) {
-        argv[a++] = "mpirun", argv[a++] = "--allow-run-as-root", argv[a++] = "--oversubscribe", argv[a++] = "-np";
-        argv[a++] = nbuf;
-    }
+    const char *argv[128];
+    int a = n > 1 && use_mpi ? mpirun_head(argv, nbuf) : 0;
     argv[a++] = real, argv[a++] = "train", argv[a++] = "--config", argv[a++] = o->config_path;
     argv[a++] = "--device", argv[a++] = device, argv[a++] = "--steps", argv[a++] = steps, argv[a++] = "--out";
     argv[a++] = dir;
@@ -215,7 +223,7 @@ static double measure_run(const BenchScalingOptions *o, const char *tmp, int mod
     const char *sets[] = {bs, gb, th, "train.log_every=1", "train.val_every=0", "train.val_samples=0",
                           "output.tensorboard=0", "train.lr_scaling=none"};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) argv[a++] = "--set", argv[a++] = sets[i];
-    for (int i = 0; i < o->n_sets && a < 92; i++) argv[a++] = "--set", argv[a++] = o->sets[i];
+    for (int i = 0; i < o->n_sets && a < 124; i++) argv[a++] = "--set", argv[a++] = o->sets[i];
     argv[a] = NULL;
     const int rc = run_child((char *const *)argv, log);
     *comm_ms = *data_ms = NAN;
@@ -233,8 +241,10 @@ static int measure_interconnect(const char *tmp, int n, double *alpha, double *b
     snprintf(nbuf, sizeof nbuf, "%d", n);
     snprintf(res, sizeof res, "%s/allreduce", tmp);
     snprintf(log, sizeof log, "%s/allreduce-%d.log", tmp, n);
-    const char *argv[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", nbuf, real, "bench", "allreduce",
-                          "-b", "4K", "-e", "16M", "-f", "4", "--device", "cpu", "--results", res, NULL};
+    const char *argv[64], *tail[] = {real, "bench", "allreduce", "-b", "4K", "-e", "16M", "-f", "4", "--device", "cpu",
+                                     "--results", res, NULL};
+    int na = mpirun_head(argv, nbuf);
+    for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) argv[na++] = tail[i];
     if (run_child((char *const *)argv, log) != 0) return 0;
     char cmd[1500];
     snprintf(cmd, sizeof cmd, "ls %s/*/allreduce_%dranks.json 2>/dev/null", res, n);
@@ -339,6 +349,13 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     bench_git_commit(commit, sizeof commit);
     bench_results_dir(&probe, o->results_dir, dir, sizeof dir);
     const int n_gpus = probe.hw.n_gpus;
+    /* the data-parallel mode the runs train in (--set dist.zero=N): its communication in the projection. Offload's
+     * host link is PCIe 4.0 x16's practical 25 GB/s, not measured (no GPU has been lent yet) */
+    const int zstage = strcmp(cfg->dist.zero, "auto") == 0 ? 0 : atoi(cfg->dist.zero);
+    const ZeroComm zc = {.stage = zstage, .offload = gpu && zstage > 0 && strcmp(cfg->dist.offload_optimizer, "cpu") == 0,
+                         .param_bytes = (double)probe.model->param_floats *
+                                        (probe.model->dtype == DT_F32 ? 4.0 : (double)dtype_size(probe.model->dtype)),
+                         .host_bus = 25e9};
     runtime_close(&probe);
     const char *device = gpu ? "cuda" : "cpu";
     const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
@@ -397,12 +414,12 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
             const int measurable = n <= measure_max;
             const double a = measurable && fit_b[n] > 0 ? fit_a[n] : beyond_a;
             const double bb = measurable && fit_b[n] > 0 ? fit_b[n] : beyond_b;
-            const double proj = scaling_project_step(&tl, n, a, bb, share);
+            const double proj = scaling_project_step_zero(&tl, n, a, bb, share, &zc);
             const double compute = (tl.fwd + tl.bwd + tl.opt) * share;
             r->proj_sps = pb * n / proj, r->proj_comm_ms = (proj - compute) * 1e3;
             for (int p = 0; p < 3; p++) { /* the same compute, each preset's link */
                 const Interconnect *ic = &PRESETS[p];
-                const double t = scaling_project_step(&tl, n, ic->alpha_us * 1e-6, ic->bus_gbps * 1e9, share);
+                const double t = scaling_project_step_zero(&tl, n, ic->alpha_us * 1e-6, ic->bus_gbps * 1e9, share, &zc);
                 r->preset_sps[p] = pb * n / t, r->preset_comm_ms[p] = (t - compute) * 1e3;
             }
             if (measurable) {
@@ -440,6 +457,8 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
                speed[i], 100 * eff[i], rows[i].proj_sps, err);
     }
     vx_log("interconnect beyond this machine: %s\n", inter);
+    if (zstage > 0) vx_log("data-parallel mode: ZeRO-%d%s (dist.zero): the projection's reduce-scatters, norm parts and "
+                           "parameter all-gather are that mode's\n", zstage, zc.offload ? " + offload" : "");
 
     /* JSON, Markdown, chart, TensorBoard */
     cJSON *j = cJSON_CreateObject();
@@ -453,6 +472,8 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     cJSON_AddStringToObject(j, "bucket_ready", gpu ? "estimated from FLOP shares of the CUDA-event backward time"
                                                    : "host timestamps of the CPU backend");
     cJSON_AddNumberToObject(j, "worst_measured_model_error", worst_err);
+    cJSON_AddStringToObject(j, "data_parallel_mode", zstage == 0 ? "DDP" : zc.offload ? "ZeRO-2 + offload"
+                                                     : zstage == 1 ? "ZeRO-1" : "ZeRO-2");
     const double load_after = load_average(); /* the measured runs compete with whatever else runs here */
     cJSON *load = cJSON_AddArrayToObject(j, "load_average_before_after");
     cJSON_AddItemToArray(load, cJSON_CreateNumber(isfinite(load_before) ? load_before : -1));

@@ -18,3 +18,20 @@ double scaling_allreduce_time(int n, double bytes, double alpha, double bus);
  * end), overlapping backward; step = fwd + max(bwd, last end) + opt, with every compute time (ready moments too)
  * stretched by `share` (ranks sharing cores; 1 on GPUs). */
 double scaling_project_step(const Timeline *tl, int n, double alpha, double bus, double share);
+
+/* A data-parallel mode's communication and optimizer (dist.zero, train/zero.h); stage 0 is DDP. */
+typedef struct {
+    int stage;          /* 0 DDP, 1 ZeRO-1, 2 ZeRO-2 */
+    int offload;        /* the shard's AdamW on the host (GPU ranks only: on CPU ranks offload changes nothing) */
+    double param_bytes; /* the parameters as the ranks all-gather them (float32, or the compute type) */
+    double host_bus;    /* offload: host <-> device bytes/s */
+} ZeroComm;
+
+/* The alpha-beta ring reduce-scatter (or all-gather) of `bytes` on n ranks: (n-1) alpha + (n-1)/n bytes / bus. */
+double scaling_half_ring_time(int n, double bytes, double alpha, double bus);
+/* The step time of n ranks in mode z (NULL: DDP, scaling_project_step): ZeRO-2's buckets are reduce-scattered (half
+ * an all-reduce each) in the same order and overlap; ZeRO-1 and 2 then gather the shards' squared norms ((n-1)
+ * alpha), update 1/n of the parameters (opt / n) and all-gather them (a half ring of param_bytes, after the
+ * optimizer: exposed), so ZeRO-2 moves what DDP moves and ZeRO-1 an all-gather more; offload adds the gradient
+ * shard down and the parameter shard up (2 x float32 shard / host_bus, not overlapped with the host's AdamW). */
+double scaling_project_step_zero(const Timeline *tl, int n, double alpha, double bus, double share, const ZeroComm *z);

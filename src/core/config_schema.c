@@ -190,6 +190,14 @@ const KeySpec SCHEMA[] = {
      "size of the gradient buckets all-reduced while backward runs (DDP's bucket_cap_mb)"},
     {K(dist, first_bucket_mb), T_DOUBLE, 0.001, 4096, NULL, "1",
      "size of the first bucket, smaller so that communication starts early"},
+    {K(dist, zero), T_STRING, 0, 0, "0|1|2|auto", "\"0\"",
+     "sharded data parallelism (ZeRO): 0 = every rank holds everything (DDP); 1 = AdamW's moments and the float32 "
+     "master weights sharded over the ranks, updated parameters all-gathered; 2 = the gradients too, each bucket "
+     "reduce-scattered to its owners during backward; auto = the cheapest that fits the memory plan (the start of "
+     "train and detect print every mode's bytes per rank)"},
+    {K(dist, offload_optimizer), T_STRING, 0, 0, "none|cpu", "\"none\"",
+     "with dist.zero 1 or 2 on GPUs: cpu = the shard's AdamW moments and master weights in pinned host memory, "
+     "AdamW on the CPU (ZeRO-Offload); on CPU ranks it changes nothing and says so"},
     {K(output, sample_log), T_INT, 0, 1, NULL, "0",
      "1 = write samples.tsv in the run directory: step, micro-batch, first global sample and count of every batch read"},
 };

@@ -24,6 +24,8 @@ static uint32_t crc_of(const unsigned char *p, size_t n) {
     return (uint32_t)crc;
 }
 
+uint32_t ckpt_crc32(const void *p, size_t n) { return crc_of(p, n); }
+
 CkptExpect ckpt_expect(const Model *m, int64_t steps) {
     return (CkptExpect){.param_count = (uint64_t)m->param_count,
                         .buffer_count = (uint64_t)m->buffer_floats,
@@ -68,6 +70,12 @@ void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, c
         vx_usage_error("%s: checkpoint checksum mismatch: the file is corrupted; resume from an earlier checkpoint",
                        origin);
     /* The checksum only says the bytes are the ones written; every field is still checked before it is used. */
+    ckpt_check_header(&h, want, origin);
+    if (out) *out = h;
+}
+
+void ckpt_check_header(CkptHeader *hp, const CkptExpect *want, const char *origin) {
+    CkptHeader h = *hp;
     if (h.param_count != want->param_count || h.buffer_count != want->buffer_count ||
         h.model_fingerprint != want->model_fingerprint)
         vx_usage_error("%s: checkpoint holds a different model (%llu parameters) than the config (%llu); use the "
@@ -105,7 +113,13 @@ void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, c
         vx_usage_error("%s: checkpoint's optimizer state (AdamW step %lld, %lld skipped, loss scale %g after %lld "
                        "good steps) cannot follow %lld steps: the file is corrupted", origin, (long long)h.adam_step,
                        (long long)h.skipped_steps, h.loss_scale, (long long)h.growth_tracker, (long long)h.step);
-    if (out) *out = h;
+    *hp = h;
+}
+
+CkptId ckpt_id(const Ckpt *c) {
+    CkptId id = {.step = c->header.step, .next_sample = c->header.next_sample};
+    memcpy(&id.crc, c->file + c->bytes - sizeof id.crc, sizeof id.crc);
+    return id;
 }
 
 void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out) {
@@ -139,6 +153,28 @@ void ckpt_apply(const Ckpt *c, Model *m, CkptState *st) {
                            .skipped_steps = c->header.skipped_steps, .growth_tracker = c->header.growth_tracker};
 }
 
+void ckpt_unpack(const Ckpt *c, const Model *m, float *param, float *adam_m, float *adam_v, float *bufs, CkptState *st) {
+    const size_t pbytes = (size_t)c->header.param_count * sizeof(float);
+    float *const dst[3] = {param, adam_m, adam_v};
+    const unsigned char *data = c->file + c->header.header_bytes;
+    float *packed = vx_malloc(pbytes ? pbytes : 1); /* (the file's bytes need not be float-aligned) */
+    for (int k = 0; k < 3; k++) {
+        if (!dst[k]) continue;
+        memcpy(packed, data + k * pbytes, pbytes);
+        model_unpack_params(m, packed, dst[k]);
+    }
+    free(packed);
+    if (bufs && c->header.buffer_count) memcpy(bufs, data + 3 * pbytes, c->header.buffer_count * sizeof(float));
+    if (st) {
+        st->step = c->header.step;
+        st->next_sample = c->header.next_sample;
+        st->loss_ema = c->header.loss_ema;
+        st->world_size = c->header.world_size;
+        st->opt = (OptimCarry){.loss_scale = c->header.loss_scale, .adam_step = c->header.adam_step,
+                               .skipped_steps = c->header.skipped_steps, .growth_tracker = c->header.growth_tracker};
+    }
+}
+
 void ckpt_free(Ckpt *c) {
     free(c->file);
     memset(c, 0, sizeof *c);
@@ -151,11 +187,11 @@ static long first_nonfinite(const float *x, long n) {
     return -1;
 }
 
-void ckpt_save(const char *path, const Model *m, const CkptState *st) {
-    size_t pbytes = (size_t)m->param_count * sizeof(float);
-    const uint64_t nbuf = (uint64_t)m->buffer_floats;
-    size_t total = ckpt_file_bytes((uint64_t)m->param_count, nbuf);
-    const size_t hb = header_bytes_for(nbuf);
+void ckpt_write(const char *path, const CkptContent *c) {
+    const size_t pbytes = (size_t)c->param_count * sizeof(float);
+    const uint64_t nbuf = c->buffer_count;
+    const size_t total = ckpt_file_bytes(c->param_count, nbuf), hb = header_bytes_for(nbuf);
+    const CkptState *st = &c->st;
     unsigned char *buf = vx_malloc(total);
     CkptHeader h;
     memset(&h, 0, sizeof h);
@@ -163,11 +199,11 @@ void ckpt_save(const char *path, const Model *m, const CkptState *st) {
     h.version = nbuf ? 3 : 2;
     h.header_bytes = (uint32_t)hb;
     h.buffer_count = nbuf;
-    h.param_count = (uint64_t)m->param_count;
-    h.model_fingerprint = config_model_fingerprint(&m->cfg);
+    h.param_count = c->param_count;
+    h.model_fingerprint = c->model_fingerprint;
     h.step = st->step;
     h.next_sample = st->next_sample;
-    h.seed = m->seed;
+    h.seed = c->seed;
     h.world_size = st->world_size > 0 ? st->world_size : 1;
     h.loss_ema = st->loss_ema;
     h.adam_step = st->opt.adam_step;
@@ -176,34 +212,50 @@ void ckpt_save(const char *path, const Model *m, const CkptState *st) {
     h.loss_scale = st->opt.loss_scale;
     memcpy(buf, &h, hb);
     /* the packed layout: the file does not depend on the device buffers' alignment padding */
-    const float *const src[3] = {m->param, m->adam_m, m->adam_v};
+    const float *const src[3] = {c->param, c->adam_m, c->adam_v};
     static const char *const WHAT[3] = {"parameter", "AdamW first moment", "AdamW second moment"};
     for (int k = 0; k < 3; k++) {
-        float *packed = (float *)(buf + hb + k * pbytes);
-        model_download_packed(m, src[k], packed);
-        const long bad = first_nonfinite(packed, m->param_count);
+        const long bad = first_nonfinite(src[k], (long)c->param_count);
         if (bad >= 0) {
-            const double value = packed[bad];
+            const double value = src[k][bad];
             free(buf);
             vx_exit_error(VX_EXIT_DIVERGED, "training diverged: %s %ld is %g after step %lld, so no checkpoint is "
                           "written (the last one stays); lower train.lr or set train.grad_clip", WHAT[k], bad, value,
                           (long long)st->step);
         }
+        memcpy(buf + hb + k * pbytes, src[k], pbytes);
     }
     if (nbuf) {
-        float *b = (float *)(buf + hb + 3 * pbytes);
-        model_download_buffers(m, b);
-        const long bad = first_nonfinite(b, (long)nbuf);
+        const long bad = first_nonfinite(c->bufs, (long)nbuf);
         if (bad >= 0) {
-            const double value = b[bad];
+            const double value = c->bufs[bad];
             free(buf);
             vx_exit_error(VX_EXIT_DIVERGED, "training diverged: buffer value %ld (a BatchNorm running statistic) is %g "
                           "after step %lld, so no checkpoint is written (the last one stays); lower train.lr",
                           bad, value, (long long)st->step);
         }
+        memcpy(buf + hb + 3 * pbytes, c->bufs, (size_t)nbuf * sizeof(float));
     }
     uint32_t crc = crc_of(buf, total - sizeof crc);
     memcpy(buf + total - sizeof crc, &crc, sizeof crc);
     fs_write_atomic(path, buf, total);
     free(buf);
+}
+
+void ckpt_save(const char *path, const Model *m, const CkptState *st) {
+    const size_t pbytes = (size_t)m->param_count * sizeof(float);
+    float *packed[3];
+    float *const src[3] = {m->param, m->adam_m, m->adam_v};
+    for (int k = 0; k < 3; k++) {
+        packed[k] = vx_malloc(pbytes ? pbytes : 1);
+        model_download_packed(m, src[k], packed[k]);
+    }
+    float *bufs = vx_malloc((size_t)(m->buffer_floats ? m->buffer_floats : 1) * sizeof(float));
+    model_download_buffers(m, bufs);
+    const CkptContent c = {.param_count = (uint64_t)m->param_count, .buffer_count = (uint64_t)m->buffer_floats,
+                           .model_fingerprint = config_model_fingerprint(&m->cfg), .seed = m->seed, .st = *st,
+                           .param = packed[0], .adam_m = packed[1], .adam_v = packed[2], .bufs = bufs};
+    ckpt_write(path, &c);
+    for (int k = 0; k < 3; k++) free(packed[k]);
+    free(bufs);
 }

@@ -63,6 +63,9 @@ typedef struct {
     size_t bytes;
 } Ckpt;
 
+/* zlib's CRC-32 of n bytes (any length), what every checkpoint file ends with. */
+uint32_t ckpt_crc32(const void *p, size_t n);
+
 /* What a checkpoint for model m in a run of `steps` optimizer steps in all must agree with. */
 CkptExpect ckpt_expect(const Model *m, int64_t steps);
 /* Bytes of a checkpoint of param_count parameters and buffer_count buffer floats (as ckpt_save writes it). */
@@ -70,13 +73,38 @@ size_t ckpt_file_bytes(uint64_t param_count, uint64_t buffer_count);
 /* Verifies buf[len] as a checkpoint matching `want` (origin names it in errors) and copies its header to out.
  * Exits 2 with one line naming the first problem. The checkpoint loader's fuzz target enters here. */
 void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, const char *origin, CkptHeader *out);
+/* The checks ckpt_verify makes of a header's fields once the bytes are known to be the ones written (model, seed,
+ * ranks, step, data position, optimizer state): what a sharded checkpoint's manifest (ckpt_shard.h) is held to
+ * too. h->version 1 gets its optimizer state filled in as ckpt_verify does. Exits 2 naming the first problem. */
+void ckpt_check_header(CkptHeader *h, const CkptExpect *want, const char *origin);
+
+/* What identifies a checkpoint to resume from, whatever its format: its step, data position and a checksum of its
+ * content; the ranks compare it before they start (train/rank_agree.h). */
+typedef struct {
+    int64_t step, next_sample;
+    uint32_t crc;
+} CkptId;
+CkptId ckpt_id(const Ckpt *c);
 /* Reads and verifies the file at path against model m and a run of `steps` optimizer steps in all (nothing
  * allocated on the backend yet, nothing written): the checks happen before the run touches its directory. */
 void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out);
 /* Uploads a verified checkpoint's parameters, moments and buffers into the allocated model, returns its state. */
 void ckpt_apply(const Ckpt *c, Model *m, CkptState *st);
+/* A verified checkpoint's arrays in host memory in the model's flat layout (param_floats each, padding zero; any may
+ * be NULL) and its buffers (buffer_floats), and its state (may be NULL). */
+void ckpt_unpack(const Ckpt *c, const Model *m, float *param, float *adam_m, float *adam_v, float *bufs, CkptState *st);
 void ckpt_free(Ckpt *c);
 
 /* Copies the model state to the host, refuses non-finite values (exit 4, naming the step: a diverged state is
  * never saved) and writes it atomically. */
 void ckpt_save(const char *path, const Model *m, const CkptState *st);
+
+/* A checkpoint's content in host memory: the packed arrays (param_count floats each) and the buffers. */
+typedef struct {
+    uint64_t param_count, buffer_count, model_fingerprint;
+    int64_t seed;
+    CkptState st;
+    const float *param, *adam_m, *adam_v, *bufs;
+} CkptContent;
+/* Writes it as ckpt_save does (the same bytes for the same content; non-finite values refused with exit 4). */
+void ckpt_write(const char *path, const CkptContent *c);

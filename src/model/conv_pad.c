@@ -16,6 +16,7 @@ void conv_pad_shape(const Model *m, Conv3dShape *s, int input_is_data) {
 
 static void *item(const Model *m, int i) { return m->arena + m->plan.items[i].offset; }
 static float *view(const Model *m, float *flat, int v) { return v < 0 ? NULL : flat + m->params[v].offset; }
+static float *grad_view(const Model *m, int v) { return v < 0 ? NULL : m->grad + m->params[v].grad_offset; }
 
 void conv_pad_plan(Model *m, Node *nd, int i, int T) {
     nd->pad_w = nd->pad_dw = nd->pad_db = nd->pad_b = nd->pad_x = nd->pad_y = nd->pad_dy = nd->pad_dx = -1;
@@ -96,9 +97,9 @@ void conv_pad_backward(Model *m, const Node *nd, const void *x, const void *dy, 
      * rows and columns added to the parameters' (param_beta) */
     float *dw = item(m, nd->pad_dw), *db = item(m, nd->pad_db);
     be->conv3d->backward_filter(s, x, dy, dw, db, 0.0f, ws);
-    be->elementwise->pad_channels((long)co * k3, DT_F32, s->c_in, dw, DT_F32, ci, view(m, m->grad, nd->weight),
+    be->elementwise->pad_channels((long)co * k3, DT_F32, s->c_in, dw, DT_F32, ci, grad_view(m, nd->weight),
                                   param_beta);
-    if (nd->bias >= 0) be->elementwise->accumulate(DT_F32, co, db, view(m, m->grad, nd->bias), param_beta);
+    if (nd->bias >= 0) be->elementwise->accumulate(DT_F32, co, db, grad_view(m, nd->bias), param_beta);
     if (!dx) return;
     if (nd->pad_dx < 0) {
         be->conv3d->backward_data(s, dy, item(m, nd->pad_w), dx, nd->dx_beta[0], ws);

@@ -13,6 +13,10 @@ static inline void *exec_grad(const Model *m, int t) { return m->tensors[t].grad
 static inline float *exec_param(const Model *m, float *flat, int view) {
     return view < 0 ? NULL : flat + m->params[view].offset;
 }
+/* where backward writes a parameter's gradient: its place in the flat layout, or its ZeRO-2 staging slot */
+static inline float *exec_param_grad(const Model *m, int view) {
+    return view < 0 ? NULL : m->grad + m->params[view].grad_offset;
+}
 /* a parameter as the ops read it in the activations' type: the low-precision copy in mixed precision */
 static inline const void *exec_weight(const Model *m, int view) {
     if (!m->param_lp) return exec_param(m, m->param, view);

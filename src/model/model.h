@@ -35,6 +35,9 @@
  * weight can fail with CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER); the 128-bit paths of our kernels need it too.
  * The padding floats stay 0 in all four buffers (AdamW keeps 0 at 0). Checkpoints and probe files hold the packed
  * layout instead (views back to back, packed_offset), which does not depend on the alignment.
+ * Sharded data parallelism (train/zero.h) sets three lengths before model_allocate: the parameters' buffers padded
+ * to whole shards (flat_floats), the gradients as staging slots (grad_floats, with each view's grad_offset) and
+ * AdamW's moments as this rank's shard (state_floats); each is param_floats otherwise.
  * Activations live in one arena planned at build time. */
 #pragma once
 #include <stddef.h>
@@ -86,6 +89,8 @@ typedef struct {
     int shape[5];    /* in our layout: conv weights [out][k][k][k][in], vectors [c] */
     int ndim;
     long offset;        /* in the flat device buffers: a multiple of MODEL_PARAM_ALIGN */
+    long grad_offset;   /* where backward writes its gradient in grad: offset, unless sharded data parallelism
+                           stages the gradients in bucket slots (ZeRO-2: train/zero.h) */
     long packed_offset; /* in the packed layout (checkpoints, probe files): sum of the counts before it */
     long count;
 } ParamView;
@@ -158,6 +163,14 @@ typedef struct {
                                    lower bound of the bytes (hw_plan's batch search); 0 in runs */
 } ModelOptions;
 
+/* Bytes of backend memory by purpose, as the allocator counted them (bytes_in_use around each allocation). */
+typedef struct {
+    size_t params;      /* param and param_lp */
+    size_t grads;       /* grad (and a sharded run's gradient shard) */
+    size_t optimizer;   /* adam_m, adam_v (and a sharded run's master weights) */
+    size_t activations; /* the arena */
+} ModelMemory;
+
 typedef struct Model {
     ModelConfig cfg;            /* the model section, input_size that of the model's stage */
     int fuse, checkpoint_activations, pad_all_types, no_workspace; /* from ModelOptions */
@@ -172,7 +185,10 @@ typedef struct Model {
     ParamView *params;
     int n_params, cap_params;
     long param_count;  /* parameters (the packed layout's length) */
-    long param_floats; /* length of each flat buffer: param_count plus the alignment padding */
+    long param_floats; /* the flat layout's length: param_count plus the alignment padding */
+    long flat_floats;  /* allocated length of param and param_lp: param_floats, or more (whole shards, zero) */
+    long grad_floats;  /* allocated length of grad: flat_floats, or ZeRO-2's staging slots */
+    long state_floats; /* allocated length of adam_m and adam_v: flat_floats, or this rank's shard (0: none) */
     ModelFamily family;
     int t_input, t_input_lp; /* t_input_lp: what the first conv reads (t_input itself in float32) */
     int t_recon, t_mu, t_logvar, t_z; /* ae3d's outputs (-1 otherwise); vit3d has t_recon */
@@ -208,12 +224,16 @@ typedef struct Model {
      * parallelism launches the all-reduce of each gradient bucket as soon as backward has written it. */
     void (*backward_hook)(void *ctx, int node);
     void *backward_hook_ctx;
+    /* Called by model_backward right before node i's backward, when set (same ctx): where ZeRO-2 frees the staging
+     * slot the node's gradients go to (the reduction of the bucket that held it before). */
+    void (*backward_pre_hook)(void *ctx, int node);
     /* Called right before (phase 0) and after (1) node i's forward, and before (2) and after (3) its backward (a
      * checkpointed block's recomputation stays outside), when set: where bench step records per-layer timing events. */
     void (*node_hook)(void *ctx, int node, int phase);
     void *node_hook_ctx;
     /* set by model_allocate */
     int allocated;
+    ModelMemory mem; /* what the backend's allocator counted for each buffer (bytes_in_use before and after) */
     char *arena;
     float *param, *grad, *adam_m, *adam_v; /* flat, param_floats each */
     void *param_lp;  /* flat low-precision copy of param (param_floats of dtype); NULL in float32 */
@@ -234,7 +254,8 @@ int model_bf16_math(const char *precision, const Backend *be);
  * sizes enter the plan); allocates nothing. */
 Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, const Backend *be);
 void model_free(Model *m);
-/* Bytes the backend will hold: arena + 4 flat float32 buffers (+ the low-precision parameter copy). */
+/* Bytes the backend will hold: arena + the flat float32 buffers (+ the low-precision parameter copy), at their
+ * allocated lengths (flat_floats, grad_floats, state_floats). */
 size_t model_device_bytes(const Model *m);
 /* Flat buffer (param_floats, host memory) -> packed (param_count) and back; unpack zeroes the padding. */
 void model_pack_params(const Model *m, const float *flat, float *packed);
@@ -243,7 +264,8 @@ void model_unpack_params(const Model *m, const float *packed, float *flat);
  * back (the padding written as 0): what checkpoints and probe files hold. */
 void model_download_packed(const Model *m, const float *flat_device, float *packed);
 void model_upload_packed(const Model *m, const float *packed, float *flat_device);
-/* Allocates the arena and the flat buffers on the model's backend. */
+/* Allocates the arena and the flat buffers on the model's backend (zeroed, but for the arena), counting each in
+ * m->mem. */
 void model_allocate(Model *m);
 /* Gives them back (the graph and plan stay); model_allocate may be called again. */
 void model_release_memory(Model *m);

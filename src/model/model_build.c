@@ -20,10 +20,10 @@ static void finish_params(Model *m) {
     for (int i = m->n_params - 1; i >= 0; i--) {
         ParamView *p = &m->params[i];
         p->packed_offset = m->param_count - p->offset - p->count;
-        p->offset = flat;
+        p->offset = p->grad_offset = flat;
         flat += (p->count + MODEL_PARAM_ALIGN - 1) / MODEL_PARAM_ALIGN * MODEL_PARAM_ALIGN;
     }
-    m->param_floats = flat;
+    m->param_floats = m->flat_floats = m->grad_floats = m->state_floats = flat;
 }
 
 void model_pack_params(const Model *m, const float *flat, float *packed) {
@@ -255,8 +255,8 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
 }
 
 size_t model_device_bytes(const Model *m) {
-    return m->plan.total + 4 * (size_t)m->param_floats * sizeof(float) +
-           (m->dtype == DT_F32 ? 0 : (size_t)m->param_floats * dtype_size(m->dtype)) +
+    return m->plan.total + ((size_t)m->flat_floats + (size_t)m->grad_floats + 2 * (size_t)m->state_floats) * sizeof(float) +
+           (m->dtype == DT_F32 ? 0 : (size_t)m->flat_floats * dtype_size(m->dtype)) +
            (size_t)m->buffer_floats * sizeof(float);
 }
 
@@ -265,8 +265,8 @@ void model_release_memory(Model *m) {
     m->be->release(m->arena);
     m->be->release(m->param);
     m->be->release(m->grad);
-    m->be->release(m->adam_m);
-    m->be->release(m->adam_v);
+    if (m->adam_m) m->be->release(m->adam_m);
+    if (m->adam_v) m->be->release(m->adam_v);
     if (m->param_lp) m->be->release(m->param_lp);
     if (m->bufs) m->be->release(m->bufs);
     if (m->head_weight) m->be->release(m->head_weight);
@@ -274,6 +274,7 @@ void model_release_memory(Model *m) {
     m->bufs = m->head_weight = NULL;
     m->arena = NULL;
     m->param = m->grad = m->adam_m = m->adam_v = NULL;
+    memset(&m->mem, 0, sizeof m->mem);
     m->allocated = 0;
 }
 

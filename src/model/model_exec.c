@@ -41,20 +41,30 @@ void *model_tensor_grad(const Model *m, int t) { return exec_grad(m, t); }
 float *model_noise(const Model *m) { return (float *)exec_item(m, m->eps_item); }
 static float *scalars(const Model *m) { return (float *)exec_item(m, m->scalars_item); }
 
+/* be->alloc(bytes) and zeroed, its bytes as the allocator counts them added to *counted */
+static void *alloc_counted(const Backend *be, size_t bytes, size_t *counted) {
+    const size_t before = be->bytes_in_use();
+    void *p = be->alloc(bytes ? bytes : 1);
+    be->zero(p, bytes);
+    *counted += be->bytes_in_use() - before;
+    return p;
+}
+
 void model_allocate(Model *m) {
     const Backend *be = m->be;
-    m->arena = be->alloc(m->plan.total);
-    size_t pbytes = (size_t)m->param_floats * sizeof(float);
-    m->param = be->alloc(pbytes);
-    m->grad = be->alloc(pbytes);
-    m->adam_m = be->alloc(pbytes);
-    m->adam_v = be->alloc(pbytes);
-    if (m->dtype != DT_F32) m->param_lp = be->alloc((size_t)m->param_floats * dtype_size(m->dtype));
-    be->zero(m->arena, m->plan.total);
-    be->zero(m->grad, pbytes);
+    memset(&m->mem, 0, sizeof m->mem);
+    m->arena = alloc_counted(be, m->plan.total, &m->mem.activations);
+    m->param = alloc_counted(be, (size_t)m->flat_floats * sizeof(float), &m->mem.params);
+    m->grad = alloc_counted(be, (size_t)m->grad_floats * sizeof(float), &m->mem.grads);
+    if (m->state_floats) {
+        m->adam_m = alloc_counted(be, (size_t)m->state_floats * sizeof(float), &m->mem.optimizer);
+        m->adam_v = alloc_counted(be, (size_t)m->state_floats * sizeof(float), &m->mem.optimizer);
+    }
+    if (m->dtype != DT_F32)
+        m->param_lp = alloc_counted(be, (size_t)m->flat_floats * dtype_size(m->dtype), &m->mem.params);
     m->losses = scalars(m);
     if (m->buffer_floats) { /* BatchNorm's running statistics: mean 0, variance 1 until trained or loaded */
-        m->bufs = be->alloc((size_t)m->buffer_floats * sizeof(float));
+        m->bufs = alloc_counted(be, (size_t)m->buffer_floats * sizeof(float), &m->mem.params);
         model_reset_buffers(m);
     }
     const ConfigList *hw = m->task == TASK_CLASSIFICATION ? &m->cfg.head.class_weights
@@ -151,9 +161,11 @@ void model_init_params(Model *m, uint64_t seed) {
     if (m->family == FAMILY_RESNET3D) init_resnet(m, seed, host);
     model_reset_buffers(m);
     size_t bytes = (size_t)m->param_floats * sizeof(float);
-    m->be->copy_to_device(m->param, host, bytes);
-    m->be->zero(m->adam_m, bytes);
-    m->be->zero(m->adam_v, bytes);
+    m->be->copy_to_device(m->param, host, bytes); /* (padding past param_floats: zero since model_allocate) */
+    if (m->state_floats) {
+        m->be->zero(m->adam_m, (size_t)m->state_floats * sizeof(float));
+        m->be->zero(m->adam_v, (size_t)m->state_floats * sizeof(float));
+    }
     model_sync_lp(m);
     free(host);
 }
@@ -382,8 +394,8 @@ static void batchnorm_backward(Model *m, const Node *nd, const void *x, const vo
     const float *mean = (const float *)exec_item(m, nd->stats), *invstd = mean + c;
     float *sum_dy = (float *)exec_item(m, nd->stats) + 2 * c, *sum_dy_xhat = sum_dy + c;
     be->batchnorm->backward_reduce(&nd->bn, dy, x, mean, invstd, sum_dy, sum_dy_xhat);
-    be->elementwise->accumulate(DT_F32, c, sum_dy_xhat, exec_param(m, m->grad, nd->weight), param_beta);
-    be->elementwise->accumulate(DT_F32, c, sum_dy, exec_param(m, m->grad, nd->bias), param_beta);
+    be->elementwise->accumulate(DT_F32, c, sum_dy_xhat, exec_param_grad(m, nd->weight), param_beta);
+    be->elementwise->accumulate(DT_F32, c, sum_dy, exec_param_grad(m, nd->bias), param_beta);
     if (!dx) return;
     if (sync) m->allreduce_hook(m->dist_hook_ctx, sum_dy, 2 * c, nd->name);
     const double count = (double)nd->bn.n * nd->bn.spatial * (sync ? m->world : 1);
@@ -405,8 +417,8 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
         if (nd->pad_w >= 0) { /* padded channels (conv_pad.h) */
             conv_pad_backward(m, nd, x, dy, dx, param_beta, ws);
         } else {
-            be->conv3d->backward_filter(&nd->conv, x, dy, exec_param(m, m->grad, nd->weight),
-                                       exec_param(m, m->grad, nd->bias), param_beta, ws);
+            be->conv3d->backward_filter(&nd->conv, x, dy, exec_param_grad(m, nd->weight),
+                                       exec_param_grad(m, nd->bias), param_beta, ws);
             if (dx) be->conv3d->backward_data(&nd->conv, dy, exec_weight(m, nd->weight), dx, nd->dx_beta[0], ws);
         }
         /* the fused residual's gradient is the output's */
@@ -415,7 +427,7 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
     case OP_GROUPNORM: {
         const float *mean = (const float *)exec_item(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
         be->groupnorm->backward(&nd->gn, dy, x, exec_param(m, m->param, nd->weight), exec_param(m, m->param, nd->bias),
-                               mean, rstd, dx, exec_param(m, m->grad, nd->weight), exec_param(m, m->grad, nd->bias),
+                               mean, rstd, dx, exec_param_grad(m, nd->weight), exec_param_grad(m, nd->bias),
                                nd->dx_beta[0], param_beta);
         break;
     }
@@ -444,7 +456,7 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
         break;
     }
     case OP_LINEAR:
-        be->linear->backward_filter(&nd->lin, x, dy, exec_param(m, m->grad, nd->weight), exec_param(m, m->grad, nd->bias),
+        be->linear->backward_filter(&nd->lin, x, dy, exec_param_grad(m, nd->weight), exec_param_grad(m, nd->bias),
                                     param_beta);
         if (dx) be->linear->backward_data(&nd->lin, dy, exec_weight(m, nd->weight), dx, nd->dx_beta[0]);
         break;
@@ -464,6 +476,7 @@ void model_backward(Model *m, float grad_scale, float param_beta, const float *l
         const Node *nd = &m->nodes[i];
         if (m->checkpoint_activations) recompute_block_ending_at(m, i);
         trace_range_push(nd->name, "cpu_op");
+        if (m->backward_pre_hook) m->backward_pre_hook(m->backward_hook_ctx, i);
         if (m->node_hook) m->node_hook(m->node_hook_ctx, i, 2);
         backward_node(m, nd, grad_scale, param_beta, loss_scale);
         if (m->node_hook) m->node_hook(m->node_hook_ctx, i, 3);

@@ -59,7 +59,7 @@ void vit_backward_node(Model *m, const Node *nd, const void *x, void *dx, const 
     case OP_LAYERNORM: {
         const float *mean = (const float *)exec_item(m, nd->stats), *rstd = mean + nd->ln.rows;
         be->layernorm->backward(&nd->ln, dy, x, exec_param(m, m->param, nd->weight), mean, rstd, dx,
-                                exec_param(m, m->grad, nd->weight), exec_param(m, m->grad, nd->bias), nd->dx_beta[0],
+                                exec_param_grad(m, nd->weight), exec_param_grad(m, nd->bias), nd->dx_beta[0],
                                 param_beta);
         break;
     }
@@ -75,8 +75,8 @@ void vit_backward_node(Model *m, const Node *nd, const void *x, void *dx, const 
         const GemmShape dw = {.batch = 1, .m = f->n, .n = f->k, .k = f->m, .trans_a = 1, .stride_a = (long)f->m * f->n,
                               .stride_b = (long)f->m * f->k, .stride_c = (long)f->n * f->k, .alpha = 1.0f,
                               .c_f32 = 1, .dtype = f->dtype};
-        be->gemm->matmul(&dw, dpre, x, NULL, exec_param(m, m->grad, nd->weight), NULL, param_beta);
-        if (nd->bias >= 0) be->gemm->bias_grad(f->dtype, f->m, f->n, dpre, exec_param(m, m->grad, nd->bias), param_beta);
+        be->gemm->matmul(&dw, dpre, x, NULL, exec_param_grad(m, nd->weight), NULL, param_beta);
+        if (nd->bias >= 0) be->gemm->bias_grad(f->dtype, f->m, f->n, dpre, exec_param_grad(m, nd->bias), param_beta);
         if (dx) { /* dx [rows][in] = dpre W */
             const GemmShape dd = {.batch = 1, .m = f->m, .n = f->k, .k = f->n, .stride_a = (long)f->m * f->n,
                                   .stride_b = (long)f->n * f->k, .stride_c = (long)f->m * f->k, .alpha = 1.0f,
@@ -97,7 +97,7 @@ void vit_backward_node(Model *m, const Node *nd, const void *x, void *dx, const 
     case OP_POS: {
         const Tensor *t = &m->tensors[nd->out];
         if (dx) be->elementwise->accumulate(t->dtype, t->count, dy, dx, nd->dx_beta[0]);
-        be->gemm->bias_grad(t->dtype, t->dims.n, (int)(t->count / t->dims.n), dy, exec_param(m, m->grad, nd->weight),
+        be->gemm->bias_grad(t->dtype, t->dims.n, (int)(t->count / t->dims.n), dy, exec_param_grad(m, nd->weight),
                             param_beta);
         break;
     }

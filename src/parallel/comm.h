@@ -61,6 +61,13 @@ typedef struct {
     /* send [send_count] -> recv [world * send_count]: block r is rank r's send */
     CommWork *(*all_gather)(Comm *c, const float *send, float *recv, size_t send_count, const char *what);
     CommWork *(*barrier)(Comm *c, const char *what);
+    /* In place over buf [counts[0] + ... + counts[world-1]]: rank r's block (at counts[0] + ... + counts[r-1])
+     * receives the reduction of that block over the ranks; the rest of buf is left unspecified. counts (copied) are
+     * the same on every rank; a block may be empty. Sharded data parallelism (ZeRO-2) reduces each gradient bucket so
+     * to the ranks owning its parts. Host implementations form each sum exactly as their all-reduce of the same buf
+     * would (tcp: rank order on rank 0; mpi: the all-reduce's ring, then each finished sum sent to its owner), so a
+     * sharded run's gradients are the replicated run's bit for bit; nccl: one ncclReduce per owner, in a group. */
+    CommWork *(*reduce_scatter_v)(Comm *c, float *buf, const size_t *counts, CommOp op, const char *what);
     /* 1 when w has finished (progressing the implementation, as MPI needs), else 0; never blocks, never frees. */
     int (*test)(Comm *c, CommWork *w);
     /* Waits for w within the deadline, fills times (may be NULL) and frees w. Host implementations return when
@@ -123,6 +130,10 @@ static inline CommWork *comm_all_gather(Comm *c, const float *send, float *recv,
     return c->ops->all_gather(c, send, recv, send_count, what);
 }
 static inline CommWork *comm_barrier(Comm *c, const char *what) { return c->ops->barrier(c, what); }
+static inline CommWork *comm_reduce_scatter_v(Comm *c, float *buf, const size_t *counts, CommOp op,
+                                              const char *what) {
+    return c->ops->reduce_scatter_v(c, buf, counts, op, what);
+}
 static inline int comm_test(Comm *c, CommWork *w) { return c->ops->test(c, w); }
 static inline void comm_wait(Comm *c, CommWork *w, CommTimes *times) { c->ops->wait(c, w, times); }
 /* 1 when this communicator's collectives can be captured in a CUDA Graph (nccl). */

@@ -13,6 +13,7 @@ void comm_host_opname(char *out, CommKind kind, CommOp op, int root) {
     case CK_BROADCAST: snprintf(out, COMM_OPNAME_LEN, "broadcast from rank %d", root); break;
     case CK_REDUCE_SCATTER: snprintf(out, COMM_OPNAME_LEN, "reduce-scatter (%s)", comm_op_name(op)); break;
     case CK_ALL_GATHER: snprintf(out, COMM_OPNAME_LEN, "all-gather"); break;
+    case CK_REDUCE_SCATTER_V: snprintf(out, COMM_OPNAME_LEN, "reduce-scatter to owners (%s)", comm_op_name(op)); break;
     default: snprintf(out, COMM_OPNAME_LEN, "barrier"); break;
     }
 }
@@ -49,4 +50,9 @@ void comm_host_add(float *restrict acc, const float *restrict x, size_t n) {
 void comm_host_divide(float *x, size_t n, int world) {
     const float w = (float)world;
     for (size_t i = 0; i < n; i++) x[i] /= w;
+}
+
+void comm_host_offsets(const size_t *counts, int world, size_t *off) {
+    off[0] = 0;
+    for (int r = 0; r < world; r++) off[r + 1] = off[r] + counts[r];
 }

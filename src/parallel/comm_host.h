@@ -11,11 +11,12 @@
 #include "parallel/comm.h"
 
 /* Which collective a handle holds; the names are the ones failure lines print. */
-typedef enum { CK_ALLREDUCE = 0, CK_BROADCAST, CK_REDUCE_SCATTER, CK_ALL_GATHER, CK_BARRIER } CommKind;
+typedef enum { CK_ALLREDUCE = 0, CK_BROADCAST, CK_REDUCE_SCATTER, CK_ALL_GATHER, CK_BARRIER, CK_REDUCE_SCATTER_V } CommKind;
 
 enum { COMM_WHAT_LEN = 160, COMM_OPNAME_LEN = 40 };
 
-/* "all-reduce (sum)", "broadcast from rank 2", "barrier", ... into out[COMM_OPNAME_LEN]. */
+/* "all-reduce (sum)", "broadcast from rank 2", "barrier", "reduce-scatter to owners (sum)", ... into
+ * out[COMM_OPNAME_LEN]. */
 void comm_host_opname(char *out, CommKind kind, CommOp op, int root);
 /* Copies what (NULL: "(unnamed)") into out[COMM_WHAT_LEN], truncated. */
 void comm_host_what(char *out, const char *what);
@@ -33,3 +34,5 @@ float *comm_host_send_copy(CommKind kind, const float *send, const float *recv, 
 void comm_host_add(float *restrict acc, const float *restrict x, size_t n);
 /* x[i] /= world, for COMM_AVG after the sum. */
 void comm_host_divide(float *x, size_t n, int world);
+/* Offsets of the blocks of a reduce_scatter_v: off[r] = counts[0] + ... + counts[r-1], off[world] the total. */
+void comm_host_offsets(const size_t *counts, int world, size_t *off);

@@ -10,7 +10,9 @@
  * each rank holds one block's finished sum, then world-1 steps of all-gather that copy the blocks around. Each sum
  * is formed on one rank and copied, so the result is bit-identical on every rank by construction, which MPI does
  * not promise of MPI_Allreduce (Open MPI 4.1's algorithms happen to give it here; a cluster's collective component
- * need not). The ring is also faster than Open MPI 4.1's non-blocking MPI_Iallreduce (libnbc) for 1-64 MiB on one
+ * need not). The reduce-scatter to owners (sharded data parallelism's gradient buckets) runs the same ring's first
+ * world-1 steps, so every sum is the all-reduce's to the bit, and then sends each finished block's parts to the
+ * ranks that own them (at most one block per rank: about what a reduce-scatter moves). The ring is also faster than Open MPI 4.1's non-blocking MPI_Iallreduce (libnbc) for 1-64 MiB on one
  * node, 1.6-2x (figures in docs/architecture.md). Every other collective is MPI's own non-blocking one, posted when
  * issued on a second communicator. Handles complete in issue order: comm_test(w) is 1 only when w and every
  * collective issued before it are done.
@@ -50,7 +52,7 @@ struct CommWork {
     CommKind kind;
     CommOp op;
     char opname[COMM_OPNAME_LEN], what[COMM_WHAT_LEN];
-    float *buf;         /* all-reduce, broadcast: the buffer; reduce-scatter: recv */
+    float *buf;         /* all-reduce, broadcast, reduce-scatter to owners: the buffer; reduce-scatter: recv */
     size_t count;       /* floats in buf */
     float *send_copy;   /* an overlapping send buffer, copied (comm_host_send_copy) */
     int npieces;        /* MPI collectives posted at issue: req[0, npieces); all-reduce: pieces of the ring */
@@ -60,6 +62,10 @@ struct CommWork {
     int tag0;                /* this all-reduce's first tag */
     float *tmp;              /* one block received, before it is added */
     MPI_Request msg[2];      /* the step's receive and send */
+    /* reduce-scatter to owners: the owners' blocks (offsets in buf, world + 1), and the last step's messages */
+    size_t *off;
+    MPI_Request *redis;
+    int nredis;
     double deadline;    /* vx_now() seconds */
     int64_t start_ns, end_ns;
     int done;
@@ -180,7 +186,7 @@ static CommWork *work_new(Comm *c, CommKind kind, CommOp op, int root, const cha
     comm_host_opname(w->opname, kind, op, root);
     comm_host_what(w->what, what);
     w->npieces = npieces;
-    const int nreq = kind == CK_ALLREDUCE ? 0 : npieces;
+    const int nreq = kind == CK_ALLREDUCE || kind == CK_REDUCE_SCATTER_V ? 0 : npieces; /* (rings: none) */
     w->req = vx_malloc((size_t)(nreq ? nreq : 1) * sizeof *w->req);
     for (int i = 0; i < nreq; i++) w->req[i] = MPI_REQUEST_NULL;
     w->msg[0] = w->msg[1] = MPI_REQUEST_NULL;
@@ -202,14 +208,28 @@ static void check_int_count(const Comm *c, const CommWork *w, size_t total) {
     (void)c;
 }
 
-static CommWork *mpi_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {
+/* A ring collective (all-reduce, or reduce-scatter to owners) on buf[count]. */
+static CommWork *ring_new(Comm *c, CommKind kind, float *buf, size_t count, CommOp op, const char *what) {
     MpiComm *m = c->impl;
-    CommWork *w = work_new(c, CK_ALLREDUCE, op, 0, what, pieces_of(count));
+    CommWork *w = work_new(c, kind, op, 0, what, pieces_of(count));
     w->buf = buf;
     w->count = count;
     w->tag0 = (int)(m->seq++ % (uint64_t)m->tag_span) * 2 * c->world;
     const size_t piece = count < PIECE_MAX ? count : PIECE_MAX;
     w->tmp = vx_malloc((piece / (size_t)c->world + 1) * sizeof(float));
+    return w;
+}
+
+static CommWork *mpi_allreduce(Comm *c, float *buf, size_t count, CommOp op, const char *what) {
+    return ring_new(c, CK_ALLREDUCE, buf, count, op, what);
+}
+
+static CommWork *mpi_reduce_scatter_v(Comm *c, float *buf, const size_t *counts, CommOp op, const char *what) {
+    size_t *off = vx_malloc(((size_t)c->world + 1) * sizeof *off);
+    comm_host_offsets(counts, c->world, off);
+    CommWork *w = ring_new(c, CK_REDUCE_SCATTER_V, buf, off[c->world], op, what);
+    w->off = off;
+    w->redis = vx_malloc(2 * (size_t)c->world * sizeof *w->redis);
     return w;
 }
 
@@ -293,9 +313,36 @@ static void ring_post(Comm *c, CommWork *w, float *piece, size_t len, size_t blk
     w->posted = 1;
 }
 
-/* Moves an all-reduce along its ring as far as the messages allow. Returns 1 when something moved. */
+/* The last step of a reduce-scatter to owners on the piece at po: after the ring's world-1 steps rank q holds the
+ * finished sum of block q+1; it sends each owner r the part of it in r's block, and receives its own block's parts
+ * from the ranks that hold them. */
+static void redistribute_post(Comm *c, CommWork *w, size_t po, size_t len, size_t blk) {
+    MpiComm *m = c->impl;
+    const int W = c->world, me = c->rank, tag = w->tag0 + W - 1;
+    w->nredis = 0;
+    for (int q = 0; q < W; q++) {
+        const size_t b = (size_t)((q + 1) % W), f0 = po + (b * blk < len ? b * blk : len),
+                     f1 = po + ((b + 1) * blk < len ? (b + 1) * blk : len);
+        for (int r = 0; r < W; r++) {
+            if ((q == me) == (r == me)) continue; /* this rank sends what it holds, and receives what it owns */
+            const size_t a = f0 > w->off[r] ? f0 : w->off[r], e = f1 < w->off[r + 1] ? f1 : w->off[r + 1];
+            if (a >= e) continue;
+            MPI_Request *rq = &w->redis[w->nredis++];
+            if (q == me)
+                mpi_check(c, MPI_Isend(w->buf + a, (int)(e - a), MPI_FLOAT, r, tag, m->ring, rq), "MPI_Isend",
+                          w->opname, w->what);
+            else
+                mpi_check(c, MPI_Irecv(w->buf + a, (int)(e - a), MPI_FLOAT, q, tag, m->ring, rq), "MPI_Irecv",
+                          w->opname, w->what);
+        }
+    }
+    w->posted = 1;
+}
+
+/* Moves a ring collective as far as the messages allow. Returns 1 when something moved. The all-reduce takes
+ * 2(world-1) steps per piece, the reduce-scatter to owners world-1 and its redistribution. */
 static int ring_progress(Comm *c, CommWork *w) {
-    const int W = c->world, me = c->rank, steps = 2 * (W - 1);
+    const int W = c->world, me = c->rank, steps = w->kind == CK_ALLREDUCE ? 2 * (W - 1) : W;
     int moved = 0;
     while (w->piece < w->npieces) {
         float *piece = w->buf + (size_t)w->piece * PIECE_MAX;
@@ -303,7 +350,10 @@ static int ring_progress(Comm *c, CommWork *w) {
         const size_t blk = (len + (size_t)W - 1) / (size_t)W;
         if (w->posted) {
             int flag = 0;
-            mpi_check(c, MPI_Testall(2, w->msg, &flag, MPI_STATUSES_IGNORE), "MPI_Testall", w->opname, w->what);
+            const int redis = w->kind == CK_REDUCE_SCATTER_V && w->step == W - 1;
+            mpi_check(c, redis ? MPI_Testall(w->nredis, w->redis, &flag, MPI_STATUSES_IGNORE)
+                               : MPI_Testall(2, w->msg, &flag, MPI_STATUSES_IGNORE),
+                      "MPI_Testall", w->opname, w->what);
             if (!flag) return moved;
             w->posted = 0, moved = 1;
             int n;
@@ -321,7 +371,9 @@ static int ring_progress(Comm *c, CommWork *w) {
             w->piece++, w->step = 0;
             continue;
         }
-        ring_post(c, w, piece, len, blk);
+        if (w->kind == CK_REDUCE_SCATTER_V && w->step == W - 1)
+            redistribute_post(c, w, (size_t)w->piece * PIECE_MAX, len, blk);
+        else ring_post(c, w, piece, len, blk);
     }
     return moved;
 }
@@ -341,13 +393,14 @@ static int progress(Comm *c) {
     for (CommWork *w = m->head; w; w = w->next) {
         if (w->done) continue;
         int finished = 1;
-        for (int i = 0; i < (w->kind == CK_ALLREDUCE ? 0 : w->npieces); i++) {
+        const int ring = w->kind == CK_ALLREDUCE || w->kind == CK_REDUCE_SCATTER_V;
+        for (int i = 0; i < (ring ? 0 : w->npieces); i++) {
             if (w->req[i] == MPI_REQUEST_NULL) continue;
             int flag = 0;
             mpi_check(c, MPI_Test(&w->req[i], &flag, MPI_STATUS_IGNORE), "MPI_Test", w->opname, w->what);
             finished &= flag;
         }
-        if (w->kind == CK_ALLREDUCE) {
+        if (ring) {
             moved |= ring_progress(c, w);
             finished = w->piece == w->npieces;
         }
@@ -395,6 +448,8 @@ static void mpi_wait(Comm *c, CommWork *w, CommTimes *times) {
     *link = w->next;
     free(w->req);
     free(w->tmp);
+    free(w->off);
+    free(w->redis);
     free(w);
 }
 
@@ -414,9 +469,11 @@ static void mpi_close(Comm *c) {
     free(c);
 }
 
-static const CommOps MPI_OPS = {mpi_allreduce, mpi_broadcast, mpi_reduce_scatter, mpi_all_gather, mpi_barrier,
-                                mpi_test,      mpi_wait,      NULL,               mpi_close,      mpi_abort_all,
-                                NULL,          NULL,          NULL}; /* host collectives: nothing to capture */
+static const CommOps MPI_OPS = {.allreduce = mpi_allreduce, .broadcast = mpi_broadcast,
+                                .reduce_scatter = mpi_reduce_scatter, .all_gather = mpi_all_gather,
+                                .barrier = mpi_barrier, .reduce_scatter_v = mpi_reduce_scatter_v, .test = mpi_test,
+                                .wait = mpi_wait, .close = mpi_close, .abort_all = mpi_abort_all};
+/* (host collectives: nothing to capture) */
 
 int comm_mpi_built(void) { return 1; }
 

@@ -57,6 +57,7 @@
 extern "C" {
 #include "core/util.h"
 #include "parallel/bootstrap.h"
+#include "parallel/launch.h"
 }
 
 #define WATCHDOG_PERIOD_MS 100
@@ -338,6 +339,23 @@ static CommWork *nccl_all_gather(Comm *c, const float *send, float *recv, size_t
     return w;
 }
 
+/* One ncclReduce per owner with a block, grouped: each block's sum lands on its owner, in place. */
+static CommWork *nccl_reduce_scatter_v(Comm *c, float *buf, const size_t *counts, CommOp op, const char *what) {
+    Nccl *n = impl(c);
+    pthread_mutex_lock(&n->mu);
+    before(n);
+    NCCL_CHECK(c, ncclGroupStart(), "reduce-scatter to owners", what); /* (inside a group: queued, not settled) */
+    size_t off = 0;
+    for (int r = 0; r < c->world; off += counts[r++])
+        if (counts[r])
+            NCCL_CHECK(c, ncclReduce(buf + off, buf + off, counts[r], ncclFloat, red(op), r, n->comm, n->stream),
+                       "reduce-scatter to owners", what);
+    NCCL_CALL(c, ncclGroupEnd(), "reduce-scatter to owners", what);
+    CommWork *w = after(c, "reduce-scatter to owners", what);
+    pthread_mutex_unlock(&n->mu);
+    return w;
+}
+
 /* A 1-float all-reduce: it completes on a rank only once every rank has reached it. */
 static CommWork *nccl_barrier(Comm *c, const char *what) {
     Nccl *n = impl(c);
@@ -510,17 +528,12 @@ static void nccl_replayed(Comm *c, const char *what) {
     pthread_mutex_unlock(&n->mu);
 }
 
-static const CommOps NCCL_OPS = {nccl_allreduce, nccl_broadcast,      nccl_reduce_scatter, nccl_all_gather,
-                                 nccl_barrier,   nccl_test,           nccl_wait,           nccl_allreduce_host,
-                                 nccl_close,     nccl_abort_all,      nccl_capture_begin,  nccl_capture_end,
-                                 nccl_replayed};
-
-static int hex_value(char ch) {
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
-}
+static const CommOps NCCL_OPS = {
+    .allreduce = nccl_allreduce, .broadcast = nccl_broadcast, .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather, .barrier = nccl_barrier, .reduce_scatter_v = nccl_reduce_scatter_v,
+    .test = nccl_test, .wait = nccl_wait, .allreduce_host = nccl_allreduce_host, .close = nccl_close,
+    .abort_all = nccl_abort_all, .capture_begin = nccl_capture_begin, .capture_end = nccl_capture_end,
+    .replayed = nccl_replayed};
 
 /* The unique id every rank meets with: the spawning parent's (hex in env->nccl_id), or rank 0's, sent over MPI
  * (mpirun, srun) or TCP (torchrun) by bootstrap.h. */
@@ -528,14 +541,9 @@ static ncclUniqueId unique_id(Comm *c, const DistEnv *env, double timeout_s) {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (env->nccl_id[0]) {
-        if (strlen(env->nccl_id) != 2 * sizeof id.internal)
-            vx_usage_error("VX_NCCL_ID has %zu hex digits, NCCL's id %zu: the ranks were not started by this build's "
-                           "train --gpus", strlen(env->nccl_id), 2 * sizeof id.internal);
-        for (size_t i = 0; i < sizeof id.internal; i++) {
-            const int hi = hex_value(env->nccl_id[2 * i]), lo = hex_value(env->nccl_id[2 * i + 1]);
-            if (hi < 0 || lo < 0) vx_usage_error("VX_NCCL_ID is not hexadecimal");
-            id.internal[i] = (char)(hi * 16 + lo);
-        }
+        if (!dist_nccl_id_from_hex(env->nccl_id, id.internal, sizeof id.internal))
+            vx_usage_error("VX_NCCL_ID is not %zu hexadecimal digits (NCCL's id): the ranks were not started by this "
+                           "build's train --gpus", 2 * sizeof id.internal);
         return id;
     }
     if (env->rank == 0) NCCL_CHECK(c, ncclGetUniqueId(&id), "init", "the NCCL id");

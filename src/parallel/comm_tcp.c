@@ -27,7 +27,9 @@ struct CommWork {
     float *buf;        /* allreduce, broadcast: in place */
     const float *send; /* reduce-scatter, all-gather */
     float *recv;
-    size_t count;      /* allreduce/broadcast: of buf; reduce-scatter: recv_count; all-gather: send_count */
+    size_t count;      /* allreduce/broadcast: of buf; reduce-scatter: recv_count; all-gather: send_count;
+                          reduce-scatter to owners: of buf, the sum of the counts */
+    size_t *off;       /* reduce-scatter to owners: the blocks' offsets in buf, world + 1 of them */
     char what[160];
     uint32_t seq;
     double deadline;
@@ -63,8 +65,9 @@ static const char *opname(const struct CommWork *w, char *out) {
 
 /* A peer's header names only the kind (no operator): for the line that says the ranks issued different ones. */
 static const char *kind_name(uint32_t kind) {
-    static const char *const NAME[] = {"all-reduce", "broadcast", "reduce-scatter", "all-gather", "barrier"};
-    return kind <= CK_BARRIER ? NAME[kind] : "an unknown collective";
+    static const char *const NAME[] = {"all-reduce",    "broadcast", "reduce-scatter", "all-gather", "barrier",
+                                       "reduce-scatter to owners"};
+    return kind <= CK_REDUCE_SCATTER_V ? NAME[kind] : "an unknown collective";
 }
 
 static void *scratch(Tcp *t, size_t floats) {
@@ -78,7 +81,8 @@ static void *scratch(Tcp *t, size_t floats) {
 /* Floats a peer sends rank 0 for work w (its whole contribution), and what rank 0 sends each peer back. */
 static size_t sent_to_root(const struct CommWork *w, int world) {
     switch (w->kind) {
-    case CK_ALLREDUCE: return w->count;
+    case CK_ALLREDUCE:
+    case CK_REDUCE_SCATTER_V: return w->count;
     case CK_REDUCE_SCATTER: return w->count * (size_t)world;
     case CK_ALL_GATHER: return w->count;
     default: return 0; /* broadcast from a root other than 0 is handled apart; barrier carries nothing */
@@ -101,12 +105,13 @@ static int run_root(Tcp *t, struct CommWork *w, char *why, size_t why_len) {
         }
     }
     const size_t n = w->count;
-    if (w->kind == CK_ALLREDUCE || w->kind == CK_REDUCE_SCATTER) {
-        float *acc = w->kind == CK_ALLREDUCE ? w->buf : (float *)w->send;
-        const size_t total = w->kind == CK_ALLREDUCE ? n : n * (size_t)W;
-        float *sum = w->kind == CK_ALLREDUCE ? acc : scratch(t, 2 * total); /* never writes send */
+    if (w->kind == CK_ALLREDUCE || w->kind == CK_REDUCE_SCATTER || w->kind == CK_REDUCE_SCATTER_V) {
+        const int in_buf = w->kind != CK_REDUCE_SCATTER; /* the all-reduce's way: the sum formed in buf */
+        float *acc = in_buf ? w->buf : (float *)w->send;
+        const size_t total = in_buf ? n : n * (size_t)W;
+        float *sum = in_buf ? acc : scratch(t, 2 * total); /* never writes send */
         if (sum != acc) memcpy(sum, acc, total * sizeof(float));
-        float *in = w->kind == CK_ALLREDUCE ? scratch(t, total) : sum + total;
+        float *in = in_buf ? scratch(t, total) : sum + total;
         for (int r = 1; r < W; r++) { /* rank order: the same sum whatever the timing */
             if (!tcp_recv_all(t->fd[r], in, total * sizeof(float), w->deadline, r, why, why_len)) return 0;
             comm_host_add(sum, in, total);
@@ -115,6 +120,11 @@ static int run_root(Tcp *t, struct CommWork *w, char *why, size_t why_len) {
         if (w->kind == CK_ALLREDUCE) {
             for (int r = 1; r < W; r++)
                 if (!tcp_send_all(t->fd[r], sum, n * sizeof(float), w->deadline, r, why, why_len)) return 0;
+        } else if (w->kind == CK_REDUCE_SCATTER_V) { /* each owner its block; rank 0's is in place */
+            for (int r = 1; r < W; r++)
+                if (!tcp_send_all(t->fd[r], sum + w->off[r], (w->off[r + 1] - w->off[r]) * sizeof(float),
+                                  w->deadline, r, why, why_len))
+                    return 0;
         } else {
             for (int r = 1; r < W; r++)
                 if (!tcp_send_all(t->fd[r], sum + (size_t)r * n, n * sizeof(float), w->deadline, r, why, why_len))
@@ -149,11 +159,14 @@ static int run_peer(Tcp *t, struct CommWork *w, char *why, size_t why_len) {
     const Header mine = {w->seq, (uint32_t)w->kind, (uint64_t)w->count};
     if (!tcp_send_all(fd, &mine, sizeof mine, w->deadline, 0, why, why_len)) return 0;
     const size_t n = w->count, up = sent_to_root(w, t->world);
-    const float *part = w->kind == CK_ALLREDUCE ? w->buf : w->send;
+    const float *part = w->kind == CK_ALLREDUCE || w->kind == CK_REDUCE_SCATTER_V ? w->buf : w->send;
     if (up && !tcp_send_all(fd, part, up * sizeof(float), w->deadline, 0, why, why_len)) return 0;
     switch (w->kind) {
     case CK_ALLREDUCE: return tcp_recv_all(fd, w->buf, n * sizeof(float), w->deadline, 0, why, why_len);
     case CK_REDUCE_SCATTER: return tcp_recv_all(fd, w->recv, n * sizeof(float), w->deadline, 0, why, why_len);
+    case CK_REDUCE_SCATTER_V:
+        return tcp_recv_all(fd, w->buf + w->off[t->rank], (w->off[t->rank + 1] - w->off[t->rank]) * sizeof(float),
+                            w->deadline, 0, why, why_len);
     case CK_ALL_GATHER:
         return tcp_recv_all(fd, w->recv, (size_t)t->world * n * sizeof(float), w->deadline, 0, why, why_len);
     case CK_BROADCAST:
@@ -243,6 +256,13 @@ static CommWork *tcp_all_gather(Comm *c, const float *send, float *recv, size_t 
     return enqueue(c, w);
 }
 static CommWork *tcp_barrier(Comm *c, const char *what) { return enqueue(c, proto(CK_BARRIER, what)); }
+static CommWork *tcp_reduce_scatter_v(Comm *c, float *buf, const size_t *counts, CommOp op, const char *what) {
+    struct CommWork w = proto(CK_REDUCE_SCATTER_V, what);
+    w.off = vx_malloc(((size_t)c->world + 1) * sizeof *w.off);
+    comm_host_offsets(counts, c->world, w.off);
+    w.buf = buf, w.count = w.off[c->world], w.op = op;
+    return enqueue(c, w);
+}
 
 static int tcp_test(Comm *c, CommWork *w) {
     Tcp *t = c->impl;
@@ -274,6 +294,7 @@ static void tcp_wait(Comm *c, CommWork *w, CommTimes *times) {
     pthread_mutex_unlock(&t->mu);
     if (w->why[0]) comm_fail(c, opname(w, name), w->what, w->why);
     if (times) *times = (CommTimes){w->start_ns, w->end_ns};
+    free(w->off);
     free(w);
 }
 
@@ -294,9 +315,10 @@ static void tcp_close(Comm *c) {
     free(c);
 }
 
-static const CommOps TCP_OPS = {tcp_allreduce, tcp_broadcast, tcp_reduce_scatter, tcp_all_gather, tcp_barrier,
-                                tcp_test,      tcp_wait,      NULL,               tcp_close,      NULL,
-                                NULL,          NULL,          NULL}; /* host collectives: nothing to capture */
+static const CommOps TCP_OPS = {.allreduce = tcp_allreduce, .broadcast = tcp_broadcast,
+                                .reduce_scatter = tcp_reduce_scatter, .all_gather = tcp_all_gather,
+                                .barrier = tcp_barrier, .reduce_scatter_v = tcp_reduce_scatter_v, .test = tcp_test,
+                                .wait = tcp_wait, .close = tcp_close}; /* host collectives: nothing to capture */
 
 Comm *comm_tcp_open(const DistEnv *env, double timeout_s) {
     Comm *c = vx_calloc(1, sizeof *c);

@@ -36,6 +36,8 @@ int dist_free_port(void);
 /* Implemented with NCCL in CUDA builds (parallel/nccl_id.c): the unique id as hex text; 0 with a reason when NCCL is
  * not built in or fails. */
 int dist_nccl_unique_id(char *hex, size_t len, char *why, size_t why_len);
+/* The bytes of an id written so (hex, 2 x len digits) into out[len]: 1, or 0 when hex is not that. */
+int dist_nccl_id_from_hex(const char *hex, void *out, size_t len);
 
 #ifdef __cplusplus
 }

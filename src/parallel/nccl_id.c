@@ -1,6 +1,7 @@
 /* nccl_id.c: the NCCL unique id the ranks of `train --gpus N` meet with, made by the parent (launch.h). Making one
  * starts NCCL's bootstrap listener in this process and creates no CUDA context. */
 #include <stdio.h>
+#include <string.h>
 
 #include "parallel/launch.h"
 
@@ -28,3 +29,20 @@ int dist_nccl_unique_id(char *hex, size_t len, char *why, size_t why_len) {
     return 0;
 }
 #endif
+
+static int hex_value(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+int dist_nccl_id_from_hex(const char *hex, void *out, size_t len) {
+    if (strlen(hex) != 2 * len) return 0;
+    for (size_t i = 0; i < len; i++) {
+        const int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) return 0;
+        ((unsigned char *)out)[i] = (unsigned char)(hi * 16 + lo);
+    }
+    return 1;
+}

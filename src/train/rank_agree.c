@@ -34,7 +34,7 @@ static void put(float *v, int entry, uint64_t h) {
 }
 
 /* This rank's hashes; *nkeys: the config keys among them. */
-static void hashes(const Config *cfg, const Ckpt *resume, float *v, int *nkeys) {
+static void hashes(const Config *cfg, const CkptId *resume, float *v, int *nkeys) {
     const int n = config_key_count();
     if (n + 3 > AGREE_ENTRIES) vx_fatal("rank_agree: %d config keys, more than AGREE_ENTRIES - 3", n);
     *nkeys = n;
@@ -53,16 +53,15 @@ static void hashes(const Config *cfg, const Ckpt *resume, float *v, int *nkeys) 
     }
     uint64_t r = 0x4E4F524553554D45ull; /* "NORESUME" */
     if (resume) {
-        const CkptHeader *h = &resume->header;
-        r = fnv(&h->step, sizeof h->step, basis);
-        r = fnv(&h->next_sample, sizeof h->next_sample, r);
-        r = fnv(resume->file + resume->bytes - 4, 4, r); /* its CRC-32: the checkpoint's whole content */
+        r = fnv(&resume->step, sizeof resume->step, basis);
+        r = fnv(&resume->next_sample, sizeof resume->next_sample, r);
+        r = fnv(&resume->crc, sizeof resume->crc, r); /* its CRC-32: the checkpoint's whole content */
     }
     put(v, 2 + n, r);
 }
 
 /* What entry e is, for the line; `value`: this rank's value of a config key, else "". */
-static void describe(int e, int nkeys, const Config *cfg, const Ckpt *resume, char *what, size_t len, char *value,
+static void describe(int e, int nkeys, const Config *cfg, const CkptId *resume, char *what, size_t len, char *value,
                      size_t value_len) {
     value[0] = 0;
     if (e == 0) {
@@ -78,7 +77,7 @@ static void describe(int e, int nkeys, const Config *cfg, const Ckpt *resume, ch
         free(json);
     } else {
         snprintf(what, len, "the resume state (--resume: a checkpoint on some ranks and another, or none, on others)");
-        if (resume) snprintf(value, value_len, "step %lld", (long long)resume->header.step);
+        if (resume) snprintf(value, value_len, "step %lld", (long long)resume->step);
         else snprintf(value, value_len, "a fresh start");
     }
 }
@@ -108,7 +107,7 @@ static void collective(Comm *c, const Backend *be, float *host, size_t count, co
     }
 }
 
-void rank_agree(Comm *c, const Backend *be, const Config *cfg, const Ckpt *resume) {
+void rank_agree(Comm *c, const Backend *be, const Config *cfg, const CkptId *resume) {
     if (c->world <= 1) return;
     float *mine = vx_calloc(AGREE_FLOATS, sizeof(float)), *root = vx_malloc(AGREE_FLOATS * sizeof(float));
     float *flags = vx_malloc((size_t)c->world * sizeof(float));

@@ -22,4 +22,4 @@
 /* Returns when every rank agrees (at once for one rank); else prints the line, closes the communicator and exits 2
  * on every rank. `resume`: the checkpoint this rank resumes from (verified), or NULL. `be` stages the exchange
  * through device memory where the communicator needs it (NCCL). */
-void rank_agree(Comm *c, const Backend *be, const Config *cfg, const Ckpt *resume);
+void rank_agree(Comm *c, const Backend *be, const Config *cfg, const CkptId *resume);

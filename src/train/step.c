@@ -48,6 +48,9 @@ struct Stepper {
     int64_t cur;       /* the step being enqueued */
     int pending;
     int nonfinite_grad; /* test hook: the step being enqueued gets a NaN gradient (stepper_test_nonfinite_grad) */
+    Zero *zero;         /* sharded data parallelism, or NULL */
+    int zero2;          /* its stage 2: every micro-batch reduces its buckets to their owners */
+    int last_micro;     /* the micro-batch being enqueued is the step's last */
     /* by variant: the parameter-gradient beta (0 on the first micro-batch, 1 after) + 2 x whether the buckets are
      * all-reduced during its backward (the last micro-batch, with ranks) */
     GraphSlot micro[4];
@@ -125,18 +128,24 @@ static void micro_body(Stepper *s, int variant) {
     Model *m = s->m;
     const int beta = variant & 1, reduce = variant >> 1;
     if (reduce) {
-        buckets_begin(s->buckets, s->cur);
+        /* ZeRO-2: this pass's reductions overwrite the gradient shard (the first micro-batch) or add to it */
+        if (s->zero2) buckets_begin_sharded(s->buckets, s->cur, (float)beta);
+        else buckets_begin(s->buckets, s->cur);
         m->backward_hook = buckets_backward_hook;
+        m->backward_pre_hook = s->zero2 ? buckets_backward_pre_hook : NULL;
         m->backward_hook_ctx = s->buckets;
     }
     model_forward(m, 1);
     if (s->phases) s->be->timer_mark(timer_base(s->cur) + T_FORWARD);
-    model_backward(m, 1.0f / (float)(s->accum * s->world), (float)beta, &s->dev->opt.loss_scale);
+    /* ZeRO-2's staging slots hold one micro-batch's gradients: overwritten each time (the shard accumulates) */
+    model_backward(m, 1.0f / (float)(s->accum * s->world), s->zero2 ? 0.0f : (float)beta, &s->dev->opt.loss_scale);
     /* the micro-batch's {recon, kl} onto the step's sums (the first overwrites) */
     s->be->elementwise->accumulate(DT_F32, 2, m->losses, s->dev->sums + SUM_RECON, (float)beta);
     if (reduce) {
         m->backward_hook = NULL;
-        if (s->use_graphs) buckets_wait(s->buckets);
+        m->backward_pre_hook = NULL;
+        /* (eagerly, the last micro-batch's are waited for by stepper_end, timed; the others' before the next) */
+        if (s->use_graphs || !s->last_micro) buckets_wait(s->buckets);
     }
 }
 
@@ -147,6 +156,10 @@ static void optimizer_body(Stepper *s, int unused) {
     if (s->buckets)
         comm_wait(s->comm, comm_allreduce(s->comm, s->dev->sums, SUMS_REDUCED, COMM_SUM, "the step's losses"), NULL);
     float *sumsq = s->dev->sums + SUM_SUMSQ;
+    if (s->zero) { /* sharded: one group of every float (config.c refuses train.freeze and backbone_lr_mult there) */
+        zero_optimizer(s->zero, &s->ocfg, &s->dev->opt, sumsq);
+        return;
+    }
     const ParamGroups *pg = &s->groups; /* one group of every float unless fine-tuning says otherwise */
     /* of the reduced gradients (the same on every rank), frozen parameters left out as PyTorch leaves them out */
     s->be->optim->sumsq(pg->trainable, m->grad, sumsq);
@@ -221,6 +234,18 @@ void stepper_set_model(Stepper *s, Model *m, Buckets *buckets) {
 
 int stepper_graphs(const Stepper *s) { return s->use_graphs; }
 
+void stepper_set_zero(Stepper *s, Zero *z) {
+    if (s->pending) vx_fatal("stepper_set_zero with %d steps not collected", s->pending);
+    drop_graphs(s);
+    s->zero = z;
+    s->zero2 = z && zero_layout_of(z)->stage >= 2;
+    if (z && zero_offloaded(z) && s->graphs_asked) {
+        s->graphs_asked = s->use_graphs = 0; /* for good, as for a communicator that cannot be captured */
+        vx_log("compile: with dist.offload_optimizer cpu AdamW runs on the host between the device's work, so the "
+               "step runs eagerly\n");
+    }
+}
+
 void stepper_time_phases(Stepper *s, int on) {
     if (on && s->accum != 1) vx_fatal("stepper_time_phases: %d micro-batches per step (one is timed apart)", s->accum);
     s->phases = on;
@@ -262,7 +287,9 @@ void stepper_begin(Stepper *s, int64_t step1) {
 
 void stepper_micro(Stepper *s, int micro, int64_t first_sample) {
     model_set_first_sample(s->m, (uint64_t)first_sample);
-    const int reduce = s->buckets && micro == s->accum - 1; /* accumulate locally, reduce once */
+    /* accumulate locally, reduce once; ZeRO-2 reduces every micro-batch (no whole gradient is kept) */
+    s->last_micro = micro == s->accum - 1;
+    const int reduce = s->buckets && (s->last_micro || s->zero2);
     const int variant = (micro > 0) + 2 * reduce;
     run(s, &s->micro[variant], micro_body, variant);
     if (s->phases) s->be->timer_mark(timer_base(s->cur) + T_BACKWARD);
@@ -276,7 +303,14 @@ static void test_dump_grad(Stepper *s) {
     const char *dir = getenv("VX_TEST_GRAD_DUMP");
     if (!dir || !*dir) return;
     float *packed = vx_malloc((size_t)s->m->param_count * sizeof(float));
-    model_download_packed(s->m, s->m->grad, packed);
+    if (s->zero2) { /* every rank's shard: a collective, which every rank's hook makes */
+        float *flat = vx_malloc((size_t)s->m->param_floats * sizeof(float));
+        zero_gather_grad(s->zero, flat);
+        model_pack_params(s->m, flat, packed);
+        free(flat);
+    } else {
+        model_download_packed(s->m, s->m->grad, packed);
+    }
     char path[512];
     snprintf(path, sizeof path, "%s/grad_%lld.rank%d.bin", dir, (long long)s->cur, s->comm ? s->comm->rank : 0);
     FILE *f = fopen(path, "wb");
@@ -296,8 +330,8 @@ void stepper_end(Stepper *s, double lr, int stop_request) {
     if (s->buckets && s->buckets->active) buckets_wait(s->buckets);
     be->timer_mark(base + T_COMM1);
     if (s->nonfinite_grad) { /* only now: before the buckets' wait, an all-reduce still in flight would overwrite it */
-        const float nan = NAN;
-        be->write_async(s->m->grad, &nan, sizeof nan);
+        const float nan = NAN; /* (sharded: into every rank's gradient shard, which the optimizer reads) */
+        be->write_async(s->zero ? zero_grad_shard(s->zero) : s->m->grad, &nan, sizeof nan);
         s->nonfinite_grad = 0;
     }
     test_dump_grad(s);

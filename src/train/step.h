@@ -21,7 +21,9 @@
  * With ranks (NCCL) the collectives are in the graphs too: the last micro-batch's graph holds its bucket
  * all-reduces, forked onto the communication stream while backward goes on and joined at its end, and the
  * optimizer's holds the losses' all-reduce; the communicator's watchdog keeps each such replay against the deadline
- * (comm.h). The wait for the buckets is then inside the replay and not timed apart (comm_wait_ms is NaN). */
+ * (comm.h). The wait for the buckets is then inside the replay and not timed apart (comm_wait_ms is NaN).
+ * Sharded (zero.h, stepper_set_zero): at stage 2 every micro-batch's buckets are reduced to their owners during its
+ * backward (into the gradient shard, which the micro-batches add to), and the optimizer is zero_optimizer's. */
 #pragma once
 #include <stdint.h>
 
@@ -30,6 +32,7 @@
 #include "parallel/comm.h"
 #include "model/model.h"
 #include "optim/optim.h"
+#include "train/zero.h"
 
 typedef struct {
     int64_t step;            /* 1-based optimizer step these are of */
@@ -57,6 +60,9 @@ Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *b
 void stepper_free(Stepper *s);
 /* After a stage change: the new model and buckets (graphs captured for the old ones are dropped). */
 void stepper_set_model(Stepper *s, Model *m, Buckets *buckets);
+/* Sharded data parallelism (NULL: none): its optimizer, and at stage 2 its reductions in every micro-batch. With
+ * offload the optimizer waits for the host, so the step runs eagerly (and says so once). */
+void stepper_set_zero(Stepper *s, Zero *z);
 /* The persistent optimizer state (optim.h's OptimCarry), read from the device (waits for it; no step may be
  * pending), and set (a loss_scale of 0 keeps the current one). */
 OptimCarry stepper_carry(const Stepper *s);

@@ -45,7 +45,9 @@
 #include "train/runtime.h"
 #include "train/schedule.h"
 #include "train/step.h"
+#include "train/train_ckpt.h"
 #include "train/train_log.h"
+#include "train/zero_plan.h"
 #include "elementwise/elementwise.h"
 #include "augment/augment.h"
 #include "optim/optim.h"
@@ -311,9 +313,11 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     t->be = t->rt.be;
     for (int k = -1; k < t->n_stages; k++) /* the run's config (config.json) and every stage's say what runs */
         runtime_resolve_precision(k < 0 ? train : &t->stages[k].train, t->be, t->rt.device_reason);
+    /* every mode's bytes per rank, and dist.zero auto's choice (written into the config before the ranks compare it) */
+    zero_plan_choose(&t->rt, &cfg->dist, world, 1);
     trainer_check_stages(t);
-    Ckpt ck = {0};
-    if (resume_path) ckpt_read(resume_path, t->m, train->steps, &ck);
+    Resume ck = {0};
+    if (resume_path) resume_read(resume_path, t->m, train->steps, &ck);
     /* train.init_from: read and matched here, applied after the seed's initialisation (a checkpoint has it all) */
     WeightsInit init = {0};
     const int init_from = train->init_from[0] && !resume_path;
@@ -330,7 +334,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, t->rt.device_reason, cfg->dist.timeout_s);
     /* the first collective, of a fixed size: ranks of different configs or resume states end here (exit 2), not in
      * a bucket all-reduce of another size, and before rank 0 takes the directory */
-    rank_agree(t->comm, t->be, cfg, resume_path ? &ck : NULL);
+    rank_agree(t->comm, t->be, cfg, resume_path ? &ck.id : NULL);
     if (rank0) {
         run_dir_take(&cfg->output, config_name, resume_path != NULL, config_model_fingerprint(&cfg->model),
                      train->seed);
@@ -352,16 +356,17 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     }
     Model *m = t->m;
     trainer_attach_model(t, m);
-    model_allocate(m);
-    model_init_params(m, (uint64_t)train->seed);
-    if (init_from) {
+    trainer_zero_open(t, m); /* sharded data parallelism: the model's buffers shaped before they exist */
+    if (t->zero) t->nonce = train_ckpt_nonce(t->comm);
+    if (init_from) { /* after the seed's initialisation; ZeRO's master shard follows below (zero_sync_master) */
         weights_apply(&init, m);
         weights_free(&init);
     }
     if (resume_path) {
-        ckpt_apply(&ck, m, &t->st);
-        ckpt_free(&ck);
-        vx_log("resumed: %s at step %ld, sample %lld\n", resume_path, (long)t->st.step, (long long)t->st.next_sample);
+        resume_apply(&ck, m, t->zero, &t->st);
+        vx_log("resumed: %s (%s checkpoint) at step %ld, sample %lld\n", resume_path, resume_format(&ck),
+               (long)t->st.step, (long long)t->st.next_sample);
+        resume_free(&ck);
     }
     t->st.world_size = world;
     if (strcmp(t->comm->name, "single") != 0) { /* (VX_COMM runs a communicator for one rank too) */
@@ -371,19 +376,26 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
                "lr x %.3g (train.lr_scaling %s%s)\n", who, t->comm->name, train->batch_size, world, train->grad_accum,
                (long)train->batch_size * world * train->grad_accum, t->lr_scale, train->lr_scaling,
                train->global_batch ? ", not applied with train.global_batch" : "");
-        /* every rank starts from rank 0's state, whatever it initialised or read */
+        /* every rank starts from rank 0's state, whatever it initialised or read (sharded: each rank's moments are
+         * its shard of what every rank read, or zero) */
         float *const state[3] = {m->param, m->adam_m, m->adam_v};
         static const char *const NAME[3] = {"the parameters", "AdamW's first moments", "AdamW's second moments"};
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < (t->zero ? 1 : 3); k++)
             comm_wait(t->comm, comm_broadcast(t->comm, state[k], (size_t)m->param_floats, 0, NAME[k]), NULL);
         if (m->buffer_floats) /* BatchNorm's running statistics too (DDP broadcasts the buffers) */
             comm_wait(t->comm, comm_broadcast(t->comm, m->bufs, (size_t)m->buffer_floats, 0, "the buffers"), NULL);
-        model_sync_lp(m);
-        t->buckets = buckets_plan_model(m, t->comm, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb);
-        vx_log("buckets: %d gradient buckets of up to %g MB (the first up to %g MB), all-reduced during backward\n",
-               t->buckets->n, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb);
+        if (!t->zero) model_sync_lp(m);
+        if (!t->buckets) t->buckets = buckets_plan_model(m, t->comm, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb);
+        vx_log("buckets: %d gradient buckets of up to %g MB (the first up to %g MB), %s during backward\n",
+               t->buckets->n, cfg->dist.bucket_mb, cfg->dist.first_bucket_mb,
+               t->zl.stage >= 2 ? "reduced to their owners (reduce-scatter)" : "all-reduced");
     }
+    /* the master shard from the parameters every rank now holds (one rank too: ZeRO-Offload on one GPU keeps its
+     * master weights in host memory, which nothing else fills) */
+    if (t->zero) zero_sync_master(t->zero);
+    trainer_zero_report(t);
     t->stepper = stepper_create(m, train, t->comm, t->buckets);
+    stepper_set_zero(t->stepper, t->zero);
     if (resume_path) stepper_set_carry(t->stepper, &t->st.opt);
     t->collected = t->st.step;
     vx_log("run: %s (config written there), %d steps, batch %d x %d accumulation\n", output->dir, train->steps,
@@ -502,12 +514,20 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         trace_buckets(t.buckets);
         /* Validation, images, histograms, checkpoints and trace writing happen outside the steps' timer marks, so
          * they stay out of the step time; they are rank 0's, and none holds a collective. */
+        float *grads = NULL; /* ZeRO-2: the gradient shards gathered for the histograms, by every rank */
+        if ((work & HOST_HISTOGRAMS) && t.zero && t.zl.stage >= 2) {
+            grads = vx_malloc((size_t)t.m->param_floats * sizeof(float));
+            zero_gather_grad(t.zero, grads);
+        }
         if (rank0) {
             if (work & HOST_VALIDATE) trainer_validate(&t, t.st.step);
             if (work & HOST_IMAGES) trainer_log_images(&t, t.st.step);
-            if ((work & HOST_HISTOGRAMS) && t.tb) train_log_histograms(t.tb, t.m, t.st.step);
-            if (work & HOST_CHECKPOINT) trainer_save_checkpoint(&t, NULL);
+            if ((work & HOST_HISTOGRAMS) && t.tb) train_log_histograms(t.tb, t.m, grads, t.st.step);
+            if ((work & HOST_CHECKPOINT) && !t.zero) trainer_save_checkpoint(&t, NULL);
         }
+        free(grads);
+        if (t.zero && (work & HOST_VALIDATE)) trainer_share_pending_checkpoint(&t); /* every rank writes its shard */
+        if (t.zero && (work & HOST_CHECKPOINT)) trainer_save_checkpoint(&t, NULL);
         profile_step_end(&prof, t.be, t.st.step, 0);
     }
     while (stepper_pending(t.stepper)) { /* a stop seen one step late: the step after it has run too */
@@ -518,7 +538,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     if (ls.stopping && t.st.step < cfg->train.steps) {
         vx_log("stopping on signal %d after step %ld\n", stop_requested ? (int)stop_requested : SIGTERM,
                (long)t.st.step);
-        if (rank0 && t.saved_step != t.st.step) trainer_save_checkpoint(&t, NULL);
+        if ((rank0 || t.zero) && t.saved_step != t.st.step) trainer_save_checkpoint(&t, NULL);
         exit_code = VX_EXIT_SIGNAL;
     }
     profile_step_end(&prof, t.be, t.st.step, 1);
@@ -531,6 +551,7 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     if (t.metrics && fclose(t.metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
     if (t.samples && fclose(t.samples) != 0) fs_write_failed("write", "samples.tsv in the run directory", errno);
     stepper_free(t.stepper);
+    zero_free(t.zero);
     buckets_free(t.buckets);
     comm_close(t.comm);
     heldout_free(&t.held);

@@ -100,12 +100,13 @@ void train_log_param_group(const char *name, char *group, int len) {
     snprintf(group, (size_t)len, "%.*s", (int)(p - name), name);
 }
 
-void train_log_histograms(TrainLog *l, const Model *m, int64_t step) {
+void train_log_histograms(TrainLog *l, const Model *m, const float *grads, int64_t step) {
     if (!l) return;
     size_t bytes = (size_t)m->param_floats * sizeof(float);
     float *host[2] = {vx_malloc(bytes), vx_malloc(bytes)};
     m->be->copy_to_host(host[0], m->param, bytes);
-    m->be->copy_to_host(host[1], m->grad, bytes);
+    if (grads) memcpy(host[1], grads, bytes);
+    else m->be->copy_to_host(host[1], m->grad, bytes);
     float *values = vx_malloc(bytes);
     static const char *const KIND[2] = {"weights", "grads"};
     /* Each parameter's group once; then each group (in order of first appearance) gathered for both kinds. */

@@ -18,8 +18,9 @@ void train_log_scalar(TrainLog *l, const char *tag, int64_t step, double value);
 /* images/sample_<i>: volumes [count][D][H][W][C] (size[3] x c) and their reconstructions (host memory). */
 void train_log_images(TrainLog *l, const int size[3], int c, const float *inputs, const float *recons, int count,
                       int64_t step);
-/* weights/<group> and grads/<group> for each layer group (encoder.down.0, decoder.up.1, encoder.conv_in, ...). */
-void train_log_histograms(TrainLog *l, const Model *m, int64_t step);
+/* weights/<group> and grads/<group> for each layer group (encoder.down.0, decoder.up.1, encoder.conv_in, ...); the
+ * gradients from grads (host, the flat layout: a sharded run's gathered shards) or, when NULL, the model's. */
+void train_log_histograms(TrainLog *l, const Model *m, const float *grads, int64_t step);
 /* Writes everything out; the hparams session ends as success, or failure when `failed`. */
 void train_log_close(TrainLog *l, int failed);
 /* Layer group of a parameter name: "encoder.down.0.res.0.conv1.weight" -> "encoder.down.0",

@@ -8,6 +8,7 @@
 
 #include "core/util.h"
 #include "train/trainer.h"
+#include "train/zero_plan.h"
 
 /* The batch of a stage: its own, or the largest that fits (0), by the hardware plan (the run's accumulation). */
 static int stage_batch(Trainer *t, StagePlan *sp) {
@@ -66,6 +67,10 @@ void trainer_check_stages(Trainer *t) {
         StagePlan *sp = &t->stages[k];
         const TrainConfig *sc = &sp->train;
         Model *m = stage_model(t, sp);
+        long staging; /* sharded: the bytes the run will hold (its shards, ZeRO-2's staging), not DDP's */
+        zero_shape_for(m, zero_stage(&t->cfg->dist) > 0 ? zero_stage(&t->cfg->dist) : 0,
+                       strcmp(t->cfg->dist.offload_optimizer, "cpu") == 0 && strcmp(t->be->name, "cpu") != 0,
+                       t->env.world, &t->cfg->dist, &staging);
         if (gpu_free && (double)model_device_bytes(m) > HW_MEMORY_SHARE * (double)gpu_free)
             vx_exit_error(VX_EXIT_MEMORY, "stage %d (input %dx%dx%d, batch %d) needs %.2f GiB of GPU memory, more than "
                           "%.0f%% of the %.2f GiB free; lower its batch_size or input_size", k, sp->model.input_size[0],
@@ -105,21 +110,25 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
     if (t->loader_on) loader_stop(&t->loader);
     if (k != t->stage) { /* the autoencoder is fully convolutional: the same parameters at any input size */
         Model *old = t->m, *m = stage_model(t, sp);
+        Buckets *nb = t->buckets ? buckets_plan_model(m, t->comm, t->cfg->dist.bucket_mb, t->cfg->dist.first_bucket_mb)
+                                 : NULL;
+        if (t->zero) zero_shape_model(m, &t->zl, nb, t->offload); /* the same layout, shards and slots */
         model_allocate(m);
+        if (nb) nb->grad = m->grad;
         float *packed = vx_malloc((size_t)old->param_count * sizeof(float));
         float *const from[3] = {old->param, old->adam_m, old->adam_v}, *const to[3] = {m->param, m->adam_m, m->adam_v};
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < (t->zero ? 1 : 3); i++) { /* (sharded: the moments' shards move with zero_move_to) */
             model_download_packed(old, from[i], packed);
             model_upload_packed(m, packed, to[i]);
         }
         free(packed);
+        if (t->zero) zero_move_to(t->zero, m, nb); /* (mixed precision: the master shard stays as it is) */
         model_sync_lp(m);
         t->m = t->rt.model = m;
         trainer_attach_model(t, m);
         if (t->buckets) {
-            Buckets *b = t->buckets;
-            t->buckets = buckets_plan_model(m, t->comm, t->cfg->dist.bucket_mb, t->cfg->dist.first_bucket_mb);
-            buckets_free(b);
+            buckets_free(t->buckets);
+            t->buckets = nb;
         }
         /* the graphs captured on the old model (and NCCL's plans in them) go before its buffers do */
         stepper_set_model(t->stepper, m, t->buckets);
@@ -127,8 +136,11 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
     }
     Model *m = t->m;
     if (fresh_optimizer) { /* a new stage: AdamW starts over, its t too (the loss scale carries on) */
-        t->be->zero(m->adam_m, (size_t)m->param_floats * sizeof(float));
-        t->be->zero(m->adam_v, (size_t)m->param_floats * sizeof(float));
+        if (t->zero) zero_load_moments(t->zero, NULL, NULL);
+        else {
+            t->be->zero(m->adam_m, (size_t)m->state_floats * sizeof(float));
+            t->be->zero(m->adam_v, (size_t)m->state_floats * sizeof(float));
+        }
         OptimCarry c = stepper_carry(t->stepper);
         c.adam_step = 0;
         stepper_set_carry(t->stepper, &c);

@@ -17,6 +17,7 @@
 #include "train/train_log.h"
 #include "train/train.h"
 #include "train/train_plan.h"
+#include "train/zero.h"
 
 /* Everything one run holds between its steps. */
 typedef struct {
@@ -50,14 +51,25 @@ typedef struct {
     Comm *comm;        /* single for one process */
     Buckets *buckets;  /* NULL for one process */
     Stepper *stepper;
+    /* sharded data parallelism (dist.zero 1 or 2 with ranks), else NULL; its layout and offload; the run's nonce
+     * (sharded checkpoint ids); a named checkpoint rank 0's validation asked for, which every rank writes after it */
+    Zero *zero;
+    ZeroLayout zl;
+    int offload;
+    uint64_t nonce;
+    char pending_ckpt[64];
     double lr_scale;   /* train.lr_scaling's factor for this number of ranks */
 } Trainer;
 
 /* A non-finite value at step1 (the loss, the gradient norm, ...): ends the run with exit 4, saying what and that
  * the last checkpoint stays (train.c). */
 __attribute__((noreturn)) void trainer_diverged(Trainer *t, int64_t step1, const char *what, double value);
-/* Writes checkpoints/<name>, or checkpoints/step_<step>.ckpt when name is NULL (train.c). */
+/* Writes checkpoints/<name>, or checkpoints/step_<step>.ckpt when name is NULL (trainer_state.c): rank 0's call.
+ * Sharded: every rank's call writes checkpoints/<name without .ckpt>.zero/ (step_<step>.zero); rank 0's call from
+ * its validation alone only notes the name, which trainer_share_pending_checkpoint then has every rank write. */
 void trainer_save_checkpoint(Trainer *t, const char *name);
+/* Sharded: after rank 0's validation (at steps every rank knows), the checkpoint it asked for, written by all. */
+void trainer_share_pending_checkpoint(Trainer *t);
 /* Validates after `step` optimizer steps and keeps the best checkpoints (train_validate.c); rank 0's. */
 void trainer_validate(Trainer *t, int64_t step);
 /* The autoencoder's mid-slice pictures of the first held-out volumes (train_validate.c); nothing for a head. */
@@ -73,6 +85,12 @@ int trainer_stage_of(const Trainer *t, int64_t s);
 /* Gives model m the run's ranks: its world and rank, and the exchanges SyncBatchNorm and the Cox loss make inside a
  * step (model.h's hooks) over the run's communicator. */
 void trainer_attach_model(Trainer *t, Model *m);
+/* Allocates and initialises model m, shaped first for sharded data parallelism when dist.zero asks for it (then
+ * t->zero, t->buckets and t->zl are set) (train_zero.c). */
+void trainer_zero_open(Trainer *t, Model *m);
+/* Every rank prints what its allocator counted for parameters, gradients, optimizer state and activations, beside
+ * the plan's bytes for the run's mode (train_zero.c). */
+void trainer_zero_report(Trainer *t);
 /* Decoding threads of this rank: data.workers, or the cores left to each rank of this machine. */
 int trainer_data_workers(const Trainer *t);
 /* Releases the GPU's staging buffers (none on the CPU). */

@@ -1,8 +1,10 @@
 /* trainer_state.c: what the training loop and its helpers (train.c, train_validate.c, train_stages.c) share about
  * the run's state: writing a checkpoint of it, and ending the run when it diverged (see trainer.h). */
 #include <stdio.h>
+#include <string.h>
 
 #include "core/util.h"
+#include "train/train_ckpt.h"
 #include "train/trainer.h"
 
 /* A non-finite value: the run ends with exit 4 before the step's update, so the last checkpoint is the last good
@@ -15,7 +17,42 @@ void trainer_diverged(Trainer *t, int64_t step1, const char *what, double value)
                   value);
 }
 
+/* checkpoints/<name>.zero for a name given as "<name>.ckpt" (or step_<step>.zero) */
+static void save_sharded(Trainer *t, const char *name) {
+    char path[CONFIG_STR + 96], stem[64];
+    if (name) snprintf(stem, sizeof stem, "%.*s", (int)(strlen(name) > 5 && strcmp(name + strlen(name) - 5, ".ckpt") == 0
+                                                           ? strlen(name) - 5 : strlen(name)), name);
+    else snprintf(stem, sizeof stem, "step_%ld", (long)t->st.step);
+    snprintf(path, sizeof path, "%s/checkpoints/%s.zero", t->cfg->output.dir, stem);
+    t->st.opt = stepper_carry(t->stepper); /* (no step is in flight: the loop saves only after collecting) */
+    train_ckpt_save_sharded(path, t->m, t->zero, t->comm, &t->st, t->nonce);
+    if (!name) t->saved_step = t->st.step;
+    vx_log("checkpoint: %s (%d shards, ZeRO-%d)\n", path, t->comm->world, t->zl.stage);
+}
+
+void trainer_share_pending_checkpoint(Trainer *t) {
+    /* rank 0 says which named checkpoint its validation asked for: 0 none, 1 best.ckpt, 2 + k stage k's best */
+    float code = 0;
+    if (t->comm->rank == 0 && t->pending_ckpt[0]) {
+        int k = -1;
+        code = strcmp(t->pending_ckpt, "best.ckpt") == 0 ? 1.0f
+               : sscanf(t->pending_ckpt, "stage_%d_best.ckpt", &k) == 1 ? (float)(2 + k) : 0.0f;
+    }
+    comm_allreduce_host(t->comm, &code, 1, COMM_SUM, "which checkpoint validation keeps");
+    t->pending_ckpt[0] = 0;
+    if (code == 0) return;
+    char name[64];
+    if (code == 1) snprintf(name, sizeof name, "best.ckpt");
+    else snprintf(name, sizeof name, "stage_%d_best.ckpt", (int)code - 2);
+    save_sharded(t, name);
+}
+
 void trainer_save_checkpoint(Trainer *t, const char *name) {
+    if (t->zero) {
+        if (name) snprintf(t->pending_ckpt, sizeof t->pending_ckpt, "%s", name); /* rank 0's validation */
+        else save_sharded(t, NULL);
+        return;
+    }
     char path[CONFIG_STR + 64];
     if (name) snprintf(path, sizeof path, "%s/checkpoints/%s", t->cfg->output.dir, name);
     else snprintf(path, sizeof path, "%s/checkpoints/step_%ld.ckpt", t->cfg->output.dir, (long)t->st.step);

@@ -83,7 +83,9 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
                ("train", "backbone_lr_mult"): 1,
                # issue 21: the vit3d family's keys
                ("model", "hidden_size"): 384, ("model", "blocks"): 6, ("model", "heads"): 6,
-               ("model", "patch_size"): [8, 8, 8], ("model", "mlp_ratio"): 4, ("model", "ln_eps"): 1e-6}
+               ("model", "patch_size"): [8, 8, 8], ("model", "mlp_ratio"): 4, ("model", "ln_eps"): 1e-6,
+               # issue 23: sharded data parallelism
+               ("dist", "zero"): "0", ("dist", "offload_optimizer"): "none"}
 
 
 def _without_added(config_text):

@@ -177,6 +177,35 @@ static void check_all_gather(Comm *c, size_t n, int in_place) {
     free(recv);
 }
 
+/* Reduce-scatter to owners (sharded data parallelism's buckets): each rank's block is the sum the all-reduce of the
+ * same buffer gives, bit for bit (the contract: a sharded run's gradients are the replicated run's), and within
+ * the float32 bound of the float64 reference; `shape` picks the blocks: uneven, empty ones, one owner of all, a
+ * total smaller than the world, a large one. */
+static void check_reduce_scatter_v(Comm *c, int shape, CommOp op) {
+    const int W = c->world, me = c->rank;
+    size_t *counts = vx_malloc((size_t)W * sizeof *counts), total = 0, mine = 0;
+    for (int r = 0; r < W; r++) {
+        counts[r] = shape == 0 ? 1000 + 37 * (size_t)r : shape == 1 ? (r % 2 ? 0 : 2003)
+                  : shape == 2 ? (r == W - 1 ? 5000 : 0) : shape == 3 ? (r == 0) : 333334 - (size_t)r * 11;
+        if (r < me) mine += counts[r];
+        total += counts[r];
+    }
+    char name[64];
+    snprintf(name, sizeof name, "reduce-scatter-v-%s-%d", comm_op_name(op), shape);
+    const uint64_t seed = digest(name, strlen(name));
+    float *x = vx_malloc((total ? total : 1) * sizeof *x), *y = vx_malloc((total ? total : 1) * sizeof *y);
+    for (size_t i = 0; i < total; i++) x[i] = y[i] = value(seed, me, i);
+    comm_wait(c, comm_reduce_scatter_v(c, x, counts, op, name), NULL);
+    comm_wait(c, comm_allreduce(c, y, total, op, name), NULL);
+    size_t bad = 0;
+    for (size_t i = mine; i < mine + counts[me]; i++) bad += bits(x[i]) != bits(y[i]);
+    CHECK(bad == 0, "%s: %zu of %zu floats of rank %d's block differ from the all-reduce's", name, bad, counts[me], me);
+    char block[80];
+    snprintf(block, sizeof block, "%s-block", name); /* "block ...": a result only this rank holds */
+    check_reduced(c, block, x + mine, counts[me], seed, mine, op);
+    free(x), free(y), free(counts);
+}
+
 static void check_barrier(Comm *c) {
     comm_wait(c, comm_barrier(c, "barrier 1"), NULL);
     const double t0 = vx_now();
@@ -307,6 +336,8 @@ static void mode_check(Comm *c) {
     }
     check_reduce_scatter(c, 1001, COMM_SUM, 1);
     check_all_gather(c, 1001, 1);
+    for (int shape = 0; shape < 5; shape++) check_reduce_scatter_v(c, shape, COMM_SUM);
+    check_reduce_scatter_v(c, 0, COMM_AVG);
     check_barrier(c);
     check_in_flight(c);
     check_times(c);

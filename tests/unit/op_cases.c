@@ -93,6 +93,7 @@ static void elementwise(long n, int offset) {
     add("normal_fill", count(n), offset, emu);
     add("adamw", count(n), offset, emu);
     add("sumsq", count(n), offset, emu);
+    add("sumsq_sharded", count(n), offset, emu);
 }
 
 /* padding (c_to > c_from: the first conv's input and weights), slicing (its weight gradient) and neither */

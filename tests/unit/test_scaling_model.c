@@ -43,6 +43,28 @@ static void test_shared_cores_stretch_compute(void **state) {
     assert_true(fabs(scaling_project_step(&TL, 2, 0, 0.5e9, 2.0) - 32e-3) < 1e-12);
 }
 
+static void test_zero_modes(void **state) {
+    (void)state;
+    /* 2 ranks, a = 0, B = 0.5 GB/s, parameters 7 MB (the buckets' sum), compute x1 */
+    const ZeroComm ddp = {.stage = 0}, z1 = {.stage = 1, .param_bytes = 7e6}, z2 = {.stage = 2, .param_bytes = 7e6};
+    assert_true(fabs(scaling_project_step_zero(&TL, 2, 0, 0.5e9, 1.0, &ddp) - 22e-3) < 1e-12); /* as DDP's */
+    /* ZeRO-1: DDP's buckets (ending at 17 ms), opt 1 ms / 2, all-gather 1/2 x 7 MB / 0.5 GB/s = 7 ms:
+     * 4 + 17 + 0.5 + 7 = 28.5 ms */
+    assert_true(fabs(scaling_project_step_zero(&TL, 2, 0, 0.5e9, 1.0, &z1) - 28.5e-3) < 1e-12);
+    /* ZeRO-2: reduce-scatters of 1, 4, 2 ms: 2..3, 5..9, 9..11 -> 4 + 11 + 0.5 + 7 = 22.5 ms; with a = 10 us the
+     * buckets take 10 us more each (2..3.01, 5..9.01, 9.01..11.02), the norm's parts 10 us and the all-gather 10 us:
+     * 4 + 11.02 + 0.01 + 0.5 + 7.01 = 22.54 ms */
+    assert_true(fabs(scaling_project_step_zero(&TL, 2, 0, 0.5e9, 1.0, &z2) - 22.5e-3) < 1e-12);
+    assert_true(fabs(scaling_project_step_zero(&TL, 2, 10e-6, 0.5e9, 1.0, &z2) - 22.54e-3) < 1e-12);
+    /* ZeRO-2 moves what DDP moves: a reduce-scatter and an all-gather of S cost one all-reduce of S */
+    assert_true(fabs(2 * scaling_half_ring_time(4, 3e6, 5e-6, 1e9) - scaling_allreduce_time(4, 3e6, 5e-6, 1e9)) < 1e-15);
+    /* offload: + 2 x 7 MB / 2 / 10 GB/s = 0.7 ms */
+    const ZeroComm off = {.stage = 2, .offload = 1, .param_bytes = 7e6, .host_bus = 10e9};
+    assert_true(fabs(scaling_project_step_zero(&TL, 2, 0, 0.5e9, 1.0, &off) - 23.2e-3) < 1e-12);
+    /* one rank: no communication, the whole optimizer */
+    assert_true(fabs(scaling_project_step_zero(&TL, 1, 1e-3, 1e6, 1.0, &z2) - 15e-3) < 1e-12);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_cost),
@@ -50,6 +72,7 @@ int main(void) {
         cmocka_unit_test(test_hidden_behind_backward),
         cmocka_unit_test(test_exposed_and_queued),
         cmocka_unit_test(test_shared_cores_stretch_compute),
+        cmocka_unit_test(test_zero_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

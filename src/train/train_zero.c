@@ -1,0 +1,57 @@
+/* train_zero.c: the run's side of sharded data parallelism (zero.h): the model allocated for it (its buffers shaped
+ * first), the shard state opened, and what each rank's allocator counted, against the plan (zero_plan.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "train/trainer.h"
+#include "train/zero_plan.h"
+
+void trainer_zero_open(Trainer *t, Model *m) {
+    const DistConfig *d = &t->cfg->dist;
+    const int stage = zero_stage(d), cpu = strcmp(t->be->name, "cpu") == 0;
+    t->offload = strcmp(d->offload_optimizer, "cpu") == 0;
+    if (t->offload && stage == 0)
+        vx_usage_error("dist.offload_optimizer cpu offloads a ZeRO shard's optimizer: set dist.zero 1 or 2 (--zero 2) "
+                       "too");
+    if (t->offload && cpu && !getenv("VX_TEST_OFFLOAD_ON_CPU")) {
+        vx_log("offload: on CPU ranks AdamW's state is in host memory already: dist.offload_optimizer cpu changes "
+               "nothing here\n");
+        t->offload = 0;
+    }
+    if (stage <= 0) {
+        model_allocate(m);
+        model_init_params(m, (uint64_t)t->cfg->train.seed);
+        return;
+    }
+    t->buckets = buckets_plan_model(m, t->comm, d->bucket_mb, d->first_bucket_mb);
+    t->zl = zero_layout(m->param_floats, t->comm->world, stage);
+    zero_shape_model(m, &t->zl, t->buckets, t->offload);
+    model_allocate(m);
+    t->buckets->grad = m->grad;
+    model_init_params(m, (uint64_t)t->cfg->train.seed);
+    t->zero = zero_open(m, &t->zl, t->comm, t->buckets, t->offload);
+    if (t->offload && !cpu) { /* AdamW on the cores this rank owns */
+        const int share = t->rt.hw.cores / (t->env.local_world > 0 ? t->env.local_world : 1);
+        backend_cpu_set_threads(share > 1 ? share : 1);
+    }
+    vx_log("zero: ZeRO-%d over %d rank(s): shards of %ld floats (%.2f MiB, the flat layout's %ld padded to %ld), "
+           "AdamW's state%s%s sharded%s\n", stage, t->comm->world, t->zl.shard, t->zl.shard * 4 / 1048576.0,
+           t->zl.flat, t->zl.padded, m->dtype != DT_F32 ? " and float32 master weights" : "",
+           stage >= 2 ? " and the gradients" : "",
+           t->offload ? (cpu ? ", the optimizer run as offloaded (VX_TEST_OFFLOAD_ON_CPU: host copies)"
+                             : ", the optimizer in pinned host memory (offload)") : "");
+}
+
+void trainer_zero_report(Trainer *t) {
+    const Model *m = t->m;
+    const int mode = !t->zero ? ZERO_MODE_DDP : t->offload ? ZERO_MODE_OFFLOAD : t->zl.stage;
+    const ZeroBytes p = zero_plan_bytes(t->m, mode, t->comm->world, &t->cfg->dist);
+    const ModelMemory *a = &m->mem;
+    /* every rank says its own (the allocator's counts are per process), not only rank 0 */
+    printf("memory: rank %d/%d (%s), allocator: parameters %zu, gradients %zu, optimizer state %zu, activations %zu "
+           "bytes; plan: %zu, %zu, %zu, %zu\n", t->comm->rank, t->comm->world, zero_mode_name(mode), a->params,
+           a->grads, a->optimizer, a->activations, p.params, p.grads, p.optimizer, p.activations);
+    fflush(stdout);
+}
