@@ -56,6 +56,9 @@ void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, c
                         const float *residual, float *y, void *workspace);
 void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float *wt, float *dx, float beta,
                               void *workspace);
+/* dbias [c] = beta*dbias + the sum of dy [P][c] over its P rows (output positions), in double, in a fixed order:
+ * the im2col path's bias gradient, and oneDNN's under bf16 math (from the float32 dy, not its bf16 copy). */
+void conv3d_bias_grad_cpu(long P, int c, const float *dy, float *dbias, float beta);
 /* dbias may be NULL. beta applies to both dw and dbias. */
 void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
                                 float beta, void *workspace);

@@ -240,7 +240,7 @@ void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, c
 /* ---- backward filter -------------------------------------------------------------------------------------- */
 
 /* dbias [c] = beta*dbias + sum over the P rows of dy [P][c], summed in double over fixed blocks of rows. */
-static void bias_grad(long P, int c, const float *dy, float *dbias, float beta) {
+void conv3d_bias_grad_cpu(long P, int c, const float *dy, float *dbias, float beta) {
     const long nb = ceil_div(P, CONV_BIAS_BLOCK_ROWS);
     double *part = vx_calloc((size_t)nb * c, sizeof(double)); /* [nb][c] */
 #pragma omp parallel for schedule(static)
@@ -269,7 +269,7 @@ void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const floa
                                 float beta, void *workspace) {
     const long P = out_positions(s), K = conv3d_taps(s) * s->c_in, nw = conv3d_weight_count(s);
     const int co = s->c_out, pw = is_pointwise(s);
-    if (dbias) bias_grad(P, co, dy, dbias, beta);
+    if (dbias) conv3d_bias_grad_cpu(P, co, dy, dbias, beta);
     const long R = fwd_chunk_rows(s), nch = ceil_div(P, R), ng = filter_groups(s);
     /* workspace: per-thread column matrices [slots][R][K], then the partial dw's [ng][c_out][K] */
     float *cols = workspace;
