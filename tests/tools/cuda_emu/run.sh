@@ -59,6 +59,12 @@ for d in "$root"/kernels/*/; do
     $cc -c "$d/${f}_cpu.c" -o "$out/cpu_$f.o"
     cpu+=("$out/cpu_$f.o")
 done
+# the CPU backend's other parts its tables call: the GEMM dispatch (OpenBLAS or oneDNN's sgemm) and the
+# convolutions' choice between im2col and oneDNN (issue 22)
+for f in kernels/common/cpu_gemm kernels/conv3d/conv3d_cpu_select kernels/conv3d/conv3d_dnnl; do
+    $cc -c "$root/$f.c" -o "$out/cpu_$(basename "$f").o"
+    cpu+=("$out/cpu_$(basename "$f").o")
+done
 $cc -c "$root/src/core/util.c" -o "$out/util.o"
 # the op spec table (every op folder's entries), its check and the test cases, as test_backend_ops has them (built
 # with the sanitizers too)
@@ -68,7 +74,7 @@ for f in kernels/common/op kernels/common/op_spec kernels/backend/registry kerne
     $cc $san -c "$root/$f.c" -o "$out/$(basename "$f").o"
     specs+=("$out/$(basename "$f").o")
 done
-blas=$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+blas="$(pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -ldnnl"
 g++ $san -pthread -fopenmp -o "$out/emu_ops" "${objs[@]}" "$out/finalize_emu.o" "$out/emu_support.o" "$out/emu_ops.o" \
     "${specs[@]}" "${cpu[@]}" "$out/util.o" $blas
 g++ $san -pthread -fopenmp -o "$out/bias_test" "$out/bias_emu.o" "$out/finalize_emu.o" "$out/emu_support.o" "$out/bias_test.o" "${cpu[@]}" "$out/op.o" "$out/util.o" $blas
