@@ -138,7 +138,14 @@ static const Conv3dOps emu_conv3d = {{emu_no_conv}, emu_no_workspace, nullptr, n
 static const GroupNormOps emu_groupnorm = {{op_supports_all_types}, emu_gn_forward, emu_gn_backward};
 static const LossOps emu_loss_ops = {{op_supports_all_types}, emu_loss};
 static const LatentOps emu_latent = {{op_supports_all_types}, emu_latent_forward, latent_backward_cuda};
-static const OptimOps emu_optim = {{emu_optim_supports}, adamw_cuda, emu_sumsq, optim_prepare_cuda};
+static void emu_sumsq_part(long n, const float *x, double *out) {
+    emu_poison_scratch();
+    sumsq_part_cuda(n, x, out);
+}
+/* every field named: a function added to the table later is a compile error here, not a NULL call at run time */
+static const OptimOps emu_optim = {.head = {emu_optim_supports}, .adamw = adamw_cuda, .sumsq = emu_sumsq,
+                                   .prepare = optim_prepare_cuda, .sumsq_part = emu_sumsq_part,
+                                   .sumsq_join = sumsq_join_cuda};
 static const BatchNormOps emu_batchnorm = {batchnorm_ops_cuda.head, emu_bn_stats, batchnorm_ops_cuda.finalize,
                                            batchnorm_ops_cuda.forward, emu_bn_backward_reduce, batchnorm_ops_cuda.backward};
 static const AvgPoolOps emu_avgpool = {avgpool_ops_cuda.head, emu_avgpool_forward, avgpool_ops_cuda.backward};
