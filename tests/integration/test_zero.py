@@ -373,3 +373,15 @@ def test_detect_prints_every_mode_and_auto_chooses(tmp_path):
     assert re.search(r"^  DDP .*<- this run$", p.stdout, re.M) and "zero: auto chose DDP" in p.stdout, p.stdout
     p = mpi(2, "detect", *MODELS["resnet3d"], "--zero", "2")
     assert re.search(r"^  ZeRO-2 +[\d.]+ MiB .*<- this run$", p.stdout, re.M), p.stdout
+
+
+@pytest.mark.parametrize("zero", ["1", "2", "auto"])
+@pytest.mark.parametrize("group", ["train.freeze=conv1,bn1", "train.backbone_lr_mult=0.1"])
+def test_zero_with_parameter_groups_is_refused_in_one_line(tmp_path, zero, group):
+    """The sharded optimizer updates every parameter as one group: fine-tuning's groups are refused, not ignored."""
+    p = run("train", "--config", "configs/test/resnet-tiny.json", "--device", "cpu", "--zero", zero, "--set", group,
+            "--out", tmp_path / "run", check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [l for l in p.stderr.splitlines() if "dist.zero" in l]
+    assert len(lines) == 1 and "parameter groups are not built there; use dist.zero 0" in lines[0], p.stderr
+    assert not (tmp_path / "run").exists()
