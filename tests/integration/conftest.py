@@ -1,6 +1,7 @@
 """Shared helpers for the integration tests: they drive the real build/voxscale binary."""
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -26,6 +27,23 @@ def run(*args, check=True, timeout=600, env=None):
                        env=env)
     if check and p.returncode != 0:
         raise AssertionError("voxscale %s failed (%d):\n%s\n%s" % (" ".join(map(str, args)), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+# mpirun as the multi-rank tests start it: as root, more ranks than cores, without shared-memory single copies
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
+                                  reason="mpirun (openmpi-bin) is not installed; ci/deps.sh installs it")
+
+
+def mpi(n, *args, check=True, timeout=180, env=None):
+    """Runs voxscale on n MPI ranks from the repo root; returns the CompletedProcess (text)."""
+    p = subprocess.run([*MPIRUN, "-np", str(n), VOXSCALE, *map(str, args)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout, env=env)
+    if check and p.returncode != 0:
+        raise AssertionError("mpirun -np %d voxscale %s failed (%d):\n%s\n%s" % (n, " ".join(map(str, args)),
+                                                                                p.returncode, p.stdout[-3000:],
+                                                                                p.stderr[-3000:]))
     return p
 
 

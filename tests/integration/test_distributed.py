@@ -14,27 +14,17 @@ import time
 
 import pytest
 
-from conftest import ROOT, VOXSCALE, metrics, run
+from conftest import MPIRUN, ROOT, VOXSCALE, metrics, mpi, needs_mpirun, run
 
 TINY = "configs/test/tiny.json"
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]
 HEADER = struct.Struct("<8sIIQQqqqqd")
 # every run: one thread per rank (2 cores, up to 4 ranks), no validation or TensorBoard (rank 0 alone does them)
 QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
          "train.log_every=1"]
 
-pytestmark = pytest.mark.skipif(subprocess.run(["which", "mpirun"], capture_output=True).returncode != 0,
-                                reason="mpirun (openmpi-bin) is not installed; ci/deps.sh installs it")
+pytestmark = needs_mpirun
 
 
-def mpi(n, *args, check=True, timeout=180, env=None):
-    p = subprocess.run([*MPIRUN, "-np", str(n), VOXSCALE, *map(str, args)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=timeout, env=env)
-    if check and p.returncode != 0:
-        raise AssertionError("mpirun -np %d voxscale %s failed (%d):\n%s\n%s" % (n, " ".join(map(str, args)),
-                                                                                p.returncode, p.stdout[-3000:],
-                                                                                p.stderr[-3000:]))
-    return p
 
 
 def params(ckpt):

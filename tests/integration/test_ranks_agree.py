@@ -13,10 +13,9 @@ import threading
 
 import pytest
 
-from conftest import ROOT, VOXSCALE, run
+from conftest import MPIRUN, ROOT, VOXSCALE, run
 
 TINY = "configs/test/tiny.json"
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]
 QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
          "train.log_every=1", "--set", "dist.timeout_s=60"]
 HAVE_MPI = subprocess.run(["which", "mpirun"], capture_output=True).returncode == 0

@@ -3,27 +3,23 @@ equals BatchNorm on one rank with the global batch (losses, gradient norms, runn
 plain BatchNorm on 2 ranks does not; the Cox loss over the global batch on 2 ranks equals one rank's; resume is
 exact with the running statistics in the checkpoint; the validation figures reach metrics.jsonl and best.ckpt is
 kept; bad head settings are one line with exit 2."""
+import functools
 import os
 import struct
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, VOXSCALE, metrics, run
+import conftest
+from conftest import metrics, run
 
 TINY = "configs/test/resnet-tiny.json"
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]
 QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
          "train.log_every=1"]
 HEAD = struct.Struct("<8sII")
 
 
-def mpi(n, *args, timeout=300, env=None):
-    p = subprocess.run([*MPIRUN, "-np", str(n), VOXSCALE, *map(str, args)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=timeout, env=env)
-    assert p.returncode == 0, "mpirun -np %d failed (%d):\n%s\n%s" % (n, p.returncode, p.stdout[-3000:], p.stderr[-3000:])
-    return p
+mpi = functools.partial(conftest.mpi, timeout=300)
 
 
 def checkpoint(path):

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, VOXSCALE, metrics
+from conftest import MPIRUN, ROOT, VOXSCALE, metrics
 
 TINY = "configs/test/tiny.json"
 QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
@@ -188,7 +188,6 @@ def test_a_cut_link_ends_every_rank(hosts, tmp_path):
     assert took < 4 + 30
 
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]
 
 
 @pytest.mark.skipif(subprocess.run(["which", "mpirun"], capture_output=True).returncode != 0,

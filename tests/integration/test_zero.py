@@ -20,17 +20,17 @@ without accumulation (the same sums) ZeRO-2 is DDP bit for bit at the config's o
 (test_zero2_without_accumulation_is_ddp_bit_for_bit), and ae3d follows DDP to 1e-6 for all 20 steps.
 """
 import array
+import functools
 import json
 import os
 import re
 import shutil
-import subprocess
 
 import pytest
 
-from conftest import ROOT, VOXSCALE, metrics, run
+import conftest
+from conftest import metrics, needs_mpirun, run
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism", "none"]
 QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
          "train.log_every=1"]
 # small buckets, so that even these tiny nets have several (ZeRO-2's staging slots are then reused)
@@ -52,18 +52,10 @@ MEMORY = re.compile(r"memory: rank (\d+)/(\d+) \(([^)]+)\), allocator: parameter
                     r"optimizer state (\d+), activations (\d+) bytes; plan: (\d+), (\d+), (\d+), (\d+)")
 SHARDS = re.compile(r"zero: ZeRO-\d over \d+ rank\(s\): shards of (\d+) floats \(.*the flat layout's (\d+) padded")
 
-pytestmark = pytest.mark.skipif(subprocess.run(["which", "mpirun"], capture_output=True).returncode != 0,
-                                reason="mpirun (openmpi-bin) is not installed; ci/deps.sh installs it")
+pytestmark = needs_mpirun
 
 
-def mpi(n, *args, check=True, timeout=300, env=None):
-    p = subprocess.run([*MPIRUN, "-np", str(n), VOXSCALE, *map(str, args)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=timeout, env=env)
-    if check and p.returncode != 0:
-        raise AssertionError("mpirun -np %d voxscale %s failed (%d):\n%s\n%s" % (n, " ".join(map(str, args)),
-                                                                                p.returncode, p.stdout[-3000:],
-                                                                                p.stderr[-3000:]))
-    return p
+mpi = functools.partial(conftest.mpi, timeout=300)  # its 20-step runs on up to 4 ranks
 
 
 def curve(out, key="loss"):
