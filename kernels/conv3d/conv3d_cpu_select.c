@@ -283,11 +283,18 @@ static int fastest(const double ms[3], const int usable[3]) {
     return p;
 }
 
-static Choice *choose(const Conv3dShape *s) {
-    const int threads = omp_get_max_threads();
+/* this process's choice for the shape at the current thread count, or NULL when not made yet */
+static Choice *find_choice(const Conv3dShape *s, int threads) {
     for (Choice *c = choices; c; c = c->next)
         if (c->threads == threads && memcmp(&c->s, s, sizeof *s) == 0) return c;
-    Choice *c = vx_calloc(1, sizeof *c);
+    return NULL;
+}
+
+static Choice *choose(const Conv3dShape *s) {
+    const int threads = omp_get_max_threads();
+    Choice *c = find_choice(s, threads);
+    if (c) return c;
+    c = vx_calloc(1, sizeof *c);
     c->s = *s, c->threads = threads;
     const int m = conv3d_cpu_mode();
     const Conv3dShape f = f32_of(s);
@@ -379,9 +386,8 @@ static size_t cpu_workspace(const Conv3dShape *s) {
      * reference's size, as before issue 22; running one is still refused (cpu_need_f32 in the calls below) */
     if (s->dtype != DT_F32) return conv3d_workspace_bytes_cpu(s);
     bf16_planned |= s->bf16_math != 0;
-    const int threads = omp_get_max_threads();
-    for (const Choice *c = choices; c; c = c->next)
-        if (c->threads == threads && memcmp(&c->s, s, sizeof *s) == 0) return c->ws;
+    const Choice *chosen = find_choice(s, omp_get_max_threads());
+    if (chosen) return chosen->ws;
     size_t ws = conv3d_workspace_bytes_cpu(s);
     const Conv3dShape f = f32_of(s); /* oneDNN float32 is a candidate of a bf16 shape too */
     if (conv3d_cpu_mode() != CONV_MODE_IM2COL)
