@@ -236,7 +236,7 @@ void config_parse_text(Config *cfg, const char *text, size_t len, const char *or
         refuse_duplicate(root->child, sec, origin, NULL);
         if (strcmp(sec->string, "description") == 0 && cJSON_IsString(sec)) continue;
         if (!section_exists(sec->string))
-            vx_usage_error("%s: unknown section \"%s\" (sections: model, train, data, output, dist, description)", origin,
+            vx_usage_error("%s: unknown section \"%s\" (sections: model, train, data, output, dist, diffusion, xray, loss, description)", origin,
                            sec->string);
         if (!cJSON_IsObject(sec)) vx_usage_error("%s: section \"%s\" must be an object", origin, sec->string);
         for (const cJSON *kv = sec->child; kv; kv = kv->next) {
@@ -333,6 +333,10 @@ static void validate_vit(const Config *cfg, const char *origin) {
                            "stage (its positions are per token; interpolating them across stages is not built yet)",
                            origin, i, st.input_size[0], st.input_size[1], st.input_size[2]);
     }
+    const DiffusionConfig *df = &m->diff;
+    if (strcmp(m->family, "vit3d_diffusion") == 0 && df->img_size % df->patch_size)
+        vx_usage_error("%s: xray.img_size %d is not divisible by xray.patch_size %d", origin, df->img_size,
+                       df->patch_size);
 }
 
 void config_validate(const Config *cfg, const char *origin) {
@@ -361,7 +365,7 @@ void config_validate(const Config *cfg, const char *origin) {
                            "train.weight_decay", origin, i, st.lr);
     }
     if (strcmp(m->family, "resnet3d") == 0) validate_resnet(m, origin);
-    if (strcmp(m->family, "vit3d") == 0) validate_vit(cfg, origin);
+    if (strncmp(m->family, "vit3d", 5) == 0) validate_vit(cfg, origin); /* vit3d and vit3d_diffusion */
     if (strcmp(cfg->dist.zero, "0") != 0 && (t->freeze[0] || t->backbone_lr_mult != 1)) /* train/zero.c: one group */
         vx_usage_error("%s: dist.zero = %s with %s: sharded data parallelism updates every parameter as one group, "
                        "and parameter groups are not built there; use dist.zero 0 (DDP) to fine-tune", origin,
@@ -468,13 +472,17 @@ uint64_t config_model_fingerprint(const ModelConfig *model) {
     /* FNV-1a over the keys that change the parameter count or layout (checkpoints hold it: the same values in the
      * same order, whatever the struct around them looks like) */
     uint64_t h = 1469598103934665603ull;
-    if (strcmp(model->family, "vit3d") == 0) { /* its own tag, then the keys that shape its parameters */
+    if (strncmp(model->family, "vit3d", 5) == 0) { /* its own tag, then the keys that shape its parameters */
         const ViTConfig *v = &model->vit;
-        const int keys[] = {0x717, model->in_channels, model->input_size[0], model->input_size[1], model->input_size[2],
-                            v->hidden_size, v->blocks, v->heads, v->patch_size[0], v->patch_size[1], v->patch_size[2],
-                            v->mlp_ratio};
+        const int diffusion = strcmp(model->family, "vit3d_diffusion") == 0;
+        const int keys[] = {diffusion ? 0x718 : 0x717, model->in_channels, model->input_size[0], model->input_size[1],
+                            model->input_size[2], v->hidden_size, v->blocks, v->heads, v->patch_size[0],
+                            v->patch_size[1], v->patch_size[2], v->mlp_ratio,
+                            /* the denoiser's view tokens (vit3d's keys stop before them, as its checkpoints hold) */
+                            model->diff.img_size, model->diff.patch_size};
         const unsigned char *p = (const unsigned char *)keys;
-        for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 1099511628211ull;
+        const size_t bytes = diffusion ? sizeof keys : sizeof keys - 2 * sizeof(int);
+        for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
         return h;
     }
     if (strcmp(model->family, "ae3d") != 0) { /* a family of its own: its tag first, so no ae3d config matches */
@@ -509,7 +517,7 @@ char *config_key_json(const Config *cfg, int i) {
 }
 
 void config_print_help(FILE *out) {
-    fprintf(out, "Config keys (JSON sections model, train, data, output, dist):\n");
+    fprintf(out, "Config keys (JSON sections model, train, data, output, dist, diffusion, xray, loss):\n");
     for (int i = 0; i < NKEYS; i++) {
         char name[64];
         snprintf(name, sizeof name, "%s.%s", SCHEMA[i].section, SCHEMA[i].key);

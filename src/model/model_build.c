@@ -10,6 +10,7 @@
 #include "model/build.h"
 #include "model/model.h"
 #include "model/conv_pad.h"
+#include "model/diffusion_schedule.h"
 #include "conv3d/conv3d.h"
 #include "groupnorm/groupnorm.h"
 
@@ -51,8 +52,10 @@ static int needs_input_in_backward(const Node *nd, int slot) {
     case OP_LINEAR:
     case OP_LAYERNORM:
     case OP_GEMM:
-    case OP_ATTENTION:
     case OP_SILU: return slot == 0;
+    case OP_ATTENTION: return slot <= 1; /* the queries, and across the keys' and values' source */
+    case OP_MODULATE: return slot == 0 || slot == 2; /* x for dscale, the scale */
+    case OP_GATE: return slot >= 1;                  /* the branch for dgate, the gate */
     case OP_LATENT: return 1;
     default: return 0;
     }
@@ -73,14 +76,14 @@ static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
             const int t = m->nodes[i].out;
             int inside = 1;
             for (int j = 0; j < m->n_nodes; j++)
-                for (int s = 0; s < 2; s++)
+                for (int s = 0; s < 3; s++)
                     if (m->nodes[j].in[s] == t && (j < b->first || j > b->last)) inside = 0;
             checkpointed[t] = inside;
         }
         for (int i = b->last; i >= b->first; i--) {
             Node *nd = &m->nodes[i];
             nd->recompute = checkpointed[nd->out] && needed_again[nd->out];
-            for (int s = 0; s < 2; s++) {
+            for (int s = 0; s < 3; s++) {
                 const int t = nd->in[s];
                 if (t >= 0 && checkpointed[t] && (needs_input_in_backward(nd, s) || nd->recompute))
                     needed_again[t] = 1;
@@ -114,10 +117,11 @@ static void plan_memory(Model *m) {
     const int t_loss = m->t_recon >= 0 ? m->t_recon : m->t_out;
     last_use[t_loss] = F;
     if (m->t_recon >= 0) last_use[m->t_input] = F; /* a reconstruction's target */
+    if (m->t_xt >= 0) last_use[m->t_xt] = last_use[m->t_views] = F; /* the projection loss's x_t and views */
     first_grad[t_loss] = F;
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < 3; s++) {
             int t = nd->in[s];
             if (t < 0) continue;
             int use = needs_input_in_backward(nd, s) ? T - i : i;
@@ -135,7 +139,7 @@ static void plan_memory(Model *m) {
     /* The node whose backward runs first for a tensor overwrites its gradient; the others accumulate. */
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < 3; s++)
             if (nd->in[s] >= 0) nd->dx_beta[s] = first_grad[nd->in[s]] == T - i ? 0.0f : 1.0f;
     }
     for (int t = 0; t < m->n_tensors; t++) {
@@ -144,7 +148,7 @@ static void plan_memory(Model *m) {
         const size_t bytes = (size_t)tn->count * dtype_size(tn->dtype);
         tn->act = plan_add(&m->plan, bytes, born, last_use[t]);
         tn->act_bwd = needed_again[t] ? plan_add(&m->plan, bytes, again_first[t], again_last[t]) : tn->act;
-        if (t != m->t_input && t != m->t_input_lp) { /* the data needs no gradient */
+        if (t != m->t_input && t != m->t_input_lp && !tn->no_grad) { /* the data needs no gradient */
             int dies = T - (tn->producer < 0 ? 0 : tn->producer);
             tn->grad = plan_add(&m->plan, bytes, first_grad[t], dies);
         }
@@ -163,6 +167,15 @@ static void plan_memory(Model *m) {
             const size_t bytes = (size_t)nd->gemm.m * nd->gemm.n * dtype_size(nd->gemm.dtype);
             nd->aux = plan_add(&m->plan, bytes, i, T - i);
             nd->arg = plan_add(&m->plan, bytes, T - i, T - i);
+        }
+        if (nd->kind == OP_QSAMPLE) { /* the noise (used at once), the regression target (until the loss) */
+            const size_t bytes = (size_t)m->tensors[nd->out].count * sizeof(float);
+            m->eps_item = plan_add(&m->plan, bytes, i, i);
+            m->diff_target_item = plan_add(&m->plan, bytes, i, F);
+            /* the projection loss's scratch: x0_hat and its gradient, its views and theirs */
+            m->x0hat_item = plan_add(&m->plan, 2 * bytes, F, F);
+            m->x0views_item = plan_add(&m->plan, 2 * (size_t)m->tensors[m->t_views].count * sizeof(float), F, F);
+            m->coef_item = plan_add(&m->plan, 4 * (size_t)m->batch * sizeof(float), 0, T);
         }
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
         if (nd->kind == OP_CONV && !m->no_workspace) {
@@ -230,14 +243,21 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->world = opt->world > 0 ? opt->world : 1;
     m->family = strcmp(cfg->family, "resnet3d") == 0 ? FAMILY_RESNET3D
                 : strcmp(cfg->family, "vit3d") == 0  ? FAMILY_VIT3D
+                : strcmp(cfg->family, "vit3d_diffusion") == 0 ? FAMILY_VIT3D_DIFFUSION
                                                      : FAMILY_AE3D;
     m->t_recon = m->t_mu = m->t_logvar = m->t_z = m->t_out = -1;
     m->target_item = m->gathered_item = m->gathered_grad_item = -1;
+    m->t_xt = m->t_views = m->coef_item = m->diff_target_item = m->x0hat_item = m->x0views_item = -1;
     char why[160];
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     m->bf16_math = model_bf16_math(opt->precision, be);
     if (m->family == FAMILY_RESNET3D) build_resnet3d(m);
     else if (m->family == FAMILY_VIT3D) build_vit3d(m);
+    else if (m->family == FAMILY_VIT3D_DIFFUSION) {
+        build_vit3d_diffusion(m);
+        m->alphabar = vx_malloc((size_t)cfg->diff.timesteps * sizeof(double));
+        diffusion_alphabar(cfg->diff.schedule, cfg->diff.timesteps, m->alphabar);
+    }
     else build_ae3d(m);
     finish_params(m);
     plan_memory(m);
@@ -287,5 +307,6 @@ void model_free(Model *m) {
     free(m->params);
     free(m->buffers);
     free(m->blocks);
+    free(m->alphabar);
     free(m);
 }

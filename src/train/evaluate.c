@@ -86,6 +86,29 @@ ValResult evaluate(Model *m, const HeldOut *h) {
                        .psnr = (float)(10.0 * log10(1.0 / (mse > 1e-20 ? mse : 1e-20)))};
 }
 
+/* far above any training sample index, so no validation draw repeats a training one */
+#define VAL_FIRST_SAMPLE (1ull << 62)
+
+DiffValResult evaluate_diffusion(Model *m, const HeldOut *h) {
+    DiffValResult r = {.loss = NAN, .projection = NAN, .n = h->val / m->batch * m->batch};
+    const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
+    double loss = 0, projection = 0;
+    for (int start = 0; start + m->batch <= h->val; start += m->batch) { /* full batches */
+        m->be->copy_to_device(model_tensor(m, m->t_input), h->vols + (long)start * vol, (size_t)per_batch * sizeof(float));
+        model_set_first_sample(m, VAL_FIRST_SAMPLE + (uint64_t)start);
+        model_forward(m, 0);
+        model_loss(m);
+        const Losses l = model_read_losses(m);
+        loss += (double)l.recon * m->batch;
+        projection += (double)l.physics * m->batch;
+    }
+    if (r.n > 0) {
+        r.loss = (float)(loss / r.n);
+        r.projection = (float)(projection / r.n);
+    }
+    return r;
+}
+
 HeadValResult evaluate_head(Model *m, const HeldOut *h) {
     HeadValResult r = {.loss = NAN, .accuracy = NAN, .auroc = NAN, .cindex = NAN, .n = h->val};
     const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;

@@ -33,6 +33,15 @@ void heldout_free(HeldOut *h);
 float *evaluate_reconstruct(Model *m, const float *vols, int count);
 /* L1 and PSNR (peak 1.0) of the reconstructions of the first h->val volumes. */
 ValResult evaluate(Model *m, const HeldOut *h);
+/* vit3d_diffusion's validation: the diffusion loss and the projection loss over the full batches of the first h->val
+ * volumes, each at the timestep and noise its held-out index keys (VAL_FIRST_SAMPLE + index): the same draws at every
+ * validation, so the figures are comparable along the run. */
+typedef struct {
+    float loss, projection;
+    int n;
+} DiffValResult;
+DiffValResult evaluate_diffusion(Model *m, const HeldOut *h);
+
 /* A head's figures over the first h->val volumes, in evaluation mode (running statistics, no dropout): the task's
  * loss (the mean over the full batches; survival's Cox loss over all of them at once), accuracy
  * (classification), macro AUROC (classification, multilabel), Harrell's C (survival). */

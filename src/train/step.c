@@ -375,7 +375,7 @@ void stepper_collect(Stepper *s, StepOutcome *out) {
                          .grad_norm = h->opt.grad_norm, .clip = h->opt.clip, .loss_scale = h->opt.loss_scale,
                          .skipped = h->opt.skip, .skipped_total = h->opt.skipped_steps,
                          .stop = h->sums[SUM_STOP] > 0.0f};
-    out->loss = out->recon + s->m->cfg.kl_weight * out->kl;
+    out->loss = out->recon + model_second_loss_weight(s->m) * out->kl;
     out->ms = s->be->timer_elapsed_ms(base + T_BEGIN, base + T_END);
     out->comm_wait_ms = s->comm_timed[slot] ? s->be->timer_elapsed_ms(base + T_COMM0, base + T_COMM1) : NAN;
     if (s->phases) {

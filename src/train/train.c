@@ -229,18 +229,21 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     if (t->comm->world > 1)
         snprintf(comm, sizeof comm, isfinite(comm_ms) ? " | comm wait %.1f ms" : " | comm wait in the graphs", comm_ms);
     if (scaling) snprintf(scale, sizeof scale, " | loss scale %g (%lld skipped)", r->loss_scale, (long long)r->skipped_total);
-    const int ae = t->m->family == FAMILY_AE3D;
-    char terms[64] = "";
-    if (ae) snprintf(terms, sizeof terms, " (recon %.6f kl %.3f)", r->recon, r->kl);
+    const int diffusion = t->m->family == FAMILY_VIT3D_DIFFUSION, ae = t->m->family == FAMILY_AE3D || diffusion;
+    char terms[80] = "";
+    if (diffusion) snprintf(terms, sizeof terms, " (diffusion %.6f projection %.6f)", r->recon, r->kl);
+    else if (ae) snprintf(terms, sizeof terms, " (recon %.6f kl %.3f)", r->recon, r->kl);
     vx_log("step %5ld/%d | loss %.6f%s | lr %.3e | grad norm %.4f%s | %.2f samples/s | "
            "%.0f ms/step | data wait %.1f ms%s%s | eta %s\n",
            (long)r->step, cfg->steps, r->loss, terms, lr, r->grad_norm, scale, sps, dt * 1e3, wait_ms, comm, skipped,
            eta);
     /* metrics.jsonl and TensorBoard get the same float32 values (9 digits print a float32 exactly); the loss scale
      * and the skipped steps only where dynamic loss scaling runs */
-    static const char *const KEYS[] = {"loss", "recon", "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
+    /* the two terms: ae3d's recon and kl, vit3d_diffusion's diffusion and projection losses */
+    const char *const KEYS[] = {"loss", diffusion ? "diffusion" : "recon", diffusion ? "projection" : "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
                                        "data_wait_ms", "comm_wait_ms", "peak_mib", "loss_scale", "skipped_steps"};
-    static const char *const TAGS[] = {"train/loss", "train/recon", "train/kl", "lr", "grad_norm",
+    const char *const TAGS[] = {"train/loss", diffusion ? "train/diffusion" : "train/recon",
+                                       diffusion ? "train/projection" : "train/kl", "lr", "grad_norm",
                                        "perf/samples_per_s", "perf/step_ms", "perf/data_wait_ms", "perf/comm_wait_ms",
                                        "memory/peak_mib", "train/loss_scale", "train/skipped_steps"};
     const float values[] = {(float)r->loss, (float)r->recon, (float)r->kl, (float)lr, (float)r->grad_norm,
@@ -249,7 +252,7 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     const size_t n = sizeof values / sizeof values[0] - (scaling ? 0 : 2);
     fprintf(t->metrics, "{\"step\": %ld", (long)r->step);
     for (size_t i = 0; i < n; i++) {
-        if (!ae && (i == 1 || i == 2)) continue; /* recon and kl: the autoencoder's terms */
+        if (!ae && (i == 1 || i == 2)) continue; /* the two terms: the autoencoder's and the denoiser's */
         /* JSON has no NaN: a skipped step's gradient norm is written null (TensorBoard takes the NaN) */
         if (isfinite(values[i])) fprintf(t->metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
         else fprintf(t->metrics, ", \"%s\": null", KEYS[i]);
