@@ -334,9 +334,14 @@ static void validate_vit(const Config *cfg, const char *origin) {
                            origin, i, st.input_size[0], st.input_size[1], st.input_size[2]);
     }
     const DiffusionConfig *df = &m->diff;
-    if (strcmp(m->family, "vit3d_diffusion") == 0 && df->img_size % df->patch_size)
+    if (strcmp(m->family, "vit3d_diffusion") != 0) return;
+    if (df->img_size % df->patch_size)
         vx_usage_error("%s: xray.img_size %d is not divisible by xray.patch_size %d", origin, df->img_size,
                        df->patch_size);
+    if (strcmp(df->prediction, "epsilon") == 0 && df->physics_weight > 0) /* x0 = (x_t - sigma eps) / alpha */
+        vx_usage_error("%s: loss.physics_weight %g with diffusion.prediction epsilon: its clean volume divides by "
+                       "alpha, which goes to 0 at high noise and makes the projection loss overflow; use prediction v "
+                       "(the seed's) or loss.physics_weight 0", origin, df->physics_weight);
 }
 
 void config_validate(const Config *cfg, const char *origin) {
