@@ -256,7 +256,9 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     else if (m->family == FAMILY_VIT3D_DIFFUSION) {
         build_vit3d_diffusion(m);
         m->alphabar = vx_malloc((size_t)cfg->diff.timesteps * sizeof(double));
-        diffusion_alphabar(cfg->diff.schedule, cfg->diff.timesteps, m->alphabar);
+        const int kind = diffusion_schedule_parse(cfg->diff.schedule); /* (the config's choices are both) */
+        VX_CHECK(kind >= 0, "diffusion.schedule %s is not a schedule", cfg->diff.schedule);
+        diffusion_alphabar((DiffusionSchedule)kind, cfg->diff.timesteps, m->alphabar);
     }
     else build_ae3d(m);
     finish_params(m);

@@ -170,15 +170,15 @@ void diff_loss(Model *m, void *dpred, float grad_scale, const float *loss_scale)
 
 static void write_coefficients(Model *m, const int *t) {
     const DiffusionConfig *df = &m->cfg.diff;
-    const int n = m->batch, v_param = strcmp(df->prediction, "epsilon") != 0;
+    const int n = m->batch;
+    const DiffusionParam param = strcmp(df->prediction, "epsilon") == 0 ? DIFFUSION_EPS : DIFFUSION_V;
     float *host = vx_malloc(4 * (size_t)n * sizeof(float));
     for (int b = 0; b < n; b++) {
         const double ab = m->alphabar[t[b]];
         host[COEF_T * n + b] = (float)t[b];
-        host[COEF_ALPHA * n + b] = (float)sqrt(ab);
-        host[COEF_SIGMA * n + b] = (float)sqrt(1.0 - ab);
+        diffusion_coefficients(ab, &host[COEF_ALPHA * n + b], &host[COEF_SIGMA * n + b]);
         host[COEF_WEIGHT * n + b] =
-            df->min_snr_gamma > 0 ? (float)diffusion_min_snr_weight(ab, df->min_snr_gamma, v_param) : 1.0f;
+            df->min_snr_gamma > 0 ? (float)diffusion_min_snr_weight(ab, df->min_snr_gamma, param) : 1.0f;
     }
     m->be->write_async(exec_item(m, m->coef_item), host, 4 * (size_t)n * sizeof(float));
     free(host);

@@ -1,5 +1,5 @@
 /* diffusion_schedule.c: the noise schedules, SNR weights and DDIM timesteps of diffusion_schedule.h, in double. */
-#include "train/diffusion_schedule.h"
+#include "model/diffusion_schedule.h"
 
 #include <math.h>
 #include <string.h>
