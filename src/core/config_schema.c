@@ -150,6 +150,10 @@ const KeySpec SCHEMA[] = {
     {K(train, backbone_lr_mult), T_DOUBLE, 0, 1e3, NULL, "1",
      "resnet3d: the learning rate of every parameter but the head's (fc) is train.lr times this (fine-tuning a "
      "pretrained backbone slower than a new head)"},
+    {K(train, ema_decay), T_FLOAT, 0, 0.999999, NULL, "0",
+     "an exponential moving average of the weights, ema = decay * ema + (1 - decay) * weights after every optimizer "
+     "step (DiT and diffusers sample with it: 0.9999); kept in the checkpoint (buffer ema.flat), exported as ema.<name> "
+     "and used by predict; 0 = none"},
     {K(train, stages), T_STAGES, 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
      "train.steps is then their sum"},

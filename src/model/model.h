@@ -102,6 +102,11 @@ typedef struct {
 
 #define MODEL_PARAM_ALIGN 64 /* floats: 256 bytes, cudaMalloc's own alignment */
 
+/* The weights' exponential moving average (train.ema_decay): one buffer of param_floats floats in the flat layout of
+ * the parameters (its padding 0), so one op updates it after each step; checkpointed with the buffers, exported
+ * per parameter as "ema.<name>", never matched against a file's keys (weights.c). */
+#define MODEL_EMA_BUFFER "ema.flat"
+
 /* A buffer: state a layer keeps that is not trained (BatchNorm's running mean and variance), in the flat float32
  * array Model.bufs, back to back; checkpointed after the parameters and moments. */
 typedef struct {
@@ -174,6 +179,7 @@ typedef struct {
     int pad_all_types;          /* conv_pad.h's rule in float32 too (tests: padding changes no result); 0 in runs */
     int no_workspace;           /* plan the convolutions' workspace as empty and ask the backend nothing about it: a
                                    lower bound of the bytes (hw_plan's batch search); 0 in runs */
+    int ema;                    /* train.ema_decay > 0: the weights' moving average as the buffer MODEL_EMA_BUFFER */
 } ModelOptions;
 
 /* Bytes of backend memory by purpose, as the allocator counted them (bytes_in_use around each allocation). */
@@ -291,8 +297,12 @@ void model_release_memory(Model *m);
 /* Deterministic initialization from the seed (PyTorch's default bounds: U(-1/sqrt(fan_in), +)), zero moments;
  * the low-precision copy follows. */
 void model_init_params(Model *m, uint64_t seed);
-/* The buffers to their initial values (running mean 0, running variance 1). */
+/* The buffers to their initial values (running mean 0, running variance 1; the weights' average: the weights). */
 void model_reset_buffers(Model *m);
+/* The weights' average (NULL without train.ema_decay), and its reset to the current weights (after an init-from). */
+float *model_ema(const Model *m);
+int model_ema_view(const Model *m); /* its BufferView, or -1 (no allocation needed) */
+void model_ema_reset(Model *m);
 /* Refreshes param_lp from param (after anything but AdamW wrote the parameters); nothing in float32. */
 void model_sync_lp(Model *m);
 

@@ -262,6 +262,12 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     }
     else build_ae3d(m);
     finish_params(m);
+    if (opt->ema) { /* after the layout: the average mirrors the flat parameters, padding included */
+        const char *dot = strchr(MODEL_EMA_BUFFER, '.');
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(dot - MODEL_EMA_BUFFER), MODEL_EMA_BUFFER);
+        build_buffer(m, prefix, dot + 1, m->param_floats);
+    }
     plan_memory(m);
     /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). The
      * model's work, the same padded or not (GFLOP/s compare): a conv on padded channels counts its real ones. */

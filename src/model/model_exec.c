@@ -92,6 +92,22 @@ void model_reset_buffers(Model *m) {
     free(host);
 }
 
+int model_ema_view(const Model *m) {
+    for (int i = 0; i < m->n_buffers; i++)
+        if (strcmp(m->buffers[i].name, MODEL_EMA_BUFFER) == 0) return i;
+    return -1;
+}
+
+float *model_ema(const Model *m) {
+    const int v = model_ema_view(m);
+    return v < 0 || !m->bufs ? NULL : m->bufs + m->buffers[v].offset;
+}
+
+void model_ema_reset(Model *m) {
+    float *ema = model_ema(m);
+    if (ema) m->be->elementwise->accumulate(DT_F32, m->param_floats, m->param, ema, 0.0f);
+}
+
 void model_download_buffers(const Model *m, float *host) {
     if (m->buffer_floats) m->be->copy_to_host(host, m->bufs, (size_t)m->buffer_floats * sizeof(float));
 }
@@ -172,6 +188,7 @@ void model_init_params(Model *m, uint64_t seed) {
         m->be->zero(m->adam_v, (size_t)m->state_floats * sizeof(float));
     }
     model_sync_lp(m);
+    model_ema_reset(m); /* (reset_buffers zeroed it: the average starts at the weights) */
     free(host);
 }
 

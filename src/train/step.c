@@ -8,6 +8,7 @@
 
 #include "core/util.h"
 #include "elementwise/elementwise.h"
+#include "ema/ema.h"
 #include "optim/optim.h"
 #include "train/param_groups.h"
 
@@ -19,6 +20,7 @@ typedef struct {
     OptimState opt;
     float sums[SUM_COUNT]; /* recon and kl summed over the micro-batches (then over the ranks), stop flag, sumsq */
     OptimState opt_backbone; /* the backbone's group (param_groups.h): opt's decisions at lr x backbone_lr_mult */
+    float ema_decay;         /* train.ema_decay, read by the weights' average after each step */
 } StepDev;
 
 /* A graph slot: the captured replay of one variant of a step's part, how often it was asked for, and how many
@@ -149,8 +151,17 @@ static void micro_body(Stepper *s, int variant) {
     }
 }
 
+static void adamw_steps(Stepper *s);
+
+/* train.ema_decay: the weights' average follows the step's weights (left as it was when the step was skipped) */
 static void optimizer_body(Stepper *s, int unused) {
     (void)unused;
+    adamw_steps(s);
+    float *ema = model_ema(s->m);
+    if (ema) s->be->ema->update(s->m->param_floats, &s->dev->ema_decay, &s->dev->opt.skip, s->m->param, ema);
+}
+
+static void adamw_steps(Stepper *s) {
     Model *m = s->m;
     /* every rank decides on the same numbers: the losses summed over the ranks, and whether any rank must stop */
     if (s->buckets)
@@ -198,7 +209,7 @@ Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *b
     if (!dynamic && m->dtype == DT_F16 && least > 1.0)
         vx_log("warning: float16 without loss scaling: the loss gradient (1/%ld per voxel) is below float16's range "
                "and trains nothing; use train.loss_scale dynamic (auto) or --amp bf16\n", m->tensors[m->t_recon].count);
-    StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}};
+    StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}, .ema_decay = (float)cfg->ema_decay};
     init.opt_backbone = init.opt;
     s->be->copy_to_device(s->dev, &init, sizeof init);
     stepper_set_model(s, m, buckets);
