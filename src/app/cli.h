@@ -10,6 +10,7 @@ typedef struct {
     const char *config_path, *resume, *results_dir;
     int warmup, iters; /* bench: -1 when not given */
     const char *ops;   /* bench kernels --ops: NULL when not given */
+    const char *attention_tokens; /* bench kernels --attention-tokens: NULL when not given */
     int budget_ms, reps; /* bench kernels: -1 when not given */
     const char *steps_flag; /* "--steps" or "--set" when the command line set train.steps, else NULL */
     const char *ckpt, *weights, *data, *out; /* export and predict: --ckpt, --weights, --data, --out (or NULL) */

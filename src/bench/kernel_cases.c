@@ -46,6 +46,15 @@ static void add_case(CaseList *l, KernelCase k, const char *op) {
     l->v[l->n++] = k;
 }
 
+/* stable insertion sort by op: one op's shapes together, in the order they were added */
+static void sort_by_op(CaseList *l) {
+    for (int i = 1; i < l->n; i++)
+        for (int j = i; j > 0 && l->v[j - 1].op > l->v[j].op; j--) {
+            const KernelCase t = l->v[j];
+            l->v[j] = l->v[j - 1], l->v[j - 1] = t;
+        }
+}
+
 static KernelCase count_case(long count, DType dt) {
     KernelCase k = {.count = count, .dtype = dt};
     snprintf(k.shape, sizeof k.shape, "%ld", count);
@@ -350,11 +359,22 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
     }
     add_case(&l, count_case(m->param_floats, m->dtype), "adamw"); /* with the low-precision copy in mixed precision */
     add_case(&l, count_case(m->param_floats, DT_F32), "sumsq");
-    for (int i = 1; i < l.n; i++) /* stable insertion sort by op: one op's shapes together, in the model's order */
-        for (int j = i; j > 0 && l.v[j - 1].op > l.v[j].op; j--) {
-            const KernelCase t = l.v[j];
-            l.v[j] = l.v[j - 1], l.v[j - 1] = t;
-        }
+    sort_by_op(&l);
     *out = l.v;
+    return l.n;
+}
+
+int kernel_cases_add_attention(KernelCase **cases, int n, const Backend *be, const int *tokens, int n_tokens, DType dt) {
+    CaseList l = {.v = *cases, .n = n, .cap = n, .be = be};
+    for (int i = 0; i < n_tokens; i++) {
+        const AttentionShape s = attention_shape(1, 1, tokens[i], tokens[i], 64, dt);
+        KernelCase k = {.dtype = dt};
+        kernel_case_set_params(&k, &s, sizeof s);
+        snprintf(k.shape, sizeof k.shape, "b%d h%d %dx%d d%d", s.batch, s.heads, s.tq, s.tk, s.d);
+        add_case(&l, k, "attention_forward"); /* (a model's own case of the same shape stays the one row) */
+        add_case(&l, k, "attention_backward");
+    }
+    sort_by_op(&l);
+    *cases = l.v;
     return l.n;
 }

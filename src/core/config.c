@@ -371,10 +371,6 @@ void config_validate(const Config *cfg, const char *origin) {
     }
     if (strcmp(m->family, "resnet3d") == 0) validate_resnet(m, origin);
     if (strncmp(m->family, "vit3d", 5) == 0) validate_vit(cfg, origin); /* vit3d and vit3d_diffusion */
-    if (strcmp(cfg->dist.zero, "0") != 0 && (t->freeze[0] || t->backbone_lr_mult != 1)) /* train/zero.c: one group */
-        vx_usage_error("%s: dist.zero = %s with %s: sharded data parallelism updates every parameter as one group, "
-                       "and parameter groups are not built there; use dist.zero 0 (DDP) to fine-tune", origin,
-                       cfg->dist.zero, t->freeze[0] ? "train.freeze" : "train.backbone_lr_mult");
     if (strcmp(m->family, "resnet3d") != 0 && t->backbone_lr_mult != 1) /* param_groups.c: only resnet3d's fc */
         vx_usage_error("%s: train.backbone_lr_mult = %g: model.family %s has no head apart from its backbone (resnet3d "
                        "has); use train.lr (or train.freeze for the first layers)", origin, t->backbone_lr_mult,

@@ -167,8 +167,8 @@ static void adamw_steps(Stepper *s) {
     if (s->buckets)
         comm_wait(s->comm, comm_allreduce(s->comm, s->dev->sums, SUMS_REDUCED, COMM_SUM, "the step's losses"), NULL);
     float *sumsq = s->dev->sums + SUM_SUMSQ;
-    if (s->zero) { /* sharded: one group of every float (config.c refuses train.freeze and backbone_lr_mult there) */
-        zero_optimizer(s->zero, &s->ocfg, &s->dev->opt, sumsq);
+    if (s->zero) { /* sharded: each rank its shard's part of every group (zero.h) */
+        zero_optimizer(s->zero, &s->ocfg, &s->groups, &s->dev->opt, &s->dev->opt_backbone, sumsq);
         return;
     }
     const ParamGroups *pg = &s->groups; /* one group of every float unless fine-tuning says otherwise */
