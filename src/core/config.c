@@ -315,8 +315,9 @@ static void validate_resnet(const ModelConfig *m, const char *origin) {
                        origin, h->pos_weight.n, h->num_classes);
 }
 
-/* The vit3d family's keys against each other and the volume (config_validate). Its positions are one per token, so
- * a stage may not change the volume's size (their interpolation across stages is issue 21's next step). */
+/* The vit3d family's keys against each other and the volume (config_validate). Its positions are one per patch, so
+ * every stage's volume must divide into patches; a stage that changes the volume resamples them to its grid
+ * (train_stages.c, model_carry.c), from coarse to fine only: a list whose sizes go down is out of order. */
 static void validate_vit(const Config *cfg, const char *origin) {
     const ModelConfig *m = &cfg->model;
     const ViTConfig *v = &m->vit;
@@ -328,10 +329,18 @@ static void validate_vit(const Config *cfg, const char *origin) {
                            m->input_size[a], a, v->patch_size[a]);
     for (int i = 0; i < cfg->train.n_stages; i++) {
         const Stage st = config_stage(&cfg->train, m->input_size, i);
-        if (memcmp(st.input_size, m->input_size, sizeof st.input_size) != 0)
-            vx_usage_error("%s: train.stages[%d] changes the volume to %dx%dx%d: vit3d keeps model.input_size in every "
-                           "stage (its positions are per token; interpolating them across stages is not built yet)",
-                           origin, i, st.input_size[0], st.input_size[1], st.input_size[2]);
+        for (int a = 0; a < 3; a++)
+            if (st.input_size[a] % v->patch_size[a])
+                vx_usage_error("%s: train.stages[%d].input_size[%d] = %d is not divisible by model.patch_size[%d] = %d",
+                               origin, i, a, st.input_size[a], a, v->patch_size[a]);
+        if (i == 0) continue;
+        const Stage prev = config_stage(&cfg->train, m->input_size, i - 1);
+        for (int a = 0; a < 3; a++)
+            if (st.input_size[a] < prev.input_size[a])
+                vx_usage_error("%s: train.stages are out of order: stage %d's volume %dx%dx%d is smaller than stage "
+                               "%d's %dx%dx%d; %s's stages go from coarse to fine (its positions are resampled up to "
+                               "each new patch grid)", origin, i, st.input_size[0], st.input_size[1], st.input_size[2],
+                               i - 1, prev.input_size[0], prev.input_size[1], prev.input_size[2], m->family);
     }
     const DiffusionConfig *df = &m->diff;
     if (strcmp(m->family, "vit3d_diffusion") != 0) return;

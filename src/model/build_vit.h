@@ -11,3 +11,6 @@ int vit_layernorm(Model *m, const char *name, int x, int affine);
 int vit_linear(Model *m, const char *name, int x, int out, int gelu);
 /* a + b */
 int vit_add(Model *m, const char *name, int a, int b);
+/* Nodes first .. the last one made so far as a Block (model.h): activation checkpointing's unit, one per
+ * transformer block, its last node the residual add or gate that makes the block's output. */
+void vit_checkpoint_block(Model *m, int first);

@@ -48,9 +48,15 @@ int vit_add(Model *m, const char *name, int a, int b) {
 }
 static int add(Model *m, const char *name, int a, int b) { return vit_add(m, name, a, b); }
 
+void vit_checkpoint_block(Model *m, int first) {
+    GROW(m->blocks, m->n_blocks, m->cap_blocks);
+    m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};
+}
+
 static int block(Model *m, int i, int x) {
     const ViTConfig *v = &m->cfg.vit;
     const Dims d = m->tensors[x].dims;
+    const int first = m->n_nodes;
     char p[48], name[96];
     snprintf(p, sizeof p, "blocks.%d", i);
 #define NAME(s) (snprintf(name, sizeof name, "%s.%s", p, s), name)
@@ -66,7 +72,9 @@ static int block(Model *m, int i, int x) {
     h = layernorm(m, NAME("norm2"), x);
     h = linear(m, NAME("mlp.fc1"), h, v->mlp_ratio * d.c, 1);
     h = linear(m, NAME("mlp.fc2"), h, d.c, 0);
-    return add(m, NAME("add2"), x, h);
+    x = add(m, NAME("add2"), x, h);
+    vit_checkpoint_block(m, first); /* norm1 .. add2: only x comes in from outside */
+    return x;
 #undef NAME
 }
 

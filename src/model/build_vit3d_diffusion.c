@@ -49,6 +49,7 @@ static int block(Model *m, int i, int x, int cond, int views) {
     const int C = m->cfg.vit.hidden_size;
     const Dims d = m->tensors[x].dims;
     const int tokens = d.d * d.h * d.w, view_tokens = (int)(m->tensors[views].count / m->batch / C);
+    const int first = m->n_nodes;
     char p[48], name[128];
     snprintf(p, sizeof p, "blocks.%d", i);
 #define NAME(s) (snprintf(name, sizeof name, "%s.%s", p, s), name)
@@ -69,7 +70,9 @@ static int block(Model *m, int i, int x, int cond, int views) {
     h = modulate(m, NAME("modulate_mlp"), vit_layernorm(m, NAME("norm2"), x, 0), mod, 3);
     h = vit_linear(m, NAME("mlp.fc1"), h, m->cfg.vit.mlp_ratio * C, 1);
     h = vit_linear(m, NAME("mlp.fc2"), h, C, 0);
-    return gate(m, NAME("gate_mlp"), x, h, mod, 5);
+    x = gate(m, NAME("gate_mlp"), x, h, mod, 5);
+    vit_checkpoint_block(m, first); /* adaLN_modulation .. gate_mlp: x, the condition and the view tokens come in */
+    return x;
 #undef NAME
 }
 

@@ -289,6 +289,16 @@ void model_unpack_params(const Model *m, const float *packed, float *flat);
  * back (the padding written as 0): what checkpoints and probe files hold. */
 void model_download_packed(const Model *m, const float *flat_device, float *packed);
 void model_upload_packed(const Model *m, const float *packed, float *flat_device);
+/* Stages (train.stages) rebuild the model at another input size (model_carry.c). model_same_layout: whether a and
+ * b's packed layouts are the same (views, names, counts): true for ae3d and resnet3d at any size, for vit3d only at
+ * the same patch grid. model_carry_packed: from's packed array src into to's packed layout dst, view by view in
+ * order (the same names): copied, or, for a learned position table (an OP_POS node's weight) whose grid changed,
+ * resampled by model_resample_grid. Any other difference is an internal error. */
+int model_same_layout(const Model *a, const Model *b);
+void model_carry_packed(const Model *from, const float *src, const Model *to, float *dst);
+/* src [gin0][gin1][gin2][c] to dst [gout...][c]: trilinear, align_corners=False (torch.nn.functional.interpolate's
+ * mode="trilinear": cell centres matched, the edges clamped), weights and sums in double, rounded once. */
+void model_resample_grid(const float *src, const int gin[3], float *dst, const int gout[3], int c);
 /* Allocates the arena and the flat buffers on the model's backend (zeroed, but for the arena), counting each in
  * m->mem. */
 void model_allocate(Model *m);

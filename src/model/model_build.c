@@ -82,6 +82,7 @@ static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
         }
         for (int i = b->last; i >= b->first; i--) {
             Node *nd = &m->nodes[i];
+            if (checkpointed[nd->out] && needs_output_in_backward(nd)) needed_again[nd->out] = 1; /* attention's o */
             nd->recompute = checkpointed[nd->out] && needed_again[nd->out];
             for (int s = 0; s < 3; s++) {
                 const int t = nd->in[s];
@@ -134,7 +135,10 @@ static void plan_memory(Model *m) {
             }
             if (T - i < first_grad[t]) first_grad[t] = T - i;
         }
-        if (needs_output_in_backward(nd) && T - i > last_use[nd->out]) last_use[nd->out] = T - i;
+        if (needs_output_in_backward(nd)) { /* (a checkpointed output: its rerun copy lives to this backward) */
+            int *until = checkpointed[nd->out] ? &again_last[nd->out] : &last_use[nd->out];
+            if (T - i > *until) *until = T - i;
+        }
     }
     /* The node whose backward runs first for a tensor overwrites its gradient; the others accumulate. */
     for (int i = 0; i < F; i++) {

@@ -319,8 +319,20 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     /* every mode's bytes per rank, and dist.zero auto's choice (written into the config before the ranks compare it) */
     zero_plan_choose(&t->rt, &cfg->dist, world, 1);
     trainer_check_stages(t);
+    /* a vit3d whose stages change its patch grid changes its layout (pos_embed), which sharding's shards and the
+     * moving of a sharded model between stages (zero_move_to) keep fixed */
+    for (int k = 1; k < t->n_stages; k++)
+        if (!trainer_stage_keeps_layout(t, k) && zero_stage(&cfg->dist) > 0)
+            vx_usage_error("train.stages[%d] changes %s's parameter layout (its positions are resampled to %dx%dx%d's "
+                           "patch grid), which sharded data parallelism (dist.zero %s) does not build; use dist.zero 0",
+                           k, cfg->model.family, t->stages[k].model.input_size[0], t->stages[k].model.input_size[1],
+                           t->stages[k].model.input_size[2], cfg->dist.zero);
     Resume ck = {0};
-    if (resume_path) resume_read(resume_path, t->m, train->steps, &ck);
+    /* a checkpoint is read against the model of the stage that wrote it (its positions' grid, for vit3d) */
+    const int64_t ck_step = resume_path ? resume_peek_step(resume_path) : -1;
+    const int ck_stage = ck_step > 0 && ck_step <= train->steps ? trainer_ckpt_stage(t, ck_step) : 0;
+    Model *ck_model = resume_path ? trainer_ckpt_model(t, ck_stage) : NULL;
+    if (resume_path) resume_read(resume_path, ck_model, train->steps, &ck);
     /* train.init_from: read and matched here, applied after the seed's initialisation (a checkpoint has it all) */
     WeightsInit init = {0};
     const int init_from = train->init_from[0] && !resume_path;
@@ -357,6 +369,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         snprintf(name, sizeof name, rank0 ? "samples.tsv" : "samples.rank%d.tsv", rank);
         t->samples = open_run_file(output->dir, name);
     }
+    if (ck_model) trainer_resume_model(t, ck_stage, ck_model); /* the checkpoint's layout, before it is allocated */
     Model *m = t->m;
     trainer_attach_model(t, m);
     trainer_zero_open(t, m); /* sharded data parallelism: the model's buffers shaped before they exist */

@@ -79,3 +79,74 @@ def test_bad_keys_are_one_line(tmp_path, sets, words):
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and words in lines[0], p.stderr
     assert not out.exists()
+
+
+STAGES = os.path.join("configs", "test", "vit3d-diffusion-stages.json")
+# everything up to pos_embed frozen (train.freeze takes the first layers): the last checkpoint's positions are then
+# the boundary's resampling of the first stage's, untouched by the second stage's steps
+FREEZE = "train.freeze=view_embed,view_pos_embed,t_embedder,patch_embed,pos_embed"
+
+
+def test_stages_resample_positions_trilinearly(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    import json
+    from safetensors.torch import load_file
+    import torch.nn.functional as F
+    out = tmp_path / "run"
+    p = run("train", "--config", STAGES, *QUIET, "--out", out, "--set", "train.ckpt_every=6", "--set", FREEZE,
+            timeout=300)
+    assert "stage 1/2: input 16x16x16" in p.stdout and "stage 2/2: input 32x32x32" in p.stdout, p.stdout
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["model"]["input_size"], cfg["train"]["stages"] = [16, 16, 16], []  # the first stage's model
+    (tmp_path / "c16.json").write_text(json.dumps(cfg))
+    run("export", "--ckpt", out / "checkpoints" / "step_6.ckpt", "--config", tmp_path / "c16.json", "--out",
+        tmp_path / "s6.safetensors")
+    run("export", "--ckpt", out / "checkpoints" / "step_10.ckpt", "--out", tmp_path / "s10.safetensors")
+    a, b = load_file(str(tmp_path / "s6.safetensors")), load_file(str(tmp_path / "s10.safetensors"))
+    before, after = a["pos_embed.weight"].double(), b["pos_embed.weight"].double()
+    assert before.shape == (64, 32) and after.shape == (512, 32)  # 4^3 then 8^3 patches of 4^3
+    grid = before.reshape(1, 4, 4, 4, 32).permute(0, 4, 1, 2, 3)
+    want = F.interpolate(grid, size=(8, 8, 8), mode="trilinear", align_corners=False)
+    want = want.permute(0, 2, 3, 4, 1).reshape(512, 32)
+    assert (after - want).abs().max().item() <= 1e-7 * want.abs().max().item() + 1e-12  # float32 rounding of it
+    for k in a:  # every other parameter carried as it is (frozen: the same bytes)
+        if k.startswith(("view_embed", "view_pos_embed", "t_embedder", "patch_embed")):
+            assert torch.equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("at", [6, 8])  # the last checkpoint of the 16^3 stage, then one inside the 32^3 stage
+def test_resume_across_the_stage_boundary_is_exact(tmp_path, at):
+    a, b = tmp_path / "a", tmp_path / "b"
+    common = ["train", "--config", STAGES, *QUIET, "--set", "train.ckpt_every=2"]
+    run(*common, "--out", a, timeout=300)
+    run(*common, "--out", b, "--resume", a / "checkpoints" / ("step_%d.ckpt" % at), timeout=300)
+    assert (a / "checkpoints" / "step_10.ckpt").read_bytes() == (b / "checkpoints" / "step_10.ckpt").read_bytes()
+
+
+@pytest.mark.parametrize("stages, words", [
+    ('[{"steps": 2, "input_size": [32, 32, 32]}, {"steps": 2, "input_size": [16, 16, 16]}]',
+     "train.stages are out of order: stage 1's volume 16x16x16 is smaller than stage 0's 32x32x32"),
+    ('[{"steps": 2}, {"steps": 2, "input_size": [16, 16, 18]}]',
+     "train.stages[1].input_size[2] = 18 is not divisible by model.patch_size[2] = 4"),
+])
+def test_bad_stage_lists_are_one_line(tmp_path, stages, words):
+    out = tmp_path / "run"
+    p = run("train", "--config", CFG, *QUIET, "--out", out, "--set", "train.stages=" + stages, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and words in lines[0], p.stderr
+    assert not out.exists()
+
+
+def test_sharded_runs_refuse_layout_changing_stages(tmp_path):
+    p = run("train", "--config", STAGES, *QUIET, "--out", tmp_path / "run", "--set", "dist.zero=1", check=False)
+    assert p.returncode == 2 and "does not build; use dist.zero 0" in p.stderr, p.stderr
+
+
+def test_checkpointed_blocks_give_the_stored_gradients_bit_for_bit(tmp_path):
+    env = dict(os.environ, VX_PROBE_PERTURB="0.05")
+    run("probe", "--config", CFG, "--device", "cpu", "--out", tmp_path / "stored", env=env)
+    run("probe", "--config", CFG, "--device", "cpu", "--out", tmp_path / "recomputed", "--checkpoint-activations",
+        env=env)
+    assert (tmp_path / "stored.bin").read_bytes() == (tmp_path / "recomputed.bin").read_bytes()
