@@ -103,6 +103,36 @@ static void staging_make(Trainer *t) {
     }
 }
 
+/* The buffers from the model before: BatchNorm's running statistics as they are (their sizes do not depend on the
+ * volume's), the weights' average carried like the weights (model_carry_packed); a buffer the old model lacks keeps
+ * its initial value. Without this a stage boundary reset both. */
+static void carry_buffers(const Model *old, Model *m) {
+    if (!m->buffer_floats || !old->buffer_floats) return;
+    float *ob = vx_malloc((size_t)old->buffer_floats * sizeof(float)), *nb = vx_malloc((size_t)m->buffer_floats * sizeof(float));
+    model_download_buffers(old, ob);
+    model_download_buffers(m, nb);
+    const int ema = model_ema_view(m), old_ema = model_ema_view(old);
+    for (int i = 0; i < m->n_buffers; i++) {
+        const BufferView *v = &m->buffers[i];
+        if (i == ema) {
+            if (old_ema < 0) continue;
+            float *a = vx_malloc((size_t)old->param_count * sizeof(float)), *b = vx_malloc((size_t)m->param_count * sizeof(float));
+            model_pack_params(old, ob + old->buffers[old_ema].offset, a);
+            model_carry_packed(old, a, m, b);
+            model_unpack_params(m, b, nb + v->offset);
+            free(a);
+            free(b);
+            continue;
+        }
+        for (int j = 0; j < old->n_buffers; j++)
+            if (strcmp(old->buffers[j].name, v->name) == 0 && old->buffers[j].count == v->count)
+                memcpy(nb + v->offset, ob + old->buffers[j].offset, (size_t)v->count * sizeof(float));
+    }
+    model_upload_buffers(m, nb);
+    free(ob);
+    free(nb);
+}
+
 /* The model rebuilt at stage k's size, the parameters (and AdamW's moments: resampled like the parameters where a
  * position table's grid changes; a new stage then zeroes them, fresh_optimizer) carried over from the model before
  * (model_carry_packed: ae3d and resnet3d copy every view, vit3d resamples its positions), with its buckets; the
@@ -127,6 +157,7 @@ static void stage_rebuild(Trainer *t, int k) {
     free(b);
     if (t->zero) zero_move_to(t->zero, m, nb); /* (mixed precision: the master shard stays as it is) */
     model_sync_lp(m);
+    carry_buffers(old, m);
     t->m = t->rt.model = m;
     trainer_attach_model(t, m);
     if (t->buckets) {
