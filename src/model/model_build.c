@@ -281,7 +281,8 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
         const Node *nd = &m->nodes[i];
         if (nd->kind == OP_GEMM) {
             const GemmShape *g = &nd->gemm;
-            m->gemm_flops_step += 2.0 * g->batch * g->m * g->n * (double)g->k * (m->tensors[nd->in[0]].grad >= 0 ? 3 : 2);
+            const int passes = m->tensors[nd->in[0]].grad >= 0 ? 3 : 2;
+            m->gemm_flops_step += 2.0 * g->batch * g->m * g->n * (double)g->k * passes;
         } else if (nd->kind == OP_ATTENTION) {
             const AttentionShape *a = &nd->att;
             m->attn_flops_step += 12.0 * a->batch * a->heads * a->tq * (double)a->tk * a->d;

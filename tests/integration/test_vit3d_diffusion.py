@@ -54,7 +54,8 @@ def test_bench_module_is_voxscales_model(tmp_path):
     run("probe", "--config", CFG, "--device", "cpu", "--out", prefix, env=dict(os.environ, VX_PROBE_PERTURB="0.05"))
     meta, raw = ref.load(prefix)
     model = ref.ViT3DDiffusion(ref.resolve(meta["config"])).float()  # (the float64 tests set the default type)
-    assert [(n, list(p.shape)) for n, p in model.named_parameters()] == [(q["name"], q["shape"]) for q in meta["params"]]
+    names = [(n, list(p.shape)) for n, p in model.named_parameters()]
+    assert names == [(q["name"], q["shape"]) for q in meta["params"]]
     at = int(meta["param_values"])
     model.load_state_dict({q["name"]: torch.from_numpy(raw[at + q["offset"]:at + q["offset"] + int(np.prod(q["shape"]))]
                                                        .copy()).reshape(q["shape"]) for q in meta["params"]})
