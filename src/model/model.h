@@ -234,6 +234,8 @@ typedef struct Model {
     double *alphabar; /* vit3d_diffusion: the schedule's cumulative alpha per timestep (diffusion.timesteps) */
     Plan plan;
     double conv_flops_step; /* forward + backward data + backward filter */
+    double gemm_flops_step; /* the Linear GEMMs' (OP_GEMM): forward + backward data + weight gradient */
+    double attn_flops_step; /* attention's: its 6 products, forward and backward (model_build.c) */
 
     const Backend *be;
     /* Data parallelism as the model sees it (set by the trainer; 1 and 0 alone): SyncBatchNorm's counts and the Cox

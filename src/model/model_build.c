@@ -283,6 +283,21 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
         useful.c_out = m->params[nd->weight].shape[0];
         m->conv_flops_step += conv3d_forward_flops(&useful) * (m->tensors[nd->in[0]].grad >= 0 ? 3 : 2);
     }
+    /* The transformers' work, counted as the model's (what a PyTorch step computes too): a Linear's product, its
+     * weight gradient and, where the input has a gradient, its data gradient; attention's 2 products forward
+     * (Q K^T, P V) and 4 backward (dP, dV, dS K, dS^T Q). The tiled backward's recomputation of Q K^T (5 products
+     * in all) is how our kernel saves the N x N matrix, not the model's work, so it is left out. */
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        if (nd->kind == OP_GEMM) {
+            const GemmShape *g = &nd->gemm;
+            const int passes = m->tensors[nd->in[0]].grad >= 0 ? 3 : 2;
+            m->gemm_flops_step += 2.0 * g->batch * g->m * g->n * (double)g->k * passes;
+        } else if (nd->kind == OP_ATTENTION) {
+            const AttentionShape *a = &nd->att;
+            m->attn_flops_step += 12.0 * a->batch * a->heads * a->tq * (double)a->tk * a->d;
+        }
+    }
     return m;
 }
 

@@ -41,6 +41,44 @@ def test_one_step_matches_pytorch_float64(tmp_path, sets):
     assert r["grad_rel"] < 1e-4, r
 
 
+def test_bench_module_is_voxscales_model(tmp_path):
+    """The PyTorch baseline bench step is put beside (--bench): an nn.Module with voxscale's parameter names, shapes
+    and order, whose float32 forward on the probe's parameters gives voxscale's prediction; --bench writes the fields
+    bench/side_by_side.sh reads."""
+    torch = pytest.importorskip("torch")
+    import json
+    import subprocess
+    import numpy as np
+    import vit3d_diffusion as ref
+    prefix = str(tmp_path / "probe")
+    run("probe", "--config", CFG, "--device", "cpu", "--out", prefix, env=dict(os.environ, VX_PROBE_PERTURB="0.05"))
+    meta, raw = ref.load(prefix)
+    model = ref.ViT3DDiffusion(ref.resolve(meta["config"])).float()  # (the float64 tests set the default type)
+    names = [(n, list(p.shape)) for n, p in model.named_parameters()]
+    assert names == [(q["name"], q["shape"]) for q in meta["params"]]
+    at = int(meta["param_values"])
+    model.load_state_dict({q["name"]: torch.from_numpy(raw[at + q["offset"]:at + q["offset"] + int(np.prod(q["shape"]))]
+                                                       .copy()).reshape(q["shape"]) for q in meta["params"]})
+    shape, img = meta["input_shape"], meta["config"]["xray"]["img_size"]
+    n, count = shape[0], int(np.prod(shape))
+    f32 = lambda key, k: torch.from_numpy(raw[int(meta[key]):int(meta[key]) + k].copy())
+    with torch.no_grad():
+        pred = model(f32("x_t", count).reshape(shape), f32("views", n * 2 * img * img).reshape(n, 2, img, img),
+                     f32("coefficients", n))
+    want = f32("pred", count).reshape(shape)
+    assert ((pred - want).abs().max() / want.abs().max()).item() < 1e-5
+    out = tmp_path / "pt.json"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "reference", "vit3d_diffusion.py"), "--config", CFG,
+                        "--bench", "--iters", "2", "--warmup", "1", "--batch-size", "2", "--threads", "1", "--out",
+                        str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.load(open(out))
+    assert r["batch"] == 2 and r["threads"] == 1 and r["iters"] == 2 and r["framework"].startswith("pytorch")
+    assert 0 < r["step_ms_min"] <= r["step_ms_median"] and r["peak_memory_mib"] is None
+    assert r["samples_per_s"] == pytest.approx(2 / (r["step_ms_median"] * 1e-3), rel=1e-9)
+    assert r["params"] == meta["param_count"]
+
+
 def test_tiny_config_trains(tmp_path):
     out = tmp_path / "run"
     run("train", "--config", CFG, *QUIET, "--out", out, timeout=300)
