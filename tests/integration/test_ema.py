@@ -61,3 +61,15 @@ def test_init_from_reads_or_passes_over_the_average(tmp_path):
     p = run("train", "--config", TINY, *QUIET, "--steps", "1", "--init-from", f, "--out", tmp_path / "without")
     assert "ema.* keys (the weights' average) not used" in p.stdout + p.stderr
     assert sum(k.startswith("ema.") for k in w) > 0
+
+
+def test_the_average_crosses_a_stage_boundary(tmp_path):
+    # 16^3 -> 32^3 (configs/test/vit3d-diffusion-stages.json): the average is carried like the weights (positions
+    # resampled), not reset; a reset one would be (1 - 0.9^4) of the weights after the second stage's 4 steps
+    out = tmp_path / "run"
+    run("train", "--config", os.path.join("configs", "test", "vit3d-diffusion-stages.json"), *QUIET,
+        "--set", "train.ema_decay=0.9", "--out", out, timeout=300)
+    w = _export(out / "checkpoints" / "step_10.ckpt", tmp_path / "w.safetensors")
+    for n in ("pos_embed.weight", "blocks.0.attn.qkv.weight"):
+        assert w["ema." + n].shape == w[n].shape
+        assert np.linalg.norm(w["ema." + n] - w[n]) < 0.2 * np.linalg.norm(w[n]), n
