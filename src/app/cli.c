@@ -12,7 +12,7 @@
 enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OPT_THREADS, OPT_OUT, OPT_RESUME,
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
        OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS, OPT_CKPT_ACT, OPT_AMP,
-       OPT_COMPILE, OPT_CKPT, OPT_WEIGHTS, OPT_DATA, OPT_INIT_FROM, OPT_INIT_ALLOW, OPT_ZERO };
+       OPT_COMPILE, OPT_CKPT, OPT_WEIGHTS, OPT_DATA, OPT_INIT_FROM, OPT_INIT_ALLOW, OPT_ZERO, OPT_SAMPLE_STEPS };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -29,6 +29,7 @@ static const struct option COMMON_OPTS[] = {
     {"ckpt", required_argument, 0, OPT_CKPT}, {"weights", required_argument, 0, OPT_WEIGHTS},
     {"data", required_argument, 0, OPT_DATA}, {"init-from", required_argument, 0, OPT_INIT_FROM},
     {"init-allow", required_argument, 0, OPT_INIT_ALLOW}, {"zero", required_argument, 0, OPT_ZERO},
+    {"sample-steps", required_argument, 0, OPT_SAMPLE_STEPS},
     {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
@@ -93,6 +94,7 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
         case OPT_GPUS: key = "dist.gpus"; break;
         case OPT_LR_SCALING: key = "train.lr_scaling"; break;
         case OPT_ZERO: key = "dist.zero"; break;
+        case OPT_SAMPLE_STEPS: key = "diffusion.sample_steps"; break;
         case OPT_SET: {
             static char buf[64][128];
             const char *eq = strchr(optarg, '=');
