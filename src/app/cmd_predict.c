@@ -36,15 +36,15 @@
 static const char *HELP =
     "usage: voxscale predict (--ckpt CKPT | --weights FILE.safetensors) --data CSV|DIR|FILE --out DIR\n"
     "                        [--config FILE] [--batch-size N] [--device D] [--threads N] [--amp P] [--set K=V]\n"
-    "                        [--sample-steps N] [--seed S]\n"
+    "                        [--sample-steps N] [--sample-seed S]\n"
     "  applies a trained model to volumes with the validation transforms (normalisation, centred crop of\n"
     "  model.input_size) in evaluation mode. resnet3d: DIR/predictions.csv (path, class probabilities and class,\n"
     "  label probabilities, values, or the survival risk score). ae3d: DIR/<name>_recon.nii.gz and <name>_mu.nii.gz\n"
     "  (the input's header and affine kept) and predictions.csv (path, l1, psnr, the files).\n"
     "  vit3d_diffusion: renders the two views (DRRs) of each input volume as training does, samples a volume from\n"
-    "  them with DDIM in diffusion.sample_steps steps (--sample-steps N; the noise from --seed, default train.seed,\n"
-    "  and the volume's place in the list) and writes DIR/<name>_sample.nii.gz (the input's header, the crop's\n"
-    "  grid) and predictions.csv: the MSE of the sample's DRRs against the views, that of the constant volume at\n"
+    "  them with DDIM in diffusion.sample_steps steps (--sample-steps N; the noise from --sample-seed, default\n"
+    "  the run's train.seed, and the volume's place in the list) and writes DIR/<name>_sample.nii.gz (the\n"
+    "  input's header, the crop's grid) and predictions.csv: the MSE of the sample's DRRs against the views, that of the constant volume at\n"
     "  the input's mean intensity (the baseline), and both volumes' MSE against the input. Views are rendered\n"
     "  from volumes only: DRR images as inputs are not built yet.\n"
     "  --data: a CSV manifest (data.path_column; every row, whatever its split), a folder (data.glob's matches) or\n"
@@ -238,7 +238,7 @@ static void format_eta(double s, char *out, size_t len) {
 int cmd_predict(int argc, char **argv) {
     CliArgs a;
     cli_parse_from(argc, argv, &a, HELP,
-                   ",config,ckpt,weights,data,out,batch-size,device,threads,amp,set,seed,sample-steps,",
+                   ",config,ckpt,weights,data,out,batch-size,device,threads,amp,set,sample-steps,sample-seed,",
                    weights_config_source);
     if (!a.ckpt == !a.weights) vx_usage_error("predict: give the model with --ckpt CHECKPOINT or --weights FILE (one)");
     if (!a.data) vx_usage_error("predict: --data CSV|DIR|FILE is required (see --help)");
@@ -282,6 +282,7 @@ int cmd_predict(int argc, char **argv) {
         weights_apply(&wi, m);
         weights_free(&wi);
     }
+    if (a.sample_seed >= 0) m->seed = a.sample_seed; /* a sampler's noise (after the checkpoint checked train.seed) */
     const int width = 1 + fam->row_floats(m); /* [predicted, the family's floats] */
     float *rows = vx_calloc((size_t)in.n * width, sizeof(float));
     const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
