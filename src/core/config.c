@@ -347,6 +347,9 @@ static void validate_vit(const Config *cfg, const char *origin) {
     if (df->img_size % df->patch_size)
         vx_usage_error("%s: xray.img_size %d is not divisible by xray.patch_size %d", origin, df->img_size,
                        df->patch_size);
+    if (df->sample_steps > df->timesteps) /* DDIM visits sample_steps distinct timesteps of the schedule's */
+        vx_usage_error("%s: diffusion.sample_steps %d exceeds diffusion.timesteps %d", origin, df->sample_steps,
+                       df->timesteps);
     if (strcmp(df->prediction, "epsilon") == 0 && df->physics_weight > 0) /* x0 = (x_t - sigma eps) / alpha */
         vx_usage_error("%s: loss.physics_weight %g with diffusion.prediction epsilon: its clean volume divides by "
                        "alpha, which goes to 0 at high noise and makes the projection loss overflow; use prediction v "

@@ -232,6 +232,8 @@ typedef struct Model {
     int t_xt, t_views;
     int coef_item, diff_target_item, x0hat_item, x0views_item;
     double *alphabar; /* vit3d_diffusion: the schedule's cumulative alpha per timestep (diffusion.timesteps) */
+    int sampling;     /* vit3d_diffusion: 1 while a sampler runs the forward (diffusion_sample.h): q_sample and the
+                         views' DRR are skipped, x_t and the views being written into t_xt and t_views beforehand */
     Plan plan;
     double conv_flops_step; /* forward + backward data + backward filter */
     double gemm_flops_step; /* the Linear GEMMs' (OP_GEMM): forward + backward data + weight gradient */

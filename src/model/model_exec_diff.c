@@ -5,6 +5,7 @@
  *                backward
  *   OP_DRR       the two views of each sample's clean volume [n][2][img][img] (drr.h): AP (along H), lateral (along
  *                W); the conditioning, so no backward
+ *   (with m->sampling both are skipped: a sampler writes x_t and the views itself, diffusion_sample.c)
  *   OP_TIMESTEP  the sinusoidal embedding of the micro-batch's timesteps (timestep.h); no backward
  *   OP_MODULATE  y = x (1 + scale[b]) + shift[b], shift and scale chunks of the adaLN modulation in[2] (adaln.h)
  *   OP_GATE      y = res + gate[b] * branch (in[0] res, in[1] branch, in[2] the modulation)
@@ -56,7 +57,7 @@ static DrrShape drr_shape(const Model *m, int view, DType dt) {
 }
 
 /* both views of every sample of a volume batch vol [n][D][H][W] of type dt into img [n][2][img][img] */
-static void render_views(const Model *m, const void *vol, DType dt, float *img) {
+void diff_render_views(const Model *m, const void *vol, DType dt, float *img) {
     const long per = m->tensors[m->t_input].count / m->batch, pixels = (long)m->cfg.diff.img_size * m->cfg.diff.img_size;
     for (int b = 0; b < m->batch; b++)
         for (int v = 0; v < 2; v++) {
@@ -79,6 +80,7 @@ void diff_forward_node(Model *m, const Node *nd, const void *x, const void *x1, 
     (void)train;
     switch (nd->kind) {
     case OP_QSAMPLE: {
+        if (m->sampling) break; /* x_t is the sampler's (diffusion_sample.c), already in y */
         const DiffusionShape s = diffusion_shape(m);
         float *eps = (float *)exec_item(m, m->eps_item);
         be->normal->fill(diffusion_total(&s), (uint64_t)m->seed, RNG_STREAM_DIFF_NOISE,
@@ -87,7 +89,9 @@ void diff_forward_node(Model *m, const Node *nd, const void *x, const void *x1, 
                                 (float *)exec_item(m, m->diff_target_item));
         break;
     }
-    case OP_DRR: render_views(m, x, DT_F32, y); break;
+    case OP_DRR:
+        if (!m->sampling) diff_render_views(m, x, DT_F32, y); /* sampling: the given views, already in y */
+        break;
     case OP_TIMESTEP: {
         const TimestepShape s = {.n = m->batch, .dim = m->tensors[nd->out].dims.c, .max_period = 10000.0f,
                                  .dtype = m->tensors[nd->out].dtype};
@@ -154,7 +158,7 @@ void diff_loss(Model *m, void *dpred, float grad_scale, const float *loss_scale)
     const long pixels = m->tensors[m->t_views].count;
     float *dviews = views + pixels;
     be->diffusion->predict_x0(&s, coef(m, COEF_ALPHA), coef(m, COEF_SIGMA), exec_act(m, m->t_xt), pred, x0hat);
-    render_views(m, x0hat, s.dtype, views);
+    diff_render_views(m, x0hat, s.dtype, views);
     be->loss->recon(LOSS_MSE, DT_F32, pixels, views, (const float *)exec_act(m, m->t_views), m->losses + 1,
                     dpred ? dviews : NULL, grad_scale * weight, loss_scale);
     if (!dpred) return;

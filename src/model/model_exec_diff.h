@@ -19,3 +19,6 @@ void diff_loss(Model *m, void *dpred, float grad_scale, const float *loss_scale)
 void diff_set_first_sample(Model *m, uint64_t first_sample);
 /* The same for given timesteps (sampling: every sample at t[b]); n = m->batch entries. */
 void diff_set_timesteps(Model *m, const int *t);
+/* Both views of every sample of a volume batch vol [n][D][H][W] (backend memory, of type dt) into img
+ * [n][2][img][img] (float32, backend memory) with the model's DRR: what OP_DRR and the projection loss render. */
+void diff_render_views(const Model *m, const void *vol, DType dt, float *img);

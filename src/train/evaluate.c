@@ -53,14 +53,15 @@ float *evaluate_reconstruct(Model *m, const float *vols, int count) {
 }
 
 /* Test hook: VX_TEST_VAL_DUMP=DIR writes each validation's inputs and reconstructions (float32, [count][D][H][W][C])
- * to DIR/val_input.bin and DIR/val_recon.bin, the last validation's staying: what tests/integration/test_predict.py
- * compares `voxscale predict`'s output with. */
+ * to DIR/val_input.bin and DIR/val_recon.bin (a diffusion model's inputs only: recon NULL), the last validation's
+ * staying: what tests/integration/test_predict.py compares `voxscale predict`'s output with, and the validation
+ * phantoms test_predict_diffusion.py samples from. */
 static void test_dump(const float *vols, const float *recon, long n) {
     const char *dir = getenv("VX_TEST_VAL_DUMP");
     if (!dir || !*dir) return;
     const float *what[2] = {vols, recon};
     static const char *const NAME[2] = {"val_input.bin", "val_recon.bin"};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < (recon ? 2 : 1); k++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, NAME[k]);
         FILE *f = fopen(path, "wb");
@@ -92,6 +93,7 @@ ValResult evaluate(Model *m, const HeldOut *h) {
 DiffValResult evaluate_diffusion(Model *m, const HeldOut *h) {
     DiffValResult r = {.loss = NAN, .projection = NAN, .n = h->val / m->batch * m->batch};
     const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
+    test_dump(h->vols, NULL, (long)h->val * vol);
     double loss = 0, projection = 0;
     for (int start = 0; start + m->batch <= h->val; start += m->batch) { /* full batches */
         m->be->copy_to_device(model_tensor(m, m->t_input), h->vols + (long)start * vol, (size_t)per_batch * sizeof(float));
