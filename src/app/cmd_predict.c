@@ -24,6 +24,7 @@
 #include "app/weights_source.h"
 #include "core/fsutil.h"
 #include "core/util.h"
+#include "elementwise/elementwise.h"
 #include "data/manifest.h"
 #include "data/transform.h"
 #include "data/volume.h"
@@ -281,6 +282,12 @@ int cmd_predict(int argc, char **argv) {
     } else {
         weights_apply(&wi, m);
         weights_free(&wi);
+    }
+    float *ema = model_ema(m);
+    if (ema) { /* a run with train.ema_decay: its weights' moving average is what a diffusion sampler runs (DiT's) */
+        rt.be->elementwise->accumulate(DT_F32, m->param_floats, ema, m->param, 0.0f);
+        model_sync_lp(m);
+        if (rank0) vx_log("predict: with the weights' moving average (train.ema_decay %g)\n", cfg->train.ema_decay);
     }
     if (a.sample_seed >= 0) m->seed = a.sample_seed; /* a sampler's noise (after the checkpoint checked train.seed) */
     const int width = 1 + fam->row_floats(m); /* [predicted, the family's floats] */

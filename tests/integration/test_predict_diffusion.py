@@ -115,3 +115,24 @@ def test_bad_input_is_one_line_exit_2(trained, tmp_path):
     p = predict(trained, tmp_path / "o2", "--sample-steps", 1001, check=False)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "sample_steps" in lines[0], p.stderr
+
+
+def test_predict_samples_with_the_moving_average(trained, tmp_path):
+    """A run with train.ema_decay: predict loads its average and samples with it, and says so; the sample differs
+    from the one the raw weights give (the same seed)."""
+    out = tmp_path / "ema"
+    sets = [a for s in TRAIN_SETS for a in ("--set", s)]
+    run("train", "--config", CFG, *CPU, "--out", out, "--steps", 20, "--set", "train.ema_decay=0.5",
+        "--set", "train.val_every=0", *sets, timeout=300)
+    ckpt = out / "checkpoints" / "step_20.ckpt"
+    args = ["predict", "--ckpt", ckpt, "--data", trained["vols"], "--device", "cpu", "--set", "data.normalize=none",
+            "--sample-steps", "2"]
+    p = run(*args, "--out", tmp_path / "a")
+    assert "with the weights' moving average (train.ema_decay 0.5)" in p.stdout + p.stderr
+    # the raw weights: the export without its average's use (a config keeping none passes the ema.* keys over)
+    w = tmp_path / "w.safetensors"
+    run("export", "--ckpt", ckpt, "--out", w)
+    q = run("predict", "--weights", w, *args[3:], "--out", tmp_path / "b", "--set", "train.ema_decay=0")
+    assert "moving average" not in q.stdout + q.stderr and "ema.* keys" in q.stdout + q.stderr
+    a, b = rows(tmp_path / "a"), rows(tmp_path / "b")
+    assert [r["drr_mse"] for r in a] != [r["drr_mse"] for r in b]
