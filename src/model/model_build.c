@@ -149,6 +149,9 @@ static void plan_memory(Model *m) {
     for (int t = 0; t < m->n_tensors; t++) {
         Tensor *tn = &m->tensors[t];
         int born = tn->producer < 0 ? 0 : tn->producer;
+        /* given views are written by the host before node 0, which would otherwise be free to share their memory
+         * (q_sample's noise lives at time 0 only) and overwrite them */
+        if (t == m->t_views && m->cfg.diff.views_given) born = 0;
         const size_t bytes = (size_t)tn->count * dtype_size(tn->dtype);
         tn->act = plan_add(&m->plan, bytes, born, last_use[t]);
         tn->act_bwd = needed_again[t] ? plan_add(&m->plan, bytes, again_first[t], again_last[t]) : tn->act;
