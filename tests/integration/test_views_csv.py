@@ -49,11 +49,16 @@ def write_views_dataset(tmp_path, n=12, n_val=4):
     return tmp_path / "list.csv"
 
 
-def train(tmp_path, name, csv, views="drr_ap,drr_lat", check=True, steps=2, **data):
+def train(tmp_path, name, csv, views="drr_ap,drr_lat", check=True, steps=2, keys=None, **data):
+    """Trains the tiny config on csv for `steps` steps into tmp_path/name; data.* keys as keyword arguments, any
+    other key in `keys`."""
     sets = {"data.source": "csv", "data.csv": str(csv), "data.normalize": "none", "data.view_columns": views,
             "train.steps": steps, "train.log_every": 1, "train.val_every": steps, "train.val_samples": 4,
             "output.tensorboard": 0, "output.image_every": 0}
     sets.update({"data." + k: v for k, v in data.items()})
+    sets.update(keys or {})
+    if "train.stages" in sets:  # the stages set the run's length
+        del sets["train.steps"]
     args = ["train", "--config", CFG, "--device", "cpu", "--out", tmp_path / name]
     for k, v in sets.items():
         args += ["--set", "%s=%s" % (k, v)]
@@ -117,6 +122,13 @@ def test_bad_views_are_one_line_and_exit_2(tmp_path):
                "data.view_columns")
     assert not (tmp_path / "column").exists()
     assert_bad(train(tmp_path, "one", csv, views="drr_ap", check=False), "data.view_columns", "two")
+    # the views show the whole volume: a stage at another size would crop or pad it
+    stages = '[{"input_size": [16, 16, 16], "steps": 1}, {"input_size": [32, 32, 32], "steps": 1}]'
+    assert_bad(train(tmp_path, "stages", csv, check=False, keys={"train.stages": stages}), "train.stages[1]",
+               "data.view_columns")
+    assert_bad(train(tmp_path, "family", csv, check=False, keys={"model.family": "vit3d"}),
+               "only model.family vit3d_diffusion")
+    assert not (tmp_path / "stages").exists() and not (tmp_path / "family").exists()
     # data.skip_bad leaves such rows out with a warning, as a bad volume, and trains on the rest
     p = train(tmp_path, "skip", with_rows("skip", rows[:-2] + ["ct/case4.nii.gz,val,drr/wide.png,drr/case4_lat.png",
                                                                cases[2][1][-1]]), skip_bad=1)
