@@ -99,6 +99,10 @@ def test_bad_views_are_one_line_and_exit_2(tmp_path):
     write_png(tmp_path / "drr" / "wide.png", np.zeros((IMG, IMG + 4), np.uint16))
     nib.save(nib.Nifti1Image(np.zeros((SIZE, SIZE, SIZE + 2), np.float32), np.eye(4)), str(tmp_path / "ct" / "big.nii.gz"))
 
+    good = (tmp_path / "drr" / "case5_ap.png").read_bytes()
+    at = good.index(b"IDAT") + 8  # a byte of the pixel data: the header reads, the pixels do not
+    (tmp_path / "drr" / "damaged.png").write_bytes(good[:at] + bytes([good[at] ^ 0xFF]) + good[at + 1:])
+
     def with_rows(name, new_rows):
         path = tmp_path / (name + ".csv")
         path.write_text("\n".join(new_rows) + "\n")
@@ -112,6 +116,8 @@ def test_bad_views_are_one_line_and_exit_2(tmp_path):
          ["case5.nii.gz", "row 7", "no X-ray view in column \"drr_lat\""]),
         ("file", head + ["ct/case5.nii.gz,val,drr/case5_ap.png,drr/nope.png"],
          ["nope.png", "row 7", "column \"drr_lat\"", "no such file"]),
+        ("damaged", head + ["ct/case5.nii.gz,val,drr/damaged.png,drr/case5_lat.png"],
+         ["damaged.png", "row 7", "column \"drr_ap\"", "not a readable PNG"]),
         ("volume", head + ["ct/big.nii.gz,val,drr/case5_ap.png,drr/case5_lat.png"],
          ["big.nii.gz", "row 7", "18 x 16 x 16 is not the input 16 x 16 x 16"]),
     ]
