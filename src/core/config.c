@@ -356,6 +356,33 @@ static void validate_vit(const Config *cfg, const char *origin) {
                        "(the seed's) or loss.physics_weight 0", origin, df->physics_weight);
 }
 
+/* data.view_columns (the DRR PNGs beside each CT, data/views.h): two column names of a CSV manifest, for the
+ * denoiser; the views were rendered from the whole volume, so every stage reads it at the one size the files have
+ * (a stage at another size would crop or pad the volume under views that no longer match it). */
+static void validate_view_columns(const Config *cfg, const char *origin) {
+    const DataConfig *d = &cfg->data;
+    const char *comma = strchr(d->view_columns, ',');
+    if (!comma || comma == d->view_columns || !comma[1] || strchr(comma + 1, ','))
+        vx_usage_error("%s: data.view_columns \"%s\" must name two manifest columns, the AP view's and the lateral "
+                       "view's, e.g. \"drr_ap,drr_lat\"", origin, d->view_columns);
+    if (strcmp(cfg->model.family, "vit3d_diffusion") != 0)
+        vx_usage_error("%s: data.view_columns lists X-ray views, which only model.family vit3d_diffusion reads (this "
+                       "is %s); remove it", origin, cfg->model.family);
+    if (strcmp(d->source, "csv") != 0)
+        vx_usage_error("%s: data.view_columns names columns of a CSV manifest: it needs data.source csv (this is %s)",
+                       origin, d->source);
+    for (int i = 0; i < cfg->train.n_stages; i++) {
+        const Stage st = config_stage(&cfg->train, cfg->model.input_size, i);
+        for (int a = 0; a < 3; a++)
+            if (st.input_size[a] != cfg->model.input_size[a])
+                vx_usage_error("%s: train.stages[%d]'s volume %dx%dx%d is not model.input_size %dx%dx%d: with "
+                               "data.view_columns the views are of the whole volume, so every stage must read it at "
+                               "the size the files have (another size would crop or pad it under views that no "
+                               "longer match)", origin, i, st.input_size[0], st.input_size[1], st.input_size[2],
+                               cfg->model.input_size[0], cfg->model.input_size[1], cfg->model.input_size[2]);
+    }
+}
+
 void config_validate(const Config *cfg, const char *origin) {
     const ModelConfig *m = &cfg->model;
     const TrainConfig *t = &cfg->train;
@@ -393,6 +420,7 @@ void config_validate(const Config *cfg, const char *origin) {
         vx_usage_error("%s: data.source dir needs data.dir, the folder of volumes", origin);
     if (d->clip_low >= d->clip_high)
         vx_usage_error("%s: data.clip_low must be below data.clip_high", origin);
+    if (d->view_columns[0]) validate_view_columns(cfg, origin);
     for (int l = 0; ae3d && l < m->levels; l++)
         if (m->channels[l] % m->norm_groups)
             vx_usage_error("%s: model.norm_groups = %d must divide every model.channels entry (%d does not)", origin,

@@ -45,6 +45,9 @@ typedef struct {
     double mu_scale;             /* xray.mu_scale: attenuation across the field of view at intensity 1 */
     double physics_weight;       /* loss.physics_weight: weight of the projection loss (0: off) */
     double min_snr_gamma;        /* loss.min_snr_gamma: min-SNR-gamma weighting of the diffusion loss (0: off) */
+    int views_given;             /* not a key: the trainer sets it when data.view_columns lists the views (DRR PNGs
+                                    beside each CT): the views node then renders nothing, model_set_views writes
+                                    them before each forward */
 } DiffusionConfig;
 
 /* The prediction head of a classifier family (resnet3d): what it predicts and from which loss. */

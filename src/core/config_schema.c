@@ -172,6 +172,10 @@ const KeySpec SCHEMA[] = {
      "0..num_classes-1), time,event (survival: event 1 observed, 0 censored), or one 0/1 column per label "
      "(multilabel) and per target (regression) named in order; with source phantom the labels are a function of "
      "each phantom's shape"},
+    {K(data, view_columns), T_STRING, 0, 0, NULL, "\"\"",
+     "vit3d_diffusion: the manifest's two columns of each CT's X-ray views, AP then lateral (e.g. \"drr_ap,drr_lat\"): "
+     "grey PNGs (8-bit /255, 16-bit /65535) of xray.img_size square, paths relative to the CSV, conditioning the "
+     "model and the projection loss's target; \"\" = render the views from each volume (drr.h)"},
     {K(data, split_column), T_STRING, 0, 0, NULL, "\"split\"",
      "the manifest's split column (train | val); without one, data.val_fraction is held out"},
     {K(data, val_fraction), T_DOUBLE, 0, 0.9, NULL, "0.1",

@@ -347,6 +347,11 @@ void model_forward(Model *m, int train);
 /* The head's targets of the next loss: host float32 [n][labels] (survival: [world*n][2], the global batch's),
  * written to backend memory on the compute stream. */
 void model_set_targets(Model *m, const float *targets);
+/* vit3d_diffusion with cfg.diff.views_given (data.view_columns): the micro-batch's X-ray views, host float32
+ * [n][2][img][img] (AP, lateral; drr.h's layout), written to the views tensor on the compute stream before the next
+ * forward (staged: views may go when it returns). Its views node then renders nothing: they condition the model
+ * and are the projection loss's target. The plan keeps the tensor alive from time 0 so nothing shares it before. */
+void model_set_views(Model *m, const float *views);
 /* A buffer-shaped backend array to host memory and back (checkpoints, export). */
 void model_download_buffers(const Model *m, float *host);
 void model_upload_buffers(const Model *m, const float *host);

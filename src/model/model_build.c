@@ -150,8 +150,9 @@ static void plan_memory(Model *m) {
         Tensor *tn = &m->tensors[t];
         int born = tn->producer < 0 ? 0 : tn->producer;
         /* a sampler (diffusion_sample.c) writes x_t and the views before the forward, in place of q_sample (node 0)
-         * and the views' DRR (node 1): nothing may share their memory from time 0 (the noise of q_sample, live at
-         * time 0 only, could otherwise share the views') */
+         * and the views' DRR (node 1), and a run with given views (data.view_columns, model_set_views) the views:
+         * nothing may share their memory from time 0 (the noise of q_sample, live at time 0 only, could otherwise
+         * share the views') */
         if (t == m->t_xt || t == m->t_views) born = 0;
         const size_t bytes = (size_t)tn->count * dtype_size(tn->dtype);
         tn->act = plan_add(&m->plan, bytes, born, last_use[t]);

@@ -4,7 +4,8 @@
  *                x_t = a x0 + s eps with the target v = a eps - s x0 (or eps) in one pass (diffusion.h); data: no
  *                backward
  *   OP_DRR       the two views of each sample's clean volume [n][2][img][img] (drr.h): AP (along H), lateral (along
- *                W); the conditioning, so no backward
+ *                W); the conditioning, so no backward; with cfg.diff.views_given the views come from the data
+ *                (model_set_views) and the node renders nothing
  *   (with m->sampling both are skipped: a sampler writes x_t and the views itself, diffusion_sample.c)
  *   OP_TIMESTEP  the sinusoidal embedding of the micro-batch's timesteps (timestep.h); no backward
  *   OP_MODULATE  y = x (1 + scale[b]) + shift[b], shift and scale chunks of the adaLN modulation in[2] (adaln.h)
@@ -89,8 +90,8 @@ void diff_forward_node(Model *m, const Node *nd, const void *x, const void *x1, 
                                 (float *)exec_item(m, m->diff_target_item));
         break;
     }
-    case OP_DRR:
-        if (!m->sampling) diff_render_views(m, x, DT_F32, y); /* sampling: the given views, already in y */
+    case OP_DRR: /* sampling, or given views (data.view_columns, model_set_views): the views are in y already */
+        if (!m->sampling && !m->cfg.diff.views_given) diff_render_views(m, x, DT_F32, y);
         break;
     case OP_TIMESTEP: {
         const TimestepShape s = {.n = m->batch, .dim = m->tensors[nd->out].dims.c, .max_period = 10000.0f,
@@ -203,6 +204,11 @@ void diff_set_first_sample(Model *m, uint64_t first_sample) {
 }
 
 void diff_set_timesteps(Model *m, const int *t) { write_coefficients(m, t); }
+
+void model_set_views(Model *m, const float *views) {
+    VX_CHECK(m->t_views >= 0 && m->cfg.diff.views_given, "model_set_views: the model takes no given views");
+    m->be->write_async(exec_act(m, m->t_views), views, (size_t)m->tensors[m->t_views].count * sizeof(float));
+}
 
 const float *model_diffusion_target(const Model *m) { return (const float *)exec_item(m, m->diff_target_item); }
 const float *model_diffusion_coefficients(const Model *m) { return coef(m, 0); }

@@ -17,10 +17,11 @@ void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int
     const int have = dataset_val_count(ds);
     if (have >= 0 && want > have) want = have;
     h->vols = vx_malloc((size_t)(want ? want : 1) * vol * sizeof(float));
-    const int L = dataset_labels(ds);
+    const int L = dataset_labels(ds), V = dataset_views(ds);
     if (L) h->labels = vx_malloc((size_t)(want ? want : 1) * L * sizeof(float));
+    if (V) h->views = vx_malloc((size_t)(want ? want : 1) * V * sizeof(float));
     for (int j = 0; h->count < want && (have < 0 || j < have); j++)
-        if (dataset_val_sample(ds, j, h->vols + (long)h->count * vol)) {
+        if (dataset_val_sample(ds, j, h->vols + (long)h->count * vol, V ? h->views + (long)h->count * V : NULL)) {
             if (L) dataset_val_labels(ds, j, h->labels + (long)h->count * L);
             h->count++;
         }
@@ -30,11 +31,22 @@ void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int
 
 void heldout_free(HeldOut *h) {
     free(h->labels);
+    free(h->views);
     free(h->vols);
     memset(h, 0, sizeof *h);
 }
 
-float *evaluate_reconstruct(Model *m, const float *vols, int count) {
+/* The given views of held-out volumes start..start+used-1 (zeros after them in a partial batch), before a forward. */
+static void set_views(Model *m, const float *views, int start, int used) {
+    if (!views) return;
+    const long per = m->tensors[m->t_views].count / m->batch;
+    float *batch = vx_calloc((size_t)m->batch * per, sizeof(float));
+    memcpy(batch, views + (long)start * per, (size_t)used * per * sizeof(float));
+    model_set_views(m, batch);
+    free(batch);
+}
+
+float *evaluate_reconstruct(Model *m, const float *vols, const float *views, int count) {
     long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
     float *recon = vx_malloc((size_t)(count ? count : 1) * vol * sizeof(float));
     float *batch = vx_calloc((size_t)per_batch, sizeof(float));
@@ -43,6 +55,7 @@ float *evaluate_reconstruct(Model *m, const float *vols, int count) {
         int used = count - start < m->batch ? count - start : m->batch;
         memcpy(batch, vols + (long)start * vol, (size_t)used * vol * sizeof(float));
         m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
+        set_views(m, views, start, used);
         model_forward(m, 0);
         model_tensor_to_host(m, m->t_recon, out);
         memcpy(recon + (long)start * vol, out, (size_t)used * vol * sizeof(float));
@@ -72,7 +85,7 @@ static void test_dump(const float *vols, const float *recon, long n) {
 
 ValResult evaluate(Model *m, const HeldOut *h) {
     const long n = h->val * (m->tensors[m->t_input].count / m->batch);
-    float *recon = evaluate_reconstruct(m, h->vols, h->val);
+    float *recon = evaluate_reconstruct(m, h->vols, h->views, h->val);
     test_dump(h->vols, recon, n);
     double l1 = 0, se = 0;
     for (long i = 0; i < n; i++) {
@@ -98,6 +111,7 @@ DiffValResult evaluate_diffusion(Model *m, const HeldOut *h) {
     for (int start = 0; start + m->batch <= h->val; start += m->batch) { /* full batches */
         m->be->copy_to_device(model_tensor(m, m->t_input), h->vols + (long)start * vol, (size_t)per_batch * sizeof(float));
         model_set_first_sample(m, VAL_FIRST_SAMPLE + (uint64_t)start);
+        set_views(m, h->views, start, m->batch);
         model_forward(m, 0);
         model_loss(m);
         const Losses l = model_read_losses(m);

@@ -195,6 +195,7 @@ static void train_step(Trainer *t) {
         trace_range_push("upload batch", "user_annotation");
         upload_batch(t, batch, first);
         if (m->task != TASK_NONE) set_targets(t, loader_labels(&t->loader));
+        if (m->cfg.diff.views_given) model_set_views(m, loader_views(&t->loader)); /* data.view_columns' */
         trace_range_pop();
         if (t->samples) fprintf(t->samples, "%lld\t%d\t%lld\t%d\n", (long long)step1, micro, (long long)first, m->batch);
         stepper_micro(t->stepper, micro, first);
@@ -303,6 +304,9 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     t->ds = dataset_open(&cfg->data, train->seed, cfg->model.in_channels, cfg->model.input_size, max_size, rank0);
     if (strcmp(cfg->model.family, "resnet3d") == 0) /* a head's labels; ae3d and vit3d reconstruct */
         dataset_set_labels(t->ds, cfg->model.head.task, cfg->model.head.num_classes, rank0);
+    /* X-ray views given beside each CT: read from the files, the model renders none (every stage's model is built
+     * from cfg->model below) */
+    cfg->model.diff.views_given = dataset_set_views(t->ds, cfg->model.diff.img_size, rank0) > 0;
     t->n_stages = train_stages(&cfg->model, train, dataset_epoch_samples(t->ds), world, t->stages);
     train->steps = (int)(t->stages[t->n_stages - 1].first_step + t->stages[t->n_stages - 1].train.steps);
     /* the runtime (device, stage 0's model: what checkpoints are checked against) */

@@ -102,7 +102,7 @@ void trainer_log_images(Trainer *t, int64_t step) {
     /* (the denoiser's output is v or eps, not a picture of the volume: its pictures come from sampling) */
     if (!t->tb || t->held.shown == 0 || t->m->t_recon < 0 || t->m->family == FAMILY_VIT3D_DIFFUSION) return;
     trace_range_push("tensorboard images", "user_annotation");
-    float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.shown);
+    float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.views, t->held.shown);
     train_log_images(t->tb, t->cur->model.input_size, t->cur->model.in_channels, t->held.vols, recon, t->held.shown,
                      step);
     free(recon);
