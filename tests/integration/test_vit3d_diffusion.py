@@ -30,8 +30,12 @@ def test_one_step_matches_pytorch_float64(tmp_path, sets):
     # adaLN-Zero starts every block and the final Linear at 0, where most gradients vanish: perturbed, every path
     # of the network carries gradient
     run(*args, env=dict(os.environ, VX_PROBE_PERTURB="0.05"))
+    before = torch.get_default_dtype()  # (restored: the other files' PyTorch references run in this process)
     torch.set_default_dtype(torch.float64)
-    r = ref.compare(prefix)
+    try:
+        r = ref.compare(prefix)
+    finally:
+        torch.set_default_dtype(before)
     assert r["views_rel"] < 1e-5 and r["target_rel"] < 1e-5, r   # the DRRs of x0; v (or eps) from x0 and x_t
     assert r["pred_rel"] < 1e-5, r
     assert abs(r["diffusion_vx"] - r["diffusion"]) <= 1e-5 * abs(r["diffusion"]), r
