@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/side_by_side.sh CONFIG [DEVICE]: times the training step of CONFIG in voxscale (bench step) and in the same
-# model in PyTorch (bench/reference/ae3d.py for ae3d, MONAI's ResNet in bench/reference/resnet3d.py for resnet3d), one after the other on the same machine, and writes
+# model in PyTorch (bench/reference/ae3d.py for ae3d, MONAI's ResNet in bench/reference/resnet3d.py for resnet3d,
+# bench/reference/vit3d_diffusion.py for vit3d_diffusion), one after the other on the same machine, and writes
 # results/<device>/side_by_side_<config>.md. DEVICE is cpu (default) or cuda. VOXSCALE names another binary (a build of
 # the parent commit, for the same-run comparison bench/alternate.sh makes); RESULTS another results folder.
 # BF16=1 (cpu) adds the bf16 rows in the same run: voxscale --amp bf16 (bf16 math in the convolutions, on CPUs with
@@ -38,9 +39,13 @@ with open(sys.argv[3], "w") as f:
     f.write("| speed-up of voxscale | %.2fx | |\n\n" % (pt["step_ms_median"] / vx["step_ms_median"]))
     f.write("Both: batch %d, fp32 (TF32 in convolutions %s), one step = forward, the loss (%s), backward, "
             "global-norm clip, AdamW. Device: %s. Ceiling for voxscale: %s at %.1f GFLOP/s; voxscale reached %.1f GFLOP/s of "
-            "convolution work. Commit %s.\n" % (vx["batch"], "on" if vx.get("tf32", 1) else "off", vx.get("loss", "L1+KL"),
-                                                 vx.get("device_detail", vx["device"]), vx["ceiling"],
-                                                 vx["ceiling_gflops"], vx["conv_gflops"], vx["commit"]))
+            "%s. Commit %s.\n" % (vx["batch"], "on" if vx.get("tf32", 1) else "off", vx.get("loss", "L1+KL"),
+                                  vx.get("device_detail", vx["device"]), vx["ceiling"], vx["ceiling_gflops"],
+                                  vx.get("work_gflops", vx["conv_gflops"]),
+                                  "the model's work (convolutions %.3f, GEMMs %.3f, attention %.3f GFLOP a step)" % (
+                                      vx["conv_gflop_per_step"], vx["gemm_gflop_per_step"],
+                                      vx["attention_gflop_per_step"]) if vx.get("gemm_gflop_per_step") else
+                                  "convolution work", vx["commit"]))
 print(open(sys.argv[3]).read())
 PY
 [ "${BF16:-0}" = 1 ] || exit 0

@@ -69,6 +69,7 @@ register bench-64    65  0 step_bench_64    "bench step ae3d-64 fp32, TF32 on an
 register bench-128   45  0 step_bench_128   "bench step ae3d-128 fp32, TF32 on and off, vs PyTorch eager and torch.compile" on-demand
 register pad-64      30  0 step_pad_64      "ae3d-64 bf16: model.pad_input_channels off vs auto, the step and conv_in's time" on-demand
 register resnet3d    60  0 step_resnet3d    "resnet3d-50 survival: voxscale bench step fp32 and bf16 vs MONAI's ResNet-50 eager fp32 and bf16 autocast"
+register diffusion   60  0 step_diffusion   "vit3d_diffusion: one CUDA step vs PyTorch float64; bench step fp32/bf16 vs the same network in PyTorch"
 register bench-kernels 40 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
 register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30 (else owed)"
 register bench-scaling 30 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"

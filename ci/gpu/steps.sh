@@ -250,6 +250,38 @@ step_resnet3d() {
 
 step_bench_128() { bench_pair configs/ae3d-128.json 5 2 eager,compile; }
 
+# vit3d_diffusion on the GPU (issue 21): one step's views, target, prediction, losses and gradients from the CUDA
+# backend (TF32 off) against bench/reference/vit3d_diffusion.py in float64, the check the CPU passes at 1e-6; then
+# voxscale's bench step on configs/vit3d-diffusion-64.json in float32 and bf16 against the same network in PyTorch
+# (eager, fp32 and bf16 autocast, attention written out as the reference does).
+step_diffusion() {
+    local rc=0 amp ms parts=() cmp config=configs/vit3d-diffusion-64.json stem=vit3d-diffusion-64
+    VX_PROBE_PERTURB=0.05 "$VX_BIN" probe --config configs/test/vit3d-diffusion-tiny.json --device cuda \
+        --set train.tf32=0 --out "$VX_STEP_DIR/probe" || { figure "probe on cuda failed"; return 1; }
+    if cmp=$(py_orig_timeout 120 bench/reference/vit3d_diffusion.py "$VX_STEP_DIR/probe"); then
+        figure "vit3d_diffusion one step on cuda vs PyTorch float64: $cmp"
+        py_orig_timeout 10 -c 'import json,sys; r=json.loads(sys.argv[1]); sys.exit(0 if r["grad_rel"] < 1e-4 and r["pred_rel"] < 1e-5 else 1)' "$cmp" || rc=1
+    else
+        rc=1; figure "the float64 comparison failed"
+    fi
+    for amp in off bf16; do
+        echo "=== voxscale bench step $stem --amp $amp"
+        "$VX_BIN" bench step --config "$config" --device cuda --amp $amp --iters 10 --warmup 3 \
+            --results "$VX_STEP_DIR/vx-$amp" 2>&1 | tee "$VX_STEP_DIR/voxscale-$amp.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || { rc=1; figure "voxscale $amp: $(tail -1 "$VX_STEP_DIR/voxscale-$amp.log")"; continue; }
+        ms=$(sed -n 's/.*"step_ms_median": \([0-9.]*\).*/\1/p' "$VX_STEP_DIR"/vx-$amp/*/step_$stem.json | head -1)
+        parts+=("voxscale $amp ${ms} ms")
+        echo "=== PyTorch $stem $amp"
+        py_orig_timeout 180 bench/reference/vit3d_diffusion.py --config "$config" --bench --device cuda \
+            --dtype "$([ $amp = off ] && echo fp32 || echo bf16)" --iters 10 --warmup 3 \
+            --out "$VX_STEP_DIR/torch-$amp.json" || { rc=1; figure "PyTorch $amp failed"; continue; }
+        ms=$(sed -n 's/.*"step_ms_median": \([0-9.]*\).*/\1/p' "$VX_STEP_DIR/torch-$amp.json" | head -1)
+        parts+=("PyTorch $amp ${ms} ms")
+    done
+    figure "$stem: $(IFS=';'; echo "${parts[*]}" | sed 's/;/; /g')"
+    return $rc
+}
+
 # amp_pair CONFIG ITERS WARMUP MODES: issue 12's comparison. voxscale bench step --amp bf16 with --compile (the whole
 # step one CUDA graph: the contender) and without (what the graph buys), then the same model in PyTorch as the field
 # runs it (bf16 autocast, channels_last_3d, fused AdamW; MODES: eager and/or torch.compile) at voxscale's batch, in

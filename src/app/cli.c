@@ -12,7 +12,8 @@
 enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OPT_THREADS, OPT_OUT, OPT_RESUME,
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
        OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS, OPT_CKPT_ACT, OPT_AMP,
-       OPT_COMPILE, OPT_CKPT, OPT_WEIGHTS, OPT_DATA, OPT_INIT_FROM, OPT_INIT_ALLOW, OPT_ZERO };
+       OPT_COMPILE, OPT_CKPT, OPT_WEIGHTS, OPT_DATA, OPT_INIT_FROM, OPT_INIT_ALLOW, OPT_ZERO, OPT_ATT_TOKENS,
+       OPT_SAMPLE_STEPS, OPT_SAMPLE_SEED };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -29,6 +30,8 @@ static const struct option COMMON_OPTS[] = {
     {"ckpt", required_argument, 0, OPT_CKPT}, {"weights", required_argument, 0, OPT_WEIGHTS},
     {"data", required_argument, 0, OPT_DATA}, {"init-from", required_argument, 0, OPT_INIT_FROM},
     {"init-allow", required_argument, 0, OPT_INIT_ALLOW}, {"zero", required_argument, 0, OPT_ZERO},
+    {"attention-tokens", required_argument, 0, OPT_ATT_TOKENS},
+    {"sample-steps", required_argument, 0, OPT_SAMPLE_STEPS}, {"sample-seed", required_argument, 0, OPT_SAMPLE_SEED},
     {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
@@ -46,7 +49,7 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
 void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const char *allowed, CliConfigSource source) {
     memset(a, 0, sizeof *a);
     a->config_path = DEFAULT_CONFIG;
-    a->warmup = a->iters = a->budget_ms = a->reps = -1; /* -1: the subcommand's default */
+    a->warmup = a->iters = a->budget_ms = a->reps = a->sample_seed = -1; /* -1: the subcommand's default */
     const char *keys[64], *vals[64], *flags[64];
     int n = 0, opt;
     opterr = 0;
@@ -76,7 +79,9 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
         case OPT_WARMUP: a->warmup = cli_count(optarg, "--warmup"); break;
         case OPT_ITERS: a->iters = cli_count(optarg, "--iters"); break;
         case OPT_OPS: a->ops = optarg; break;
+        case OPT_ATT_TOKENS: a->attention_tokens = optarg; break;
         case OPT_BUDGET_MS: a->budget_ms = cli_count(optarg, "--budget-ms"); break;
+        case OPT_SAMPLE_SEED: a->sample_seed = cli_count(optarg, "--sample-seed"); break;
         case OPT_REPS: a->reps = cli_count(optarg, "--reps"); break;
         case OPT_STEPS: key = "train.steps"; break;
         case OPT_BATCH: key = "train.batch_size"; break;
@@ -93,6 +98,7 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
         case OPT_GPUS: key = "dist.gpus"; break;
         case OPT_LR_SCALING: key = "train.lr_scaling"; break;
         case OPT_ZERO: key = "dist.zero"; break;
+        case OPT_SAMPLE_STEPS: key = "diffusion.sample_steps"; break;
         case OPT_SET: {
             static char buf[64][128];
             const char *eq = strchr(optarg, '=');

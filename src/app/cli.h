@@ -10,7 +10,9 @@ typedef struct {
     const char *config_path, *resume, *results_dir;
     int warmup, iters; /* bench: -1 when not given */
     const char *ops;   /* bench kernels --ops: NULL when not given */
+    const char *attention_tokens; /* bench kernels --attention-tokens: NULL when not given */
     int budget_ms, reps; /* bench kernels: -1 when not given */
+    int sample_seed;     /* predict --sample-seed (a sampler's noise; train.seed must stay the checkpoint's): -1 */
     const char *steps_flag; /* "--steps" or "--set" when the command line set train.steps, else NULL */
     const char *ckpt, *weights, *data, *out; /* export and predict: --ckpt, --weights, --data, --out (or NULL) */
     int config_given;                  /* --config was on the command line */

@@ -25,15 +25,20 @@ static int cmd_bench_step(int argc, char **argv) {
 static const char *KERNELS_HELP =
     "usage: voxscale bench kernels [--config FILE] [--ops A,B,...] [--budget-ms N] [--reps N] [--batch-size N]\n"
     "                              [--threads N] [--device D] [--amp P] [--results DIR] [--set K=V]\n"
+    "                              [--attention-tokens T,T,...]\n"
     "  checks every op the config's model calls, at each of its shapes, against a float64 reference, then times\n"
     "  it (median over --budget-ms per case, default 200, at most --reps calls, default 200) against ceilings\n"
-    "  measured in the same run; writes DIR/<device>/kernels_<config>.json and .md. Exit 1 when a check fails.\n";
+    "  measured in the same run; writes DIR/<device>/kernels_<config>.json and .md. Exit 1 when a check fails.\n"
+    "  Attention is also measured at the reference shapes of issue 21, self-attention of T tokens, batch 1, one\n"
+    "  head, head dim 64: T = 512 and 4096 for a model that calls attention (vit3d), else none; --attention-tokens\n"
+    "  sets the list for any model (e.g. 512,4096,32768; 0: none).\n";
 
 static int cmd_bench_kernels(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, KERNELS_HELP, ",config,ops,budget-ms,reps,batch-size,threads,device,results,set,seed,deterministic,checkpoint-activations,amp,");
+    cli_parse(argc, argv, &a, KERNELS_HELP, ",config,ops,budget-ms,reps,batch-size,threads,device,results,set,seed,deterministic,checkpoint-activations,amp,attention-tokens,");
     const BenchKernelsOptions o = {.results_dir = a.results_dir, .config_path = a.config_path, .ops = a.ops,
-                                   .budget_ms = a.budget_ms, .max_reps = a.reps};
+                                   .budget_ms = a.budget_ms, .max_reps = a.reps,
+                                   .attention_tokens = a.attention_tokens};
     return bench_kernels(&a.cfg, &o);
 }
 

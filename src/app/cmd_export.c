@@ -52,9 +52,11 @@ int cmd_export(int argc, char **argv) {
     unsigned char *bytes = st_writer_bytes(w, &len);
     fs_write_atomic(a.out, bytes, len);
     char p[300];
-    printf("export: %s (%s, step %lld): %ld parameters in %d tensors, %ld BatchNorm statistics -> %s (%.1f MiB)\n",
+    const int ema = model_ema_view(m);
+    printf("export: %s (%s, step %lld): %ld parameters in %d tensors%s, %ld BatchNorm statistics -> %s (%.1f MiB)\n",
            vx_escape(a.ckpt, p, sizeof p), a.cfg.model.family, (long long)ck.header.step, m->param_count, m->n_params,
-           m->buffer_floats, a.out, len / 1048576.0);
+           ema >= 0 ? " and their moving average (ema.*)" : "", m->buffer_floats - (ema >= 0 ? m->buffers[ema].count : 0),
+           a.out, len / 1048576.0);
     free(bytes);
     st_writer_free(w);
     ckpt_free(&ck);

@@ -1,8 +1,8 @@
 /* cmd_predict.c: `voxscale predict --ckpt C | --weights F --data CSV|DIR|FILE --out DIR`: a trained model applied to
  * volumes with the validation transforms (per-volume normalisation, the centred crop of model.input_size, padding),
  * in batches of train.batch_size on the device train would choose, in evaluation mode (BatchNorm's running
- * statistics, no dropout, ae3d's z = mu). What it writes is its family's (predict_family.h): predictions.csv and,
- * for ae3d, NIfTI files. With ranks (mpirun, srun, torchrun) rank r takes volumes r, r + world, ...; their rows are
+ * statistics, no dropout, ae3d's z = mu), or, for vit3d_diffusion, by DDIM sampling from the volume's two views.
+ * What it writes is its family's (predict_family.h): predictions.csv and, for ae3d and vit3d_diffusion, NIfTI files. With ranks (mpirun, srun, torchrun) rank r takes volumes r, r + world, ...; their rows are
  * summed into rank 0's table (one value and zeros: exact), which writes predictions.csv in the input's order.
  * Bad input follows training's rules: every volume's header is read, and the weights checked, before anything is
  * written (a missing file, a bad header, a volume smaller than the input without data.pad: one line naming the file
@@ -24,6 +24,7 @@
 #include "app/weights_source.h"
 #include "core/fsutil.h"
 #include "core/util.h"
+#include "elementwise/elementwise.h"
 #include "data/manifest.h"
 #include "data/transform.h"
 #include "data/volume.h"
@@ -36,10 +37,17 @@
 static const char *HELP =
     "usage: voxscale predict (--ckpt CKPT | --weights FILE.safetensors) --data CSV|DIR|FILE --out DIR\n"
     "                        [--config FILE] [--batch-size N] [--device D] [--threads N] [--amp P] [--set K=V]\n"
+    "                        [--sample-steps N] [--sample-seed S]\n"
     "  applies a trained model to volumes with the validation transforms (normalisation, centred crop of\n"
     "  model.input_size) in evaluation mode. resnet3d: DIR/predictions.csv (path, class probabilities and class,\n"
     "  label probabilities, values, or the survival risk score). ae3d: DIR/<name>_recon.nii.gz and <name>_mu.nii.gz\n"
     "  (the input's header and affine kept) and predictions.csv (path, l1, psnr, the files).\n"
+    "  vit3d_diffusion: renders the two views (DRRs) of each input volume as training does, samples a volume from\n"
+    "  them with DDIM in diffusion.sample_steps steps (--sample-steps N; the noise from --sample-seed, default\n"
+    "  the run's train.seed, and the volume's place in the list) and writes DIR/<name>_sample.nii.gz (the\n"
+    "  input's header, the crop's grid) and predictions.csv: the MSE of the sample's DRRs against the views, that of the constant volume at\n"
+    "  the input's mean intensity (the baseline), and both volumes' MSE against the input. Views are rendered\n"
+    "  from volumes only: DRR images as inputs are not built yet.\n"
     "  --data: a CSV manifest (data.path_column; every row, whatever its split), a folder (data.glob's matches) or\n"
     "  one volume. The config is the checkpoint's run's config.json, or the one voxscale export put in the weights\n"
     "  file, unless --config is given (a file converted from PyTorch needs it). Under mpirun, srun or torchrun the\n"
@@ -130,6 +138,7 @@ static void list_inputs(const char *data, DataConfig d, const ModelConfig *mc, i
     in->usable = vx_malloc((size_t)in->n * sizeof(int));
     for (int i = 0; i < in->n; i++) {
         in->items[i].path = in->man.e[i].path;
+        in->items[i].index = i;
         in->usable[i] = 1;
         int dims[4];
         if (!volume_probe(in->items[i].path, mc->in_channels, dims, why, sizeof why)) {
@@ -229,7 +238,8 @@ static void format_eta(double s, char *out, size_t len) {
 
 int cmd_predict(int argc, char **argv) {
     CliArgs a;
-    cli_parse_from(argc, argv, &a, HELP, ",config,ckpt,weights,data,out,batch-size,device,threads,amp,set,",
+    cli_parse_from(argc, argv, &a, HELP,
+                   ",config,ckpt,weights,data,out,batch-size,device,threads,amp,set,sample-steps,sample-seed,",
                    weights_config_source);
     if (!a.ckpt == !a.weights) vx_usage_error("predict: give the model with --ckpt CHECKPOINT or --weights FILE (one)");
     if (!a.data) vx_usage_error("predict: --data CSV|DIR|FILE is required (see --help)");
@@ -273,6 +283,13 @@ int cmd_predict(int argc, char **argv) {
         weights_apply(&wi, m);
         weights_free(&wi);
     }
+    float *ema = model_ema(m);
+    if (ema) { /* a run with train.ema_decay: its weights' moving average is what a diffusion sampler runs (DiT's) */
+        rt.be->elementwise->accumulate(DT_F32, m->param_floats, ema, m->param, 0.0f);
+        model_sync_lp(m);
+        if (rank0) vx_log("predict: with the weights' moving average (train.ema_decay %g)\n", cfg->train.ema_decay);
+    }
+    if (a.sample_seed >= 0) m->seed = a.sample_seed; /* a sampler's noise (after the checkpoint checked train.seed) */
     const int width = 1 + fam->row_floats(m); /* [predicted, the family's floats] */
     float *rows = vx_calloc((size_t)in.n * width, sizeof(float));
     const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
@@ -299,8 +316,10 @@ int cmd_predict(int argc, char **argv) {
         }
         if (used == 0) continue;
         if (used < m->batch) memset(batch + (long)used * vol, 0, (size_t)(m->batch - used) * vol * sizeof(float));
-        rt.be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
-        model_forward(m, 0);
+        if (!fam->samples) { /* (a sampler runs its own forwards) */
+            rt.be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
+            model_forward(m, 0);
+        }
         const PredictBatch b = {.m = m, .out_dir = a.out, .items = items, .used = used, .inputs = batch};
         char why[512];
         if (!fam->batch(&b, out, why, sizeof why)) vx_exit_error(VX_EXIT_STORAGE, "predict: %s", why);

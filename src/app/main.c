@@ -14,6 +14,7 @@
 #include "model/hw.h"
 #include "train/runtime.h"
 #include "train/train.h"
+#include "train/train_plan.h"
 #include "train/zero_plan.h"
 #include "parallel/launch.h"
 
@@ -172,6 +173,21 @@ static int cmd_detect(int argc, char **argv) {
            train->batch_size, world, train->grad_accum, (long)train->batch_size * world * train->grad_accum, lr_scale);
     fflush(stdout);
     zero_plan_choose(&rt, &a.cfg.dist, world > 1 ? world : 1, 1); /* every mode's bytes per rank; auto's choice */
+    if (train->n_stages > 0) { /* train.stages: each stage's own plan (its size, batch, checkpointing) */
+        static StagePlan st[CONFIG_MAX_STAGES];
+        const int n = train_stages(&a.cfg.model, train, 0, world > 1 ? world : 1, st);
+        for (int k = 0; k < n; k++) {
+            HwPlan p;
+            char why[400], line[700];
+            const int *size = st[k].model.input_size;
+            if (!hw_plan(&st[k].model, &st[k].train, rt.be, &rt.dev, world > 1 ? world : 1, &p, why, sizeof why)) {
+                printf("stage %d/%d: input %dx%dx%d: nothing fits: %s\n", k + 1, n, size[0], size[1], size[2], why);
+                continue;
+            }
+            hw_plan_describe(&p, &rt.dev, &st[k].train, line, sizeof line);
+            printf("stage %d/%d: input %dx%dx%d: %s\n", k + 1, n, size[0], size[1], size[2], line);
+        }
+    }
     runtime_close(&rt);
     return 0;
 }

@@ -8,6 +8,7 @@
 
 #include "core/util.h"
 #include "data/nifti_write.h"
+#include "model/diffusion_sample.h"
 
 /* ---- resnet3d: a head's predictions --------------------------------------------------------------------------- */
 
@@ -111,9 +112,90 @@ static void ae_format(const Model *m, const PredictItem *it, const float *row, F
     fprintf(f, ",%.9g,%.9g,%s_recon.nii.gz,%s_mu.nii.gz", row[0], row[1], it->stem, it->stem);
 }
 
+/* ---- vit3d_diffusion: volumes sampled from the input's two views --------------------------------------------- */
+
+enum { DIFF_DRR_MSE, DIFF_MEAN_DRR_MSE, DIFF_MSE, DIFF_MEAN_MSE, DIFF_FLOATS };
+
+static int diff_floats(const Model *m) {
+    (void)m;
+    return DIFF_FLOATS;
+}
+
+static void diff_header(const Model *m, FILE *f) {
+    (void)m;
+    fputs(",drr_mse,mean_volume_drr_mse,mse,mean_volume_mse,sample", f);
+}
+
+static double mse_of(const float *a, const float *b, long n) {
+    double se = 0;
+    for (long j = 0; j < n; j++) {
+        const double d = (double)a[j] - (double)b[j];
+        se += d * d;
+    }
+    return n ? se / (double)n : 0;
+}
+
+/* The input's views rendered with training's DRR, DDIM from them in diffusion.sample_steps steps (the noise keyed by
+ * train.seed and the volume's place in the input list), the sample written as NIfTI on the input's crop grid, and
+ * how well the sample's own DRRs match the views, beside the baseline of the constant volume at the input crop's mean
+ * intensity (what knowing only its mean gives; it is told that mean, which the sampler is not) */
+static int diff_batch(const PredictBatch *b, float *rows, char *why, size_t why_len) {
+    Model *m = b->m;
+    const Dims in = m->tensors[m->t_input].dims;
+    const long vol = (long)in.d * in.h * in.w * in.c, pixels = m->tensors[m->t_views].count / m->batch;
+    const size_t all = (size_t)m->batch * vol;
+    float *views = vx_malloc((size_t)m->batch * pixels * sizeof(float));
+    float *sample_views = vx_malloc((size_t)m->batch * pixels * sizeof(float));
+    float *mean_views = vx_malloc((size_t)m->batch * pixels * sizeof(float));
+    float *sample = vx_malloc(all * sizeof(float)), *mean = vx_calloc(all, sizeof(float));
+    uint64_t *ids = vx_calloc((size_t)m->batch, sizeof(uint64_t));
+    for (int i = 0; i < b->used; i++) {
+        ids[i] = (uint64_t)b->items[i].index;
+        double sum = 0;
+        for (long j = 0; j < vol; j++) sum += b->inputs[i * vol + j];
+        for (long j = 0; j < vol; j++) mean[i * vol + j] = (float)(sum / (double)vol);
+    }
+    diffusion_render_views(m, b->inputs, views);
+    diffusion_set_views(m, views);
+    const int steps = m->cfg.diff.sample_steps;
+    diffusion_ddim_sample(m, steps, (uint64_t)m->seed, ids, sample);
+    diffusion_render_views(m, sample, sample_views);
+    diffusion_render_views(m, mean, mean_views);
+    int ok = 1;
+    for (int i = 0; i < b->used && ok; i++) {
+        float *r = rows + (long)i * DIFF_FLOATS;
+        r[DIFF_DRR_MSE] = (float)mse_of(sample_views + i * pixels, views + i * pixels, pixels);
+        r[DIFF_MEAN_DRR_MSE] = (float)mse_of(mean_views + i * pixels, views + i * pixels, pixels);
+        r[DIFF_MSE] = (float)mse_of(sample + i * vol, b->inputs + i * vol, vol);
+        r[DIFF_MEAN_MSE] = (float)mse_of(mean + i * vol, b->inputs + i * vol, vol);
+        const PredictItem *it = &b->items[i];
+        vx_log("predict: %s: DDIM %d steps: DRR MSE %.6g against the input's views (the mean volume's %.6g), "
+               "volume MSE %.6g (%.6g)\n", it->stem, steps, r[DIFF_DRR_MSE], r[DIFF_MEAN_DRR_MSE], r[DIFF_MSE],
+               r[DIFF_MEAN_MSE]);
+        char path[CONFIG_STR * 3];
+        const NiftiGrid crop = {{it->off[2], it->off[1], it->off[0]}, 1}; /* x, y, z = w, h, d */
+        snprintf(path, sizeof path, "%s/%s_sample.nii.gz", b->out_dir, it->stem);
+        ok = nifti_write_float(path, it->path, sample + i * vol, in.d, in.h, in.w, in.c, &crop, why, why_len);
+    }
+    free(ids);
+    free(mean);
+    free(sample);
+    free(mean_views);
+    free(sample_views);
+    free(views);
+    return ok;
+}
+
+static void diff_format(const Model *m, const PredictItem *it, const float *row, FILE *f) {
+    (void)m;
+    for (int k = 0; k < DIFF_FLOATS; k++) fprintf(f, ",%.9g", row[k]);
+    fprintf(f, ",%s_sample.nii.gz", it->stem);
+}
+
 static const PredictFamily FAMILIES[] = {
-    {"ae3d", ae_floats, ae_header, ae_batch, ae_format},
-    {"resnet3d", head_floats, head_header, head_batch, head_format},
+    {"ae3d", ae_floats, ae_header, ae_batch, ae_format, 0},
+    {"resnet3d", head_floats, head_header, head_batch, head_format, 0},
+    {"vit3d_diffusion", diff_floats, diff_header, diff_batch, diff_format, 1},
 };
 
 const PredictFamily *predict_family(const Model *m) {

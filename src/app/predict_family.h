@@ -4,9 +4,13 @@
  *   ae3d      the reconstruction and the latent mean as NIfTI files beside predictions.csv (the input's header and
  *             affine kept, moved to the crop and, for the latent, to its coarser grid), and a row with the
  *             reconstruction's L1 and PSNR against the input crop (the trainer's validation figures) and the names
+ *   vit3d_diffusion  a volume sampled by DDIM (diffusion_sample.h) from the two views of the input crop (rendered
+ *             with training's DRR), as NIfTI on the crop's grid, and a row with the mean squared error of the
+ *             sample's DRRs against those views, the same for the constant volume at the crop's mean intensity (the
+ *             baseline), and both volumes' MSE against the crop
  * The driver (cmd_predict.c) lists, checks, decodes, crops and batches the volumes, runs the evaluation forward, then
  * hands each batch to its family's `batch`; each rank's rows are summed into rank 0's table, which writes the CSV
- * through `header` and `format`. A new family (one whose predict samples volumes, say) is one entry here. */
+ * through `header` and `format`. A new family is one entry here. */
 #pragma once
 #include <stddef.h>
 #include <stdio.h>
@@ -18,10 +22,11 @@ typedef struct {
     const char *path;        /* the input volume, as listed */
     char stem[CONFIG_STR];   /* what its output files are named after (unique in the run) */
     int off[3];              /* the crop's corner in the volume (d, h, w; negative: padding before it) */
+    int index;               /* its place in the input list (what keys a sampler's noise) */
 } PredictItem;
 
 typedef struct {
-    Model *m;                /* after model_forward(m, 0) on the batch */
+    Model *m;                /* after model_forward(m, 0) on the batch (none for a family that samples) */
     const char *out_dir;
     const PredictItem *items; /* the batch's volumes */
     int used;                /* how many of the batch's slots hold one */
@@ -38,6 +43,8 @@ typedef struct {
     int (*batch)(const PredictBatch *b, float *rows, char *why, size_t why_len);
     /* one row's fields after the path (",0.25,...") */
     void (*format)(const Model *m, const PredictItem *it, const float *row, FILE *f);
+    /* 1: `batch` runs the model itself (a sampler, many forwards from its own x_t), so the driver runs no forward */
+    int samples;
 } PredictFamily;
 
 /* The entry of model m's family (every family has one). */

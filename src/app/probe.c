@@ -25,15 +25,13 @@ static float *to_host(const Backend *be, const float *src, long count) {
     return host;
 }
 
-/* A host copy of a flat parameter-shaped buffer in the packed layout (param_count floats). */
-static float *packed_to_host(const Model *m, const float *flat) {
+float *probe_packed_to_host(const Model *m, const float *flat) {
     float *packed = vx_malloc((size_t)m->param_count * sizeof(float));
     model_download_packed(m, flat, packed);
     return packed;
 }
 
-/* Appends a host array to the .bin, frees it, and returns its offset in floats. */
-static long append(FILE *f, float *host, long count) {
+long probe_append(FILE *f, float *host, long count) {
     long at = ftell(f) / (long)sizeof(float);
     if (fwrite(host, sizeof(float), (size_t)count, f) != (size_t)count) vx_fatal("cannot write the probe file");
     free(host);
@@ -51,6 +49,11 @@ int probe_main(int argc, char **argv) {
     Model *m = rt.model;
     model_allocate(m);
     model_init_params(m, (uint64_t)a.cfg.train.seed);
+    if (m->family == FAMILY_VIT3D_DIFFUSION) {
+        const int rc = probe_diffusion(&a.cfg, &rt);
+        runtime_close(&rt);
+        return rc;
+    }
     if (m->family == FAMILY_VIT3D) {
         runtime_close(&rt);
         vx_usage_error("probe: model.family vit3d has no probe yet (tests/unit/test_vit3d.c checks its gradients)");
@@ -79,11 +82,11 @@ int probe_main(int argc, char **argv) {
     FILE *f = fopen(path, "wb");
     if (!f) vx_usage_error("probe: cannot create %s", path);
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "input", (double)append(f, batch, in->count));
-    cJSON_AddNumberToObject(j, "eps", (double)append(f, eps, z->count));
-    cJSON_AddNumberToObject(j, "recon", (double)append(f, recon, in->count));
-    cJSON_AddNumberToObject(j, "param_values", (double)append(f, packed_to_host(m, m->param), m->param_count));
-    cJSON_AddNumberToObject(j, "grad_values", (double)append(f, packed_to_host(m, m->grad), m->param_count));
+    cJSON_AddNumberToObject(j, "input", (double)probe_append(f, batch, in->count));
+    cJSON_AddNumberToObject(j, "eps", (double)probe_append(f, eps, z->count));
+    cJSON_AddNumberToObject(j, "recon", (double)probe_append(f, recon, in->count));
+    cJSON_AddNumberToObject(j, "param_values", (double)probe_append(f, probe_packed_to_host(m, m->param), m->param_count));
+    cJSON_AddNumberToObject(j, "grad_values", (double)probe_append(f, probe_packed_to_host(m, m->grad), m->param_count));
     fclose(f);
     cJSON_AddItemToObject(j, "input_shape", dims_json(in->dims));
     cJSON_AddItemToObject(j, "latent_shape", dims_json(z->dims));

@@ -16,19 +16,6 @@
 #include "core/util.h"
 #include "data/phantom.h"
 
-static long append(FILE *f, float *host, long count) {
-    const long at = ftell(f) / (long)sizeof(float);
-    if (fwrite(host, sizeof(float), (size_t)count, f) != (size_t)count) vx_fatal("cannot write the probe file");
-    free(host);
-    return at;
-}
-
-static float *packed_to_host(const Model *m, const float *flat) {
-    float *packed = vx_malloc((size_t)m->param_count * sizeof(float));
-    model_download_packed(m, flat, packed);
-    return packed;
-}
-
 /* VX_PROBE_NODE_GRADS=DIR: after each node's backward in the last step, the gradient of its first input, to
  * DIR/<node index>.bin (float32 of its dtype converted): what finds the first layer two implementations part at */
 typedef struct {
@@ -90,7 +77,7 @@ int probe_head(const Config *cfg, Runtime *rt, int steps) {
     FILE *f = fopen(path, "wb");
     if (!f) vx_usage_error("probe: cannot create %s", path);
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "param_values", (double)append(f, packed_to_host(m, m->param), m->param_count));
+    cJSON_AddNumberToObject(j, "param_values", (double)probe_append(f, probe_packed_to_host(m, m->param), m->param_count));
     cJSON *js = cJSON_AddArrayToObject(j, "steps");
     for (int s = 0; s < steps; s++) {
         const int64_t first = (int64_t)s * m->batch;
@@ -113,25 +100,25 @@ int probe_head(const Config *cfg, Runtime *rt, int steps) {
         m->node_hook = NULL;
         const Losses l = model_read_losses(m);
         cJSON *st = cJSON_CreateObject();
-        cJSON_AddNumberToObject(st, "input", (double)append(f, batch, in->count));
-        cJSON_AddNumberToObject(st, "targets", (double)append(f, targets, (long)m->batch * L));
-        cJSON_AddNumberToObject(st, "outputs", (double)append(f, o, out->count));
+        cJSON_AddNumberToObject(st, "input", (double)probe_append(f, batch, in->count));
+        cJSON_AddNumberToObject(st, "targets", (double)probe_append(f, targets, (long)m->batch * L));
+        cJSON_AddNumberToObject(st, "outputs", (double)probe_append(f, o, out->count));
         cJSON_AddNumberToObject(st, "relu_masks_count", (double)g_masks.n);
-        cJSON_AddNumberToObject(st, "relu_masks", (double)append(f, g_masks.v, g_masks.n));
+        cJSON_AddNumberToObject(st, "relu_masks", (double)probe_append(f, g_masks.v, g_masks.n));
         g_masks = (Masks){0};
         cJSON_AddNumberToObject(st, "loss", l.total);
         cJSON_AddItemToArray(js, st);
     }
-    cJSON_AddNumberToObject(j, "grad_values", (double)append(f, packed_to_host(m, m->grad), m->param_count));
+    cJSON_AddNumberToObject(j, "grad_values", (double)probe_append(f, probe_packed_to_host(m, m->grad), m->param_count));
     float *bufs = vx_malloc((size_t)(m->buffer_floats ? m->buffer_floats : 1) * sizeof(float));
     model_download_buffers(m, bufs);
-    cJSON_AddNumberToObject(j, "buffer_values", (double)append(f, bufs, m->buffer_floats));
+    cJSON_AddNumberToObject(j, "buffer_values", (double)probe_append(f, bufs, m->buffer_floats));
     float *batch = runtime_load_phantom_batch(rt, cfg->train.seed, cfg->data.noise, 0);
     free(batch);
     model_forward(m, 0);
     float *o = vx_malloc((size_t)out->count * sizeof(float));
     model_tensor_to_host(m, m->t_out, o);
-    cJSON_AddNumberToObject(j, "eval_outputs", (double)append(f, o, out->count));
+    cJSON_AddNumberToObject(j, "eval_outputs", (double)probe_append(f, o, out->count));
     fclose(f);
 
     cJSON_AddItemToObject(j, "input_shape", cJSON_CreateIntArray((int[]){in->dims.n, in->dims.d, in->dims.h,

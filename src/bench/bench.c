@@ -78,6 +78,7 @@ static void record_layer(void *ctx, int node, int phase) {
 }
 typedef struct {
     double conv_ms, other_ms, step_ms, *node_ms;
+    double gemm_ms, attn_ms; /* of other_ms: the transformers' Linear GEMMs and attention */
 } LayerTimes;
 static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
     const Backend *be = m->be;
@@ -89,7 +90,7 @@ static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
     stepper_one(st, ++*step, 1e-4, &r);
     stepper_time_phases(st, 0);
     m->node_hook = NULL;
-    out->conv_ms = out->other_ms = 0;
+    out->conv_ms = out->other_ms = out->gemm_ms = out->attn_ms = 0;
     out->step_ms = r.ms;
     out->node_ms = vx_malloc((size_t)m->n_nodes * sizeof(double));
     for (int i = 0; i < m->n_nodes; i++) {
@@ -97,6 +98,8 @@ static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
         out->node_ms[i] = be->event_elapsed_ms(e[0], e[1]) + be->event_elapsed_ms(e[2], e[3]);
         if (m->nodes[i].kind == OP_CONV) out->conv_ms += out->node_ms[i];
         else out->other_ms += out->node_ms[i];
+        if (m->nodes[i].kind == OP_GEMM) out->gemm_ms += out->node_ms[i];
+        if (m->nodes[i].kind == OP_ATTENTION) out->attn_ms += out->node_ms[i];
     }
     for (int i = 0; i < 4 * m->n_nodes; i++) be->event_destroy(l.ev[i]);
     free(l.ev);
@@ -147,19 +150,24 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     vx_log("phases (eager): forward %.2f ms, backward %.2f ms, optimizer %.2f ms\n", phase[0], phase[1], phase[2]);
     LayerTimes lt;
     time_layers(st, m, &step, &lt);
-    vx_log("layers (eager, one step of %.2f ms): convolutions %.2f ms, other layers %.2f ms, optimizer %.2f ms\n",
-           lt.step_ms, lt.conv_ms, lt.other_ms, phase[2]);
+    vx_log("layers (eager, one step of %.2f ms): convolutions %.2f ms, other layers %.2f ms (GEMMs %.2f ms, attention "
+           "%.2f ms), optimizer %.2f ms\n", lt.step_ms, lt.conv_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2]);
     char layers_md[4096];
     slowest_layers(m, &lt, 10, layers_md, sizeof layers_md);
-    /* the first layer: the input cast (when there is one) and encoder.conv_in, what model.pad_input_channels changes */
+    /* the first layer: the nodes through the first convolution (ae3d's: the input cast, when there is one, and
+     * encoder.conv_in), what model.pad_input_channels changes */
     double first_ms = 0;
+    const char *first_conv = "none";
     for (int i = 0; i < m->n_nodes; i++) {
         first_ms += lt.node_ms[i];
-        if (m->nodes[i].kind == OP_CONV) break;
+        if (m->nodes[i].kind == OP_CONV) {
+            first_conv = m->nodes[i].name;
+            break;
+        }
     }
     const int in_c = model->in_channels, in_c_stored = m->tensors[m->t_input_lp].dims.c;
-    vx_log("first layer (input cast and encoder.conv_in, %d input channel(s) stored as %d): %.3f ms\n", in_c,
-           in_c_stored, first_ms);
+    vx_log("first layer (the nodes through the first convolution, %s; %d input channel(s) stored as %d): %.3f ms\n",
+           first_conv, in_c, in_c_stored, first_ms);
     free(lt.node_ms);
     stepper_free(st);
     comm_close(single);
@@ -169,7 +177,9 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
         if (t[i] > tmax) tmax = t[i];
     }
     double med = bench_median(t, iters);
-    double sps = m->batch / med, gflops = m->conv_flops_step / med * 1e-9;
+    /* the model's work: its convolutions and, in a transformer, its Linear GEMMs and attention (model_build.c) */
+    const double work = m->conv_flops_step + m->gemm_flops_step + m->attn_flops_step;
+    double sps = m->batch / med, gflops = m->conv_flops_step / med * 1e-9, work_gflops = work / med * 1e-9;
     double peak_mib = be->peak_bytes() / 1048576.0;
     /* the ceiling's GEMM buffers (768 MiB on a GPU) must not compete with a model sized to the free memory */
     model_release_memory(m);
@@ -191,8 +201,13 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     else
         snprintf(device, sizeof device, "%s, %d cores, %d threads, %s", rt.hw.cpu_model, rt.hw.cores, threads,
                  openblas_get_config());
+    char diff_loss[96];
+    snprintf(diff_loss, sizeof diff_loss, "%s%s MSE%s", m->cfg.diff.min_snr_gamma > 0 ? "min-SNR-weighted " : "",
+             strcmp(m->cfg.diff.prediction, "epsilon") == 0 ? "epsilon" : "v",
+             m->cfg.diff.physics_weight > 0 ? " + physics_weight x projection MSE" : "");
     const char *loss = m->family == FAMILY_AE3D       ? "L1+KL"
                        : m->family == FAMILY_VIT3D     ? (strcmp(m->cfg.loss, "mse") == 0 ? "MSE" : "L1")
+                       : m->family == FAMILY_VIT3D_DIFFUSION ? diff_loss
                        : m->task == TASK_SURVIVAL      ? "Cox"
                        : m->task == TASK_REGRESSION    ? "MSE"
                        : m->task == TASK_MULTILABEL    ? "BCE"
@@ -205,19 +220,25 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      "  \"commit\": \"%s\",\n  \"batch\": %d,\n  \"input_size\": [%d, %d, %d],\n  \"params\": %ld,\n"
                      "  \"warmup\": %d,\n  \"iters\": %d,\n  \"step_ms_median\": %.3f,\n  \"step_ms_min\": %.3f,\n"
                      "  \"step_ms_max\": %.3f,\n  \"samples_per_s\": %.4f,\n  \"conv_gflop_per_step\": %.4f,\n"
-                     "  \"conv_gflops\": %.3f,\n  \"peak_memory_mib\": %.2f,\n  \"ceiling\": \"%s\",\n"
+                     "  \"conv_gflops\": %.3f,\n  \"gemm_gflop_per_step\": %.4f,\n"
+                     "  \"attention_gflop_per_step\": %.4f,\n"
+                     "  \"work_gflop_per_step\": %.4f,\n  \"work_gflops\": %.3f,\n"
+                     "  \"peak_memory_mib\": %.2f,\n  \"ceiling\": \"%s\",\n"
                      "  \"ceiling_gflops\": %.3f,\n  \"ceiling_sgemm_conv_shape_gflops\": %.3f,\n"
                      "  \"fraction_of_ceiling\": %.4f,\n  \"precision\": \"%s\",\n  \"compile\": %d,\n"
                      "  \"graphs\": %d,\n  \"forward_ms\": %.3f,\n  \"backward_ms\": %.3f,\n  \"optimizer_ms\": %.3f,\n"
-                     "  \"conv_ms\": %.3f,\n  \"other_layers_ms\": %.3f,\n  \"own_kernels_ms\": %.3f,\n"
+                     "  \"conv_ms\": %.3f,\n  \"other_layers_ms\": %.3f,\n  \"gemm_ms\": %.3f,\n"
+                     "  \"attention_ms\": %.3f,\n  \"own_kernels_ms\": %.3f,\n"
                      "  \"layers_step_ms\": %.3f,\n  \"step_over_conv\": %.4f,\n  \"first_layer_ms\": %.3f,\n"
                      "  \"input_channels_stored\": %d,\n  \"loss\": \"%s\"\n}\n",
                      stem, slug, be->name, device, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
                      __VERSION__, train->tf32, train->deterministic, commit, m->batch, model->input_size[0],
                      model->input_size[1], model->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
-                     tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, peak_mib, ceil.what, ceil.gflops,
-                     ceil.conv_shape, gflops / ceil.gflops, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision, train->compile,
-                     graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.other_ms + phase[2], lt.step_ms,
+                     tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, m->gemm_flops_step * 1e-9,
+                     m->attn_flops_step * 1e-9, work * 1e-9, work_gflops, peak_mib, ceil.what, ceil.gflops,
+                     ceil.conv_shape, work_gflops / ceil.gflops, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision, train->compile,
+                     graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms,
+                     lt.other_ms + phase[2], lt.step_ms,
                      med * 1e3 / lt.conv_ms, first_ms, in_c_stored, loss);
     snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
     fs_write_atomic(path, json, (size_t)n);
@@ -226,21 +247,24 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  "# bench step: %s on %s\n\n"
                  "| metric | value |\n|---|---|\n"
                  "| step time (median of %d, after %d warm-up) | %.1f ms (min %.1f, max %.1f) |\n"
-                 "| samples/s | %.3f |\n| batch | %d x %dx%dx%d |\n| conv work per step | %.2f GFLOP |\n"
-                 "| achieved conv rate | %.2f GFLOP/s |\n| ceiling: %s | %.2f GFLOP/s |\n"
+                 "| samples/s | %.3f |\n| batch | %d x %dx%dx%d |\n"
+                 "| work per step: convolutions + GEMMs + attention | %.2f GFLOP (%.2f + %.2f + %.2f) |\n"
+                 "| achieved rate (of the convolutions alone) | %.2f GFLOP/s (%.2f) |\n| ceiling: %s | %.2f GFLOP/s |\n"
                  "| fraction of the ceiling | %.1f%% |\n| peak memory (all backend allocations) | %.1f MiB |\n"
                  "| precision, graphs | %s, %s |\n"
                  "| phases, eager (median of %d) | forward %.2f ms, backward %.2f ms, optimizer %.2f ms |\n"
-                 "| layers, one eager step of %.2f ms | convolutions %.2f ms (%.0f%%), other layers %.2f ms, optimizer "
-                 "%.2f ms |\n| step time / convolution time | %.2f |\n\n"
+                 "| layers, one eager step of %.2f ms | convolutions %.2f ms (%.0f%%), other layers %.2f ms (GEMMs "
+                 "%.2f ms, attention %.2f ms), optimizer %.2f ms |\n| step time / convolution time | %.2f |\n\n"
                  "Slowest layers of that step (forward + backward):\n\n| layer | time | of the step |\n|---|---|---|\n%s\n"
                  "Device: %s. Backend %s, gcc %s, commit %s. One step = forward, %s loss, backward, global "
                  "gradient norm, AdamW, timed with %s.\n",
                  stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, model->input_size[0],
-                 model->input_size[1], model->input_size[2], m->conv_flops_step * 1e-9, gflops, ceil.what, ceil.gflops,
-                 100 * gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision,
+                 model->input_size[1], model->input_size[2], work * 1e-9, m->conv_flops_step * 1e-9,
+                 m->gemm_flops_step * 1e-9, m->attn_flops_step * 1e-9, work_gflops, gflops, ceil.what, ceil.gflops,
+                 100 * work_gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision,
                  graphs ? "the step replayed as CUDA Graphs" : "eager", PHASE_STEPS, phase[0], phase[1], phase[2],
-                 lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, phase[2], med * 1e3 / lt.conv_ms,
+                 lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2],
+                 med * 1e3 / lt.conv_ms,
                  layers_md,
                  device, be->name, __VERSION__, commit,
                  loss, gpu ? "CUDA events" : "the wall clock");

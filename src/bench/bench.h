@@ -25,6 +25,8 @@ typedef struct {
     const char *ops;         /* comma-separated op names (the op spec table, kernels/common/op_spec.h); NULL: every op */
     double budget_ms;        /* timing per case; <= 0: 200 ms */
     int max_reps;            /* timed calls per case at most; <= 0: 200 */
+    const char *attention_tokens; /* "T,T,...": self-attention cases b1 h1 TxT d64 besides the model's ("0": none);
+                                   * NULL: 512 and 4096 when the model calls attention, else none */
 } BenchKernelsOptions;
 
 /* Checks every op the config's model calls, at each of its shapes, against a float64 reference, then times it and

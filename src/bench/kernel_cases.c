@@ -19,6 +19,10 @@
 #include "gemm/gemm.h"
 #include "layernorm/layernorm.h"
 #include "patch/patch.h"
+#include "adaln/adaln.h"
+#include "diffusion/diffusion.h"
+#include "drr/drr.h"
+#include "timestep/timestep.h"
 
 /* ---- the cases of a model --------------------------------------------------------------------------------- */
 
@@ -40,6 +44,15 @@ static void add_case(CaseList *l, KernelCase k, const char *op) {
         VX_CHECK(l->v != NULL, "out of memory listing kernel cases");
     }
     l->v[l->n++] = k;
+}
+
+/* stable insertion sort by op: one op's shapes together, in the order they were added */
+static void sort_by_op(CaseList *l) {
+    for (int i = 1; i < l->n; i++)
+        for (int j = i; j > 0 && l->v[j - 1].op > l->v[j].op; j--) {
+            const KernelCase t = l->v[j];
+            l->v[j] = l->v[j - 1], l->v[j - 1] = t;
+        }
 }
 
 static KernelCase count_case(long count, DType dt) {
@@ -127,6 +140,46 @@ static void vit_cases(CaseList *l, const Model *m, const Node *nd, const Tensor 
         add_case(l, k, "patch_to_volume");
         add_case(l, k, "patch_to_tokens");
         break;
+    case OP_QSAMPLE: { /* the noise, then x_t and the target in one pass */
+        const DiffusionShape d = {.n = m->batch, .count = tx->count / m->batch, .dtype = m->tensors[nd->out].dtype};
+        add_case(l, count_case(tx->count, DT_F32), "normal_fill");
+        kernel_case_set_params(&k, &d, sizeof d);
+        k.dtype = d.dtype;
+        snprintf(k.shape, sizeof k.shape, "n%d x %ld", d.n, d.count);
+        add_case(l, k, "diffusion_q_sample");
+        break;
+    }
+    case OP_DRR: /* both views of each sample: one call per view and sample */
+        for (int v = 0; v < 2; v++) {
+            const DrrShape d = {.n = 1, .d = tx->dims.d, .h = tx->dims.h, .w = tx->dims.w, .view = v,
+                                .img = m->cfg.diff.img_size, .mu_scale = (float)m->cfg.diff.mu_scale,
+                                .spacing = 1.0f / (float)(v ? tx->dims.w : tx->dims.h), .dtype = DT_F32};
+            KernelCase c = {.dtype = DT_F32};
+            kernel_case_set_params(&c, &d, sizeof d);
+            snprintf(c.shape, sizeof c.shape, "%dx%dx%d view %d -> %d^2", d.d, d.h, d.w, v, d.img);
+            add_case(l, c, "drr_forward");
+        }
+        break;
+    case OP_TIMESTEP: {
+        const TimestepShape t = {.n = m->batch, .dim = m->tensors[nd->out].dims.c, .max_period = 10000.0f, .dtype = dt};
+        kernel_case_set_params(&k, &t, sizeof t);
+        snprintf(k.shape, sizeof k.shape, "n%d dim %d", t.n, t.dim);
+        add_case(l, k, "timestep_embed");
+        break;
+    }
+    case OP_MODULATE:
+    case OP_GATE: {
+        const Tensor *y = &m->tensors[nd->out];
+        const AdaLNShape a = {.n = y->dims.n, .tokens = y->count / y->dims.n / y->dims.c, .c = y->dims.c,
+                              .mod_stride = m->tensors[nd->in[2]].dims.c, .dtype = dt};
+        kernel_case_set_params(&k, &a, sizeof a);
+        snprintf(k.shape, sizeof k.shape, "n%d %ldx%d", a.n, a.tokens, a.c);
+        const int gate = nd->kind == OP_GATE;
+        add_case(l, k, gate ? "adaln_gate" : "adaln_modulate");
+        add_case(l, k, gate ? "adaln_gate_backward" : "adaln_modulate_backward");
+        if (gate) add_case(l, count_case(y->count, dt), "accumulate"); /* the residual's gradient */
+        break;
+    }
     default: vx_fatal("bench kernels: node %s has no cases", nd->name);
     }
 }
@@ -275,7 +328,12 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
         case OP_GEMM:
         case OP_ATTENTION:
         case OP_POS:
-        case OP_UNPATCH: vit_cases(&l, m, nd, tx); break;
+        case OP_UNPATCH:
+        case OP_QSAMPLE:
+        case OP_DRR:
+        case OP_TIMESTEP:
+        case OP_MODULATE:
+        case OP_GATE: vit_cases(&l, m, nd, tx); break;
         }
     }
     if (m->t_recon >= 0) { /* ae3d, vit3d */
@@ -301,11 +359,22 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
     }
     add_case(&l, count_case(m->param_floats, m->dtype), "adamw"); /* with the low-precision copy in mixed precision */
     add_case(&l, count_case(m->param_floats, DT_F32), "sumsq");
-    for (int i = 1; i < l.n; i++) /* stable insertion sort by op: one op's shapes together, in the model's order */
-        for (int j = i; j > 0 && l.v[j - 1].op > l.v[j].op; j--) {
-            const KernelCase t = l.v[j];
-            l.v[j] = l.v[j - 1], l.v[j - 1] = t;
-        }
+    sort_by_op(&l);
     *out = l.v;
+    return l.n;
+}
+
+int kernel_cases_add_attention(KernelCase **cases, int n, const Backend *be, const int *tokens, int n_tokens, DType dt) {
+    CaseList l = {.v = *cases, .n = n, .cap = n, .be = be};
+    for (int i = 0; i < n_tokens; i++) {
+        const AttentionShape s = attention_shape(1, 1, tokens[i], tokens[i], 64, dt);
+        KernelCase k = {.dtype = dt};
+        kernel_case_set_params(&k, &s, sizeof s);
+        snprintf(k.shape, sizeof k.shape, "b%d h%d %dx%d d%d", s.batch, s.heads, s.tq, s.tk, s.d);
+        add_case(&l, k, "attention_forward"); /* (a model's own case of the same shape stays the one row) */
+        add_case(&l, k, "attention_backward");
+    }
+    sort_by_op(&l);
+    *cases = l.v;
     return l.n;
 }

@@ -8,14 +8,24 @@
  *           copies of the buffers, R chosen so that the copies together exceed 4x the last-level cache and 128 MiB
  *           (CPU: /sys's largest cache, which a VM may understate; GPU: L2): the op reads from memory, as in training, not from cache. Each call is
  *           timed alone (CUDA events on the compute stream, the wall clock on the CPU); median, min and p90.
- *   rate    convolutions in GFLOP/s against the GEMM ceiling (BLAS sgemm 2048^3 / cuBLAS SGEMM 8192^3, TF32 as
- *           the run allows); every other op in GB/s of bytes read + written against the copy ceiling (a parallel
+ *   rate    convolutions, GEMMs and attention in GFLOP/s against the GEMM ceiling (BLAS sgemm 2048^3 / cuBLAS
+ *           SGEMM 8192^3, TF32 as the run allows); every other op in GB/s of bytes read + written against the copy ceiling (a parallel
  *           memcpy of 256 MiB / a device-to-device cudaMemcpy of 512 MiB, counted the same way). Ceilings are
  *           measured before and after the ops, and the better of each kept.
  *
  *   gate    for ci/regress, each case is also rated against a short probe of its ceiling run right before and
  *           after it (CPU; see probe_rate), at its median call. (Not the fastest call: on the VM a 3 MiB op's
  *           fastest of 200 calls ran 3.3x faster than its median, an outlier no later run need repeat.)
+ *
+ * attention  besides the model's own shapes, issue 21's reference shapes (--attention-tokens; 512 and 4096 tokens by
+ *           default for a model that calls attention, 32768 when asked): self-attention, batch 1, one head, head dim
+ *           64, rows "b1 h1 TxT d64". FLOPs in FlashAttention's accounting: forward 4 b h tq tk d (two products,
+ *           Q K^T and P V), backward 2.5x that, 10 b h tq tk d (five products: the scores recomputed, dV, dP, dK,
+ *           dQ), whatever the kernel really does (attention_spec.c). The check is op_check.c's as for any
+ *           compute-bound op: about 1500 sampled output elements, each of its query's (or key's) row computed in
+ *           float64 against every key, at the timed shape itself (32768 included: about 1500 rows x 32768 keys,
+ *           seconds). The backward's o and lse at 4096 tokens and above are not the forward's (att_fill: too large
+ *           to compute in double there), which the check does not need: reference and op read the same inputs.
  *
  * Test-only hooks (tests/integration/test_bench_kernels.py): VX_TEST_WRONG_OP=name corrupts that op's first
  * output element before the check, so the check must fail; VX_TEST_SLOW_OP=name[:factor] calls that op `factor`
@@ -26,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench/bench.h"
 #include "bench/bench_util.h"
@@ -210,7 +221,7 @@ static void select_ops(const char *list, int *want, int n_ops, const KernelOp *o
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const int i = kernel_op_find(tok);
         if (i < 0) {
-            char names[1024] = "";
+            char names[4096] = "";
             for (int j = 0; j < n_ops; j++)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", j ? ", " : "", ops[j].name);
             vx_usage_error("bench kernels: --ops names \"%s\", which is not an op; choose from %s", tok, names);
@@ -219,21 +230,54 @@ static void select_ops(const char *list, int *want, int n_ops, const KernelOp *o
     }
 }
 
+/* --attention-tokens "T,T,...": the counts into t[] (at most max); "0" alone: none; NULL: -1, the model's default
+ * (attention_default). A bad list is a usage error, before anything starts. */
+static int attention_tokens(const char *list, int *t, int max) {
+    if (!list) return -1;
+    if (strcmp(list, "0") == 0) return 0;
+    int n = 0;
+    for (const char *p = list;;) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || (*end != ',' && *end != 0) || v < 1 || v > 131072 || n == max)
+            vx_usage_error("bench kernels: --attention-tokens %s: expected up to %d token counts 1..131072 separated "
+                           "by commas (e.g. 512,4096,32768), or 0 for none", list, max);
+        t[n++] = (int)v;
+        if (*end == 0) break;
+        p = end + 1;
+    }
+    return n;
+}
+/* 512 and 4096 tokens when the model calls attention, else none */
+static int attention_default(const Model *m, int *t) {
+    for (int i = 0; i < m->n_nodes; i++)
+        if (m->nodes[i].kind == OP_ATTENTION) {
+            t[0] = 512, t[1] = 4096;
+            return 2;
+        }
+    return 0;
+}
+
 int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     const double budget_s = (o->budget_ms > 0 ? o->budget_ms : 200) * 1e-3;
     const int max_reps = o->max_reps > 0 ? o->max_reps : 200;
     int n_ops;
     const KernelOp *ops = kernel_ops(&n_ops);
-    int want[64];
+    int *want = vx_calloc((size_t)n_ops, sizeof *want); /* (the table has outgrown any fixed bound: 71 ops) */
     select_ops(o->ops, want, n_ops, ops); /* a bad --ops is refused before anything starts */
+    int tokens[8];
+    int n_tokens = attention_tokens(o->attention_tokens, tokens, 8); /* and a bad --attention-tokens */
     Runtime rt;
     runtime_open(&rt, &cfg->model, &cfg->train, 1);
     const Backend *be = rt.be;
     const int gpu = strcmp(be->name, "cuda") == 0;
     KernelCase *cases;
-    const int n_all = kernel_cases_of_model(rt.model, be, &cases);
+    int n_all = kernel_cases_of_model(rt.model, be, &cases);
+    if (n_tokens < 0) n_tokens = attention_default(rt.model, tokens);
+    n_all = kernel_cases_add_attention(&cases, n_all, be, tokens, n_tokens, rt.model->dtype);
     if (bench_kernels_count_mode()) { /* ci/regress's instruction counts: no check, ceiling or timing */
         bench_kernels_count(be, cases, n_all, want);
+        free(want);
         free(cases);
         runtime_close(&rt);
         return 0;
@@ -376,6 +420,9 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         cJSON_AddItemToArray(arr, e);
     }
     cJSON_AddNumberToObject(j, "failed_checks", n_failed);
+    struct rusage ru; /* the whole process's peak: every case's buffer copies and references included */
+    getrusage(RUSAGE_SELF, &ru);
+    cJSON_AddNumberToObject(j, "peak_rss_mib", ru.ru_maxrss / 1024.0);
     snprintf(path, sizeof path, "kernels_%s.json", stem);
     bench_write_json(dir, path, j);
 
@@ -399,14 +446,17 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     }
     len += (size_t)snprintf(md + len, cap - len,
                             "\nDevice: %s. Batch %d, activations %s, commit %s. Memory-bound ops count the bytes they "
-                            "must read and write once, at their storage type's size.\n",
-                            device, rt.model->batch, dtype_name(rt.model->dtype), commit);
+                            "must read and write once, at their storage type's size; attention counts FlashAttention's "
+                            "FLOPs (4 b h tq tk d forward, 2.5x that backward). Peak resident memory of the whole run "
+                            "%.0f MiB (host).\n",
+                            device, rt.model->batch, dtype_name(rt.model->dtype), commit, ru.ru_maxrss / 1024.0);
     snprintf(path, sizeof path, "%s/kernels_%s.md", dir, stem);
     fs_write_atomic(path, md, len);
     printf("\nwritten: %s/kernels_%s.{json,md}: %d cases, %d failed checks\n", dir, stem, n_run, n_failed);
     free(md);
     free(res);
     free(cases);
+    free(want);
     runtime_close(&rt);
     if (n_failed) {
         fprintf(stderr, "voxscale: bench kernels: %d op check%s failed (see above); the timings of a wrong op mean "

@@ -236,7 +236,7 @@ void config_parse_text(Config *cfg, const char *text, size_t len, const char *or
         refuse_duplicate(root->child, sec, origin, NULL);
         if (strcmp(sec->string, "description") == 0 && cJSON_IsString(sec)) continue;
         if (!section_exists(sec->string))
-            vx_usage_error("%s: unknown section \"%s\" (sections: model, train, data, output, dist, description)", origin,
+            vx_usage_error("%s: unknown section \"%s\" (sections: model, train, data, output, dist, diffusion, xray, loss, description)", origin,
                            sec->string);
         if (!cJSON_IsObject(sec)) vx_usage_error("%s: section \"%s\" must be an object", origin, sec->string);
         for (const cJSON *kv = sec->child; kv; kv = kv->next) {
@@ -315,8 +315,9 @@ static void validate_resnet(const ModelConfig *m, const char *origin) {
                        origin, h->pos_weight.n, h->num_classes);
 }
 
-/* The vit3d family's keys against each other and the volume (config_validate). Its positions are one per token, so
- * a stage may not change the volume's size (their interpolation across stages is issue 21's next step). */
+/* The vit3d family's keys against each other and the volume (config_validate). Its positions are one per patch, so
+ * every stage's volume must divide into patches; a stage that changes the volume resamples them to its grid
+ * (train_stages.c, model_carry.c), from coarse to fine only: a list whose sizes go down is out of order. */
 static void validate_vit(const Config *cfg, const char *origin) {
     const ModelConfig *m = &cfg->model;
     const ViTConfig *v = &m->vit;
@@ -328,10 +329,57 @@ static void validate_vit(const Config *cfg, const char *origin) {
                            m->input_size[a], a, v->patch_size[a]);
     for (int i = 0; i < cfg->train.n_stages; i++) {
         const Stage st = config_stage(&cfg->train, m->input_size, i);
-        if (memcmp(st.input_size, m->input_size, sizeof st.input_size) != 0)
-            vx_usage_error("%s: train.stages[%d] changes the volume to %dx%dx%d: vit3d keeps model.input_size in every "
-                           "stage (its positions are per token; interpolating them across stages is not built yet)",
-                           origin, i, st.input_size[0], st.input_size[1], st.input_size[2]);
+        for (int a = 0; a < 3; a++)
+            if (st.input_size[a] % v->patch_size[a])
+                vx_usage_error("%s: train.stages[%d].input_size[%d] = %d is not divisible by model.patch_size[%d] = %d",
+                               origin, i, a, st.input_size[a], a, v->patch_size[a]);
+        if (i == 0) continue;
+        const Stage prev = config_stage(&cfg->train, m->input_size, i - 1);
+        for (int a = 0; a < 3; a++)
+            if (st.input_size[a] < prev.input_size[a])
+                vx_usage_error("%s: train.stages are out of order: stage %d's volume %dx%dx%d is smaller than stage "
+                               "%d's %dx%dx%d; %s's stages go from coarse to fine (its positions are resampled up to "
+                               "each new patch grid)", origin, i, st.input_size[0], st.input_size[1], st.input_size[2],
+                               i - 1, prev.input_size[0], prev.input_size[1], prev.input_size[2], m->family);
+    }
+    const DiffusionConfig *df = &m->diff;
+    if (strcmp(m->family, "vit3d_diffusion") != 0) return;
+    if (df->img_size % df->patch_size)
+        vx_usage_error("%s: xray.img_size %d is not divisible by xray.patch_size %d", origin, df->img_size,
+                       df->patch_size);
+    if (df->sample_steps > df->timesteps) /* DDIM visits sample_steps distinct timesteps of the schedule's */
+        vx_usage_error("%s: diffusion.sample_steps %d exceeds diffusion.timesteps %d", origin, df->sample_steps,
+                       df->timesteps);
+    if (strcmp(df->prediction, "epsilon") == 0 && df->physics_weight > 0) /* x0 = (x_t - sigma eps) / alpha */
+        vx_usage_error("%s: loss.physics_weight %g with diffusion.prediction epsilon: its clean volume divides by "
+                       "alpha, which goes to 0 at high noise and makes the projection loss overflow; use prediction v "
+                       "(the seed's) or loss.physics_weight 0", origin, df->physics_weight);
+}
+
+/* data.view_columns (the DRR PNGs beside each CT, data/views.h): two column names of a CSV manifest, for the
+ * denoiser; the views were rendered from the whole volume, so every stage reads it at the one size the files have
+ * (a stage at another size would crop or pad the volume under views that no longer match it). */
+static void validate_view_columns(const Config *cfg, const char *origin) {
+    const DataConfig *d = &cfg->data;
+    const char *comma = strchr(d->view_columns, ',');
+    if (!comma || comma == d->view_columns || !comma[1] || strchr(comma + 1, ','))
+        vx_usage_error("%s: data.view_columns \"%s\" must name two manifest columns, the AP view's and the lateral "
+                       "view's, e.g. \"drr_ap,drr_lat\"", origin, d->view_columns);
+    if (strcmp(cfg->model.family, "vit3d_diffusion") != 0)
+        vx_usage_error("%s: data.view_columns lists X-ray views, which only model.family vit3d_diffusion reads (this "
+                       "is %s); remove it", origin, cfg->model.family);
+    if (strcmp(d->source, "csv") != 0)
+        vx_usage_error("%s: data.view_columns names columns of a CSV manifest: it needs data.source csv (this is %s)",
+                       origin, d->source);
+    for (int i = 0; i < cfg->train.n_stages; i++) {
+        const Stage st = config_stage(&cfg->train, cfg->model.input_size, i);
+        for (int a = 0; a < 3; a++)
+            if (st.input_size[a] != cfg->model.input_size[a])
+                vx_usage_error("%s: train.stages[%d]'s volume %dx%dx%d is not model.input_size %dx%dx%d: with "
+                               "data.view_columns the views are of the whole volume, so every stage must read it at "
+                               "the size the files have (another size would crop or pad it under views that no "
+                               "longer match)", origin, i, st.input_size[0], st.input_size[1], st.input_size[2],
+                               cfg->model.input_size[0], cfg->model.input_size[1], cfg->model.input_size[2]);
     }
 }
 
@@ -361,11 +409,7 @@ void config_validate(const Config *cfg, const char *origin) {
                            "train.weight_decay", origin, i, st.lr);
     }
     if (strcmp(m->family, "resnet3d") == 0) validate_resnet(m, origin);
-    if (strcmp(m->family, "vit3d") == 0) validate_vit(cfg, origin);
-    if (strcmp(cfg->dist.zero, "0") != 0 && (t->freeze[0] || t->backbone_lr_mult != 1)) /* train/zero.c: one group */
-        vx_usage_error("%s: dist.zero = %s with %s: sharded data parallelism updates every parameter as one group, "
-                       "and parameter groups are not built there; use dist.zero 0 (DDP) to fine-tune", origin,
-                       cfg->dist.zero, t->freeze[0] ? "train.freeze" : "train.backbone_lr_mult");
+    if (strncmp(m->family, "vit3d", 5) == 0) validate_vit(cfg, origin); /* vit3d and vit3d_diffusion */
     if (strcmp(m->family, "resnet3d") != 0 && t->backbone_lr_mult != 1) /* param_groups.c: only resnet3d's fc */
         vx_usage_error("%s: train.backbone_lr_mult = %g: model.family %s has no head apart from its backbone (resnet3d "
                        "has); use train.lr (or train.freeze for the first layers)", origin, t->backbone_lr_mult,
@@ -376,6 +420,7 @@ void config_validate(const Config *cfg, const char *origin) {
         vx_usage_error("%s: data.source dir needs data.dir, the folder of volumes", origin);
     if (d->clip_low >= d->clip_high)
         vx_usage_error("%s: data.clip_low must be below data.clip_high", origin);
+    if (d->view_columns[0]) validate_view_columns(cfg, origin);
     for (int l = 0; ae3d && l < m->levels; l++)
         if (m->channels[l] % m->norm_groups)
             vx_usage_error("%s: model.norm_groups = %d must divide every model.channels entry (%d does not)", origin,
@@ -468,13 +513,17 @@ uint64_t config_model_fingerprint(const ModelConfig *model) {
     /* FNV-1a over the keys that change the parameter count or layout (checkpoints hold it: the same values in the
      * same order, whatever the struct around them looks like) */
     uint64_t h = 1469598103934665603ull;
-    if (strcmp(model->family, "vit3d") == 0) { /* its own tag, then the keys that shape its parameters */
+    if (strncmp(model->family, "vit3d", 5) == 0) { /* its own tag, then the keys that shape its parameters */
         const ViTConfig *v = &model->vit;
-        const int keys[] = {0x717, model->in_channels, model->input_size[0], model->input_size[1], model->input_size[2],
-                            v->hidden_size, v->blocks, v->heads, v->patch_size[0], v->patch_size[1], v->patch_size[2],
-                            v->mlp_ratio};
+        const int diffusion = strcmp(model->family, "vit3d_diffusion") == 0;
+        const int keys[] = {diffusion ? 0x718 : 0x717, model->in_channels, model->input_size[0], model->input_size[1],
+                            model->input_size[2], v->hidden_size, v->blocks, v->heads, v->patch_size[0],
+                            v->patch_size[1], v->patch_size[2], v->mlp_ratio,
+                            /* the denoiser's view tokens (vit3d's keys stop before them, as its checkpoints hold) */
+                            model->diff.img_size, model->diff.patch_size};
         const unsigned char *p = (const unsigned char *)keys;
-        for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 1099511628211ull;
+        const size_t bytes = diffusion ? sizeof keys : sizeof keys - 2 * sizeof(int);
+        for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
         return h;
     }
     if (strcmp(model->family, "ae3d") != 0) { /* a family of its own: its tag first, so no ae3d config matches */
@@ -509,7 +558,7 @@ char *config_key_json(const Config *cfg, int i) {
 }
 
 void config_print_help(FILE *out) {
-    fprintf(out, "Config keys (JSON sections model, train, data, output, dist):\n");
+    fprintf(out, "Config keys (JSON sections model, train, data, output, dist, diffusion, xray, loss):\n");
     for (int i = 0; i < NKEYS; i++) {
         char name[64];
         snprintf(name, sizeof name, "%s.%s", SCHEMA[i].section, SCHEMA[i].key);

@@ -32,6 +32,24 @@ typedef struct {
     double ln_eps;     /* LayerNorm's epsilon */
 } ViTConfig;
 
+/* model.family vit3d_diffusion (issue 21): the denoiser's diffusion process, its X-ray views and its extra loss. Kept
+ * in the model section's struct (the builder and the loss need them) but read from their own JSON sections:
+ * diffusion.*, xray.* and loss.* (config_schema.c's KM). */
+typedef struct {
+    int timesteps;               /* diffusion.timesteps: T (1000 in the seed) */
+    char schedule[CONFIG_STR];   /* diffusion.schedule: "cosine" | "linear" */
+    char prediction[CONFIG_STR]; /* diffusion.prediction: "v" | "epsilon" */
+    int sample_steps;            /* diffusion.sample_steps: DDIM steps when sampling */
+    int img_size;                /* xray.img_size: each view's side in pixels (512 in the seed) */
+    int patch_size;              /* xray.patch_size: pixels per side of a view's 2-D patch (dividing img_size) */
+    double mu_scale;             /* xray.mu_scale: attenuation across the field of view at intensity 1 */
+    double physics_weight;       /* loss.physics_weight: weight of the projection loss (0: off) */
+    double min_snr_gamma;        /* loss.min_snr_gamma: min-SNR-gamma weighting of the diffusion loss (0: off) */
+    int views_given;             /* not a key: the trainer sets it when data.view_columns lists the views (DRR PNGs
+                                    beside each CT): the views node then renders nothing, model_set_views writes
+                                    them before each forward */
+} DiffusionConfig;
+
 /* The prediction head of a classifier family (resnet3d): what it predicts and from which loss. */
 typedef struct {
     char task[CONFIG_STR];     /* "classification" | "multilabel" | "regression" | "survival" */
@@ -43,7 +61,7 @@ typedef struct {
 } HeadConfig;
 
 typedef struct {
-    char family[CONFIG_STR]; /* "ae3d" | "resnet3d" | "vit3d": which builder makes the network (build_<family>.c) */
+    char family[CONFIG_STR]; /* "ae3d" | "resnet3d" | "vit3d" | "vit3d_diffusion": which builder makes the network (build_<family>.c) */
     int input_size[3]; /* D, H, W */
     int in_channels;
     int channels[CONFIG_MAX_LEVELS];
@@ -58,7 +76,8 @@ typedef struct {
     char pad_input_channels[CONFIG_STR]; /* "auto" | "on" | "off": conv_in's input channels padded to a multiple of 8 */
     ResNetConfig resnet; /* family resnet3d */
     HeadConfig head;     /* family resnet3d */
-    ViTConfig vit;       /* family vit3d */
+    ViTConfig vit;       /* families vit3d and vit3d_diffusion */
+    DiffusionConfig diff; /* family vit3d_diffusion */
 } ModelConfig;
 
 /* A hash of the keys that decide the parameter layout (ae3d: in_channels, levels, res_blocks, latent_channels,

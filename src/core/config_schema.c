@@ -8,11 +8,15 @@
 #define K(section, key) #section, #key, offsetof(Config, section.key)
 /* A key of a family's part of the model section (model.depth is Config.model.resnet.depth) */
 #define KF(part, key) "model", #key, offsetof(Config, model.part.key)
+/* A key of its own section kept in a part of the model section (diffusion.timesteps is Config.model.diff.timesteps) */
+#define KM(section, part, key) #section, #key, offsetof(Config, model.part.key)
 const KeySpec SCHEMA[] = {
-    {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d|vit3d", "\"ae3d\"",
+    {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d|vit3d|vit3d_diffusion", "\"ae3d\"",
      "the network: ae3d = the 3-D AutoencoderKL (the keys up to pad_input_channels); resnet3d = MONAI's 3-D ResNet "
      "for classification, regression and survival (the keys from depth on, and model.task); vit3d = a 3-D ViT over "
-     "patches reconstructing its input (issue 21's skeleton: the keys from hidden_size on, and model.loss)"},
+     "patches reconstructing its input (the keys from hidden_size on, and model.loss); vit3d_diffusion = the same "
+     "blocks as a diffusion denoiser of the volume conditioned on two X-ray views (DRRs) by cross-attention and on "
+     "the timestep by adaLN-Zero (the vit3d keys, and the diffusion, xray and loss sections)"},
     {K(model, input_size), T_INT3, 1, 1024, NULL, "[32, 32, 32]", "volume D, H, W in voxels"},
     {K(model, in_channels), T_INT, 1, 64, NULL, "1", "channels of the input volume"},
     {K(model, channels), T_INTLIST, 1, 4096, NULL, "[16, 32]",
@@ -64,6 +68,22 @@ const KeySpec SCHEMA[] = {
     {KF(vit, patch_size), T_INT3, 1, 64, NULL, "[8, 8, 8]", "vit3d: voxels per patch along D, H, W (dividing input_size)"},
     {KF(vit, mlp_ratio), T_INT, 1, 16, NULL, "4", "vit3d: the MLP's hidden width in hidden_size"},
     {KF(vit, ln_eps), T_FLOAT, 1e-12, 1, NULL, "1e-6", "vit3d: LayerNorm's epsilon"},
+    {KM(diffusion, diff, timesteps), T_INT, 2, 100000, NULL, "1000", "vit3d_diffusion: diffusion timesteps T"},
+    {KM(diffusion, diff, schedule), T_STRING, 0, 0, "cosine|linear", "\"cosine\"",
+     "vit3d_diffusion: the noise schedule: cosine (Nichol & Dhariwal) or linear (DDPM's betas 1e-4 .. 0.02)"},
+    {KM(diffusion, diff, prediction), T_STRING, 0, 0, "v|epsilon", "\"v\"",
+     "vit3d_diffusion: what the network predicts: v = alpha*eps - sigma*x0 (Salimans & Ho), or the noise eps"},
+    {KM(diffusion, diff, sample_steps), T_INT, 1, 100000, NULL, "50", "vit3d_diffusion: DDIM steps when sampling"},
+    {KM(xray, diff, img_size), T_INT, 4, 4096, NULL, "64", "vit3d_diffusion: each X-ray view's side in pixels"},
+    {KM(xray, diff, patch_size), T_INT, 1, 256, NULL, "8",
+     "vit3d_diffusion: pixels per side of a view's patch token (dividing xray.img_size)"},
+    {KM(xray, diff, mu_scale), T_FLOAT, 1e-6, 1e3, NULL, "3",
+     "vit3d_diffusion: the attenuation line integral across the whole field of view through voxels of intensity 1 "
+     "(a DRR is 1 - exp(-mu_scale * the mean intensity along the ray), the same at every volume size)"},
+    {KM(loss, diff, physics_weight), T_FLOAT, 0, 1e3, NULL, "0.1",
+     "vit3d_diffusion: weight of the projection loss (MSE of the predicted clean volume's DRRs against the views); 0 = off"},
+    {KM(loss, diff, min_snr_gamma), T_FLOAT, 0, 1e3, NULL, "0",
+     "vit3d_diffusion: min-SNR-gamma weighting of the diffusion loss (Hang et al. 2023; 5 is usual); 0 = off"},
     {K(train, steps), T_INT, 0, CONFIG_MAX_STEPS, NULL, "200", "optimizer steps in total"},
     {K(train, batch_size), T_INT, 0, 4096, NULL, "2", "volumes per micro-batch per rank; 0 = largest that fits"},
     {K(train, global_batch), T_INT, 0, 1 << 22, NULL, "0",
@@ -130,6 +150,10 @@ const KeySpec SCHEMA[] = {
     {K(train, backbone_lr_mult), T_DOUBLE, 0, 1e3, NULL, "1",
      "resnet3d: the learning rate of every parameter but the head's (fc) is train.lr times this (fine-tuning a "
      "pretrained backbone slower than a new head)"},
+    {K(train, ema_decay), T_FLOAT, 0, 0.999999, NULL, "0",
+     "an exponential moving average of the weights, ema = decay * ema + (1 - decay) * weights after every optimizer "
+     "step (DiT and diffusers sample with it: 0.9999); kept in the checkpoint (buffer ema.flat), exported as ema.<name> "
+     "and used by predict; 0 = none"},
     {K(train, stages), T_STAGES, 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
      "train.steps is then their sum"},
@@ -148,6 +172,10 @@ const KeySpec SCHEMA[] = {
      "0..num_classes-1), time,event (survival: event 1 observed, 0 censored), or one 0/1 column per label "
      "(multilabel) and per target (regression) named in order; with source phantom the labels are a function of "
      "each phantom's shape"},
+    {K(data, view_columns), T_STRING, 0, 0, NULL, "\"\"",
+     "vit3d_diffusion: the manifest's two columns of each CT's X-ray views, AP then lateral (e.g. \"drr_ap,drr_lat\"): "
+     "grey PNGs (8-bit /255, 16-bit /65535) of xray.img_size square, paths relative to the CSV, conditioning the "
+     "model and the projection loss's target; \"\" = render the views from each volume (drr.h)"},
     {K(data, split_column), T_STRING, 0, 0, NULL, "\"split\"",
      "the manifest's split column (train | val); without one, data.val_fraction is held out"},
     {K(data, val_fraction), T_DOUBLE, 0, 0.9, NULL, "0.1",

@@ -46,7 +46,8 @@ typedef struct {
     char init_from[CONFIG_STR];  /* a safetensors file the parameters and buffers start from ("": the seed's) */
     char init_allow[CONFIG_STR]; /* comma-separated glob patterns of keys that may differ from init_from */
     char freeze[CONFIG_STR];     /* comma-separated name prefixes of the first layers left untrained */
-    double backbone_lr_mult;     /* learning rate of every parameter but the head's, times this */
+    double backbone_lr_mult;
+    double ema_decay;          /* the weights' exponential moving average (a model buffer, checkpointed); 0: none */     /* learning rate of every parameter but the head's, times this */
     Stage stages[CONFIG_MAX_STAGES]; /* train.stages; n_stages = 0: one stage, the keys above */
     int n_stages;
 } TrainConfig;

@@ -13,6 +13,7 @@
 #include "data/phantom.h"
 #include "data/manifest.h"
 #include "data/transform.h"
+#include "data/views.h"
 #include "data/volume.h"
 #include "common/rng.h"
 
@@ -27,6 +28,7 @@ enum { NOTED_BAD = 1, NOTED_ZEROED = 2 };
 
 typedef struct {
     Volume vol;
+    float *views; /* its X-ray views [2][img][img] when they are given (dataset_set_views), else NULL */
     float pad;
     int state, refs;
 } Slot;
@@ -64,6 +66,12 @@ struct Dataset {
     int n_labels, num_classes;
     char task[32];
     float *entry_labels;
+    /* the X-ray views given beside each CT (dataset_set_views): their side (0: none), each manifest entry's two
+     * PNG paths ([n][2]; NULL where the cell is empty) and the columns' names */
+    int view_img;
+    int *dims;           /* each manifest entry's volume d, h, w as its header says (0s: unreadable) */
+    char **view_file;
+    char view_col[2][CONFIG_STR];
 };
 
 /* ---- the order of things ----------------------------------------------------------------------------------- */
@@ -101,31 +109,41 @@ static int in_window(const Dataset *ds, int f, int64_t e) {
 
 /* ---- decoding and the cache ------------------------------------------------------------------------------ */
 
-static const char *row_of(const Dataset *ds, int m, char *buf, size_t len) {
-    if (ds->man.e[m].row > 0) snprintf(buf, len, " (%s row %d)", ds->man.origin, ds->man.e[m].row);
+/* " (list.csv row 3)", or " (list.csv row 3, column \"drr_ap\")" for a file of another column (col >= 0: a view) */
+static const char *row_of(const Dataset *ds, int m, int col, char *buf, size_t len) {
+    if (ds->man.e[m].row > 0 && col >= 0)
+        snprintf(buf, len, " (%s row %d, column \"%s\")", ds->man.origin, ds->man.e[m].row, ds->view_col[col]);
+    else if (ds->man.e[m].row > 0) snprintf(buf, len, " (%s row %d)", ds->man.origin, ds->man.e[m].row);
     else buf[0] = 0;
     return buf;
 }
 
-/* A volume that cannot be used: a warning and a count with data.skip_bad (or skip_anyway: data.nonfinite=skip),
- * once per file, which is then skipped unread; else the end of the run (exit 2), at once when the dataset opens,
- * through dataset_error when a worker met it. `hint` says what to do (NULL: fix it or set data.skip_bad). Called
- * with the lock held, or at open. */
-static void bad_volume(Dataset *ds, int m, const char *why, const char *hint, int skip_anyway, int at_open) {
-    char row[CONFIG_STR + 64];
+/* A volume, or one of its views (file: the view's path, col its column; NULL, -1: the volume), that cannot be
+ * used: a warning and a count with data.skip_bad (or skip_anyway: data.nonfinite=skip), once per manifest entry,
+ * which is then skipped unread; else the end of the run (exit 2), at once when the dataset opens, through
+ * dataset_error when a worker met it. `hint` says what to do (NULL: fix it or set data.skip_bad). Called with the
+ * lock held, or at open. */
+static void bad_file(Dataset *ds, int m, const char *file, int col, const char *why, const char *hint,
+                     int skip_anyway, int at_open) {
+    char row[2 * CONFIG_STR + 64];
+    if (!file) file = ds->man.e[m].path;
     if (!hint) hint = "fix or remove it, or set data.skip_bad=1 to skip such volumes";
     if (!ds->cfg.skip_bad && !skip_anyway) {
-        if (at_open) vx_usage_error("%s%s: %s; %s", ds->man.e[m].path, row_of(ds, m, row, sizeof row), why, hint);
+        if (at_open) vx_usage_error("%s%s: %s; %s", file, row_of(ds, m, col, row, sizeof row), why, hint);
         if (!ds->error[0])
-            snprintf(ds->error, sizeof ds->error, "%s%s: %s; %s", ds->man.e[m].path, row_of(ds, m, row, sizeof row),
-                     why, hint);
+            snprintf(ds->error, sizeof ds->error, "%s%s: %s; %s", file, row_of(ds, m, col, row, sizeof row), why,
+                     hint);
         return;
     }
     if (ds->noted[m] & NOTED_BAD) return; /* warned once: later reads skip it unread (counted as bad_reads) */
     ds->noted[m] |= NOTED_BAD;
-    vx_error_line("warning: %s%s: %s; skipped (%s)", ds->man.e[m].path, row_of(ds, m, row, sizeof row), why,
+    vx_error_line("warning: %s%s: %s; skipped (%s)", file, row_of(ds, m, col, row, sizeof row), why,
                   skip_anyway ? "data.nonfinite=skip" : "data.skip_bad");
     ds->st.skipped++;
+}
+
+static void bad_volume(Dataset *ds, int m, const char *why, const char *hint, int skip_anyway, int at_open) {
+    bad_file(ds, m, NULL, -1, why, hint, skip_anyway, at_open);
 }
 
 /* data.nonfinite for a decoded volume with non-finite voxels: 1 when it may be used (zero: they are 0 now), 0
@@ -144,7 +162,7 @@ static int nonfinite_policy(Dataset *ds, int m, Volume *v) {
         if (!(ds->noted[m] & NOTED_ZEROED)) {
             char row[CONFIG_STR + 64];
             vx_error_line("warning: %s%s: %s; set to 0 (data.nonfinite=zero)", ds->man.e[m].path,
-                          row_of(ds, m, row, sizeof row), why);
+                          row_of(ds, m, -1, row, sizeof row), why);
             ds->noted[m] |= NOTED_ZEROED;
         }
         ok = 1;
@@ -156,8 +174,30 @@ static int nonfinite_policy(Dataset *ds, int m, Volume *v) {
     return ok;
 }
 
-/* Decodes and normalises manifest entry m; 0 when it cannot be used (already reported or counted). */
-static int decode(Dataset *ds, int m, Volume *v, float *pad) {
+/* Entry m's two views into *views (malloc'd [2][img][img]; NULL when none are given): 1, or 0 when one cannot be
+ * used (reported or counted). */
+static int decode_views(Dataset *ds, int m, float **views) {
+    *views = NULL;
+    if (!ds->view_img) return 1;
+    const long plane = (long)ds->view_img * ds->view_img;
+    float *out = vx_malloc(2 * (size_t)plane * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        char why[512];
+        if (!views_read(ds->view_file[2 * m + k], ds->view_img, out + k * plane, why, sizeof why)) {
+            pthread_mutex_lock(&ds->mu);
+            bad_file(ds, m, ds->view_file[2 * m + k], k, why, NULL, 0, 0);
+            pthread_mutex_unlock(&ds->mu);
+            free(out);
+            return 0;
+        }
+    }
+    *views = out;
+    return 1;
+}
+
+/* Decodes and normalises manifest entry m, and reads its views when they are given (views: NULL, or where they go);
+ * 0 when it cannot be used (already reported or counted). */
+static int decode(Dataset *ds, int m, Volume *v, float *pad, float **views) {
     char why[512];
     pthread_mutex_lock(&ds->mu);
     const int known_bad = ds->noted[m] & NOTED_BAD;
@@ -173,9 +213,19 @@ static int decode(Dataset *ds, int m, Volume *v, float *pad) {
         volume_free(v);
         return 0;
     }
+    if (views && !decode_views(ds, m, views)) {
+        volume_free(v);
+        return 0;
+    }
     transform_normalize(v, ds->cfg.normalize, ds->cfg.clip_low, ds->cfg.clip_high);
     *pad = transform_min(v);
     return 1;
+}
+
+static void slot_free(Slot *s) {
+    volume_free(&s->vol);
+    free(s->views);
+    s->views = NULL;
 }
 
 /* Training file f's volume: from the cache, or decoded now. 0 when it is bad. Takes a reference (slot_release). */
@@ -183,7 +233,7 @@ static int slot_get(Dataset *ds, int f, Slot *out, int *hit) {
     if (!ds->cache) { /* nothing kept: each sample decodes its volume */
         *hit = 0;
         out->refs = 0;
-        return decode(ds, ds->train[f], &out->vol, &out->pad);
+        return decode(ds, ds->train[f], &out->vol, &out->pad, &out->views);
     }
     Slot *s = &ds->slot[f];
     pthread_mutex_lock(&ds->mu);
@@ -193,11 +243,11 @@ static int slot_get(Dataset *ds, int f, Slot *out, int *hit) {
         s->state = SLOT_LOADING;
         pthread_mutex_unlock(&ds->mu);
         Volume v;
-        float pad;
-        const int ok = decode(ds, ds->train[f], &v, &pad);
+        float pad, *views;
+        const int ok = decode(ds, ds->train[f], &v, &pad, &views);
         pthread_mutex_lock(&ds->mu);
         s->state = ok ? SLOT_READY : SLOT_BAD;
-        if (ok) s->vol = v, s->pad = pad;
+        if (ok) s->vol = v, s->pad = pad, s->views = views;
         ds->st.decoded += ok;
         pthread_cond_broadcast(&ds->cv);
     }
@@ -212,7 +262,7 @@ static int slot_get(Dataset *ds, int f, Slot *out, int *hit) {
 
 static void slot_release(Dataset *ds, int f, Slot *held) {
     if (!ds->cache) {
-        volume_free(&held->vol);
+        slot_free(held);
         return;
     }
     pthread_mutex_lock(&ds->mu);
@@ -221,7 +271,7 @@ static void slot_release(Dataset *ds, int f, Slot *held) {
     /* a volume the window has left goes once nobody reads it */
     if (s->refs == 0 && s->state == SLOT_READY && !in_window(ds, f, ds->epoch_now) &&
         !in_window(ds, f, ds->epoch_now + 1)) {
-        volume_free(&s->vol);
+        slot_free(s);
         s->state = SLOT_ABSENT;
         ds->st.evicted++;
     }
@@ -255,7 +305,7 @@ static void enter_epoch(Dataset *ds, int64_t e) {
     for (int f = 0; f < ds->n_train; f++) {
         Slot *s = &ds->slot[f];
         if (s->state == SLOT_READY && s->refs == 0 && !in_window(ds, f, e) && !in_window(ds, f, e + 1)) {
-            volume_free(&s->vol);
+            slot_free(s);
             s->state = SLOT_ABSENT;
             ds->st.evicted++;
         }
@@ -275,7 +325,7 @@ static void enter_epoch(Dataset *ds, int64_t e) {
 
 /* ---- samples ----------------------------------------------------------------------------------------------- */
 
-int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float *labels) {
+int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float *labels, float *views) {
     const int *n = ds->size;
     if (!ds->files) {
         phantom_generate((uint64_t)ds->seed, (uint64_t)i, n[0], n[1], n[2], ds->c, (float)ds->cfg.noise, out);
@@ -323,6 +373,11 @@ int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float 
         augment_cpu(n[0], n[1], n[2], ds->c, code, tmp, out);
         free(tmp);
     }
+    if (views && ds->view_img) { /* augmented alike, here whichever side augments the volume (they are small) */
+        const uint32_t vcode = dataset_augment_code(ds, i);
+        if (vcode) views_augment(ds->view_img, vcode, held.views, views);
+        else memcpy(views, held.views, (size_t)dataset_views(ds) * sizeof(float));
+    }
     slot_release(ds, f, &held);
     if (labels && ds->n_labels) /* the file's own labels: a bad file's sample went to the next one, labels too */
         memcpy(labels, ds->entry_labels + (size_t)ds->train[f] * ds->n_labels, (size_t)ds->n_labels * sizeof(float));
@@ -341,7 +396,7 @@ uint32_t dataset_augment_code(const Dataset *ds, int64_t i) {
     return augment_code(vx_hash3((uint64_t)ds->seed, RNG_STREAM_AUGMENT, (uint64_t)i), ds->size[1], ds->size[2]);
 }
 
-int dataset_val_sample(Dataset *ds, int j, float *out) {
+int dataset_val_sample(Dataset *ds, int j, float *out, float *views) {
     const int *n = ds->size;
     if (!ds->files) {
         phantom_generate((uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, n[0], n[1], n[2], ds->c,
@@ -350,8 +405,8 @@ int dataset_val_sample(Dataset *ds, int j, float *out) {
     }
     if (j >= ds->n_val) vx_fatal("validation volume %d of %d", j, ds->n_val);
     Volume v;
-    float pad;
-    if (!decode(ds, ds->val[j], &v, &pad)) { /* counted with data.skip_bad, else the end of the run */
+    float pad, *given;
+    if (!decode(ds, ds->val[j], &v, &pad, &given)) { /* counted with data.skip_bad, else the end of the run */
         const char *e = dataset_error(ds);
         if (e) vx_usage_error("%s", e);
         return 0;
@@ -360,6 +415,8 @@ int dataset_val_sample(Dataset *ds, int j, float *out) {
     transform_window(&v, n, NULL, off);
     transform_crop(&v, off, n, pad, out);
     volume_free(&v);
+    if (views && given) memcpy(views, given, (size_t)dataset_views(ds) * sizeof(float));
+    free(given);
     return 1;
 }
 
@@ -392,12 +449,64 @@ void dataset_val_labels(const Dataset *ds, int j, float *labels) {
     memcpy(labels, ds->entry_labels + (size_t)ds->val[j] * ds->n_labels, (size_t)ds->n_labels * sizeof(float));
 }
 
+/* ---- the X-ray views given beside each CT ------------------------------------------------------------------ */
+
+static void check_cache_bound(const Dataset *ds);
+
+int dataset_set_views(Dataset *ds, int img, int verbose) {
+    if (!ds->cfg.view_columns[0]) return 0;
+    VX_CHECK(ds->files && ds->man.header, "data.view_columns without a CSV manifest (config_validate refuses it)");
+    views_columns(&ds->cfg, ds->view_col);
+    int col[2];
+    for (int k = 0; k < 2; k++)
+        if ((col[k] = manifest_column(&ds->man, ds->view_col[k])) < 0)
+            vx_usage_error("%s:1: no column \"%s\" in the header row; data.view_columns names the %s view's column",
+                           ds->man.origin, ds->view_col[k], k ? "lateral" : "AP");
+    ds->view_img = img;
+    ds->view_file = vx_calloc(2 * (size_t)ds->man.n, sizeof(char *));
+    /* every usable entry's views, their headers read now: a missing cell or file and a view of the wrong size are
+     * refused before anything is decoded (or, with data.skip_bad, the entry is left out like a bad volume) */
+    for (int list = 0; list < 2; list++)
+        for (int i = 0; i < (list ? ds->n_val : ds->n_train); i++) {
+            const int m = list ? ds->val[i] : ds->train[i], *d = ds->dims + 3 * m;
+            char why[512];
+            if (d[0] != ds->size[0] || d[1] != ds->size[1] || d[2] != ds->size[2]) {
+                snprintf(why, sizeof why, "%d x %d x %d is not the input %d x %d x %d: with data.view_columns a volume "
+                         "is read whole, as its views show it (a crop or padding would no longer match them)", d[0],
+                         d[1], d[2], ds->size[0], ds->size[1], ds->size[2]);
+                bad_volume(ds, m, why, NULL, 0, 1);
+                continue;
+            }
+            for (int k = 0; k < 2 && !(ds->noted[m] & NOTED_BAD); k++) {
+                const char *cell = manifest_field(&ds->man, m, col[k]);
+                if (!cell[0]) {
+                    snprintf(why, sizeof why, "no X-ray view in column \"%s\" (data.view_columns): each CT needs its "
+                             "two views", ds->view_col[k]);
+                    bad_volume(ds, m, why, NULL, 0, 1);
+                    continue;
+                }
+                ds->view_file[2 * m + k] = views_path(&ds->man, cell);
+                if (!views_read(ds->view_file[2 * m + k], img, NULL, why, sizeof why))
+                    bad_file(ds, m, ds->view_file[2 * m + k], k, why, NULL, 0, 1);
+            }
+        }
+    ds->vol_bytes += 2.0 * img * img * sizeof(float); /* cached with their volume */
+    check_cache_bound(ds);
+    if (verbose)
+        vx_log("data: X-ray views given beside each CT (columns \"%s\" AP, \"%s\" lateral): %d x %d PNGs\n",
+               ds->view_col[0], ds->view_col[1], img, img);
+    return dataset_views(ds);
+}
+
+int dataset_views(const Dataset *ds) { return ds->view_img ? 2 * ds->view_img * ds->view_img : 0; }
+
 /* ---- opening --------------------------------------------------------------------------------------------- */
 
 /* Reads every entry's header: usable ones go to the training or validation list. */
 static void probe_all(Dataset *ds, const int max_size[3]) {
     ds->train = vx_malloc((size_t)ds->man.n * sizeof(int));
     ds->val = vx_malloc((size_t)ds->man.n * sizeof(int));
+    ds->dims = vx_calloc(3 * (size_t)ds->man.n, sizeof(int));
     for (int m = 0; m < ds->man.n; m++) {
         int dims[4];
         char why[512];
@@ -411,6 +520,7 @@ static void probe_all(Dataset *ds, const int max_size[3]) {
             bad_volume(ds, m, why, NULL, 0, 1);
             continue;
         }
+        memcpy(ds->dims + 3 * m, dims, 3 * sizeof(int));
         const double bytes = (double)dims[0] * dims[1] * dims[2] * dims[3] * sizeof(float);
         if (ds->man.e[m].val) ds->val[ds->n_val++] = m;
         else {
@@ -419,6 +529,16 @@ static void probe_all(Dataset *ds, const int max_size[3]) {
         }
     }
     if (ds->n_train == 0) vx_usage_error("%s: no usable training volume", ds->man.origin);
+}
+
+/* The cache's bytes against data.cache_max_gib (a volume's bytes include its views once they are given). */
+static void check_cache_bound(const Dataset *ds) {
+    const double need = dataset_cache_bytes(ds), bound = ds->cfg.cache_max_gib * 1073741824.0;
+    if (need > bound)
+        vx_exit_error(VX_EXIT_MEMORY, "%s: caching %d volumes of up to %.1f MiB needs %.2f GiB, more than "
+                      "data.cache_max_gib = %g; lower data.cache_rate or raise data.cache_max_gib", ds->man.origin,
+                      ds->window + ds->slide, ds->vol_bytes / 1048576.0, need / 1073741824.0,
+                      ds->cfg.cache_max_gib);
 }
 
 Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const int size[3], const int max_size[3],
@@ -448,12 +568,7 @@ Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const i
     for (int f = 0; f < ds->n_train; f++) ds->where[ds->order[f]] = (uint32_t)f;
     ds->slot = vx_calloc((size_t)ds->n_train, sizeof(Slot));
     ds->todo = vx_malloc((size_t)(ds->slide + 1) * sizeof(int));
-    const double need = dataset_cache_bytes(ds), bound = cfg->cache_max_gib * 1073741824.0;
-    if (need > bound)
-        vx_exit_error(VX_EXIT_MEMORY, "%s: caching %d volumes of up to %.1f MiB needs %.2f GiB, more than "
-                      "data.cache_max_gib = %g; lower data.cache_rate or raise data.cache_max_gib", ds->man.origin,
-                      ds->window + ds->slide, ds->vol_bytes / 1048576.0, need / 1073741824.0,
-                      cfg->cache_max_gib);
+    check_cache_bound(ds);
     if (verbose)
         vx_log("data: %s: %d training and %d validation volumes%s; an epoch is %d samples; cache %s\n", ds->man.origin,
                ds->n_train, ds->n_val, ds->st.skipped ? " (some skipped: data.skip_bad)" : "", ds->window,
@@ -478,15 +593,15 @@ static void *check_worker(void *arg) {
         pthread_mutex_unlock(&ds->mu);
         if (k < 0) break;
         const int item = c->todo[k], f = item >= 0 ? item : -1;
-        Volume v;
-        float pad;
-        if (!decode(ds, f >= 0 ? ds->train[f] : ds->val[-1 - item], &v, &pad)) continue; /* reported or counted */
+        Slot s = {0};
+        if (!decode(ds, f >= 0 ? ds->train[f] : ds->val[-1 - item], &s.vol, &s.pad, &s.views)) continue; /* reported */
         pthread_mutex_lock(&ds->mu);
         if (f >= 0 && ds->cache && in_window(ds, f, 0) && ds->slot[f].state == SLOT_ABSENT) {
-            ds->slot[f] = (Slot){.vol = v, .pad = pad, .state = SLOT_READY}; /* the first window: kept, not decoded again */
+            s.state = SLOT_READY;
+            ds->slot[f] = s; /* the first window: kept, not decoded again */
             ds->st.decoded++;
         } else {
-            volume_free(&v);
+            slot_free(&s);
         }
         pthread_mutex_unlock(&ds->mu);
     }
@@ -542,7 +657,9 @@ void dataset_close(Dataset *ds) {
     pthread_cond_broadcast(&ds->cv);
     pthread_mutex_unlock(&ds->mu);
     if (ds->ahead_started) pthread_join(ds->ahead, NULL);
-    for (int f = 0; f < ds->n_train && ds->slot; f++) volume_free(&ds->slot[f].vol);
+    for (int f = 0; f < ds->n_train && ds->slot; f++) slot_free(&ds->slot[f]);
+    for (int m = 0; ds->view_file && m < 2 * ds->man.n; m++) free(ds->view_file[m]);
+    free(ds->view_file);
     free(ds->slot);
     free(ds->todo);
     free(ds->order);
@@ -552,6 +669,7 @@ void dataset_close(Dataset *ds) {
     free(ds->train);
     free(ds->val);
     free(ds->noted);
+    free(ds->dims);
     manifest_free(&ds->man);
     pthread_mutex_destroy(&ds->mu);
     pthread_cond_destroy(&ds->cv);

@@ -54,13 +54,24 @@ int64_t dataset_epoch_samples(const Dataset *ds);
 int dataset_val_count(const Dataset *ds);
 /* Training sample i at the current size into out [d][h][w][c]; `augment`: apply its flips and rotation here
  * (the CPU path), else leave them to the caller (augment code below, applied on the GPU); its labels into labels
- * [dataset_labels(ds)] when both are set (labels may be NULL). Thread-safe. 0 when a volume turned out unusable
- * without data.skip_bad: dataset_error says which, for the main thread to report. */
-int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float *labels);
+ * [dataset_labels(ds)] when both are set (labels may be NULL); its X-ray views into views [dataset_views(ds)] when
+ * both are set, flipped and rotated as its volume is (always here: whichever side augments the volume). Thread-safe.
+ * 0 when a volume turned out unusable without data.skip_bad: dataset_error says which, for the main thread to
+ * report. */
+int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float *labels, float *views);
 /* A prediction head's labels from now on: model.task and model.num_classes (see phantom.h for the phantoms'; files
  * take them from the manifest's data.label_columns). Exits 2 naming the file, row and column of a missing or bad
  * label. Returns the floats per sample: 1 (classification), 2 (survival: time, event) or num_classes. */
 int dataset_set_labels(Dataset *ds, const char *task, int num_classes, int verbose);
+/* The X-ray views given beside each CT from now on (data.view_columns, views.h; "" = none: returns 0), each
+ * img x img: the columns are looked up, every usable entry's two PNG headers read, and a missing column is one line
+ * (exit 2); a missing cell or file, a view of another size than img, or a volume of another size than the input
+ * (the views show the whole volume: it is neither cropped nor padded) is refused like a bad volume: one line naming
+ * the file, row and column, exit 2, or with data.skip_bad the entry is left out with a warning. Their pixels are
+ * decoded with the volume (dataset_check_files, the cache). Returns the floats per sample, 2 img^2. */
+int dataset_set_views(Dataset *ds, int img, int verbose);
+/* View floats per sample, [2][img][img] (0 when none are given). */
+int dataset_views(const Dataset *ds);
 /* Label floats per sample (0 before dataset_set_labels). */
 int dataset_labels(const Dataset *ds);
 /* Validation volume j's labels (after dataset_set_labels). */
@@ -69,9 +80,9 @@ void dataset_val_labels(const Dataset *ds, int j, float *labels);
 const char *dataset_error(Dataset *ds);
 /* The augmentation code of sample i (augment.h), 0 when the source is not augmented. */
 uint32_t dataset_augment_code(const Dataset *ds, int64_t i);
-/* Validation volume j at the current size, centred, not augmented: 1, or 0 when it turned out unusable and
- * data.skip_bad left it out (the caller skips it). */
-int dataset_val_sample(Dataset *ds, int j, float *out);
+/* Validation volume j at the current size, centred, not augmented (and its given views into views when both are
+ * set): 1, or 0 when it turned out unusable and data.skip_bad left it out (the caller skips it). */
+int dataset_val_sample(Dataset *ds, int j, float *out, float *views);
 /* The most host memory the cache will hold (the run's memory plan counts it). */
 double dataset_cache_bytes(const Dataset *ds);
 DatasetStats dataset_stats(Dataset *ds);

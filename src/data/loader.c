@@ -27,7 +27,8 @@ static void *loader_main(void *arg) {
         for (int b = 0; b < l->batch && ok; b++)
             ok = dataset_train_sample(l->ds, l->first_sample + k * l->stride + b, l->augment,
                                       l->buf[slot] + (long)b * l->volume_count,
-                                      l->labels ? l->lab[slot] + (long)b * l->labels : NULL);
+                                      l->labels ? l->lab[slot] + (long)b * l->labels : NULL,
+                                      l->views ? l->vw[slot] + (long)b * l->views : NULL);
         trace_range_pop();
         pthread_mutex_lock(&l->mu);
         if (!ok) {
@@ -60,6 +61,9 @@ void loader_start(Loader *l, Dataset *ds, int batch, long volume_count, int64_t 
     l->labels = dataset_labels(ds);
     l->lab = vx_calloc((size_t)slots, sizeof *l->lab);
     for (int s = 0; s < slots && l->labels; s++) l->lab[s] = vx_malloc((size_t)batch * l->labels * sizeof(float));
+    l->views = dataset_views(ds);
+    l->vw = vx_calloc((size_t)slots, sizeof *l->vw);
+    for (int s = 0; s < slots && l->views; s++) l->vw[s] = vx_malloc((size_t)batch * l->views * sizeof(float));
     l->slot_batch = vx_calloc((size_t)slots, sizeof *l->slot_batch);
     for (int s = 0; s < slots; s++) {
         l->buf[s] = be->alloc_host((size_t)batch * volume_count * sizeof(float));
@@ -94,6 +98,10 @@ const float *loader_labels(const Loader *l) {
     return l->labels ? l->lab[(int)(l->next_consume % l->slots)] : NULL;
 }
 
+const float *loader_views(const Loader *l) {
+    return l->views ? l->vw[(int)(l->next_consume % l->slots)] : NULL;
+}
+
 void loader_release(Loader *l) {
     int slot = (int)(l->next_consume % l->slots);
     pthread_mutex_lock(&l->mu);
@@ -112,10 +120,12 @@ void loader_stop(Loader *l) {
     for (int s = 0; s < l->slots; s++) {
         l->be->release_host(l->buf[s]);
         free(l->lab[s]);
+        free(l->vw[s]);
     }
     free(l->threads);
     free(l->buf);
     free(l->lab);
+    free(l->vw);
     free(l->slot_batch);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);

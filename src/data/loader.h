@@ -20,6 +20,8 @@ typedef struct {
     float **buf;          /* slots x [batch][d][h][w][c], host memory */
     int labels;           /* label floats per sample (the dataset's; 0: none) */
     float **lab;          /* slots x [batch][labels] */
+    int views;            /* X-ray view floats per sample (the dataset's given views; 0: none, rendered) */
+    float **vw;           /* slots x [batch][2][img][img] */
     int64_t *slot_batch;  /* which batch (counted from the start) each slot holds, -1 when empty or in the making */
     int64_t first_sample;
     int64_t stride;
@@ -41,5 +43,7 @@ void loader_start(Loader *l, Dataset *ds, int batch, long volume_count, int64_t 
 const float *loader_next(Loader *l);
 /* The labels of the batch loader_next returned: [batch][labels] (NULL when the dataset has none). */
 const float *loader_labels(const Loader *l);
+/* Its given X-ray views: [batch][2][img][img] (NULL when the dataset has none). */
+const float *loader_views(const Loader *l);
 void loader_release(Loader *l);
 void loader_stop(Loader *l);

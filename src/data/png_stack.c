@@ -11,6 +11,7 @@
 
 #include "core/fsutil.h"
 #include "core/util.h"
+#include "data/png_image.h"
 #include "data/reader.h"
 
 #define PNG_MAX_SLICES VOLUME_MAX_DIM
@@ -139,6 +140,20 @@ static int read_slice(const char *path, const SliceInfo *want, SliceInfo *got, f
     png_destroy_read_struct(png ? &png : NULL, info ? &info : NULL, NULL);
     fclose(f);
     return ok;
+}
+
+int png_read_grey(const char *path, int *w, int *h, int *depth, float **px, char *why, size_t why_len) {
+    const SliceInfo none = {0, 0, 0};
+    SliceInfo got, again;
+    if (!read_slice(path, &none, &got, NULL, why, why_len)) return 0;
+    *w = got.w, *h = got.h, *depth = got.depth;
+    if (!px) return 1;
+    /* the pixels on a second pass, refused if the file changed size or depth since the first */
+    *px = vx_malloc((size_t)got.w * got.h * sizeof(float));
+    if (read_slice(path, &got, &again, *px, why, why_len)) return 1;
+    free(*px);
+    *px = NULL;
+    return 0;
 }
 
 static int read_png_stack(const char *dir, int channels, int header_only, Volume *out, char *why, size_t why_len) {

@@ -34,3 +34,4 @@ void build_input(Model *m);
 void build_ae3d(Model *m);
 void build_resnet3d(Model *m);
 void build_vit3d(Model *m);
+void build_vit3d_diffusion(Model *m);

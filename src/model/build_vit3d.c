@@ -5,28 +5,31 @@
  *   -> blocks.i: x + attn.proj(attention(attn.qkv(norm1(x))));  x + mlp.fc2(gelu(mlp.fc1(norm2(x))))
  *   -> norm -> head: Linear to p^3 c per token -> un-patchify (patch.h) -> recon [n][D][H][W][c]
  *   loss: model.loss (L1 or MSE) of recon against the float32 input, as ae3d's
- * The denoiser's parts (noise and timestep in, adaLN-Zero modulation, cross-attention to the X-ray views) are the
- * next steps of issue 21; the ops they need are in the op table. */
+ * The denoiser (noise and timestep in, adaLN-Zero modulation, cross-attention to the X-ray views) is
+ * build_vit3d_diffusion.c, on the pieces build_vit.h shares from here. */
 #include <math.h>
 #include <stdio.h>
 
 #include "core/util.h"
 #include "model/build.h"
+#include "model/build_vit.h"
 
 static int rows_of(const Model *m, int t) { return (int)(m->tensors[t].count / m->tensors[t].dims.c); }
 
-static int layernorm(Model *m, const char *name, int x) {
+int vit_layernorm(Model *m, const char *name, int x, int affine) {
     const Dims d = m->tensors[x].dims;
     Node *nd = build_node(m, OP_LAYERNORM, name, x, -1, d);
-    nd->ln = (LayerNormShape){.rows = rows_of(m, x), .c = d.c, .eps = (float)m->cfg.vit.ln_eps, .affine = 1,
+    nd->ln = (LayerNormShape){.rows = rows_of(m, x), .c = d.c, .eps = (float)m->cfg.vit.ln_eps, .affine = affine,
                               .dtype = m->dtype};
-    nd->weight = build_param(m, name, "weight", 1, (int[]){d.c});
-    nd->bias = build_param(m, name, "bias", 1, (int[]){d.c});
+    if (affine) {
+        nd->weight = build_param(m, name, "weight", 1, (int[]){d.c});
+        nd->bias = build_param(m, name, "bias", 1, (int[]){d.c});
+    }
     return nd->out;
 }
+static int layernorm(Model *m, const char *name, int x) { return vit_layernorm(m, name, x, 1); }
 
-/* a Linear over x's rows to `out` features (GELU after it when gelu) */
-static int linear(Model *m, const char *name, int x, int out, int gelu) {
+int vit_linear(Model *m, const char *name, int x, int out, int gelu) {
     const Dims d = m->tensors[x].dims;
     const int rows = rows_of(m, x);
     Node *nd = build_node(m, OP_GEMM, name, x, -1, (Dims){d.n, d.d, d.h, d.w, out});
@@ -38,13 +41,22 @@ static int linear(Model *m, const char *name, int x, int out, int gelu) {
     return nd->out;
 }
 
-static int add(Model *m, const char *name, int a, int b) {
+static int linear(Model *m, const char *name, int x, int out, int gelu) { return vit_linear(m, name, x, out, gelu); }
+
+int vit_add(Model *m, const char *name, int a, int b) {
     return build_node(m, OP_ADD, name, a, b, m->tensors[a].dims)->out;
+}
+static int add(Model *m, const char *name, int a, int b) { return vit_add(m, name, a, b); }
+
+void vit_checkpoint_block(Model *m, int first) {
+    GROW(m->blocks, m->n_blocks, m->cap_blocks);
+    m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};
 }
 
 static int block(Model *m, int i, int x) {
     const ViTConfig *v = &m->cfg.vit;
     const Dims d = m->tensors[x].dims;
+    const int first = m->n_nodes;
     char p[48], name[96];
     snprintf(p, sizeof p, "blocks.%d", i);
 #define NAME(s) (snprintf(name, sizeof name, "%s.%s", p, s), name)
@@ -60,7 +72,9 @@ static int block(Model *m, int i, int x) {
     h = layernorm(m, NAME("norm2"), x);
     h = linear(m, NAME("mlp.fc1"), h, v->mlp_ratio * d.c, 1);
     h = linear(m, NAME("mlp.fc2"), h, d.c, 0);
-    return add(m, NAME("add2"), x, h);
+    x = add(m, NAME("add2"), x, h);
+    vit_checkpoint_block(m, first); /* norm1 .. add2: only x comes in from outside */
+    return x;
 #undef NAME
 }
 

@@ -11,7 +11,8 @@ static const char *precision_key(DType t) { return t == DT_BF16 ? "bf16" : t == 
 
 ModelOptions hw_model_options(const TrainConfig *train) {
     return (ModelOptions){.precision = train->precision, .fuse = train->fuse,
-                          .checkpoint_activations = train->checkpoint_activations, .seed = train->seed};
+                          .checkpoint_activations = train->checkpoint_activations, .seed = train->seed,
+                          .ema = train->ema_decay > 0};
 }
 
 static DType plan_precision(const TrainConfig *train, const HwPlanDevice *dev) {

@@ -4,8 +4,10 @@
  *   resnet3d  MONAI's 3D ResNet with a prediction head (classification, multilabel, regression, survival);
  *             build_resnet3d.c. Its BatchNorm layers keep running statistics: the model's buffers (BufferView), a
  *             flat float32 array beside the parameters, checkpointed with them and never trained
- *   vit3d     a 3-D ViT over patches that reconstructs its input (issue 21's skeleton; build_vit3d.c, its nodes run by
- *             model_exec_vit.c)
+ *   vit3d     a 3-D ViT over patches that reconstructs its input (build_vit3d.c, its nodes run by model_exec_vit.c)
+ *   vit3d_diffusion  the same blocks as a diffusion denoiser (DiT with cross-attention): the noisy volume's patches,
+ *             conditioned on the timestep by adaLN-Zero and on two X-ray views by cross-attention, predicting v (or
+ *             eps); build_vit3d_diffusion.c, its own nodes run by model_exec_diff.c
  * The ae3d family:
  *
  *   x [N][D][H][W][Cin]
@@ -61,10 +63,11 @@
 typedef enum {
     OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST, /* ae3d's */
     OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT,     /* resnet3d's */
-    OP_LAYERNORM, OP_GEMM, OP_ATTENTION, OP_POS, OP_UNPATCH                  /* vit3d's (model_exec_vit.c) */
+    OP_LAYERNORM, OP_GEMM, OP_ATTENTION, OP_POS, OP_UNPATCH,                 /* vit3d's (model_exec_vit.c) */
+    OP_QSAMPLE, OP_DRR, OP_TIMESTEP, OP_MODULATE, OP_GATE                    /* vit3d_diffusion's (model_exec_diff.c) */
 } OpKind;
 
-typedef enum { FAMILY_AE3D, FAMILY_RESNET3D, FAMILY_VIT3D } ModelFamily;
+typedef enum { FAMILY_AE3D, FAMILY_RESNET3D, FAMILY_VIT3D, FAMILY_VIT3D_DIFFUSION } ModelFamily;
 
 /* What a head predicts, and so its loss (resnet3d: model.task). */
 typedef enum { TASK_NONE, TASK_CLASSIFICATION, TASK_MULTILABEL, TASK_REGRESSION, TASK_SURVIVAL } ModelTask;
@@ -82,6 +85,8 @@ typedef struct {
                      recomputation writes (the forward's copy is freed after its last forward use) */
     int grad;     /* plan item of its gradient; -1 when none is needed (the input and its low-precision copy) */
     int producer; /* node index; -1 for the input */
+    int no_grad;  /* data, not a function of the parameters (the noisy volume, the views, the timestep embedding):
+                     no gradient is planned, and backward gives its producer's consumers dx NULL */
 } Tensor;
 
 typedef struct {
@@ -97,6 +102,11 @@ typedef struct {
 
 #define MODEL_PARAM_ALIGN 64 /* floats: 256 bytes, cudaMalloc's own alignment */
 
+/* The weights' exponential moving average (train.ema_decay): one buffer of param_floats floats in the flat layout of
+ * the parameters (its padding 0), so one op updates it after each step; checkpointed with the buffers, exported
+ * per parameter as "ema.<name>", never matched against a file's keys (weights.c). */
+#define MODEL_EMA_BUFFER "ema.flat"
+
 /* A buffer: state a layer keeps that is not trained (BatchNorm's running mean and variance), in the flat float32
  * array Model.bufs, back to back; checkpointed after the parameters and moments. */
 typedef struct {
@@ -107,8 +117,9 @@ typedef struct {
 typedef struct {
     OpKind kind;
     char name[80];
-    int in[2];           /* tensor ids; in[1] is the second addend (OP_ADD), logvar (OP_LATENT), the fused residual
-                            (OP_CONV), else -1 */
+    int in[3];           /* tensor ids; in[1] is the second addend (OP_ADD), logvar (OP_LATENT), the fused residual
+                            (OP_CONV), the keys' and values' source (OP_ATTENTION across), the branch (OP_GATE);
+                            in[2] the adaLN modulation (OP_MODULATE, OP_GATE); else -1 */
     int out;             /* tensor id */
     int weight, bias;    /* ParamView ids (conv: weight, bias; groupnorm: gamma, beta), -1 when none */
     Conv3dShape conv;    /* OP_CONV */
@@ -125,9 +136,13 @@ typedef struct {
     GemmShape gemm;      /* OP_GEMM: the forward product, a Linear over rows (x W^T + b); epilogue GELU: aux is the
                             plan item of the pre-activation, arg of its gradient (backward's scratch) */
     int aux;
-    AttentionShape att;  /* OP_ATTENTION over a packed QKV [rows][3*hidden] (stats: lse and delta [n*heads*tokens]) */
+    AttentionShape att;  /* OP_ATTENTION: self-attention over a packed QKV [rows][3*hidden] (in[1] -1), or across:
+                            queries in[0] [rows][hidden], keys and values packed in[1] [rows'][2*hidden] (stats: lse and
+                            delta [n*heads*tq]) */
     PatchShape patch;    /* OP_UNPATCH: tokens [rows][p^3*c] to the volume */
-    float dx_beta[2];    /* 0 when this node writes that input's gradient first in backward, else 1 */
+    float dx_beta[3];    /* 0 when this node writes that input's gradient first in backward, else 1 */
+    int chunk;           /* OP_MODULATE: the shift's chunk of the modulation [n][k*c] (the scale's is chunk + 1);
+                            OP_GATE: the gate's. Each chunk's gradient is written by its one node (beta 0) */
     int recompute;       /* activation checkpointing: rerun by its block's recomputation before the block's backward */
     /* OP_CONV reading zero-padded input channels (encoder.conv_in under model.pad_input_channels; conv.c_in is the
      * padded count, the weight view keeps the real one): plan items of the padded weight copy (model dtype) and of the
@@ -146,8 +161,11 @@ typedef struct {
 } Block;
 
 typedef struct {
-    float recon, kl; /* ae3d: the reconstruction loss and the KL term; 0 for a head's family */
-    float total;     /* ae3d: recon + kl_weight * kl; a head: its task's loss */
+    float recon, kl; /* ae3d: the reconstruction loss and the KL term; 0 for a head's family; vit3d_diffusion: recon
+                        is the diffusion loss (the prediction against v or eps) */
+    float physics;   /* vit3d_diffusion: the projection loss (the predicted clean volume's DRRs against the views) */
+    float total;     /* ae3d: recon + kl_weight * kl; a head: its task's loss; vit3d_diffusion: recon +
+                        physics_weight * physics */
 } Losses;
 
 /* What the model takes from outside the model section: the train.* keys that change how its graph is built and
@@ -161,6 +179,7 @@ typedef struct {
     int pad_all_types;          /* conv_pad.h's rule in float32 too (tests: padding changes no result); 0 in runs */
     int no_workspace;           /* plan the convolutions' workspace as empty and ask the backend nothing about it: a
                                    lower bound of the bytes (hw_plan's batch search); 0 in runs */
+    int ema;                    /* train.ema_decay > 0: the weights' moving average as the buffer MODEL_EMA_BUFFER */
 } ModelOptions;
 
 /* Bytes of backend memory by purpose, as the allocator counted them (bytes_in_use around each allocation). */
@@ -207,8 +226,18 @@ typedef struct Model {
     int n_blocks, cap_blocks;
     double recompute_flops; /* conv forward FLOPs rerun per micro-batch by activation checkpointing (0 without) */
     int eps_item, scalars_item, workspace_item, noise_offset_item;
+    /* vit3d_diffusion (model_exec_diff.c): the noisy volume x_t and the views (tensors), the micro-batch's per-sample
+     * timestep, alpha, sigma and loss weight ([4][n] float32, written by model_set_first_sample), the regression
+     * target (v or eps, float32 like the input), and the projection loss's scratch (x0_hat, its views); -1 otherwise */
+    int t_xt, t_views;
+    int coef_item, diff_target_item, x0hat_item, x0views_item;
+    double *alphabar; /* vit3d_diffusion: the schedule's cumulative alpha per timestep (diffusion.timesteps) */
+    int sampling;     /* vit3d_diffusion: 1 while a sampler runs the forward (diffusion_sample.h): q_sample and the
+                         views' DRR are skipped, x_t and the views being written into t_xt and t_views beforehand */
     Plan plan;
     double conv_flops_step; /* forward + backward data + backward filter */
+    double gemm_flops_step; /* the Linear GEMMs' (OP_GEMM): forward + backward data + weight gradient */
+    double attn_flops_step; /* attention's: its 6 products, forward and backward (model_build.c) */
 
     const Backend *be;
     /* Data parallelism as the model sees it (set by the trainer; 1 and 0 alone): SyncBatchNorm's counts and the Cox
@@ -264,6 +293,16 @@ void model_unpack_params(const Model *m, const float *packed, float *flat);
  * back (the padding written as 0): what checkpoints and probe files hold. */
 void model_download_packed(const Model *m, const float *flat_device, float *packed);
 void model_upload_packed(const Model *m, const float *packed, float *flat_device);
+/* Stages (train.stages) rebuild the model at another input size (model_carry.c). model_same_layout: whether a and
+ * b's packed layouts are the same (views, names, counts): true for ae3d and resnet3d at any size, for vit3d only at
+ * the same patch grid. model_carry_packed: from's packed array src into to's packed layout dst, view by view in
+ * order (the same names): copied, or, for a learned position table (an OP_POS node's weight) whose grid changed,
+ * resampled by model_resample_grid. Any other difference is an internal error. */
+int model_same_layout(const Model *a, const Model *b);
+void model_carry_packed(const Model *from, const float *src, const Model *to, float *dst);
+/* src [gin0][gin1][gin2][c] to dst [gout...][c]: trilinear, align_corners=False (torch.nn.functional.interpolate's
+ * mode="trilinear": cell centres matched, the edges clamped), weights and sums in double, rounded once. */
+void model_resample_grid(const float *src, const int gin[3], float *dst, const int gout[3], int c);
 /* Allocates the arena and the flat buffers on the model's backend (zeroed, but for the arena), counting each in
  * m->mem. */
 void model_allocate(Model *m);
@@ -272,8 +311,12 @@ void model_release_memory(Model *m);
 /* Deterministic initialization from the seed (PyTorch's default bounds: U(-1/sqrt(fan_in), +)), zero moments;
  * the low-precision copy follows. */
 void model_init_params(Model *m, uint64_t seed);
-/* The buffers to their initial values (running mean 0, running variance 1). */
+/* The buffers to their initial values (running mean 0, running variance 1; the weights' average: the weights). */
 void model_reset_buffers(Model *m);
+/* The weights' average (NULL without train.ema_decay), and its reset to the current weights (after an init-from). */
+float *model_ema(const Model *m);
+int model_ema_view(const Model *m); /* its BufferView, or -1 (no allocation needed) */
+void model_ema_reset(Model *m);
 /* Refreshes param_lp from param (after anything but AdamW wrote the parameters); nothing in float32. */
 void model_sync_lp(Model *m);
 
@@ -282,6 +325,15 @@ void *model_tensor_grad(const Model *m, int tensor); /* gradient pointer, NULL w
 float *model_noise(const Model *m); /* eps of the last sampled forward, shaped like z; valid until backward ends */
 /* A tensor's activation copied to host memory as float32 (converted from its dtype); waits for the device. */
 void model_tensor_to_host(const Model *m, int tensor, float *out);
+
+/* vit3d_diffusion: the last forward's regression target (v or eps, float32 like the input) and its per-sample
+ * coefficients [4][n] (timestep, alpha, sigma, loss weight), in backend memory: what probe dumps. */
+const float *model_diffusion_target(const Model *m);
+const float *model_diffusion_coefficients(const Model *m);
+
+/* The weight of the second loss term in the total: ae3d's kl_weight, vit3d_diffusion's loss.physics_weight (its
+ * projection loss rides in the kl slot of a step's sums), 0 for the others. */
+double model_second_loss_weight(const Model *m);
 
 /* The next forward's batch starts at global sample first_sample: each sample's reparameterization noise is keyed
  * by its global index (the same noise for a sample whatever batch it falls in). Written to backend memory on the
@@ -295,6 +347,11 @@ void model_forward(Model *m, int train);
 /* The head's targets of the next loss: host float32 [n][labels] (survival: [world*n][2], the global batch's),
  * written to backend memory on the compute stream. */
 void model_set_targets(Model *m, const float *targets);
+/* vit3d_diffusion with cfg.diff.views_given (data.view_columns): the micro-batch's X-ray views, host float32
+ * [n][2][img][img] (AP, lateral; drr.h's layout), written to the views tensor on the compute stream before the next
+ * forward (staged: views may go when it returns). Its views node then renders nothing: they condition the model
+ * and are the projection loss's target. The plan keeps the tensor alive from time 0 so nothing shares it before. */
+void model_set_views(Model *m, const float *views);
 /* A buffer-shaped backend array to host memory and back (checkpoints, export). */
 void model_download_buffers(const Model *m, float *host);
 void model_upload_buffers(const Model *m, const float *host);

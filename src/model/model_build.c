@@ -10,6 +10,7 @@
 #include "model/build.h"
 #include "model/model.h"
 #include "model/conv_pad.h"
+#include "model/diffusion_schedule.h"
 #include "conv3d/conv3d.h"
 #include "groupnorm/groupnorm.h"
 
@@ -51,8 +52,10 @@ static int needs_input_in_backward(const Node *nd, int slot) {
     case OP_LINEAR:
     case OP_LAYERNORM:
     case OP_GEMM:
-    case OP_ATTENTION:
     case OP_SILU: return slot == 0;
+    case OP_ATTENTION: return slot <= 1; /* the queries, and across the keys' and values' source */
+    case OP_MODULATE: return slot == 0 || slot == 2; /* x for dscale, the scale */
+    case OP_GATE: return slot >= 1;                  /* the branch for dgate, the gate */
     case OP_LATENT: return 1;
     default: return 0;
     }
@@ -73,14 +76,15 @@ static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
             const int t = m->nodes[i].out;
             int inside = 1;
             for (int j = 0; j < m->n_nodes; j++)
-                for (int s = 0; s < 2; s++)
+                for (int s = 0; s < 3; s++)
                     if (m->nodes[j].in[s] == t && (j < b->first || j > b->last)) inside = 0;
             checkpointed[t] = inside;
         }
         for (int i = b->last; i >= b->first; i--) {
             Node *nd = &m->nodes[i];
+            if (checkpointed[nd->out] && needs_output_in_backward(nd)) needed_again[nd->out] = 1; /* attention's o */
             nd->recompute = checkpointed[nd->out] && needed_again[nd->out];
-            for (int s = 0; s < 2; s++) {
+            for (int s = 0; s < 3; s++) {
                 const int t = nd->in[s];
                 if (t >= 0 && checkpointed[t] && (needs_input_in_backward(nd, s) || nd->recompute))
                     needed_again[t] = 1;
@@ -114,10 +118,11 @@ static void plan_memory(Model *m) {
     const int t_loss = m->t_recon >= 0 ? m->t_recon : m->t_out;
     last_use[t_loss] = F;
     if (m->t_recon >= 0) last_use[m->t_input] = F; /* a reconstruction's target */
+    if (m->t_xt >= 0) last_use[m->t_xt] = last_use[m->t_views] = F; /* the projection loss's x_t and views */
     first_grad[t_loss] = F;
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < 3; s++) {
             int t = nd->in[s];
             if (t < 0) continue;
             int use = needs_input_in_backward(nd, s) ? T - i : i;
@@ -130,21 +135,29 @@ static void plan_memory(Model *m) {
             }
             if (T - i < first_grad[t]) first_grad[t] = T - i;
         }
-        if (needs_output_in_backward(nd) && T - i > last_use[nd->out]) last_use[nd->out] = T - i;
+        if (needs_output_in_backward(nd)) { /* (a checkpointed output: its rerun copy lives to this backward) */
+            int *until = checkpointed[nd->out] ? &again_last[nd->out] : &last_use[nd->out];
+            if (T - i > *until) *until = T - i;
+        }
     }
     /* The node whose backward runs first for a tensor overwrites its gradient; the others accumulate. */
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
-        for (int s = 0; s < 2; s++)
+        for (int s = 0; s < 3; s++)
             if (nd->in[s] >= 0) nd->dx_beta[s] = first_grad[nd->in[s]] == T - i ? 0.0f : 1.0f;
     }
     for (int t = 0; t < m->n_tensors; t++) {
         Tensor *tn = &m->tensors[t];
         int born = tn->producer < 0 ? 0 : tn->producer;
+        /* a sampler (diffusion_sample.c) writes x_t and the views before the forward, in place of q_sample (node 0)
+         * and the views' DRR (node 1), and a run with given views (data.view_columns, model_set_views) the views:
+         * nothing may share their memory from time 0 (the noise of q_sample, live at time 0 only, could otherwise
+         * share the views') */
+        if (t == m->t_xt || t == m->t_views) born = 0;
         const size_t bytes = (size_t)tn->count * dtype_size(tn->dtype);
         tn->act = plan_add(&m->plan, bytes, born, last_use[t]);
         tn->act_bwd = needed_again[t] ? plan_add(&m->plan, bytes, again_first[t], again_last[t]) : tn->act;
-        if (t != m->t_input && t != m->t_input_lp) { /* the data needs no gradient */
+        if (t != m->t_input && t != m->t_input_lp && !tn->no_grad) { /* the data needs no gradient */
             int dies = T - (tn->producer < 0 ? 0 : tn->producer);
             tn->grad = plan_add(&m->plan, bytes, first_grad[t], dies);
         }
@@ -163,6 +176,15 @@ static void plan_memory(Model *m) {
             const size_t bytes = (size_t)nd->gemm.m * nd->gemm.n * dtype_size(nd->gemm.dtype);
             nd->aux = plan_add(&m->plan, bytes, i, T - i);
             nd->arg = plan_add(&m->plan, bytes, T - i, T - i);
+        }
+        if (nd->kind == OP_QSAMPLE) { /* the noise (used at once), the regression target (until the loss) */
+            const size_t bytes = (size_t)m->tensors[nd->out].count * sizeof(float);
+            m->eps_item = plan_add(&m->plan, bytes, i, i);
+            m->diff_target_item = plan_add(&m->plan, bytes, i, F);
+            /* the projection loss's scratch: x0_hat and its gradient, its views and theirs */
+            m->x0hat_item = plan_add(&m->plan, 2 * bytes, F, F);
+            m->x0views_item = plan_add(&m->plan, 2 * (size_t)m->tensors[m->t_views].count * sizeof(float), F, F);
+            m->coef_item = plan_add(&m->plan, 4 * (size_t)m->batch * sizeof(float), 0, T);
         }
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
         if (nd->kind == OP_CONV && !m->no_workspace) {
@@ -230,16 +252,31 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->world = opt->world > 0 ? opt->world : 1;
     m->family = strcmp(cfg->family, "resnet3d") == 0 ? FAMILY_RESNET3D
                 : strcmp(cfg->family, "vit3d") == 0  ? FAMILY_VIT3D
+                : strcmp(cfg->family, "vit3d_diffusion") == 0 ? FAMILY_VIT3D_DIFFUSION
                                                      : FAMILY_AE3D;
     m->t_recon = m->t_mu = m->t_logvar = m->t_z = m->t_out = -1;
     m->target_item = m->gathered_item = m->gathered_grad_item = -1;
+    m->t_xt = m->t_views = m->coef_item = m->diff_target_item = m->x0hat_item = m->x0views_item = -1;
     char why[160];
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     m->bf16_math = model_bf16_math(opt->precision, be);
     if (m->family == FAMILY_RESNET3D) build_resnet3d(m);
     else if (m->family == FAMILY_VIT3D) build_vit3d(m);
+    else if (m->family == FAMILY_VIT3D_DIFFUSION) {
+        build_vit3d_diffusion(m);
+        m->alphabar = vx_malloc((size_t)cfg->diff.timesteps * sizeof(double));
+        const int kind = diffusion_schedule_parse(cfg->diff.schedule); /* (the config's choices are both) */
+        VX_CHECK(kind >= 0, "diffusion.schedule %s is not a schedule", cfg->diff.schedule);
+        diffusion_alphabar((DiffusionSchedule)kind, cfg->diff.timesteps, m->alphabar);
+    }
     else build_ae3d(m);
     finish_params(m);
+    if (opt->ema) { /* after the layout: the average mirrors the flat parameters, padding included */
+        const char *dot = strchr(MODEL_EMA_BUFFER, '.');
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(dot - MODEL_EMA_BUFFER), MODEL_EMA_BUFFER);
+        build_buffer(m, prefix, dot + 1, m->param_floats);
+    }
     plan_memory(m);
     /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). The
      * model's work, the same padded or not (GFLOP/s compare): a conv on padded channels counts its real ones. */
@@ -250,6 +287,21 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
         useful.c_in = m->params[nd->weight].shape[4];
         useful.c_out = m->params[nd->weight].shape[0];
         m->conv_flops_step += conv3d_forward_flops(&useful) * (m->tensors[nd->in[0]].grad >= 0 ? 3 : 2);
+    }
+    /* The transformers' work, counted as the model's (what a PyTorch step computes too): a Linear's product, its
+     * weight gradient and, where the input has a gradient, its data gradient; attention's 2 products forward
+     * (Q K^T, P V) and 4 backward (dP, dV, dS K, dS^T Q). The tiled backward's recomputation of Q K^T (5 products
+     * in all) is how our kernel saves the N x N matrix, not the model's work, so it is left out. */
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        if (nd->kind == OP_GEMM) {
+            const GemmShape *g = &nd->gemm;
+            const int passes = m->tensors[nd->in[0]].grad >= 0 ? 3 : 2;
+            m->gemm_flops_step += 2.0 * g->batch * g->m * g->n * (double)g->k * passes;
+        } else if (nd->kind == OP_ATTENTION) {
+            const AttentionShape *a = &nd->att;
+            m->attn_flops_step += 12.0 * a->batch * a->heads * a->tq * (double)a->tk * a->d;
+        }
     }
     return m;
 }
@@ -287,5 +339,6 @@ void model_free(Model *m) {
     free(m->params);
     free(m->buffers);
     free(m->blocks);
+    free(m->alphabar);
     free(m);
 }

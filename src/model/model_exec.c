@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "model/conv_pad.h"
 #include "model/exec_ptr.h"
+#include "model/model_exec_diff.h"
 #include "model/model_exec_vit.h"
 #include "common/rng.h"
 #include "trace/trace.h"
@@ -91,6 +92,22 @@ void model_reset_buffers(Model *m) {
     free(host);
 }
 
+int model_ema_view(const Model *m) {
+    for (int i = 0; i < m->n_buffers; i++)
+        if (strcmp(m->buffers[i].name, MODEL_EMA_BUFFER) == 0) return i;
+    return -1;
+}
+
+float *model_ema(const Model *m) {
+    const int v = model_ema_view(m);
+    return v < 0 || !m->bufs ? NULL : m->bufs + m->buffers[v].offset;
+}
+
+void model_ema_reset(Model *m) {
+    float *ema = model_ema(m);
+    if (ema) m->be->elementwise->accumulate(DT_F32, m->param_floats, m->param, ema, 0.0f);
+}
+
 void model_download_buffers(const Model *m, float *host) {
     if (m->buffer_floats) m->be->copy_to_host(host, m->bufs, (size_t)m->buffer_floats * sizeof(float));
 }
@@ -135,17 +152,21 @@ static void init_resnet(const Model *m, uint64_t seed, float *host) {
 
 void model_init_params(Model *m, uint64_t seed) {
     float *host = vx_calloc((size_t)m->param_floats, sizeof(float)); /* the padding stays 0 */
-    /* ae3d and vit3d: PyTorch's defaults; vit3d's pos_embed N(0, 0.02) as timm's (trunc_normal_ std .02) */
-    for (int i = 0; (m->family == FAMILY_AE3D || m->family == FAMILY_VIT3D) && i < m->n_params; i++) {
+    /* ae3d and vit3d: PyTorch's defaults; the positions N(0, 0.02) as timm's (trunc_normal_ std .02) */
+    const int vit = m->family == FAMILY_VIT3D || m->family == FAMILY_VIT3D_DIFFUSION;
+    for (int i = 0; (m->family == FAMILY_AE3D || vit) && i < m->n_params; i++) {
         const ParamView *p = &m->params[i];
         float *dst = host + p->offset;
         const char *kind = strrchr(p->name, '.') + 1;
         int is_norm = strstr(p->name, "norm") != NULL;
+        /* DiT's "Zero": every adaLN modulation and the final Linear start at 0, so each block starts as the
+         * identity and the first prediction is 0 */
+        if (strstr(p->name, "adaLN_modulation") || strncmp(p->name, "final_layer.linear", 18) == 0) continue;
         if (is_norm) { /* GroupNorm, LayerNorm: gamma 1, beta 0 */
             for (long j = 0; j < p->count; j++) dst[j] = strcmp(kind, "weight") == 0 ? 1.0f : 0.0f;
             continue;
         }
-        if (strncmp(p->name, "pos_embed", 9) == 0) {
+        if (strncmp(p->name, "pos_embed", 9) == 0 || strncmp(p->name, "view_pos_embed", 14) == 0) {
             for (long j = 0; j < p->count; j++)
                 dst[j] = (float)(0.02 * vx_normal(seed, RNG_STREAM_INIT_NORMAL + (uint64_t)i, (uint64_t)j));
             continue;
@@ -167,6 +188,7 @@ void model_init_params(Model *m, uint64_t seed) {
         m->be->zero(m->adam_v, (size_t)m->state_floats * sizeof(float));
     }
     model_sync_lp(m);
+    model_ema_reset(m); /* (reset_buffers zeroed it: the average starts at the weights) */
     free(host);
 }
 
@@ -208,7 +230,9 @@ static LatentShape latent_shape(const Model *m) {
 void model_set_first_sample(Model *m, uint64_t first_sample) {
     /* sample b's noise is element (first_sample + b) * per-sample of one stream: a pure function of the global
      * sample index, the same whatever batch (or rank) the sample falls in; dropout keys its mask likewise */
-    if (m->family == FAMILY_AE3D) {
+    if (m->family == FAMILY_VIT3D_DIFFUSION) {
+        diff_set_first_sample(m, first_sample); /* its timesteps too */
+    } else if (m->family == FAMILY_AE3D) {
         const uint64_t offset = first_sample * (uint64_t)latent_shape(m).count_per_sample;
         m->be->write_async(exec_item(m, m->noise_offset_item), &offset, sizeof offset);
     } else {
@@ -298,7 +322,12 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         if (sample_noise) be->dropout->forward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), x, y);
         else be->elementwise->accumulate(dt, tx->count, x, y, 0.0f); /* evaluation: the identity */
         break;
-    default: vit_forward_node(m, nd, x, y); break; /* the transformer's nodes */
+    default: { /* the transformer's nodes, and the denoiser's */
+        const void *x1 = nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL, *x2 = nd->in[2] >= 0 ? tensor(m, nd->in[2]) : NULL;
+        if (nd->kind >= OP_QSAMPLE) diff_forward_node(m, nd, x, x1, x2, y, sample_noise);
+        else vit_forward_node(m, nd, x, x1, y);
+        break;
+    }
     }
 }
 
@@ -358,6 +387,10 @@ static void cox_loss(Model *m, void *dz, float grad_scale, const float *loss_sca
  * term is the latent node's), or the head's task loss against the targets (model_set_targets). */
 static void loss(Model *m, void *dpred, float grad_scale, const float *loss_scale) {
     const Backend *be = m->be;
+    if (m->family == FAMILY_VIT3D_DIFFUSION) { /* the prediction against v or eps, and the projection loss */
+        diff_loss(m, dpred, grad_scale, loss_scale);
+        return;
+    }
     if (m->t_recon >= 0) { /* ae3d, vit3d: a reconstruction of the input */
         const Tensor *r = &m->tensors[m->t_recon];
         be->loss->recon(recon_loss_kind(&m->cfg), r->dtype, r->count, model_tensor(m, m->t_recon),
@@ -463,7 +496,15 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
     case OP_DROPOUT:
         be->dropout->backward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), dy, dx, nd->dx_beta[0]);
         break;
-    default: vit_backward_node(m, nd, x, dx, dy, param_beta); break; /* the transformer's nodes */
+    default: { /* the transformer's nodes, and the denoiser's */
+        const void *x1 = nd->in[1] >= 0 ? exec_act_bwd(m, nd->in[1]) : NULL;
+        const void *x2 = nd->in[2] >= 0 ? exec_act_bwd(m, nd->in[2]) : NULL;
+        void *dx1 = nd->in[1] >= 0 ? model_tensor_grad(m, nd->in[1]) : NULL;
+        void *dx2 = nd->in[2] >= 0 ? model_tensor_grad(m, nd->in[2]) : NULL;
+        if (nd->kind >= OP_QSAMPLE) diff_backward_node(m, nd, x, x1, x2, dx, dx1, dx2, dy);
+        else vit_backward_node(m, nd, x, x1, dx, dx1, dy, param_beta);
+        break;
+    }
     }
 }
 
@@ -486,10 +527,19 @@ void model_backward(Model *m, float grad_scale, float param_beta, const float *l
     trace_range_pop();
 }
 
+double model_second_loss_weight(const Model *m) {
+    return m->family == FAMILY_AE3D ? m->cfg.kl_weight
+           : m->family == FAMILY_VIT3D_DIFFUSION ? m->cfg.diff.physics_weight : 0.0;
+}
+
 Losses model_read_losses(const Model *m) {
     float s[2];
     m->be->copy_to_host(s, m->losses, sizeof s);
     if (m->family == FAMILY_VIT3D) return (Losses){.recon = s[SCALAR_RECON], .total = s[SCALAR_RECON]};
+    if (m->family == FAMILY_VIT3D_DIFFUSION) { /* model_exec_diff.c: [0] diffusion, [1] projection */
+        const float w = (float)m->cfg.diff.physics_weight, physics = w == 0.0f ? 0.0f : s[1];
+        return (Losses){.recon = s[0], .physics = physics, .total = s[0] + w * physics};
+    }
     if (m->family != FAMILY_AE3D) return (Losses){.total = s[SCALAR_RECON]}; /* the head's loss, in the same slot */
     return (Losses){.recon = s[SCALAR_RECON], .kl = s[SCALAR_KL],
                     .total = s[SCALAR_RECON] + (float)m->cfg.kl_weight * s[SCALAR_KL]};

@@ -3,8 +3,10 @@
  *   OP_GEMM       a Linear over rows, y = x W^T + b (gemm.h), optionally GELU (erf, as torch.nn.GELU) fused as the
  *                 epilogue with the pre-activation saved in `aux`; backward: GELU's gradient into the scratch `arg`,
  *                 then dW = dpre^T x (float32, param_beta), db (bias_grad), dx = dpre W
- *   OP_ATTENTION  self-attention over a packed [rows][3*hidden] QKV (q, k, v column blocks of hidden each); lse and
- *                 delta in `stats`; its backward writes the packed gradient (dx_beta for all three blocks)
+ *   OP_ATTENTION  self-attention over a packed [rows][3*hidden] QKV (q, k, v column blocks of hidden each), or
+ *                 across (in[1]): queries [rows][hidden] from in[0], keys and values packed [rows'][2*hidden] in
+ *                 in[1]; lse and delta in `stats`; its backward writes the packed gradients (dx_beta[0] for all
+ *                 blocks: each input feeds only this node, so both are 0)
  *   OP_POS        y = x + pos[token] (a learned [tokens][hidden] parameter, broadcast over the batch); dpos is the
  *                 batch's sum of dy (gemm's bias_grad over n rows of tokens*hidden)
  *   OP_UNPATCH    tokens [rows][p^3 c] to the volume (patch.h); backward patchifies the volume's gradient
@@ -20,7 +22,13 @@ static GeluShape gelu_of(const Node *nd) {
     return (GeluShape){.count = (long)nd->gemm.m * nd->gemm.n, .kind = GELU_ERF, .dtype = nd->gemm.dtype};
 }
 
-void vit_forward_node(Model *m, const Node *nd, const void *x, void *y) {
+/* where the keys and values start: in the packed QKV after the queries, or in in[1]'s packed KV */
+static const char *keys_of(const Node *nd, const void *x, const void *x1) {
+    const size_t block = (size_t)nd->att.heads * nd->att.d * dtype_size(nd->att.dtype);
+    return x1 ? (const char *)x1 : (const char *)x + block;
+}
+
+void vit_forward_node(Model *m, const Node *nd, const void *x, const void *x1, void *y) {
     const Backend *be = m->be;
     switch (nd->kind) {
     case OP_LAYERNORM: {
@@ -35,8 +43,8 @@ void vit_forward_node(Model *m, const Node *nd, const void *x, void *y) {
         break;
     case OP_ATTENTION: {
         const size_t block = (size_t)nd->att.heads * nd->att.d * dtype_size(nd->att.dtype);
-        const char *q = x;
-        be->attention->forward(&nd->att, q, q + block, q + 2 * block, y, (float *)exec_item(m, nd->stats));
+        const char *k = keys_of(nd, x, x1);
+        be->attention->forward(&nd->att, x, k, k + block, y, (float *)exec_item(m, nd->stats));
         break;
     }
     case OP_POS: {
@@ -53,7 +61,8 @@ void vit_forward_node(Model *m, const Node *nd, const void *x, void *y) {
     }
 }
 
-void vit_backward_node(Model *m, const Node *nd, const void *x, void *dx, const void *dy, float param_beta) {
+void vit_backward_node(Model *m, const Node *nd, const void *x, const void *x1, void *dx, void *dx1, const void *dy,
+                       float param_beta) {
     const Backend *be = m->be;
     switch (nd->kind) {
     case OP_LAYERNORM: {
@@ -87,11 +96,13 @@ void vit_backward_node(Model *m, const Node *nd, const void *x, void *dx, const 
     }
     case OP_ATTENTION: {
         const size_t block = (size_t)nd->att.heads * nd->att.d * dtype_size(nd->att.dtype);
-        const char *q = x;
-        char *dq = dx;
+        const char *k = keys_of(nd, x, x1);
+        char *dk = x1 ? (char *)dx1 : (char *)dx + block;
+        VX_CHECK(dx && dk && (!x1 || nd->dx_beta[1] == nd->dx_beta[0]),
+                 "attention %s: its inputs need gradients written alike", nd->name);
         float *lse = (float *)exec_item(m, nd->stats), *delta = lse + (long)nd->att.batch * nd->att.heads * nd->att.tq;
-        be->attention->backward(&nd->att, q, q + block, q + 2 * block, exec_act_bwd(m, nd->out), dy, lse, delta, dq,
-                                dq + block, dq + 2 * block, nd->dx_beta[0]);
+        be->attention->backward(&nd->att, x, k, k + block, exec_act_bwd(m, nd->out), dy, lse, delta, dx, dk,
+                                dk + block, nd->dx_beta[0]);
         break;
     }
     case OP_POS: {

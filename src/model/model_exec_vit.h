@@ -3,7 +3,9 @@
 #pragma once
 #include "model/model.h"
 
-/* x: the node's input as this pass reads it (the forward's copy, or a checkpointed block's rerun copy), y its output */
-void vit_forward_node(Model *m, const Node *nd, const void *x, void *y);
-/* x as backward reads it; dx NULL when the input has no gradient; param_beta as model_backward's */
-void vit_backward_node(Model *m, const Node *nd, const void *x, void *dx, const void *dy, float param_beta);
+/* x, x1: the node's inputs in[0], in[1] as this pass reads them (the forward's copy, or a checkpointed block's rerun
+ * copy; x1 NULL without in[1]), y its output */
+void vit_forward_node(Model *m, const Node *nd, const void *x, const void *x1, void *y);
+/* x, x1 as backward reads them; dx, dx1 NULL when that input has no gradient; param_beta as model_backward's */
+void vit_backward_node(Model *m, const Node *nd, const void *x, const void *x1, void *dx, void *dx1, const void *dy,
+                       float param_beta);

@@ -60,8 +60,19 @@ void weights_export(const Model *m, const float *packed, const float *buffers, i
         const int nd = weights_torch_shape(m, p, shape);
         st_writer_add(w, p->name, ST_F32, nd, shape, tmp);
     }
+    const int ema = model_ema_view(m);
+    for (int i = 0; ema >= 0 && i < m->n_params; i++) { /* the average per parameter, as the parameter */
+        const ParamView *p = &m->params[i];
+        permute(p, buffers + m->buffers[ema].offset + p->offset, tmp, 1);
+        int64_t shape[5];
+        const int nd = weights_torch_shape(m, p, shape);
+        char name[128];
+        snprintf(name, sizeof name, "ema.%s", p->name);
+        st_writer_add(w, name, ST_F32, nd, shape, tmp);
+    }
     for (int i = 0; i < m->n_buffers; i++) {
         const BufferView *b = &m->buffers[i];
+        if (i == ema) continue;
         const int64_t shape[1] = {b->count};
         st_writer_add(w, b->name, ST_F32, 1, shape, buffers + b->offset);
         if (strcmp(b->name + bn_prefix(b->name), ".running_var") == 0) {
@@ -193,12 +204,38 @@ void weights_read(const char *path, const Model *m, const char *allow, const cha
         out->param_src[i] = match(f, m->params[i].name, shape, nd, &ds, allow, used);
         out->loaded += out->param_src[i] >= 0;
     }
+    int buffers = 0;
     for (int i = 0; i < m->n_buffers; i++) {
+        out->buffer_src[i] = -1;
+        if (strcmp(m->buffers[i].name, MODEL_EMA_BUFFER) == 0) continue; /* its parameters' "ema." keys, below */
         const int64_t shape[1] = {m->buffers[i].count};
         out->buffer_src[i] = match(f, m->buffers[i].name, shape, 1, &ds, allow, used);
         out->loaded += out->buffer_src[i] >= 0;
+        buffers++;
     }
-    out->total = m->n_params + m->n_buffers;
+    out->total = m->n_params + buffers;
+    /* the weights' average of an export: "ema.<parameter>" in the parameter's torch shape */
+    const int keeps_ema = model_ema_view(m) >= 0;
+    out->ema_src = vx_malloc((size_t)(m->n_params + 1) * sizeof(int));
+    for (int i = 0; i < m->n_params; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "ema.%s", m->params[i].name);
+        const StTensor *t = st_find(f, key);
+        int64_t shape[5];
+        const int nd = weights_torch_shape(m, &m->params[i], shape);
+        int same = t && st_is_float(t->dtype) && t->ndim == nd;
+        for (int a = 0; same && a < nd; a++) same = t->shape[a] == shape[a];
+        out->ema_src[i] = -1;
+        if (!same) continue; /* absent, or of another shape: left to the unexpected keys' report below */
+        used[t - f->t] = 1;
+        if (keeps_ema) {
+            check_finite(f, t);
+            out->ema_src[i] = (int)(t - f->t);
+            out->ema_loaded++;
+        } else {
+            out->ema_ignored++;
+        }
+    }
     int counters = 0;
     for (int i = 0; i < f->n; i++) {
         if (used[i]) continue;
@@ -214,6 +251,10 @@ void weights_read(const char *path, const Model *m, const char *allow, const cha
     if (verbose) {
         vx_log("%s: %s: %d of the model's %d parameters and buffers loaded%s\n", what, f->origin, out->loaded,
                out->total, counters ? "; num_batches_tracked not used (BatchNorm follows model.bn_momentum)" : "");
+        if (out->ema_loaded) vx_log("%s: the weights' average (ema.*) of %d parameters loaded\n", what, out->ema_loaded);
+        if (out->ema_ignored)
+            vx_log("%s: %d ema.* keys (the weights' average) not used: this run keeps no average (train.ema_decay "
+                   "0)\n", what, out->ema_ignored);
         report(&ds, what, allow);
     }
     const char *family = m->cfg.family;
@@ -255,6 +296,18 @@ void weights_apply(const WeightsInit *wi, Model *m) {
     }
     model_upload_packed(m, packed, m->param);
     model_sync_lp(m);
+    model_ema_reset(m); /* the average starts at the loaded weights, then takes the file's where it has them */
+    if (wi->ema_loaded) {
+        model_download_packed(m, model_ema(m), packed);
+        for (int i = 0; i < m->n_params; i++) {
+            if (wi->ema_src[i] < 0) continue;
+            const ParamView *p = &m->params[i];
+            if (p->count > cap) tmp = vx_realloc(tmp, (size_t)(cap = p->count) * sizeof(float));
+            st_to_f32(f, &f->t[wi->ema_src[i]], tmp);
+            permute(p, tmp, packed + p->packed_offset, 0);
+        }
+        model_upload_packed(m, packed, model_ema(m));
+    }
     free(tmp);
     free(packed);
     if (!m->n_buffers) return;
@@ -262,7 +315,7 @@ void weights_apply(const WeightsInit *wi, Model *m) {
     model_download_buffers(m, bufs);
     for (int i = 0; i < m->n_buffers; i++)
         if (wi->buffer_src[i] >= 0) st_to_f32(f, &f->t[wi->buffer_src[i]], bufs + m->buffers[i].offset);
-    model_upload_buffers(m, bufs);
+    model_upload_buffers(m, bufs); /* (the average's, downloaded just above, goes back as it was) */
     free(bufs);
 }
 
@@ -270,5 +323,6 @@ void weights_free(WeightsInit *wi) {
     st_free(&wi->file);
     free(wi->param_src);
     free(wi->buffer_src);
+    free(wi->ema_src);
     memset(wi, 0, sizeof *wi);
 }

@@ -20,8 +20,10 @@ void weights_export(const Model *m, const float *packed, const float *buffers, i
 typedef struct {
     StFile file;
     int *param_src;  /* per parameter of the model: the file's tensor (index into file.t), or -1: keeps its value */
-    int *buffer_src; /* per buffer, likewise */
-    int loaded, total;
+    int *buffer_src; /* per buffer, likewise (the weights' average: -1, it is read per parameter below) */
+    int *ema_src;    /* per parameter: the file's "ema.<name>" of the same shape, or -1 (the average starts at the
+                        loaded weights); all -1 when the model keeps no average */
+    int loaded, total, ema_loaded, ema_ignored;
 } WeightsInit;
 
 /* Reads `path` and matches it with model m: each parameter and buffer is loaded (the same name, a float dtype, the
@@ -30,7 +32,8 @@ typedef struct {
  * missing, unexpected or of another shape: those keep their initial values (a new head for another num_classes:
  * "fc.*"). Any other difference, a non-finite value, or a file that shares no key with the model (weights of another
  * family) is one line naming the file and the key, exit 2, after the report (`what`: its lines' prefix; printed when
- * verbose). Nothing is uploaded: the checks happen before a run writes anything. */
+ * verbose). "ema.<parameter>" keys (an export's weight average) load the model's average where it keeps one
+ * (train.ema_decay) and are passed over, said, where it does not. Nothing is uploaded: the checks happen before a run writes anything. */
 void weights_read(const char *path, const Model *m, const char *allow, const char *what, int verbose,
                   WeightsInit *out);
 /* Overwrites the allocated model's matched parameters and buffers (after model_init_params); the rest keep theirs. */

@@ -17,10 +17,11 @@ void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int
     const int have = dataset_val_count(ds);
     if (have >= 0 && want > have) want = have;
     h->vols = vx_malloc((size_t)(want ? want : 1) * vol * sizeof(float));
-    const int L = dataset_labels(ds);
+    const int L = dataset_labels(ds), V = dataset_views(ds);
     if (L) h->labels = vx_malloc((size_t)(want ? want : 1) * L * sizeof(float));
+    if (V) h->views = vx_malloc((size_t)(want ? want : 1) * V * sizeof(float));
     for (int j = 0; h->count < want && (have < 0 || j < have); j++)
-        if (dataset_val_sample(ds, j, h->vols + (long)h->count * vol)) {
+        if (dataset_val_sample(ds, j, h->vols + (long)h->count * vol, V ? h->views + (long)h->count * V : NULL)) {
             if (L) dataset_val_labels(ds, j, h->labels + (long)h->count * L);
             h->count++;
         }
@@ -30,11 +31,22 @@ void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int
 
 void heldout_free(HeldOut *h) {
     free(h->labels);
+    free(h->views);
     free(h->vols);
     memset(h, 0, sizeof *h);
 }
 
-float *evaluate_reconstruct(Model *m, const float *vols, int count) {
+/* The given views of held-out volumes start..start+used-1 (zeros after them in a partial batch), before a forward. */
+static void set_views(Model *m, const float *views, int start, int used) {
+    if (!views) return;
+    const long per = m->tensors[m->t_views].count / m->batch;
+    float *batch = vx_calloc((size_t)m->batch * per, sizeof(float));
+    memcpy(batch, views + (long)start * per, (size_t)used * per * sizeof(float));
+    model_set_views(m, batch);
+    free(batch);
+}
+
+float *evaluate_reconstruct(Model *m, const float *vols, const float *views, int count) {
     long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
     float *recon = vx_malloc((size_t)(count ? count : 1) * vol * sizeof(float));
     float *batch = vx_calloc((size_t)per_batch, sizeof(float));
@@ -43,6 +55,7 @@ float *evaluate_reconstruct(Model *m, const float *vols, int count) {
         int used = count - start < m->batch ? count - start : m->batch;
         memcpy(batch, vols + (long)start * vol, (size_t)used * vol * sizeof(float));
         m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
+        set_views(m, views, start, used);
         model_forward(m, 0);
         model_tensor_to_host(m, m->t_recon, out);
         memcpy(recon + (long)start * vol, out, (size_t)used * vol * sizeof(float));
@@ -53,14 +66,15 @@ float *evaluate_reconstruct(Model *m, const float *vols, int count) {
 }
 
 /* Test hook: VX_TEST_VAL_DUMP=DIR writes each validation's inputs and reconstructions (float32, [count][D][H][W][C])
- * to DIR/val_input.bin and DIR/val_recon.bin, the last validation's staying: what tests/integration/test_predict.py
- * compares `voxscale predict`'s output with. */
+ * to DIR/val_input.bin and DIR/val_recon.bin (a diffusion model's inputs only: recon NULL), the last validation's
+ * staying: what tests/integration/test_predict.py compares `voxscale predict`'s output with, and the validation
+ * phantoms test_predict_diffusion.py samples from. */
 static void test_dump(const float *vols, const float *recon, long n) {
     const char *dir = getenv("VX_TEST_VAL_DUMP");
     if (!dir || !*dir) return;
     const float *what[2] = {vols, recon};
     static const char *const NAME[2] = {"val_input.bin", "val_recon.bin"};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < (recon ? 2 : 1); k++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s", dir, NAME[k]);
         FILE *f = fopen(path, "wb");
@@ -71,7 +85,7 @@ static void test_dump(const float *vols, const float *recon, long n) {
 
 ValResult evaluate(Model *m, const HeldOut *h) {
     const long n = h->val * (m->tensors[m->t_input].count / m->batch);
-    float *recon = evaluate_reconstruct(m, h->vols, h->val);
+    float *recon = evaluate_reconstruct(m, h->vols, h->views, h->val);
     test_dump(h->vols, recon, n);
     double l1 = 0, se = 0;
     for (long i = 0; i < n; i++) {
@@ -84,6 +98,31 @@ ValResult evaluate(Model *m, const HeldOut *h) {
     /* PSNR against a peak of 1.0: the phantoms, and files normalised by percentile, live in [0, 1] */
     return (ValResult){.l1 = n ? (float)(l1 / (double)n) : 0.0f,
                        .psnr = (float)(10.0 * log10(1.0 / (mse > 1e-20 ? mse : 1e-20)))};
+}
+
+/* far above any training sample index, so no validation draw repeats a training one */
+#define VAL_FIRST_SAMPLE (1ull << 62)
+
+DiffValResult evaluate_diffusion(Model *m, const HeldOut *h) {
+    DiffValResult r = {.loss = NAN, .projection = NAN, .n = h->val / m->batch * m->batch};
+    const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
+    test_dump(h->vols, NULL, (long)h->val * vol);
+    double loss = 0, projection = 0;
+    for (int start = 0; start + m->batch <= h->val; start += m->batch) { /* full batches */
+        m->be->copy_to_device(model_tensor(m, m->t_input), h->vols + (long)start * vol, (size_t)per_batch * sizeof(float));
+        model_set_first_sample(m, VAL_FIRST_SAMPLE + (uint64_t)start);
+        set_views(m, h->views, start, m->batch);
+        model_forward(m, 0);
+        model_loss(m);
+        const Losses l = model_read_losses(m);
+        loss += (double)l.recon * m->batch;
+        projection += (double)l.physics * m->batch;
+    }
+    if (r.n > 0) {
+        r.loss = (float)(loss / r.n);
+        r.projection = (float)(projection / r.n);
+    }
+    return r;
 }
 
 HeadValResult evaluate_head(Model *m, const HeldOut *h) {

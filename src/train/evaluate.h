@@ -9,6 +9,7 @@
 typedef struct {
     float *vols; /* [count][D][H][W][C] */
     float *labels; /* the dataset's labels, [count][labels] (NULL when it has none: ae3d) */
+    float *views;  /* the X-ray views given beside each CT, [count][2][img][img] (NULL: none, the model renders) */
     int count;   /* held: the larger of val and shown, at most what the dataset has */
     int shown;   /* pictured: the first output.image_samples when output.image_every is on */
     int val;     /* how many are validated */
@@ -29,10 +30,19 @@ typedef struct {
 void heldout_build(HeldOut *h, Dataset *ds, const Model *m, int val_samples, int shown);
 void heldout_free(HeldOut *h);
 /* Reconstructions of `count` host volumes (deterministic forward, z = mu), in micro-batches of the model's size;
- * host memory shaped like vols (caller frees). */
-float *evaluate_reconstruct(Model *m, const float *vols, int count);
+ * host memory shaped like vols (caller frees). views: their given X-ray views (HeldOut.views; NULL: none). */
+float *evaluate_reconstruct(Model *m, const float *vols, const float *views, int count);
 /* L1 and PSNR (peak 1.0) of the reconstructions of the first h->val volumes. */
 ValResult evaluate(Model *m, const HeldOut *h);
+/* vit3d_diffusion's validation: the diffusion loss and the projection loss over the full batches of the first h->val
+ * volumes, each at the timestep and noise its held-out index keys (VAL_FIRST_SAMPLE + index): the same draws at every
+ * validation, so the figures are comparable along the run. */
+typedef struct {
+    float loss, projection;
+    int n;
+} DiffValResult;
+DiffValResult evaluate_diffusion(Model *m, const HeldOut *h);
+
 /* A head's figures over the first h->val volumes, in evaluation mode (running statistics, no dropout): the task's
  * loss (the mean over the full batches; survival's Cox loss over all of them at once), accuracy
  * (classification), macro AUROC (classification, multilabel), Harrell's C (survival). */

@@ -85,7 +85,7 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
                    g->cc_minor, cfg->tf32 ? "on" : "off", cfg->deterministic ? "on" : "off");
         }
         vx_log("model: %ld parameters in %d tensors, %d nodes, %.2f GFLOP per micro-batch step\n", m->param_count,
-               m->n_params, m->n_nodes, m->conv_flops_step * 1e-9);
+               m->n_params, m->n_nodes, (m->conv_flops_step + m->gemm_flops_step + m->attn_flops_step) * 1e-9);
         if (m->bf16_math)
             vx_log("precision: bf16 math in the convolutions on the CPU (inputs, weights and gradients rounded to "
                    "bf16 inside each call, float32 accumulation and outputs, where measured faster than float32); "

@@ -8,6 +8,7 @@
 
 #include "core/util.h"
 #include "elementwise/elementwise.h"
+#include "ema/ema.h"
 #include "optim/optim.h"
 #include "train/param_groups.h"
 
@@ -19,6 +20,7 @@ typedef struct {
     OptimState opt;
     float sums[SUM_COUNT]; /* recon and kl summed over the micro-batches (then over the ranks), stop flag, sumsq */
     OptimState opt_backbone; /* the backbone's group (param_groups.h): opt's decisions at lr x backbone_lr_mult */
+    float ema_decay;         /* train.ema_decay, read by the weights' average after each step */
 } StepDev;
 
 /* A graph slot: the captured replay of one variant of a step's part, how often it was asked for, and how many
@@ -149,15 +151,24 @@ static void micro_body(Stepper *s, int variant) {
     }
 }
 
+static void adamw_steps(Stepper *s);
+
+/* train.ema_decay: the weights' average follows the step's weights (left as it was when the step was skipped) */
 static void optimizer_body(Stepper *s, int unused) {
     (void)unused;
+    adamw_steps(s);
+    float *ema = model_ema(s->m);
+    if (ema) s->be->ema->update(s->m->param_floats, &s->dev->ema_decay, &s->dev->opt.skip, s->m->param, ema);
+}
+
+static void adamw_steps(Stepper *s) {
     Model *m = s->m;
     /* every rank decides on the same numbers: the losses summed over the ranks, and whether any rank must stop */
     if (s->buckets)
         comm_wait(s->comm, comm_allreduce(s->comm, s->dev->sums, SUMS_REDUCED, COMM_SUM, "the step's losses"), NULL);
     float *sumsq = s->dev->sums + SUM_SUMSQ;
-    if (s->zero) { /* sharded: one group of every float (config.c refuses train.freeze and backbone_lr_mult there) */
-        zero_optimizer(s->zero, &s->ocfg, &s->dev->opt, sumsq);
+    if (s->zero) { /* sharded: each rank its shard's part of every group (zero.h) */
+        zero_optimizer(s->zero, &s->ocfg, &s->groups, &s->dev->opt, &s->dev->opt_backbone, sumsq);
         return;
     }
     const ParamGroups *pg = &s->groups; /* one group of every float unless fine-tuning says otherwise */
@@ -198,7 +209,7 @@ Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *b
     if (!dynamic && m->dtype == DT_F16 && least > 1.0)
         vx_log("warning: float16 without loss scaling: the loss gradient (1/%ld per voxel) is below float16's range "
                "and trains nothing; use train.loss_scale dynamic (auto) or --amp bf16\n", m->tensors[m->t_recon].count);
-    StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}};
+    StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}, .ema_decay = (float)cfg->ema_decay};
     init.opt_backbone = init.opt;
     s->be->copy_to_device(s->dev, &init, sizeof init);
     stepper_set_model(s, m, buckets);
@@ -375,7 +386,7 @@ void stepper_collect(Stepper *s, StepOutcome *out) {
                          .grad_norm = h->opt.grad_norm, .clip = h->opt.clip, .loss_scale = h->opt.loss_scale,
                          .skipped = h->opt.skip, .skipped_total = h->opt.skipped_steps,
                          .stop = h->sums[SUM_STOP] > 0.0f};
-    out->loss = out->recon + s->m->cfg.kl_weight * out->kl;
+    out->loss = out->recon + model_second_loss_weight(s->m) * out->kl;
     out->ms = s->be->timer_elapsed_ms(base + T_BEGIN, base + T_END);
     out->comm_wait_ms = s->comm_timed[slot] ? s->be->timer_elapsed_ms(base + T_COMM0, base + T_COMM1) : NAN;
     if (s->phases) {

@@ -195,6 +195,7 @@ static void train_step(Trainer *t) {
         trace_range_push("upload batch", "user_annotation");
         upload_batch(t, batch, first);
         if (m->task != TASK_NONE) set_targets(t, loader_labels(&t->loader));
+        if (m->cfg.diff.views_given) model_set_views(m, loader_views(&t->loader)); /* data.view_columns' */
         trace_range_pop();
         if (t->samples) fprintf(t->samples, "%lld\t%d\t%lld\t%d\n", (long long)step1, micro, (long long)first, m->batch);
         stepper_micro(t->stepper, micro, first);
@@ -229,18 +230,21 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     if (t->comm->world > 1)
         snprintf(comm, sizeof comm, isfinite(comm_ms) ? " | comm wait %.1f ms" : " | comm wait in the graphs", comm_ms);
     if (scaling) snprintf(scale, sizeof scale, " | loss scale %g (%lld skipped)", r->loss_scale, (long long)r->skipped_total);
-    const int ae = t->m->family == FAMILY_AE3D;
-    char terms[64] = "";
-    if (ae) snprintf(terms, sizeof terms, " (recon %.6f kl %.3f)", r->recon, r->kl);
+    const int diffusion = t->m->family == FAMILY_VIT3D_DIFFUSION, ae = t->m->family == FAMILY_AE3D || diffusion;
+    char terms[80] = "";
+    if (diffusion) snprintf(terms, sizeof terms, " (diffusion %.6f projection %.6f)", r->recon, r->kl);
+    else if (ae) snprintf(terms, sizeof terms, " (recon %.6f kl %.3f)", r->recon, r->kl);
     vx_log("step %5ld/%d | loss %.6f%s | lr %.3e | grad norm %.4f%s | %.2f samples/s | "
            "%.0f ms/step | data wait %.1f ms%s%s | eta %s\n",
            (long)r->step, cfg->steps, r->loss, terms, lr, r->grad_norm, scale, sps, dt * 1e3, wait_ms, comm, skipped,
            eta);
     /* metrics.jsonl and TensorBoard get the same float32 values (9 digits print a float32 exactly); the loss scale
      * and the skipped steps only where dynamic loss scaling runs */
-    static const char *const KEYS[] = {"loss", "recon", "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
+    /* the two terms: ae3d's recon and kl, vit3d_diffusion's diffusion and projection losses */
+    const char *const KEYS[] = {"loss", diffusion ? "diffusion" : "recon", diffusion ? "projection" : "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
                                        "data_wait_ms", "comm_wait_ms", "peak_mib", "loss_scale", "skipped_steps"};
-    static const char *const TAGS[] = {"train/loss", "train/recon", "train/kl", "lr", "grad_norm",
+    const char *const TAGS[] = {"train/loss", diffusion ? "train/diffusion" : "train/recon",
+                                       diffusion ? "train/projection" : "train/kl", "lr", "grad_norm",
                                        "perf/samples_per_s", "perf/step_ms", "perf/data_wait_ms", "perf/comm_wait_ms",
                                        "memory/peak_mib", "train/loss_scale", "train/skipped_steps"};
     const float values[] = {(float)r->loss, (float)r->recon, (float)r->kl, (float)lr, (float)r->grad_norm,
@@ -249,7 +253,7 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     const size_t n = sizeof values / sizeof values[0] - (scaling ? 0 : 2);
     fprintf(t->metrics, "{\"step\": %ld", (long)r->step);
     for (size_t i = 0; i < n; i++) {
-        if (!ae && (i == 1 || i == 2)) continue; /* recon and kl: the autoencoder's terms */
+        if (!ae && (i == 1 || i == 2)) continue; /* the two terms: the autoencoder's and the denoiser's */
         /* JSON has no NaN: a skipped step's gradient norm is written null (TensorBoard takes the NaN) */
         if (isfinite(values[i])) fprintf(t->metrics, ", \"%s\": %.9g", KEYS[i], values[i]);
         else fprintf(t->metrics, ", \"%s\": null", KEYS[i]);
@@ -300,6 +304,9 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     t->ds = dataset_open(&cfg->data, train->seed, cfg->model.in_channels, cfg->model.input_size, max_size, rank0);
     if (strcmp(cfg->model.family, "resnet3d") == 0) /* a head's labels; ae3d and vit3d reconstruct */
         dataset_set_labels(t->ds, cfg->model.head.task, cfg->model.head.num_classes, rank0);
+    /* X-ray views given beside each CT: read from the files, the model renders none (every stage's model is built
+     * from cfg->model below) */
+    cfg->model.diff.views_given = dataset_set_views(t->ds, cfg->model.diff.img_size, rank0) > 0;
     t->n_stages = train_stages(&cfg->model, train, dataset_epoch_samples(t->ds), world, t->stages);
     train->steps = (int)(t->stages[t->n_stages - 1].first_step + t->stages[t->n_stages - 1].train.steps);
     /* the runtime (device, stage 0's model: what checkpoints are checked against) */
@@ -316,8 +323,20 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     /* every mode's bytes per rank, and dist.zero auto's choice (written into the config before the ranks compare it) */
     zero_plan_choose(&t->rt, &cfg->dist, world, 1);
     trainer_check_stages(t);
+    /* a vit3d whose stages change its patch grid changes its layout (pos_embed), which sharding's shards and the
+     * moving of a sharded model between stages (zero_move_to) keep fixed */
+    for (int k = 1; k < t->n_stages; k++)
+        if (!trainer_stage_keeps_layout(t, k) && zero_stage(&cfg->dist) > 0)
+            vx_usage_error("train.stages[%d] changes %s's parameter layout (its positions are resampled to %dx%dx%d's "
+                           "patch grid), which sharded data parallelism (dist.zero %s) does not build; use dist.zero 0",
+                           k, cfg->model.family, t->stages[k].model.input_size[0], t->stages[k].model.input_size[1],
+                           t->stages[k].model.input_size[2], cfg->dist.zero);
     Resume ck = {0};
-    if (resume_path) resume_read(resume_path, t->m, train->steps, &ck);
+    /* a checkpoint is read against the model of the stage that wrote it (its positions' grid, for vit3d) */
+    const int64_t ck_step = resume_path ? resume_peek_step(resume_path) : -1;
+    const int ck_stage = ck_step > 0 && ck_step <= train->steps ? trainer_ckpt_stage(t, ck_step) : 0;
+    Model *ck_model = resume_path ? trainer_ckpt_model(t, ck_stage) : NULL;
+    if (resume_path) resume_read(resume_path, ck_model, train->steps, &ck);
     /* train.init_from: read and matched here, applied after the seed's initialisation (a checkpoint has it all) */
     WeightsInit init = {0};
     const int init_from = train->init_from[0] && !resume_path;
@@ -354,6 +373,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         snprintf(name, sizeof name, rank0 ? "samples.tsv" : "samples.rank%d.tsv", rank);
         t->samples = open_run_file(output->dir, name);
     }
+    if (ck_model) trainer_resume_model(t, ck_stage, ck_model); /* the checkpoint's layout, before it is allocated */
     Model *m = t->m;
     trainer_attach_model(t, m);
     trainer_zero_open(t, m); /* sharded data parallelism: the model's buffers shaped before they exist */

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,19 @@ void resume_read(const char *path, const Model *m, int64_t steps, Resume *r) {
         ckpt_read(path, m, steps, &r->ck);
         r->id = ckpt_id(&r->ck);
     }
+}
+
+int64_t resume_peek_step(const char *path) {
+    char why[160];
+    int is_dir = 0; /* (a FIFO would block fopen: anything but a regular file is left to resume_read's refusal) */
+    if (!fs_input_kind(path, 0, &is_dir, why, sizeof why) || is_dir || ckpt_is_sharded(path)) return -1;
+    CkptHeader h;
+    const size_t need = offsetof(CkptHeader, step) + sizeof h.step;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    const size_t got = fread(&h, 1, need, f);
+    fclose(f);
+    return got == need && memcmp(h.magic, CKPT_MAGIC, sizeof h.magic) == 0 ? h.step : -1;
 }
 
 void resume_free(Resume *r) {

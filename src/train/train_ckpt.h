@@ -19,6 +19,11 @@ typedef struct {
 /* Reads and verifies the checkpoint at path for model m and a run of `steps` steps (exit 2 naming the problem);
  * writes nothing. */
 void resume_read(const char *path, const Model *m, int64_t steps, Resume *r);
+/* The step an ordinary checkpoint's header names, read unverified (only to choose which stage's model resume_read
+ * then verifies the whole file against: a wrong answer fails that verification), or -1 when path is no readable
+ * ordinary checkpoint (sharded checkpoints: -1, read as stage 0's; a vit3d run that changes its layout across
+ * stages is never sharded, so its own checkpoints are all ordinary). */
+int64_t resume_peek_step(const char *path);
 /* Into the allocated model: parameters and buffers, and the moments into the model (z NULL) or this rank's shard
  * (z); st gets the run's state. */
 void resume_apply(const Resume *r, Model *m, Zero *z, CkptState *st);

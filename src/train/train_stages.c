@@ -103,37 +103,95 @@ static void staging_make(Trainer *t) {
     }
 }
 
+/* The buffers from the model before: BatchNorm's running statistics as they are (their sizes do not depend on the
+ * volume's), the weights' average carried like the weights (model_carry_packed); a buffer the old model lacks keeps
+ * its initial value. Without this a stage boundary reset both. */
+static void carry_buffers(const Model *old, Model *m) {
+    if (!m->buffer_floats || !old->buffer_floats) return;
+    float *ob = vx_malloc((size_t)old->buffer_floats * sizeof(float)), *nb = vx_malloc((size_t)m->buffer_floats * sizeof(float));
+    model_download_buffers(old, ob);
+    model_download_buffers(m, nb);
+    const int ema = model_ema_view(m), old_ema = model_ema_view(old);
+    for (int i = 0; i < m->n_buffers; i++) {
+        const BufferView *v = &m->buffers[i];
+        if (i == ema) {
+            if (old_ema < 0) continue;
+            float *a = vx_malloc((size_t)old->param_count * sizeof(float)), *b = vx_malloc((size_t)m->param_count * sizeof(float));
+            model_pack_params(old, ob + old->buffers[old_ema].offset, a);
+            model_carry_packed(old, a, m, b);
+            model_unpack_params(m, b, nb + v->offset);
+            free(a);
+            free(b);
+            continue;
+        }
+        for (int j = 0; j < old->n_buffers; j++)
+            if (strcmp(old->buffers[j].name, v->name) == 0 && old->buffers[j].count == v->count)
+                memcpy(nb + v->offset, ob + old->buffers[j].offset, (size_t)v->count * sizeof(float));
+    }
+    model_upload_buffers(m, nb);
+    free(ob);
+    free(nb);
+}
+
+/* The model rebuilt at stage k's size, the parameters (and AdamW's moments: resampled like the parameters where a
+ * position table's grid changes; a new stage then zeroes them, fresh_optimizer) carried over from the model before
+ * (model_carry_packed: ae3d and resnet3d copy every view, vit3d resamples its positions), with its buckets; the
+ * stepper follows. */
+static void stage_rebuild(Trainer *t, int k) {
+    StagePlan *sp = &t->stages[k];
+    Model *old = t->m, *m = stage_model(t, sp);
+    Buckets *nb = t->buckets ? buckets_plan_model(m, t->comm, t->cfg->dist.bucket_mb, t->cfg->dist.first_bucket_mb)
+                             : NULL;
+    VX_CHECK(!t->zero || model_same_layout(old, m), "stage %d: a sharded run's layout cannot change", k);
+    if (t->zero) zero_shape_model(m, &t->zl, nb, t->offload); /* the same layout, shards and slots */
+    model_allocate(m);
+    if (nb) nb->grad = m->grad;
+    float *a = vx_malloc((size_t)old->param_count * sizeof(float)), *b = vx_malloc((size_t)m->param_count * sizeof(float));
+    float *const from[3] = {old->param, old->adam_m, old->adam_v}, *const to[3] = {m->param, m->adam_m, m->adam_v};
+    for (int i = 0; i < (t->zero ? 1 : 3); i++) { /* (sharded: the moments' shards move with zero_move_to) */
+        model_download_packed(old, from[i], a);
+        model_carry_packed(old, a, m, b);
+        model_upload_packed(m, b, to[i]);
+    }
+    free(a);
+    free(b);
+    if (t->zero) zero_move_to(t->zero, m, nb); /* (mixed precision: the master shard stays as it is) */
+    model_sync_lp(m);
+    carry_buffers(old, m);
+    t->m = t->rt.model = m;
+    trainer_attach_model(t, m);
+    if (t->buckets) {
+        buckets_free(t->buckets);
+        t->buckets = nb;
+    }
+    /* the graphs captured on the old model (and NCCL's plans in them) go before its buffers do */
+    stepper_set_model(t->stepper, m, t->buckets);
+    model_free(old);
+}
+
+int trainer_stage_keeps_layout(const Trainer *t, int k) {
+    return config_model_fingerprint(&t->stages[k].model) == config_model_fingerprint(&t->stages[0].model);
+}
+
+int trainer_ckpt_stage(const Trainer *t, int64_t step) { return step > 0 ? trainer_stage_of(t, step - 1) : 0; }
+
+Model *trainer_ckpt_model(Trainer *t, int k) {
+    return trainer_stage_keeps_layout(t, k) ? t->m : stage_model(t, &t->stages[k]);
+}
+
+void trainer_resume_model(Trainer *t, int k, Model *m) {
+    if (m == t->m) return;
+    model_free(t->m); /* (built, not yet allocated: trainer_zero_open allocates the run's model) */
+    t->m = t->rt.model = m;
+    t->stage = k;
+}
+
 /* Makes stage k the current one: the model at its size (parameters and, unless fresh_optimizer, AdamW's moments
  * carried over from the model before), its buckets, held-out volumes, staging buffers and loader. */
 void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
     StagePlan *sp = &t->stages[k];
     if (t->loader_on) loader_stop(&t->loader);
-    if (k != t->stage) { /* the autoencoder is fully convolutional: the same parameters at any input size */
-        Model *old = t->m, *m = stage_model(t, sp);
-        Buckets *nb = t->buckets ? buckets_plan_model(m, t->comm, t->cfg->dist.bucket_mb, t->cfg->dist.first_bucket_mb)
-                                 : NULL;
-        if (t->zero) zero_shape_model(m, &t->zl, nb, t->offload); /* the same layout, shards and slots */
-        model_allocate(m);
-        if (nb) nb->grad = m->grad;
-        float *packed = vx_malloc((size_t)old->param_count * sizeof(float));
-        float *const from[3] = {old->param, old->adam_m, old->adam_v}, *const to[3] = {m->param, m->adam_m, m->adam_v};
-        for (int i = 0; i < (t->zero ? 1 : 3); i++) { /* (sharded: the moments' shards move with zero_move_to) */
-            model_download_packed(old, from[i], packed);
-            model_upload_packed(m, packed, to[i]);
-        }
-        free(packed);
-        if (t->zero) zero_move_to(t->zero, m, nb); /* (mixed precision: the master shard stays as it is) */
-        model_sync_lp(m);
-        t->m = t->rt.model = m;
-        trainer_attach_model(t, m);
-        if (t->buckets) {
-            buckets_free(t->buckets);
-            t->buckets = nb;
-        }
-        /* the graphs captured on the old model (and NCCL's plans in them) go before its buffers do */
-        stepper_set_model(t->stepper, m, t->buckets);
-        model_free(old);
-    }
+    if (k != t->stage) stage_rebuild(t, k);
     Model *m = t->m;
     if (fresh_optimizer) { /* a new stage: AdamW starts over, its t too (the loss scale carries on) */
         if (t->zero) zero_load_moments(t->zero, NULL, NULL);

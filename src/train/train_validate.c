@@ -49,8 +49,32 @@ static void validate_head(Trainer *t, int64_t step) {
     }
 }
 
+/* vit3d_diffusion's validation: the diffusion and projection losses at fixed draws (evaluate_diffusion) */
+static void validate_diffusion(Trainer *t, int64_t step) {
+    trace_range_push("validation", "user_annotation");
+    const DiffValResult vr = evaluate_diffusion(t->m, &t->held);
+    trace_range_pop();
+    if (vr.n == 0) return; /* fewer held-out volumes than a batch */
+    if (!isfinite(vr.loss)) trainer_diverged(t, step, "the validation loss", vr.loss);
+    train_log_scalar(t->tb, "val/loss", step, vr.loss);
+    train_log_scalar(t->tb, "val/projection", step, vr.projection);
+    vx_log("val  %5ld | loss %.6f | projection %.6f (%d held-out volumes%s)\n", (long)step, vr.loss, vr.projection,
+           vr.n, step == 0 ? ", before training" : "");
+    fprintf(t->metrics, "{\"step\": %ld, \"val_loss\": %.9g, \"val_projection\": %.9g}\n", (long)step, vr.loss,
+            vr.projection);
+    if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
+    if (step > 0 && -vr.loss > t->best_metric) {
+        t->best_metric = -vr.loss;
+        trainer_save_checkpoint(t, "best.ckpt");
+    }
+}
+
 void trainer_validate(Trainer *t, int64_t step) {
     if (t->held.val == 0) return;
+    if (t->m->family == FAMILY_VIT3D_DIFFUSION) {
+        validate_diffusion(t, step);
+        return;
+    }
     if (t->m->t_recon < 0) { /* a head's family; ae3d and vit3d reconstruct */
         validate_head(t, step);
         return;
@@ -75,9 +99,10 @@ void trainer_validate(Trainer *t, int64_t step) {
 
 /* Mid-slice images of the first held-out volumes and their reconstructions. */
 void trainer_log_images(Trainer *t, int64_t step) {
-    if (!t->tb || t->held.shown == 0 || t->m->t_recon < 0) return;
+    /* (the denoiser's output is v or eps, not a picture of the volume: its pictures come from sampling) */
+    if (!t->tb || t->held.shown == 0 || t->m->t_recon < 0 || t->m->family == FAMILY_VIT3D_DIFFUSION) return;
     trace_range_push("tensorboard images", "user_annotation");
-    float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.shown);
+    float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.views, t->held.shown);
     train_log_images(t->tb, t->cur->model.input_size, t->cur->model.in_channels, t->held.vols, recon, t->held.shown,
                      step);
     free(recon);

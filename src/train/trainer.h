@@ -80,6 +80,19 @@ void trainer_check_stages(Trainer *t);
 /* Makes stage k the current one: the model at its size (parameters and, unless fresh_optimizer, AdamW's moments
  * carried over from the model before), its buckets, held-out volumes, staging buffers and loader. */
 void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer);
+/* Stage k's model has stage 0's packed layout (the model fingerprint, which holds what shapes the parameters: for
+ * vit3d the input size, whose patch grid sizes pos_embed; not for the fully convolutional ae3d). */
+int trainer_stage_keeps_layout(const Trainer *t, int k);
+/* The stage whose model wrote a checkpoint at `step`: the stage of its last step (a checkpoint on a stage's first
+ * step is written before that stage is entered), so a checkpoint written in stage k resumes in stage k's layout. */
+int trainer_ckpt_stage(const Trainer *t, int64_t step);
+/* What a checkpoint of stage k is read against: the run's model (stage 0's) when k keeps its layout, else stage k's
+ * model built (not allocated; the caller frees it with model_free). */
+Model *trainer_ckpt_model(Trainer *t, int k);
+/* Resuming into stage k's layout: m (trainer_ckpt_model's) becomes the run's model in place of stage 0's, before
+ * either is allocated (trainer_zero_open allocates it); nothing happens when m is the run's model already (ae3d:
+ * trainer_enter_stage carries stage 0's into stage k as it always did). */
+void trainer_resume_model(Trainer *t, int k, Model *m);
 /* The stage holding step s (a stage's first step belongs to it). */
 int trainer_stage_of(const Trainer *t, int64_t s);
 /* Gives model m the run's ranks: its world and rank, and the exchanges SyncBatchNorm and the Cox loss make inside a

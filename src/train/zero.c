@@ -157,25 +157,50 @@ void zero_download_shard(const Zero *z, float *master, float *mom, float *vel) {
     z->be->copy_to_host(vel, z->m->adam_v, bytes);
 }
 
-void zero_optimizer(Zero *z, const OptimConfig *ocfg, OptimState *st, float *sumsq) {
+/* Each group's part of this rank's shard [begin, begin + shard), shard-relative (at most one per group; a group the
+ * shard does not reach has none). The frozen range and the padding beyond the flat layout lie in no group. */
+static int shard_ranges(const Zero *z, const ParamGroups *pg, ZeroRange *r) {
+    int n = 0;
+    const long end = z->begin + z->L.shard;
+    for (int i = 0; i < pg->n; i++) {
+        const long lo = pg->g[i].begin > z->begin ? pg->g[i].begin : z->begin;
+        const long hi = pg->g[i].end < end ? pg->g[i].end : end;
+        if (lo < hi) r[n++] = (ZeroRange){lo - z->begin, hi - z->begin, pg->g[i].backbone};
+    }
+    return n;
+}
+
+void zero_optimizer(Zero *z, const OptimConfig *ocfg, const ParamGroups *pg, OptimState *st, OptimState *st_backbone,
+                    float *sumsq) {
     Model *m = z->m;
     const Backend *be = z->be;
     const long n = z->L.shard;
-    /* the global norm: every rank's part, gathered in place (a double is two floats' bytes), added in rank order */
-    be->optim->sumsq_part(n, z->grad_shard, z->parts + z->rank);
+    /* the global norm of the trainable floats [0, pg->trainable): every rank's part of them (none where its shard is
+     * all frozen), gathered in place (a double is two floats' bytes), added in rank order */
+    const long trained = pg->trainable - z->begin < 0 ? 0 : pg->trainable - z->begin < n ? pg->trainable - z->begin : n;
+    be->optim->sumsq_part(trained, z->grad_shard, z->parts + z->rank);
     comm_wait(z->comm, comm_all_gather(z->comm, (float *)(z->parts + z->rank), (float *)z->parts, 2,
                                        "the shards' squared gradient norms"), NULL);
     be->optim->sumsq_join(z->world, z->parts, sumsq);
     be->optim->prepare(ocfg, sumsq, st);
+    if (pg->n > 1) be->optim->prepare(ocfg, sumsq, st_backbone); /* the same decisions, at its lr (step.c) */
+    OptimState *const states[2] = {st, st_backbone};
+    ZeroRange r[2];
+    const int nr = shard_ranges(z, pg, r);
     const int mixed = m->dtype != DT_F32;
-    void *lp_shard = mixed ? (char *)m->param_lp + (size_t)z->begin * dtype_size(m->dtype) : NULL;
+    const size_t es = dtype_size(m->dtype);
+    char *lp_shard = mixed ? (char *)m->param_lp + (size_t)z->begin * es : NULL;
     if (z->off) {
         /* the float32 update comes back into the parameters' shard (float32: the gathered values themselves; mixed:
          * rounded to the compute type next, then overwritten by the gathered copy) */
-        zero_offload_step(z->off, z->grad_shard, st, m->param + z->begin);
+        zero_offload_step(z->off, z->grad_shard, r, nr, states, pg->n > 1 ? 2 : 1, m->param + z->begin);
         if (mixed) be->elementwise->cast(n, DT_F32, m->param + z->begin, m->dtype, lp_shard);
     } else {
-        be->optim->adamw(n, z->master, z->grad_shard, m->adam_m, m->adam_v, st, m->dtype, lp_shard);
+        for (int i = 0; i < nr; i++) {
+            const long a = r[i].lo;
+            be->optim->adamw(r[i].hi - a, z->master + a, z->grad_shard + a, m->adam_m + a, m->adam_v + a,
+                             states[r[i].state], m->dtype, mixed ? lp_shard + (size_t)a * es : NULL);
+        }
     }
     if (!mixed) {
         comm_wait(z->comm, comm_all_gather(z->comm, m->param + z->begin, m->param, (size_t)n, "the updated parameters"),
@@ -184,8 +209,8 @@ void zero_optimizer(Zero *z, const OptimConfig *ocfg, OptimState *st, float *sum
     }
     /* in the compute type: its bytes as floats (a shard is a multiple of ZERO_ALIGN elements, so whole floats) */
     const size_t floats = (size_t)n * dtype_size(m->dtype) / sizeof(float);
-    comm_wait(z->comm, comm_all_gather(z->comm, lp_shard, m->param_lp, floats, "the updated parameters (compute type)"),
-              NULL);
+    comm_wait(z->comm, comm_all_gather(z->comm, (float *)(void *)lp_shard, m->param_lp, floats,
+                                       "the updated parameters (compute type)"), NULL);
     be->elementwise->cast(m->flat_floats, m->dtype, m->param_lp, DT_F32, m->param);
 }
 

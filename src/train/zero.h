@@ -13,6 +13,10 @@
  * (optim.h's sumsq_part and sumsq_join), so every rank takes the same decision, the unsharded run's. On the host
  * communicators the reductions form every sum as the all-reduce does (comm.h), so stage 1, and stage 2 without
  * accumulation, train the replicated run's model bit for bit.
+ * Parameter groups (train.freeze, train.backbone_lr_mult: param_groups.h) are ranges of the flat layout; a rank
+ * updates the part of each group that falls in its shard (a shard may straddle a group's boundary, or hold none of
+ * a group) with that group's state, leaves the frozen range untouched (no update, no moments), and counts only the
+ * trainable part in the global norm: the unsharded step's arithmetic on every element.
  * Offload (dist.offload_optimizer cpu, zero_offload.c): the shard's moments and master weights in pinned host
  * memory and AdamW on the CPU; the device keeps the gradient shard, which goes down in chunks while the CPU
  * updates the chunks already there, each chunk's parameters going back up while the next is updated. */
@@ -24,6 +28,7 @@
 #include "optim/optim.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
+#include "train/param_groups.h"
 
 #define ZERO_ALIGN 16 /* floats: 64 bytes, a cache line and an AVX-512 vector */
 
@@ -55,9 +60,12 @@ int zero_offloaded(const Zero *z);
 /* Once the parameters are set (initialised or read, then broadcast): the master shard from them, and in mixed
  * precision the compute copies (param_lp, and param as its float32 values). */
 void zero_sync_master(Zero *z);
-/* The optimizer step of the sharded run, on the compute stream: the global squared norm into sumsq (backend memory),
- * optim_prepare into st (backend memory), AdamW on the shard (or on the host, offloaded), the parameters gathered. */
-void zero_optimizer(Zero *z, const OptimConfig *ocfg, OptimState *st, float *sumsq);
+/* The optimizer step of the sharded run, on the compute stream: the global squared norm of the trainable floats
+ * into sumsq (backend memory), optim_prepare into st and, with two groups, into st_backbone (backend memory, its lr
+ * set by the caller), AdamW on each group's part of the shard (or on the host, offloaded), the parameters
+ * gathered. */
+void zero_optimizer(Zero *z, const OptimConfig *ocfg, const ParamGroups *pg, OptimState *st, OptimState *st_backbone,
+                    float *sumsq);
 /* The gradient shard the optimizer reads (backend memory, shard floats). */
 float *zero_grad_shard(const Zero *z);
 /* This rank's shard of the master weights and moments to host memory (shard floats each; waits). */
@@ -77,9 +85,17 @@ typedef struct ZeroOffload ZeroOffload;
 /* Pinned host buffers for a shard of `shard` floats on backend be; *host_bytes gets what they hold. */
 ZeroOffload *zero_offload_open(const Backend *be, long shard, size_t *host_bytes);
 void zero_offload_free(ZeroOffload *o);
-/* AdamW on the host: grad (device, shard) down in chunks, st read back, the update, master (device, shard floats of
- * float32) up; nothing when the step is skipped. */
-void zero_offload_step(ZeroOffload *o, const float *grad, const OptimState *st, float *master);
+/* A part of a shard that one group's state updates: shard-relative floats [lo, hi), with state (0: the group at lr,
+ * 1: the backbone's). */
+typedef struct {
+    long lo, hi;
+    int state;
+} ZeroRange;
+/* AdamW on the host: grad (device, shard) down in chunks, st[0..n_st) read back, each range updated with its state
+ * (floats in no range keep their values and moments), master (device, shard floats of float32) up; nothing when the
+ * step is skipped. */
+void zero_offload_step(ZeroOffload *o, const float *grad, const ZeroRange *ranges, int n_ranges,
+                       OptimState *const *st, int n_st, float *master);
 /* The host state: master weights, moments (shard floats each). */
 float *zero_offload_master(ZeroOffload *o);
 float *zero_offload_m(ZeroOffload *o);

@@ -23,11 +23,11 @@ def run(args, env=None, **kw):
                           timeout=300, **kw)
 
 
-def report(results):
+def report(results, stem="default"):
     [device] = os.listdir(results)
-    with open(os.path.join(results, device, "kernels_default.json")) as f:
+    with open(os.path.join(results, device, "kernels_%s.json" % stem)) as f:
         j = json.load(f)
-    with open(os.path.join(results, device, "kernels_default.md")) as f:
+    with open(os.path.join(results, device, "kernels_%s.md" % stem)) as f:
         return j, f.read()
 
 
@@ -57,6 +57,44 @@ def test_every_op_checked_and_rated(tmp_path):
     assert "Ceilings measured in the same run" in md
 
 
+def attention_rows(j):
+    return {(k["op"], k["shape"]): k for k in j["kernels"] if k["op"].startswith("attention")}
+
+
+def test_attention_rows_at_the_reference_shapes(tmp_path):
+    # issue 21: a vit3d config's run has attention at 512 and 4096 tokens (self-attention, batch 1, one head, d 64)
+    # besides the model's own shape, checked first (sampled rows against float64 at the timed shape), rated in
+    # GFLOP/s at FlashAttention's count against the GEMM ceiling. (32768 is --attention-tokens 512,4096,32768:
+    # minutes on 2 cores, left to the measured run.) About 15 s here.
+    p = run([BIN, "bench", "kernels", "--config", "configs/test/vit3d-tiny.json", "--ops",
+             "attention_forward,attention_backward", "--budget-ms", "10", "--reps", "5", "--results", str(tmp_path)])
+    assert p.returncode == 0, p.stdout[-3000:]
+    j, md = report(str(tmp_path), "vit3d-tiny")
+    rows = attention_rows(j)
+    assert {op for op, _ in rows} == {"attention_forward", "attention_backward"}
+    assert len(rows) == len(j["kernels"]) == 6, sorted(rows)  # the model's own shape, 512, 4096; nothing else
+    for t in (512, 4096):
+        shape = "b1 h1 %dx%d d64" % (t, t)
+        fwd, bwd = rows[("attention_forward", shape)], rows[("attention_backward", shape)]
+        assert fwd["flops"] == 4 * t * t * 64 and bwd["flops"] == 2.5 * fwd["flops"], (fwd, bwd)
+        for k in (fwd, bwd):
+            assert k["bound"] == "compute" and k["check"] == "ok" and k["error"] <= k["tolerance"] <= 1e-5, k
+            assert k["reps"] >= 5 and 0 < k["min_us"] <= k["median_us"] <= k["p90_us"], k
+            # sane: above a GFLOP/s, below the ceiling's 1.5x (a miscount by 2x or 64x would show)
+            assert 1 < k["gflops"] and 0 < k["fraction_of_ceiling"] < 1.5, k
+        assert "| attention_forward | %s | ok" % shape in md
+    assert 0 < j["peak_rss_mib"] < 2048, j["peak_rss_mib"]
+    assert "FlashAttention's FLOPs" in md
+
+    # --attention-tokens sets the list for any model: the default config calls no attention, and gets only these
+    q = run([BIN, "bench", "kernels", "--ops", "attention_forward,attention_backward,sumsq", "--attention-tokens",
+             "96", "--budget-ms", "5", "--reps", "5", "--results", str(tmp_path / "any")])
+    assert q.returncode == 0, q.stdout[-3000:]
+    j, _ = report(str(tmp_path / "any"))
+    assert {(k["op"], k["shape"]) for k in j["kernels"] if k["op"] != "sumsq"} == {
+        ("attention_forward", "b1 h1 96x96 d64"), ("attention_backward", "b1 h1 96x96 d64")}
+
+
 def test_a_wrong_output_fails_the_check_and_names_the_op(tmp_path):
     # the unfused model (train.fuse=0) has separate SiLU ops
     p = run([BIN, "bench", "kernels", "--device", "cpu", "--ops", "silu_backward,sumsq", "--budget-ms", "5",
@@ -74,7 +112,9 @@ def test_a_wrong_output_fails_the_check_and_names_the_op(tmp_path):
 def test_bad_flags_are_one_line_and_exit_2():
     for args, words in [(["--ops", "conv3d_sideways"], "not an op; choose from conv3d_forward"),
                         (["--budget-ms", "fast"], "--budget-ms fast: expected a whole number"),
-                        (["--iters", "3"], "option --iters is not one of this command's")]:
+                        (["--iters", "3"], "option --iters is not one of this command's"),
+                        (["--attention-tokens", "512,4k"], "--attention-tokens 512,4k: expected up to 8 token counts"),
+                        (["--attention-tokens", "0,512"], "or 0 for none")]:
         p = run([BIN, "bench", "kernels"] + args)
         assert p.returncode == 2, (args, p.stdout)
         lines = p.stdout.strip().splitlines()

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
         Dataset *ds = open_ds(argv[2], &cfg);
         const size_t n = volume_floats(&cfg);
         float *out = vx_malloc(n * sizeof(float));
-        const int ok = dataset_val_sample(ds, atoi(argv[3]), out);
+        const int ok = dataset_val_sample(ds, atoi(argv[3]), out, NULL);
         write_raw(argv[4], out, n);
         printf("{\"ok\": %d}\n", ok);
         dataset_close(ds);
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
         float *out = vx_malloc(n * (size_t)count * sizeof(float));
         printf("{\"codes\": [");
         for (long i = 0; i < count; i++) {
-            dataset_train_sample(ds, first + i, atoi(argv[5]), out + n * (size_t)i, NULL);
+            dataset_train_sample(ds, first + i, atoi(argv[5]), out + n * (size_t)i, NULL, NULL);
             printf("%s%u", i ? ", " : "", dataset_augment_code(ds, first + i));
         }
         printf("]}\n");
@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
         float *out = vx_malloc(n * sizeof(float));
         const long samples = rate ? atol(argv[3]) * dataset_epoch_samples(ds) : atol(argv[3]);
         const double t0 = vx_now();
-        for (long i = 0; i < samples; i++) dataset_train_sample(ds, i, 1, out, NULL);
+        for (long i = 0; i < samples; i++) dataset_train_sample(ds, i, 1, out, NULL, NULL);
         const double dt = vx_now() - t0;
         const DatasetStats s = dataset_stats(ds);
         printf("{\"samples\": %ld, \"epoch\": %lld, \"hits\": %ld, \"misses\": %ld, \"decoded\": %ld, \"evicted\": %ld, "

@@ -9,7 +9,10 @@
 #include "augment/augment.h"
 #include "batchnorm/batchnorm.h"
 #include "conv3d/conv3d.h"
+#include "diffusion/diffusion.h"
+#include "drr/drr.h"
 #include "dropout/dropout.h"
+#include "ema/ema.h"
 #include "gelu/gelu.h"
 #include "gemm/gemm.h"
 #include "groupnorm/groupnorm.h"
@@ -450,9 +453,66 @@ static void vit_ops(void) {
     timestep(64, 384, 1);
 }
 
+/* ---- the diffusion model's ops (issue 21): DRRs, the diffusion pieces, the weights' average -------------------- */
+
+/* attenuation scaled so that the rays' integrals are about 1 (mu_scale * spacing * extent * mean x ~ 1) */
+static void drr(int n, int d, int h, int w, int view, int img, int offset, int emu) {
+    KernelCase k = {0};
+    const int extent = view == 0 ? h : w;
+    const DrrShape s = {.n = n, .d = d, .h = h, .w = w, .view = view, .img = img, .mu_scale = 0.5f,
+                        .spacing = 4.0f / (float)extent};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d view %d img %d", n, d, h, w, view, img);
+    add("drr_forward", k, offset, emu);
+    add_betas("drr_backward", k, offset, emu);
+}
+
+static void diffusion(int n, long count, int offset, int emu) {
+    for (int param = DIFFUSION_V; param <= DIFFUSION_EPS; param++) {
+        KernelCase k = {0};
+        const DiffusionShape s = {.n = n, .count = count, .param = param};
+        kernel_case_set_params(&k, &s, sizeof s);
+        snprintf(k.shape, sizeof k.shape, "n%d x%ld %s", n, count, param == DIFFUSION_V ? "v" : "eps");
+        add("diffusion_q_sample", k, offset, emu);
+        add("diffusion_predict_x0", k, offset, emu);
+        add_betas("diffusion_predict_x0_backward", k, offset, emu);
+        add("diffusion_loss", k, offset, emu);
+        add("diffusion_loss_unweighted", k, offset, emu);
+        add("diffusion_ddim_step", k, offset, emu);
+    }
+}
+
+static void ema(long n, int offset, int emu) {
+    add("ema_update", count(n), offset, emu);
+    add("ema_update_flag", count(n), offset, emu);
+    add("ema_update_skipped", count(n), offset, emu);
+}
+
+static void diffusion_ops(void) {
+    drr(2, 5, 6, 7, 0, 9, 0, 1);    /* odd sizes, upsampled */
+    drr(2, 5, 6, 7, 1, 9, 0, 1);    /* the lateral view */
+    drr(1, 8, 8, 8, 0, 8, 0, 1);    /* same size: the resampling is the identity */
+    drr(1, 12, 10, 9, 1, 4, 1, 1);  /* downsampled, misaligned */
+    drr(3, 4, 4, 4, 0, 1, 0, 1);    /* a one-pixel image */
+    drr(1, 1, 3, 5, 1, 6, 0, 1);    /* depth 1: every row reads the same source row */
+    drr(2, 16, 12, 20, 0, 64, 0, 1); /* 4x up: many outputs gather onto one source */
+    drr(2, 64, 64, 64, 1, 128, 0, 0);
+    diffusion(3, 1001, 0, 1);
+    diffusion(2, 4096, 1, 1);
+    diffusion(1, 1, 0, 1);
+    diffusion(5, 7, 0, 1);
+    diffusion(1500, 3, 0, 2); /* more elements than one reduction block's share, many samples */
+    diffusion(4, 300001, 0, 0);
+    ema(1001, 0, 1);
+    ema(7000, 1, 1);
+    ema(1, 0, 1);
+    ema(300001, 0, 0);
+}
+
 static void build(void) {
     resnet_ops();
     vit_ops();
+    diffusion_ops();
     conv(3, 5, 7, 9, 3, 5, 3, 1, 1);
     conv(3, 5, 7, 9, 12, 20, 3, 2, 1);
     conv(3, 6, 5, 8, 5, 3, 3, 2, 1);

@@ -21,6 +21,7 @@
 #include "data/phantom.h"
 #include "model/model.h"
 #include "model/plan.h"
+#include "train/train_plan.h"
 #include "augment/augment.h"
 #include "conv3d/conv3d.h"
 #include "elementwise/elementwise.h"
@@ -258,6 +259,32 @@ static size_t plan_bytes(const Config *cfg, const Backend *be, int batch, DType 
     const size_t b = model_device_bytes(m);
     model_free(m);
     return b;
+}
+
+/* Seed 001's three vit3d_diffusion stages (configs/vit3d-diffusion-stages.json: 64^3 x 16, 128^3 x 8, 256^3 x 4 per
+ * GPU) planned on a simulated 80 GB GPU (bf16 by compute capability 9.0): every stage fits, each at its own batch,
+ * with activation checkpointing switched on only where that batch does not fit without it. */
+static void test_vit_diffusion_stages_on_80gb(void **state) {
+    (void)state;
+    const Backend be = gpu_double();
+    Config cfg;
+    config_load(&cfg, "configs/vit3d-diffusion-stages.json");
+    const size_t GiB = 1073741824ul;
+    const HwPlanDevice h100 = {.gpu = 1, .cc_major = 9, .cc_minor = 0, .available = 80 * GiB, .cap = 64};
+    static StagePlan st[CONFIG_MAX_STAGES];
+    const int n = train_stages(&cfg.model, &cfg.train, 0, 1, st);
+    assert_int_equal(n, 3);
+    const int batch[3] = {16, 8, 4};
+    for (int k = 0; k < n; k++) {
+        HwPlan p;
+        char why[400], line[700];
+        assert_true(hw_plan(&st[k].model, &st[k].train, &be, &h100, 1, &p, why, sizeof why));
+        assert_int_equal(p.batch, batch[k]);
+        assert_int_equal(p.precision, DT_BF16);
+        assert_true((double)p.need_bytes <= HW_MEMORY_SHARE * (double)h100.available);
+        hw_plan_describe(&p, &h100, &st[k].train, line, sizeof line);
+        printf("80 GB, stage %d: input %d^3: %s\n", k + 1, st[k].model.input_size[0], line);
+    }
 }
 
 static void test_hardware_plan_on_simulated_gpus(void **state) {
@@ -712,6 +739,7 @@ int main(void) {
         cmocka_unit_test(test_checkpointed_plan_is_valid_and_smaller),
         cmocka_unit_test(test_padded_input_channels_match_unpadded),
         cmocka_unit_test(test_hardware_plan_on_simulated_gpus),
+        cmocka_unit_test(test_vit_diffusion_stages_on_80gb),
         cmocka_unit_test(test_batch_search_plans_exactly_once),
         cmocka_unit_test(test_hardware_plan_switches_checkpointing_on_only_when_needed),
         cmocka_unit_test(test_input_padding_auto_follows_the_storage_type),

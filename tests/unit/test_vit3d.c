@@ -5,6 +5,7 @@
  *   - every parameter view's largest gradient against a central finite difference of the model's own loss (float32;
  *     the pieces' float64 checks are the op cases'), which checks the wiring: dx_beta accumulation of the residual
  *     stream, the packed QKV gradient, the positions' batch sum, GELU's saved pre-activation;
+ *   - activation checkpointing per transformer block: loss and gradients bit for bit, a smaller arena;
  *   - a few AdamW steps on a fixed batch: the reconstruction loss falls;
  *   - `bench kernels`' cases of the model (src/bench/kernel_cases.c): each names an op of the table and passes its
  *     float64 check on the CPU. */
@@ -47,8 +48,9 @@ static void batch_of(float *x, int n, long per) {
         }
 }
 
-static Model *ready(int batch) {
-    const Config cfg = tiny();
+static Model *ready_with(int batch, int checkpoint_activations) {
+    Config cfg = tiny();
+    cfg.train.checkpoint_activations = checkpoint_activations;
     Model *m = model_of(&cfg, batch, backend_cpu());
     model_allocate(m);
     model_init_params(m, 1234);
@@ -59,6 +61,7 @@ static Model *ready(int batch) {
     free(x);
     return m;
 }
+static Model *ready(int batch) { return ready_with(batch, 0); }
 
 static float loss_now(Model *m) {
     model_forward(m, 1);
@@ -123,6 +126,31 @@ static void test_gradients(void **state) {
     model_free(m);
 }
 
+/* Activation checkpointing, one Block per transformer block (norm1 .. add2): the recomputation reruns the same
+ * kernels on the same inputs, so the loss and every gradient are the stored ones bit for bit, in a smaller arena. */
+static void test_checkpointed_blocks(void **state) {
+    Model *a = ready_with(2, 0), *b = ready_with(2, 1);
+    assert_int_equal(b->n_blocks, 2);
+    assert_int_equal(b->nodes[b->blocks[0].first].kind, OP_LAYERNORM);
+    assert_int_equal(b->nodes[b->blocks[0].last].kind, OP_ADD);
+    assert_true(b->plan.total < a->plan.total);
+    const size_t bytes = sizeof(float) * (size_t)a->param_floats;
+    float *ga = malloc(bytes), *gb = malloc(bytes);
+    float la[2], lb[2];
+    Model *ms[2] = {a, b};
+    float *gs[2] = {ga, gb}, *ls[2] = {la, lb};
+    for (int k = 0; k < 2; k++) {
+        model_forward(ms[k], 1);
+        model_backward(ms[k], 1.0f, 0.0f, NULL);
+        ms[k]->be->copy_to_host(gs[k], ms[k]->grad, bytes);
+        ms[k]->be->copy_to_host(ls[k], ms[k]->losses, sizeof la);
+    }
+    assert_memory_equal(la, lb, sizeof la);
+    assert_memory_equal(ga, gb, bytes);
+    free(ga), free(gb);
+    model_free(a), model_free(b);
+}
+
 static void test_loss_falls(void **state) {
     Model *m = ready(2);
     const OptimConfig oc = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0};
@@ -168,6 +196,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graph),
         cmocka_unit_test(test_gradients),
+        cmocka_unit_test(test_checkpointed_blocks),
         cmocka_unit_test(test_loss_falls),
         cmocka_unit_test(test_kernel_cases),
     };

@@ -12,6 +12,9 @@
 extern "C" {
 #include "backend/backend.h"
 #include "conv3d/conv3d.h"
+#include "diffusion/diffusion.h"
+#include "drr/drr.h"
+#include "ema/ema.h"
 #include "elementwise/elementwise.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
@@ -121,6 +124,21 @@ static void emu_ada_gate_backward(const AdaLNShape *s, const void *dout, const v
     adaln_ops_cuda.gate_backward(s, dout, h, gate, dh, dgate, beta_dh, beta_mod);
 }
 
+/* the diffusion model's ops (issue 21) that use the scratch: the DRR's integrals and gradients, the loss's partials */
+static void emu_drr_forward(const DrrShape *s, const void *x, float *img) {
+    emu_poison_scratch();
+    drr_ops_cuda.forward(s, x, img);
+}
+static void emu_drr_backward(const DrrShape *s, const void *x, const float *dimg, void *dx, float beta) {
+    emu_poison_scratch();
+    drr_ops_cuda.backward(s, x, dimg, dx, beta);
+}
+static void emu_diffusion_loss(const DiffusionShape *s, const void *pred, const float *target, const float *w,
+                               float *loss_out, void *dpred, float grad_scale, const float *loss_scale) {
+    emu_poison_scratch();
+    diffusion_ops_cuda.loss(s, pred, target, w, loss_out, dpred, grad_scale, loss_scale);
+}
+
 static void emu_gemm_bias_grad(DType dt, long rows, int cols, const void *dy, float *db, float beta) {
     emu_poison_scratch();
     gemm_ops_cuda.bias_grad(dt, rows, cols, dy, db, beta);
@@ -154,6 +172,12 @@ static const GemmOps emu_gemm = {gemm_ops_cuda.head, gemm_ops_cuda.matmul, emu_g
 static const LayerNormOps emu_layernorm = {layernorm_ops_cuda.head, layernorm_ops_cuda.forward, emu_ln_backward};
 static const AdaLNOps emu_adaln = {adaln_ops_cuda.head, adaln_ops_cuda.modulate, emu_ada_modulate_backward,
                                    adaln_ops_cuda.gate, emu_ada_gate_backward};
+
+static const DrrOps emu_drr = {drr_ops_cuda.head, emu_drr_forward, emu_drr_backward};
+static const DiffusionOps emu_diffusion = {.head = diffusion_ops_cuda.head, .q_sample = diffusion_ops_cuda.q_sample,
+                                           .predict_x0 = diffusion_ops_cuda.predict_x0,
+                                           .predict_x0_backward = diffusion_ops_cuda.predict_x0_backward,
+                                           .loss = emu_diffusion_loss, .ddim_step = diffusion_ops_cuda.ddim_step};
 
 static const Backend emu_backend = {
     .name = "cuda-emulated",
@@ -209,6 +233,9 @@ static const Backend emu_backend = {
     .gemm = &emu_gemm,
     .attention = &attention_ops_cuda,
     .patch = &patch_ops_cuda,
+    .drr = &emu_drr,
+    .diffusion = &emu_diffusion,
+    .ema = &ema_ops_cuda,
 };
 
 /* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one
