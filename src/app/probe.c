@@ -18,26 +18,6 @@ static const char *HELP = "usage: voxscale probe --config FILE --out PREFIX [--s
                           "  whatever the precision the step ran in); for model.family resnet3d VX_PROBE_STEPS (3)\n"
                           "  training steps of fixed parameters, then one evaluation forward\n";
 
-/* A host copy of `count` floats of backend memory. */
-static float *to_host(const Backend *be, const float *src, long count) {
-    float *host = vx_malloc((size_t)count * sizeof(float));
-    be->copy_to_host(host, src, (size_t)count * sizeof(float));
-    return host;
-}
-
-float *probe_packed_to_host(const Model *m, const float *flat) {
-    float *packed = vx_malloc((size_t)m->param_count * sizeof(float));
-    model_download_packed(m, flat, packed);
-    return packed;
-}
-
-long probe_append(FILE *f, float *host, long count) {
-    long at = ftell(f) / (long)sizeof(float);
-    if (fwrite(host, sizeof(float), (size_t)count, f) != (size_t)count) vx_fatal("cannot write the probe file");
-    free(host);
-    return at;
-}
-
 static cJSON *dims_json(Dims d) { return cJSON_CreateIntArray((int[]){d.n, d.d, d.h, d.w, d.c}, 5); }
 
 int probe_main(int argc, char **argv) {
@@ -73,7 +53,7 @@ int probe_main(int argc, char **argv) {
     Tensor *z = &m->tensors[m->t_z];
     float *recon = vx_malloc((size_t)in->count * sizeof(float));
     model_tensor_to_host(m, m->t_recon, recon);
-    float *eps = to_host(rt.be, model_noise(m), z->count);
+    float *eps = probe_to_host(rt.be, model_noise(m), z->count);
     model_backward(m, 1.0f, 0.0f, NULL);
     Losses l = model_read_losses(m);
 

@@ -14,7 +14,9 @@ int probe_head(const Config *cfg, Runtime *rt, int steps);
 /* vit3d_diffusion's (probe_diffusion.c): one training forward and backward of phantom batch 0 at the timesteps and
  * noise its samples key, for bench/reference/vit3d_diffusion.py (tests/integration/test_vit3d_diffusion.py). */
 int probe_diffusion(const Config *cfg, Runtime *rt);
-/* What the probes share: a host array appended to the .bin (freed; its offset in floats returned), and a host copy
+/* What the probes share (probe_io.c): a host array appended to the .bin (freed; its offset in floats returned), and a host copy
  * of a flat parameter-shaped buffer in the packed layout. */
 long probe_append(FILE *f, float *host, long count);
 float *probe_packed_to_host(const Model *m, const float *flat);
+/* A host copy of `count` floats of backend memory (caller frees). */
+float *probe_to_host(const Backend *be, const float *src, long count);

@@ -24,12 +24,6 @@ static float *tensor_host(const Model *m, int t) {
     return h;
 }
 
-static float *device_floats(const Model *m, const float *src, long count) {
-    float *h = vx_malloc((size_t)count * sizeof(float));
-    m->be->copy_to_host(h, src, (size_t)count * sizeof(float));
-    return h;
-}
-
 static void perturb(Model *m, double scale) {
     float *flat = vx_malloc((size_t)m->param_floats * sizeof(float));
     m->be->copy_to_host(flat, m->param, (size_t)m->param_floats * sizeof(float));
@@ -51,8 +45,8 @@ int probe_diffusion(const Config *cfg, Runtime *rt) {
     model_forward(m, 1);
     /* before backward: the arena reuses these after the loss */
     float *xt = tensor_host(m, m->t_xt), *views = tensor_host(m, m->t_views), *pred = tensor_host(m, m->t_recon);
-    float *target = device_floats(m, model_diffusion_target(m), in->count);
-    float *coef = device_floats(m, model_diffusion_coefficients(m), 4L * m->batch);
+    float *target = probe_to_host(m->be, model_diffusion_target(m), in->count);
+    float *coef = probe_to_host(m->be, model_diffusion_coefficients(m), 4L * m->batch);
     model_backward(m, 1.0f, 0.0f, NULL);
     const Losses l = model_read_losses(m);
 

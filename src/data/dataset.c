@@ -1,5 +1,6 @@
 /* dataset.c: the sample stream of a run from the phantoms or from files, with its cache (see dataset.h). */
 #include "data/dataset.h"
+#include "data/dataset_state.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -17,62 +18,11 @@
 #include "data/volume.h"
 #include "common/rng.h"
 
-#define VAL_SEED_SALT 0x7A11DA7Eull /* held-out phantoms come from another stream than training ones */
 #define RNG_STREAM_EPOCH 0xE90Cull   /* the order of an epoch's samples */
 #define RNG_STREAM_FILES 0xF11Eull   /* the order the window slides along */
 #define RNG_STREAM_CROP 0xC409ull    /* a sample's crop, per axis */
 #define RNG_STREAM_AUGMENT 0xA06ull  /* a sample's flips and rotation */
 
-enum { SLOT_ABSENT = 0, SLOT_LOADING, SLOT_READY, SLOT_BAD };
-enum { NOTED_BAD = 1, NOTED_ZEROED = 2 };
-
-typedef struct {
-    Volume vol;
-    float *views; /* its X-ray views [2][img][img] when they are given (dataset_set_views), else NULL */
-    float pad;
-    int state, refs;
-} Slot;
-
-struct Dataset {
-    DataConfig cfg;
-    int64_t seed; /* train.seed */
-    int files;   /* 0: the phantoms */
-    int size[3]; /* the crop: the model's input */
-    int c;
-    Manifest man;
-    int *train, n_train; /* manifest indices of the usable training / validation files */
-    int *val, n_val;
-    int window, slide;   /* files per epoch, and how far the window moves each epoch */
-    int cache;           /* keep decoded volumes (cache_rate > 0) */
-    uint32_t *order, *where; /* a seeded order of the training files, and each file's position in it */
-    double vol_bytes;    /* the largest training volume, decoded */
-    Slot *slot;          /* per training file */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int64_t epoch_now;   /* the newest epoch a sample was asked of */
-    int64_t perm_epoch[2];
-    uint32_t *perm[2];   /* the sample order of two recent epochs */
-    /* the background thread decoding the next window's newcomers */
-    pthread_t ahead;
-    int ahead_started, stop;
-    char error[1024]; /* the first unusable volume met while training without data.skip_bad: the main thread
-                         reports it (a loader worker must not end the process under the trainer's feet) */
-    unsigned char *noted; /* per manifest entry: NOTED_BAD once it was found unusable (warned once, then skipped
-                             unread), NOTED_ZEROED once its non-finite voxels were reported */
-    int *todo, n_todo;
-    DatasetStats st;
-    /* a prediction head's labels (dataset_set_labels): floats per sample, the task, and for files each manifest
-     * entry's [n_labels] */
-    int n_labels, num_classes;
-    char task[32];
-    float *entry_labels;
-    /* the X-ray views given beside each CT (dataset_set_views): their side (0: none), each manifest entry's two
-     * PNG paths ([n][2]; NULL where the cell is empty) and the columns' names */
-    int view_img;
-    int *dims;           /* each manifest entry's volume d, h, w as its header says (0s: unreadable) */
-    char **view_file;
-    char view_col[2][CONFIG_STR];
-};
 
 /* ---- the order of things ----------------------------------------------------------------------------------- */
 
@@ -123,8 +73,8 @@ static const char *row_of(const Dataset *ds, int m, int col, char *buf, size_t l
  * which is then skipped unread; else the end of the run (exit 2), at once when the dataset opens, through
  * dataset_error when a worker met it. `hint` says what to do (NULL: fix it or set data.skip_bad). Called with the
  * lock held, or at open. */
-static void bad_file(Dataset *ds, int m, const char *file, int col, const char *why, const char *hint,
-                     int skip_anyway, int at_open) {
+void dataset_bad_file(Dataset *ds, int m, const char *file, int col, const char *why, const char *hint,
+                      int skip_anyway, int at_open) {
     char row[2 * CONFIG_STR + 64];
     if (!file) file = ds->man.e[m].path;
     if (!hint) hint = "fix or remove it, or set data.skip_bad=1 to skip such volumes";
@@ -143,7 +93,7 @@ static void bad_file(Dataset *ds, int m, const char *file, int col, const char *
 }
 
 static void bad_volume(Dataset *ds, int m, const char *why, const char *hint, int skip_anyway, int at_open) {
-    bad_file(ds, m, NULL, -1, why, hint, skip_anyway, at_open);
+    dataset_bad_file(ds, m, NULL, -1, why, hint, skip_anyway, at_open);
 }
 
 /* data.nonfinite for a decoded volume with non-finite voxels: 1 when it may be used (zero: they are 0 now), 0
@@ -185,7 +135,7 @@ static int decode_views(Dataset *ds, int m, float **views) {
         char why[512];
         if (!views_read(ds->view_file[2 * m + k], ds->view_img, out + k * plane, why, sizeof why)) {
             pthread_mutex_lock(&ds->mu);
-            bad_file(ds, m, ds->view_file[2 * m + k], k, why, NULL, 0, 0);
+            dataset_bad_file(ds, m, ds->view_file[2 * m + k], k, why, NULL, 0, 0);
             pthread_mutex_unlock(&ds->mu);
             free(out);
             return 0;
@@ -420,86 +370,6 @@ int dataset_val_sample(Dataset *ds, int j, float *out, float *views) {
     return 1;
 }
 
-/* ---- labels ----------------------------------------------------------------------------------------------- */
-
-int dataset_set_labels(Dataset *ds, const char *task, int num_classes, int verbose) {
-    snprintf(ds->task, sizeof ds->task, "%s", task);
-    ds->num_classes = num_classes;
-    ds->n_labels = labels_per_sample(task, num_classes);
-    if (!ds->files) return ds->n_labels; /* the phantoms': a function of each one's shape (phantom.h) */
-    if (!ds->man.header)
-        vx_usage_error("%s: model.task %s needs labels, which a folder source (data.source dir) does not have; list "
-                       "the volumes and their labels in a CSV manifest (data.source csv)", ds->man.origin, task);
-    free(ds->entry_labels);
-    ds->entry_labels = labels_read(&ds->man, &ds->cfg, task, num_classes);
-    if (verbose) {
-        labels_describe(ds->entry_labels, ds->train, ds->n_train, task, num_classes, "training files");
-        labels_describe(ds->entry_labels, ds->val, ds->n_val, task, num_classes, "validation files");
-    }
-    return ds->n_labels;
-}
-
-int dataset_labels(const Dataset *ds) { return ds->n_labels; }
-
-void dataset_val_labels(const Dataset *ds, int j, float *labels) {
-    if (!ds->files) {
-        phantom_labels((uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, ds->task, ds->num_classes, labels);
-        return;
-    }
-    memcpy(labels, ds->entry_labels + (size_t)ds->val[j] * ds->n_labels, (size_t)ds->n_labels * sizeof(float));
-}
-
-/* ---- the X-ray views given beside each CT ------------------------------------------------------------------ */
-
-static void check_cache_bound(const Dataset *ds);
-
-int dataset_set_views(Dataset *ds, int img, int verbose) {
-    if (!ds->cfg.view_columns[0]) return 0;
-    VX_CHECK(ds->files && ds->man.header, "data.view_columns without a CSV manifest (config_validate refuses it)");
-    views_columns(&ds->cfg, ds->view_col);
-    int col[2];
-    for (int k = 0; k < 2; k++)
-        if ((col[k] = manifest_column(&ds->man, ds->view_col[k])) < 0)
-            vx_usage_error("%s:1: no column \"%s\" in the header row; data.view_columns names the %s view's column",
-                           ds->man.origin, ds->view_col[k], k ? "lateral" : "AP");
-    ds->view_img = img;
-    ds->view_file = vx_calloc(2 * (size_t)ds->man.n, sizeof(char *));
-    /* every usable entry's views, their headers read now: a missing cell or file and a view of the wrong size are
-     * refused before anything is decoded (or, with data.skip_bad, the entry is left out like a bad volume) */
-    for (int list = 0; list < 2; list++)
-        for (int i = 0; i < (list ? ds->n_val : ds->n_train); i++) {
-            const int m = list ? ds->val[i] : ds->train[i], *d = ds->dims + 3 * m;
-            char why[512];
-            if (d[0] != ds->size[0] || d[1] != ds->size[1] || d[2] != ds->size[2]) {
-                snprintf(why, sizeof why, "%d x %d x %d is not the input %d x %d x %d: with data.view_columns a volume "
-                         "is read whole, as its views show it (a crop or padding would no longer match them)", d[0],
-                         d[1], d[2], ds->size[0], ds->size[1], ds->size[2]);
-                bad_volume(ds, m, why, NULL, 0, 1);
-                continue;
-            }
-            for (int k = 0; k < 2 && !(ds->noted[m] & NOTED_BAD); k++) {
-                const char *cell = manifest_field(&ds->man, m, col[k]);
-                if (!cell[0]) {
-                    snprintf(why, sizeof why, "no X-ray view in column \"%s\" (data.view_columns): each CT needs its "
-                             "two views", ds->view_col[k]);
-                    bad_volume(ds, m, why, NULL, 0, 1);
-                    continue;
-                }
-                ds->view_file[2 * m + k] = views_path(&ds->man, cell);
-                if (!views_read(ds->view_file[2 * m + k], img, NULL, why, sizeof why))
-                    bad_file(ds, m, ds->view_file[2 * m + k], k, why, NULL, 0, 1);
-            }
-        }
-    ds->vol_bytes += 2.0 * img * img * sizeof(float); /* cached with their volume */
-    check_cache_bound(ds);
-    if (verbose)
-        vx_log("data: X-ray views given beside each CT (columns \"%s\" AP, \"%s\" lateral): %d x %d PNGs\n",
-               ds->view_col[0], ds->view_col[1], img, img);
-    return dataset_views(ds);
-}
-
-int dataset_views(const Dataset *ds) { return ds->view_img ? 2 * ds->view_img * ds->view_img : 0; }
-
 /* ---- opening --------------------------------------------------------------------------------------------- */
 
 /* Reads every entry's header: usable ones go to the training or validation list. */
@@ -532,7 +402,7 @@ static void probe_all(Dataset *ds, const int max_size[3]) {
 }
 
 /* The cache's bytes against data.cache_max_gib (a volume's bytes include its views once they are given). */
-static void check_cache_bound(const Dataset *ds) {
+void dataset_check_cache_bound(const Dataset *ds) {
     const double need = dataset_cache_bytes(ds), bound = ds->cfg.cache_max_gib * 1073741824.0;
     if (need > bound)
         vx_exit_error(VX_EXIT_MEMORY, "%s: caching %d volumes of up to %.1f MiB needs %.2f GiB, more than "
@@ -568,7 +438,7 @@ Dataset *dataset_open(const DataConfig *cfg, int64_t seed, int channels, const i
     for (int f = 0; f < ds->n_train; f++) ds->where[ds->order[f]] = (uint32_t)f;
     ds->slot = vx_calloc((size_t)ds->n_train, sizeof(Slot));
     ds->todo = vx_malloc((size_t)(ds->slide + 1) * sizeof(int));
-    check_cache_bound(ds);
+    dataset_check_cache_bound(ds);
     if (verbose)
         vx_log("data: %s: %d training and %d validation volumes%s; an epoch is %d samples; cache %s\n", ds->man.origin,
                ds->n_train, ds->n_val, ds->st.skipped ? " (some skipped: data.skip_bad)" : "", ds->window,
@@ -631,6 +501,8 @@ void dataset_check_files(Dataset *ds, int rank, int world, int threads, int verb
                world > 1 ? "; each rank checks its share of the training volumes" : "",
                ds->st.skipped ? "; bad ones skipped (warned above)" : "");
 }
+
+int dataset_views(const Dataset *ds) { return ds->view_img ? 2 * ds->view_img * ds->view_img : 0; }
 
 void dataset_set_size(Dataset *ds, const int size[3]) { memcpy(ds->size, size, sizeof ds->size); }
 
