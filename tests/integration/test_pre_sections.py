@@ -89,7 +89,8 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
                # issue 21: vit3d_diffusion's sections (whole sections: they are dropped when emptied)
                ("diffusion", "timesteps"): 1000, ("diffusion", "schedule"): "cosine", ("diffusion", "prediction"): "v",
                ("diffusion", "sample_steps"): 50, ("xray", "img_size"): 64, ("xray", "patch_size"): 8,
-               ("xray", "mu_scale"): 3, ("loss", "physics_weight"): 0.1, ("loss", "min_snr_gamma"): 0}
+               ("xray", "mu_scale"): 3, ("loss", "physics_weight"): 0.1, ("loss", "min_snr_gamma"): 0,
+               ("train", "ema_decay"): 0, ("data", "view_columns"): ""}
 # The --help-config header names the sections; issue 21 added three.
 HEADER_SINCE = ("Config keys (JSON sections model, train, data, output, dist, diffusion, xray, loss):\n",
                 "Config keys (JSON sections model, train, data, output, dist):\n")
