@@ -70,15 +70,7 @@ int probe_main(int argc, char **argv) {
     fclose(f);
     cJSON_AddItemToObject(j, "input_shape", dims_json(in->dims));
     cJSON_AddItemToObject(j, "latent_shape", dims_json(z->dims));
-    cJSON_AddNumberToObject(j, "param_count", (double)m->param_count);
-    cJSON *ps = cJSON_AddArrayToObject(j, "params");
-    for (int i = 0; i < m->n_params; i++) {
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "name", m->params[i].name);
-        cJSON_AddItemToObject(p, "shape", cJSON_CreateIntArray(m->params[i].shape, m->params[i].ndim));
-        cJSON_AddNumberToObject(p, "offset", (double)m->params[i].packed_offset);
-        cJSON_AddItemToArray(ps, p);
-    }
+    probe_params_json(j, m);
     cJSON *ls = cJSON_AddObjectToObject(j, "losses");
     cJSON_AddNumberToObject(ls, "recon", l.recon);
     cJSON_AddNumberToObject(ls, "kl", l.kl);

@@ -20,3 +20,6 @@ long probe_append(FILE *f, float *host, long count);
 float *probe_packed_to_host(const Model *m, const float *flat);
 /* A host copy of `count` floats of backend memory (caller frees). */
 float *probe_to_host(const Backend *be, const float *src, long count);
+/* The probe JSON's "param_count" and "params" (name, shape in our layout, offset in the packed .bin array). */
+struct cJSON;
+void probe_params_json(struct cJSON *j, const Model *m);

@@ -125,15 +125,7 @@ int probe_head(const Config *cfg, Runtime *rt, int steps) {
                                                                         in->dims.w, in->dims.c}, 5));
     cJSON_AddNumberToObject(j, "outputs_per_sample", out->dims.c);
     cJSON_AddNumberToObject(j, "labels_per_sample", L);
-    cJSON_AddNumberToObject(j, "param_count", (double)m->param_count);
-    cJSON *ps = cJSON_AddArrayToObject(j, "params");
-    for (int i = 0; i < m->n_params; i++) {
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "name", m->params[i].name);
-        cJSON_AddItemToObject(p, "shape", cJSON_CreateIntArray(m->params[i].shape, m->params[i].ndim));
-        cJSON_AddNumberToObject(p, "offset", (double)m->params[i].packed_offset);
-        cJSON_AddItemToArray(ps, p);
-    }
+    probe_params_json(j, m);
     cJSON *bs = cJSON_AddArrayToObject(j, "buffers");
     for (int i = 0; i < m->n_buffers; i++) {
         cJSON *b = cJSON_CreateObject();

@@ -1,5 +1,6 @@
 /* probe_io.c: what the probes (probe.c, probe_head.c, probe_diffusion.c) share to write their .bin: a host array
  * appended, a flat parameter-shaped buffer in the packed layout, backend floats on the host (see probe.h). */
+#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -23,4 +24,16 @@ float *probe_to_host(const Backend *be, const float *src, long count) {
     float *host = vx_malloc((size_t)count * sizeof(float));
     be->copy_to_host(host, src, (size_t)count * sizeof(float));
     return host;
+}
+
+void probe_params_json(cJSON *j, const Model *m) {
+    cJSON_AddNumberToObject(j, "param_count", (double)m->param_count);
+    cJSON *ps = cJSON_AddArrayToObject(j, "params");
+    for (int i = 0; i < m->n_params; i++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", m->params[i].name);
+        cJSON_AddItemToObject(p, "shape", cJSON_CreateIntArray(m->params[i].shape, m->params[i].ndim));
+        cJSON_AddNumberToObject(p, "offset", (double)m->params[i].packed_offset);
+        cJSON_AddItemToArray(ps, p);
+    }
 }
