@@ -290,6 +290,26 @@ static Choice *find_choice(const Conv3dShape *s, int threads) {
     return NULL;
 }
 
+/* the workspace the chosen paths of c need */
+static size_t chosen_workspace(const Choice *c) {
+    const Conv3dShape f = f32_of(&c->s);
+    size_t ws = 0;
+    for (int dir = 0; dir < 3; dir++) {
+        const int p = c->path[dir];
+        const size_t b = p == CONV_PATH_IM2COL ? conv3d_workspace_bytes_cpu(&c->s)
+                                               : conv3d_dnnl_workspace_bytes(p == CONV_PATH_ONEDNN_BF16 ? &c->s : &f, dir);
+        if (b > ws) ws = b;
+    }
+    return ws;
+}
+
+/* c, its paths set, as this process's choice (first in the list: found before any older one) */
+static void keep(Choice *c) {
+    c->ws = chosen_workspace(c);
+    c->next = choices;
+    choices = c;
+}
+
 static Choice *choose(const Conv3dShape *s) {
     const int threads = omp_get_max_threads();
     Choice *c = find_choice(s, threads);
@@ -333,20 +353,36 @@ static Choice *choose(const Conv3dShape *s) {
         cache_store(s, threads, dir, c->path[dir], c->ms[dir]);
         log_choice(c, dir, "measured now", NULL);
     }
-    size_t ws = 0;
-    for (int dir = 0; dir < 3; dir++) {
-        const int p = c->path[dir];
-        const size_t b = p == CONV_PATH_IM2COL ? conv3d_workspace_bytes_cpu(s)
-                                               : conv3d_dnnl_workspace_bytes(p == CONV_PATH_ONEDNN_BF16 ? s : &f, dir);
-        if (b > ws) ws = b;
-    }
-    c->ws = ws;
-    c->next = choices;
-    choices = c;
+    keep(c);
     return c;
 }
 
 int conv3d_cpu_path(const Conv3dShape *s, int dir) { return choose(s)->path[dir]; }
+
+int conv3d_cpu_adopt(const Conv3dShape *s, const int path[3], const char *whose) {
+    const int threads = omp_get_max_threads();
+    const Conv3dShape f = f32_of(s);
+    for (int dir = 0; dir < 3; dir++) { /* a path this process can run (another host's oneDNN may lack an ISA) */
+        const int p = path[dir];
+        if (p == CONV_PATH_IM2COL) continue;
+        if ((p != CONV_PATH_ONEDNN && p != CONV_PATH_ONEDNN_BF16) || (p == CONV_PATH_ONEDNN_BF16 && !s->bf16_math) ||
+            !conv3d_dnnl_usable(p == CONV_PATH_ONEDNN_BF16 ? s : &f, dir, NULL, 0, NULL, 0))
+            return 0;
+    }
+    Choice *c = find_choice(s, threads);
+    if (!c) {
+        c = vx_calloc(1, sizeof *c);
+        c->s = *s, c->threads = threads;
+        keep(c);
+    }
+    for (int dir = 0; dir < 3; dir++) {
+        c->path[dir] = path[dir];
+        memset(c->ms[dir], 0, sizeof c->ms[dir]);
+        log_choice(c, dir, whose, NULL);
+    }
+    c->ws = chosen_workspace(c);
+    return 1;
+}
 
 static int bf16_planned; /* a planned shape asked for bf16 math (what the device line says before any call) */
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "train/conv_agree.h"
 #include "train/trainer.h"
 #include "train/zero_plan.h"
 
@@ -53,6 +54,7 @@ void trainer_attach_model(Trainer *t, Model *m) {
         m->gather_hook = gather_in_step;
         m->dist_hook_ctx = t->comm;
     }
+    conv_agree(t->comm, t->be, m); /* before its first step: every rank convolves with rank 0's kernels */
 }
 
 /* Held-out volumes a run pictures (output.image_samples when images are on) and keeps in all (train.val_samples

@@ -2,14 +2,15 @@
 and the convolutions' paths; an OpenBLAS whose kernels are older than the CPU is said there and its GEMMs go to
 oneDNN's sgemm; the convolutions are chosen per shape and direction by measurement, printed with VX_CONV_LOG=1 and
 kept in the VX_CONV_CACHE file; training through oneDNN matches the im2col reference to float rounding; and
---deterministic reruns are bit for bit, forced onto either path or as chosen (the choice read back from the file)."""
+--deterministic reruns are bit for bit, forced onto either path or as chosen (the choice read back from the file);
+the ranks of a run convolve with rank 0's choices, so a fresh multi-rank run trains what its rerun trains."""
 import filecmp
 import os
 import re
 
 import pytest
 
-from conftest import metrics, run
+from conftest import metrics, mpi, needs_mpirun, run
 
 TINY = ["--config", "configs/test/tiny.json", "--device", "cpu", "--set", "output.tensorboard=0",
         "--set", "train.val_samples=0"]
@@ -104,3 +105,27 @@ def test_deterministic_reruns_are_bit_for_bit(tmp_path, path):
     ca, cb = (os.path.join(tmp_path, r, "checkpoints", "step_4.ckpt") for r in "ab")
     assert filecmp.cmp(ca, cb, shallow=False)
     assert [m.get("loss") for m in metrics(tmp_path / "a")] == [m.get("loss") for m in metrics(tmp_path / "b")]
+
+
+@needs_mpirun
+def test_every_rank_runs_rank_0s_convolution_choices_and_a_fresh_run_equals_its_rerun(tmp_path):
+    # Ranks that each timed the two paths at once chose differently where the two were close (two resnet3d-18
+    # shapes on a 2-core Xeon), and the file kept whichever line came last: a fresh 2-rank run then trained other
+    # losses than every rerun of it. Rank 0 alone chooses now; the others take its choices before the first step.
+    cache = tmp_path / "conv.tsv"
+    env = dict(os.environ, VX_CONV_LOG="1", VX_CONV_CACHE=str(cache))
+    args = ["train", *TINY, "--steps", 3, "--threads", 1, "--set", "train.log_every=1"]
+    fresh = mpi(2, *args, "--out", tmp_path / "a", env=env).stderr
+    lines = [l for l in fresh.splitlines() if l.startswith("conv3d cpu ")]
+    measured = [l for l in lines if l.endswith(", measured now")]
+    adopted = [l for l in lines if l.endswith(", chosen by rank 0")]
+    assert measured and len(measured) % 3 == 0 and len(adopted) == len(measured) == len(lines) / 2, fresh
+    choice = lambda l: l.split(": ", 1)[1].split(" (im2col")[0].split(", ")[0]  # the path and oneDNN's kernel
+    shape = lambda l: l.split(", 1 threads")[0]
+    assert {shape(l): choice(l) for l in measured} == {shape(l): choice(l) for l in adopted}
+    assert len(cache.read_text().splitlines()) == len(measured)  # rank 0's lines only
+    again = mpi(2, *args, "--out", tmp_path / "b", env=env).stderr
+    relines = [l for l in again.splitlines() if l.startswith("conv3d cpu ")]
+    assert sum(l.endswith(", measured earlier") for l in relines) == len(measured), again
+    loss = lambda r: [m["loss"] for m in metrics(tmp_path / r) if "loss" in m]
+    assert len(loss("a")) == 3 and loss("a") == loss("b")
