@@ -72,7 +72,7 @@ register resnet3d    60  0 step_resnet3d    "resnet3d-50 survival: voxscale benc
 register diffusion   60  0 step_diffusion   "vit3d_diffusion: one CUDA step vs PyTorch float64; bench step fp32/bf16 vs the same network in PyTorch"
 register bench-kernels 40 0 step_bench_kernels "bench kernels: every op checked, then timed against cuBLAS and copy ceilings; ci/regress"
 register bench-allreduce 20 0 step_bench_allreduce "bench allreduce: NCCL on 1 rank, and 2 ranks sharing the GPU where NCCL >= 2.30 (else owed)"
-register bench-scaling 30 0 step_bench_scaling "bench scaling: ae3d-64 measured on this GPU, 2/4/8 x H100 NVLink projected"
+register bench-scaling 50 0 step_bench_scaling "bench scaling: ae3d-64 and vit3d-diffusion-64 measured on this GPU, 2/4/8 x H100 NVLink projected"
 register profile     20 15 step_profile     "a profiled ae3d-64 run: GPU-busy time vs the CUDA-event step time"
 register nccl        45  0 step_nccl        "NCCL: 1 rank vs none; 2 ranks on the GPU vs 1 and their bucket overlap (NCCL >= 2.30, else owed)"
 register zero        60  0 step_zero        "ZeRO-1/2 and ZeRO-2 + offload (pinned host, AdamW on the CPU) on 1 GPU vs DDP; ZeRO-2 on 2 NCCL ranks vs DDP (NCCL >= 2.30, else owed)"
