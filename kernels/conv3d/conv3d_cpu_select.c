@@ -94,6 +94,25 @@ static Conv3dShape f32_of(const Conv3dShape *s) {
     return f;
 }
 
+/* Whether oneDNN is a candidate for direction dir of c (its math as given). Under VX_CONV_CPU=auto a kernel whose
+ * scratchpad is over DNNL_WS_RATIO x the im2col reference's workspace and over DNNL_WS_FLOOR is not: the plan
+ * reserves the largest candidate's workspace before anything is measured, and oneDNN 2.6.3's backward-weights
+ * scratchpad grows with the threads (resnet3d-18's 1x1x1 512 -> 512 3^3 shape at batch 8: 162 MiB at 1 thread,
+ * 270 at 2, 918 at 8, where im2col needs 28), so a kernel that then lost to im2col still held the CPU arena at
+ * 303 MiB instead of 61 (cuDNN's algorithms have a workspace limit for the same reason). Forced (onednn) it runs. */
+#define DNNL_WS_RATIO 4.0
+#define DNNL_WS_FLOOR (64UL << 20)
+static int dnnl_candidate(const Conv3dShape *c, int dir, char *why, size_t why_len) {
+    if (!conv3d_dnnl_usable(c, dir, NULL, 0, why, why_len)) return 0;
+    if (conv3d_cpu_mode() != CONV_MODE_AUTO) return 1;
+    const size_t ws = conv3d_dnnl_workspace_bytes(c, dir), ref = conv3d_workspace_bytes_cpu(c);
+    if (ws <= DNNL_WS_FLOOR || ws <= DNNL_WS_RATIO * (double)ref) return 1;
+    if (why)
+        snprintf(why, why_len, "oneDNN's kernel asks %.1f MiB of scratchpad, over %.0fx im2col's %.1f MiB: not a "
+                 "candidate", ws / 1048576.0, DNNL_WS_RATIO, ref / 1048576.0);
+    return 0;
+}
+
 /* ---- the file of earlier choices ---------------------------------------------------------------------------- */
 
 static const char *cache_path(void) {
@@ -321,9 +340,9 @@ static Choice *choose(const Conv3dShape *s) {
     for (int dir = 0; dir < 3; dir++) {
         char why[200] = "";
         /* the oneDNN candidate of the shape's own math (float32, or bf16), and under bf16 math its float32 one */
-        int usable = m != CONV_MODE_IM2COL && conv3d_dnnl_usable(s, dir, NULL, 0, why, sizeof why);
+        int usable = m != CONV_MODE_IM2COL && dnnl_candidate(s, dir, why, sizeof why);
         const int usable_f32 = !s->bf16_math ? usable
-                                             : m != CONV_MODE_IM2COL && conv3d_dnnl_usable(&f, dir, NULL, 0, NULL, 0);
+                                             : m != CONV_MODE_IM2COL && dnnl_candidate(&f, dir, NULL, 0);
         if (m == CONV_MODE_AUTO && (usable || usable_f32)) { /* a bf16 choice in the file agreed when it was made */
             const int cached = cache_lookup(s, threads, dir, c->ms[dir]);
             if (cached == CONV_PATH_IM2COL || (cached == CONV_PATH_ONEDNN && usable_f32) ||
@@ -366,7 +385,7 @@ int conv3d_cpu_adopt(const Conv3dShape *s, const int path[3], const char *whose)
         const int p = path[dir];
         if (p == CONV_PATH_IM2COL) continue;
         if ((p != CONV_PATH_ONEDNN && p != CONV_PATH_ONEDNN_BF16) || (p == CONV_PATH_ONEDNN_BF16 && !s->bf16_math) ||
-            !conv3d_dnnl_usable(p == CONV_PATH_ONEDNN_BF16 ? s : &f, dir, NULL, 0, NULL, 0))
+            !dnnl_candidate(p == CONV_PATH_ONEDNN_BF16 ? s : &f, dir, NULL, 0))
             return 0;
     }
     Choice *c = find_choice(s, threads);
@@ -431,7 +450,7 @@ static size_t cpu_workspace(const Conv3dShape *s) {
             for (int bf = 0; bf < 1 + (s->bf16_math != 0); bf++) {
                 char why[200];
                 const Conv3dShape *c = bf ? s : &f;
-                if (!conv3d_dnnl_usable(c, dir, NULL, 0, why, sizeof why)) continue;
+                if (!dnnl_candidate(c, dir, why, sizeof why)) continue;
                 const size_t b = conv3d_dnnl_workspace_bytes(c, dir);
                 if (b > ws) ws = b;
             }
