@@ -9,7 +9,9 @@
 #include "core/util.h"
 
 void conv_agree(Comm *c, const Backend *be, const Model *m) {
-    if (c->world <= 1 || strcmp(be->name, "cpu") != 0 || conv3d_cpu_mode() != CONV_MODE_AUTO) return;
+    /* every rank takes part (the ranks agreed on the device): a rank that stayed out because of its own VX_CONV_CPU
+     * would leave rank 0's broadcast to meet its next collective */
+    if (c->world <= 1 || strcmp(be->name, "cpu") != 0) return;
     /* the distinct shapes, in node order (the same on every rank: the ranks agreed on the config) */
     const Conv3dShape **shape = vx_calloc((size_t)m->n_nodes + 1, sizeof *shape);
     int n = 0;
@@ -30,7 +32,7 @@ void conv_agree(Comm *c, const Backend *be, const Model *m) {
             for (int dir = 0; dir < 3; dir++) path[3 * j + dir] = (float)conv3d_cpu_path(shape[j], dir);
     comm_wait(c, comm_broadcast(c, path, (size_t)n * 3, 0, "rank 0's convolution choices"), NULL);
     int refused = 0;
-    if (c->rank != 0)
+    if (c->rank != 0 && conv3d_cpu_mode() == CONV_MODE_AUTO) /* (VX_CONV_CPU forcing a path here wins) */
         for (int j = 0; j < n; j++) {
             const int p[3] = {(int)path[3 * j], (int)path[3 * j + 1], (int)path[3 * j + 2]};
             refused += !conv3d_cpu_adopt(shape[j], p, "chosen by rank 0");

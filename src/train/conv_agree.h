@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "parallel/comm.h"
 
-/* Every distinct convolution shape of m chosen by rank 0 and adopted by the others; nothing on one rank, on the GPU
- * (cuDNN's heuristics choose without timing: the same on every rank), or with VX_CONV_CPU forcing a path. */
+/* Every distinct convolution shape of m chosen by rank 0 and adopted by the others; nothing on one rank or on the GPU
+ * (cuDNN's heuristics choose without timing: the same on every rank). A rank whose VX_CONV_CPU forces a path keeps
+ * it (it still takes part in the broadcast). */
 void conv_agree(Comm *c, const Backend *be, const Model *m);

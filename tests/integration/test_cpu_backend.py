@@ -7,9 +7,11 @@ the ranks of a run convolve with rank 0's choices, so a fresh multi-rank run tra
 import filecmp
 import os
 import re
+import subprocess
 
 import pytest
 
+import conftest
 from conftest import metrics, mpi, needs_mpirun, run
 
 TINY = ["--config", "configs/test/tiny.json", "--device", "cpu", "--set", "output.tensorboard=0",
@@ -143,3 +145,18 @@ def test_a_onednn_kernel_with_a_ballooning_scratchpad_is_no_candidate_and_the_pl
     ref = arena_mib(run(*args, env=dict(os.environ, VX_CONV_CPU="im2col")).stdout)
     auto = arena_mib(run(*args).stdout)
     assert auto <= 1.25 * ref, (auto, ref)
+
+
+@needs_mpirun
+@pytest.mark.parametrize("forced_rank", [0, 1])
+def test_a_rank_whose_vx_conv_cpu_forces_a_path_still_meets_rank_0s_broadcast(tmp_path, forced_rank):
+    # VX_CONV_CPU is per process (mpirun -x): a rank that left the choices' broadcast out met rank 0's broadcast with
+    # its next collective (the parameters') instead
+    args = ["train", *TINY, "--steps", 2, "--threads", 1, "--set", "train.log_every=1", "--out", tmp_path / "run"]
+    cmd = list(conftest.MPIRUN)
+    for r in range(2):
+        cmd += ([":"] if r else []) + ["-np", "1"] + (["-x", "VX_CONV_CPU=im2col"] if r == forced_rank else [])
+        cmd += [conftest.VOXSCALE, *map(str, args)]
+    p = subprocess.run(cmd, cwd=conftest.ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert [m["step"] for m in metrics(tmp_path / "run") if "loss" in m] == [1, 2]
