@@ -70,11 +70,12 @@ mpi = functools.partial(conftest.mpi, timeout=300)  # its 20-step runs on up to 
 
 @pytest.fixture(scope="module", autouse=True)
 def one_convolution_path():
-    """Every run here on the im2col path: a convolution shape's path is chosen by timing at its first call, and ranks
-    that measure at the same moment on a busy machine can choose differently for a shape whose two paths are close
-    (seen on the Xeon with AMX at one thread: 1x1 backward shapes within 5%), so the DDP run's rank 0 and a ZeRO run's
-    rank 0 could compute one micro-batch with different kernels, 1e-9 apart. These tests compare the sharding's
-    arithmetic with DDP's, so they hold the kernels fixed."""
+    """Every run here on the im2col path. A convolution shape's path is chosen by timing at its first call; ranks
+    that measured at the same moment could choose differently for a shape whose two paths are close (seen on the
+    Xeon with AMX at one thread: 1x1 backward shapes within 5%), so the DDP run's rank 0 and a ZeRO run's rank 0
+    computed one micro-batch with different kernels, 1e-9 apart. Ranks now take rank 0's choices (train/conv_agree.c,
+    tested in test_cpu_backend.py); these tests still hold the kernels fixed, so that the figures in this module's
+    comments are those of one known kernel whatever this machine would choose."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VX_CONV_CPU", "im2col")
         yield
