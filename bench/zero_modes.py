@@ -59,9 +59,11 @@ def measure(binary, config, ranks, mode, steps, global_batch, scratch):
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
     times = [r["step_ms"] for r in rows if "step_ms" in r and r["step"] > 2]
     comm = [r.get("comm_wait_ms", 0.0) for r in rows if "step_ms" in r and r["step"] > 2]
+    slot = [r["slot_wait_ms"] for r in rows if "slot_wait_ms" in r and r["step"] > 2]  # ZeRO-2 on CPU ranks
     return {"ranks": ranks, "mode": mode, "threads_per_rank": threads,
             "batch_per_rank": global_batch // ranks, "step_ms": statistics.median(times),
             "step_ms_min": min(times), "comm_wait_ms": statistics.median(comm),
+            "slot_wait_ms": statistics.median(slot) if slot else None,
             "bytes_per_rank": mem, "allocator_equals_plan": all(r["allocator"] == r["plan"] for r in mem.values()),
             "final_loss": [r["loss"] for r in rows if "loss" in r][-1]}
 
@@ -69,14 +71,17 @@ def measure(binary, config, ranks, mode, steps, global_batch, scratch):
 def markdown(doc):
     lines = ["# data-parallel modes: %s on %s" % (doc["config"], doc["device"]), "",
              "| ranks | mode | parameters | gradients | optimizer state | activations | device total | step (median) "
-             "| comm wait | final loss |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| comm wait | slot wait | final loss |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         p, g, o, a = r["bytes_per_rank"][0]["allocator"]
-        lines.append("| %d | %s | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.1f ms | %.1f ms | %.6f |" % (
+        slot = "%.1f ms" % r["slot_wait_ms"] if r.get("slot_wait_ms") is not None else "-"
+        lines.append("| %d | %s | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.1f ms | %.1f ms | %s | %.6f |" % (
             r["ranks"], r["mode"], p / MIB, g / MIB, o / MIB, a / MIB, (p + g + o + a) / MIB, r["step_ms"],
-            r["comm_wait_ms"], r["final_loss"]))
+            r["comm_wait_ms"], slot, r["final_loss"]))
     lines += ["", "Bytes: rank 0's allocator counters (every rank's equal the plan's: %s). Step: median of rank 0's "
               "step_ms over steps 3-%d; global batch %d at every rank count (per rank: batch / ranks), %s. "
+              "Comm wait: the optimizer's wait for the buckets in flight; slot wait (ZeRO-2): backward's waits for a "
+              "staging slot whose last reduce-scatter was still running, which the comm wait does not count. "
               "On CPU ranks offload changes nothing; its row forces the offload path (VX_TEST_OFFLOAD_ON_CPU: host "
               "copies and adamw_cpu), so its time is that path's cost, its optimizer state the device's (none: it "
               "lives in host memory). Load average before / after: %s / %s (2 cores, shared). Commit %s." % (

@@ -150,7 +150,9 @@ void buckets_backward_pre_hook(void *ctx, int step) {
         /* the plan gave this slot only after its bucket was launched (buckets_plan_slots): finishing it waits */
         if (prev >= 0) {
             if (prev >= bk->launched) vx_fatal("bucket %d's slot is bucket %d's, not launched yet", i, prev);
+            const double t0 = vx_now();
             finish(bk, prev);
+            bk->slot_wait_s += vx_now() - t0;
         }
         bk->occupant[b->slot] = i;
         /* zero, so that the alignment gaps between its views are zeros in every rank's sum */

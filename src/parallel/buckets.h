@@ -58,6 +58,10 @@ typedef struct {
     const Backend *be;
     float beta;
     int *occupant;
+    /* sharded: host seconds backward spent in the pre-hook waiting for the reduction that last used a slot, summed
+     * since the buckets were made (the host's clock: the wait itself where comm_wait blocks the host, the CPU
+     * backend; on a GPU only the time to enqueue the stream's wait) */
+    double slot_wait_s;
 } Buckets;
 
 /* Plans buckets over spans (in any order; they must not overlap) for the flat buffer grad. */

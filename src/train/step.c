@@ -47,6 +47,7 @@ struct Stepper {
     void *landed[2];  /* events recorded after each copy back */
     int64_t step_of[2];
     int comm_timed[2]; /* the step of each parity waited for its buckets between the comm marks (else in a graph) */
+    double slot_wait0, slot_wait_ms[2]; /* ZeRO-2 on the CPU: the buckets' slot wait at the step's start; the step's */
     int64_t cur;       /* the step being enqueued */
     int pending;
     int nonfinite_grad; /* test hook: the step being enqueued gets a NaN gradient (stepper_test_nonfinite_grad) */
@@ -292,6 +293,7 @@ void stepper_set_carry(Stepper *s, const OptimCarry *c) {
 void stepper_begin(Stepper *s, int64_t step1) {
     if (s->pending == 2) vx_fatal("stepper_begin: two steps not collected");
     s->cur = step1;
+    s->slot_wait0 = s->buckets ? s->buckets->slot_wait_s : 0;
     s->be->timer_mark(timer_base(step1) + T_BEGIN); /* CUDA: an event on the compute stream; the step is timed on
                                                      the device */
 }
@@ -340,6 +342,8 @@ void stepper_end(Stepper *s, double lr, int stop_request) {
     be->timer_mark(base + T_COMM0);
     if (s->buckets && s->buckets->active) buckets_wait(s->buckets);
     be->timer_mark(base + T_COMM1);
+    s->slot_wait_ms[slot] = s->zero2 && s->buckets && strcmp(be->name, "cpu") == 0
+                                ? (s->buckets->slot_wait_s - s->slot_wait0) * 1e3 : NAN;
     if (s->nonfinite_grad) { /* only now: before the buckets' wait, an all-reduce still in flight would overwrite it */
         const float nan = NAN; /* (sharded: into every rank's gradient shard, which the optimizer reads) */
         be->write_async(s->zero ? zero_grad_shard(s->zero) : s->m->grad, &nan, sizeof nan);
@@ -389,6 +393,7 @@ void stepper_collect(Stepper *s, StepOutcome *out) {
     out->loss = out->recon + model_second_loss_weight(s->m) * out->kl;
     out->ms = s->be->timer_elapsed_ms(base + T_BEGIN, base + T_END);
     out->comm_wait_ms = s->comm_timed[slot] ? s->be->timer_elapsed_ms(base + T_COMM0, base + T_COMM1) : NAN;
+    out->slot_wait_ms = s->slot_wait_ms[slot];
     if (s->phases) {
         out->forward_ms = s->be->timer_elapsed_ms(base + T_BEGIN, base + T_FORWARD);
         out->backward_ms = s->be->timer_elapsed_ms(base + T_FORWARD, base + T_BACKWARD);

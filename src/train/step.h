@@ -46,6 +46,9 @@ typedef struct {
     double ms;               /* the step on the device's clock */
     double comm_wait_ms;     /* how long the optimizer waited for the gradient buckets still in flight; NaN under
                               * graphs with ranks (the wait is inside the last micro-batch's replay) */
+    double slot_wait_ms;     /* ZeRO-2 on the CPU backend: how long backward waited for its staging slots (the
+                              * reduce-scatter that last used one), which comm_wait_ms does not count; NaN elsewhere
+                              * (on a GPU the compute stream waits, not the host) */
     /* with stepper_time_phases (one micro-batch, eager): forward (with the noise), loss + backward, and the
      * optimizer (norm, prepare, AdamW, after the buckets' wait) on the device's clock; else 0 */
     double forward_ms, backward_ms, optimizer_ms;

@@ -216,7 +216,7 @@ static void train_step(Trainer *t) {
 
 /* The progress line, metrics.jsonl and TensorBoard for the steps since the last log line, at step r->step. */
 static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, double wait_window, double comm_window,
-                         long window_steps) {
+                         double slot_window, long window_steps) {
     const TrainConfig *cfg = &t->cfg->train;
     const double dt = ms_window / 1e3 / window_steps, lr = t->lr[r->step % 2];
     const double sps = (double)t->m->batch * cfg->grad_accum * t->comm->world / dt; /* global samples/s */
@@ -224,11 +224,13 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     const int scaling = strcmp(cfg->loss_scale, "dynamic") == 0;
     const DatasetStats ds = dataset_stats(t->ds); /* rank 0's reads */
     const int bad = ds.skipped > 0 || ds.bad_reads > 0;
-    char eta[32], comm[48] = "", scale[64] = "", skipped[80] = "";
+    char eta[32], comm[80] = "", scale[64] = "", skipped[80] = "";
     if (bad) snprintf(skipped, sizeof skipped, " | bad volumes %ld (%ld reads moved on)", ds.skipped, ds.bad_reads);
     format_eta(dt * (cfg->steps - r->step), eta, sizeof eta);
     if (t->comm->world > 1)
         snprintf(comm, sizeof comm, isfinite(comm_ms) ? " | comm wait %.1f ms" : " | comm wait in the graphs", comm_ms);
+    if (isfinite(slot_window)) /* ZeRO-2 on CPU ranks: backward's waits for staging slots, apart from the above */
+        snprintf(comm + strlen(comm), sizeof comm - strlen(comm), " (+ slot wait %.1f ms)", slot_window / window_steps);
     if (scaling) snprintf(scale, sizeof scale, " | loss scale %g (%lld skipped)", r->loss_scale, (long long)r->skipped_total);
     const int diffusion = t->m->family == FAMILY_VIT3D_DIFFUSION, ae = t->m->family == FAMILY_AE3D || diffusion;
     char terms[80] = "";
@@ -260,6 +262,10 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
         /* the comm wait is not measured under graphs with ranks (NaN): no point on its curve, rather than a NaN */
         if (isfinite(values[i]) || strcmp(KEYS[i], "comm_wait_ms") != 0)
             train_log_scalar(t->tb, TAGS[i], r->step, values[i]);
+    }
+    if (isfinite(r->slot_wait_ms)) {
+        fprintf(t->metrics, ", \"slot_wait_ms\": %.9g", (float)r->slot_wait_ms);
+        train_log_scalar(t->tb, "perf/slot_wait_ms", r->step, (float)r->slot_wait_ms);
     }
     if (bad) { /* data.skip_bad's count, where there is one: the same numbers in all three */
         fprintf(t->metrics, ", \"bad_volumes\": %ld, \"bad_reads\": %ld", ds.skipped, ds.bad_reads);
@@ -427,7 +433,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
 
 /* What the loop keeps between collected steps: the log window and the outcome that asked to stop. */
 typedef struct {
-    double ms, wait, comm;
+    double ms, wait, comm, slot; /* (slot: NaN where not measured) */
     long steps;
     int stopping;
 } LoopState;
@@ -454,10 +460,11 @@ static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int 
     ls->ms += r->ms;
     ls->wait += t->wait_s[r->step % 2];
     ls->comm += r->comm_wait_ms;
+    ls->slot = ls->steps ? ls->slot + r->slot_wait_ms : r->slot_wait_ms;
     ls->steps++;
     const int last = r->step == cfg->steps;
     if (r->step % cfg->log_every == 0 || last) {
-        if (rank0) log_progress(t, r, ls->ms, ls->wait, ls->comm, ls->steps);
+        if (rank0) log_progress(t, r, ls->ms, ls->wait, ls->comm, ls->slot, ls->steps);
         ls->ms = ls->wait = ls->comm = 0;
         ls->steps = 0;
     }

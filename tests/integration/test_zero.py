@@ -207,6 +207,21 @@ def test_resnet3d_zero2_with_accumulation_stays_closer_to_ddp_than_ddp_to_itself
         assert sharded < other_order / 2, (mode, sharded, other_order)
 
 
+def test_zero2_reports_backwards_waits_for_staging_slots_apart_from_the_comm_wait(runs):
+    """ZeRO-2's backward waits, in its pre-hook, for the reduce-scatter that last used a staging slot; the comm wait
+    (the optimizer's wait for what is still in flight) does not count it, so on CPU ranks it is its own figure, in
+    the log line and metrics.jsonl, and only where it exists."""
+    res = runs.get("ae3d", 2)
+    for mode, (out, stdout) in res.items():
+        rows = [m for m in metrics(out) if "loss" in m]
+        waits = [m.get("slot_wait_ms") for m in rows]
+        if mode.startswith("ZeRO-2"):
+            assert all(w is not None and w >= 0 for w in waits), (mode, waits)
+            assert " (+ slot wait " in stdout, stdout[-2000:]
+        else:
+            assert waits == [None] * len(rows) and " (+ slot wait " not in stdout, mode
+
+
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_memory_per_rank_falls_as_one_over_n(runs, model):
     """Every rank's allocator counts what the plan says; the optimizer state per rank (AdamW's two moments) is DDP's
