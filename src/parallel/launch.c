@@ -141,6 +141,14 @@ static void describe_status(int status, char *out, size_t len) {
     else snprintf(out, len, "ended with status %d", status);
 }
 
+/* Which of several failures a sweep found is the cause (lowest first): a death by a signal, then an exit of the
+ * rank's own (2 bad input, 4 diverged, ...), then exit 3, which a rank takes when a peer vanished or stalled. */
+#define CAUSE_WAIT_S 1.0 /* how long an exit 3 waits for the rank whose end caused it */
+static int failure_rank(int status) {
+    if (!WIFEXITED(status)) return 0;
+    return WEXITSTATUS(status) == VX_EXIT_DIST ? 2 : 1;
+}
+
 static pid_t start_rank(int rank, int nproc, const char *nccl_id, int port, pid_t pgid, char **argv,
                         const sigset_t *old_mask) {
     pid_t pid = fork();
@@ -193,11 +201,11 @@ int dist_spawn(int nproc, int on_gpu, int argc, char **argv) {
         kids[r].pid = start_rank(r, nproc, nccl_id, port, pgid, argv, &old);
         if (r == 0) pgid = kids[0].pid;
     }
-    int left = nproc, first_failed = -1, stop_signal = 0;
-    double kill_at = 0;
+    int left = nproc, first_failed = -1, stop_signal = 0, cause = -1, named = 0;
+    double kill_at = 0, name_at = 0;
     while (left > 0) {
         siginfo_t info;
-        struct timespec tick = {0, 200 * 1000 * 1000};
+        struct timespec tick = {0, (cause >= 0 && !named ? 20 : 200) * 1000 * 1000};
         int sig = sigtimedwait(&set, &info, &tick);
         if (sig == SIGINT || sig == SIGTERM) {
             stop_signal = sig;
@@ -205,6 +213,10 @@ int dist_spawn(int nproc, int on_gpu, int argc, char **argv) {
         }
         pid_t pid;
         int status;
+        /* The rank to name is the cause. A rank killed by a signal closes its sockets before its parent can reap it,
+         * and its peer may end with exit 3 ("rank 1 vanished") and be reaped first: the line named rank 0's exit 3
+         * instead of rank 1's death (1 run in 15). So an exit 3 is named only when, within CAUSE_WAIT_S, no rank
+         * ended of a cause of its own (a signal, another exit code). */
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             for (int r = 0; r < nproc; r++) {
                 if (kids[r].pid != pid || kids[r].done) continue;
@@ -213,16 +225,21 @@ int dist_spawn(int nproc, int on_gpu, int argc, char **argv) {
                 left--;
                 const int ok = WIFEXITED(status) && (WEXITSTATUS(status) == 0 ||
                                                      (stop_signal && WEXITSTATUS(status) == VX_EXIT_SIGNAL));
-                if (!ok && first_failed < 0) {
-                    first_failed = r;
-                    char how[96];
-                    describe_status(status, how, sizeof how);
-                    fprintf(stderr, "voxscale: rank %d/%d (pid %ld) %s; ending the other ranks\n", r, nproc, (long)pid,
-                            how);
-                    killpg(pgid, SIGTERM);
-                    kill_at = vx_now() + SPAWN_GRACE_S;
+                if (!ok && !named && (cause < 0 || failure_rank(status) < failure_rank(kids[cause].status))) {
+                    if (cause < 0) name_at = vx_now() + CAUSE_WAIT_S;
+                    cause = r;
                 }
             }
+        }
+        if (cause >= 0 && !named && (failure_rank(kids[cause].status) < 2 || vx_now() >= name_at || left == 0)) {
+            named = 1;
+            first_failed = cause;
+            char how[96];
+            describe_status(kids[cause].status, how, sizeof how);
+            fprintf(stderr, "voxscale: rank %d/%d (pid %ld) %s; ending the other ranks\n", cause, nproc,
+                    (long)kids[cause].pid, how);
+            killpg(pgid, SIGTERM);
+            kill_at = vx_now() + SPAWN_GRACE_S;
         }
         if (kill_at > 0 && vx_now() > kill_at) {
             killpg(pgid, SIGKILL); /* ranks stuck in a collective with a dead peer do not stop on SIGTERM */
