@@ -186,8 +186,17 @@ int gemm_lt_matmul(const GemmShape *s, const void *a, const void *b, const float
                      res.state == CUBLAS_STATUS_SUCCESS && res.workspaceSize <= ws;
             if (key.ok) key.algo = res.algo;
             pthread_mutex_lock(&cache_lock);
-            if (cache_n < LT_CACHE) cache[cache_n++] = key;
+            const int stored = cache_n < LT_CACHE;
+            if (stored) cache[cache_n++] = key;
             pthread_mutex_unlock(&cache_lock);
+            /* said once per shape: the own kernel is SIMT float32, far slower, and a 16-bit output with a float32
+             * bias is outside what cuBLASLt's header promises (its bias type is the output's), so a first GPU run
+             * should see which products fell back */
+            if (!key.ok && stored)
+                fprintf(stderr, "voxscale: warning: gemm: cuBLASLt offers no algorithm for batch %d, m %d, n %d, k %d, "
+                                "%s%s%s, epilogue %u, alignments %u/%u/%u: the own GEMM kernel runs it, much slower\n",
+                        s->batch, s->m, s->n, s->k, dtype_name(s->dtype), s->c_f32 ? " (float32 C)" : "",
+                        lt_bias ? " with a float32 bias" : "", (unsigned)epi, key.align[0], key.align[1], key.align[2]);
         } else {
             key.ok = cache[found].ok, key.algo = cache[found].algo;
         }
