@@ -6,7 +6,9 @@
  *              memory in float, every output's sum over k in order, the epilogue fused. grid (n tiles, m tiles,
  *              batch). SIMT float32 math whatever the storage type: a fallback for correctness, not speed.
  *   bias_grad  block blk sums rows [blk*SB, ...) per column in double into the scratch, then per column the blocks
- *              in order (layernorm_cuda.cu's scheme). No atomics anywhere. */
+ *              in order (layernorm_cuda.cu's scheme); with one block of rows (few rows, or columns too many for the
+ *              scratch: pos_embed's gradient is [tokens*C] columns over the batch's rows, 12.6M at 256^3) one pass,
+ *              a thread per column, the same bits and no scratch. No atomics anywhere. */
 #include "common/cuda_check.h"
 #include "gelu/gelu_math.h"
 #include "gemm/gemm.h"
@@ -184,6 +186,18 @@ __global__ void gemm_bias_partial_kernel(long rows, int cols, size_t SB, const T
     }
 }
 
+/* the two passes' result when they would have one block of rows: the column's rows in order in double, then once
+ * into db (the final pass adds that one partial to 0.0: the same double), a thread per column */
+template <typename T, bool ACC>
+__global__ void gemm_bias_direct_kernel(long rows, int cols, const T *__restrict__ dy, float *__restrict__ db,
+                                        float beta) {
+    for (size_t j = vx_global_thread(); j < (size_t)cols; j += vx_grid_threads()) {
+        double acc = 0.0;
+        for (long r = 0; r < rows; r++) acc += (double)vx_f32(dy[(size_t)r * cols + j]);
+        db[j] = ACC ? beta * db[j] + (float)acc : (float)acc;
+    }
+}
+
 template <bool ACC>
 __global__ void gemm_bias_final_kernel(int cols, int nblk, const double *__restrict__ part, float *__restrict__ db,
                                        float beta) {
@@ -194,22 +208,33 @@ __global__ void gemm_bias_final_kernel(int cols, int nblk, const double *__restr
     db[j] = ACC ? beta * db[j] + (float)acc : (float)acc;
 }
 
-static void gemm_bias_grad_cuda(DType dt, long rows, int cols, const void *dy, float *db, float beta) {
-    if (rows < 0 || cols < 1) vx_fatal("gemm: bias_grad of %ld rows of %d columns", rows, cols);
-    const size_t cap = VX_SCRATCH_BYTES / sizeof(double);
-    if ((size_t)cols > cap) vx_fatal("gemm: %d columns do not fit the reduction scratch", cols);
+/* blocks of rows of the first pass: about one per GB_MIN_ROWS rows, at most GB_TARGET_BLOCKS, and as many as the
+ * scratch holds partials of `cols` columns (`cap` doubles); 1 (the one-pass kernel) when not even two fit */
+static size_t gemm_bias_grad_blocks(long rows, int cols, size_t cap) {
     size_t nb = ((size_t)rows + GB_MIN_ROWS - 1) / GB_MIN_ROWS;
     if (nb > GB_TARGET_BLOCKS) nb = GB_TARGET_BLOCKS;
-    if (nb > cap / cols) nb = cap / cols;
-    if (nb < 1) nb = 1;
-    const size_t SB = ((size_t)rows + nb - 1) / nb;
-    const int nblk = rows > 0 ? (int)(((size_t)rows + SB - 1) / SB) : 0;
-    double *part = (double *)vx_cuda_scratch();
+    if (nb > cap / (size_t)cols) nb = cap / (size_t)cols;
+    return nb < 1 ? 1 : nb;
+}
+
+static void gemm_bias_grad_cuda(DType dt, long rows, int cols, const void *dy, float *db, float beta) {
+    if (rows < 0 || cols < 1) vx_fatal("gemm: bias_grad of %ld rows of %d columns", rows, cols);
+    const size_t nb = gemm_bias_grad_blocks(rows, cols, VX_SCRATCH_BYTES / sizeof(double));
     cudaStream_t st = vx_cuda_stream();
-    if (nblk > 0) {
-        VX_DTYPE_SWITCH(dt, T, { gemm_bias_partial_kernel<T><<<nblk, VX_THREADS, 0, st>>>(rows, cols, SB, (const T *)dy, part); });
-        LAUNCH_CHECK("gemm_bias_partial_kernel");
+    if (nb == 1) { /* one block of rows: one pass, no scratch (however many columns) */
+        const unsigned blocks = vx_ew_blocks((size_t)cols);
+        VX_DTYPE_SWITCH(dt, T, {
+            if (beta != 0.0f) gemm_bias_direct_kernel<T, true><<<blocks, VX_THREADS, 0, st>>>(rows, cols, (const T *)dy, db, beta);
+            else gemm_bias_direct_kernel<T, false><<<blocks, VX_THREADS, 0, st>>>(rows, cols, (const T *)dy, db, beta);
+        });
+        LAUNCH_CHECK("gemm_bias_direct_kernel");
+        return;
     }
+    const size_t SB = ((size_t)rows + nb - 1) / nb;
+    const int nblk = (int)(((size_t)rows + SB - 1) / SB);
+    double *part = (double *)vx_cuda_scratch();
+    VX_DTYPE_SWITCH(dt, T, { gemm_bias_partial_kernel<T><<<nblk, VX_THREADS, 0, st>>>(rows, cols, SB, (const T *)dy, part); });
+    LAUNCH_CHECK("gemm_bias_partial_kernel");
     const unsigned fb = (unsigned)((cols + VX_THREADS - 1) / VX_THREADS);
     if (beta != 0.0f) gemm_bias_final_kernel<true><<<fb, VX_THREADS, 0, st>>>(cols, nblk, part, db, beta);
     else gemm_bias_final_kernel<false><<<fb, VX_THREADS, 0, st>>>(cols, nblk, part, db, beta);

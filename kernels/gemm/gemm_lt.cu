@@ -6,8 +6,8 @@
  * A's as its B, with the shape (n, m, k); a bias per column of C is then cuBLASLt's bias per row of D, as it wants.
  * Compute in float32 (TF32 for float32 storage when the backend's allow_tf32 is on, as cuDNN's convolutions), scale
  * float32, bias float32; the workspace is the backend's reduction scratch (ops never overlap on the one stream). The
- * algorithm is cuBLASLt's first heuristic answer, cached per (shape, types, epilogue, pointer alignment) so a shape
- * keeps its algorithm, and its bits, for the whole run. Nothing here has run on a GPU yet (none was available). */
+ * algorithm is cuBLASLt's first heuristic answer for the matrices' actual alignments (gemm_lt_alignment), cached per
+ * (shape, types, epilogue, pointer alignments) so a shape keeps its algorithm, and its bits, for the whole run. Nothing here has run on a GPU yet (none was available). */
 #include <cublasLt.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -80,7 +80,8 @@ static void lt_load(void) {
 
 typedef struct {
     GemmShape s;
-    int epi, has_bias, has_beta, align, tf32;
+    int epi, has_bias, has_beta, tf32;
+    uint32_t align[5]; /* gemm_lt_alignment of a, b, c, aux (when cuBLASLt writes or reads it) and the bias */
     int ok; /* 0: cuBLASLt had no algorithm: the own kernel runs */
     cublasLtMatmulAlgo_t algo;
 } LtEntry;
@@ -91,17 +92,11 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int same_key(const LtEntry *e, const LtEntry *k) {
     return memcmp(&e->s, &k->s, sizeof k->s) == 0 && e->epi == k->epi && e->has_bias == k->has_bias &&
-           e->has_beta == k->has_beta && e->align == k->align && e->tf32 == k->tf32;
+           e->has_beta == k->has_beta && memcmp(e->align, k->align, sizeof k->align) == 0 && e->tf32 == k->tf32;
 }
 
 static cudaDataType_t cuda_type(DType t) {
     return t == DT_BF16 ? CUDA_R_16BF : t == DT_F16 ? CUDA_R_16F : CUDA_R_32F;
-}
-
-/* the pointers' alignment class, as cuBLASLt's heuristics see it: 16 bytes for all, or not */
-static int align_class(const void *a, const void *b, const void *c, const void *aux, const float *bias) {
-    return vx_aligned16(a) && vx_aligned16(b) && vx_aligned16(c) && (!aux || vx_aligned16(aux)) &&
-           (!bias || vx_aligned16(bias));
 }
 
 #define LT_OK(call) ((call) == CUBLAS_STATUS_SUCCESS)
@@ -129,7 +124,9 @@ int gemm_lt_matmul(const GemmShape *s, const void *a, const void *b, const float
     LtEntry key = {};
     key.s = *s;
     key.epi = (int)epi, key.has_bias = lt_bias != NULL, key.has_beta = beta != 0.0f;
-    key.align = align_class(a, b, c, uses_aux ? aux : NULL, lt_bias), key.tf32 = tf32;
+    key.tf32 = tf32;
+    key.align[0] = gemm_lt_alignment(a), key.align[1] = gemm_lt_alignment(b), key.align[2] = gemm_lt_alignment(c);
+    key.align[3] = gemm_lt_alignment(uses_aux ? aux : NULL), key.align[4] = gemm_lt_alignment(lt_bias);
 
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -174,16 +171,32 @@ int gemm_lt_matmul(const GemmShape *s, const void *a, const void *b, const float
         pthread_mutex_unlock(&cache_lock);
         if (found < 0) {
             const uint64_t ws = VX_SCRATCH_BYTES;
+            /* the matrices' alignments (the heuristic sees no pointer of theirs and assumes 256 bytes otherwise);
+             * cuBLASLt's A is our B, its B our A, C and D our C. The bias and aux pointers it reads from desc. */
+            const uint32_t al_a = key.align[1], al_b = key.align[0], al_c = key.align[2];
             cublasLtMatmulHeuristicResult_t res = {};
             int count = 0;
             key.ok = LT_OK(lt.pref_create(&pref)) &&
                      LT_OK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) &&
+                     LT_OK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)) &&
+                     LT_OK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)) &&
+                     LT_OK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c)) &&
+                     LT_OK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c)) &&
                      LT_OK(lt.heuristic(lt.handle, desc, la, lb, lc, lc, pref, 1, &res, &count)) && count > 0 &&
                      res.state == CUBLAS_STATUS_SUCCESS && res.workspaceSize <= ws;
             if (key.ok) key.algo = res.algo;
             pthread_mutex_lock(&cache_lock);
-            if (cache_n < LT_CACHE) cache[cache_n++] = key;
+            const int stored = cache_n < LT_CACHE;
+            if (stored) cache[cache_n++] = key;
             pthread_mutex_unlock(&cache_lock);
+            /* said once per shape: the own kernel is SIMT float32, far slower, and a 16-bit output with a float32
+             * bias is outside what cuBLASLt's header promises (its bias type is the output's), so a first GPU run
+             * should see which products fell back */
+            if (!key.ok && stored)
+                fprintf(stderr, "voxscale: warning: gemm: cuBLASLt offers no algorithm for batch %d, m %d, n %d, k %d, "
+                                "%s%s%s, epilogue %u, alignments %u/%u/%u: the own GEMM kernel runs it, much slower\n",
+                        s->batch, s->m, s->n, s->k, dtype_name(s->dtype), s->c_f32 ? " (float32 C)" : "",
+                        lt_bias ? " with a float32 bias" : "", (unsigned)epi, key.align[0], key.align[1], key.align[2]);
         } else {
             key.ok = cache[found].ok, key.algo = cache[found].algo;
         }

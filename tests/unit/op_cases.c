@@ -371,6 +371,13 @@ static void vit_gemm(void) {
     kernel_case_set_params(&k, &bg, sizeof bg);
     snprintf(k.shape, sizeof k.shape, "5000 x 16");
     add_betas("gemm_bias_grad", k, 0, 1);
+    /* more columns than the CUDA reduction scratch holds partials of (32 MiB / 8 = 4194304): pos_embed's gradient,
+     * [tokens*C] over the batch's rows, is 32768*384 = 12582912 columns at 256^3 (the CUDA op refused it) */
+    KernelCase w = {0};
+    const GemmShape wide = {.m = 3, .n = (32 << 20) / 8 + 5};
+    kernel_case_set_params(&w, &wide, sizeof wide);
+    snprintf(w.shape, sizeof w.shape, "%d x %d", wide.m, wide.n);
+    add_betas("gemm_bias_grad", w, 0, 2);
 }
 
 static void attention(AttentionShape s, const char *what, int offset, int emu) {
