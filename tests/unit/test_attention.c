@@ -74,8 +74,8 @@ static void check_fd(AttentionShape s) {
     float *o = rnd(no, 5, 0.0f), *lse = rnd((long)s.batch * s.heads * s.tq, 6, 0.0f);
     float *delta = rnd((long)s.batch * s.heads * s.tq, 7, 0.0f);
     float *g[3] = {rnd(nq, 8, 0.0f), rnd(nk, 9, 0.0f), rnd(nv, 10, 0.0f)};
-    attention_ops_cpu.forward(&s, q, k, v, o, lse);
-    attention_ops_cpu.backward(&s, q, k, v, o, r, lse, delta, g[0], g[1], g[2], 0.0f);
+    attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
+    attention_ops_cpu.backward(&s, q, k, v, o, r, lse, delta, g[0], g[1], g[2], 0.0f, NULL);
     double *x[3] = {widen(q, nq), widen(k, nk), widen(v, nv)};
     const long n[3] = {nq, nk, nv};
     const int ld[3] = {s.ld_q, s.ld_k, s.ld_v};
@@ -139,7 +139,7 @@ static void test_against_naive(void **state) {
     const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k);
     float *q = rnd(nq, 1, 3.0f), *k = rnd(nk, 2, 1.0f), *v = rnd(nk, 3, 1.0f);
     float *o = rnd(nq, 4, 0.0f), *o2 = rnd(nq, 5, 0.0f), *lse = rnd((long)s.heads * s.tq, 6, 0.0f);
-    attention_ops_cpu.forward(&s, q, k, v, o, lse);
+    attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
     naive_forward(&s, q, k, v, o2);
     double worst = 0;
     for (long i = 0; i < nq; i++) worst = fabs(o[i] - o2[i]) > worst ? fabs(o[i] - o2[i]) : worst;
@@ -156,8 +156,8 @@ static float *run_all(const AttentionShape *s, int threads, long *count) {
     float *out = rnd(*count, 6, 0.0f);
     float *o = out, *dq = o + nq, *dk = dq + nq, *dv = dk + nk, *lse = dv + nk;
     omp_set_num_threads(threads);
-    attention_ops_cpu.forward(s, q, k, v, o, lse);
-    attention_ops_cpu.backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f);
+    attention_ops_cpu.forward(s, q, k, v, o, lse, NULL);
+    attention_ops_cpu.backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f, NULL);
     omp_set_num_threads(2);
     free(q), free(k), free(v), free(dout), free(delta);
     return out;
@@ -188,9 +188,9 @@ static int bench(int T, int d, int heads) {
     double best[3] = {1e30, 1e30, 1e30};
     for (int rep = 0; rep < 3; rep++) {
         double t0 = now();
-        attention_ops_cpu.forward(&s, q, k, v, o, lse);
+        attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
         double t1 = now();
-        attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, g, g + n, g + 2 * n, 0.0f);
+        attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, g, g + n, g + 2 * n, 0.0f, NULL);
         double t2 = now();
         best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
         best[1] = t2 - t1 < best[1] ? t2 - t1 : best[1];
@@ -238,8 +238,8 @@ static void dump_case(const char *dir, const char *name, AttentionShape s) {
     float *q = rnd(nq, 11, 2.0f), *k = rnd(nk, 12, 1.0f), *v = rnd(nv, 13, 1.0f), *dout = rnd(no, 14, 1.0f);
     float *o = rnd(no, 15, 0.0f), *lse = rnd(rows, 16, 0.0f), *delta = rnd(rows, 17, 0.0f);
     float *dq = rnd(nq, 18, 0.0f), *dk = rnd(nk, 19, 0.0f), *dv = rnd(nv, 20, 0.0f);
-    attention_ops_cpu.forward(&s, q, k, v, o, lse);
-    attention_ops_cpu.backward(&s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f);
+    attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
+    attention_ops_cpu.backward(&s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f, NULL);
     char path[512];
     snprintf(path, sizeof path, "%s/%s.shape", dir, name);
     FILE *f = fopen(path, "w");
