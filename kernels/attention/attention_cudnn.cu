@@ -399,7 +399,7 @@ static void compare(DType dt, const void *a, const void *b, long n_rows, int ld,
 
 /* The check's verdict on one output: 1 when within tolerance; else *worst and *name say where. */
 static int within(const char *name, double diff, double ref, double tol, double *worst, const char **worst_name) {
-    const double rel = diff / (ref > 1.0 ? ref : ref > 0 ? ref : 1.0);
+    const double rel = diff / (ref > 0 ? ref : 1.0);
     if (!(rel <= *worst)) *worst = rel, *worst_name = name;
     return rel <= tol;
 }
