@@ -56,6 +56,9 @@ typedef struct AttentionOps {
     void (*backward)(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
                      const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv, float beta,
                      void *workspace);
+    /* which implementation ran the last call of function fn (ATTENTION_FORWARD or _BACKWARD): the CUDA backend's
+     * "cudnn" or "own"; NULL where the backend has one (the CPU) */
+    const char *(*last_path)(int fn);
 } AttentionOps;
 extern const AttentionOps attention_ops_cpu;
 extern const AttentionOps attention_ops_cuda; /* CUDA builds only */

@@ -213,4 +213,4 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
 
 static size_t cpu_workspace_bytes(const AttentionShape *s) { return 0; } /* each job mallocs its tiles */
 
-const AttentionOps attention_ops_cpu = {{op_supports_f32}, cpu_workspace_bytes, cpu_forward, cpu_backward};
+const AttentionOps attention_ops_cpu = {{op_supports_f32}, cpu_workspace_bytes, cpu_forward, cpu_backward, NULL};

@@ -321,19 +321,27 @@ static size_t attention_workspace_bytes_cuda(const AttentionShape *s) {
     return attention_cudnn_workspace_bytes(s);
 }
 
+static const char *last[2] = {"own", "own"}; /* the path of each function's last call (bench kernels' rows) */
+static const char *last_path(int fn) { return last[fn == ATTENTION_BACKWARD]; }
+
 static void attention_forward_cuda(const AttentionShape *s, const void *q, const void *k, const void *v, void *o,
                                    float *lse, void *workspace) {
     check(s);
-    if (!attention_cudnn_forward(s, q, k, v, o, lse, workspace)) attention_own_forward(s, q, k, v, o, lse);
+    last[0] = "cudnn";
+    if (attention_cudnn_forward(s, q, k, v, o, lse, workspace)) return;
+    last[0] = "own";
+    attention_own_forward(s, q, k, v, o, lse);
 }
 
 static void attention_backward_cuda(const AttentionShape *s, const void *q, const void *k, const void *v,
                                     const void *o, const void *dout, const float *lse, float *delta, void *dq,
                                     void *dk, void *dv, float beta, void *workspace) {
     check(s);
-    if (!attention_cudnn_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta, workspace))
-        attention_own_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta);
+    last[1] = "cudnn";
+    if (attention_cudnn_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta, workspace)) return;
+    last[1] = "own";
+    attention_own_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta);
 }
 
 extern "C" const AttentionOps attention_ops_cuda = {{op_supports_all_types}, attention_workspace_bytes_cuda,
-                                                    attention_forward_cuda, attention_backward_cuda};
+                                                    attention_forward_cuda, attention_backward_cuda, last_path};
