@@ -274,8 +274,8 @@ static dim3 grid_of(const AttentionShape *s, int rows, int tpr) {
         }                                                                                                      \
     } while (0)
 
-void attention_own_forward(const AttentionShape *s, const void *q, const void *k, const void *v, void *o,
-                           float *lse) {
+static void attention_own_forward(const AttentionShape *s, const void *q, const void *k, const void *v, void *o,
+                                  float *lse) {
     if (!s->batch || !s->tq) return;
     const AttArgs p = args_of(s, 0.0f);
     cudaStream_t st = vx_cuda_stream();
@@ -288,9 +288,9 @@ void attention_own_forward(const AttentionShape *s, const void *q, const void *k
     LAUNCH_CHECK("att_forward_kernel");
 }
 
-void attention_own_backward(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
-                            const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv,
-                            float beta) {
+static void attention_own_backward(const AttentionShape *s, const void *q, const void *k, const void *v,
+                                   const void *o, const void *dout, const float *lse, float *delta, void *dq,
+                                   void *dk, void *dv, float beta) {
     if (!s->batch) return;
     const AttArgs p = args_of(s, beta);
     const long rows = (long)s->batch * s->heads * s->tq;
@@ -328,7 +328,7 @@ static void attention_forward_cuda(const AttentionShape *s, const void *q, const
                                    float *lse, void *workspace) {
     check(s);
     last[0] = "cudnn";
-    if (attention_cudnn_forward(s, q, k, v, o, lse, workspace)) return;
+    if (attention_cudnn_forward(s, q, k, v, o, lse, workspace, attention_own_forward)) return;
     last[0] = "own";
     attention_own_forward(s, q, k, v, o, lse);
 }
@@ -338,7 +338,9 @@ static void attention_backward_cuda(const AttentionShape *s, const void *q, cons
                                     void *dk, void *dv, float beta, void *workspace) {
     check(s);
     last[1] = "cudnn";
-    if (attention_cudnn_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta, workspace)) return;
+    if (attention_cudnn_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta, workspace,
+                                 attention_own_backward))
+        return;
     last[1] = "own";
     attention_own_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta);
 }

@@ -449,7 +449,7 @@ static int judge(AttPlan *p, cudnnStatus_t st, const CheckOut *o, int n) {
 /* ---- the directions (attention_cuda.cu's table calls these first) ------------------------------------------------- */
 
 int attention_cudnn_forward(const AttentionShape *s, const void *q, const void *k, const void *v, void *o, float *lse,
-                            void *workspace) {
+                            void *workspace, AttOwnForward own) {
     void *const ptrs[5] = {(void *)q, (void *)k, (void *)v, o, lse};
     AttPlan *p = usable_plan(s, ATT_FWD, ptrs, 5, workspace);
     if (!p) return 0;
@@ -469,7 +469,7 @@ int attention_cudnn_forward(const AttentionShape *s, const void *q, const void *
     if (!o_own || !l_own) {
         reject(p, "the first call's check could not allocate its buffers");
     } else {
-        attention_own_forward(s, q, k, v, o_own, (float *)l_own);
+        own(s, q, k, v, o_own, (float *)l_own);
         const CheckOut out[2] = {{"o", o, o_own, rows, s->ld_o, s->heads * s->d, 0},
                                  {"lse", lse, l_own, lrows, 1, 1, 1}};
         ok = judge(p, execute(p, b, 6, workspace), out, 2);
@@ -481,7 +481,7 @@ int attention_cudnn_forward(const AttentionShape *s, const void *q, const void *
 
 int attention_cudnn_backward(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
                              const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv,
-                             float beta, void *workspace) {
+                             float beta, void *workspace, AttOwnBackward own) {
     void *const ptrs[10] = {(void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, (void *)lse, delta, dq, dk, dv};
     AttPlan *p = usable_plan(s, ATT_BWD, ptrs, 10, workspace);
     if (!p) return 0;
@@ -507,7 +507,7 @@ int attention_cudnn_backward(const AttentionShape *s, const void *q, const void 
     if (!q_own || !k_own || !v_own) {
         reject(p, "the first call's check could not allocate its buffers");
     } else {
-        attention_own_backward(s, q, k, v, o, dout, lse, delta, q_own, k_own, v_own, 0.0f);
+        own(s, q, k, v, o, dout, lse, delta, q_own, k_own, v_own, 0.0f);
         const int hd = s->heads * s->d;
         const CheckOut out[3] = {{"dq", dq, q_own, rq, s->ld_q, hd, 0},
                                  {"dk", dk, k_own, rk, s->ld_k, hd, 0},

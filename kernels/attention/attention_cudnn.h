@@ -13,17 +13,20 @@
 #include "attention/attention.h"
 #include "common/cuda_check.h"
 
-/* The own kernels (attention_cuda.cu), shape already checked. */
-void attention_own_forward(const AttentionShape *s, const void *q, const void *k, const void *v, void *o, float *lse);
-void attention_own_backward(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
-                            const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv,
-                            float beta);
+/* The own kernels' launchers (attention_cuda.cu's attention_own_*), shape already checked. attention_cuda.cu hands
+ * them to attention_cudnn.cu for the first call's check as pointers, so the two files do not call each other in a
+ * circle (tests/tools/check_layers.py). */
+typedef void (*AttOwnForward)(const AttentionShape *s, const void *q, const void *k, const void *v, void *o,
+                              float *lse);
+typedef void (*AttOwnBackward)(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
+                               const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv,
+                               float beta);
 
-/* attention_cudnn.cu: 1 when cuDNN's fused attention ran the call (after the first call's check), 0 when the own
- * kernel is to run it. May exit 2 under VX_ATTN_CUDA=cudnn (see there). */
+/* attention_cudnn.cu: 1 when cuDNN's fused attention ran the call (after the first call's check, which runs `own`
+ * too), 0 when the own kernel is to run it. May exit 2 under VX_ATTN_CUDA=cudnn (see there). */
 int attention_cudnn_forward(const AttentionShape *s, const void *q, const void *k, const void *v, void *o, float *lse,
-                            void *workspace);
+                            void *workspace, AttOwnForward own);
 int attention_cudnn_backward(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
                              const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv,
-                             float beta, void *workspace);
+                             float beta, void *workspace, AttOwnBackward own);
 size_t attention_cudnn_workspace_bytes(const AttentionShape *s);
