@@ -44,7 +44,8 @@ cd "$(dirname "$0")/.." || exit 2
 # step) and --plan splits into calls. --first multiplies them by 3 for the very first run. summary.md gives each
 # step's measured time and a limit suggested from it (1.5 x the time + 5 s): tighten these from those.
 # Expected on an H100 (estimates): driver 1 s, libs 1 s, detect 5-15 s (cuDNN's plans for every convolution of the
-# shipped configs in three types), unit 5 s, ops 33 x ~1.5 s, integration ~60 s, memcheck ~40 s, racecheck ~20 s,
+# shipped configs in three types), unit 5 s, ops 33 x ~1.5 s + attention's paths ~45 s (4 op-check processes, the
+# cuDNN engines' runtime compilation per shape, 2 pytest dumps, 2 bench runs), integration ~60 s, memcheck ~40 s, racecheck ~20 s,
 # amp-64 ~50 s, amp-128 ~65 s (torch.compile 30-60 s), bench-kernels ~30 s, profile ~10 s, nccl ~30 s (its runs,
 # and two ranks on the GPU where NCCL >= 2.30), nccl-unit ~15 s (its watchdog cases end within seconds of their 1 s
 # deadline since the abort path exits at once), ~10 s more with two ranks. amp-* and bench-* give PyTorch what is
@@ -59,7 +60,7 @@ register driver      10  5 step_driver      "the driver and the NVIDIA libraries
 register libs         5  5 step_libs        "every binary's libraries resolve through the carried library path (ldd)"
 register detect      45 15 step_detect      "detect --device cuda chooses the GPU; cuDNN has an algorithm for every conv of the shipped configs in f32/bf16/fp16"
 register unit        30  0 step_unit        "cuDNN descriptors against this cuDNN; live CUPTI records"
-register ops         90 35 step_ops         "the op table in f32/bf16/fp16 against float64, the CUDA backend's tests, one per process"
+register ops        150 60 step_ops         "the op table in f32/bf16/fp16 against float64, the CUDA backend's tests, one per process; attention with cuDNN and own kernel forced"
 register integration 120 40 step_integration "tests/integration/test_cuda.py: fp32 against the CPU, bf16/fp16, graphs"
 register memcheck    60  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
 register racecheck   40  0 step_racecheck   "compute-sanitizer racecheck: the kernels that reduce in shared memory"

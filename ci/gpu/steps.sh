@@ -117,7 +117,47 @@ step_ops() {
     local shown="${failed[*]:0:5}"
     [ ${#failed[@]} -gt 5 ] && shown+=" and $((${#failed[@]} - 5)) more"
     figure "$pass/$total tests passed${failed:+; failed: $shown}"
-    [ ${#failed[@]} -eq 0 ]
+    local rc=0
+    [ ${#failed[@]} -eq 0 ] || rc=1
+    attention_paths || rc=1
+    return $rc
+}
+
+# Attention's two GPU paths (kernels/attention/attention_cudnn.cu; the op loop above ran VX_ATTN_CUDA=auto): the op
+# checks in bf16 and fp16 against float64 with cuDNN's fused attention forced (VX_ATTN_CUDA=cudnn: a shape it cannot
+# run is exit 2, a disagreement with the own kernel at a shape's first call too; the one case its backward does not
+# take, tq = tk = 1, is left out; the offset cases' unaligned pointers run the own kernel, logged) and with the own
+# kernel forced; test_attention_cuda.py (both paths against PyTorch float64 and each other); then bench kernels'
+# attention rows (only the reference shapes: 512 and 4096 tokens, b1 h1 d64; the default config calls no attention
+# of its own) in bf16 with each path, each row naming the path that ran.
+attention_paths() {
+    local rc=0 mode t rows=()
+    for mode in cudnn own; do
+        for t in cuda_attention_forward cuda_attention_backward; do
+            echo "=== VX_ATTN_CUDA=$mode test_backend_ops $t (bf16, f16)"
+            VX_ATTN_CUDA=$mode VX_ATTN_LOG=1 VX_OP_TYPES=bf16,f16 VX_OP_SKIP_SHAPES="b1 h1 1x1 d16" VX_REQUIRE_GPU=1 \
+                VX_CUDA_SYNC=1 timeout --foreground -k 3 "${VX_OPS_TEST_LIMIT:-30}" "$VX_TESTS/test_backend_ops" "$t" \
+                >"$VX_STEP_DIR/attn_${mode}_$t.log" 2>&1 || { rc=1; rows+=("$mode $t failed"); }
+            cat "$VX_STEP_DIR/attn_${mode}_$t.log"
+        done
+    done
+    echo "=== tests/integration/test_attention_cuda.py"
+    VX_REQUIRE_GPU=1 timeout --foreground -k 3 60 $VX_PYTHON -m pytest -q -rs -p no:cacheprovider \
+        tests/integration/test_attention_cuda.py >"$VX_STEP_DIR/attn_pytest.log" 2>&1 || { rc=1; rows+=("test_attention_cuda.py failed"); }
+    cat "$VX_STEP_DIR/attn_pytest.log"
+    for mode in cudnn own; do
+        echo "=== VX_ATTN_CUDA=$mode bench kernels attention rows (bf16)"
+        mkdir -p "$VX_STEP_DIR/attn_bench_$mode"
+        VX_ATTN_CUDA=$mode timeout --foreground -k 3 40 "$VX_BIN" bench kernels --config configs/default.json \
+            --device cuda --amp bf16 --ops attention_forward,attention_backward --attention-tokens 512,4096 \
+            --budget-ms 20 --results "$VX_STEP_DIR/attn_bench_$mode" >"$VX_STEP_DIR/attn_bench_$mode.log" 2>&1 ||
+            { rc=1; rows+=("bench $mode failed"); }
+        cat "$VX_STEP_DIR/attn_bench_$mode.log"
+        rows+=("$mode: $(grep -E '^attention_(forward|backward) +b1 h1 4096x4096' "$VX_STEP_DIR/attn_bench_$mode.log" |
+            awk '{printf "%s %s %s (%s), ", ($1 ~ /forward/ ? "fwd" : "bwd"), $(NF-3), $(NF-2), $NF}')")
+    done
+    figure "attention (bf16/fp16): cudnn and own op checks, test_attention_cuda.py; 4096 tokens: ${rows[*]}"
+    return $rc
 }
 
 step_integration() {

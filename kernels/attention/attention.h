@@ -16,12 +16,16 @@
  * backward); delta [batch][heads][tq] float32, the backward's own workspace (the caller's memory, linear in tokens).
  * beta (backward): 0 overwrites dq dk dv without reading them (they may hold NaN), 1 adds to them; for each the
  * sums are formed whole first, then added once.
+ * Workspace: both directions take `workspace`, workspace_bytes(s) bytes of the backend's memory (the model plans one
+ * buffer shared with the convolutions'); 0 on the CPU and for the CUDA backend's own kernels, cuDNN's fused attention
+ * needs some (attention_cudnn.cu). NULL is allowed where workspace_bytes said 0.
  * Math in float32 whatever the storage (scores, exponentials, accumulators); a sum's order is fixed by the shape
  * (CPU: jobs of query or key blocks, BLAS inside each job single-threaded; CUDA: one thread group per row, keys in
  * order), so the bits do not depend on the thread count, and no atomics are used: dk dv are one pass over the
  * queries per key block, dq one pass over the keys per query block (the scores are computed twice in backward). */
 #pragma once
 #include <math.h>
+#include <stddef.h>
 
 #include "common/dtype.h"
 #include "common/op.h"
@@ -45,17 +49,45 @@ typedef struct {
 enum { ATTENTION_FORWARD, ATTENTION_BACKWARD }; /* its functions, for supports() */
 typedef struct AttentionOps {
     OpHead head;
-    void (*forward)(const AttentionShape *s, const void *q, const void *k, const void *v, void *o, float *lse);
+    /* bytes of workspace the two directions need for shape s (the larger; the planner sizes one shared buffer) */
+    size_t (*workspace_bytes)(const AttentionShape *s);
+    void (*forward)(const AttentionShape *s, const void *q, const void *k, const void *v, void *o, float *lse,
+                    void *workspace);
     void (*backward)(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
-                     const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv, float beta);
+                     const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv, float beta,
+                     void *workspace);
+    /* which implementation ran the last call of function fn (ATTENTION_FORWARD or _BACKWARD): the CUDA backend's
+     * "cudnn" or "own"; NULL where the backend has one (the CPU) */
+    const char *(*last_path)(int fn);
 } AttentionOps;
 extern const AttentionOps attention_ops_cpu;
 extern const AttentionOps attention_ops_cuda; /* CUDA builds only */
+
+/* ---- the CUDA backend's choice between cuDNN's fused attention and the own kernel (attention_cudnn.cu) ------ */
+
+/* "" when direction `backward` of shape s is within what the cuDNN graph is built for and the loaded cuDNN
+ * (cudnn_version as cudnnGetVersion() gives it) has no known bug for, else why not, one line (attention_cudnn_rules.c;
+ * plain C, no cuDNN needed). The device's compute capability and the engines on offer are asked at planning. */
+const char *attention_cudnn_shape_rule(const AttentionShape *s, int backward, size_t cudnn_version);
+/* The first call's check: the largest accepted max|cuDNN - own| / max|own| per output, for storage dt. */
+double attention_cudnn_tolerance(DType dt);
+/* Builds and finalizes every tensor and operation descriptor of the direction's cuDNN graph the way the CUDA
+ * backend does (dq_accum: the backward's float32 dQ accumulator form), then frees them: needs the cuDNN library,
+ * not a GPU (tests/unit/test_attention_cudnn.c). 1 with the operation count in *n_ops, or 0 with the refused call
+ * in why. A CPU-only build: 0 with "this build has no CUDA". */
+int attention_cuda_describe(const AttentionShape *s, int backward, int dq_accum, int *n_ops, char *why,
+                            size_t why_len);
+/* Frees the plans (backend_cuda_shutdown calls it). */
+void attention_cuda_cache_clear(void);
 
 /* A packed shape: every tensor's rows exactly heads*d long, scale 1/sqrt(d). */
 static inline AttentionShape attention_shape(int batch, int heads, int tq, int tk, int d, DType dt) {
     const int ld = heads * d;
     return (AttentionShape){batch, heads, tq, tk, d, ld, ld, ld, ld, 1.0f / sqrtf((float)d), dt};
+}
+/* lse's rows (batch*heads*tq) rounded up to a multiple of 4: a delta placed after lse starts 16-byte aligned */
+static inline size_t attention_rows_padded(const AttentionShape *s) {
+    return ((size_t)s->batch * s->heads * s->tq + 3) / 4 * 4;
 }
 /* "" when s is valid, else what is wrong (one line; both backends' check) */
 static inline const char *attention_shape_error(const AttentionShape *s) {

@@ -58,7 +58,7 @@ static void *job_alloc(size_t floats) {
 /* ---- forward ------------------------------------------------------------------------------------------------ */
 
 static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, void *ov,
-                        float *lse) {
+                        float *lse, void *workspace) {
     check(s, "attention_forward");
     const int d = s->d, qb = (s->tq + ATT_BQ - 1) / ATT_BQ;
     const long jobs = (long)s->batch * s->heads * qb;
@@ -136,7 +136,7 @@ static void store_grad(int rows, int d, const float *acc, float *dst, int ld, fl
 
 static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, const void *ov,
                          const void *dov, const float *lse, float *delta, void *dqv, void *dkv, void *dvv,
-                         float beta) {
+                         float beta, void *workspace) {
     check(s, "attention_backward");
     const int d = s->d, B = s->batch, H = s->heads;
     const float *Q = qv, *K = kv, *V = vv, *O = ov, *dO = dov;
@@ -211,4 +211,6 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
 
 /* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
 
-const AttentionOps attention_ops_cpu = {{op_supports_f32}, cpu_forward, cpu_backward};
+static size_t cpu_workspace_bytes(const AttentionShape *s) { return 0; } /* each job mallocs its tiles */
+
+const AttentionOps attention_ops_cpu = {{op_supports_f32}, cpu_workspace_bytes, cpu_forward, cpu_backward, NULL};

@@ -12,9 +12,11 @@
  * Storage T is float, bf16 or f16; every product, exponential and sum is float32 (delta's sum double).
  * This is SIMT float32 arithmetic (about 2 FMAs per score element per pass): correct and linear in memory, but far
  * from tensor-core FlashAttention or cuDNN's fused attention; it has not run on a GPU (none was available), only under
- * the host emulation (tests/tools/cuda_emu). */
-#include "attention/attention.h"
-#include "common/cuda_check.h"
+ * the host emulation (tests/tools/cuda_emu).
+ * The op table's functions ask attention_cudnn.cu first: cuDNN's fused attention takes bf16/fp16 shapes it can run
+ * (after a first call checked against these kernels), these kernels the rest (float32 always, every call under
+ * VX_ATTN_CUDA=own). The host emulation links a stub that always answers "own" (tests/tools/cuda_emu). */
+#include "attention/attention_cudnn.h"
 
 #define ATT_CPT 16  /* columns per thread */
 #define ATT_TILE 32 /* keys (forward, dq) or queries (dk/dv) per shared-memory tile */
@@ -272,9 +274,8 @@ static dim3 grid_of(const AttentionShape *s, int rows, int tpr) {
         }                                                                                                      \
     } while (0)
 
-static void attention_forward_cuda(const AttentionShape *s, const void *q, const void *k, const void *v, void *o,
-                                   float *lse) {
-    check(s);
+static void attention_own_forward(const AttentionShape *s, const void *q, const void *k, const void *v, void *o,
+                                  float *lse) {
     if (!s->batch || !s->tq) return;
     const AttArgs p = args_of(s, 0.0f);
     cudaStream_t st = vx_cuda_stream();
@@ -287,10 +288,9 @@ static void attention_forward_cuda(const AttentionShape *s, const void *q, const
     LAUNCH_CHECK("att_forward_kernel");
 }
 
-static void attention_backward_cuda(const AttentionShape *s, const void *q, const void *k, const void *v,
-                                    const void *o, const void *dout, const float *lse, float *delta, void *dq,
-                                    void *dk, void *dv, float beta) {
-    check(s);
+static void attention_own_backward(const AttentionShape *s, const void *q, const void *k, const void *v,
+                                   const void *o, const void *dout, const float *lse, float *delta, void *dq,
+                                   void *dk, void *dv, float beta) {
     if (!s->batch) return;
     const AttArgs p = args_of(s, beta);
     const long rows = (long)s->batch * s->heads * s->tq;
@@ -316,5 +316,34 @@ static void attention_backward_cuda(const AttentionShape *s, const void *q, cons
 
 /* ---- the CUDA backend's table (ops.def) ---------------------------------------------------------------------- */
 
-extern "C" const AttentionOps attention_ops_cuda = {{op_supports_all_types}, attention_forward_cuda,
-                                                    attention_backward_cuda};
+static size_t attention_workspace_bytes_cuda(const AttentionShape *s) {
+    check(s);
+    return attention_cudnn_workspace_bytes(s);
+}
+
+static const char *last[2] = {"own", "own"}; /* the path of each function's last call (bench kernels' rows) */
+static const char *last_path(int fn) { return last[fn == ATTENTION_BACKWARD]; }
+
+static void attention_forward_cuda(const AttentionShape *s, const void *q, const void *k, const void *v, void *o,
+                                   float *lse, void *workspace) {
+    check(s);
+    last[0] = "cudnn";
+    if (attention_cudnn_forward(s, q, k, v, o, lse, workspace, attention_own_forward)) return;
+    last[0] = "own";
+    attention_own_forward(s, q, k, v, o, lse);
+}
+
+static void attention_backward_cuda(const AttentionShape *s, const void *q, const void *k, const void *v,
+                                    const void *o, const void *dout, const float *lse, float *delta, void *dq,
+                                    void *dk, void *dv, float beta, void *workspace) {
+    check(s);
+    last[1] = "cudnn";
+    if (attention_cudnn_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta, workspace,
+                                 attention_own_backward))
+        return;
+    last[1] = "own";
+    attention_own_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta);
+}
+
+extern "C" const AttentionOps attention_ops_cuda = {{op_supports_all_types}, attention_workspace_bytes_cuda,
+                                                    attention_forward_cuda, attention_backward_cuda, last_path};

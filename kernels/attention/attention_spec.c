@@ -3,7 +3,7 @@
  * KernelCase.params. Rows whose columns hold no sampled element (op_check.c's stride, large cases) are skipped; the
  * columns between heads*d and a row stride ld are not the op's and stay unchecked. The backward's o and lse are the
  * float64 forward of the case's q k v (as the forward would leave them), except for cases too large to do that in
- * fill; its delta lives in the case's workspace. Work: FlashAttention's count, 4 tq tk d per (batch, head) forward
+ * fill; its delta lives in the case's workspace, ahead of the backend's own (workspace_bytes: cuDNN's). Work: FlashAttention's count, 4 tq tk d per (batch, head) forward
  * (two products) and 10 backward (five). */
 #include <math.h>
 #include <stdlib.h>
@@ -71,10 +71,11 @@ static void fwd_setup(KernelCase *k, const OpHead *ops) {
                           count_of(&s, s.tq, s.ld_o), (long)s.batch * s.heads * s.tq},
                  (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT}, 0xF, 0);
     k->flops = 4.0 * pairs(&s);
+    k->workspace = table(ops)->workspace_bytes(&s);
 }
 static void fwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const AttentionShape s = shape_of(k);
-    table(ops)->forward(&s, b[0], b[1], b[2], b[3], b[4]);
+    table(ops)->forward(&s, b[0], b[1], b[2], b[3], b[4], ws);
 }
 static void fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const AttentionShape s = shape_of(k);
@@ -93,6 +94,12 @@ static void fwd_ref(const KernelCase *k, const float *const *in, double *const *
 
 /* ---- backward: q k v o dO lse -> dq dk dv (beta), delta in the workspace ---------------------------------- */
 
+/* delta's part of the case's workspace, rounded up to 256 bytes so the backend's part after it stays aligned */
+static size_t delta_bytes(const AttentionShape *s) {
+    const size_t rows = (size_t)s->batch * s->heads * s->tq;
+    return (sizeof(float) * (rows > 0 ? rows : 1) + 255) / 256 * 256;
+}
+
 static void bwd_setup(KernelCase *k, const OpHead *ops) {
     const AttentionShape s = typed(k);
     const long nq = count_of(&s, s.tq, s.ld_q), nk = count_of(&s, s.tk, s.ld_k), nv = count_of(&s, s.tk, s.ld_v);
@@ -100,11 +107,13 @@ static void bwd_setup(KernelCase *k, const OpHead *ops) {
     op_spec_bufs(k, 9, (long[]){nq, nk, nv, no, no, rows, nq, nk, nv},
                  (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_OUT}, 0x1DF, 0x1C0);
     k->flops = 10.0 * pairs(&s);
-    k->workspace = sizeof(float) * (size_t)(rows > 0 ? rows : 1);
+    k->workspace = delta_bytes(&s) + table(ops)->workspace_bytes(&s);
 }
 static void bwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const AttentionShape s = shape_of(k);
-    table(ops)->backward(&s, b[0], b[1], b[2], b[3], b[4], b[5], ws, b[6], b[7], b[8], k->beta);
+    const size_t own = table(ops)->workspace_bytes(&s);
+    table(ops)->backward(&s, b[0], b[1], b[2], b[3], b[4], b[5], ws, b[6], b[7], b[8], k->beta,
+                         own ? (char *)ws + delta_bytes(&s) : NULL);
 }
 static void bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const AttentionShape s = shape_of(k);

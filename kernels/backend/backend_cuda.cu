@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "common/cuda_check.h"
+#include "attention/attention.h"
 #include "conv3d/conv3d.h"
 
 /* ---- state ------------------------------------------------------------------------------------------------ */
@@ -306,6 +307,7 @@ static void teardown(void) {
         pthread_mutex_unlock(&g.mu);
     }
     conv3d_cuda_cache_clear();
+    attention_cuda_cache_clear();
     for (int i = 0; i < BACKEND_TIMER_SLOTS; i++) {
         if (g.timer[i]) cudaEventDestroy(g.timer[i]);
         g.timer[i] = NULL;

@@ -26,6 +26,8 @@
  *           float64 against every key, at the timed shape itself (32768 included: about 1500 rows x 32768 keys,
  *           seconds). The backward's o and lse at 4096 tokens and above are not the forward's (att_fill: too large
  *           to compute in double there), which the check does not need: reference and op read the same inputs.
+ *           On a GPU the rows name the path the timed calls ran ("cudnn": cuDNN's fused attention, "own": the own
+ *           kernel; VX_ATTN_CUDA picks, attention_cudnn.cu), in the log line, the JSON ("path") and the table.
  *
  * Test-only hooks (tests/integration/test_bench_kernels.py): VX_TEST_WRONG_OP=name corrupts that op's first
  * output element before the check, so the check must fail; VX_TEST_SLOW_OP=name[:factor] calls that op `factor`
@@ -178,6 +180,7 @@ typedef struct {
     double fraction_best;  /* the same at the fastest call (load only ever slows a call) */
     double local_ceiling;  /* the probe next to the case (CPU; 0 on a GPU) */
     double local_fraction;      /* the median call against it: what ci/regress compares */
+    char path[16];              /* the implementation the timed calls ran, where the op has several ("" else) */
 } CaseResult;
 
 static int cmp_d(const void *a, const void *b) {
@@ -327,8 +330,13 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         const double after = gpu ? 0 : probe_rate(&probe, op->compute_bound);
         r->local_ceiling = before > after ? before : after;
         r->rate = (op->compute_bound ? k->flops : k->bytes) / r->med * 1e-9;
-        vx_log("%-24s %-34s %s  %9.1f us  %8.2f %s\n", op->name, k->shape, r->ok ? "ok    " : "FAILED",
-               r->med * 1e6, r->rate, op->compute_bound ? "GFLOP/s" : "GB/s");
+        /* attention on the GPU: cuDNN's fused attention or the own kernel, as the timed calls ran */
+        const char *path = strncmp(op->name, "attention_", 10) == 0 && be->attention->last_path
+                               ? be->attention->last_path(op->fn)
+                               : NULL;
+        snprintf(r->path, sizeof r->path, "%s", path ? path : "");
+        vx_log("%-24s %-34s %s  %9.1f us  %8.2f %s%s%s\n", op->name, k->shape, r->ok ? "ok    " : "FAILED",
+               r->med * 1e6, r->rate, op->compute_bound ? "GFLOP/s" : "GB/s", path ? "  path " : "", path ? path : "");
         if (!r->ok)
             vx_log("  %s check FAILED: %s (error %.3g > tolerance %.3g)\n", op->name, r->detail, r->err, r->tol);
         if (ws) be->release(ws);
@@ -400,6 +408,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "op", op->name);
         cJSON_AddStringToObject(e, "shape", k->shape);
+        if (r->path[0]) cJSON_AddStringToObject(e, "path", r->path); /* attention on a GPU: cudnn or own */
         cJSON_AddStringToObject(e, "bound", op->compute_bound ? "compute" : "memory");
         cJSON_AddStringToObject(e, "check", r->ok ? "ok" : "FAILED");
         cJSON_AddNumberToObject(e, "error", r->err);
@@ -440,8 +449,8 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         if (!want[cases[c].op]) continue;
         const KernelOp *op = &ops[cases[c].op];
         const CaseResult *r = &res[c];
-        len += (size_t)snprintf(md + len, cap - len, "| %s | %s | %s (%.1e) | %.1f us | %.2f %s | %.1f%% |\n", op->name,
-                                cases[c].shape, r->ok ? "ok" : "**FAILED**", r->err, r->med * 1e6, r->rate,
+        len += (size_t)snprintf(md + len, cap - len, "| %s | %s%s%s%s | %s (%.1e) | %.1f us | %.2f %s | %.1f%% |\n",
+                                op->name, cases[c].shape, r->path[0] ? " (" : "", r->path, r->path[0] ? ")" : "", r->ok ? "ok" : "**FAILED**", r->err, r->med * 1e6, r->rate,
                                 op->compute_bound ? "GFLOP/s" : "GB/s", 100 * r->fraction);
     }
     len += (size_t)snprintf(md + len, cap - len,

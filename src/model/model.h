@@ -177,7 +177,7 @@ typedef struct {
     int64_t seed;               /* train.seed: the latent noise's stream (and the checkpoint's seed) */
     int world;                  /* ranks (0 or 1: one): SyncBatchNorm's counts and survival's global batch */
     int pad_all_types;          /* conv_pad.h's rule in float32 too (tests: padding changes no result); 0 in runs */
-    int no_workspace;           /* plan the convolutions' workspace as empty and ask the backend nothing about it: a
+    int no_workspace;           /* plan the convolutions' and attention's workspace as empty and ask the backend nothing about it: a
                                    lower bound of the bytes (hw_plan's batch search); 0 in runs */
     int ema;                    /* train.ema_decay > 0: the weights' moving average as the buffer MODEL_EMA_BUFFER */
 } ModelOptions;

@@ -170,8 +170,8 @@ static void plan_memory(Model *m) {
         if (nd->kind == OP_MAXPOOL)
             nd->arg = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(int32_t), i, T - i);
         if (nd->kind == OP_LAYERNORM) nd->stats = plan_add(&m->plan, 2 * (size_t)nd->ln.rows * sizeof(float), i, T - i);
-        if (nd->kind == OP_ATTENTION)
-            nd->stats = plan_add(&m->plan, 2 * (size_t)nd->att.batch * nd->att.heads * nd->att.tq * sizeof(float), i, T - i);
+        if (nd->kind == OP_ATTENTION) /* lse, then delta from a 16-byte boundary (cuDNN's tensors are aligned) */
+            nd->stats = plan_add(&m->plan, 2 * attention_rows_padded(&nd->att) * sizeof(float), i, T - i);
         if (nd->kind == OP_GEMM && nd->gemm.epilogue != GEMM_EPI_NONE) { /* the pre-activation, and its gradient */
             const size_t bytes = (size_t)nd->gemm.m * nd->gemm.n * dtype_size(nd->gemm.dtype);
             nd->aux = plan_add(&m->plan, bytes, i, T - i);
@@ -189,6 +189,10 @@ static void plan_memory(Model *m) {
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
         if (nd->kind == OP_CONV && !m->no_workspace) {
             size_t w = m->be->conv3d->workspace_bytes(&nd->conv);
+            if (w > ws) ws = w;
+        }
+        if (nd->kind == OP_ATTENTION && !m->no_workspace) { /* cuDNN's fused attention (attention_cudnn.cu) */
+            size_t w = m->be->attention->workspace_bytes(&nd->att);
             if (w > ws) ws = w;
         }
         if (nd->kind == OP_CONV) conv_pad_plan(m, nd, i, T); /* padded channels' buffers, where it has them */

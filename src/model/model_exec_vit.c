@@ -44,7 +44,8 @@ void vit_forward_node(Model *m, const Node *nd, const void *x, const void *x1, v
     case OP_ATTENTION: {
         const size_t block = (size_t)nd->att.heads * nd->att.d * dtype_size(nd->att.dtype);
         const char *k = keys_of(nd, x, x1);
-        be->attention->forward(&nd->att, x, k, k + block, y, (float *)exec_item(m, nd->stats));
+        be->attention->forward(&nd->att, x, k, k + block, y, (float *)exec_item(m, nd->stats),
+                               exec_item(m, m->workspace_item));
         break;
     }
     case OP_POS: {
@@ -100,9 +101,9 @@ void vit_backward_node(Model *m, const Node *nd, const void *x, const void *x1, 
         char *dk = x1 ? (char *)dx1 : (char *)dx + block;
         VX_CHECK(dx && dk && (!x1 || nd->dx_beta[1] == nd->dx_beta[0]),
                  "attention %s: its inputs need gradients written alike", nd->name);
-        float *lse = (float *)exec_item(m, nd->stats), *delta = lse + (long)nd->att.batch * nd->att.heads * nd->att.tq;
+        float *lse = (float *)exec_item(m, nd->stats), *delta = lse + attention_rows_padded(&nd->att);
         be->attention->backward(&nd->att, x, k, k + block, exec_act_bwd(m, nd->out), dy, lse, delta, dx, dk,
-                                dk + block, nd->dx_beta[0]);
+                                dk + block, nd->dx_beta[0], exec_item(m, m->workspace_item));
         break;
     }
     case OP_POS: {

@@ -8,7 +8,10 @@
  * `test_attention --bench T [d heads]` times the tiled forward and backward against the naive forward on one batch
  * entry (same BLAS, same threads) and prints the figures; it asserts nothing (timing is not a unit test).
  * `test_attention --dump DIR` writes two cases' inputs and outputs (DIR/<case>.shape, DIR/<case>.<tensor>.f32) for
- * tests/integration/test_attention_torch.py, which checks them against PyTorch in float64. */
+ * tests/integration/test_attention_torch.py, which checks them against PyTorch in float64.
+ * `test_attention --dump DIR cuda bf16|f16` does the same on the CUDA backend in that storage type (the inputs written
+ * as the rounded values the op read, the outputs converted to float32), through whatever path VX_ATTN_CUDA picks
+ * (cuDNN's fused attention or the own kernel); exit 77 with "skipped: ..." when no GPU is usable. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +27,7 @@
 #include <time.h>
 
 #include "attention/attention.h"
+#include "backend/backend.h"
 #include "common/rng.h"
 
 static float *rnd(long n, unsigned seed, float amp) {
@@ -74,8 +78,8 @@ static void check_fd(AttentionShape s) {
     float *o = rnd(no, 5, 0.0f), *lse = rnd((long)s.batch * s.heads * s.tq, 6, 0.0f);
     float *delta = rnd((long)s.batch * s.heads * s.tq, 7, 0.0f);
     float *g[3] = {rnd(nq, 8, 0.0f), rnd(nk, 9, 0.0f), rnd(nv, 10, 0.0f)};
-    attention_ops_cpu.forward(&s, q, k, v, o, lse);
-    attention_ops_cpu.backward(&s, q, k, v, o, r, lse, delta, g[0], g[1], g[2], 0.0f);
+    attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
+    attention_ops_cpu.backward(&s, q, k, v, o, r, lse, delta, g[0], g[1], g[2], 0.0f, NULL);
     double *x[3] = {widen(q, nq), widen(k, nk), widen(v, nv)};
     const long n[3] = {nq, nk, nv};
     const int ld[3] = {s.ld_q, s.ld_k, s.ld_v};
@@ -139,7 +143,7 @@ static void test_against_naive(void **state) {
     const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k);
     float *q = rnd(nq, 1, 3.0f), *k = rnd(nk, 2, 1.0f), *v = rnd(nk, 3, 1.0f);
     float *o = rnd(nq, 4, 0.0f), *o2 = rnd(nq, 5, 0.0f), *lse = rnd((long)s.heads * s.tq, 6, 0.0f);
-    attention_ops_cpu.forward(&s, q, k, v, o, lse);
+    attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
     naive_forward(&s, q, k, v, o2);
     double worst = 0;
     for (long i = 0; i < nq; i++) worst = fabs(o[i] - o2[i]) > worst ? fabs(o[i] - o2[i]) : worst;
@@ -156,8 +160,8 @@ static float *run_all(const AttentionShape *s, int threads, long *count) {
     float *out = rnd(*count, 6, 0.0f);
     float *o = out, *dq = o + nq, *dk = dq + nq, *dv = dk + nk, *lse = dv + nk;
     omp_set_num_threads(threads);
-    attention_ops_cpu.forward(s, q, k, v, o, lse);
-    attention_ops_cpu.backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f);
+    attention_ops_cpu.forward(s, q, k, v, o, lse, NULL);
+    attention_ops_cpu.backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f, NULL);
     omp_set_num_threads(2);
     free(q), free(k), free(v), free(dout), free(delta);
     return out;
@@ -188,9 +192,9 @@ static int bench(int T, int d, int heads) {
     double best[3] = {1e30, 1e30, 1e30};
     for (int rep = 0; rep < 3; rep++) {
         double t0 = now();
-        attention_ops_cpu.forward(&s, q, k, v, o, lse);
+        attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
         double t1 = now();
-        attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, g, g + n, g + 2 * n, 0.0f);
+        attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, g, g + n, g + 2 * n, 0.0f, NULL);
         double t2 = now();
         best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
         best[1] = t2 - t1 < best[1] ? t2 - t1 : best[1];
@@ -231,15 +235,54 @@ static void write_f32(const char *dir, const char *name, const char *what, const
     }
 }
 
-/* one case's inputs (q k v dout) and the CPU op's outputs (o lse dq dk dv), and its shape as text */
-static void dump_case(const char *dir, const char *name, AttentionShape s) {
+/* The CUDA backend's forward and backward of s (storage s.dtype) on host float32 buffers: inputs rounded to the
+ * storage type in place (what the op reads), outputs back as float32. */
+static void run_cuda(const Backend *be, const AttentionShape *s, float *const in[4], float *const out[5],
+                     const long n[9]) {
+    const size_t es = dtype_size(s->dtype), rows = (size_t)s->batch * s->heads * s->tq;
+    void *dev[9];
+    for (int i = 0; i < 9; i++) {
+        const int f32 = i == 5; /* lse */
+        const size_t bytes = (size_t)(n[i] > 0 ? n[i] : 1) * (f32 ? sizeof(float) : es);
+        dev[i] = be->alloc(bytes);
+        if (i < 4) { /* q k v dout */
+            void *h = malloc(bytes);
+            dtype_convert((size_t)n[i], DT_F32, in[i], s->dtype, h);
+            dtype_convert((size_t)n[i], s->dtype, h, DT_F32, in[i]);
+            be->copy_to_device(dev[i], h, bytes);
+            free(h);
+        }
+    }
+    const size_t ws_bytes = be->attention->workspace_bytes(s);
+    void *delta = be->alloc(sizeof(float) * (rows ? rows : 1)), *ws = ws_bytes ? be->alloc(ws_bytes) : NULL;
+    /* dev: q k v dout o lse dq dk dv */
+    be->attention->forward(s, dev[0], dev[1], dev[2], dev[4], dev[5], ws);
+    be->attention->backward(s, dev[0], dev[1], dev[2], dev[4], dev[3], dev[5], delta, dev[6], dev[7], dev[8], 0.0f, ws);
+    be->synchronize();
+    for (int i = 4; i < 9; i++) {
+        const int f32 = i == 5;
+        const size_t bytes = (size_t)(n[i] > 0 ? n[i] : 1) * (f32 ? sizeof(float) : es);
+        void *h = malloc(bytes);
+        be->copy_to_host(h, dev[i], bytes);
+        dtype_convert((size_t)n[i], f32 ? DT_F32 : s->dtype, h, DT_F32, out[i - 4]);
+        free(h);
+    }
+}
+
+/* one case's inputs (q k v dout) and the op's outputs (o lse dq dk dv), and its shape as text; be NULL: the CPU */
+static void dump_case(const char *dir, const char *name, AttentionShape s, const Backend *be) {
     const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k), nv = elems(&s, s.tk, s.ld_v);
     const long no = elems(&s, s.tq, s.ld_o), rows = (long)s.batch * s.heads * s.tq;
     float *q = rnd(nq, 11, 2.0f), *k = rnd(nk, 12, 1.0f), *v = rnd(nv, 13, 1.0f), *dout = rnd(no, 14, 1.0f);
     float *o = rnd(no, 15, 0.0f), *lse = rnd(rows, 16, 0.0f), *delta = rnd(rows, 17, 0.0f);
     float *dq = rnd(nq, 18, 0.0f), *dk = rnd(nk, 19, 0.0f), *dv = rnd(nv, 20, 0.0f);
-    attention_ops_cpu.forward(&s, q, k, v, o, lse);
-    attention_ops_cpu.backward(&s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f);
+    if (be) {
+        run_cuda(be, &s, (float *const[4]){q, k, v, dout}, (float *const[5]){o, lse, dq, dk, dv},
+                 (const long[9]){nq, nk, nv, no, no, rows, nq, nk, nv});
+    } else {
+        attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
+        attention_ops_cpu.backward(&s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f, NULL);
+    }
     char path[512];
     snprintf(path, sizeof path, "%s/%s.shape", dir, name);
     FILE *f = fopen(path, "w");
@@ -254,19 +297,36 @@ static void dump_case(const char *dir, const char *name, AttentionShape s) {
     free(q), free(k), free(v), free(dout), free(o), free(lse), free(delta), free(dq), free(dk), free(dv);
 }
 
-static int dump(const char *dir) {
-    AttentionShape packed = attention_shape(2, 3, 37, 37, 16, DT_F32);
+/* the cases; on the GPU with head dims that are multiples of 8 and 16-byte rows (what cuDNN's graph takes) */
+static int dump(const char *dir, const char *device, const char *type) {
+    const Backend *be = NULL;
+    DType dt = DT_F32;
+    if (device) {
+        if (strcmp(device, "cuda") != 0 || !type || (strcmp(type, "bf16") != 0 && strcmp(type, "f16") != 0)) {
+            fprintf(stderr, "test_attention: --dump DIR [cuda bf16|f16]\n");
+            return 2;
+        }
+        dt = strcmp(type, "bf16") == 0 ? DT_BF16 : DT_F16;
+        char why[256];
+        if (!backend_cuda_init(0, why, sizeof why)) {
+            printf("skipped: no CUDA device (%s)\n", why);
+            return 77;
+        }
+        be = backend_cuda();
+    }
+    AttentionShape packed = attention_shape(2, 3, 37, 37, 16, dt);
     packed.ld_q = packed.ld_k = packed.ld_v = 3 * packed.heads * packed.d; /* rows of a packed QKV */
-    dump_case(dir, "self_packed", packed);
-    dump_case(dir, "cross", attention_shape(1, 2, 20, 300, 32, DT_F32)); /* more keys than a CPU tile */
-    AttentionShape peaked = attention_shape(1, 1, 70, 70, 64, DT_F32);
+    dump_case(dir, "self_packed", packed, be);
+    dump_case(dir, "cross", attention_shape(1, 2, 20, 300, 32, dt), be); /* more keys than a CPU tile */
+    AttentionShape peaked = attention_shape(1, 1, 70, 70, 64, dt);
     peaked.scale = 1.0f;
-    dump_case(dir, "peaked", peaked);
+    dump_case(dir, "peaked", peaked, be);
+    if (be) backend_cuda_shutdown();
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc > 2 && strcmp(argv[1], "--dump") == 0) return dump(argv[2]);
+    if (argc > 2 && strcmp(argv[1], "--dump") == 0) return dump(argv[2], argc > 3 ? argv[3] : NULL, argc > 4 ? argv[4] : NULL);
     if (argc > 2 && strcmp(argv[1], "--bench") == 0)
         return bench(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 64, argc > 4 ? atoi(argv[4]) : 1);
     const struct CMUnitTest tests[] = {

@@ -21,3 +21,15 @@ void vx_cuda_fail(const char *file, int line, const char *what, const char *, co
 }
 // vx_reduce_finalize and its kernel: run.sh compiles them from common/cuda_device.cu itself (finalize_emu.cpp).
 int vx_cuda_capturing = 0;
+// attention_cudnn.cu (cuDNN's fused attention) is not emulated: its dispatch always answers "the own kernel runs it".
+#include "attention/attention_cudnn.h"
+int attention_cudnn_forward(const AttentionShape *, const void *, const void *, const void *, void *, float *, void *,
+                            AttOwnForward) {
+    return 0;
+}
+int attention_cudnn_backward(const AttentionShape *, const void *, const void *, const void *, const void *,
+                             const void *, const float *, float *, void *, void *, void *, float, void *,
+                             AttOwnBackward) {
+    return 0;
+}
+size_t attention_cudnn_workspace_bytes(const AttentionShape *) { return 0; }
