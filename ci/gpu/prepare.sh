@@ -19,7 +19,8 @@ cd "$(dirname "$0")/../.."
 OBJ=${VX_GPU_OBJ:-build/gpu-obj}
 DIR=${VX_GPU_DIR:-build/gpu}
 ARCH=${ARCH:--march=x86-64-v3}
-GPU_TESTS=(test_backend_ops test_cuda_backend test_trace test_cudnn_descriptors test_comm_nccl) # the unit tests with GPU paths
+GPU_TESTS=(test_backend_ops test_cuda_backend test_trace test_cudnn_descriptors test_comm_nccl test_attention
+           test_attention_cudnn test_gemm_lt) # the unit tests with GPU paths (test_attention: --dump for test_attention_cuda.py)
 
 command -v ldd >/dev/null || { echo "gpu.sh --prepare: ldd is needed to gather libraries" >&2; exit 2; }
 t0=$EPOCHREALTIME

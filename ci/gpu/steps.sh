@@ -78,18 +78,18 @@ step_detect() {
     return $rc
 }
 
-# the unit tests with GPU paths other than the op tests: cuDNN descriptors against this machine's cuDNN, live CUPTI
+# the unit tests with GPU paths other than the op tests: cuDNN descriptors (convolutions, and attention's graphs)
+# against this machine's cuDNN, live CUPTI, cuBLASLt's alignments
 step_unit() {
     local t rc=0 parts=()
-    for t in test_cudnn_descriptors test_trace; do
+    for t in test_cudnn_descriptors test_trace test_attention_cudnn test_gemm_lt; do
         echo "=== $t"
         VX_REQUIRE_GPU=1 "$VX_TESTS/$t" >"$VX_STEP_DIR/$t.log" 2>&1 || rc=1
         cat "$VX_STEP_DIR/$t.log"
         grep -q 'SKIPPED\|^skipped' "$VX_STEP_DIR/$t.log" && { echo "a skip on a GPU machine is a failure"; rc=1; }
         parts+=("$t $(cmocka_counts "$VX_STEP_DIR/$t.log")")
     done
-    figure "${parts[0]}"
-    figure "${parts[1]}"
+    for t in "${parts[@]}"; do figure "$t"; done
     return $rc
 }
 
