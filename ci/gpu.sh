@@ -60,7 +60,7 @@ register driver      10  5 step_driver      "the driver and the NVIDIA libraries
 register libs         5  5 step_libs        "every binary's libraries resolve through the carried library path (ldd)"
 register detect      45 15 step_detect      "detect --device cuda chooses the GPU; cuDNN has an algorithm for every conv of the shipped configs in f32/bf16/fp16"
 register unit        30  0 step_unit        "cuDNN descriptors (convolutions, attention's graphs) against this cuDNN; live CUPTI records; cuBLASLt alignments"
-register ops        150 60 step_ops         "the op table in f32/bf16/fp16 against float64, the CUDA backend's tests, one per process; attention with cuDNN and own kernel forced"
+register ops        150 35 step_ops         "the op table in f32/bf16/fp16 against float64, the CUDA backend's tests, one per process; attention with cuDNN and own kernel forced"
 register integration 120 40 step_integration "tests/integration/test_cuda.py: fp32 against the CPU, bf16/fp16, graphs"
 register memcheck    60  0 step_memcheck    "compute-sanitizer memcheck: the op tests and 3 training steps"
 register racecheck   40  0 step_racecheck   "compute-sanitizer racecheck: the kernels that reduce in shared memory"
