@@ -74,10 +74,7 @@ static int env_mode(void) {
 
 static int log_on(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("VX_ATTN_LOG");
-        on = e && e[0] && strcmp(e, "0") != 0;
-    }
+    if (on < 0) on = vx_env_flag("VX_ATTN_LOG");
     return on;
 }
 

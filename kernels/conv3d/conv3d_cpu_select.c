@@ -52,10 +52,7 @@ static int mode = -1; /* -1: VX_CONV_CPU not read yet; else CONV_MODE_* */
 static int log_state = -1;
 
 static int conv_log(void) {
-    if (log_state < 0) {
-        const char *e = getenv("VX_CONV_LOG");
-        log_state = e && e[0] && strcmp(e, "0") != 0;
-    }
+    if (log_state < 0) log_state = vx_env_flag("VX_CONV_LOG");
     return log_state;
 }
 
@@ -389,17 +386,18 @@ int conv3d_cpu_adopt(const Conv3dShape *s, const int path[3], const char *whose)
             return 0;
     }
     Choice *c = find_choice(s, threads);
-    if (!c) {
+    const int fresh = !c;
+    if (fresh) {
         c = vx_calloc(1, sizeof *c);
         c->s = *s, c->threads = threads;
-        keep(c);
     }
     for (int dir = 0; dir < 3; dir++) {
         c->path[dir] = path[dir];
         memset(c->ms[dir], 0, sizeof c->ms[dir]);
         log_choice(c, dir, whose, NULL);
     }
-    c->ws = chosen_workspace(c);
+    if (fresh) keep(c);
+    else c->ws = chosen_workspace(c);
     return 1;
 }
 

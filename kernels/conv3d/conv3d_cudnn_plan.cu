@@ -98,10 +98,7 @@ static const char *math_name(cudnnMathType_t m) {
 
 static int log_state = -1; /* -1: VX_CONV_LOG not read yet */
 int conv_log_on(void) {
-    if (log_state < 0) {
-        const char *e = getenv("VX_CONV_LOG");
-        log_state = e && e[0] && strcmp(e, "0") != 0;
-    }
+    if (log_state < 0) log_state = vx_env_flag("VX_CONV_LOG");
     return log_state;
 }
 

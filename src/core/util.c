@@ -140,6 +140,11 @@ void vx_log(const char *fmt, ...) {
     fflush(stdout);
 }
 
+int vx_env_flag(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
 double vx_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -66,3 +66,6 @@ __attribute__((format(printf, 1, 2))) void vx_log(const char *fmt, ...);
 
 /* Monotonic wall clock in seconds. */
 double vx_now(void);
+
+/* An environment switch such as VX_CONV_LOG=1: on when set, not empty and not "0". Read at each call. */
+int vx_env_flag(const char *name);
