@@ -33,13 +33,12 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
 
 import pytest
 
 import conftest
 from conftest import metrics, needs_mpirun, run
+from test_ranks_agree import torchrun  # a torchrun environment set by hand, one process per rank
 
 QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
          "train.log_every=1"]
@@ -173,18 +172,9 @@ def ddp_on_tcp(world, model, out):
     """DDP's 20-step run of runs.get(model, world) on the TCP communicator (a torchrun environment set by hand): the
     same ranks, data, kernels and arithmetic, only each all-reduced sum in another order (rank order 0, 1, 2, ...
     where the MPI ring starts each block at another rank)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    args = ["train", *MODELS[model], "--steps", STEPS, "--out", out, "--zero", "0", *ACCUM, *BUCKETS, *QUIET]
-    procs = [subprocess.Popen([conftest.VOXSCALE, *map(str, args)], cwd=conftest.ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
-                                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                                       VX_RENDEZVOUS_PORT=str(port))) for r in range(world)]
-    errs = [p.communicate(timeout=300)[1] for p in procs]
-    assert all(p.returncode == 0 for p in procs), errs[0][-2000:]
+    args = [*MODELS[model], "--steps", STEPS, "--out", out, "--zero", "0", *ACCUM, *BUCKETS, *QUIET]
+    codes, outs = torchrun([args] * world, timeout=300)
+    assert codes == [0] * world, outs[0][1][-2000:]
     return curve(out)
 
 
