@@ -1,4 +1,4 @@
-/* cpu_gemm.h: the CPU's instruction set, and the float32 GEMM every CPU kernel calls, on kernels that match it.
+/* cpu_gemm.h: the float32 GEMM every CPU kernel calls, on kernels that match it.
  *
  * OpenBLAS picks its kernels from a table of CPUs it knows: 0.3.21 (Debian 12) does not know Emerald Rapids and falls
  * back to its Prescott (SSE3) kernels there, 4x slower than the CPU can go, without a word. So the GEMMs go through
@@ -9,25 +9,8 @@
 #pragma once
 #include <stddef.h>
 
-/* the vector tiers that decide the float32 GEMM kernels, in order */
-typedef enum { ISA_SSE, ISA_AVX, ISA_AVX2, ISA_AVX512 } CpuVecTier;
+#include "common/cpu_isa.h"
 
-typedef struct {
-    char model[128];    /* /proc/cpuinfo's model name */
-    CpuVecTier tier;    /* the widest float32 vectors the CPU runs (AVX-512: F, BW, VL, DQ) */
-    int avx512_bf16;    /* AVX512-BF16 (vdpbf16ps): bf16 dot products with float32 accumulation */
-    int amx_bf16;       /* AMX tiles with bf16 */
-    /* both from cpuid and cpuinfo; VX_CPU_HIDE=avx512_bf16,amx_bf16 clears them (tests only: the refusal of
-     * train.precision bf16 on a CPU without them is then tested on one with them) */
-} CpuIsa;
-
-const CpuIsa *cpu_isa(void);
-const char *cpu_tier_name(CpuVecTier t); /* "AVX-512", "AVX2", "AVX", "SSE" */
-/* "AVX-512, AVX512-BF16" (and ", AMX-BF16") */
-void cpu_isa_describe(char *buf, size_t len);
-
-/* The tier of an OpenBLAS kernel family ("Cooperlake" -> AVX-512, "Zen" -> AVX2, "Prescott" -> SSE). */
-CpuVecTier cpu_gemm_openblas_tier(const char *corename);
 /* 1 when the GEMMs run on oneDNN's sgemm (OpenBLAS's kernels are older than the CPU, or VX_GEMM=onednn). */
 int cpu_gemm_uses_onednn(void);
 /* "OpenBLAS 0.3.21, Cooperlake kernels (AVX-512)" or "oneDNN 2.6.3 sgemm (avx512_core_bf16): OpenBLAS 0.3.21 would

@@ -59,6 +59,7 @@ static Prim *cache;
 
 static void dnnl_start(void) {
     if (engine) return;
+    (void)cpu_isa(); /* VX_CPU_ISA's cap reaches oneDNN before its first primitive */
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success || dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success)
         vx_fatal("oneDNN: cannot create its CPU engine and stream");
 }
@@ -71,6 +72,7 @@ const char *conv3d_dnnl_version(void) {
 }
 
 const char *conv3d_dnnl_isa(void) {
+    (void)cpu_isa(); /* VX_CPU_ISA's cap first: asking oneDNN fixes its maximum */
     const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()); /* "cpu_isa_avx512_core_bf16" */
     return strncmp(s, "cpu_isa_", 8) == 0 ? s + 8 : s;
 }

@@ -9,6 +9,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/probe.h"
+#include "common/cpu_isa.h"
 #include "core/config.h"
 #include "core/util.h"
 #include "model/hw.h"
@@ -204,6 +205,7 @@ int main(int argc, char **argv) {
         usage_main(stdout);
         return 0;
     }
+    (void)cpu_isa(); /* a bad VX_CPU_ISA is refused before any command writes or prints anything */
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "detect") == 0) return cmd_detect(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);

@@ -1,0 +1,32 @@
+/* cpu_isa.h: the CPU's vector instruction set as the CPU kernels dispatch on it (cpu_isa.c), and VX_CPU_ISA, the one
+ * switch that runs a machine as if it had less: the float32 GEMM's choice (cpu_gemm.h), oneDNN's kernels (its maximum
+ * ISA is set before its first use) and the bf16 refusal all follow the capped level, so an AVX-512 machine also runs
+ * the AVX2 paths an AVX2 machine would (ci/isa_sweep.sh). OpenBLAS picks its kernels when it loads, before any code of
+ * ours runs: a cap below them is refused with the OPENBLAS_CORETYPE to set, never silently half applied. */
+#pragma once
+#include <stddef.h>
+
+/* the vector tiers that decide the float32 GEMM kernels, in order */
+typedef enum { ISA_SSE, ISA_AVX, ISA_AVX2, ISA_AVX512 } CpuVecTier;
+
+typedef struct {
+    char model[128];    /* /proc/cpuinfo's model name */
+    CpuVecTier tier;    /* the widest float32 vectors the kernels may use (AVX-512: F, BW, VL, DQ) */
+    int avx512_bf16;    /* AVX512-BF16 (vdpbf16ps): bf16 dot products with float32 accumulation */
+    int amx_bf16;       /* AMX tiles with bf16 */
+    /* from cpuid and cpuinfo, then capped by VX_CPU_ISA; VX_CPU_HIDE=avx512_bf16,amx_bf16 clears the last two (tests
+     * only: the refusal of train.precision bf16 on a CPU without them is then tested on one with them) */
+    char cap[16];       /* VX_CPU_ISA's level when it lowered anything, else "" */
+    char full[96];      /* what the CPU itself has, described as cpu_isa_describe does, when capped */
+} CpuIsa;
+
+/* The levels VX_CPU_ISA takes, lowest first: avx2 (AVX2 + FMA, oneDNN avx2), avx512 (AVX-512 F/BW/VL/DQ, oneDNN
+ * avx512_core), avx512_bf16 (and AVX512-BF16, oneDNN avx512_core_bf16), amx (and AMX-BF16, oneDNN
+ * avx512_core_amx). Unset, empty or "native": the CPU's own. A level above the CPU's, an unknown name, or a level
+ * below the OpenBLAS kernels already loaded is a usage error (exit 2) naming what to set. */
+const CpuIsa *cpu_isa(void);
+const char *cpu_tier_name(CpuVecTier t); /* "AVX-512", "AVX2", "AVX", "SSE" */
+/* "AVX-512, AVX512-BF16" (and ", AMX-BF16"); capped: "AVX2 (VX_CPU_ISA=avx2 on a CPU with AVX-512, AVX512-BF16)" */
+void cpu_isa_describe(char *buf, size_t len);
+/* The tier of an OpenBLAS kernel family ("Cooperlake" -> AVX-512, "Zen" -> AVX2, "Prescott" -> SSE). */
+CpuVecTier cpu_gemm_openblas_tier(const char *corename);
