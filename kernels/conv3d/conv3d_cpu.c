@@ -18,7 +18,8 @@
  * chunks, classes in the same order, the same GEMMs, so its results are the same bits.
  *
  * Threading: the rows are cut into chunks sized from the shape alone (conv_chunk_rows, about 2 MB of column
- * matrix, so it is still cache-hot when the GEMM reads it). OpenMP threads take whole chunks: each
+ * matrix, so it is still cache-hot when the GEMM reads it); the forward's chunks start at every sample's first row,
+ * so that a sample's outputs do not depend on its slot in the batch. OpenMP threads take whole chunks: each
  * gathers its chunk into its own slice of the workspace and runs a single-threaded sgemm on it. Measured on the
  * 2-core machine this is several times faster than alternating OpenMP gathers with OpenBLAS-threaded GEMMs,
  * whose two spinning thread pools fight over the cores (by 10x when another process is running). OpenBLAS is
@@ -213,16 +214,21 @@ static long fwd_chunk_rows(const Conv3dShape *s) {
 
 void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, const float *bias,
                         const float *residual, float *y, void *workspace) {
-    const long P = out_positions(s), K = conv3d_taps(s) * s->c_in;
+    const long K = conv3d_taps(s) * s->c_in;
     const int co = s->c_out, pw = is_pointwise(s);
-    const long R = fwd_chunk_rows(s), nch = ceil_div(P, R);
+    /* chunks of R rows start at every sample's first output position: BLAS kernels round a row by its place in their
+     * register blocks (OpenBLAS's Haswell sgemm by its place among 12), so a sample's rows must meet the GEMM at the
+     * same places in every slot of every batch for its outputs to be the same bits (what predict promises) */
+    const long Ps = (long)s->od * s->oh * s->ow, R = fwd_chunk_rows(s), per_sample = ceil_div(Ps, R);
+    const long nch = s->n * per_sample;
     const int saved = blas_serial_begin();
 #pragma omp parallel num_threads(conv_threads())
     {
         float *col = pw ? NULL : (float *)workspace + omp_get_thread_num() * R * K; /* [R][K] */
 #pragma omp for schedule(dynamic, 1)
         for (long c = 0; c < nch; c++) {
-            const long p0 = c * R, rows = min_l(R, P - p0);
+            const long in_sample = c % per_sample * R, p0 = c / per_sample * Ps + in_sample;
+            const long rows = min_l(R, Ps - in_sample);
             if (!pw) im2col(s, x, p0, rows, col);
             float *yc = y + p0 * co; /* [rows][c_out] */
             for (long r = 0; r < rows; r++)

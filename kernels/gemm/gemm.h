@@ -15,7 +15,8 @@
  * gradient: dW = dY^T X with trans_a 1, beta 1 to accumulate); bias, db float32. Every product accumulates in float32
  * (CPU: BLAS sgemm; GPU: cuBLASLt with float32 compute, or the own tiled kernel), each output element's sum over k in
  * a fixed order: results do not depend on the thread count, and a rerun is bit-identical.
- * A transformer Linear y = x W^T + b over rows = tokens: matmul(m rows, n out, k in, trans_b 1, bias); its backward
+ * A transformer Linear y = x W^T + b over rows = tokens: matmul(m rows, n out, k in, trans_b 1, bias, sample_rows =
+ * tokens per sample, so a sample's rows are the same bits in any slot of any batch); its backward
  * dX = dY W (trans 0 0) and dW += dY^T X (trans_a 1, c_f32, beta 1), db from bias_grad. */
 #pragma once
 #include "common/dtype.h"
@@ -41,6 +42,12 @@ typedef struct {
     int epilogue; /* GemmEpilogue */
     int c_f32;    /* C float32 (epilogue NONE only) */
     DType dtype;  /* A, B, aux, and C unless c_f32 */
+    /* Rows of A and C that belong to one sample (trans_a 0; 0: rows not tied to samples). The CPU cuts its jobs at
+     * every sample's first row, so a sample's rows meet the BLAS kernel at the same places whatever the sample's slot
+     * in the batch: BLAS kernels round a row by its place in their register blocks (OpenBLAS's Haswell sgemm by its
+     * place among 12), and a row straddling another place in another slot would give other bits. The GPU's kernels
+     * compute every row of a call alike and ignore it. */
+    int sample_rows;
 } GemmShape;
 
 /* The op's sub-table (kernels/backend/ops.def): be->gemm->... */

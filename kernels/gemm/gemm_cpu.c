@@ -2,7 +2,8 @@
  * matmul: the work is cut into jobs of (batch entry, GEMM_ROWS rows of C), each one single-threaded sgemm on one
  * OpenMP thread (OpenBLAS switched to one thread for the call, as linear_cpu.c does) followed by its epilogue on the
  * same rows; the jobs depend on the shape only and each output element's sum over k is one sgemm's, so the bits do
- * not depend on the thread count. bias_grad: partials in double per fixed chunk of GEMM_ROWS rows, added in order. */
+ * not depend on the thread count. With sample_rows the rows of C are cut per sample first (jobs start at each
+ * sample's first row), so they do not depend on the sample's slot either. bias_grad: partials in double per fixed chunk of GEMM_ROWS rows, added in order. */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,13 +55,16 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     const int dgelu = s->epilogue == GEMM_EPI_DGELU_TANH || s->epilogue == GEMM_EPI_DGELU_ERF;
     if (dgelu && (!auxv || beta != 0.0f || bias)) vx_fatal("gemm: the DGELU epilogue needs aux, beta 0 and no bias");
     if (!s->m || !s->n) return;
-    const long chunks = (s->m + GEMM_ROWS - 1) / GEMM_ROWS, jobs = (long)s->batch * chunks;
+    /* rows of C in blocks of `block` (a sample's rows, or all m): jobs of GEMM_ROWS rows start at each block's first */
+    const long block = s->sample_rows > 0 && !s->trans_a && s->m % s->sample_rows == 0 ? s->sample_rows : s->m;
+    const long per_block = (block + GEMM_ROWS - 1) / GEMM_ROWS, chunks = s->m / block * per_block;
+    const long jobs = (long)s->batch * chunks;
     const int lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
     const int saved = blas_serial_begin();
 #pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
     for (long job = 0; job < jobs; job++) {
-        const long i = job / chunks, r0 = (job % chunks) * GEMM_ROWS;
-        const long rows = r0 + GEMM_ROWS <= s->m ? GEMM_ROWS : s->m - r0;
+        const long i = job / chunks, blk = job % chunks / per_block, in_blk = (job % chunks % per_block) * GEMM_ROWS;
+        const long r0 = blk * block + in_blk, rows = in_blk + GEMM_ROWS <= block ? GEMM_ROWS : block - in_blk;
         const float *a = (const float *)av + i * s->stride_a + (s->trans_a ? r0 : r0 * s->k);
         const float *b = (const float *)bv + i * s->stride_b;
         float *c = (float *)cv + i * s->stride_c + r0 * s->n;

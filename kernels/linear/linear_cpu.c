@@ -1,6 +1,9 @@
 /* linear_cpu.c: the float32 CPU fully connected layer (linear.h).
- *   forward        y [n][out] = x [n][in] w [out][in]^T (+ b), one sgemm per fixed chunk of LIN_CHUNK rows
- *   backward_data  dx [n][in] = [beta*dx +] dy [n][out] w [out][in], likewise
+ *   forward        y [n][out] = x [n][in] w [out][in]^T (+ b), one sgemm per row: a row is a sample (the head of a
+ *                  network), and BLAS kernels round a row by its place in their register blocks (OpenBLAS's Haswell
+ *                  sgemm by its place among 12), so only a call per row gives a sample the same bits in every slot
+ *                  of every batch (what predict and validation promise); the head is a sliver of the network's work
+ *   backward_data  dx [n][in] = [beta*dx +] dy [n][out] w [out][in], one sgemm per fixed chunk of LIN_CHUNK rows
  *   backward_filter dw [out][in] = [beta*dw +] sum over n of dy[n][o] x[n][i], db [out] = [beta*db +] sum of dy,
  *                  in double, each output summed over the samples in order
  * Deterministic: the chunks depend on the shape only and each runs a single-threaded sgemm on one OpenMP thread
@@ -25,18 +28,14 @@ static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
 
 static void linear_forward_cpu(const LinearShape *s, const float *x, const float *w, const float *b, float *y) {
     check(s);
-    const long nch = ((long)s->n + LIN_CHUNK - 1) / LIN_CHUNK;
     const int saved = blas_serial_begin();
-#pragma omp parallel for schedule(static) if (nch > 1)
-    for (long c = 0; c < nch; c++) {
-        const long r0 = c * LIN_CHUNK, rows = r0 + LIN_CHUNK <= s->n ? LIN_CHUNK : s->n - r0;
-        float *yc = y + r0 * s->out;
-        memset(yc, 0, sizeof(float) * (size_t)(rows * s->out)); /* sgemm's beta 0 is not relied on to ignore NaN */
-        cpu_sgemm(0, 1, (int)rows, s->out, s->in, 1.0f, x + r0 * s->in, s->in, w,
-                    s->in, 0.0f, yc, s->out);
+#pragma omp parallel for schedule(static) if (s->n > 1)
+    for (long r = 0; r < s->n; r++) {
+        float *yr = y + r * s->out;
+        memset(yr, 0, sizeof(float) * (size_t)s->out); /* sgemm's beta 0 is not relied on to ignore NaN */
+        cpu_sgemm(0, 1, 1, s->out, s->in, 1.0f, x + r * s->in, s->in, w, s->in, 0.0f, yr, s->out);
         if (b)
-            for (long r = 0; r < rows; r++)
-                for (int o = 0; o < s->out; o++) yc[r * s->out + o] += b[o];
+            for (int o = 0; o < s->out; o++) yr[o] += b[o];
     }
     blas_serial_end(saved);
 }

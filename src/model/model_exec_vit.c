@@ -90,7 +90,7 @@ void vit_backward_node(Model *m, const Node *nd, const void *x, const void *x1, 
         if (dx) { /* dx [rows][in] = dpre W */
             const GemmShape dd = {.batch = 1, .m = f->m, .n = f->k, .k = f->n, .stride_a = (long)f->m * f->n,
                                   .stride_b = (long)f->n * f->k, .stride_c = (long)f->m * f->k, .alpha = 1.0f,
-                                  .dtype = f->dtype};
+                                  .dtype = f->dtype, .sample_rows = f->sample_rows};
             be->gemm->matmul(&dd, dpre, exec_weight(m, nd->weight), NULL, dx, NULL, nd->dx_beta[0]);
         }
         break;

@@ -365,6 +365,11 @@ static void vit_gemm(void) {
     gemm_case("gemm", gemm_shape(3, 17, 9, 40, 1, 1, 0, 1.0f, 0), 1, 0, 1, 1);  /* both transposed */
     gemm_case("gemm", gemm_shape(3, 33, 12, 20, 0, 1, 1, 1.0f, 0), 1, 1, 1, 1); /* one weight for every batch entry */
     gemm_case("gemm", gemm_shape(2, 5, 7, 0, 0, 0, 0, 1.0f, 0), 1, 0, 1, 1);   /* k 0: bias (and beta C) only */
+    GemmShape per_sample = gemm_shape(2, 3 * 27, 20, 33, 0, 1, 1, 1.0f, 0); /* a Linear over 3 samples' 27 tokens: */
+    per_sample.sample_rows = 27;                                             /* the CPU's jobs cut per sample */
+    gemm_case("gemm", per_sample, 1, 1, 1, 1);
+    per_sample.sample_rows = 1; /* rows that are samples (adaLN's conditioning): a job per row */
+    gemm_case("gemm", per_sample, 1, 0, 1, 1);
     gemm_case("gemm", gemm_shape(96, 64, 64, 64, 0, 1, 0, 0.125f, 0), 0, 0, 2, 0);
     KernelCase k = {0};
     const GemmShape bg = {.m = 5000, .n = 16}; /* many partial-sum blocks */
