@@ -7,8 +7,14 @@ import subprocess
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# VOXSCALE names another binary (ci/gpu.sh points it at the build it carried to a GPU machine).
-VOXSCALE = os.path.abspath(os.environ.get("VOXSCALE") or os.path.join(ROOT, "build", "voxscale"))
+# The build the tests drive: BUILD (relative to the repo root, or absolute; default build) holds voxscale, the unit
+# test binaries in tests/ and the test tools in tests/tools/ (ci/isa_sweep.sh points it at a build for another ISA
+# level). VOXSCALE names another binary alone (ci/gpu.sh points it at the build it carried to a GPU machine; the
+# sanitizer step at the ASan build), VX_TESTS another folder of test binaries.
+BUILD = os.path.join(ROOT, os.environ.get("BUILD") or "build")
+VOXSCALE = os.path.abspath(os.environ.get("VOXSCALE") or os.path.join(BUILD, "voxscale"))
+TESTS = os.path.abspath(os.environ.get("VX_TESTS") or os.path.join(BUILD, "tests"))
+TOOLS = os.path.join(BUILD, "tests", "tools")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,3 +67,15 @@ def built_binary():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "host_only: a check of a GPU test file's own logic, run without a GPU too")
+
+
+def pytest_report_header(config):
+    """The CPU the binary dispatches for (its ISA level, VX_CPU_ISA's cap, the GEMM and convolution kernels): results
+    that depend on the kernels' arithmetic are read against it (issue 41)."""
+    try:
+        p = subprocess.run([VOXSCALE, "detect", "--config", os.path.join("configs", "test", "tiny.json"),
+                            "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "voxscale detect: %s" % e
+    lines = [line for line in p.stdout.splitlines() if line.startswith("device:")]
+    return "voxscale %s: %s" % (VOXSCALE, lines[0] if lines else "detect said: " + (p.stdout + p.stderr)[-300:])

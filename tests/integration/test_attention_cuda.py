@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, TESTS
 from test_attention_torch import heads, load
 
 # ci/gpu.sh runs the carried unit tests from VX_TESTS (the GPU machine has no build/ of its own)
-BIN = os.path.join(os.environ.get("VX_TESTS") or os.path.join(ROOT, "build", "tests"), "test_attention")
+BIN = os.path.join(TESTS, "test_attention")
 BOUND = {"bf16": 1.6e-2, "f16": 2e-3}
 CASES = ["self_packed", "cross", "peaked"]
 _runs = {}

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, TESTS
 
-BIN = os.path.join(ROOT, "build", "tests", "test_attention")
+BIN = os.path.join(TESTS, "test_attention")
 
 
 def load(d, case, what):

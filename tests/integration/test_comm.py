@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, TOOLS
 
-CHECK = os.path.join(ROOT, "build", "tests", "tools", "comm_check")
+CHECK = os.path.join(TOOLS, "comm_check")
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--tag-output"]
 TAGGED = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$")
 # How long after its deadline a rank may take to end. Measured here: 0.00-0.06 s (tcp and mpi). Allowed: rank 0's

@@ -11,11 +11,11 @@ import zlib
 import numpy as np
 import pytest
 
-from conftest import ROOT, metrics, run
+from conftest import ROOT, TOOLS, metrics, run
 
 nib = pytest.importorskip("nibabel", reason="python3-nibabel is not installed; ci/deps.sh installs it")
 # VX_DATA_PROBE names another build's probe (checking a test against an older build, say)
-PROBE = os.environ.get("VX_DATA_PROBE") or os.path.join(ROOT, "build", "tests", "tools", "data_probe")
+PROBE = os.environ.get("VX_DATA_PROBE") or os.path.join(TOOLS, "data_probe")
 NIB_DATA = os.path.join(os.path.dirname(nib.__file__), "tests", "data")
 
 

@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 import pytest
 
-from conftest import ROOT, metrics, run
+from conftest import ROOT, VOXSCALE, metrics, run
 from test_data import data_config, nib, write_dataset, write_png
 
 
@@ -415,7 +415,7 @@ def test_a_run_that_ended_before_its_first_checkpoint_is_taken_over(tmp_path):
     out = tmp_path / "run"
     args = ["train", "--config", "configs/test/tiny.json", "--out", out, "--set", "train.ckpt_every=0",
             "--set", "train.val_samples=0", "--set", "train.log_every=1"]
-    proc = subprocess.Popen([os.environ.get("VOXSCALE") or os.path.join(ROOT, "build", "voxscale"),
+    proc = subprocess.Popen([VOXSCALE,
                              *map(str, args), "--steps", "100000"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     deadline = __import__("time").time() + 60

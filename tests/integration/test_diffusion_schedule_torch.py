@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, TESTS
 
-BIN = os.path.join(ROOT, "build", "tests", "test_diffusion_schedule")
+BIN = os.path.join(TESTS, "test_diffusion_schedule")
 T = 1000
 
 

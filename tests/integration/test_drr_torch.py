@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT
+from conftest import ROOT, TESTS
 
-BIN = os.path.join(ROOT, "build", "tests", "test_drr")
+BIN = os.path.join(TESTS, "test_drr")
 
 
 def load(d, case, what):
