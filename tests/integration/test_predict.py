@@ -4,7 +4,7 @@
   the written NIfTI keeps the input's header (qform and sform codes, units, description) and its affine, moved to the
   crop (equal to the input's where nothing is cropped) and, for the latent mean, to the coarser grid (nibabel reads
   them);
-- resnet3d: two MPI ranks and other batch sizes give one process's predictions.csv;
+- resnet3d: two MPI ranks and other batch sizes give one process's predictions.csv, byte for byte;
 - safetensors written by the reference library (F64, BF16) initialise a model to exactly their values, and our
   exports read back there with their metadata;
 - bad input: damaged safetensors files (header length, JSON, dtype, shape, overlap, offsets out of the file),
@@ -135,10 +135,9 @@ def test_resnet_predict_ranks_and_batches_agree(tmp_path):
     assert "shared by the ranks" in p.stdout
     a, b = rows(one), rows(two)
     assert len(a) == 7 and [r["path"] for r in a] == [r["path"] for r in b]
-    for x, y in zip(a, b):
-        assert x["class"] == y["class"]
-        for c in range(3):
-            assert abs(float(x["prob_%d" % c]) - float(y["prob_%d" % c])) < 1e-6
+    # a volume's outputs are the same bytes in any slot of any batch on any rank (issue 41: the kernels' rows are cut
+    # per sample), so the two tables are the same text
+    assert (one / "predictions.csv").read_bytes() == (two / "predictions.csv").read_bytes(), (a, b)
 
 
 def test_reference_files_read_and_ours_read_there(tmp_path):
