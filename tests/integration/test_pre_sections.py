@@ -1,8 +1,10 @@
-"""Behaviour unchanged by moving Config into sections (issue 26, part 2): three short CPU runs, made with the binary
-of commit 2729dcc (before any layout change) and committed under tests/fixtures/pre-sections/ (its README says
-how), are rerun with this build and must give the same bytes: every checkpoint, samples.tsv, the resolved
-config.json, and every logged value that is not a time. `train --help-config` must print what 2729dcc printed.
-Keys added to the schema since (ADDED_SINCE, at their defaults) are the one difference allowed in both.
+"""Behaviour unchanged by moving Config into sections (issue 26, part 2), and since: three short CPU runs are rerun with
+this build and must give the bytes committed under tests/fixtures/pre-sections/ (its README says how they were
+made): every checkpoint, samples.tsv, the resolved config.json, and every logged value that is not a time.
+`train --help-config` must print what 2729dcc printed. Keys added to the schema since (ADDED_SINCE, at their
+defaults) are the one difference allowed in both. The config files are 2729dcc's (before any layout change); the
+checkpoints and losses are 3fb50cc's, made when issue 41 cut the im2col forward's GEMMs per sample (which changes
+the bits of a batch's later samples by design) on the CPU type machine.json names.
 
 The runs reach every config section: the phantom run (model, train with accumulation, output), a real-data run
 (data: a CSV of NIfTI volumes, crops, padding, percentile clipping, augmentation, a sliding cache; train: two
@@ -12,6 +14,7 @@ they are compared whole; config.json names the run directory in output.dir, the 
 it by "<out>"."""
 import json
 import os
+import re
 
 import pytest
 
@@ -33,14 +36,20 @@ DIST = ["--config", REL + "/tiny/input.json", "--device", "cpu", "--gpus", "2", 
 
 
 def _cpu_signature():
-    """The CPU model and the vector extensions that can change float rounding (vector widths, FMA, OpenBLAS's
-    kernel choice): the fixture's bytes hold for the CPU they were made on, with this build's -march=native."""
+    """The CPU model, the vector extensions that can change float rounding (vector widths, FMA) and the GEMM kernels
+    the dispatch runs (OpenBLAS's own choice, or oneDNN's sgemm where OpenBLAS's kernels are older than the CPU): the
+    fixture's bytes hold for the CPU they were made on, with this build's -march=native. The GEMM is part of it
+    because one VM model name ("AMD EPYC", the same flags) has come with hosts on which OpenBLAS picked other kernels,
+    and then every checkpoint differed."""
     with open("/proc/cpuinfo") as f:
         text = f.read()
     model = next((l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("model name")), "")
     flags = next((l.split(":", 1)[1].split() for l in text.splitlines() if l.startswith("flags")), [])
+    p = run("detect", "--config", os.path.join("configs", "test", "tiny.json"), "--device", "cpu")
+    gemm = re.search(r"GEMM: ([^;]*)", p.stdout)
     return {"model": model, "isa": sorted(f for f in flags if f in ("avx", "avx2", "fma", "avx512f", "avx512bw",
-                                                                     "avx512vl", "avx512_bf16", "avx512_vnni"))}
+                                                                     "avx512vl", "avx512_bf16", "avx512_vnni")),
+            "gemm": gemm.group(1) if gemm else p.stdout}
 
 
 @pytest.fixture(autouse=True)
@@ -56,10 +65,11 @@ def same_cpu_as_the_fixture():
     with open(os.path.join(FIX, "machine.json")) as f:
         made_on = json.load(f)
     here = _cpu_signature()
-    if here != {"model": made_on["model"], "isa": made_on["isa"]}:
-        pytest.skip("the pre-sections fixture was made on %s (%s); this CPU is %s (%s), whose float rounding may "
-                    "differ: remake it with the 2729dcc binary as tests/fixtures/pre-sections/README.md says"
-                    % (made_on["model"], " ".join(made_on["isa"]), here["model"], " ".join(here["isa"])))
+    if here != {"model": made_on["model"], "isa": made_on["isa"], "gemm": made_on["gemm"]}:
+        pytest.skip("the pre-sections fixture was made on %s (%s; GEMM: %s); this CPU is %s (%s; GEMM: %s), whose "
+                    "float rounding may differ: remake it as tests/fixtures/pre-sections/README.md says"
+                    % (made_on["model"], " ".join(made_on["isa"]), made_on["gemm"], here["model"],
+                       " ".join(here["isa"]), here["gemm"]))
 
 
 def _read(path, mode="rb"):
@@ -129,10 +139,10 @@ def _assert_metrics(out, fixture):
 
 
 def _assert_same_bytes(a, b, what):
-    assert _read(a) == _read(b), "%s differs from the one 2729dcc wrote" % what
+    assert _read(a) == _read(b), "%s differs from the fixture's" % what
 
 
-def test_phantom_run_gives_the_checkpoints_and_losses_of_2729dcc(tmp_path, same_cpu_as_the_fixture):
+def test_phantom_run_gives_the_fixture_checkpoints_and_losses(tmp_path, same_cpu_as_the_fixture):
     out = tmp_path / "tiny"
     run("train", *TINY, "--out", out)
     for name in ("step_2.ckpt", "step_4.ckpt"):
@@ -141,15 +151,15 @@ def test_phantom_run_gives_the_checkpoints_and_losses_of_2729dcc(tmp_path, same_
     _assert_config_json(out, os.path.join(FIX, "tiny", "config.json"))
 
 
-def test_a_checkpoint_of_2729dcc_resumes_to_its_step_4(tmp_path, same_cpu_as_the_fixture):
-    """Old checkpoints still load (the model fingerprint hashes the same keys) and continue bit for bit."""
+def test_the_fixture_step_2_checkpoint_resumes_to_its_step_4(tmp_path, same_cpu_as_the_fixture):
+    """Older checkpoints still load (the model fingerprint hashes the same keys) and continue bit for bit."""
     out = tmp_path / "resumed"
     run("train", *TINY, "--out", out, "--resume", os.path.join(FIX, "tiny", "step_2.ckpt"))
     _assert_same_bytes(out / "checkpoints" / "step_4.ckpt", os.path.join(FIX, "tiny", "step_4.ckpt"),
-                       "step_4.ckpt resumed from 2729dcc's step_2.ckpt")
+                       "step_4.ckpt resumed from the fixture's step_2.ckpt")
 
 
-def test_real_data_run_gives_the_checkpoint_samples_and_losses_of_2729dcc(tmp_path, same_cpu_as_the_fixture):
+def test_real_data_run_gives_the_fixture_checkpoint_samples_and_losses(tmp_path, same_cpu_as_the_fixture):
     out = tmp_path / "data"
     run("train", *DATA, "--out", out)
     _assert_same_bytes(out / "checkpoints" / "step_4.ckpt", os.path.join(FIX, "data", "run", "step_4.ckpt"),
@@ -159,7 +169,7 @@ def test_real_data_run_gives_the_checkpoint_samples_and_losses_of_2729dcc(tmp_pa
     _assert_config_json(out, os.path.join(FIX, "data", "run", "config.json"))
 
 
-def test_two_rank_run_gives_the_checkpoint_and_losses_of_2729dcc(tmp_path, same_cpu_as_the_fixture):
+def test_two_rank_run_gives_the_fixture_checkpoint_and_losses(tmp_path, same_cpu_as_the_fixture):
     out = tmp_path / "dist"
     run("train", *DIST, "--out", out)
     _assert_same_bytes(out / "checkpoints" / "step_4.ckpt", os.path.join(FIX, "dist", "step_4.ckpt"), "step_4.ckpt")
