@@ -10,6 +10,11 @@
  * this kind of machine measured, and reruns use the same kernels (the bits then repeat: both candidates are
  * deterministic at a fixed thread count). The file is $VX_CONV_CACHE, else $XDG_CACHE_HOME/voxscale/conv-cpu.tsv,
  * else ~/.cache/voxscale/conv-cpu.tsv; VX_CONV_CACHE=off keeps choices in the process only.
+ * The forward is chosen per sample shape (the shape but its batch n): the first batch size that asks measures, and
+ * every other batch size of the shape runs the same path, in the process and through the file (its forward lines
+ * key "n*"). The two paths round differently, and each gives a sample the same bits in any slot of its batch
+ * (conv3d_cpu.c), so one forward path per sample shape is what makes a sample's evaluation outputs the same bytes
+ * whatever the batch size (predict, validation; issue 41). The backward directions stay keyed by the whole shape.
  * VX_CONV_CPU=im2col|onednn forces a path (tests, comparisons; the fixtures made before oneDNN existed pin im2col),
  * VX_CONV_LOG=1 prints each choice with both times and oneDNN's implementation.
  * bf16 math (a shape's bf16_math: train.precision bf16 on a CPU with AVX512-BF16 or AMX) adds a third candidate,
@@ -33,7 +38,7 @@
 #include "conv3d/conv3d_dnnl.h"
 #include "core/util.h"
 
-#define CACHE_FORMAT "v1" /* bump when a candidate changes enough to void earlier measurements */
+#define CACHE_FORMAT "v2" /* bump when a candidate or a key changes (v2: forward lines keyed per sample shape) */
 #define TIE_MARGIN 0.97   /* oneDNN replaces im2col only when at most 97% of its time */
 
 static const char *DIR_NAME[3] = {"forward", "backward-data", "backward-filter"};
@@ -76,10 +81,22 @@ void conv3d_cpu_set_mode(int m) {
     }
 }
 
-static void shape_key(const Conv3dShape *s, char *buf, size_t len) {
-    snprintf(buf, len, "n%d %dx%dx%d c%d->%d k%dx%dx%d s%dx%dx%d p%dx%dx%d", s->n, s->d, s->h, s->w, s->c_in, s->c_out,
+/* "n4 16x16x16 c1->8 k3x3x3 s1x1x1 p1x1x1"; the forward's file lines say "n*" (chosen per sample shape) */
+static void shape_key_dir(const Conv3dShape *s, int dir, char *buf, size_t len) {
+    char n[16];
+    if (dir == CONV3D_FORWARD) snprintf(n, sizeof n, "*");
+    else snprintf(n, sizeof n, "%d", s->n);
+    snprintf(buf, len, "n%s %dx%dx%d c%d->%d k%dx%dx%d s%dx%dx%d p%dx%dx%d", n, s->d, s->h, s->w, s->c_in, s->c_out,
              s->k[0], s->k[1], s->k[2], s->stride[0], s->stride[1], s->stride[2], s->pad[0], s->pad[1], s->pad[2]);
     if (s->bf16_math) snprintf(buf + strlen(buf), len - strlen(buf), " bf16");
+}
+static void shape_key(const Conv3dShape *s, char *buf, size_t len) { shape_key_dir(s, -1, buf, len); }
+
+/* the same shape but for its batch size */
+static int same_sample_shape(const Conv3dShape *a, const Conv3dShape *b) {
+    Conv3dShape x = *a;
+    x.n = b->n;
+    return memcmp(&x, b, sizeof x) == 0;
 }
 
 static const char *PATH_WORD[3] = {"im2col", "onednn", "onednn-bf16"};
@@ -140,7 +157,7 @@ static int cache_lookup(const Conv3dShape *s, int threads, int dir, double ms[3]
     if (!f) return -1;
     char mk[512], sk[160], want[768], line[1024];
     machine_key(threads, mk, sizeof mk);
-    shape_key(s, sk, sizeof sk);
+    shape_key_dir(s, dir, sk, sizeof sk);
     snprintf(want, sizeof want, "%s\t%s\t%s\t", mk, sk, DIR_NAME[dir]);
     int found = -1;
     while (fgets(line, sizeof line, f)) {
@@ -175,7 +192,7 @@ static void cache_store(const Conv3dShape *s, int threads, int dir, int path_cho
     }
     char mk[512], sk[160], line[1024], bf16_ms[32] = "";
     machine_key(threads, mk, sizeof mk);
-    shape_key(s, sk, sizeof sk);
+    shape_key_dir(s, dir, sk, sizeof sk);
     if (s->bf16_math) snprintf(bf16_ms, sizeof bf16_ms, "\t%.4f", ms[2]);
     const int n = snprintf(line, sizeof line, "%s\t%s\t%s\t%s\t%.4f\t%.4f%s\n", mk, sk, DIR_NAME[dir],
                            PATH_WORD[path_chosen], ms[0], ms[1], bf16_ms);
@@ -306,6 +323,13 @@ static Choice *find_choice(const Conv3dShape *s, int threads) {
     return NULL;
 }
 
+/* another batch size's choice of the same sample shape at this thread count, or NULL */
+static Choice *find_sibling(const Conv3dShape *s, int threads) {
+    for (Choice *c = choices; c; c = c->next)
+        if (c->threads == threads && c->s.n != s->n && same_sample_shape(&c->s, s)) return c;
+    return NULL;
+}
+
 /* the workspace the chosen paths of c need */
 static size_t chosen_workspace(const Choice *c) {
     const Conv3dShape f = f32_of(&c->s);
@@ -334,8 +358,19 @@ static Choice *choose(const Conv3dShape *s) {
     c->s = *s, c->threads = threads;
     const int m = conv3d_cpu_mode();
     const Conv3dShape f = f32_of(s);
+    const Choice *sibling = m == CONV_MODE_AUTO ? find_sibling(s, threads) : NULL;
     for (int dir = 0; dir < 3; dir++) {
         char why[200] = "";
+        /* one forward path per sample shape, whatever the batch (where this batch size can run it) */
+        if (dir == CONV3D_FORWARD && sibling &&
+            (sibling->path[dir] == CONV_PATH_IM2COL ||
+             dnnl_candidate(sibling->path[dir] == CONV_PATH_ONEDNN_BF16 ? s : &f, dir, NULL, 0))) {
+            c->path[dir] = sibling->path[dir];
+            char how[64];
+            snprintf(how, sizeof how, "as chosen at batch %d", sibling->s.n);
+            log_choice(c, dir, how, NULL);
+            continue;
+        }
         /* the oneDNN candidate of the shape's own math (float32, or bf16), and under bf16 math its float32 one */
         int usable = m != CONV_MODE_IM2COL && dnnl_candidate(s, dir, why, sizeof why);
         const int usable_f32 = !s->bf16_math ? usable
@@ -398,6 +433,12 @@ int conv3d_cpu_adopt(const Conv3dShape *s, const int path[3], const char *whose)
     }
     if (fresh) keep(c);
     else c->ws = chosen_workspace(c);
+    for (Choice *o = choices; o; o = o->next) /* the other batch sizes of the sample shape: the same forward */
+        if (o != c && o->threads == threads && same_sample_shape(&o->s, s) &&
+            o->path[CONV3D_FORWARD] != path[CONV3D_FORWARD]) {
+            o->path[CONV3D_FORWARD] = path[CONV3D_FORWARD];
+            o->ws = chosen_workspace(o);
+        }
     return 1;
 }
 

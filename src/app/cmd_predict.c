@@ -32,6 +32,7 @@
 #include "model/weights.h"
 #include "parallel/comm.h"
 #include "parallel/launch.h"
+#include "train/conv_agree.h"
 #include "train/runtime.h"
 
 static const char *HELP =
@@ -273,6 +274,9 @@ int cmd_predict(int argc, char **argv) {
     Comm *comm = comm_open(&env, strcmp(rt.be->name, "cuda") == 0, rt.device_reason, cfg->dist.timeout_s);
     if (rank0) fs_mkdirs(a.out);
     comm_wait(comm, comm_barrier(comm, "the start of predict"), NULL); /* (rank 0 made the folder) */
+    /* every rank convolves with rank 0's kernels: ranks that timed them at once could choose differently, and a
+     * volume's bytes would then depend on the rank it fell to */
+    conv_agree(comm, rt.be, m);
     model_allocate(m);
     model_init_params(m, (uint64_t)cfg->train.seed);
     if (a.ckpt) {

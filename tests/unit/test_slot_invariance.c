@@ -1,13 +1,15 @@
-/* test_slot_invariance.c: a sample's evaluation outputs are the same bytes whatever its batch, its slot in the batch
- * and the thread count (the promise `voxscale predict` and validation make), for every family on the CPU backend:
+/* test_slot_invariance.c: a sample's evaluation outputs are the same bytes whatever its batch size and its slot in
+ * the batch (the promise `voxscale predict` and validation make), for every family on the CPU backend:
  *   ae3d (reconstruction and latent mean), resnet3d (the head's outputs), vit3d (reconstruction) and vit3d_diffusion
  *   (the DDIM sample from the sample's views, its noise keyed by the sample's id),
- * each under both CPU convolution paths (im2col + sgemm, oneDNN) at 1 and 2 threads. Sample a is evaluated alone, then
- * in slots 1, 3 and 0 of batches of 3, 4 and 2 filled with another sample b; b alone against its slots likewise.
- * Shapes are chosen so that a sample's rows do not line up with the kernels' blocks (27 tokens, odd spatial sizes,
- * batches of 3): BLAS and oneDNN kernels round a row by its place in their register blocks (OpenBLAS's Haswell sgemm
- * by the row's place among 12, oneDNN's avx2 sgemm at the tail of 32), so only calls whose rows start at the
- * sample's first row keep the promise. ci/isa_sweep.sh runs this under every ISA level the machine has. */
+ * each under both CPU convolution paths (im2col + sgemm, oneDNN) and as measured per shape, at 1 and at 2 threads
+ * (a sample alone and in a batch at the same thread count). Sample a is evaluated alone, then in slots 1, 3 and 0 of
+ * batches of 3, 4 and 2 filled with another sample b; b alone against its slots likewise. Shapes are chosen so that
+ * a sample's rows do not line up with the kernels' blocks (27 tokens, odd spatial sizes, batches of 3): BLAS and
+ * oneDNN kernels round a row by its place in their register blocks (OpenBLAS's Haswell sgemm by the row's place
+ * among 12, oneDNN's avx2 sgemm at the tail of 32), so only calls whose rows start at the sample's first row keep
+ * the promise; and the measured choice must give every batch size of a sample shape the same forward path.
+ * ci/isa_sweep.sh runs this under every ISA level the machine has below its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +24,7 @@
 
 #include "common/cpu_isa.h"
 #include "common/rng.h"
+#include "conv3d/conv3d.h"
 #include "conv3d/conv3d_cpu_select.h"
 #include "model/diffusion_sample.h"
 #include "model_of.h"
@@ -125,11 +128,13 @@ static void check_family(const char *family) {
     static const struct {
         int batch, which[4];
     } runs[] = {{3, {1, 0, 1}}, {4, {1, 1, 1, 0}}, {2, {0, 1}}};
-    const int modes[2] = {CONV_MODE_IM2COL, CONV_MODE_ONEDNN};
-    const char *mode_names[2] = {"im2col", "oneDNN"};
+    /* auto: each shape measured at its first batch size, and the forward of every other batch size of the sample
+     * shape on the same path (the two paths round differently: a choice per batch size would show in the bytes) */
+    const int modes[3] = {CONV_MODE_IM2COL, CONV_MODE_ONEDNN, CONV_MODE_AUTO};
+    const char *mode_names[3] = {"im2col", "oneDNN", "measured"};
     const Config cfg = config_of(family);
     int failures = 0;
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < 3; mi++)
         for (int threads = 1; threads <= 2; threads++) {
             conv3d_cpu_set_mode(modes[mi]);
             omp_set_num_threads(threads);
@@ -168,13 +173,33 @@ static void check_family(const char *family) {
     assert_int_equal(failures, 0);
 }
 
+/* The measured choice: a batch size first seen after another runs the same forward path as it, and a path adopted
+ * for one batch size (rank 0's, conv_agree) becomes every batch size's forward; backward stays per batch size. */
+static void test_one_forward_path_per_sample_shape(void **state) {
+    (void)state;
+    conv3d_cpu_set_mode(CONV_MODE_AUTO);
+    const int k[3] = {3, 3, 3}, st[3] = {1, 1, 1}, pad[3] = {1, 1, 1};
+    const Conv3dShape one = conv3d_shape_3d(1, 6, 5, 7, 3, 8, k, st, pad);
+    const Conv3dShape two = conv3d_shape_3d(2, 6, 5, 7, 3, 8, k, st, pad);
+    const Conv3dShape three = conv3d_shape_3d(3, 6, 5, 7, 3, 8, k, st, pad);
+    assert_true(conv3d_cpu_adopt(&three, (int[]){CONV_PATH_IM2COL, CONV_PATH_ONEDNN, CONV_PATH_ONEDNN}, "the test"));
+    assert_int_equal(conv3d_cpu_path(&one, CONV3D_FORWARD), CONV_PATH_IM2COL); /* measured only backward */
+    assert_true(conv3d_cpu_adopt(&one, (int[]){CONV_PATH_ONEDNN, CONV_PATH_IM2COL, CONV_PATH_IM2COL}, "the test"));
+    assert_int_equal(conv3d_cpu_path(&three, CONV3D_FORWARD), CONV_PATH_ONEDNN);
+    assert_int_equal(conv3d_cpu_path(&three, CONV3D_BACKWARD_DATA), CONV_PATH_ONEDNN); /* its own */
+    assert_int_equal(conv3d_cpu_path(&two, CONV3D_FORWARD), CONV_PATH_ONEDNN);
+    conv3d_cpu_set_mode(CONV_MODE_AUTO);
+}
+
 static void test_ae3d(void **state) { (void)state, check_family("ae3d"); }
 static void test_resnet3d(void **state) { (void)state, check_family("resnet3d"); }
 static void test_vit3d(void **state) { (void)state, check_family("vit3d"); }
 static void test_vit3d_diffusion(void **state) { (void)state, check_family("vit3d_diffusion"); }
 
 int main(void) {
+    setenv("VX_CONV_CACHE", "off", 1); /* the measured choices of this process only: none read from or left in a file */
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_forward_path_per_sample_shape),
         cmocka_unit_test(test_ae3d),
         cmocka_unit_test(test_resnet3d),
         cmocka_unit_test(test_vit3d),
