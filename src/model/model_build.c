@@ -226,7 +226,7 @@ int model_dtype(const char *precision, const Backend *be, DType *out, char *why,
     *out = strcmp(p, "bf16") == 0 ? DT_BF16 : strcmp(p, "fp16") == 0 ? DT_F16 : DT_F32;
     if (be->conv3d->head.supports(CONV3D_FORWARD, *out)) return 1;
     if (*out == DT_BF16 && be->conv3d->bf16_math) { /* the CPU: bf16 as its convolutions' math, float32 storage */
-        char lack[200];
+        char lack[320];
         if (be->conv3d->bf16_math(lack, sizeof lack)) {
             *out = DT_F32;
             return 1;
@@ -261,7 +261,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->t_recon = m->t_mu = m->t_logvar = m->t_z = m->t_out = -1;
     m->target_item = m->gathered_item = m->gathered_grad_item = -1;
     m->t_xt = m->t_views = m->coef_item = m->diff_target_item = m->x0hat_item = m->x0views_item = -1;
-    char why[160];
+    char why[512];
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     m->bf16_math = model_bf16_math(opt->precision, be);
     if (m->family == FAMILY_RESNET3D) build_resnet3d(m);

@@ -16,7 +16,7 @@ void runtime_open(Runtime *rt, const ModelConfig *model, TrainConfig *train, int
 
 void runtime_resolve_precision(TrainConfig *cfg, const Backend *be, const char *device_reason) {
     DType dt;
-    char why[160];
+    char why[512];
     if (!model_dtype(cfg->precision, be, &dt, why, sizeof why))
         vx_usage_error("%s (device: %s: %s); use --amp off, or a machine whose GPU voxscale can use", why, be->name,
                        device_reason);
