@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 passed=0; failed=0; skipped=0; failed_names=(); skipped_names=()
 
+# The instruction set everything below runs on (issue 41: results that depend on the kernels' arithmetic are read
+# against it); ci/isa_sweep.sh, near the end, runs the ISA-sensitive tests again under each lower level.
+echo "=== ISA: $("$BUILD/voxscale" detect --config configs/test/tiny.json --device cpu 2>&1 | grep -m1 '^device:' ||
+               echo "voxscale detect printed no device line")"
+
 # Each cmocka binary prints "[  PASSED  ] N test(s)." and, on failure, "[  FAILED  ] N test(s)..."; count the
 # test cases, and count a binary that dies before its summary as one failure.
 for t in "$BUILD"/tests/test_*; do
@@ -116,6 +121,15 @@ PY
 fi
 [ $rc -eq 0 ] || [ $rc -eq 5 ] || { [ $failed -gt 0 ] || { failed=$((failed + 1)); failed_names+=("pytest rc=$rc"); }; }
 rm -f "$report"
+
+# The unit tests and the ISA-sensitive integration files again under each ISA level this CPU has below its own
+# (ci/isa_sweep.sh: a build per level, VX_CPU_ISA and OPENBLAS_CORETYPE capping the dispatch), so an AVX-512 machine
+# also proves the AVX2 paths. One test; on an AVX2 machine there is no lower level and it says so.
+echo "=== ISA sweep (ci/isa_sweep.sh: the ISA-sensitive tests under each lower ISA level)"
+isa_out=$(bash ci/isa_sweep.sh 2>&1); isa_rc=$?
+printf '%s\n' "$isa_out" | grep -E '^(device:|isa |--- isa|FAILED|ERROR)'
+if [ $isa_rc -eq 0 ]; then passed=$((passed + 1)); else
+    printf '%s\n' "$isa_out" | tail -60; failed=$((failed + 1)); failed_names+=("isa sweep"); fi
 
 # The regression gate (ci/regress): this tree against its parent commit, both built here (x86-64-v3, CPU-only; the
 # parent cached by commit in /var/tmp/voxscale-regress), bench kernels and bench step of the default config timed in

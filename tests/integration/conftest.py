@@ -27,6 +27,31 @@ def conv_choices_of_this_session(tmp_path_factory):
     yield
 
 
+def cpu_levels():
+    """What the dispatch serves on this CPU as the binary sees it (kernels/common/cpu_isa.c): {"avx512": bool,
+    "bf16": bool, "amx": bool, "cap": VX_CPU_ISA's level or None}, the CPU's own flags capped by VX_CPU_ISA and less
+    what VX_CPU_HIDE hides. Tests that depend on an ISA feature ask this, not /proc/cpuinfo alone, so that
+    ci/isa_sweep.sh's lower levels skip or expect what that level runs."""
+    with open("/proc/cpuinfo") as f:
+        flags = set(next(l for l in f if l.startswith("flags")).split(":", 1)[1].split())
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+    have = {"avx512": avx512, "bf16": avx512 and "avx512_bf16" in flags, "amx": {"amx_bf16", "amx_tile"} <= flags}
+    cap = os.environ.get("VX_CPU_ISA") or None
+    if cap == "native":
+        cap = None
+    order = ["avx2", "avx512", "avx512_bf16", "amx"]
+    if cap in order:
+        level = order.index(cap)
+        have["avx512"] &= level >= 1
+        have["bf16"] &= level >= 2
+        have["amx"] &= level >= 3
+    hide = os.environ.get("VX_CPU_HIDE", "").split(",")
+    have["bf16"] &= "avx512_bf16" not in hide
+    have["amx"] &= "amx_bf16" not in hide
+    have["cap"] = cap
+    return have
+
+
 def run(*args, check=True, timeout=600, env=None):
     """Runs voxscale with args from the repo root; returns the CompletedProcess (text)."""
     p = subprocess.run([VOXSCALE, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=timeout,

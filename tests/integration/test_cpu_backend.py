@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import conftest
-from conftest import metrics, mpi, needs_mpirun, run
+from conftest import cpu_levels, metrics, mpi, needs_mpirun, run
 
 TINY = ["--config", "configs/test/tiny.json", "--device", "cpu", "--set", "output.tensorboard=0",
         "--set", "train.val_samples=0"]
@@ -30,12 +30,13 @@ def device_line(out):
 
 def test_device_line_names_the_isa_the_gemm_kernels_and_the_convolutions():
     line = device_line(run("detect", *TINY).stdout)
-    f = flags()
-    isa = "AVX-512" if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= f else "AVX2" if "avx2" in f else None
+    f, levels = flags(), cpu_levels()  # the CPU's own, and as VX_CPU_ISA caps it (ci/isa_sweep.sh)
+    isa = "AVX-512" if levels["avx512"] else "AVX2" if "avx2" in f else None
     if isa:
         assert ", %s" % isa in line, line
-    if "avx512_bf16" in f:
-        assert "AVX512-BF16" in line, line
+    assert ("AVX512-BF16" in line.split("GEMM:")[0].split(" (VX_CPU_ISA=")[0]) == levels["bf16"], line
+    if levels["cap"]:
+        assert "(VX_CPU_ISA=%s on a CPU with " % levels["cap"] in line, line
     assert re.search(r"GEMM: (OpenBLAS [0-9.]+, \w+ kernels|oneDNN [0-9.]+ sgemm)", line), line
     # detect plans and measures nothing: the choice is made at each shape's first call
     assert re.search(r"convolutions: oneDNN [0-9.]+ \(\w+\) or im2col\+sgemm per shape and direction, the faster "

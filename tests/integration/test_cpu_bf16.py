@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from conftest import metrics, run
+from conftest import cpu_levels, metrics, run
 
 TINY = ["--config", "configs/test/tiny.json", "--device", "cpu", "--set", "output.tensorboard=0",
         "--set", "train.val_samples=0", "--set", "train.log_every=1"]
@@ -23,12 +23,13 @@ HIDE = {"VX_CPU_HIDE": "avx512_bf16,amx_bf16"}
 
 
 def cpu_has_bf16():
-    with open("/proc/cpuinfo") as f:
-        flags = set(next(l for l in f if l.startswith("flags")).split(":", 1)[1].split())
-    return "avx512_bf16" in flags or {"amx_bf16", "amx_tile"} <= flags
+    """AVX512-BF16 or AMX-BF16 at the level the dispatch serves (VX_CPU_ISA may hold it below them)"""
+    levels = cpu_levels()
+    return levels["bf16"] or levels["amx"]
 
 
-needs_bf16 = pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has neither AVX512-BF16 nor AMX-BF16")
+needs_bf16 = pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU (at its dispatched ISA level) has neither "
+                                "AVX512-BF16 nor AMX-BF16")
 
 # bf16 rounds the convolutions' inputs to 8 significant bits: over 8 steps of the tiny model the losses stay within
 # 2% of float32's (seen: at most 0.63% here); float32 paths agree to 1e-4 (test_cpu_backend), so a 2% bound cannot
