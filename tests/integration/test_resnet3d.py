@@ -69,7 +69,18 @@ def dumping(out):
     return dict(os.environ, VX_TEST_GRAD_DUMP=str(out))
 
 
-SYNC = ["--set", "model.sync_bn=1", "--set", "train.global_batch=6", "--set", "train.ckpt_every=1"]
+# AdamW's epsilon at 1e-3: at PyTorch's 1e-8 a gradient that is zero in exact arithmetic (a bias before a BatchNorm, a
+# dead unit) is rounding noise that AdamW normalises into a full step of lr, so the runs' sums in another order part
+# by chance (measured: the grad norm of step 4 by 2.2e-4 on the Xeon, 9.1e-4 under forced AVX2 here)
+SYNC = ["--set", "model.sync_bn=1", "--set", "train.global_batch=6", "--set", "train.ckpt_every=1",
+        "--set", "train.adam_eps=1e-3"]
+# What the ranks' runs may differ from one rank by: float32 rounding (FLOOR), or NUDGE_FACTOR times what one ulp on
+# every initial weight does to the one-rank run itself, measured in the same session on the same machine. This net's
+# BatchNorms see one voxel per sample in layer4 (a handful of values per channel), which magnifies rounding, so a
+# figure typed in from one machine failed on another (issue 41: 1.026e-5 against 1e-5 on an AVX2 EPYC). Measured
+# here (natively and under forced AVX2): the ranks 7e-8 to 1.6e-6 at step 1 and 6.6e-7 to 1.7e-5 over 4 steps, the
+# nudge 3.2e-7 to 4.9e-6 and 3.9e-6 to 7.5e-5; plain BatchNorm on 2 ranks differs by 0.15 to 2.2.
+FLOOR, NUDGE_FACTOR = 1e-6, 10
 
 
 @pytest.fixture(scope="module")
@@ -79,17 +90,38 @@ def single(tmp_path_factory):
     return out
 
 
+def nudged_spread(tmp_path, reference, args, steps):
+    """compare() of the reference against itself with every initial weight one float up (VX_TEST_NUDGE_INIT)"""
+    out = tmp_path / "nudged"
+    env = dumping(out)
+    env["VX_TEST_NUDGE_INIT"] = "1"
+    p = run("train", *args, "--out", out, timeout=300, env=env)
+    assert "VX_TEST_NUDGE_INIT" in p.stdout
+    return compare(out, reference, steps)
+
+
+@pytest.fixture(scope="module")
+def single_spread(tmp_path_factory, single):
+    return nudged_spread(tmp_path_factory.mktemp("nudged"), single, ["--config", TINY, "--steps", "4", *SYNC, *QUIET],
+                         4)
+
+
+def assert_within_spread(err, spread, keys):
+    bound = {k: max(FLOOR, NUDGE_FACTOR * spread[k]) for k in keys}
+    bad = {k: (err[k], bound[k]) for k in keys if not err[k] <= bound[k]}
+    assert not bad, "beyond the bound (error, bound): %s; all errors %s; one ulp's %s; ISA %s" % (
+        bad, err, spread, os.environ.get("VX_CPU_ISA", "native"))
+
+
 @pytest.mark.parametrize("world", [2, 3])
-def test_sync_batchnorm_equals_one_rank_with_the_global_batch(tmp_path, single, world):
+def test_sync_batchnorm_equals_one_rank_with_the_global_batch(tmp_path, single, single_spread, world):
     out = tmp_path / "run"
     mpi(world, "train", "--config", TINY, "--steps", "4", "--out", out, *SYNC, *QUIET, env=dumping(out))
     err = compare(out, single, 4)
-    print("\nSyncBatchNorm on %d ranks vs one rank: %s" % (world, err))
-    # the first step (the same parameters on both sides) to float rounding; AdamW's later steps amplify the
-    # summation order's rounding in near-zero gradients (measured: the grad norm of step 4 differs by 2.2e-4 on 2
-    # ranks, where plain BatchNorm differs by 2.2, and the losses by 3e-6)
-    assert err["gradient"] < 1e-5 and err["grad_norm_1"] < 1e-5 and err["running"] < 1e-5, err
-    assert err["loss"] < 1e-5 and err["grad_norm"] < 1e-3, err
+    print("\nSyncBatchNorm on %d ranks vs one rank: %s; one ulp on the weights: %s" % (world, err, single_spread))
+    # step 1 (the same parameters on both sides: gradient, its norm, the running statistics) and the 4 steps' losses
+    # and gradient norms, each within the bound above
+    assert_within_spread(err, single_spread, ("gradient", "grad_norm_1", "running", "loss", "grad_norm"))
 
 
 def test_plain_batchnorm_on_two_ranks_differs(tmp_path, single):
@@ -110,7 +142,7 @@ def test_cox_loss_runs_over_the_global_batch(tmp_path):
     run("train", "--out", one, *args, timeout=300, env=dumping(one))
     mpi(2, "train", "--out", two, *args, env=dumping(two))
     err = compare(two, one, 3)
-    assert err["gradient"] < 1e-5 and err["loss"] < 1e-5, err
+    assert_within_spread(err, nudged_spread(tmp_path, one, args, 3), ("gradient", "loss"))
 
 
 def test_resume_is_exact_with_the_running_statistics(tmp_path):

@@ -11,21 +11,23 @@ Offload on CPU ranks changes nothing (the optimizer state is in host memory alre
 VX_TEST_OFFLOAD_ON_CPU so that the offload path itself (host buffers, chunked copies, adamw_cpu) runs on CPU ranks.
 
 resnet3d with accumulation runs with SyncBatchNorm at lr 3e-4 (configs/test/resnet-tiny.json says lr 3e-3, plain
-BatchNorm); its ZeRO-2 losses are held to DDP's within 1e-6 for steps 1 and 2 (step 2's from parameters that the
-sharded, clipped AdamW step made) and step 1's gradient within 1e-6, but over 20 steps only within 1e-2: ZeRO-2
-reduces every micro-batch to the owners where DDP sums the micro-batches on each rank first, so the float32 sums
-differ in order (7e-8 to 2.4e-7 relative in step 1's gradient), and this ReLU/max-pool/BatchNorm net turns such noise
-into discrete changes (a unit's sign, a pooling window's maximum) within a few steps. Measured when written (24 samples, 2
-micro-batches, 20 steps): 2.1e-4 on 2 ranks, 1.3e-6 on 3, 2.1e-3 on 4 (2.1e-6 by step 5); 3.3e-4 on 2 ranks at
-lr 1e-4; 0.32 on 4 ranks at the config's lr 3e-3 with plain BatchNorm. It is the net's sensitivity, not the sharding:
-without accumulation (the same sums) ZeRO-2 is DDP bit for bit at the config's own settings
-(test_zero2_without_accumulation_is_ddp_bit_for_bit), and ae3d follows DDP to 1e-6 for all 20 steps. And DDP itself,
-run on the TCP communicator instead of the MPI ring (nothing changed but each all-reduced sum's order), leaves its own
-MPI losses by 1.5e-2 (3 ranks) and 2.6e-2 (4 ranks) over the same 20 steps, beyond 1e-6 from step 2, where ZeRO-2
-left DDP by 1.4e-3 and 3.5e-3 (Xeon, 2026-11-27): ZeRO-2 must stay closer to DDP than DDP stays to itself
-(test_resnet3d_zero2_with_accumulation_stays_closer_to_ddp_than_ddp_to_itself_on_another_communicator). No float32
-implementation of this net can promise 1e-6 over 20 steps under a change of summation order, DDP's own across
-communicators (MPI, TCP, NCCL) included.
+BatchNorm) and AdamW's epsilon at 1e-3. ZeRO-2 reduces every micro-batch to the owners where DDP sums the
+micro-batches on each rank first, so the float32 sums differ in order (7e-8 to 2.4e-7 relative in step 1's gradient).
+At PyTorch's epsilon 1e-8 this ReLU/max-pool/BatchNorm net turned such noise into steps of lr: a gradient that is
+zero in exact arithmetic (a bias before a BatchNorm, a dead unit) is rounding noise, which AdamW normalises into a full
+step of either sign, and a BatchNorm over a few values per channel (layer4 sees one voxel per sample) magnifies
+rounding further. Measured over 20 steps: ZeRO-2 vs DDP 2.1e-4 on 3 ranks on this EPYC and 1.84e-4 on an AVX2 EPYC,
+where DDP on the TCP communicator (the same run, each all-reduce summed in another order) left DDP on the MPI ring by
+4.9e-4 and 1.87e-4: no bound typed in from one machine holds there (issue 41). So the 20-step comparison runs where
+rounding is not amplified (epsilon 1e-3: a noise gradient moves its weight by lr x noise / 1e-3, not by lr), and is
+bounded by what a reorder of the same sums does to DDP itself in the same run on the same machine: DDP once more with
+all its gradients in one bucket (the MPI ring then sums each element in another order), its losses' largest relative
+distance from DDP's times ORDER_FACTOR, and never below 1e-6 (float32 rounding of a mean over 24 samples). Measured at
+epsilon 1e-3, natively and under forced AVX2: ZeRO-2 within 2.2e-7 to 3.6e-7 of DDP on 1 to 4 ranks, DDP's own other
+bucketing 0 (2 ranks: a sum of two is the same either way) to 3.1e-7; at 1e-8 the same pairs were 2.3e-5 to 1.4e-3
+and 3.7e-7 to 1.6e-4, and DDP with every initial weight one float up left DDP by 2.7e-2 even at 1e-3. Steps 1-2 and
+step 1's gradient are held to 1e-6 as ae3d's 20 steps are. Without accumulation (the same sums) ZeRO-2 is DDP bit for
+bit at the config's own settings (test_zero2_without_accumulation_is_ddp_bit_for_bit).
 """
 import array
 import functools
@@ -38,7 +40,6 @@ import pytest
 
 import conftest
 from conftest import metrics, needs_mpirun, run
-from test_ranks_agree import torchrun  # a torchrun environment set by hand, one process per rank
 
 QUIET = ["--threads", "1", "--set", "train.val_samples=0", "--set", "output.tensorboard=0", "--set",
          "train.log_every=1"]
@@ -47,13 +48,15 @@ BUCKETS = ["--set", "dist.bucket_mb=0.005", "--set", "dist.first_bucket_mb=0.002
 MODELS = {
     "ae3d": ["--config", "configs/test/tiny.json"],
     "resnet3d": ["--config", "configs/test/resnet-tiny.json", "--set", "model.sync_bn=1", "--set", "train.lr=3e-4",
-                 "--set", "train.min_lr=1e-5"],
+                 "--set", "train.min_lr=1e-5", "--set", "train.adam_eps=1e-3"],
 }
 MODES = {"DDP": ["--zero", "0"], "ZeRO-1": ["--zero", "1"], "ZeRO-2": ["--zero", "2"],
          "ZeRO-2 + offload": ["--zero", "2", "--set", "dist.offload_optimizer=cpu"]}
 OFFLOAD_ENV = dict(os.environ, VX_TEST_OFFLOAD_ON_CPU="1", VX_CONV_CPU="im2col")  # (one_convolution_path, below)
 STEPS = 20
 EARLY = 2  # resnet3d's ZeRO-2 with accumulation: the steps held to 1e-6 (see above)
+ORDER_FACTOR = 10  # resnet3d's 20 steps: within this many times DDP's own distance under another bucketing (above)
+ONE_BUCKET = ["--set", "dist.bucket_mb=25", "--set", "dist.first_bucket_mb=25"]
 CLIP = 1.0  # both configs' train.grad_clip
 # 24 samples a step, 2 micro-batches: 6, 4 and 3 samples per micro-batch per rank on 2, 3 and 4 ranks
 ACCUM = ["--set", "train.global_batch=24", "--set", "train.grad_accum=2"]
@@ -128,6 +131,17 @@ class Runs:
             self.done[key] = res
         return self.done[key]
 
+    def reordered(self, model, world):
+        """DDP's run again with every gradient in one bucket: each all-reduced element summed in another order."""
+        key = (model, world, "one bucket")
+        if key not in self.done:
+            out = self.base / ("%s-%d-DDP-one-bucket" % (model, world))
+            args = ["train", *MODELS[model], "--steps", STEPS, "--out", out, *MODES["DDP"], *ACCUM, *ONE_BUCKET,
+                    *QUIET]
+            mpi(world, *args) if world > 1 else run(*args)
+            self.done[key] = out
+        return self.done[key]
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
@@ -159,42 +173,16 @@ def test_sharded_modes_follow_ddp(runs, model, world):
         errs[mode + ", steps 1-%d" % EARLY] = max_rel({s: got[s] for s in range(1, EARLY + 1)},
                                                       {s: want[s] for s in range(1, EARLY + 1)})
         errs[mode + ", step 1's gradient"] = grad_err(out / "grad_1.rank0.bin", ddp / "grad_1.rank0.bin")
-    print("\n%s on %d ranks, %d of %d steps clipped, max relative error vs DDP: %s" %
-          (model, world, clipped, STEPS, {k: "%.1e" % v for k, v in errs.items()}))
+    bound = 1e-6
+    if model == "resnet3d":  # see the module's comment
+        bound = max(bound, ORDER_FACTOR * max_rel(curve(runs.reordered(model, world)), want))
+    print("\n%s on %d ranks, %d of %d steps clipped, max relative error vs DDP: %s; 20 steps held to %.1e" %
+          (model, world, clipped, STEPS, {k: "%.1e" % v for k, v in errs.items()}, bound))
     assert errs["ZeRO-1"] == 0.0, "ZeRO-1 all-reduces as DDP does: the same floats"
     for mode in ("ZeRO-2", "ZeRO-2 + offload"):
         assert errs[mode + ", step 1's gradient"] < 1e-6, errs
         assert errs[mode + ", steps 1-%d" % EARLY] < 1e-6, errs
-        assert errs[mode] < (1e-6 if model == "ae3d" else 1e-2), errs  # resnet3d: see the module's comment
-
-
-def ddp_on_tcp(world, model, out):
-    """DDP's 20-step run of runs.get(model, world) on the TCP communicator (a torchrun environment set by hand): the
-    same ranks, data, kernels and arithmetic, only each all-reduced sum in another order (rank order 0, 1, 2, ...
-    where the MPI ring starts each block at another rank)."""
-    args = [*MODELS[model], "--steps", STEPS, "--out", out, "--zero", "0", *ACCUM, *BUCKETS, *QUIET]
-    codes, outs = torchrun([args] * world, timeout=300)
-    assert codes == [0] * world, outs[0][1][-2000:]
-    return curve(out)
-
-
-@pytest.mark.parametrize("world", [3, 4])
-def test_resnet3d_zero2_with_accumulation_stays_closer_to_ddp_than_ddp_to_itself_on_another_communicator(
-        runs, tmp_path, world):
-    """What resnet3d's 1e-2 above means. DDP on the MPI ring and DDP on TCP differ in nothing but the order of each
-    all-reduced float32 sum, and their losses part beyond 1e-6 at step 2 already (measured on the Xeon: 1.5e-2 on 3
-    ranks, 2.6e-2 on 4 by step 20; AdamW's first update is about lr x the gradient's sign, which rounding flips
-    where a gradient is near zero). ZeRO-2 with accumulation, on the same ring, differs from DDP only in how the
-    micro-batches are grouped in each sum: it must stay closer to DDP than DDP stays to itself (measured: 1.4e-3 and
-    3.5e-3, first beyond 1e-6 at step 9). 2 ranks are left out: a sum of two is the same in either order."""
-    res = runs.get("resnet3d", world)
-    ddp = curve(res["DDP"][0])
-    other_order = max_rel(ddp_on_tcp(world, "resnet3d", tmp_path / "ddp-tcp"), ddp)
-    for mode in ("ZeRO-2", "ZeRO-2 + offload"):
-        sharded = max_rel(curve(res[mode][0]), ddp)
-        print("\nresnet3d, %d ranks, 20 steps: %s vs DDP %.1e; DDP on TCP vs DDP on MPI %.1e" %
-              (world, mode, sharded, other_order))
-        assert sharded < other_order / 2, (mode, sharded, other_order)
+        assert errs[mode] <= bound, (errs, bound, os.environ.get("VX_CPU_ISA", "native ISA"))
 
 
 def test_zero2_reports_backwards_waits_for_staging_slots_apart_from_the_comm_wait(runs):
