@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ci/isa_sweep.sh: the tests again under every ISA level this CPU has below its own (issue 41), so that an AVX-512
+# ci/isa_sweep.sh: the tests again under the ISA levels this CPU has below its own (issue 41), so that an AVX-512
 # machine also proves the paths an AVX2 machine runs. Each level gets a build of its own for that instruction set
 # (ARCH -march=x86-64-v3 for avx2, x86-64-v4 for the AVX-512 levels; CPU-only) and runs with the dispatch capped there:
 # VX_CPU_ISA=<level> (the GEMM choice, oneDNN's maximum ISA, the bf16 refusal; kernels/common/cpu_isa.h) and, for
@@ -7,10 +7,11 @@
 # Not ONEDNN_MAX_CPU_ISA: voxscale caps its oneDNN through the API, and the PyTorch the reference tests run would take
 # the variable too (its bf16 convolutions refuse AVX2).
 #
-#   ci/isa_sweep.sh            every unit test and the ISA-sensitive integration files (SUBSET below) per level
+#   ci/isa_sweep.sh            every unit test and the ISA-sensitive integration files (SUBSET below) at avx2, and
+#                              at avx512 too on an AMX CPU (the dispatch's vector tiers below the CPU's own)
 #   ci/isa_sweep.sh --full     every unit test and every integration test per level (the whole suite, as a release
 #                              check; about the suite's time per level)
-#   ci/isa_sweep.sh --levels "avx2"   only these levels (each must be below the CPU's own)
+#   ci/isa_sweep.sh --levels "avx2 avx512"   these levels (each must be below the CPU's own)
 #   ISA_SWEEP_PYTEST="-k predict"     extra pytest arguments
 #
 # Prints, per level, the device line the level runs with and "isa <level>: N passed, N failed, N skipped"; the last
@@ -23,8 +24,9 @@ PY=${PYTHON:-.venv/bin/python}
 
 # The integration files whose claims depend on the kernels' arithmetic: bytes equal across batches, slots, ranks,
 # reruns and resumes; agreement with PyTorch, MONAI and float64 within tolerances; tolerances between runs.
-SUBSET=(test_predict.py test_predict_diffusion.py test_resnet3d.py test_cpu_backend.py test_ranks_agree.py
-        test_pytorch.py test_monai.py test_vit3d.py test_vit3d_diffusion.py test_training.py test_memory_savers.py)
+SUBSET=(test_predict.py test_predict_diffusion.py test_resnet3d.py test_zero.py test_cpu_backend.py test_cpu_bf16.py
+        test_ranks_agree.py test_pytorch.py test_monai.py test_vit3d.py test_vit3d_diffusion.py test_training.py
+        test_memory_savers.py)
 
 full=0; levels=""
 while [ $# -gt 0 ]; do
@@ -45,7 +47,13 @@ has avx512f avx512bw avx512vl avx512dq && own+=(avx512)
 has avx512f avx512bw avx512vl avx512dq avx512_bf16 && own+=(avx512_bf16)
 has avx512f amx_bf16 amx_tile && own+=(amx)
 top=${own[${#own[@]}-1]:-none}
-if [ -z "$levels" ]; then levels="${own[*]:0:${#own[@]}-1}"; fi
+# By default the dispatch's two vector tiers below the CPU's own: avx2 always, and avx512 where the CPU's own level
+# adds AMX (the AMX Xeon's float32 paths then run at AVX-512 too). avx512_bf16 differs from avx512 only in the bf16
+# kernels, which the bf16 tests cover at the CPU's own level; --levels names any level below the CPU's.
+if [ -z "$levels" ]; then
+    [ "$top" != avx2 ] && [ "$top" != none ] && levels="avx2"
+    [ "$top" = amx ] && levels="$levels avx512"
+fi
 if [ -z "${levels// /}" ]; then
     echo "isa sweep: this CPU's own level ($top) is the lowest the dispatch has; the suite's own run covers it"
     exit 0

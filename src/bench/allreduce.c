@@ -166,6 +166,9 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "benchmark", "allreduce");
         cJSON_AddStringToObject(j, "device", slug);
+        char isa[420] = "";
+        if (!on_gpu) bench_cpu_isa(isa, sizeof isa);
+        cJSON_AddStringToObject(j, "isa", isa);
         cJSON_AddStringToObject(j, "communicator", c->name);
         cJSON_AddStringToObject(j, "launcher", env.launcher);
         cJSON_AddNumberToObject(j, "ranks", n);

@@ -212,10 +212,13 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                        : m->task == TASK_REGRESSION    ? "MSE"
                        : m->task == TASK_MULTILABEL    ? "BCE"
                                                        : "cross-entropy";
+    char isa[420];
+    bench_isa(&rt, isa, sizeof isa);
     char json[16384];
     int n = snprintf(json, sizeof json,
                      "{\n  \"benchmark\": \"step\",\n  \"config\": \"%s\",\n  \"device\": \"%s\",\n  \"backend\": \"%s\",\n"
-                     "  \"device_detail\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %d,\n  \"threads\": %d,\n"
+                     "  \"device_detail\": \"%s\",\n  \"isa\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %d,\n"
+                     "  \"threads\": %d,\n"
                      "  \"blas\": \"%s\",\n  \"compiler\": \"gcc %s\",\n  \"tf32\": %d,\n  \"deterministic\": %d,\n"
                      "  \"commit\": \"%s\",\n  \"batch\": %d,\n  \"input_size\": [%d, %d, %d],\n  \"params\": %ld,\n"
                      "  \"warmup\": %d,\n  \"iters\": %d,\n  \"step_ms_median\": %.3f,\n  \"step_ms_min\": %.3f,\n"
@@ -231,7 +234,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      "  \"attention_ms\": %.3f,\n  \"own_kernels_ms\": %.3f,\n"
                      "  \"layers_step_ms\": %.3f,\n  \"step_over_conv\": %.4f,\n  \"first_layer_ms\": %.3f,\n"
                      "  \"input_channels_stored\": %d,\n  \"loss\": \"%s\"\n}\n",
-                     stem, slug, be->name, device, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
+                     stem, slug, be->name, device, isa, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
                      __VERSION__, train->tf32, train->deterministic, commit, m->batch, model->input_size[0],
                      model->input_size[1], model->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
                      tmax * 1e3, sps, m->conv_flops_step * 1e-9, gflops, m->gemm_flops_step * 1e-9,

@@ -70,6 +70,18 @@ void bench_device_slug(const Runtime *rt, char *out, size_t len) {
     bench_slugify(raw, out, len);
 }
 
+void bench_cpu_isa(char *out, size_t len) {
+    char isa[160], gemm[256];
+    cpu_isa_describe(isa, sizeof isa);
+    cpu_gemm_describe(gemm, sizeof gemm);
+    snprintf(out, len, "%s; GEMM: %s", isa, gemm);
+}
+
+void bench_isa(const Runtime *rt, char *out, size_t len) {
+    if (strcmp(rt->be->name, "cpu") == 0) bench_cpu_isa(out, len);
+    else out[0] = 0;
+}
+
 /* The commit the results belong to: VX_COMMIT when set (ci/gpu.sh sets it on a GPU machine, whose copy of the tree
  * has no .git), else git's. */
 void bench_git_commit(char *out, size_t len) {

@@ -14,6 +14,12 @@ double bench_sgemm_gflops(int m, int n, int k);
 void bench_device_slug(const Runtime *rt, char *out, size_t len);
 /* The same folding of any name ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"); out may be name. */
 void bench_slugify(const char *name, char *out, size_t len);
+/* What CPU results were measured on at the instruction level (issue 41: figures of an AVX2 and an AVX-512 machine
+ * must not be read as one): "AVX2 (VX_CPU_ISA=avx2 on a CPU with AVX-512); GEMM: OpenBLAS 0.3.21, Haswell kernels
+ * (AVX2)", the dispatched level and the GEMM kernels. bench_isa: that on the CPU backend, "" on a GPU (the device
+ * names it). */
+void bench_cpu_isa(char *out, size_t len);
+void bench_isa(const Runtime *rt, char *out, size_t len);
 /* The commit the results belong to: VX_COMMIT when set, else git's short hash, else "unknown". */
 void bench_git_commit(char *out, size_t len);
 /* <results_root or "results">/<device slug>, created. */

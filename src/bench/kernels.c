@@ -388,6 +388,9 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     cJSON_AddStringToObject(j, "device", slug);
     cJSON_AddStringToObject(j, "backend", be->name);
     cJSON_AddStringToObject(j, "device_detail", device);
+    char isa[420];
+    bench_isa(&rt, isa, sizeof isa);
+    cJSON_AddStringToObject(j, "isa", isa);
     cJSON_AddStringToObject(j, "commit", commit);
     cJSON_AddNumberToObject(j, "batch", rt.model->batch);
     cJSON_AddNumberToObject(j, "threads", threads);

@@ -465,6 +465,9 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     cJSON_AddStringToObject(j, "benchmark", "scaling");
     cJSON_AddStringToObject(j, "config", stem);
     cJSON_AddStringToObject(j, "device", slug);
+    char isa[420] = "";
+    if (!gpu) bench_cpu_isa(isa, sizeof isa);
+    cJSON_AddStringToObject(j, "isa", isa);
     cJSON_AddStringToObject(j, "commit", commit);
     cJSON_AddStringToObject(j, "launcher", gpu ? "train --gpus N" : use_mpi ? "mpirun -np N" : "train --gpus N (tcp)");
     cJSON_AddNumberToObject(j, "cores", cores);
