@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +11,10 @@
 #include "common/cpu_gemm.h"
 #include "core/util.h"
 
-static int use_onednn = -1; /* -1: not decided yet */
+static int use_onednn;
 static char forced[16];
 
-int cpu_gemm_uses_onednn(void) {
-    if (use_onednn >= 0) return use_onednn;
+static void decide(void) {
     (void)cpu_isa(); /* VX_CPU_ISA's cap reaches oneDNN before its first sgemm */
     const char *e = getenv("VX_GEMM");
     if (e && *e) {
@@ -22,9 +22,15 @@ int cpu_gemm_uses_onednn(void) {
             vx_usage_error("VX_GEMM must be openblas or onednn, not \"%s\"", e);
         snprintf(forced, sizeof forced, "%s", e);
         use_onednn = strcmp(e, "onednn") == 0;
-        return use_onednn;
+        return;
     }
     use_onednn = cpu_gemm_openblas_tier(openblas_get_corename()) < cpu_isa()->tier;
+}
+
+/* decided once, by whichever thread asks first (the first GEMM may come from inside an OpenMP region) */
+int cpu_gemm_uses_onednn(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, decide);
     return use_onednn;
 }
 

@@ -1,9 +1,10 @@
 /* cpu_isa.c: the CPU's instruction set from /proc/cpuinfo and cpuid, capped by VX_CPU_ISA (cpu_isa.h). Read once, at
- * the first call; oneDNN's maximum ISA is set in that same call, before anything of oneDNN has run (conv3d_dnnl.c and
+ * the first call of any thread; oneDNN's maximum ISA is set in that same call, before anything of oneDNN has run (conv3d_dnnl.c and
  * cpu_gemm.c ask cpu_isa() before their first oneDNN call for that reason). */
 #include <cblas.h>
 #include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,6 @@
 #include "core/util.h"
 
 static CpuIsa isa;
-static int isa_known;
 
 /* whether /proc/cpuinfo's flags line holds `flag` as a whole word */
 static int has_flag(const char *flags, const char *flag) {
@@ -128,11 +128,16 @@ static void apply_cap(void) {
         vx_fatal("VX_CPU_ISA=%s: oneDNN refused the maximum ISA %s (it had already run)", want, levels[cap].name);
 }
 
-const CpuIsa *cpu_isa(void) {
-    if (isa_known) return &isa;
+static void detect_once(void) {
     detect();
     apply_cap();
-    isa_known = 1;
+}
+
+/* Once per process, whichever thread asks first: the first ask can come from inside an OpenMP region (a convolution's
+ * chunks each calling the GEMM), and two threads both setting oneDNN's maximum ISA made the second fail. */
+const CpuIsa *cpu_isa(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, detect_once);
     return &isa;
 }
 
