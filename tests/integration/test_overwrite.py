@@ -1,17 +1,21 @@
 """Nothing is overwritten (issue 34): a command writes only files it creates in this invocation, or files of its own
-run in a directory it locked; what it would write over is refused before anything is written (exit 2, one line naming
-it). Each case once a reproduced loss:
+run in a directory it locked; an existing file it would write is refused before anything is written (exit 2, one line
+naming it) unless --overwrite says so, and an input of the command is never written. Each case once a reproduced
+loss:
 - a fresh run into a finished ZeRO run's folder took it over (the guard counted only *.ckpt files), and without
   config.json wrote beside its shards; a refused foreign folder kept the refused run's lock file;
 - a refused resume (dist.offload_optimizer without ZeRO) rewrote the run's config.json and added an event file;
 - a resume into the crashed run's own folder logged the steps after its checkpoint twice in metrics.jsonl;
 - a run stopped by SIGTERM wrote its checkpoint into a folder deleted and re-created (and locked) by a new run;
-- the atomic writer's fixed temporary name (path.tmp) consumed a user's file of that name."""
+- the atomic writer's fixed temporary name (path.tmp) consumed a user's file of that name;
+- export --out replaced any file without a word: another file, the run's config.json, its own --ckpt."""
 import os
 import shutil
 import signal
 import subprocess
 import time
+
+import pytest
 
 from conftest import ROOT, VOXSCALE, metrics, mpi, needs_mpirun, run
 
@@ -145,3 +149,31 @@ def test_a_users_file_named_like_the_temporary_is_left_alone(tmp_path):
     assert mine.read_bytes() == b"mine"  # it was opened, truncated and renamed into the checkpoint
     assert (out / "checkpoints" / "step_2.ckpt").stat().st_size > 1000
     assert not [f for f in os.listdir(out / "checkpoints") if f not in ("step_2.ckpt", "step_2.ckpt.tmp")]
+
+
+# ---- export ------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    run("train", "--config", TINY, "--steps", "2", "--out", out, *QUIET)
+    return out
+
+
+def test_export_writes_no_existing_file_and_never_its_inputs(tiny_run, tmp_path):
+    ck, config = tiny_run / "checkpoints" / "step_2.ckpt", tiny_run / "config.json"
+    other = tmp_path / "other.safetensors"
+    other.write_bytes(b"someone's file")
+    keep = {ck: ck.read_bytes(), config: config.read_bytes(), other: other.read_bytes()}
+    for target in (other, config, ck):
+        p = run("export", "--ckpt", ck, "--out", target, check=False)
+        refused(p, "export --out", str(target), "already exists", "--overwrite")
+    # --overwrite replaces a file, but never the checkpoint or the config the export reads
+    for target, what in ((config, "the run's config.json"), (ck, "--ckpt")):
+        p = run("export", "--ckpt", ck, "--out", target, "--overwrite", check=False)
+        refused(p, str(target), "this command's input (%s)" % what)
+    assert all(path.read_bytes() == data for path, data in keep.items())
+    run("export", "--ckpt", ck, "--out", other, "--overwrite")
+    assert other.read_bytes()[8:9] == b"{"  # a safetensors header now
+    run("export", "--ckpt", ck, "--out", tmp_path / "new.safetensors")
+    assert sorted(os.listdir(tmp_path)) == ["new.safetensors", "other.safetensors"]  # no temporary left
