@@ -100,6 +100,14 @@ void out_input(const char *path, const char *what) {
     inputs[n_inputs++] = (Input){st.st_dev, st.st_ino, what};
 }
 
+const char *out_input_of(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return NULL;
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino) return inputs[i].what;
+    return NULL;
+}
+
 int out_exists(const char *path) {
     struct stat st;
     return lstat(path, &st) == 0;
@@ -115,12 +123,10 @@ void out_claim(const char *path, int overwrite, const char *who) {
     if (S_ISDIR(st.st_mode))
         vx_usage_error("%s %s is a directory: name a file (--overwrite replaces files only)", who,
                        vx_escape(path, p, sizeof p));
-    /* (links followed: a link to an input is the input) */
-    if (stat(path, &st) == 0)
-        for (int i = 0; i < n_inputs; i++)
-            if (inputs[i].dev == st.st_dev && inputs[i].ino == st.st_ino)
-                vx_usage_error("%s %s is this command's input (%s): it is never overwritten, --overwrite or not; "
-                               "choose another name", who, vx_escape(path, p, sizeof p), inputs[i].what);
+    const char *input = out_input_of(path); /* (links followed: a link to an input is the input) */
+    if (input)
+        vx_usage_error("%s %s is this command's input (%s): it is never overwritten, --overwrite or not; choose "
+                       "another name", who, vx_escape(path, p, sizeof p), input);
 }
 
 /* ---- what a failed command takes back ------------------------------------------------------------------------ */

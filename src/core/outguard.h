@@ -41,6 +41,8 @@ int out_lock_still_ours(const OutLock *l, char *why, size_t why_len);
 
 /* A file the command reads (`what`: its flag, "--ckpt"): no output may be it. A path that does not exist is none. */
 void out_input(const char *path, const char *what);
+/* The `what` of the input path is (links followed), or NULL when it is none. */
+const char *out_input_of(const char *path);
 /* Exits 2 unless path may be written: nothing is there, or `overwrite` and a file there that is not one of the
  * command's inputs. `who` names the command and its flag ("export --out"). */
 void out_claim(const char *path, int overwrite, const char *who);

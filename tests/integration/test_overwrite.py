@@ -8,13 +8,17 @@ loss:
 - a resume into the crashed run's own folder logged the steps after its checkpoint twice in metrics.jsonl;
 - a run stopped by SIGTERM wrote its checkpoint into a folder deleted and re-created (and locked) by a new run;
 - the atomic writer's fixed temporary name (path.tmp) consumed a user's file of that name;
-- export --out replaced any file without a word: another file, the run's config.json, its own --ckpt."""
+- export --out replaced any file without a word: another file, the run's config.json, its own --ckpt;
+- predict overwrote existing <name>_recon/_mu/_sample.nii.gz, an input volume of --data in the same folder, and two
+  predicts into one --out both wrote (no lock)."""
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, VOXSCALE, metrics, mpi, needs_mpirun, run
@@ -177,3 +181,77 @@ def test_export_writes_no_existing_file_and_never_its_inputs(tiny_run, tmp_path)
     assert other.read_bytes()[8:9] == b"{"  # a safetensors header now
     run("export", "--ckpt", ck, "--out", tmp_path / "new.safetensors")
     assert sorted(os.listdir(tmp_path)) == ["new.safetensors", "other.safetensors"]  # no temporary left
+
+
+# ---- predict -----------------------------------------------------------------------------------------------------
+
+def write_volume(path, seed):
+    import nibabel as nib
+    a = (np.random.default_rng(seed).normal(size=(8, 8, 8)) * 40 + 100).astype(np.float32)
+    nib.save(nib.Nifti1Image(a, np.eye(4)), str(path))
+
+
+@pytest.fixture()
+def volumes(tmp_path):
+    pytest.importorskip("nibabel")
+    vols = tmp_path / "vols"
+    vols.mkdir()
+    for i, name in enumerate(("a", "b")):
+        write_volume(vols / ("%s.nii.gz" % name), i)
+    return vols
+
+
+def predict(ck, data, out, *extra, check=True):
+    return run("predict", "--ckpt", ck, "--data", data, "--out", out, "--device", "cpu", *extra, check=check)
+
+
+def test_predict_writes_no_existing_output(tiny_run, volumes, tmp_path):
+    ck, out = tiny_run / "checkpoints" / "step_2.ckpt", tmp_path / "out"
+    out.mkdir()
+    (out / "b_mu.nii.gz").write_bytes(b"mine")
+    (out / "a_recon.nii.gz.tmp").write_bytes(b"mine too")  # the atomic writer's fixed temporary name took it
+    before = tree(out)
+    p = predict(ck, volumes, out, check=False)
+    refused(p, "--out %s already holds b_mu.nii.gz" % out, "--overwrite")
+    assert tree(out) == before, "the refused predict wrote or left something"
+    predict(ck, volumes, out, "--overwrite")
+    assert (out / "b_mu.nii.gz").read_bytes()[:2] == b"\x1f\x8b"  # replaced by a NIfTI, as asked
+    assert (out / "a_recon.nii.gz.tmp").read_bytes() == b"mine too"
+    assert sorted(os.listdir(out)) == [".voxscale.lock", "a_mu.nii.gz", "a_recon.nii.gz", "a_recon.nii.gz.tmp",
+                                       "b_mu.nii.gz", "b_recon.nii.gz", "predictions.csv"]
+
+
+def test_predict_into_its_input_folder_never_writes_an_input(tiny_run, volumes):
+    ck = tiny_run / "checkpoints" / "step_2.ckpt"
+    write_volume(volumes / "a_mu.nii.gz", 7)  # an input whose name is a's latent's: it was replaced by it
+    before = tree(volumes)
+    for extra in ([], ["--overwrite"]):
+        p = predict(ck, volumes, volumes, *extra, check=False)
+        refused(p, "a_mu.nii.gz")
+        assert tree(volumes) == before
+    assert "this command's input (--data)" in p.stderr, p.stderr
+
+
+def test_two_predicts_into_one_out_do_not_both_write(tiny_run, volumes, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".voxscale.lock", "w") as held:  # another predict, running
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242\n")
+        held.flush()
+        p = predict(tiny_run / "checkpoints" / "step_2.ckpt", volumes, out, check=False)
+    refused(p, "in use by another voxscale run (pid 4242)")
+    assert os.listdir(out) == [".voxscale.lock"]
+
+
+def test_a_failed_predict_takes_its_outputs_back(tiny_run, volumes, tmp_path):
+    ck, out = tiny_run / "checkpoints" / "step_2.ckpt", tmp_path / "out"
+    import nibabel as nib
+    nan = np.ones((8, 8, 8), dtype=np.float32)
+    nan[1, 2, 3] = np.nan
+    nib.save(nib.Nifti1Image(nan, np.eye(4)), str(volumes / "z.nii.gz"))  # found only when decoded, after a and b
+    p = predict(ck, volumes, out, "--batch-size", "1", check=False)
+    refused(p, "z.nii.gz", "not finite")
+    assert os.listdir(out) == [".voxscale.lock"], "the outputs of a and b stayed, and blocked the rerun"
+    predict(ck, volumes, out, "--set", "data.nonfinite=zero")
+    assert len(os.listdir(out)) == 8
