@@ -10,7 +10,8 @@ loss:
 - the atomic writer's fixed temporary name (path.tmp) consumed a user's file of that name;
 - export --out replaced any file without a word: another file, the run's config.json, its own --ckpt;
 - predict overwrote existing <name>_recon/_mu/_sample.nii.gz, an input volume of --data in the same folder, and two
-  predicts into one --out both wrote (no lock)."""
+  predicts into one --out both wrote (no lock);
+- ckpt consolidate: refused over an existing file, replaced with --overwrite, never over an input."""
 import fcntl
 import os
 import shutil
@@ -255,3 +256,23 @@ def test_a_failed_predict_takes_its_outputs_back(tiny_run, volumes, tmp_path):
     assert os.listdir(out) == [".voxscale.lock"], "the outputs of a and b stayed, and blocked the rerun"
     predict(ck, volumes, out, "--set", "data.nonfinite=zero")
     assert len(os.listdir(out)) == 8
+
+
+# ---- ckpt consolidate ------------------------------------------------------------------------------------------------
+
+@needs_mpirun
+def test_consolidate_overwrites_only_when_told_and_never_an_input(tmp_path):
+    out = tmp_path / "R"
+    mpi(2, "train", "--config", TINY, "--steps", "2", "--zero", "2", "--out", out, *QUIET)
+    sharded, config = out / "checkpoints" / "step_2.zero", out / "config.json"
+    keep = tmp_path / "keep.ckpt"
+    keep.write_bytes(b"someone's file")
+    p = run("ckpt", "consolidate", sharded, "--out", keep, check=False)
+    refused(p, str(keep), "already exists", "--overwrite")
+    for target, what in ((config, "the run's config.json"), (sharded / "rank1-of-2.shard", "the sharded checkpoint")):
+        before = target.read_bytes()
+        p = run("ckpt", "consolidate", sharded, "--out", target, "--overwrite", check=False)
+        refused(p, str(target), "this command's input (%s)" % what)
+        assert target.read_bytes() == before
+    run("ckpt", "consolidate", sharded, "--out", keep, "--overwrite")
+    assert keep.read_bytes()[:8] != b"someone'"
