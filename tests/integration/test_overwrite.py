@@ -11,7 +11,8 @@ loss:
 - export --out replaced any file without a word: another file, the run's config.json, its own --ckpt;
 - predict overwrote existing <name>_recon/_mu/_sample.nii.gz, an input volume of --data in the same folder, and two
   predicts into one --out both wrote (no lock);
-- ckpt consolidate: refused over an existing file, replaced with --overwrite, never over an input."""
+- ckpt consolidate and bench's results: refused over an existing file, replaced with --overwrite, never over an
+  input."""
 import fcntl
 import os
 import shutil
@@ -258,7 +259,7 @@ def test_a_failed_predict_takes_its_outputs_back(tiny_run, volumes, tmp_path):
     assert len(os.listdir(out)) == 8
 
 
-# ---- ckpt consolidate ------------------------------------------------------------------------------------------------
+# ---- ckpt consolidate and bench's results ------------------------------------------------------------------------
 
 @needs_mpirun
 def test_consolidate_overwrites_only_when_told_and_never_an_input(tmp_path):
@@ -276,3 +277,15 @@ def test_consolidate_overwrites_only_when_told_and_never_an_input(tmp_path):
         assert target.read_bytes() == before
     run("ckpt", "consolidate", sharded, "--out", keep, "--overwrite")
     assert keep.read_bytes()[:8] != b"someone'"
+
+
+def test_bench_results_are_not_replaced_without_overwrite(tmp_path):
+    args = ["bench", "step", "--config", TINY, "--iters", "1", "--warmup", "0", "--device", "cpu", "--results", tmp_path]
+    run(*args)
+    [device] = os.listdir(tmp_path)
+    before = tree(tmp_path)
+    p = run(*args, check=False)
+    refused(p, "step_tiny.json", "already exists", "--overwrite")
+    assert tree(tmp_path) == before
+    run(*args, "--overwrite")
+    assert sorted(os.listdir(tmp_path / device)) == ["step_tiny.json", "step_tiny.md"]
