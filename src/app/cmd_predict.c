@@ -283,7 +283,8 @@ static void format_eta(double s, char *out, size_t len) {
 int cmd_predict(int argc, char **argv) {
     CliArgs a;
     cli_parse_from(argc, argv, &a, HELP,
-                   ",config,ckpt,weights,data,out,batch-size,device,threads,amp,set,sample-steps,sample-seed,overwrite,",
+                   ",config,ckpt,weights,data,out,batch-size,device,threads,amp,set,sample-steps,sample-seed,"
+                   "overwrite,",
                    weights_config_source);
     if (!a.ckpt == !a.weights) vx_usage_error("predict: give the model with --ckpt CHECKPOINT or --weights FILE (one)");
     if (!a.data) vx_usage_error("predict: --data CSV|DIR|FILE is required (see --help)");

@@ -158,9 +158,9 @@ static int guard_existing_run(const char *dir, int resuming, uint64_t model_fing
         /* a partial copy, or a folder where checkpoints were collected: a fresh run would overwrite step_N.ckpt (or a
          * sharded step_N.zero's shards) and append its rows to metrics.jsonl */
         if (run_files) {
-            snprintf(why, why_len, "run directory %s holds a run's files without its config.json (%d checkpoint(s)%s%s%s"
-                     "): not of this run; choose another --out, or move them away", dir, c.checkpoints,
-                     c.metrics ? ", metrics.jsonl" : "", c.events ? ", event files" : "",
+            snprintf(why, why_len, "run directory %s holds a run's files without its config.json (%d "
+                     "checkpoint(s)%s%s%s): not of this run; choose another --out, or move them away", dir,
+                     c.checkpoints, c.metrics ? ", metrics.jsonl" : "", c.events ? ", event files" : "",
                      c.samples ? ", samples.tsv" : "");
             return -1;
         }

@@ -280,7 +280,8 @@ def test_consolidate_overwrites_only_when_told_and_never_an_input(tmp_path):
 
 
 def test_bench_results_are_not_replaced_without_overwrite(tmp_path):
-    args = ["bench", "step", "--config", TINY, "--iters", "1", "--warmup", "0", "--device", "cpu", "--results", tmp_path]
+    args = ["bench", "step", "--config", TINY, "--iters", "1", "--warmup", "0", "--device", "cpu",
+            "--results", tmp_path]
     run(*args)
     [device] = os.listdir(tmp_path)
     before = tree(tmp_path)
