@@ -240,37 +240,47 @@ static void write_csv(const char *out_dir, const PredictFamily *fam, const Model
     free(text);
 }
 
+/* What check_outputs found so far: how many names exist, the first of them, and why the predict is refused. */
+typedef struct {
+    int there;
+    char first[CONFIG_STR * 2];
+    char why[CONFIG_STR * 4 + 600];
+} OutputCheck;
+
+/* One name this predict would write in --out: an input is refused at once, an existing file counted. */
+static void check_name(const char *out_dir, const char *name, OutputCheck *c) {
+    char path[CONFIG_STR * 3], p[600];
+    snprintf(path, sizeof path, "%s/%s", out_dir, name);
+    const char *input = out_input_of(path);
+    if (input)
+        snprintf(c->why, sizeof c->why, "predict --out %s: %s, a file it would write, is this command's input (%s): "
+                 "it is never overwritten, --overwrite or not; choose another --out", vx_escape(out_dir, p, sizeof p),
+                 name, input);
+    else if (out_exists(path) && !c->there++)
+        snprintf(c->first, sizeof c->first, "%s", name);
+}
+
 /* Rank 0, holding --out's lock, before anything is written there: every name this predict would write
  * (predictions.csv, then each usable volume's files) that is one of its inputs is refused, and without --overwrite
- * every one that exists (the first named, the others counted). It overwrote <name>_recon/_mu/_sample.nii.gz, and an
- * input volume of --data when --out was the input folder. */
+ * every one that exists (the first named). It overwrote <name>_recon/_mu/_sample.nii.gz, and an input volume of
+ * --data when --out was the input folder. */
 static void check_outputs(const char *out_dir, const PredictFamily *fam, const Inputs *in, int overwrite,
                           OutLock *lock) {
-    char first[CONFIG_STR * 3] = "", path[CONFIG_STR * 3], p[600], why[CONFIG_STR * 3 + 600] = "";
-    int there = 0;
-    for (int i = -1; i < in->n && !why[0]; i++) {
-        if (i >= 0 && !in->usable[i]) continue;
-        for (int k = 0; (i < 0 && k == 0) || (i >= 0 && fam->files[k]); k++) {
-            if (i < 0) snprintf(path, sizeof path, "%s/predictions.csv", out_dir);
-            else snprintf(path, sizeof path, "%s/%s%s", out_dir, in->items[i].stem, fam->files[k]);
-            const char *input = out_input_of(path);
-            if (input) {
-                snprintf(why, sizeof why, "predict --out %s: %s, a file it would write, is this command's input (%s): "
-                         "it is never overwritten, --overwrite or not; choose another --out", vx_escape(out_dir, p,
-                         sizeof p), strrchr(path, '/') + 1, input);
-                break;
-            }
-            if (out_exists(path) && !there++) snprintf(first, sizeof first, "%s", strrchr(path, '/') + 1);
-            if (i < 0) break;
+    OutputCheck c = {0};
+    char name[CONFIG_STR * 2], p[600];
+    check_name(out_dir, "predictions.csv", &c);
+    for (int i = 0; i < in->n && !c.why[0]; i++)
+        for (int k = 0; in->usable[i] && fam->files[k] && !c.why[0]; k++) {
+            snprintf(name, sizeof name, "%s%s", in->items[i].stem, fam->files[k]);
+            check_name(out_dir, name, &c);
         }
-    }
-    if (!why[0] && there && !overwrite)
-        snprintf(why, sizeof why, "--out %s already holds %s%s: nothing is overwritten; choose another --out, move "
-                 "them away, or pass --overwrite to replace them", vx_escape(out_dir, p, sizeof p), first,
-                 there > 1 ? " (and other files this predict would write)" : "");
-    if (!why[0]) return;
+    if (!c.why[0] && c.there && !overwrite)
+        snprintf(c.why, sizeof c.why, "--out %s already holds %s%s: nothing is overwritten; choose another --out, "
+                 "move them away, or pass --overwrite to replace them", vx_escape(out_dir, p, sizeof p), c.first,
+                 c.there > 1 ? " (and other files this predict would write)" : "");
+    if (!c.why[0]) return;
     out_lock_refused(lock); /* (the lock file too, when this predict made it) */
-    vx_usage_error("%s", why);
+    vx_usage_error("%s", c.why);
 }
 
 static void format_eta(double s, char *out, size_t len) {
