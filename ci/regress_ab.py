@@ -127,9 +127,14 @@ def time_pairs(new, base, config, pairs, ops, budget_ms, log):
 def count(binary, config, conv_path):
     """{(op, shape): instructions of one call} under callgrind, one thread."""
     out = tempfile.mkdtemp(prefix="voxscale-cg-")
+    # its report goes to a folder of its own: in the tree's results/ it would be refused the second time (bench's
+    # results are replaced only with --overwrite, which the parent's build may not know)
+    results = tempfile.mkdtemp(prefix="voxscale-cg-results-")
     env = dict(os.environ, VX_KERNELS_CALLGRIND="1", VX_CONV_CPU=conv_path, VX_CONV_CACHE="off", OMP_NUM_THREADS="1")
     p = sh(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=" + os.path.join(out, "cg.out"),
-            binary, "bench", "kernels", "--config", config, "--device", "cpu", "--threads", "1"], env=env)
+            binary, "bench", "kernels", "--config", config, "--device", "cpu", "--threads", "1", "--results", results],
+           env=env)
+    shutil.rmtree(results, ignore_errors=True)
     if p.returncode != 0:
         sys.exit("ci/regress: callgrind on %s exited %d:\n%s" % (binary, p.returncode, (p.stdout + p.stderr)[-3000:]))
     got = {}

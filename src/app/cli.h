@@ -16,6 +16,7 @@ typedef struct {
     const char *steps_flag; /* "--steps" or "--set" when the command line set train.steps, else NULL */
     const char *ckpt, *weights, *data, *out; /* export and predict: --ckpt, --weights, --data, --out (or NULL) */
     int config_given;                  /* --config was on the command line */
+    int overwrite;                     /* --overwrite: the outputs the user named may replace files (not inputs) */
     Config cfg;
 } CliArgs;
 

@@ -9,36 +9,42 @@
 
 static const char *STEP_HELP =
     "usage: voxscale bench step [--config FILE] [--iters N] [--warmup N] [--batch-size N] [--threads N]\n"
-    "                           [--device D] [--amp P] [--compile] [--results DIR] [--set K=V]\n"
+    "                           [--device D] [--amp P] [--compile] [--results DIR] [--set K=V] [--overwrite]\n"
     "  times full training steps as train runs them (the config's precision; --compile: CUDA Graphs) on one fixed\n"
     "  batch (default 5 timed after 1 warm-up), then a few eager steps phase by phase and per layer (convolutions,\n"
-    "  the other ops, the optimizer), and writes DIR/<device>/step_<config>.json and .md (DIR defaults to results)\n";
+    "  the other ops, the optimizer), and writes DIR/<device>/step_<config>.json and .md (DIR defaults to results);\n"
+    "  existing ones are refused before anything runs unless --overwrite is given\n";
 
 static int cmd_bench_step(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, STEP_HELP, ",config,iters,warmup,batch-size,threads,device,results,set,seed,deterministic,checkpoint-activations,amp,compile,");
+    cli_parse(argc, argv, &a, STEP_HELP,
+              ",config,iters,warmup,batch-size,threads,device,results,set,seed,deterministic,checkpoint-activations,"
+              "amp,compile,overwrite,");
     const BenchStepOptions o = {.iters = a.iters, .warmup = a.warmup, .results_dir = a.results_dir,
-                                 .config_path = a.config_path};
+                                 .config_path = a.config_path, .overwrite = a.overwrite};
     return bench_step(&a.cfg, &o);
 }
 
 static const char *KERNELS_HELP =
     "usage: voxscale bench kernels [--config FILE] [--ops A,B,...] [--budget-ms N] [--reps N] [--batch-size N]\n"
     "                              [--threads N] [--device D] [--amp P] [--results DIR] [--set K=V]\n"
-    "                              [--attention-tokens T,T,...]\n"
+    "                              [--attention-tokens T,T,...] [--overwrite]\n"
     "  checks every op the config's model calls, at each of its shapes, against a float64 reference, then times\n"
     "  it (median over --budget-ms per case, default 200, at most --reps calls, default 200) against ceilings\n"
-    "  measured in the same run; writes DIR/<device>/kernels_<config>.json and .md. Exit 1 when a check fails.\n"
+    "  measured in the same run; writes DIR/<device>/kernels_<config>.json and .md (existing ones are refused\n"
+    "  before anything runs unless --overwrite is given). Exit 1 when a check fails.\n"
     "  Attention is also measured at the reference shapes of issue 21, self-attention of T tokens, batch 1, one\n"
     "  head, head dim 64: T = 512 and 4096 for a model that calls attention (vit3d), else none; --attention-tokens\n"
     "  sets the list for any model (e.g. 512,4096,32768; 0: none).\n";
 
 static int cmd_bench_kernels(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, KERNELS_HELP, ",config,ops,budget-ms,reps,batch-size,threads,device,results,set,seed,deterministic,checkpoint-activations,amp,attention-tokens,");
+    cli_parse(argc, argv, &a, KERNELS_HELP,
+              ",config,ops,budget-ms,reps,batch-size,threads,device,results,set,seed,deterministic,"
+              "checkpoint-activations,amp,attention-tokens,overwrite,");
     const BenchKernelsOptions o = {.results_dir = a.results_dir, .config_path = a.config_path, .ops = a.ops,
                                    .budget_ms = a.budget_ms, .max_reps = a.reps,
-                                   .attention_tokens = a.attention_tokens};
+                                   .attention_tokens = a.attention_tokens, .overwrite = a.overwrite};
     return bench_kernels(&a.cfg, &o);
 }
 

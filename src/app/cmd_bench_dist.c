@@ -11,10 +11,11 @@
 
 static const char *ALLREDUCE_HELP =
     "usage: voxscale bench allreduce [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
-    "                                [--device auto|cpu|cuda] [--results DIR]\n"
+    "                                [--device auto|cpu|cuda] [--results DIR] [--overwrite]\n"
     "  the all-reduce of the ranks present (mpirun -np N voxscale bench allreduce; NCCL on GPU ranks), from -b to -e\n"
     "  bytes (default 8 to 256M; K, M, G suffixes) by -f (default 2), in nccl-tests' columns, with the alpha-beta\n"
-    "  ring fit; rank 0 writes DIR/<device>/allreduce_<n>ranks.json and .md (DIR defaults to results)\n";
+    "  ring fit; rank 0 writes DIR/<device>/allreduce_<n>ranks.json and .md (DIR defaults to results; existing ones\n"
+    "  are refused before the sweep unless --overwrite is given)\n";
 
 /* "256M" -> bytes, or exit 2 naming the flag */
 static double parse_bytes(const char *flag, const char *v) {
@@ -45,6 +46,10 @@ int cmd_bench_allreduce(int argc, char **argv) {
             fputs(ALLREDUCE_HELP, stdout);
             return 0;
         }
+        if (!strcmp(f, "--overwrite")) {
+            o.overwrite = 1;
+            continue;
+        }
         if (i + 1 >= argc) vx_usage_error("bench allreduce: %s needs a value (see --help)", f);
         const char *v = argv[++i];
         if (!strcmp(f, "-b") || !strcmp(f, "--minbytes")) o.min_bytes = parse_bytes(f, v);
@@ -67,13 +72,14 @@ int cmd_bench_allreduce(int argc, char **argv) {
 static const char *SCALING_HELP =
     "usage: voxscale bench scaling [--gpus 1,2,4,8] [--mode weak|strong|both] [--config FILE] [--steps N]\n"
     "                              [--interconnect measured|h100-nvlink|pcie4|ib400] [--measure-max N]\n"
-    "                              [--batch-size N] [--device D] [--results DIR] [--set K=V]\n"
+    "                              [--batch-size N] [--device D] [--results DIR] [--set K=V] [--overwrite]\n"
     "  weak (fixed batch per rank) and strong (fixed global batch) scaling of the trainer: rank counts up to\n"
     "  --measure-max (default: the GPUs present, or 4 CPU ranks) are run (mpirun on CPU ranks), the others\n"
     "  projected from a measured one-rank step and the all-reduce model (the fit of bench allreduce, or the\n"
     "  --interconnect preset); the model's error is printed beside every measured count. Writes\n"
     "  DIR/<device>/scaling_<config>.json, .md, scaling_<config>_tb/ (TensorBoard, step = ranks) and the chart\n"
-    "  DIR/<device>/charts/scaling_<config>.png and .svg (drawn by bench/report/report.py)\n";
+    "  DIR/<device>/charts/scaling_<config>.png and .svg (drawn by bench/report/report.py); an existing\n"
+    "  scaling_<config>.json or .md is refused before the runs unless --overwrite is given\n";
 
 int cmd_bench_scaling(int argc, char **argv) {
     BenchScalingOptions o = {.counts = {1, 2, 4, 8}, .n_counts = 4, .weak = 1, .strong = 1, .steps = 8,
@@ -119,9 +125,10 @@ int cmd_bench_scaling(int argc, char **argv) {
     }
     rest[nrest] = NULL;
     CliArgs a;
-    cli_parse(nrest, rest, &a, SCALING_HELP, ",config,batch-size,device,results,set,threads,");
+    cli_parse(nrest, rest, &a, SCALING_HELP, ",config,batch-size,device,results,set,threads,overwrite,");
     o.config_path = a.config_path;
     o.results_dir = a.results_dir;
+    o.overwrite = a.overwrite;
     const int rc = bench_scaling(&a.cfg, &o);
     free(rest);
     return rc;

@@ -3,7 +3,8 @@
  * `train --resume` anywhere, `probe`, and whatever reads voxscale checkpoints. The model's layout comes from the
  * run's config.json (the sharded checkpoint's run directory, or --config); every shard is verified first (a missing,
  * truncated, corrupted or foreign one is one line naming it, exit 2), and the output is written atomically and
- * never over an existing file. */
+ * never over an existing file unless --overwrite, and never over the files it reads (core/outguard.h). */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 
 #include "app/commands.h"
 #include "core/config.h"
+#include "core/outguard.h"
 #include "core/util.h"
 #include "model/ckpt.h"
 #include "model/ckpt_shard.h"
@@ -18,11 +20,11 @@
 #include "model/model.h"
 
 static const char *HELP =
-    "usage: voxscale ckpt consolidate SHARDED [--config FILE] [--out FILE]\n"
+    "usage: voxscale ckpt consolidate SHARDED [--config FILE] [--out FILE] [--overwrite]\n"
     "  SHARDED       a sharded checkpoint: runs/<run>/checkpoints/step_N.zero (its directory or manifest.json)\n"
     "  --config FILE the run's config (default: config.json of the run directory two levels above SHARDED)\n"
     "  --out FILE    the ordinary checkpoint to write (default: SHARDED with .zero replaced by .ckpt); an existing\n"
-    "                file is never overwritten\n";
+    "                file is refused (nothing written) unless --overwrite; the files read never are\n";
 
 /* dir of path with n trailing components removed ("a/b/c", 2 -> "a"); "." when nothing is left */
 static void up(const char *path, int n, char *out, size_t len) {
@@ -39,12 +41,28 @@ static void up(const char *path, int n, char *out, size_t len) {
     }
 }
 
+/* The files of the sharded checkpoint (its manifest and shards): inputs no output may replace. */
+static void shards_are_inputs(const char *dir) {
+    DIR *d = opendir(dir);
+    char path[4400];
+    for (struct dirent *e; d && (e = readdir(d));) {
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.') out_input(path, "the sharded checkpoint");
+    }
+    if (d) closedir(d);
+}
+
 static int consolidate(int argc, char **argv) {
     const char *src = NULL, *config = NULL, *out = NULL;
+    int overwrite = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(HELP, stdout);
             return 0;
+        }
+        if (strcmp(argv[i], "--overwrite") == 0) {
+            overwrite = 1;
+            continue;
         }
         if ((strcmp(argv[i], "--config") == 0 || strcmp(argv[i], "--out") == 0) && i + 1 < argc) {
             *(strcmp(argv[i], "--config") == 0 ? &config : &out) = argv[i + 1];
@@ -77,8 +95,9 @@ static int consolidate(int argc, char **argv) {
         if (l > 5 && strcmp(d + l - 5, ".zero") == 0) d[l - 5] = 0;
         snprintf(out_path, sizeof out_path, "%s.ckpt", d);
     }
-    if (stat(out_path, &sb) == 0)
-        vx_usage_error("%s exists: consolidate never overwrites a file; name another with --out", out_path);
+    out_input(cfg_path, config ? "--config" : "the run's config.json");
+    shards_are_inputs(dir);
+    out_claim(out_path, overwrite, "ckpt consolidate --out");
     Config cfg;
     config_load(&cfg, cfg_path);
     ModelOptions opt = hw_model_options(&cfg.train);
@@ -88,7 +107,10 @@ static int consolidate(int argc, char **argv) {
     ckpt_sharded_read(dir, m, 0, &sc);
     CkptContent content;
     ckpt_sharded_content(&sc, m, &content);
-    ckpt_write(out_path, &content);
+    size_t len;
+    unsigned char *bytes = ckpt_bytes(&content, &len);
+    out_write(out_path, bytes, len, overwrite, "ckpt consolidate --out");
+    free(bytes);
     printf("consolidated: %s (step %lld, %d shards of ZeRO-%d, %llu parameters) -> %s\n", dir,
            (long long)sc.header.step, sc.world, sc.zero, (unsigned long long)sc.header.param_count, out_path);
     ckpt_content_free(&content);

@@ -2,14 +2,16 @@
  * as a safetensors file in PyTorch's names and layouts (model/weights.h), so that
  * model.load_state_dict(safetensors.torch.load_file(F)) loads it into MONAI's ResNet (resnet3d) or
  * bench/reference/ae3d.py's AE3D (ae3d) unchanged. The metadata carries the resolved config (predict --weights reads
- * it), the family and the step. The checkpoint is verified as --resume verifies it; nothing runs on a device. */
+ * it), the family and the step. The checkpoint is verified as --resume verifies it; nothing runs on a device. An
+ * existing --out is refused before anything is read unless --overwrite, and never replaces the checkpoint or the
+ * config the export reads (core/outguard.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/weights_source.h"
-#include "core/fsutil.h"
+#include "core/outguard.h"
 #include "core/safetensors.h"
 #include "core/util.h"
 #include "model/ckpt.h"
@@ -17,17 +19,24 @@
 #include "model/weights.h"
 
 static const char *HELP =
-    "usage: voxscale export --ckpt CKPT --out FILE.safetensors [--config FILE] [--set K=V]\n"
+    "usage: voxscale export --ckpt CKPT --out FILE.safetensors [--config FILE] [--set K=V] [--overwrite]\n"
     "  writes the checkpoint's parameters and BatchNorm statistics as safetensors in MONAI's / PyTorch's names and\n"
     "  NCDHW layouts: model.load_state_dict(safetensors.torch.load_file(FILE)) loads it into\n"
     "  monai.networks.nets.ResNet (resnet3d) or bench/reference/ae3d.py's AE3D (ae3d) unchanged.\n"
-    "  The config is the run's config.json beside the checkpoint's folder unless --config is given.\n";
+    "  The config is the run's config.json beside the checkpoint's folder unless --config is given.\n"
+    "  An existing FILE is refused (nothing is written) unless --overwrite is given; the checkpoint and the config\n"
+    "  it reads are never overwritten.\n";
 
 int cmd_export(int argc, char **argv) {
     CliArgs a;
-    cli_parse_from(argc, argv, &a, HELP, ",config,ckpt,out,set,", weights_config_source);
+    cli_parse_from(argc, argv, &a, HELP, ",config,ckpt,out,set,overwrite,", weights_config_source);
     if (!a.ckpt) vx_usage_error("export: --ckpt CHECKPOINT is required (see --help)");
     if (!a.out) vx_usage_error("export: --out FILE.safetensors is required (see --help)");
+    /* before anything is read: an --out that exists (another file, the run's config.json, the checkpoint itself) was
+     * replaced without a word */
+    out_input(a.ckpt, "--ckpt");
+    if (a.config_given) out_input(a.config_path, "--config");
+    out_claim(a.out, a.overwrite, "export --out");
     ModelOptions opt = hw_model_options(&a.cfg.train);
     opt.precision = "off"; /* the parameters are float32 whatever the run computed in */
     Model *m = model_build(&a.cfg.model, &opt, 1, backend_cpu());
@@ -50,7 +59,7 @@ int cmd_export(int argc, char **argv) {
                    w);
     size_t len;
     unsigned char *bytes = st_writer_bytes(w, &len);
-    fs_write_atomic(a.out, bytes, len);
+    out_write(a.out, bytes, len, a.overwrite, "export --out");
     char p[300];
     const int ema = model_ema_view(m);
     printf("export: %s (%s, step %lld): %ld parameters in %d tensors%s, %ld BatchNorm statistics -> %s (%.1f MiB)\n",

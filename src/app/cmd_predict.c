@@ -9,8 +9,12 @@
  * and row, exit 2; data.skip_bad leaves them out with a warning); a file found damaged only by decoding it ends the
  * run likewise (the outputs before it complete, no predictions.csv: the rerun in the same --out needs no cleanup),
  * or is left out with data.skip_bad; non-finite voxels follow data.nonfinite. (Training decodes every file once before
- * it writes; predict reads each once, not twice.) Every file is written whole and atomically; an --out holding a
- * predictions.csv already is refused rather than overwritten. */
+ * it writes; predict reads each once, not twice.) Every file is written whole and atomically, and never over anything
+ * (core/outguard.h): rank 0 locks --out (its .voxscale.lock, as a run directory's: a second predict there is refused)
+ * and refuses, before anything is written, an --out holding any name this predict would write (predictions.csv, each
+ * volume's files), unless --overwrite; a name that is one of its inputs (the volumes, --data, the weights, the config)
+ * is refused even then. A predict that fails takes the files it wrote back (each rank its own): the rerun in the same
+ * --out meets none of them. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -23,6 +27,7 @@
 #include "app/predict_family.h"
 #include "app/weights_source.h"
 #include "core/fsutil.h"
+#include "core/outguard.h"
 #include "core/util.h"
 #include "elementwise/elementwise.h"
 #include "data/manifest.h"
@@ -38,7 +43,7 @@
 static const char *HELP =
     "usage: voxscale predict (--ckpt CKPT | --weights FILE.safetensors) --data CSV|DIR|FILE --out DIR\n"
     "                        [--config FILE] [--batch-size N] [--device D] [--threads N] [--amp P] [--set K=V]\n"
-    "                        [--sample-steps N] [--sample-seed S]\n"
+    "                        [--sample-steps N] [--sample-seed S] [--overwrite]\n"
     "  applies a trained model to volumes with the validation transforms (normalisation, centred crop of\n"
     "  model.input_size) in evaluation mode. resnet3d: DIR/predictions.csv (path, class probabilities and class,\n"
     "  label probabilities, values, or the survival risk score). ae3d: DIR/<name>_recon.nii.gz and <name>_mu.nii.gz\n"
@@ -52,7 +57,10 @@ static const char *HELP =
     "  --data: a CSV manifest (data.path_column; every row, whatever its split), a folder (data.glob's matches) or\n"
     "  one volume. The config is the checkpoint's run's config.json, or the one voxscale export put in the weights\n"
     "  file, unless --config is given (a file converted from PyTorch needs it). Under mpirun, srun or torchrun the\n"
-    "  ranks share the volumes. Bad volumes: exit 2 naming them, or skipped with --set data.skip_bad=1.\n";
+    "  ranks share the volumes. Bad volumes: exit 2 naming them, or skipped with --set data.skip_bad=1.\n"
+    "  Nothing is overwritten: an --out already holding a file this predict would write is refused (exit 2, before\n"
+    "  anything is written) unless --overwrite is given, and an input (a volume, --data, the model, the config) is\n"
+    "  never written, --overwrite or not.\n";
 
 /* ---- the volumes ------------------------------------------------------------------------------------------ */
 
@@ -135,10 +143,12 @@ static void list_inputs(const char *data, DataConfig d, const ModelConfig *mc, i
         snprintf(in->man.origin, sizeof in->man.origin, "--data");
     }
     in->n = in->man.n;
+    if (!is_dir) out_input(data, "--data"); /* (the manifest or the one volume; every volume below) */
     in->items = vx_calloc((size_t)in->n, sizeof *in->items);
     in->usable = vx_malloc((size_t)in->n * sizeof(int));
     for (int i = 0; i < in->n; i++) {
         in->items[i].path = in->man.e[i].path;
+        out_input(in->items[i].path, "--data");
         in->items[i].index = i;
         in->usable[i] = 1;
         int dims[4];
@@ -208,7 +218,7 @@ static void csv_field(FILE *f, const char *s) {
 
 /* rank 0: predictions.csv from the gathered rows (column 0 of each: 1 when the volume was predicted) */
 static void write_csv(const char *out_dir, const PredictFamily *fam, const Model *m, const Inputs *in,
-                      const float *rows, int width) {
+                      const float *rows, int width, int overwrite) {
     char path[CONFIG_STR + 32];
     snprintf(path, sizeof path, "%s/predictions.csv", out_dir);
     char *text = NULL;
@@ -226,8 +236,51 @@ static void write_csv(const char *out_dir, const PredictFamily *fam, const Model
         fputc('\n', f);
     }
     fclose(f);
-    fs_write_atomic(path, text, len);
+    out_write(path, text, len, overwrite, "predict --out");
     free(text);
+}
+
+/* What check_outputs found so far: how many names exist, the first of them, and why the predict is refused. */
+typedef struct {
+    int there;
+    char first[CONFIG_STR * 2];
+    char why[CONFIG_STR * 4 + 600];
+} OutputCheck;
+
+/* One name this predict would write in --out: an input is refused at once, an existing file counted. */
+static void check_name(const char *out_dir, const char *name, OutputCheck *c) {
+    char path[CONFIG_STR * 3], p[600];
+    snprintf(path, sizeof path, "%s/%s", out_dir, name);
+    const char *input = out_input_of(path);
+    if (input)
+        snprintf(c->why, sizeof c->why, "predict --out %s: %s, a file it would write, is this command's input (%s): "
+                 "it is never overwritten, --overwrite or not; choose another --out", vx_escape(out_dir, p, sizeof p),
+                 name, input);
+    else if (out_exists(path) && !c->there++)
+        snprintf(c->first, sizeof c->first, "%s", name);
+}
+
+/* Rank 0, holding --out's lock, before anything is written there: every name this predict would write
+ * (predictions.csv, then each usable volume's files) that is one of its inputs is refused, and without --overwrite
+ * every one that exists (the first named). It overwrote <name>_recon/_mu/_sample.nii.gz, and an input volume of
+ * --data when --out was the input folder. */
+static void check_outputs(const char *out_dir, const PredictFamily *fam, const Inputs *in, int overwrite,
+                          OutLock *lock) {
+    OutputCheck c = {0};
+    char name[CONFIG_STR * 2], p[600];
+    check_name(out_dir, "predictions.csv", &c);
+    for (int i = 0; i < in->n && !c.why[0]; i++)
+        for (int k = 0; in->usable[i] && fam->files[k] && !c.why[0]; k++) {
+            snprintf(name, sizeof name, "%s%s", in->items[i].stem, fam->files[k]);
+            check_name(out_dir, name, &c);
+        }
+    if (!c.why[0] && c.there && !overwrite)
+        snprintf(c.why, sizeof c.why, "--out %s already holds %s%s: nothing is overwritten; choose another --out, "
+                 "move them away, or pass --overwrite to replace them", vx_escape(out_dir, p, sizeof p), c.first,
+                 c.there > 1 ? " (and other files this predict would write)" : "");
+    if (!c.why[0]) return;
+    out_lock_refused(lock); /* (the lock file too, when this predict made it) */
+    vx_usage_error("%s", c.why);
 }
 
 static void format_eta(double s, char *out, size_t len) {
@@ -240,7 +293,8 @@ static void format_eta(double s, char *out, size_t len) {
 int cmd_predict(int argc, char **argv) {
     CliArgs a;
     cli_parse_from(argc, argv, &a, HELP,
-                   ",config,ckpt,weights,data,out,batch-size,device,threads,amp,set,sample-steps,sample-seed,",
+                   ",config,ckpt,weights,data,out,batch-size,device,threads,amp,set,sample-steps,sample-seed,"
+                   "overwrite,",
                    weights_config_source);
     if (!a.ckpt == !a.weights) vx_usage_error("predict: give the model with --ckpt CHECKPOINT or --weights FILE (one)");
     if (!a.data) vx_usage_error("predict: --data CSV|DIR|FILE is required (see --help)");
@@ -255,11 +309,11 @@ int cmd_predict(int argc, char **argv) {
         vx_set_error_prefix(prefix);
         vx_log_rank = rank;
     }
-    char csv[CONFIG_STR + 32], p[CONFIG_STR];
+    char csv[CONFIG_STR + 32];
     snprintf(csv, sizeof csv, "%s/predictions.csv", a.out);
-    if (fs_input_kind(csv, 1, NULL, p, sizeof p))
-        vx_usage_error("--out %s already holds predictions.csv: choose another --out (nothing is overwritten)",
-                       vx_escape(a.out, p, sizeof p));
+    out_input(a.ckpt, "--ckpt");
+    out_input(a.weights, "--weights");
+    if (a.config_given) out_input(a.config_path, "--config");
     Inputs in;
     list_inputs(a.data, cfg->data, &cfg->model, cfg->train.seed, &in);
     if (cfg->train.batch_size == 0) cfg->train.batch_size = 1; /* (the automatic batch plans training's memory) */
@@ -272,8 +326,15 @@ int cmd_predict(int argc, char **argv) {
     if (a.ckpt) ckpt_read(a.ckpt, m, (int64_t)CONFIG_MAX_STEPS + 1, &ck);
     else weights_read(a.weights, m, cfg->train.init_allow, "weights", rank0, &wi);
     Comm *comm = comm_open(&env, strcmp(rt.be->name, "cuda") == 0, rt.device_reason, cfg->dist.timeout_s);
-    if (rank0) fs_mkdirs(a.out);
+    OutLock lock = {.fd = -1};
+    if (rank0) { /* its lock held until the end: a second predict into it is refused, not the last writer's */
+        fs_mkdirs(a.out);
+        out_lock(a.out, "predict --out", &lock);
+        check_outputs(a.out, fam, &in, a.overwrite, &lock);
+        out_lock_claim(&lock);
+    }
     comm_wait(comm, comm_barrier(comm, "the start of predict"), NULL); /* (rank 0 made the folder) */
+    out_track(); /* a failed predict takes its files back */
     /* every rank convolves with rank 0's kernels: ranks that timed them at once could choose differently, and a
      * volume's bytes would then depend on the rank it fell to */
     conv_agree(comm, rt.be, m);
@@ -324,7 +385,8 @@ int cmd_predict(int argc, char **argv) {
             rt.be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
             model_forward(m, 0);
         }
-        const PredictBatch b = {.m = m, .out_dir = a.out, .items = items, .used = used, .inputs = batch};
+        const PredictBatch b = {.m = m, .out_dir = a.out, .overwrite = a.overwrite, .items = items, .used = used,
+                                .inputs = batch};
         char why[512];
         if (!fam->batch(&b, out, why, sizeof why)) vx_exit_error(VX_EXIT_STORAGE, "predict: %s", why);
         for (int k = 0; k < used; k++) {
@@ -348,11 +410,12 @@ int cmd_predict(int argc, char **argv) {
     int total = 0;
     for (int i = 0; i < in.n; i++) total += rows[(long)i * width] == 1.0f;
     if (rank0) {
-        write_csv(a.out, fam, m, &in, rows, width);
+        write_csv(a.out, fam, m, &in, rows, width, a.overwrite);
         vx_log("predict: %d volumes in %.1f s (%.2f volumes/s%s)%s -> %s\n", total, secs, done / (secs > 0 ? secs : 1),
                world > 1 ? " on rank 0" : "", total < in.n ? ", the others left out (warned above)" : "", csv);
     }
     comm_wait(comm, comm_barrier(comm, "the end of predict"), NULL);
+    out_done(); /* (every rank's files are written: they stay) */
     comm_close(comm);
     free(items);
     free(index);

@@ -63,6 +63,8 @@ static void head_format(const Model *m, const PredictItem *it, const float *row,
 
 /* ---- ae3d: reconstructions and latents ------------------------------------------------------------------------ */
 
+static const char *const AE_FILES[] = {"_recon.nii.gz", "_mu.nii.gz", NULL};
+
 static int ae_floats(const Model *m) {
     (void)m;
     return 2; /* L1, PSNR */
@@ -95,12 +97,14 @@ static int ae_batch(const PredictBatch *b, float *rows, char *why, size_t why_le
         const PredictItem *it = &b->items[i];
         char path[CONFIG_STR * 3];
         const NiftiGrid crop = {{it->off[2], it->off[1], it->off[0]}, 1}; /* x, y, z = w, h, d */
-        snprintf(path, sizeof path, "%s/%s_recon.nii.gz", b->out_dir, it->stem);
-        ok = nifti_write_float(path, it->path, y, in.d, in.h, in.w, in.c, &crop, why, why_len);
+        snprintf(path, sizeof path, "%s/%s%s", b->out_dir, it->stem, AE_FILES[0]);
+        ok = nifti_write_float(path, it->path, y, in.d, in.h, in.w, in.c, &crop, b->overwrite, why, why_len);
         /* latent voxel i sits over crop voxel f*i: the encoder's stride-2 convolutions with "same" padding */
         const NiftiGrid coarse = {{it->off[2], it->off[1], it->off[0]}, in.d / z.d};
-        snprintf(path, sizeof path, "%s/%s_mu.nii.gz", b->out_dir, it->stem);
-        if (ok) ok = nifti_write_float(path, it->path, mu + i * lat, z.d, z.h, z.w, z.c, &coarse, why, why_len);
+        snprintf(path, sizeof path, "%s/%s%s", b->out_dir, it->stem, AE_FILES[1]);
+        if (ok)
+            ok = nifti_write_float(path, it->path, mu + i * lat, z.d, z.h, z.w, z.c, &coarse, b->overwrite, why,
+                                   why_len);
     }
     free(recon);
     free(mu);
@@ -109,12 +113,13 @@ static int ae_batch(const PredictBatch *b, float *rows, char *why, size_t why_le
 
 static void ae_format(const Model *m, const PredictItem *it, const float *row, FILE *f) {
     (void)m;
-    fprintf(f, ",%.9g,%.9g,%s_recon.nii.gz,%s_mu.nii.gz", row[0], row[1], it->stem, it->stem);
+    fprintf(f, ",%.9g,%.9g,%s%s,%s%s", row[0], row[1], it->stem, AE_FILES[0], it->stem, AE_FILES[1]);
 }
 
 /* ---- vit3d_diffusion: volumes sampled from the input's two views --------------------------------------------- */
 
 enum { DIFF_DRR_MSE, DIFF_MEAN_DRR_MSE, DIFF_MSE, DIFF_MEAN_MSE, DIFF_FLOATS };
+static const char *const DIFF_FILES[] = {"_sample.nii.gz", NULL};
 
 static int diff_floats(const Model *m) {
     (void)m;
@@ -174,8 +179,9 @@ static int diff_batch(const PredictBatch *b, float *rows, char *why, size_t why_
                r[DIFF_MEAN_MSE]);
         char path[CONFIG_STR * 3];
         const NiftiGrid crop = {{it->off[2], it->off[1], it->off[0]}, 1}; /* x, y, z = w, h, d */
-        snprintf(path, sizeof path, "%s/%s_sample.nii.gz", b->out_dir, it->stem);
-        ok = nifti_write_float(path, it->path, sample + i * vol, in.d, in.h, in.w, in.c, &crop, why, why_len);
+        snprintf(path, sizeof path, "%s/%s%s", b->out_dir, it->stem, DIFF_FILES[0]);
+        ok = nifti_write_float(path, it->path, sample + i * vol, in.d, in.h, in.w, in.c, &crop, b->overwrite, why,
+                               why_len);
     }
     free(ids);
     free(mean);
@@ -189,13 +195,15 @@ static int diff_batch(const PredictBatch *b, float *rows, char *why, size_t why_
 static void diff_format(const Model *m, const PredictItem *it, const float *row, FILE *f) {
     (void)m;
     for (int k = 0; k < DIFF_FLOATS; k++) fprintf(f, ",%.9g", row[k]);
-    fprintf(f, ",%s_sample.nii.gz", it->stem);
+    fprintf(f, ",%s%s", it->stem, DIFF_FILES[0]);
 }
 
+static const char *const NO_FILES[] = {NULL};
+
 static const PredictFamily FAMILIES[] = {
-    {"ae3d", ae_floats, ae_header, ae_batch, ae_format, 0},
-    {"resnet3d", head_floats, head_header, head_batch, head_format, 0},
-    {"vit3d_diffusion", diff_floats, diff_header, diff_batch, diff_format, 1},
+    {"ae3d", ae_floats, ae_header, ae_batch, ae_format, 0, AE_FILES},
+    {"resnet3d", head_floats, head_header, head_batch, head_format, 0, NO_FILES},
+    {"vit3d_diffusion", diff_floats, diff_header, diff_batch, diff_format, 1, DIFF_FILES},
 };
 
 const PredictFamily *predict_family(const Model *m) {

@@ -28,6 +28,7 @@ typedef struct {
 typedef struct {
     Model *m;                /* after model_forward(m, 0) on the batch (none for a family that samples) */
     const char *out_dir;
+    int overwrite;           /* --overwrite: files there may be replaced (cmd_predict.c checked them first) */
     const PredictItem *items; /* the batch's volumes */
     int used;                /* how many of the batch's slots hold one */
     const float *inputs;     /* their normalised crops, host memory [used][D][H][W][C] */
@@ -45,6 +46,9 @@ typedef struct {
     void (*format)(const Model *m, const PredictItem *it, const float *row, FILE *f);
     /* 1: `batch` runs the model itself (a sampler, many forwards from its own x_t), so the driver runs no forward */
     int samples;
+    /* what `batch` writes per volume: <stem> followed by each of these (NULL-terminated), checked before anything is
+     * written */
+    const char *const *files;
 } PredictFamily;
 
 /* The entry of model m's family (every family has one). */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/outguard.h"
 #include "core/safetensors.h"
 #include "core/util.h"
 
@@ -29,6 +30,7 @@ void weights_config_source(const CliArgs *a, Config *cfg) {
             vx_usage_error("%s: no config.json of its run at %s (a checkpoint is read with the config it was trained "
                            "with); give it with --config FILE", vx_escape(a->ckpt, p, sizeof p), path);
         fclose(f);
+        out_input(path, "the run's config.json");
         config_load(cfg, path);
         return;
     }

@@ -89,6 +89,19 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
     }
     Comm *c = comm_open(&env, on_gpu, on_gpu ? NULL : why, 300.0);
     const int n = c->world;
+    char slug[400], commit[64], dir[700], path[1024];
+    if (c->rank == 0) { /* the results' names, refused before the sweep rather than after */
+        HwInfo hw;
+        hw_detect(&hw);
+        if (on_gpu) snprintf(slug, sizeof slug, "%s", hw.n_gpus ? hw.gpus[0].name : "gpu");
+        else snprintf(slug, sizeof slug, "cpu-%s-%dc", hw.cpu_model, hw.cores);
+        bench_slugify(slug, slug, sizeof slug);
+        snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
+        for (int k = 0; k < 2; k++) {
+            snprintf(path, sizeof path, "allreduce_%dranks.%s", n, k ? "md" : "json");
+            bench_claim_result(dir, path, o->overwrite);
+        }
+    }
     vx_log("# bench allreduce: %d rank%s, %s communicator, %s buffers\n", n, n > 1 ? "s" : "", c->name,
            on_gpu ? "GPU" : "host");
     if (!on_gpu && strcmp(o->device, "cpu") != 0) vx_log("# no usable GPU (%s): CPU ranks\n", why);
@@ -154,14 +167,7 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
     }
 
     if (c->rank == 0) {
-        char slug[400], commit[64], dir[700], path[1024];
-        HwInfo hw;
-        hw_detect(&hw);
-        if (on_gpu) snprintf(slug, sizeof slug, "%s", hw.n_gpus ? hw.gpus[0].name : "gpu");
-        else snprintf(slug, sizeof slug, "cpu-%s-%dc", hw.cpu_model, hw.cores);
-        bench_slugify(slug, slug, sizeof slug);
         bench_git_commit(commit, sizeof commit);
-        snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
         fs_mkdirs(dir);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "benchmark", "allreduce");
@@ -195,7 +201,7 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
         cJSON_AddNumberToObject(fit, "bus_gbps", fit_b * 1e-9);
         cJSON_AddNumberToObject(fit, "worst_error_1mib_up", fit_err);
         snprintf(path, sizeof path, "allreduce_%dranks.json", n);
-        bench_write_json(dir, path, j);
+        bench_write_json(dir, path, j, o->overwrite);
         char md[16384];
         size_t len = (size_t)snprintf(md, sizeof md,
                                       "# bench allreduce: %d ranks, %s communicator, %s buffers, on %s\n\n"
@@ -211,8 +217,8 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
                                 "\nAvg bus bandwidth %.3f GB/s. Alpha-beta ring fit: a = %.2f us per step, B = %.2f GB/s "
                                 "(worst error %.0f%% from 1 MiB up). Commit %s; launcher %s.\n",
                                 nr ? bus_sum / nr : 0.0, fit_a * 1e6, fit_b * 1e-9, 100 * fit_err, commit, env.launcher);
-        snprintf(path, sizeof path, "%s/allreduce_%dranks.md", dir, n);
-        fs_write_atomic(path, md, len);
+        snprintf(path, sizeof path, "allreduce_%dranks.md", n);
+        bench_write_text(dir, path, md, len, o->overwrite);
         vx_log("written: %s/allreduce_%dranks.{json,md}\n", dir, n);
     }
     be->release(send);

@@ -128,6 +128,15 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     train->grad_accum = 1; /* one fixed batch per step */
     Runtime rt;
     runtime_open(&rt, model, train, 1);
+    char slug[160], commit[64], stem[128], dir[512], path[1024], device[600];
+    bench_device_slug(&rt, slug, sizeof slug);
+    snprintf(stem, sizeof stem, "%s", strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path);
+    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
+    snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
+    for (int k = 0; k < 2; k++) { /* refused before the steps are timed, not after */
+        snprintf(path, sizeof path, "step_%s.%s", stem, k ? "md" : "json");
+        bench_claim_result(dir, path, o->overwrite);
+    }
     Model *m = rt.model;
     const Backend *be = rt.be;
     model_allocate(m);
@@ -186,12 +195,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     Ceiling ceil = measure_ceiling(&rt, train->tf32, model->channels[0]);
     int gpu = strcmp(be->name, "cuda") == 0;
 
-    char slug[160], commit[64], stem[128], dir[512], path[1024], device[600];
-    bench_device_slug(&rt, slug, sizeof slug);
     bench_git_commit(commit, sizeof commit);
-    snprintf(stem, sizeof stem, "%s", strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path);
-    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
-    snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
     fs_mkdirs(dir);
     int threads = train->threads ? train->threads : rt.hw.cores;
     if (gpu)
@@ -243,8 +247,8 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms,
                      lt.other_ms + phase[2], lt.step_ms,
                      med * 1e3 / lt.conv_ms, first_ms, in_c_stored, loss);
-    snprintf(path, sizeof path, "%s/step_%s.json", dir, stem);
-    fs_write_atomic(path, json, (size_t)n);
+    snprintf(path, sizeof path, "step_%s.json", stem);
+    bench_write_text(dir, path, json, (size_t)n, o->overwrite);
     char md[16384];
     n = snprintf(md, sizeof md,
                  "# bench step: %s on %s\n\n"
@@ -271,8 +275,8 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  layers_md,
                  device, be->name, __VERSION__, commit,
                  loss, gpu ? "CUDA events" : "the wall clock");
-    snprintf(path, sizeof path, "%s/step_%s.md", dir, stem);
-    fs_write_atomic(path, md, (size_t)n);
+    snprintf(path, sizeof path, "step_%s.md", stem);
+    bench_write_text(dir, path, md, (size_t)n, o->overwrite);
     fputs(md, stdout);
     printf("\nwritten: %s/step_%s.{json,md}\n", dir, stem);
     free(t);

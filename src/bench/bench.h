@@ -8,6 +8,7 @@ typedef struct {
     int iters, warmup;       /* timed steps and warm-up steps; -1: the defaults (5 and 1) */
     const char *results_dir; /* NULL: results */
     const char *config_path; /* names the result files: step_<config stem>.json */
+    int overwrite;           /* --overwrite: existing result files are replaced (else refused before the run) */
 } BenchStepOptions;
 
 /* Times full training steps of cfg on one fixed batch and writes <results>/<device>/step_<config>.json and .md.
@@ -27,6 +28,7 @@ typedef struct {
     int max_reps;            /* timed calls per case at most; <= 0: 200 */
     const char *attention_tokens; /* "T,T,...": self-attention cases b1 h1 TxT d64 besides the model's ("0": none);
                                    * NULL: 512 and 4096 when the model calls attention, else none */
+    int overwrite;                /* --overwrite: existing result files are replaced (else refused before the run) */
 } BenchKernelsOptions;
 
 /* Checks every op the config's model calls, at each of its shapes, against a float64 reference, then times it and
@@ -43,6 +45,7 @@ typedef struct {
     int iters, warmup;                   /* per size; -1: 20 (5 from 64 MiB) and 2 */
     const char *device;                  /* "auto", "cpu", "cuda" */
     const char *results_dir;             /* NULL: results */
+    int overwrite;                       /* --overwrite: existing result files are replaced (else refused first) */
 } BenchAllreduceOptions;
 
 /* The all-reduce of the ranks this process is one of (dist_detect), swept over sizes in nccl-tests' layout, with
@@ -59,6 +62,7 @@ typedef struct {
     const char *results_dir;
     const char *sets[32];        /* --set K=V passed to the measured runs */
     int n_sets;
+    int overwrite;               /* --overwrite: existing result files are replaced (else refused before the runs) */
 } BenchScalingOptions;
 
 /* Weak and strong scaling of the trainer: measured up to measure_max ranks, projected beyond from a one-rank

@@ -11,6 +11,7 @@
 
 #include "common/cpu_gemm.h"
 #include "core/fsutil.h"
+#include "core/outguard.h"
 #include "core/util.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -101,11 +102,22 @@ void bench_results_dir(const Runtime *rt, const char *results_root, char *out, s
     fs_mkdirs(out);
 }
 
-void bench_write_json(const char *dir, const char *name, cJSON *j) {
-    char path[1400], *text = cJSON_Print(j);
-    VX_CHECK(text != NULL, "out of memory printing %s", name);
+void bench_claim_result(const char *dir, const char *name, int overwrite) {
+    char path[1400];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    fs_write_atomic(path, text, strlen(text));
+    out_claim(path, overwrite, "bench --results");
+}
+
+void bench_write_text(const char *dir, const char *name, const char *text, size_t len, int overwrite) {
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    out_write(path, text, len, overwrite, "bench --results");
+}
+
+void bench_write_json(const char *dir, const char *name, cJSON *j, int overwrite) {
+    char *text = cJSON_Print(j);
+    VX_CHECK(text != NULL, "out of memory printing %s", name);
+    bench_write_text(dir, name, text, strlen(text), overwrite);
     free(text);
     cJSON_Delete(j);
 }

@@ -24,7 +24,12 @@ void bench_isa(const Runtime *rt, char *out, size_t len);
 void bench_git_commit(char *out, size_t len);
 /* <results_root or "results">/<device slug>, created. */
 void bench_results_dir(const Runtime *rt, const char *results_root, char *out, size_t len);
-/* Writes j, printed, to dir/name atomically, and frees j. */
-void bench_write_json(const char *dir, const char *name, cJSON *j);
+/* Before a benchmark runs: exits 2 when dir/name (one of its result files) exists, unless overwrite (--overwrite):
+ * results are replaced only when asked, as every output is (core/outguard.h). */
+void bench_claim_result(const char *dir, const char *name, int overwrite);
+/* Writes j, printed, to dir/name atomically (over an existing file only with overwrite), and frees j. */
+void bench_write_json(const char *dir, const char *name, cJSON *j, int overwrite);
+/* Writes text to dir/name the same way. */
+void bench_write_text(const char *dir, const char *name, const char *text, size_t len, int overwrite);
 /* memcpy split over the OpenMP threads: the copy ceiling's and its probe's way of copying. */
 void bench_parallel_copy(void *dst, const void *src, size_t bytes);

@@ -272,6 +272,16 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     int n_tokens = attention_tokens(o->attention_tokens, tokens, 8); /* and a bad --attention-tokens */
     Runtime rt;
     runtime_open(&rt, &cfg->model, &cfg->train, 1);
+    char slug[160], commit[64], stem[128], dir[512], path[1024];
+    bench_device_slug(&rt, slug, sizeof slug);
+    const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
+    snprintf(stem, sizeof stem, "%s", base);
+    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
+    snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
+    for (int k = 0; k < 2; k++) { /* refused before the cases are checked and timed, not after */
+        snprintf(path, sizeof path, "kernels_%s.%s", stem, k ? "md" : "json");
+        bench_claim_result(dir, path, o->overwrite);
+    }
     const Backend *be = rt.be;
     const int gpu = strcmp(be->name, "cuda") == 0;
     KernelCase *cases;
@@ -366,12 +376,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     if (!gpu) probe_close(&probe);
 
     /* ---- the report -------------------------------------------------------------------------------------- */
-    char slug[160], commit[64], stem[128], dir[512], path[1024];
-    bench_device_slug(&rt, slug, sizeof slug);
     bench_git_commit(commit, sizeof commit);
-    const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
-    snprintf(stem, sizeof stem, "%s", base);
-    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
     bench_results_dir(&rt, o->results_dir, dir, sizeof dir);
     const int threads = cfg->train.threads ? cfg->train.threads : rt.hw.cores;
     char device[400];
@@ -436,7 +441,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     getrusage(RUSAGE_SELF, &ru);
     cJSON_AddNumberToObject(j, "peak_rss_mib", ru.ru_maxrss / 1024.0);
     snprintf(path, sizeof path, "kernels_%s.json", stem);
-    bench_write_json(dir, path, j);
+    bench_write_json(dir, path, j, o->overwrite);
 
     size_t cap = 4096 + (size_t)n_run * 256, len = 0;
     char *md = vx_malloc(cap);
@@ -462,8 +467,8 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
                             "FLOPs (4 b h tq tk d forward, 2.5x that backward). Peak resident memory of the whole run "
                             "%.0f MiB (host).\n",
                             device, rt.model->batch, dtype_name(rt.model->dtype), commit, ru.ru_maxrss / 1024.0);
-    snprintf(path, sizeof path, "%s/kernels_%s.md", dir, stem);
-    fs_write_atomic(path, md, len);
+    snprintf(path, sizeof path, "kernels_%s.md", stem);
+    bench_write_text(dir, path, md, len, o->overwrite);
     printf("\nwritten: %s/kernels_%s.{json,md}: %d cases, %d failed checks\n", dir, stem, n_run, n_failed);
     free(md);
     free(res);

@@ -361,6 +361,10 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
     snprintf(stem, sizeof stem, "%s", base);
     if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
+    for (int k = 0; k < 2; k++) { /* refused before the runs, not after */
+        snprintf(path, sizeof path, "scaling_%s.%s", stem, k ? "md" : "json");
+        bench_claim_result(dir, path, o->overwrite);
+    }
     int max_count = 1;
     for (int i = 0; i < o->n_counts; i++) max_count = o->counts[i] > max_count ? o->counts[i] : max_count;
     const int measure_max = o->measure_max > 0 ? o->measure_max : gpu ? n_gpus : 4;
@@ -526,7 +530,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
         cJSON_AddItemToArray(arr, e);
     }
     snprintf(path, sizeof path, "scaling_%s.json", stem);
-    bench_write_json(dir, path, j);
+    bench_write_json(dir, path, j, o->overwrite);
 
     char md[16384];
     size_t len = (size_t)snprintf(md, sizeof md,
@@ -553,8 +557,8 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
                             "Commit %s.\n",
                             100 * worst_err, load_before, load_after, inter,
                             gpu ? "estimated from FLOP shares" : "CPU host timestamps", cores, stem, commit);
-    snprintf(path, sizeof path, "%s/scaling_%s.md", dir, stem);
-    fs_write_atomic(path, md, len);
+    snprintf(path, sizeof path, "scaling_%s.md", stem);
+    bench_write_text(dir, path, md, len, o->overwrite);
     const int drawn = draw_report(dir, tmp);
     snprintf(path, sizeof path, "%s/scaling_%s_tb", dir, stem);
     TbWriter *tw;

@@ -1,13 +1,16 @@
-/* fsutil.c: whole-file reads, atomic writes, mkdir -p and directory fsync (see fsutil.h). */
+/* fsutil.c: whole-file reads, atomic writes (replacing, or never over an existing file), mkdir -p and directory
+ * fsync (see fsutil.h). */
 #include "core/fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/util.h"
@@ -82,16 +85,64 @@ void fs_write_failed(const char *what, const char *path, int err) {
                            ? "make the run directory writable or choose another --out"
                        : err == EISDIR || err == ENOTDIR || err == EEXIST
                            ? "something else is in the way at that path: move it away or choose another --out"
-                           : "check the run directory and the disk";
+                       : err == EFBIG ? "the file is larger than this process may write (ulimit -f) or the file system "
+                                        "holds: raise the limit or choose another --out"
+                                      : "check the run directory and the disk";
     vx_exit_error(VX_EXIT_STORAGE, "cannot %s %s: %s; %s", what, path, strerror(err), hint);
 }
 
-void fs_write_atomic(const char *path, const void *data, size_t len) {
-    size_t plen = strlen(path) + 8;
+/* splitmix64: spreads a counter and the clock over the bits a temporary name is drawn from */
+static uint64_t mix(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* A temporary file beside path that can be no one else's: path.<6 letters>.tmp, created with O_EXCL (another name
+ * is drawn while one exists), so a file of the user's named path.tmp, or anything else there, is never opened,
+ * truncated or removed: a fixed name removed a user's x_sample.nii.gz.tmp. Returns its descriptor, or -1 (errno). */
+static int create_temp(const char *path, char *tmp, size_t tmp_len) {
+    static const char LETTERS[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    static uint64_t counter;
+    for (int attempt = 0; attempt < 64; attempt++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = mix((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 40 ^
+                         __atomic_add_fetch(&counter, 0x9E3779B97F4A7C15ull, __ATOMIC_RELAXED));
+        char name[7];
+        for (int i = 0; i < 6; i++, x /= 62) name[i] = LETTERS[x % 62];
+        name[6] = 0;
+        snprintf(tmp, tmp_len, "%s.%s.tmp", path, name);
+        const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+/* Moves tmp to path without replacing anything there: renameat2's RENAME_NOREPLACE, or where the file system lacks
+ * it a hard link (which fails on an existing name too) and the temporary's removal; where neither exists (a file
+ * system without links), a look first and a rename. 0, or -1 with errno (EEXIST: something is at path). */
+static int publish_new(const char *tmp, const char *path) {
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) return -1;
+    if (link(tmp, path) == 0) return unlink(tmp) == 0 || errno == ENOENT ? 0 : -1;
+    if (errno != EPERM && errno != EOPNOTSUPP && errno != ENOSYS) return -1;
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(tmp, path);
+}
+
+/* The temporary written, fsynced and moved to path (replacing what is there, or never: `replace`); 0, EEXIST when
+ * !replace and something is at path, or the run ends through fs_write_failed. */
+static int write_via_temp(const char *path, const void *data, size_t len, int replace) {
+    size_t plen = strlen(path) + 16;
     char *tmp = vx_malloc(plen);
-    snprintf(tmp, plen, "%s.tmp", path);
     const char *what = "write";
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = create_temp(path, tmp, plen);
     if (fd < 0) {
         int err = errno;
         free(tmp);
@@ -110,19 +161,25 @@ void fs_write_atomic(const char *path, const void *data, size_t len) {
     }
     if (!err && fsync(fd) != 0) err = errno;
     if (close(fd) != 0 && !err) err = errno;
-    if (!err && rename(tmp, path) != 0) {
+    if (!err && (replace ? rename(tmp, path) : publish_new(tmp, path)) != 0) {
         err = errno;
-        what = "replace";
+        what = replace ? "replace" : "create";
     }
     if (err) {
-        unlink(tmp); /* a failed write leaves nothing behind; the previous file at path is untouched */
+        unlink(tmp); /* only the temporary this call created; the previous file at path is untouched */
         free(tmp);
+        if (err == EEXIST && !replace) return EEXIST;
         fs_write_failed(what, path, err);
     }
     /* The rename itself is durable only once the directory entry is on disk. */
     (void)fs_fsync_parent(path);
     free(tmp);
+    return 0;
 }
+
+void fs_write_atomic(const char *path, const void *data, size_t len) { (void)write_via_temp(path, data, len, 1); }
+
+int fs_write_new(const char *path, const void *data, size_t len) { return write_via_temp(path, data, len, 0); }
 
 int fs_mkdir_p(const char *path) {
     char buf[PATH_MAX];

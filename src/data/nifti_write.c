@@ -1,7 +1,7 @@
 /* nifti_write.c: float32 NIfTI-1 files with a reference's header (see nifti_write.h). libnifti reads the reference's
  * header (already checked by nifti_read.c, which the volume was read through) and turns the edited image back into
- * a NIfTI-1 header; the bytes (and the gzip stream) are made here and written with fs_write_atomic, since libnifti's
- * own writer writes in place. */
+ * a NIfTI-1 header; the bytes (and the gzip stream) are made here and written with core/outguard.h's out_write
+ * (atomic; over nothing unless told), since libnifti's own writer writes in place. */
 #include "data/nifti_write.h"
 
 #include <nifti2_io.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "core/fsutil.h"
+#include "core/outguard.h"
 #include "core/util.h"
 
 static int ends_with(const char *s, const char *tail) {
@@ -69,7 +69,7 @@ static unsigned char *gzip(const unsigned char *buf, size_t n, size_t *out_len) 
 }
 
 int nifti_write_float(const char *out_path, const char *like_path, const float *v, int d, int h, int w, int c,
-                      const NiftiGrid *g, char *why, size_t why_len) {
+                      const NiftiGrid *g, int overwrite, char *why, size_t why_len) {
     nifti_set_debug_level(0);
     nifti_image *nim = is_nifti(like_path) ? nifti_image_read(like_path, 0) : NULL;
     if (!nim) { /* a PNG stack has no geometry: 1 mm voxels at the origin */
@@ -115,10 +115,10 @@ int nifti_write_float(const char *out_path, const char *like_path, const float *
             snprintf(why, why_len, "zlib could not compress it");
             return 0;
         }
-        fs_write_atomic(out_path, z, zl);
+        out_write(out_path, z, zl, overwrite, "output");
         free(z);
     } else {
-        fs_write_atomic(out_path, buf, bytes);
+        out_write(out_path, buf, bytes, overwrite, "output");
         free(buf);
     }
     return 1;

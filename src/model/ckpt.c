@@ -187,7 +187,7 @@ static long first_nonfinite(const float *x, long n) {
     return -1;
 }
 
-void ckpt_write(const char *path, const CkptContent *c) {
+unsigned char *ckpt_bytes(const CkptContent *c, size_t *len) {
     const size_t pbytes = (size_t)c->param_count * sizeof(float);
     const uint64_t nbuf = c->buffer_count;
     const size_t total = ckpt_file_bytes(c->param_count, nbuf), hb = header_bytes_for(nbuf);
@@ -238,7 +238,14 @@ void ckpt_write(const char *path, const CkptContent *c) {
     }
     uint32_t crc = crc_of(buf, total - sizeof crc);
     memcpy(buf + total - sizeof crc, &crc, sizeof crc);
-    fs_write_atomic(path, buf, total);
+    *len = total;
+    return buf;
+}
+
+void ckpt_write(const char *path, const CkptContent *c) {
+    size_t len;
+    unsigned char *buf = ckpt_bytes(c, &len);
+    fs_write_atomic(path, buf, len);
     free(buf);
 }
 

@@ -108,3 +108,5 @@ typedef struct {
 } CkptContent;
 /* Writes it as ckpt_save does (the same bytes for the same content; non-finite values refused with exit 4). */
 void ckpt_write(const char *path, const CkptContent *c);
+/* Those bytes (malloc'd, *len of them), for a writer of its own (ckpt consolidate's, which never overwrites). */
+unsigned char *ckpt_bytes(const CkptContent *c, size_t *len);

@@ -328,6 +328,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         runtime_resolve_precision(k < 0 ? train : &t->stages[k].train, t->be, t->rt.device_reason);
     /* every mode's bytes per rank, and dist.zero auto's choice (written into the config before the ranks compare it) */
     zero_plan_choose(&t->rt, &cfg->dist, world, 1);
+    trainer_zero_check(&cfg->dist); /* (its refusal came after the run directory was taken, and rewrote config.json) */
     trainer_check_stages(t);
     /* a vit3d whose stages change its patch grid changes its layout (pos_embed), which sharding's shards and the
      * moving of a sharded model between stages (zero_move_to) keep fixed */
@@ -361,8 +362,8 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
      * a bucket all-reduce of another size, and before rank 0 takes the directory */
     rank_agree(t->comm, t->be, cfg, resume_path ? &ck.id : NULL);
     if (rank0) {
-        run_dir_take(&cfg->output, config_name, resume_path != NULL, config_model_fingerprint(&cfg->model),
-                     train->seed);
+        run_dir_take(&cfg->output, config_name, resume_path ? resume_step(&ck) : -1,
+                     config_model_fingerprint(&cfg->model), train->seed);
         char path[CONFIG_STR + 64];
         snprintf(path, sizeof path, "%s/config.json", output->dir);
         config_write(cfg, path);

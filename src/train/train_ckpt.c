@@ -44,6 +44,8 @@ void resume_free(Resume *r) {
     else ckpt_free(&r->ck);
 }
 
+int64_t resume_step(const Resume *r) { return r->sharded ? r->sc.header.step : r->ck.header.step; }
+
 const char *resume_format(const Resume *r) {
     static char s[64];
     if (r->sharded) snprintf(s, sizeof s, "sharded (ZeRO-%d, %d ranks)", r->sc.zero, r->sc.world);

@@ -28,6 +28,8 @@ int64_t resume_peek_step(const char *path);
  * (z); st gets the run's state. */
 void resume_apply(const Resume *r, Model *m, Zero *z, CkptState *st);
 void resume_free(Resume *r);
+/* The step the checkpoint was written at. */
+int64_t resume_step(const Resume *r);
 /* "step N, sample S" and the format, for the resumed line. */
 const char *resume_format(const Resume *r);
 

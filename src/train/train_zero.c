@@ -26,13 +26,17 @@ static void test_nudge_params(Model *m) {
     vx_log("VX_TEST_NUDGE_INIT: every nonzero initial parameter one float up\n");
 }
 
+void trainer_zero_check(const DistConfig *d) {
+    if (strcmp(d->offload_optimizer, "cpu") == 0 && zero_stage(d) == 0)
+        vx_usage_error("dist.offload_optimizer cpu offloads a ZeRO shard's optimizer: set dist.zero 1 or 2 (--zero 2) "
+                       "too");
+}
+
 void trainer_zero_open(Trainer *t, Model *m) {
     const DistConfig *d = &t->cfg->dist;
     const int stage = zero_stage(d), cpu = strcmp(t->be->name, "cpu") == 0;
     t->offload = strcmp(d->offload_optimizer, "cpu") == 0;
-    if (t->offload && stage == 0)
-        vx_usage_error("dist.offload_optimizer cpu offloads a ZeRO shard's optimizer: set dist.zero 1 or 2 (--zero 2) "
-                       "too");
+    trainer_zero_check(d); /* (open_run checked it before the run directory was taken) */
     if (t->offload && cpu && !getenv("VX_TEST_OFFLOAD_ON_CPU")) {
         vx_log("offload: on CPU ranks AdamW's state is in host memory already: dist.offload_optimizer cpu changes "
                "nothing here\n");

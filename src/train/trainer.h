@@ -98,6 +98,9 @@ int trainer_stage_of(const Trainer *t, int64_t s);
 /* Gives model m the run's ranks: its world and rank, and the exchanges SyncBatchNorm and the Cox loss make inside a
  * step (model.h's hooks) over the run's communicator. */
 void trainer_attach_model(Trainer *t, Model *m);
+/* The sharding's settings that can only be refused (dist.offload_optimizer without a ZeRO stage): exit 2, checked
+ * before the run directory is taken, so that a refused run changes nothing there (train_zero.c). */
+void trainer_zero_check(const DistConfig *d);
 /* Allocates and initialises model m, shaped first for sharded data parallelism when dist.zero asks for it (then
  * t->zero, t->buckets and t->zl are set) (train_zero.c). */
 void trainer_zero_open(Trainer *t, Model *m);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "train/run_dir.h"
 #include "train/train_ckpt.h"
 #include "train/trainer.h"
 
@@ -17,6 +18,19 @@ void trainer_diverged(Trainer *t, int64_t step1, const char *what, double value)
                   value);
 }
 
+/* A checkpoint goes only into the directory this run locked: one deleted and re-created (and locked) by a new run
+ * while this one ran got this run's stop checkpoint among its files. Rank 0 holds the lock; with a sharded
+ * checkpoint every rank learns its answer, since every rank would write a shard there. */
+static void check_run_dir(Trainer *t, const char *what, int sharded) {
+    char why[200] = "";
+    float gone = t->comm->rank == 0 && !run_dir_is_ours(why, sizeof why);
+    if (sharded) comm_allreduce_host(t->comm, &gone, 1, COMM_SUM, "whether the run directory is still the run's");
+    if (!gone) return;
+    if (t->comm->rank == 0) run_dir_check_ours(what);
+    vx_exit_error(VX_EXIT_STORAGE, "run directory %s is no longer this run's (rank 0 found it deleted or replaced); "
+                  "%s is not written", t->cfg->output.dir, what);
+}
+
 /* checkpoints/<name>.zero for a name given as "<name>.ckpt" (or step_<step>.zero) */
 static void save_sharded(Trainer *t, const char *name) {
     char path[CONFIG_STR + 96], stem[64];
@@ -24,6 +38,9 @@ static void save_sharded(Trainer *t, const char *name) {
                                                            ? strlen(name) - 5 : strlen(name)), name);
     else snprintf(stem, sizeof stem, "step_%ld", (long)t->st.step);
     snprintf(path, sizeof path, "%s/checkpoints/%s.zero", t->cfg->output.dir, stem);
+    char what[120];
+    snprintf(what, sizeof what, "the checkpoint %s.zero (step %ld)", stem, (long)t->st.step);
+    check_run_dir(t, what, 1);
     t->st.opt = stepper_carry(t->stepper); /* (no step is in flight: the loop saves only after collecting) */
     train_ckpt_save_sharded(path, t->m, t->zero, t->comm, &t->st, t->nonce);
     if (!name) t->saved_step = t->st.step;
@@ -56,6 +73,9 @@ void trainer_save_checkpoint(Trainer *t, const char *name) {
     char path[CONFIG_STR + 64];
     if (name) snprintf(path, sizeof path, "%s/checkpoints/%s", t->cfg->output.dir, name);
     else snprintf(path, sizeof path, "%s/checkpoints/step_%ld.ckpt", t->cfg->output.dir, (long)t->st.step);
+    char what[120];
+    snprintf(what, sizeof what, "the checkpoint %s (step %ld)", strrchr(path, '/') + 1, (long)t->st.step);
+    check_run_dir(t, what, 0);
     t->st.opt = stepper_carry(t->stepper); /* (no step is in flight: the loop saves only after collecting) */
     ckpt_save(path, t->m, &t->st);
     if (!name) t->saved_step = t->st.step;

@@ -1,9 +1,10 @@
 """Hostile input, each case once a reproduced failure: checkpoint header fields with a valid CRC and nonsense values,
 resume at another batch size (checked by sample index), a refused run that must leave the run directory as it was,
 memory plans beyond the machine, values that pass a double range check but not a float32 one, lenient parsing,
-and the exit codes and leftovers of full disks and paths in the way."""
+and the exit codes and leftovers of failing writes and paths in the way."""
 import json
 import os
+import resource
 import signal
 import struct
 import subprocess
@@ -245,16 +246,21 @@ def test_untrusted_bytes_are_escaped_in_messages(tmp_path):
     assert "\x1b" not in p.stderr and "\x07" not in p.stderr and "\\x1B]0;pwned\\x07" in p.stderr, p.stderr
 
 
-def test_disk_full_while_checkpointing_exits_6_and_leaves_no_tmp(tmp_path):
+def test_a_write_failing_while_checkpointing_exits_6_and_leaves_no_tmp(tmp_path):
+    """The checkpoint's write fails part way, as on a full disk: a file-size limit below its size (EFBIG; SIGXFSZ
+    ignored, so write() returns the error). A link to /dev/full at the writer's fixed temporary name (step_2.ckpt.tmp)
+    did this before; the temporary's name is now drawn and created exclusively (issue 34: the fixed name consumed a
+    user's file of that name), so nothing placed in advance is written through."""
     out = tmp_path / "r"
-    (out / "checkpoints").mkdir(parents=True)
-    # the checkpoint's temp file is a link to /dev/full: its write fails with ENOSPC, as on a full disk
-    tmp = out / "checkpoints" / "step_2.ckpt.tmp"
-    os.symlink("/dev/full", tmp)
-    p = run("train", "--config", TINY, "--steps", "2", "--out", out, check=False)
-    assert_one_line(p, 6, "step_2.ckpt", "No space left on device", "free disk space")
-    assert not os.path.lexists(tmp), "the failed write left its .tmp behind"
-    assert not (out / "checkpoints" / "step_2.ckpt").exists()
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))  # the checkpoint is 133 KiB, the rest less
+
+    p = subprocess.run([VOXSCALE, "train", "--config", TINY, "--steps", "2", "--out", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    assert_one_line(p, 6, "step_2.ckpt", "File too large", "ulimit -f")
+    assert os.listdir(out / "checkpoints") == [], "the failed write left its temporary behind"
 
 
 def test_a_directory_in_the_way_of_a_checkpoint_exits_6_and_leaves_no_tmp(tmp_path):

@@ -5,6 +5,7 @@
   so the arena is smaller and the results equal the unfused pair's to float rounding (test_pytorch.py pins both to
   PyTorch)."""
 import re
+import tempfile
 
 import pytest
 
@@ -13,7 +14,8 @@ from conftest import metrics, run
 
 def planned_arena_mib(tmp_path, *extra):
     """The planned activation arena (MiB) that `bench step` reports for a config."""
-    p = run("bench", "step", "--iters", "1", "--warmup", "0", "--results", tmp_path / "bench", *extra)
+    results = tempfile.mkdtemp(dir=tmp_path, prefix="bench-")  # (each call its own: results are never replaced)
+    p = run("bench", "step", "--iters", "1", "--warmup", "0", "--results", results, *extra)
     m = re.search(r"memory: arena ([0-9.]+) MiB planned", p.stdout + p.stderr)
     assert m, p.stdout + p.stderr
     return float(m.group(1))
