@@ -22,6 +22,8 @@ typedef struct {
 /* A head's validation figures (metrics.h), NaN where the task has none */
 typedef struct {
     float loss, accuracy, auroc, cindex;
+    float *auroc_class; /* classification and multilabel: each class's (label's) AUROC, [classes]; the caller frees */
+    int classes;        /* 0 for the other tasks */
     int n;
 } HeadValResult;
 
@@ -43,7 +45,8 @@ typedef struct {
 } DiffValResult;
 DiffValResult evaluate_diffusion(Model *m, const HeldOut *h);
 
-/* A head's figures over the first h->val volumes, in evaluation mode (running statistics, no dropout): the task's
- * loss (the mean over the full batches; survival's Cox loss over all of them at once), accuracy
- * (classification), macro AUROC (classification, multilabel), Harrell's C (survival). */
+/* A head's figures over the first h->val volumes, in evaluation mode (running statistics, no dropout), from their
+ * logits: the task's loss (the mean over every volume, whatever the batch; survival's Cox loss over all of them at
+ * once), then from the probabilities predict writes accuracy (classification) and AUROC, macro and per class or
+ * label (classification, multilabel), and from the risk scores Harrell's C (survival); see metrics.h. */
 HeadValResult evaluate_head(Model *m, const HeldOut *h);

@@ -12,17 +12,21 @@
 #include "trace/trace.h"
 #include "train/trainer.h"
 
-/* Validates after `step` optimizer steps, reports it on stdout and in metrics.jsonl, and keeps the stage's best
- * checkpoint (by validation L1) when a stage has been trained. */
-/* A head's validation: its loss and the task's figures, on stdout, in metrics.jsonl and TensorBoard; best.ckpt
- * keeps the state with the best figure train.best_metric names (auto: the task's natural one). */
+/* A head's figures printed after "val  <step>" (its per-class AUROC: the first few of them, in brackets) */
+#define SHOWN_CLASSES 8
+
+/* A head's validation: its loss and the task's figures (each class's or label's AUROC too), on stdout, in
+ * metrics.jsonl and TensorBoard; best.ckpt keeps the state with the best figure train.best_metric names (auto: the
+ * task's natural one). A figure the set leaves undefined (AUROC without a positive, C without a comparable pair) is
+ * not logged; a non-finite loss ends the run as a diverged one (exit 4), as the autoencoder's L1 does. */
 static void validate_head(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
-    const HeadValResult vr = evaluate_head(t->m, &t->held);
+    HeadValResult vr = evaluate_head(t->m, &t->held);
     trace_range_pop();
+    if (!isfinite(vr.loss)) trainer_diverged(t, step, "the validation loss", vr.loss);
     const char *names[4] = {"loss", "accuracy", "auroc", "cindex"};
     const float values[4] = {vr.loss, vr.accuracy, vr.auroc, vr.cindex};
-    char line[256] = "";
+    char line[512] = "";
     fprintf(t->metrics, "{\"step\": %ld", (long)step);
     for (int i = 0; i < 4; i++) {
         if (!isfinite(values[i])) continue;
@@ -32,6 +36,22 @@ static void validate_head(Trainer *t, int64_t step) {
         fprintf(t->metrics, ", \"val_%s\": %.9g", names[i], values[i]);
         snprintf(line + strlen(line), sizeof line - strlen(line), " | %s %.4f", names[i], values[i]);
     }
+    const char *per = t->m->task == TASK_MULTILABEL ? "label" : "class";
+    char shown[SHOWN_CLASSES * 8 + 8] = "";
+    for (int c = 0; c < vr.classes; c++) {
+        const float v = vr.auroc_class[c];
+        if (c < SHOWN_CLASSES) /* (an undefined one shows as nan here only) */
+            snprintf(shown + strlen(shown), sizeof shown - strlen(shown), " %.4f", v);
+        if (!isfinite(v)) continue;
+        char tag[48];
+        snprintf(tag, sizeof tag, "val/auroc_%s_%d", per, c);
+        train_log_scalar(t->tb, tag, step, v);
+        fprintf(t->metrics, ", \"val_auroc_%s_%d\": %.9g", per, c, v);
+    }
+    if (vr.classes)
+        snprintf(line + strlen(line), sizeof line - strlen(line), " (per %s%s%s)", per, shown,
+                 vr.classes > SHOWN_CLASSES ? " ..." : "");
+    free(vr.auroc_class);
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
     vx_log("val  %5ld%s (%d held-out volumes%s)\n", (long)step, line, vr.n, step == 0 ? ", before training" : "");
