@@ -1,6 +1,7 @@
-/* train_validate.c: what rank 0 does with the held-out volumes during a run: validation (ae3d: L1 and PSNR of
- * the reconstructions; a head: its loss and the task's figures), reported on stdout, in metrics.jsonl and
- * TensorBoard, with the best checkpoints it keeps, and the autoencoder's mid-slice pictures. */
+/* train_validate.c: what rank 0 does with the held-out volumes during a run: validation (ae3d and vit3d: L1 and PSNR
+ * of the reconstructions; vit3d_diffusion: its losses at fixed draws; a head: its loss and the task's figures),
+ * reported on stdout, in metrics.jsonl and TensorBoard, with the best checkpoints it keeps, and the autoencoder's
+ * mid-slice pictures. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,12 +13,32 @@
 #include "trace/trace.h"
 #include "train/trainer.h"
 
+/* Keeps the best checkpoints by the figure train.best_metric names (config_best_metric; loss and l1: lower is
+ * better): in a staged run each stage's checkpoints/stage_<k>_best.ckpt (the stages' models differ in size, for vit3d
+ * in layout too), and checkpoints/best.ckpt, the best of the last stage (of the run when it has one stage), which is
+ * the final config's model: what export and predict read with the run's config.json. A validation on the stage's
+ * first step (the untrained baseline before step 1) is no candidate. */
+static void keep_best(Trainer *t, int64_t step, const char *const *names, const float *values, int n) {
+    const char *best = config_best_metric(t->cfg, NULL);
+    double v = NAN;
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], best) == 0) v = values[i];
+    const double score = strcmp(best, "loss") == 0 || strcmp(best, "l1") == 0 ? -v : v; /* higher is better */
+    if (step <= t->stages[t->stage].first_step || !isfinite(score) || !(score > t->best_metric)) return;
+    t->best_metric = score;
+    if (t->n_stages > 1) {
+        char name[48];
+        snprintf(name, sizeof name, "stage_%d_best.ckpt", t->stage);
+        trainer_save_checkpoint(t, name);
+    }
+    if (t->stage == t->n_stages - 1) trainer_save_checkpoint(t, "best.ckpt");
+}
+
 /* A head's figures printed after "val  <step>" (its per-class AUROC: the first few of them, in brackets) */
 #define SHOWN_CLASSES 8
 
 /* A head's validation: its loss and the task's figures (each class's or label's AUROC too), on stdout, in
- * metrics.jsonl and TensorBoard; best.ckpt keeps the state with the best figure train.best_metric names (auto: the
- * task's natural one). A figure the set leaves undefined (AUROC without a positive, C without a comparable pair) is
+ * metrics.jsonl and TensorBoard, and the best checkpoints (keep_best). A figure the set leaves undefined (AUROC without a positive, C without a comparable pair) is
  * not logged; a non-finite loss ends the run as a diverged one (exit 4), as the autoencoder's L1 does. */
 static void validate_head(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
@@ -55,18 +76,7 @@ static void validate_head(Trainer *t, int64_t step) {
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
     vx_log("val  %5ld%s (%d held-out volumes%s)\n", (long)step, line, vr.n, step == 0 ? ", before training" : "");
-    const char *best = t->cfg->train.best_metric;
-    if (strcmp(best, "auto") == 0)
-        best = t->m->task == TASK_CLASSIFICATION ? "accuracy" : t->m->task == TASK_MULTILABEL ? "auroc"
-               : t->m->task == TASK_SURVIVAL     ? "cindex" : "loss";
-    float v = NAN;
-    for (int i = 0; i < 4; i++)
-        if (strcmp(best, names[i]) == 0) v = values[i];
-    const double score = strcmp(best, "loss") == 0 || strcmp(best, "l1") == 0 ? -v : v; /* higher is better */
-    if (step > 0 && isfinite(score) && score > t->best_metric) {
-        t->best_metric = score;
-        trainer_save_checkpoint(t, "best.ckpt");
-    }
+    keep_best(t, step, names, values, 4);
 }
 
 /* vit3d_diffusion's validation: the diffusion and projection losses at fixed draws (evaluate_diffusion) */
@@ -83,10 +93,8 @@ static void validate_diffusion(Trainer *t, int64_t step) {
     fprintf(t->metrics, "{\"step\": %ld, \"val_loss\": %.9g, \"val_projection\": %.9g}\n", (long)step, vr.loss,
             vr.projection);
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
-    if (step > 0 && -vr.loss > t->best_metric) {
-        t->best_metric = -vr.loss;
-        trainer_save_checkpoint(t, "best.ckpt");
-    }
+    static const char *const NAMES[2] = {"loss", "projection"};
+    keep_best(t, step, NAMES, (const float[2]){vr.loss, vr.projection}, 2);
 }
 
 void trainer_validate(Trainer *t, int64_t step) {
@@ -109,12 +117,8 @@ void trainer_validate(Trainer *t, int64_t step) {
            step == 0 ? ", before training" : "");
     fprintf(t->metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
-    if (t->n_stages > 1 && step > t->stages[t->stage].first_step && vr.l1 < t->best_l1) {
-        t->best_l1 = vr.l1;
-        char name[48];
-        snprintf(name, sizeof name, "stage_%d_best.ckpt", t->stage);
-        trainer_save_checkpoint(t, name);
-    }
+    static const char *const NAMES[2] = {"l1", "psnr"};
+    keep_best(t, step, NAMES, (const float[2]){vr.l1, vr.psnr}, 2);
 }
 
 /* Mid-slice images of the first held-out volumes and their reconstructions. */
