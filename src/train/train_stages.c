@@ -222,7 +222,7 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
         vx_log("stage %d/%d: input %dx%dx%d, batch %d, %d steps from step %lld, lr %g\n", k + 1, t->n_stages,
                sp->model.input_size[0], sp->model.input_size[1], sp->model.input_size[2], m->batch, sp->train.steps,
                (long long)sp->first_step, sp->train.lr);
-        train_log_scalar(t->tb, "stage", t->st.step, k);
+        train_log_scalar(t->tb, "train/stage", t->st.step, k);
     }
 }
 

@@ -13,6 +13,46 @@
 #include "trace/trace.h"
 #include "train/trainer.h"
 
+/* Classes (labels) whose AUROC the HParams dashboard lists beside the macro figure: one column each there, so a
+ * head of hundreds of classes keeps its per-class curves in the scalars alone */
+#define HPARAM_CLASSES 32
+
+/* The scalar tags a run's validation logs (val/<figure>: the family's and task's figures, as validate_head,
+ * validate_diffusion and trainer_validate write them), after train/loss: the HParams dashboard's metrics. */
+static int hparam_metrics(const Config *cfg, char (*tags)[40], int max) {
+    const ModelConfig *m = &cfg->model;
+    const char *task = m->head.task;
+    const char *figures[4] = {0};
+    int n = 0, classes = 0;
+    if (strcmp(m->family, "resnet3d") != 0) {
+        const int diffusion = strcmp(m->family, "vit3d_diffusion") == 0;
+        figures[0] = diffusion ? "loss" : "l1";
+        figures[1] = diffusion ? "projection" : "psnr";
+    } else {
+        figures[0] = "loss";
+        if (strcmp(task, "classification") == 0) figures[1] = "accuracy";
+        if (strcmp(task, "classification") == 0 || strcmp(task, "multilabel") == 0) {
+            figures[2] = "auroc";
+            classes = m->head.num_classes < HPARAM_CLASSES ? m->head.num_classes : HPARAM_CLASSES;
+        }
+        if (strcmp(task, "survival") == 0) figures[1] = "cindex";
+    }
+    snprintf(tags[n++], sizeof tags[0], "train/loss");
+    for (int i = 0; i < 4 && cfg->train.val_samples > 0; i++)
+        if (figures[i] && n < max) snprintf(tags[n++], sizeof tags[0], "val/%s", figures[i]);
+    for (int c = 0; c < classes && cfg->train.val_samples > 0 && n < max; c++)
+        snprintf(tags[n++], sizeof tags[0], "val/auroc_%s_%d", strcmp(task, "multilabel") == 0 ? "label" : "class", c);
+    return n;
+}
+
+TrainLog *trainer_open_log(const Trainer *t, const char *config_json) {
+    char tags[8 + HPARAM_CLASSES][40];
+    const char *ptrs[8 + HPARAM_CLASSES];
+    const int n = hparam_metrics(t->cfg, tags, 8 + HPARAM_CLASSES);
+    for (int i = 0; i < n; i++) ptrs[i] = tags[i];
+    return train_log_open(&t->cfg->output, config_json, ptrs, n);
+}
+
 /* Keeps the best checkpoints by the figure train.best_metric names (config_best_metric; loss and l1: lower is
  * better): in a staged run each stage's checkpoints/stage_<k>_best.ckpt (the stages' models differ in size, for vit3d
  * in layout too), and checkpoints/best.ckpt, the best of the last stage (of the run when it has one stage), which is
@@ -38,8 +78,9 @@ static void keep_best(Trainer *t, int64_t step, const char *const *names, const 
 #define SHOWN_CLASSES 8
 
 /* A head's validation: its loss and the task's figures (each class's or label's AUROC too), on stdout, in
- * metrics.jsonl and TensorBoard, and the best checkpoints (keep_best). A figure the set leaves undefined (AUROC without a positive, C without a comparable pair) is
- * not logged; a non-finite loss ends the run as a diverged one (exit 4), as the autoencoder's L1 does. */
+ * metrics.jsonl and TensorBoard, and the best checkpoints (keep_best). A figure the set leaves undefined (AUROC
+ * without a positive, C without a comparable pair) is not logged; a non-finite loss ends the run as a diverged one
+ * (exit 4), as the autoencoder's L1 does. */
 static void validate_head(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
     HeadValResult vr = evaluate_head(t->m, &t->held);

@@ -71,6 +71,9 @@ void trainer_save_checkpoint(Trainer *t, const char *name);
 void trainer_share_pending_checkpoint(Trainer *t);
 /* Validates after `step` optimizer steps and keeps the best checkpoints (train_validate.c); rank 0's. */
 void trainer_validate(Trainer *t, int64_t step);
+/* The run's TensorBoard log (train_log_open; rank 0's), whose HParams metrics are train/loss and the figures the
+ * family's validation logs (train_validate.c). */
+TrainLog *trainer_open_log(const Trainer *t, const char *config_json);
 /* The autoencoder's mid-slice pictures of the first held-out volumes (train_validate.c); nothing for a head. */
 void trainer_log_images(Trainer *t, int64_t step);
 

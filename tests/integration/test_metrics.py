@@ -1,7 +1,7 @@
 """test_metrics.py: the validation metrics a prediction head reports (src/train/metrics.c, through
 tests/tools/metrics_check) against the reference libraries on crafted cases: AUROC per class and macro against
-scikit-learn (ties, one class missing, two classes, tiny sets), Harrell's C against lifelines (censoring at the time of a
-death, tied deaths, tied risks, tiny sets), the probabilities and the losses against PyTorch (class weights,
+scikit-learn (ties, one class missing, two classes, tiny sets), Harrell's C against lifelines (censoring at the time
+of a death, tied deaths, tied risks, tiny sets), the probabilities and the losses against PyTorch (class weights,
 pos_weight), accuracy, the Cox loss against a reference written here, and NaN scores: every metric answers NaN, at
 once (metric_auroc looped forever on one)."""
 import math
