@@ -104,24 +104,34 @@ ValResult evaluate(Model *m, const HeldOut *h) {
 #define VAL_FIRST_SAMPLE (1ull << 62)
 
 DiffValResult evaluate_diffusion(Model *m, const HeldOut *h) {
-    DiffValResult r = {.loss = NAN, .projection = NAN, .n = h->val / m->batch * m->batch};
+    DiffValResult r = {.loss = NAN, .projection = NAN, .n = h->val};
     const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
     test_dump(h->vols, NULL, (long)h->val * vol);
+    float *batch = vx_calloc((size_t)per_batch, sizeof(float));
+    double *diff = vx_malloc((size_t)m->batch * sizeof(double)), *proj = vx_malloc((size_t)m->batch * sizeof(double));
     double loss = 0, projection = 0;
-    for (int start = 0; start + m->batch <= h->val; start += m->batch) { /* full batches */
-        m->be->copy_to_device(model_tensor(m, m->t_input), h->vols + (long)start * vol, (size_t)per_batch * sizeof(float));
+    for (int start = 0; start < h->val; start += m->batch) { /* every volume: a partial last batch's own samples */
+        const int used = h->val - start < m->batch ? h->val - start : m->batch;
+        memcpy(batch, h->vols + (long)start * vol, (size_t)used * vol * sizeof(float));
+        if (used < m->batch) memset(batch + (long)used * vol, 0, (size_t)(m->batch - used) * vol * sizeof(float));
+        m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
         model_set_first_sample(m, VAL_FIRST_SAMPLE + (uint64_t)start);
-        set_views(m, h->views, start, m->batch);
+        set_views(m, h->views, start, used);
         model_forward(m, 0);
         model_loss(m);
-        const Losses l = model_read_losses(m);
-        loss += (double)l.recon * m->batch;
-        projection += (double)l.physics * m->batch;
+        model_diffusion_sample_losses(m, used, diff, proj); /* (the batch's losses would count the padding) */
+        for (int b = 0; b < used; b++) {
+            loss += diff[b];
+            projection += proj[b];
+        }
     }
     if (r.n > 0) {
         r.loss = (float)(loss / r.n);
         r.projection = (float)(projection / r.n);
     }
+    free(proj);
+    free(diff);
+    free(batch);
     return r;
 }
 

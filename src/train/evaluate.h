@@ -36,9 +36,10 @@ void heldout_free(HeldOut *h);
 float *evaluate_reconstruct(Model *m, const float *vols, const float *views, int count);
 /* L1 and PSNR (peak 1.0) of the reconstructions of the first h->val volumes. */
 ValResult evaluate(Model *m, const HeldOut *h);
-/* vit3d_diffusion's validation: the diffusion loss and the projection loss over the full batches of the first h->val
- * volumes, each at the timestep and noise its held-out index keys (VAL_FIRST_SAMPLE + index): the same draws at every
- * validation, so the figures are comparable along the run. */
+/* vit3d_diffusion's validation: the diffusion loss and the projection loss, means over the first h->val volumes
+ * (every one: a partial last batch's samples too, its padding left out), each at the timestep and noise its held-out
+ * index keys (VAL_FIRST_SAMPLE + index): the same draws at every validation and any batch, so the figures compare
+ * along the run. */
 typedef struct {
     float loss, projection;
     int n;

@@ -125,7 +125,6 @@ static void validate_diffusion(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
     const DiffValResult vr = evaluate_diffusion(t->m, &t->held);
     trace_range_pop();
-    if (vr.n == 0) return; /* fewer held-out volumes than a batch */
     if (!isfinite(vr.loss)) trainer_diverged(t, step, "the validation loss", vr.loss);
     train_log_scalar(t->tb, "val/loss", step, vr.loss);
     train_log_scalar(t->tb, "val/projection", step, vr.projection);

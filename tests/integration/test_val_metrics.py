@@ -2,7 +2,7 @@
 what `voxscale predict` writes for the same weights and volumes: classification's accuracy, one-vs-rest macro and
 per-class AUROC (scikit-learn) and cross-entropy, multilabel's per-label AUROC and BCE, regression's MSE, survival's
 Harrell's C (lifelines); the validation loss is the mean over every held-out volume, the same at batch 1, 4 and 6 and
-on 3 ranks, for 6 or 7 volumes and for fewer than a batch; and non-finite logits from the data (issue 34: metric_auroc
+on 3 ranks, for 6 or 7 volumes and for fewer than a batch (the denoiser's losses too, at batch 1, 2 and 3); and non-finite logits from the data (issue 34: metric_auroc
 looped forever on a NaN score) end the run at once as a diverged one."""
 import csv
 import re
@@ -130,6 +130,25 @@ def test_validation_loss_is_the_mean_over_every_volume_whatever_the_batch(tmp_pa
         figures[batch] = {k: v for k, v in step0(out).items() if k.startswith("val_")}
     assert {"val_loss", "val_accuracy", "val_auroc", "val_auroc_class_0"} <= set(figures[1])
     assert figures[4] == figures[1] and figures[6] == figures[1], figures
+
+
+def test_the_denoisers_validation_counts_every_volume_whatever_the_batch(tmp_path):
+    """vit3d_diffusion's losses at fixed draws were means over the full batches only: 3 volumes at batch 2 gave the
+    first 2's, and 1 volume at batch 2 gave no validation at all"""
+    figures = {}
+    for batch in (1, 2, 3):
+        out = tmp_path / ("b%d" % batch)
+        run("train", "--config", "configs/test/vit3d-diffusion-tiny.json", "--out", out, "--steps", 1, *QUIET,
+            "--set", "train.val_every=0", "--set", "train.val_samples=3", "--set", "train.batch_size=%d" % batch,
+            "--set", "loss.min_snr_gamma=5", timeout=300)
+        figures[batch] = {k: v for k, v in step0(out).items() if k.startswith("val_")}
+    assert set(figures[1]) == {"val_loss", "val_projection"}
+    assert figures[2] == figures[1] and figures[3] == figures[1], figures
+    out = tmp_path / "one"
+    run("train", "--config", "configs/test/vit3d-diffusion-tiny.json", "--out", out, "--steps", 2, *QUIET,
+        "--set", "train.val_every=1", "--set", "train.val_samples=1", "--set", "train.batch_size=2", timeout=300)
+    assert [m["step"] for m in metrics(out) if "val_loss" in m] == [0, 1, 2]
+    assert (out / "checkpoints" / "best.ckpt").exists()
 
 
 @conftest.needs_mpirun
