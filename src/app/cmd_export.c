@@ -23,7 +23,8 @@ static const char *HELP =
     "  writes the checkpoint's parameters and BatchNorm statistics as safetensors in MONAI's / PyTorch's names and\n"
     "  NCDHW layouts: model.load_state_dict(safetensors.torch.load_file(FILE)) loads it into\n"
     "  monai.networks.nets.ResNet (resnet3d) or bench/reference/ae3d.py's AE3D (ae3d) unchanged.\n"
-    "  The config is the run's config.json beside the checkpoint's folder unless --config is given.\n"
+    "  The config is the run's config.json beside the checkpoint's folder unless --config is given; a staged\n"
+    "  run's checkpoint of a stage whose model differs from the final one (vit3d) is read at that stage's size.\n"
     "  An existing FILE is refused (nothing is written) unless --overwrite is given; the checkpoint and the config\n"
     "  it reads are never overwritten.\n";
 
@@ -37,6 +38,7 @@ int cmd_export(int argc, char **argv) {
     out_input(a.ckpt, "--ckpt");
     if (a.config_given) out_input(a.config_path, "--config");
     out_claim(a.out, a.overwrite, "export --out");
+    weights_ckpt_stage(&a.cfg, a.ckpt, "export"); /* a stage's best of a staged run: that stage's size */
     ModelOptions opt = hw_model_options(&a.cfg.train);
     opt.precision = "off"; /* the parameters are float32 whatever the run computed in */
     Model *m = model_build(&a.cfg.model, &opt, 1, backend_cpu());

@@ -56,8 +56,10 @@ static const char *HELP =
     "  from volumes only: DRR images as inputs are not built yet.\n"
     "  --data: a CSV manifest (data.path_column; every row, whatever its split), a folder (data.glob's matches) or\n"
     "  one volume. The config is the checkpoint's run's config.json, or the one voxscale export put in the weights\n"
-    "  file, unless --config is given (a file converted from PyTorch needs it). Under mpirun, srun or torchrun the\n"
-    "  ranks share the volumes. Bad volumes: exit 2 naming them, or skipped with --set data.skip_bad=1.\n"
+    "  file, unless --config is given (a file converted from PyTorch needs it); a staged run's checkpoint of a\n"
+    "  stage whose model differs from the final one (vit3d) runs at that stage's size. Under mpirun, srun or\n"
+    "  torchrun the ranks share the volumes. Bad volumes: exit 2 naming them, or skipped with\n"
+    "  --set data.skip_bad=1.\n"
     "  Nothing is overwritten: an --out already holding a file this predict would write is refused (exit 2, before\n"
     "  anything is written) unless --overwrite is given, and an input (a volume, --data, the model, the config) is\n"
     "  never written, --overwrite or not.\n";
@@ -300,6 +302,7 @@ int cmd_predict(int argc, char **argv) {
     if (!a.data) vx_usage_error("predict: --data CSV|DIR|FILE is required (see --help)");
     if (!a.out) vx_usage_error("predict: --out DIR is required (see --help)");
     Config *cfg = &a.cfg;
+    if (a.ckpt) weights_ckpt_stage(cfg, a.ckpt, "predict"); /* a stage's best of a staged run: that stage's size */
     DistEnv env;
     dist_detect(&env);
     const int world = env.world, rank = env.rank, rank0 = rank == 0;

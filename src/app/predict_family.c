@@ -9,6 +9,7 @@
 #include "core/util.h"
 #include "data/nifti_write.h"
 #include "model/diffusion_sample.h"
+#include "train/metrics.h"
 
 /* ---- resnet3d: a head's predictions --------------------------------------------------------------------------- */
 
@@ -25,26 +26,17 @@ static void head_header(const Model *m, FILE *f) {
     if (m->task == TASK_CLASSIFICATION) fputs(",class", f);
 }
 
-/* the outputs as the task reads them: softmax probabilities, sigmoid ones, the values, the risk score */
+/* the outputs as the task reads them: softmax probabilities, sigmoid ones (metrics.h's: the bytes the trainer's
+ * validation computes accuracy and AUROC from), the values, the risk score */
 static int head_batch(const PredictBatch *b, float *rows, char *why, size_t why_len) {
     const Model *m = b->m;
     const int k = head_floats(m);
     float *out = vx_malloc((size_t)m->batch * k * sizeof(float));
     model_tensor_to_host(m, m->t_out, out);
-    for (int i = 0; i < b->used; i++) {
-        const float *o = out + (long)i * k;
-        float *r = rows + (long)i * k;
-        if (m->task == TASK_CLASSIFICATION) {
-            double mx = o[0], sum = 0;
-            for (int c = 1; c < k; c++) mx = o[c] > mx ? o[c] : mx;
-            for (int c = 0; c < k; c++) sum += exp((double)o[c] - mx);
-            for (int c = 0; c < k; c++) r[c] = (float)(exp((double)o[c] - mx) / sum);
-        } else if (m->task == TASK_MULTILABEL) {
-            for (int c = 0; c < k; c++) r[c] = (float)(1.0 / (1.0 + exp(-(double)o[c])));
-        } else {
-            memcpy(r, o, (size_t)k * sizeof(float));
-        }
-    }
+    if (m->task == TASK_CLASSIFICATION || m->task == TASK_MULTILABEL)
+        metric_probabilities(out, b->used, k, m->task == TASK_MULTILABEL, rows);
+    else
+        memcpy(rows, out, (size_t)b->used * k * sizeof(float));
     free(out);
     (void)why, (void)why_len;
     return 1;

@@ -2,12 +2,14 @@
 #include "app/weights_source.h"
 
 #include <libgen.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/outguard.h"
 #include "core/safetensors.h"
 #include "core/util.h"
+#include "model/ckpt.h"
 
 #define META_CONFIG "voxscale.config"
 
@@ -48,4 +50,31 @@ void weights_config_source(const CliArgs *a, Config *cfg) {
         return;
     }
     vx_usage_error("give the trained model with --ckpt CHECKPOINT or --weights FILE.safetensors (see --help)");
+}
+
+void weights_ckpt_stage(Config *cfg, const char *ckpt, const char *who) {
+    if (cfg->train.n_stages < 2) return;
+    CkptHeader h; /* its model fingerprint, read unverified: ckpt_read then verifies the whole file against it */
+    const size_t need = offsetof(CkptHeader, model_fingerprint) + sizeof h.model_fingerprint;
+    FILE *f = fopen(ckpt, "rb");
+    if (!f) return;
+    const size_t got = fread(&h, 1, need, f);
+    fclose(f);
+    if (got != need || memcmp(h.magic, CKPT_MAGIC, sizeof h.magic) != 0 ||
+        h.model_fingerprint == config_model_fingerprint(&cfg->model))
+        return;
+    for (int k = 0; k < cfg->train.n_stages; k++) {
+        const Stage st = config_stage(&cfg->train, cfg->model.input_size, k);
+        ModelConfig mc = cfg->model;
+        memcpy(mc.input_size, st.input_size, sizeof mc.input_size);
+        if (config_model_fingerprint(&mc) != h.model_fingerprint) continue;
+        const int *fin = cfg->model.input_size;
+        char p[300];
+        vx_log("%s: %s is a checkpoint of stage %d of its run's train.stages (input %dx%dx%d), whose model is not "
+               "the final config's (%dx%dx%d: %s's positions follow the input size); read at stage %d's size\n", who,
+               vx_escape(ckpt, p, sizeof p), k, st.input_size[0], st.input_size[1], st.input_size[2], fin[0], fin[1],
+               fin[2], cfg->model.family, k);
+        memcpy(cfg->model.input_size, st.input_size, sizeof cfg->model.input_size);
+        return;
+    }
 }

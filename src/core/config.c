@@ -383,6 +383,18 @@ static void validate_view_columns(const Config *cfg, const char *origin) {
     }
 }
 
+const char *config_best_metric(const Config *cfg, const char **logged) {
+    const char *f = cfg->model.family, *task = cfg->model.head.task;
+    const int head = strcmp(f, "resnet3d") == 0, cls = head && strcmp(task, "classification") == 0,
+              multi = head && strcmp(task, "multilabel") == 0, surv = head && strcmp(task, "survival") == 0;
+    if (logged) /* (train_validate.c logs these; the names train.best_metric takes) */
+        *logged = cls ? "loss, accuracy, auroc" : multi ? "loss, auroc" : surv ? "loss, cindex"
+                  : head || strcmp(f, "vit3d_diffusion") == 0 ? "loss" : "l1";
+    if (strcmp(cfg->train.best_metric, "auto") != 0) return cfg->train.best_metric;
+    return cls ? "accuracy" : multi ? "auroc" : surv ? "cindex" : head || strcmp(f, "vit3d_diffusion") == 0 ? "loss"
+                                                                                                            : "l1";
+}
+
 void config_validate(const Config *cfg, const char *origin) {
     const ModelConfig *m = &cfg->model;
     const TrainConfig *t = &cfg->train;
@@ -414,6 +426,12 @@ void config_validate(const Config *cfg, const char *origin) {
         vx_usage_error("%s: train.backbone_lr_mult = %g: model.family %s has no head apart from its backbone (resnet3d "
                        "has); use train.lr (or train.freeze for the first layers)", origin, t->backbone_lr_mult,
                        m->family);
+    const char *logged, *best = config_best_metric(cfg, &logged); /* (a name in a list of names: whole words) */
+    const char *at = strstr(logged, best);
+    if (!at || (at > logged && at[-1] != ' ') || (at[strlen(best)] && at[strlen(best)] != ','))
+        vx_usage_error("%s: train.best_metric %s: the validation of %s%s%s logs %s, no %s; name one of those, or auto",
+                       origin, best, m->family, strcmp(m->family, "resnet3d") == 0 ? " with model.task " : "",
+                       strcmp(m->family, "resnet3d") == 0 ? m->head.task : "", logged, best);
     if (strcmp(d->source, "csv") == 0 && !d->csv[0])
         vx_usage_error("%s: data.source csv needs data.csv, the manifest's path", origin);
     if (strcmp(d->source, "dir") == 0 && !d->dir[0])

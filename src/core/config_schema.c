@@ -107,8 +107,9 @@ const KeySpec SCHEMA[] = {
     {K(train, val_samples), T_INT, 0, 1e6, NULL, "4", "held-out volumes per validation"},
     {K(train, ckpt_every), T_INT, 0, 1e9, NULL, "0", "steps between checkpoints; 0 = only at the end"},
     {K(train, best_metric), T_STRING, 0, 0, "auto|loss|l1|accuracy|auroc|cindex", "\"auto\"",
-     "the validation figure best.ckpt keeps the best of: auto = l1 (ae3d), accuracy (classification), auroc "
-     "(multilabel), loss (regression), cindex (survival); loss and l1 lower is better, the others higher"},
+     "the validation figure best.ckpt (and each stage's stage_<k>_best.ckpt) keeps the best of: auto = l1 (ae3d, "
+     "vit3d), loss (vit3d_diffusion, regression), accuracy (classification), auroc (multilabel), cindex (survival); "
+     "loss and l1 lower is better, the others higher; a figure the family does not log is refused"},
     {K(train, device), T_STRING, 0, 0, "auto|cpu|cuda", "\"auto\"", "where to train"},
     {K(train, threads), T_INT, 0, 4096, NULL, "0", "CPU threads; 0 = all cores"},
     {K(train, deterministic), T_INT, 0, 1, NULL, "0",

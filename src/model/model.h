@@ -330,6 +330,10 @@ void model_tensor_to_host(const Model *m, int tensor, float *out);
  * coefficients [4][n] (timestep, alpha, sigma, loss weight), in backend memory: what probe dumps. */
 const float *model_diffusion_target(const Model *m);
 const float *model_diffusion_coefficients(const Model *m);
+/* vit3d_diffusion after model_loss: the own losses of the batch's first `used` samples, of which the batch's are the
+ * means: diff[b] its weighted MSE, proj[b] the MSE of its clean estimate's views against its views (0 without
+ * loss.physics_weight); host arrays. What a validation over a partial batch counts (its other slots are padding). */
+void model_diffusion_sample_losses(const Model *m, int used, double *diff, double *proj);
 
 /* The weight of the second loss term in the total: ae3d's kl_weight, vit3d_diffusion's loss.physics_weight (its
  * projection loss rides in the kl slot of a step's sums), 0 for the others. */

@@ -18,6 +18,7 @@
 #include "model/model_exec_diff.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "adaln/adaln.h"
@@ -212,3 +213,48 @@ void model_set_views(Model *m, const float *views) {
 
 const float *model_diffusion_target(const Model *m) { return (const float *)exec_item(m, m->diff_target_item); }
 const float *model_diffusion_coefficients(const Model *m) { return coef(m, 0); }
+
+/* count values of type dt at backend pointer src into float32 host memory (model_tensor_to_host's copy, which
+ * model_exec.c, the caller of this file, holds) */
+static void to_host(const Model *m, const void *src, DType dt, long count, float *out) {
+    if (dt == DT_F32) {
+        m->be->copy_to_host(out, src, (size_t)count * sizeof(float));
+        return;
+    }
+    void *raw = vx_malloc((size_t)count * dtype_size(dt));
+    m->be->copy_to_host(raw, src, (size_t)count * dtype_size(dt));
+    dtype_convert((size_t)count, dt, raw, DT_F32, out);
+    free(raw);
+}
+
+void model_diffusion_sample_losses(const Model *m, int used, double *diff, double *proj) {
+    const DiffusionShape s = diffusion_shape(m);
+    const long n = s.n, count = s.count;
+    float *pred = vx_malloc((size_t)(n * count) * sizeof(float));
+    float *target = vx_malloc((size_t)(n * count) * sizeof(float)), *w = vx_malloc((size_t)n * sizeof(float));
+    to_host(m, exec_act(m, m->t_recon), m->tensors[m->t_recon].dtype, n * count, pred);
+    m->be->copy_to_host(target, exec_item(m, m->diff_target_item), (size_t)(n * count) * sizeof(float));
+    m->be->copy_to_host(w, coef(m, COEF_WEIGHT), (size_t)n * sizeof(float));
+    for (int b = 0; b < used; b++) { /* diffusion.h's loss, one sample's share */
+        double se = 0;
+        for (long i = b * count; i < (b + 1) * count; i++)
+            se += ((double)pred[i] - target[i]) * ((double)pred[i] - target[i]);
+        diff[b] = (double)w[b] * se / (double)count;
+    }
+    const long pixels = m->tensors[m->t_views].count, per = pixels / n;
+    float *views = m->cfg.diff.physics_weight != 0 ? vx_malloc((size_t)pixels * 2 * sizeof(float)) : NULL;
+    if (views) { /* diff_loss rendered the estimate's views (x0views), the input's are t_views */
+        m->be->copy_to_host(views, exec_item(m, m->x0views_item), (size_t)pixels * sizeof(float));
+        to_host(m, exec_act(m, m->t_views), m->tensors[m->t_views].dtype, pixels, views + pixels);
+    }
+    for (int b = 0; b < used; b++) {
+        double se = 0;
+        for (long i = b * per; views && i < (b + 1) * per; i++)
+            se += ((double)views[i] - views[pixels + i]) * ((double)views[i] - views[pixels + i]);
+        proj[b] = se / (double)per;
+    }
+    free(views);
+    free(w);
+    free(target);
+    free(pred);
+}

@@ -19,14 +19,22 @@
 /* Tag names and plugin names TensorBoard looks for (tensorboard/plugins/<plugin>/metadata.py). */
 #define PLUGIN_SCALARS "scalars"
 #define PLUGIN_TEXT "text"
+#define PLUGIN_IMAGES "images"
 #define PLUGIN_HPARAMS "hparams"
 #define HPARAMS_EXPERIMENT_TAG "_hparams_/experiment"
 #define HPARAMS_SESSION_START_TAG "_hparams_/session_start_info"
 #define HPARAMS_SESSION_END_TAG "_hparams_/session_end_info"
 
+/* A tag's description (tb_writer_describe), written with its first value */
+typedef struct {
+    char *tag, *text;
+} Description;
+
 struct TbWriter {
     EventFile *file;
     TagSet described; /* tags whose plugin metadata was written already */
+    Description *desc; /* few: looked up on a tag's first value only */
+    size_t n_desc;
     bool hparams_added, session_ended;
 };
 
@@ -98,11 +106,38 @@ int tb_writer_flush(TbWriter *w) {
 
 const char *tb_writer_path(const TbWriter *w) { return w ? event_file_path(w->file) : NULL; }
 
+int tb_writer_describe(TbWriter *w, const char *tag, const char *description) {
+    if (!w || !tag_ok(tag) || !description) return TB_ERR_ARG;
+    if (tag_set_contains(&w->described, tag)) return TB_ERR_STATE; /* its first value went without it */
+    for (size_t i = 0; i < w->n_desc; i++)
+        if (strcmp(w->desc[i].tag, tag) == 0) {
+            free(w->desc[i].text);
+            w->desc[i].text = strdup(description);
+            return TB_OK;
+        }
+    w->desc = realloc(w->desc, (w->n_desc + 1) * sizeof *w->desc);
+    if (!w->desc) vx_fatal("out of memory for a TensorBoard tag's description");
+    w->desc[w->n_desc++] = (Description){strdup(tag), strdup(description)};
+    return TB_OK;
+}
+
+/* The description tb_writer_describe gave tag, or NULL */
+static char *description_of(const TbWriter *w, const char *tag) {
+    for (size_t i = 0; i < w->n_desc; i++)
+        if (strcmp(w->desc[i].tag, tag) == 0) return w->desc[i].text;
+    return NULL;
+}
+
 int tb_writer_close(TbWriter *w) {
     if (!w) return TB_ERR_ARG;
     if (w->hparams_added && !w->session_ended) tb_writer_end_session(w, TB_SESSION_SUCCESS);
     event_file_close(w->file);
     tag_set_free(&w->described);
+    for (size_t i = 0; i < w->n_desc; i++) {
+        free(w->desc[i].tag);
+        free(w->desc[i].text);
+    }
+    free(w->desc);
     free(w);
     return TB_OK;
 }
@@ -125,6 +160,13 @@ static Vxtb__SummaryMetadata *plugin_meta(PluginMeta *m, const char *plugin, Vxt
     return &m->meta;
 }
 
+/* A tag's first value: the description given to tb_writer_describe, if any, into its metadata (TensorBoard keeps the
+ * first value's metadata of a tag; data_compat carries a legacy image's or histogram's description over) */
+static void describe(const TbWriter *w, const char *tag, Vxtb__SummaryMetadata *meta) {
+    char *text = description_of(w, tag);
+    if (text) meta->summary_description = text;
+}
+
 int tb_writer_add_scalar(TbWriter *w, const char *tag, int64_t step, double value, double wall_time) {
     if (!w || !tag_ok(tag)) return TB_ERR_ARG;
     Vxtb__Summary__Value v = VXTB__SUMMARY__VALUE__INIT;
@@ -133,8 +175,10 @@ int tb_writer_add_scalar(TbWriter *w, const char *tag, int64_t step, double valu
     v.simple_value = (float)value;
     /* As tf.summary does: the plugin metadata rides on a tag's first value only; readers keep the first. */
     PluginMeta m;
-    if (tag_set_insert(&w->described, tag))
+    if (tag_set_insert(&w->described, tag)) {
         v.metadata = plugin_meta(&m, PLUGIN_SCALARS, VXTB__DATA_CLASS__DATA_CLASS_SCALAR, NULL, 0);
+        describe(w, tag, v.metadata);
+    }
     write_value(w, step, wall_time, &v);
     return TB_OK;
 }
@@ -155,6 +199,13 @@ int tb_writer_add_image(TbWriter *w, const char *tag, int64_t step, const uint8_
     v.tag = (char *)tag;
     v.value_case = VXTB__SUMMARY__VALUE__VALUE_IMAGE;
     v.image = &img;
+    /* A described image names its plugin and data class too: TensorBoard's data server takes metadata with a data
+     * class as it is (description included), and synthesises its own, without one, for a bare legacy image */
+    PluginMeta m;
+    if (description_of(w, tag) && tag_set_insert(&w->described, tag)) {
+        v.metadata = plugin_meta(&m, PLUGIN_IMAGES, VXTB__DATA_CLASS__DATA_CLASS_BLOB_SEQUENCE, NULL, 0);
+        describe(w, tag, v.metadata);
+    }
     write_value(w, step, TB_WALL_TIME_NOW, &v);
     free(png);
     return TB_OK;

@@ -71,6 +71,11 @@ int64_t tb_writer_add_histogram(TbWriter *w, const char *tag, int64_t step, cons
 /* Markdown text for the text dashboard. */
 int tb_writer_add_text(TbWriter *w, const char *tag, int64_t step, const char *markdown);
 
+/* A description (markdown) of tag, which its first value then carries (SummaryMetadata.summary_description: what
+ * TensorBoard shows with the tag, e.g. an image's rows and columns); scalars and images take it. Call it before the
+ * tag's first value (TB_ERR_STATE after); a second call for the same tag replaces the text. */
+int tb_writer_describe(TbWriter *w, const char *tag, const char *description);
+
 /* Hyperparameters: numbers, strings or booleans. */
 typedef enum { TB_HPARAM_TYPE_NUMBER, TB_HPARAM_TYPE_STRING, TB_HPARAM_TYPE_BOOL } TbHParamType;
 typedef struct {

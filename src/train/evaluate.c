@@ -104,64 +104,86 @@ ValResult evaluate(Model *m, const HeldOut *h) {
 #define VAL_FIRST_SAMPLE (1ull << 62)
 
 DiffValResult evaluate_diffusion(Model *m, const HeldOut *h) {
-    DiffValResult r = {.loss = NAN, .projection = NAN, .n = h->val / m->batch * m->batch};
+    DiffValResult r = {.loss = NAN, .projection = NAN, .n = h->val};
     const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
     test_dump(h->vols, NULL, (long)h->val * vol);
+    float *batch = vx_calloc((size_t)per_batch, sizeof(float));
+    double *diff = vx_malloc((size_t)m->batch * sizeof(double)), *proj = vx_malloc((size_t)m->batch * sizeof(double));
     double loss = 0, projection = 0;
-    for (int start = 0; start + m->batch <= h->val; start += m->batch) { /* full batches */
-        m->be->copy_to_device(model_tensor(m, m->t_input), h->vols + (long)start * vol, (size_t)per_batch * sizeof(float));
+    for (int start = 0; start < h->val; start += m->batch) { /* every volume: a partial last batch's own samples */
+        const int used = h->val - start < m->batch ? h->val - start : m->batch;
+        memcpy(batch, h->vols + (long)start * vol, (size_t)used * vol * sizeof(float));
+        if (used < m->batch) memset(batch + (long)used * vol, 0, (size_t)(m->batch - used) * vol * sizeof(float));
+        m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
         model_set_first_sample(m, VAL_FIRST_SAMPLE + (uint64_t)start);
-        set_views(m, h->views, start, m->batch);
+        set_views(m, h->views, start, used);
         model_forward(m, 0);
         model_loss(m);
-        const Losses l = model_read_losses(m);
-        loss += (double)l.recon * m->batch;
-        projection += (double)l.physics * m->batch;
+        model_diffusion_sample_losses(m, used, diff, proj); /* (the batch's losses would count the padding) */
+        for (int b = 0; b < used; b++) {
+            loss += diff[b];
+            projection += proj[b];
+        }
     }
     if (r.n > 0) {
         r.loss = (float)(loss / r.n);
         r.projection = (float)(projection / r.n);
     }
+    free(proj);
+    free(diff);
+    free(batch);
     return r;
+}
+
+/* The head's loss over the whole set, from the logits, as the task's PyTorch loss with reduction "mean" over every
+ * sample (metrics.h): no partial batch left out and no padding counted, whatever the batch and the ranks. */
+static double head_set_loss(const Model *m, const float *logits, const float *labels, int n, int k) {
+    const ConfigList *cw = &m->cfg.head.class_weights, *pw = &m->cfg.head.pos_weight;
+    float w[CONFIG_MAX_LIST];
+    switch (m->task) {
+    case TASK_CLASSIFICATION:
+        for (int c = 0; c < cw->n; c++) w[c] = (float)cw->v[c]; /* (the float32 weights training uses) */
+        return metric_cross_entropy(logits, labels, n, k, cw->n ? w : NULL);
+    case TASK_MULTILABEL:
+        for (int c = 0; c < pw->n; c++) w[c] = (float)pw->v[c];
+        return metric_bce(logits, labels, n, k, pw->n ? w : NULL);
+    case TASK_SURVIVAL: return metric_cox_loss(logits, labels, n);
+    default: return metric_mse(logits, labels, (long)n * k);
+    }
 }
 
 HeadValResult evaluate_head(Model *m, const HeldOut *h) {
     HeadValResult r = {.loss = NAN, .accuracy = NAN, .auroc = NAN, .cindex = NAN, .n = h->val};
     const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
-    const int k = m->tensors[m->t_out].dims.c, L = m->labels;
-    float *scores = vx_malloc((size_t)(h->val ? h->val : 1) * k * sizeof(float));
+    const int k = m->tensors[m->t_out].dims.c;
+    float *logits = vx_malloc((size_t)(h->val ? h->val : 1) * k * sizeof(float));
     float *batch = vx_calloc((size_t)per_batch, sizeof(float)), *out = vx_malloc((size_t)m->batch * k * sizeof(float));
-    float *targets = vx_calloc((size_t)m->batch * m->world * L, sizeof(float));
-    double loss_sum = 0;
-    for (int start = 0; start < h->val; start += m->batch) {
+    for (int start = 0; start < h->val; start += m->batch) { /* the last batch's empty slots hold zeros */
         const int used = h->val - start < m->batch ? h->val - start : m->batch;
         memcpy(batch, h->vols + (long)start * vol, (size_t)used * vol * sizeof(float));
+        if (used < m->batch) memset(batch + (long)used * vol, 0, (size_t)(m->batch - used) * vol * sizeof(float));
         m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
         model_forward(m, 0);
         model_tensor_to_host(m, m->t_out, out);
-        memcpy(scores + (long)start * k, out, (size_t)used * k * sizeof(float));
-        if (m->task != TASK_SURVIVAL && used == m->batch) { /* a full batch's mean loss (the last, partial, is not) */
-            memcpy(targets, h->labels + (long)start * L, (size_t)used * L * sizeof(float));
-            model_set_targets(m, targets);
-            model_loss(m);
-            loss_sum += (double)model_read_losses(m).total * used;
-        }
+        memcpy(logits + (long)start * k, out, (size_t)used * k * sizeof(float));
     }
-    const int full = h->val / m->batch * m->batch;
-    if (m->task != TASK_SURVIVAL && full > 0) r.loss = (float)(loss_sum / full);
-    if (m->task == TASK_SURVIVAL) r.loss = (float)metric_cox_loss(scores, h->labels, h->val);
-    switch (m->task) {
-    case TASK_CLASSIFICATION:
-        r.accuracy = (float)metric_accuracy(scores, h->labels, h->val, k);
-        r.auroc = (float)metric_auroc_ovr(scores, h->labels, h->val, k, 0, NULL);
-        break;
-    case TASK_MULTILABEL: r.auroc = (float)metric_auroc_ovr(scores, h->labels, h->val, k, 1, NULL); break;
-    case TASK_SURVIVAL: r.cindex = (float)metric_cindex(scores, h->labels, h->val); break;
-    default: break;
+    if (h->val > 0) r.loss = (float)head_set_loss(m, logits, h->labels, h->val, k);
+    const int multilabel = m->task == TASK_MULTILABEL;
+    if (m->task == TASK_CLASSIFICATION || multilabel) { /* from the probabilities predict writes */
+        float *probs = vx_malloc((size_t)(h->val ? h->val : 1) * k * sizeof(float));
+        double *per = vx_malloc((size_t)k * sizeof(double));
+        metric_probabilities(logits, h->val, k, multilabel, probs);
+        if (!multilabel) r.accuracy = (float)metric_accuracy(probs, h->labels, h->val, k);
+        r.auroc = (float)metric_auroc_ovr(probs, h->labels, h->val, k, multilabel, per);
+        r.classes = k;
+        r.auroc_class = vx_malloc((size_t)k * sizeof(float));
+        for (int c = 0; c < k; c++) r.auroc_class[c] = (float)per[c];
+        free(per);
+        free(probs);
     }
-    free(targets);
+    if (m->task == TASK_SURVIVAL) r.cindex = (float)metric_cindex(logits, h->labels, h->val);
     free(out);
     free(batch);
-    free(scores);
+    free(logits);
     return r;
 }

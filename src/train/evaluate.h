@@ -22,6 +22,8 @@ typedef struct {
 /* A head's validation figures (metrics.h), NaN where the task has none */
 typedef struct {
     float loss, accuracy, auroc, cindex;
+    float *auroc_class; /* classification and multilabel: each class's (label's) AUROC, [classes]; the caller frees */
+    int classes;        /* 0 for the other tasks */
     int n;
 } HeadValResult;
 
@@ -34,16 +36,18 @@ void heldout_free(HeldOut *h);
 float *evaluate_reconstruct(Model *m, const float *vols, const float *views, int count);
 /* L1 and PSNR (peak 1.0) of the reconstructions of the first h->val volumes. */
 ValResult evaluate(Model *m, const HeldOut *h);
-/* vit3d_diffusion's validation: the diffusion loss and the projection loss over the full batches of the first h->val
- * volumes, each at the timestep and noise its held-out index keys (VAL_FIRST_SAMPLE + index): the same draws at every
- * validation, so the figures are comparable along the run. */
+/* vit3d_diffusion's validation: the diffusion loss and the projection loss, means over the first h->val volumes
+ * (every one: a partial last batch's samples too, its padding left out), each at the timestep and noise its held-out
+ * index keys (VAL_FIRST_SAMPLE + index): the same draws at every validation and any batch, so the figures compare
+ * along the run. */
 typedef struct {
     float loss, projection;
     int n;
 } DiffValResult;
 DiffValResult evaluate_diffusion(Model *m, const HeldOut *h);
 
-/* A head's figures over the first h->val volumes, in evaluation mode (running statistics, no dropout): the task's
- * loss (the mean over the full batches; survival's Cox loss over all of them at once), accuracy
- * (classification), macro AUROC (classification, multilabel), Harrell's C (survival). */
+/* A head's figures over the first h->val volumes, in evaluation mode (running statistics, no dropout), from their
+ * logits: the task's loss (the mean over every volume, whatever the batch; survival's Cox loss over all of them at
+ * once), then from the probabilities predict writes accuracy (classification) and AUROC, macro and per class or
+ * label (classification, multilabel), and from the risk scores Harrell's C (survival); see metrics.h. */
 HeadValResult evaluate_head(Model *m, const HeldOut *h);

@@ -1,13 +1,36 @@
-/* metrics.c: accuracy, AUROC and Harrell's C over a validation set (see metrics.h). */
+/* metrics.c: a head's validation figures over a whole validation set, as the reference libraries compute them (see
+ * metrics.h). */
 #include "train/metrics.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/util.h"
+#include "head_loss/head_loss_math.h"
+
+static int any_nan(const float *v, long n, long stride) {
+    for (long i = 0; i < n; i++)
+        if (isnan(v[i * stride])) return 1;
+    return 0;
+}
+
+void metric_probabilities(const float *logits, int n, int k, int multilabel, float *probs) {
+    for (long i = 0; i < n; i++) {
+        const float *o = logits + i * k;
+        float *p = probs + i * k;
+        if (multilabel) {
+            for (int c = 0; c < k; c++) p[c] = (float)head_sigmoid((double)o[c]);
+            continue;
+        }
+        double mx = o[0], sum = 0; /* (a NaN logit makes every probability of its row NaN) */
+        for (int c = 1; c < k; c++) mx = o[c] > mx ? o[c] : mx;
+        for (int c = 0; c < k; c++) sum += exp((double)o[c] - mx);
+        for (int c = 0; c < k; c++) p[c] = (float)(exp((double)o[c] - mx) / sum);
+    }
+}
 
 double metric_accuracy(const float *scores, const float *labels, int n, int k) {
-    if (n <= 0) return NAN;
+    if (n <= 0 || any_nan(scores, (long)n * k, 1)) return NAN;
     int right = 0;
     for (int i = 0; i < n; i++) {
         int best = 0;
@@ -29,6 +52,9 @@ static int by_score(const void *a, const void *b) {
 }
 
 double metric_auroc(const float *scores, const float *labels, int n, int stride) {
+    /* NaN orders with nothing: sorted, it would leave the ranks undefined (and a tie loop that compares a NaN with
+     * itself never advances), so it makes the figure NaN first */
+    if (any_nan(scores, n, stride)) return NAN;
     Scored *s = vx_malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
     long pos = 0;
     for (int i = 0; i < n; i++) {
@@ -44,7 +70,7 @@ double metric_auroc(const float *scores, const float *labels, int n, int stride)
     /* the positives' rank sum, tied scores sharing their average rank (1-based) */
     double rank_sum = 0;
     for (int i = 0; i < n;) {
-        int j = i;
+        int j = i + 1;
         while (j < n && s[j].score == s[i].score) j++;
         const double avg = (i + 1 + j) / 2.0;
         for (int q = i; q < j; q++)
@@ -65,25 +91,31 @@ double metric_auroc_ovr(const float *scores, const float *labels, int n, int k, 
         }
         labels = onehot;
     }
+    double *per = per_class ? per_class : vx_malloc((size_t)k * sizeof *per);
     double sum = 0;
-    int defined = 0;
+    int defined = 0, nan_score = 0;
     for (int c = 0; c < k; c++) {
-        const double a = metric_auroc(scores + c, labels + c, n, k);
-        if (per_class) per_class[c] = a;
-        if (!isnan(a)) sum += a, defined++;
+        per[c] = metric_auroc(scores + c, labels + c, n, k);
+        if (!isnan(per[c])) sum += per[c], defined++;
+        nan_score |= any_nan(scores + c, n, k);
     }
+    /* a NaN score makes the set's figure NaN too, not the mean of the columns without one */
+    const double macro = nan_score ? NAN : !multilabel && k == 2 ? per[1] : defined ? sum / defined : NAN;
+    if (per != per_class) free(per);
     free(onehot);
-    return defined ? sum / defined : NAN;
+    return macro;
 }
 
 double metric_cindex(const float *risk, const float *target, int n) {
+    if (any_nan(risk, n, 1)) return NAN;
     double concordant = 0;
     long comparable = 0;
     for (int i = 0; i < n; i++) {
         if (target[2 * i + 1] < 0.5f) continue; /* censored: not the earlier of a comparable pair */
         const float ti = target[2 * i];
         for (int j = 0; j < n; j++) {
-            if (!(target[2 * j] > ti)) continue;
+            const float tj = target[2 * j];
+            if (!(tj > ti || (tj == ti && target[2 * j + 1] < 0.5f))) continue;
             comparable++;
             concordant += risk[i] > risk[j] ? 1.0 : risk[i] == risk[j] ? 0.5 : 0.0;
         }
@@ -92,6 +124,7 @@ double metric_cindex(const float *risk, const float *target, int n) {
 }
 
 double metric_cox_loss(const float *risk, const float *target, int n) {
+    if (any_nan(risk, n, 1)) return NAN;
     double loss = 0;
     int events = 0;
     for (int i = 0; i < n; i++) {
@@ -106,4 +139,36 @@ double metric_cox_loss(const float *risk, const float *target, int n) {
         events++;
     }
     return events ? loss / events : 0;
+}
+
+double metric_cross_entropy(const float *logits, const float *labels, int n, int k, const float *weight) {
+    double loss = 0, weights = 0;
+    for (long i = 0; i < n; i++) {
+        const float *o = logits + i * k;
+        const int y = head_class(labels[i], k);
+        if (y < 0) return NAN; /* (the manifest's labels are checked when read) */
+        double mx = o[0], sum = 0;
+        for (int c = 1; c < k; c++) mx = o[c] > mx ? o[c] : mx;
+        for (int c = 0; c < k; c++) sum += exp((double)o[c] - mx);
+        const double w = weight ? (double)weight[y] : 1.0;
+        loss += w * (mx + log(sum) - (double)o[y]);
+        weights += w;
+    }
+    return n > 0 ? loss / weights : NAN;
+}
+
+double metric_bce(const float *logits, const float *labels, int n, int k, const float *pos_weight) {
+    double loss = 0;
+    for (long i = 0; i < (long)n * k; i++)
+        loss += head_bce((double)logits[i], (double)labels[i], pos_weight ? (double)pos_weight[i % k] : 1.0);
+    return n > 0 && k > 0 ? loss / ((double)n * k) : NAN;
+}
+
+double metric_mse(const float *pred, const float *target, long count) {
+    double se = 0;
+    for (long i = 0; i < count; i++) {
+        const double d = (double)pred[i] - (double)target[i];
+        se += d * d;
+    }
+    return count > 0 ? se / (double)count : NAN;
 }

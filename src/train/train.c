@@ -246,7 +246,7 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     const char *const KEYS[] = {"loss", diffusion ? "diffusion" : "recon", diffusion ? "projection" : "kl", "lr", "grad_norm", "samples_per_s", "step_ms",
                                        "data_wait_ms", "comm_wait_ms", "peak_mib", "loss_scale", "skipped_steps"};
     const char *const TAGS[] = {"train/loss", diffusion ? "train/diffusion" : "train/recon",
-                                       diffusion ? "train/projection" : "train/kl", "lr", "grad_norm",
+                                       diffusion ? "train/projection" : "train/kl", "train/lr", "train/grad_norm",
                                        "perf/samples_per_s", "perf/step_ms", "perf/data_wait_ms", "perf/comm_wait_ms",
                                        "memory/peak_mib", "train/loss_scale", "train/skipped_steps"};
     const float values[] = {(float)r->loss, (float)r->recon, (float)r->kl, (float)lr, (float)r->grad_norm,
@@ -369,7 +369,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
         config_write(cfg, path);
         t->metrics = open_run_file(output->dir, "metrics.jsonl");
         char *json = config_to_json(cfg); /* (TensorBoard shows the resolved config too) */
-        t->tb = train_log_open(output, json);
+        t->tb = trainer_open_log(t, json); /* (its HParams metrics: what the family's validation logs) */
         free(json);
         if (t->tb) vx_log("tensorboard: %s (tensorboard --logdir %s)\n", train_log_path(t->tb), output->dir);
     }

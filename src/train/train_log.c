@@ -11,17 +11,16 @@
 
 struct TrainLog {
     TbWriter *w;
+    int images_described; /* images/sample_<i> tags below this have their description */
 };
-
-/* Scalars the HParams dashboard shows next to each run's hyperparameters. */
-static const char *const HPARAM_METRICS[] = {"val/l1", "val/psnr", "train/loss"};
 
 static void check(int rc, const char *what) {
     if (rc < 0) vx_fatal("TensorBoard %s failed: %s", what, tb_status_str(rc));
 }
 
-/* The resolved config as a markdown table, and every key as an hparam (lists as their JSON text). */
-static void log_config(TrainLog *l, const char *json) {
+/* The resolved config as a markdown table, and every key as an hparam (lists as their JSON text), with the metrics
+ * the HParams dashboard shows next to them. */
+static void log_config(TrainLog *l, const char *json, const char *const *metrics, int n_metrics) {
     cJSON *root = cJSON_Parse(json);
     size_t cap = 4096, len = 0;
     char *md = vx_malloc(cap);
@@ -46,8 +45,7 @@ static void log_config(TrainLog *l, const char *json) {
             }
         }
     check(tb_writer_add_text(l->w, "config", 0, md), "text");
-    check(tb_writer_add_hparams(l->w, hp, n, HPARAM_METRICS, sizeof HPARAM_METRICS / sizeof HPARAM_METRICS[0]),
-          "hparams");
+    check(tb_writer_add_hparams(l->w, hp, n, metrics, (size_t)n_metrics), "hparams");
     for (size_t i = 0; i < n; i++) {
         free((char *)hp[i].name);
         free(texts[i]);
@@ -56,7 +54,7 @@ static void log_config(TrainLog *l, const char *json) {
     cJSON_Delete(root);
 }
 
-TrainLog *train_log_open(const OutputConfig *cfg, const char *config_json) {
+TrainLog *train_log_open(const OutputConfig *cfg, const char *config_json, const char *const *metrics, int n_metrics) {
     if (!cfg->tensorboard) return NULL;
     TrainLog *l = vx_calloc(1, sizeof *l);
     TbWriterOptions o = {.flush_secs = cfg->flush_secs};
@@ -65,7 +63,7 @@ TrainLog *train_log_open(const OutputConfig *cfg, const char *config_json) {
         vx_usage_error("%s: another process is writing TensorBoard events there; give this run its own --out",
                        cfg->dir);
     check(rc, "open");
-    log_config(l, config_json);
+    log_config(l, config_json, metrics, n_metrics);
     tb_writer_flush(l->w);
     return l;
 }
@@ -86,6 +84,15 @@ void train_log_images(TrainLog *l, const int size[3], int c, const float *inputs
     for (int i = 0; i < count; i++) {
         char tag[32];
         snprintf(tag, sizeof tag, "images/sample_%d", i);
+        if (i >= l->images_described) { /* the rows and columns named, as TensorBoard shows a tag's description */
+            char text[512];
+            snprintf(text, sizeof text, "Held-out volume %d (the validation crop, channel 0), at a fixed [0, 1] scale "
+                     "so steps compare. **Rows**, top to bottom: input, reconstruction, |input - reconstruction| x %g. "
+                     "**Columns**, left to right: axial (mid-depth slice), coronal (mid-height), sagittal "
+                     "(mid-width).", i, (double)TILES_ERROR_GAIN);
+            check(tb_writer_describe(l->w, tag, text), "image description");
+            l->images_described = i + 1;
+        }
         tiles_mid_slices(inputs + i * vol, recons + i * vol, d, h, w, c, pixels);
         check(tb_writer_add_image(l->w, tag, step, pixels, width, height, 1), "image");
     }

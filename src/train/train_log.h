@@ -10,12 +10,15 @@
 typedef struct TrainLog TrainLog;
 
 /* Opens a new event file in output->dir (NULL when output.tensorboard is 0) and writes the resolved config
- * (config_json: config_to_json's text) as text and as the hparams session. */
-TrainLog *train_log_open(const OutputConfig *output, const char *config_json);
+ * (config_json: config_to_json's text) as text and as the hparams session, whose metrics are the scalar tags
+ * metrics[n_metrics] (what the HParams dashboard compares runs by). */
+TrainLog *train_log_open(const OutputConfig *output, const char *config_json, const char *const *metrics,
+                         int n_metrics);
 /* Path of the event file ("" for NULL). */
 const char *train_log_path(const TrainLog *l);
 void train_log_scalar(TrainLog *l, const char *tag, int64_t step, double value);
-/* images/sample_<i>: volumes [count][D][H][W][C] (size[3] x c) and their reconstructions (host memory). */
+/* images/sample_<i>: volumes [count][D][H][W][C] (size[3] x c) and their reconstructions (host memory), each tag
+ * described (its rows and columns named) with its first picture. */
 void train_log_images(TrainLog *l, const int size[3], int c, const float *inputs, const float *recons, int count,
                       int64_t step);
 /* weights/<group> and grads/<group> for each layer group (encoder.down.0, decoder.up.1, encoder.conv_in, ...); the

@@ -211,7 +211,7 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
     heldout_free(&t->held);
     if (t->comm->rank == 0)
         heldout_build(&t->held, t->ds, m, t->cfg->train.val_samples, m->t_recon >= 0 ? images_shown(&t->cfg->output) : 0);
-    t->best_l1 = INFINITY;
+    t->best_metric = -INFINITY; /* each stage keeps its own best (train_validate.c) */
     const long vol = m->tensors[m->t_input].count / m->batch;
     staging_make(t); /* a GPU augments after the upload, from these; the CPU path on the loader's workers */
     const int workers = trainer_data_workers(t);
@@ -222,7 +222,7 @@ void trainer_enter_stage(Trainer *t, int k, int fresh_optimizer) {
         vx_log("stage %d/%d: input %dx%dx%d, batch %d, %d steps from step %lld, lr %g\n", k + 1, t->n_stages,
                sp->model.input_size[0], sp->model.input_size[1], sp->model.input_size[2], m->batch, sp->train.steps,
                (long long)sp->first_step, sp->train.lr);
-        train_log_scalar(t->tb, "stage", t->st.step, k);
+        train_log_scalar(t->tb, "train/stage", t->st.step, k);
     }
 }
 

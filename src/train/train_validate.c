@@ -1,6 +1,7 @@
-/* train_validate.c: what rank 0 does with the held-out volumes during a run: validation (ae3d: L1 and PSNR of
- * the reconstructions; a head: its loss and the task's figures), reported on stdout, in metrics.jsonl and
- * TensorBoard, with the best checkpoints it keeps, and the autoencoder's mid-slice pictures. */
+/* train_validate.c: what rank 0 does with the held-out volumes during a run: validation (ae3d and vit3d: L1 and PSNR
+ * of the reconstructions; vit3d_diffusion: its losses at fixed draws; a head: its loss and the task's figures),
+ * reported on stdout, in metrics.jsonl and TensorBoard, with the best checkpoints it keeps, and the autoencoder's
+ * mid-slice pictures. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,17 +13,82 @@
 #include "trace/trace.h"
 #include "train/trainer.h"
 
-/* Validates after `step` optimizer steps, reports it on stdout and in metrics.jsonl, and keeps the stage's best
- * checkpoint (by validation L1) when a stage has been trained. */
-/* A head's validation: its loss and the task's figures, on stdout, in metrics.jsonl and TensorBoard; best.ckpt
- * keeps the state with the best figure train.best_metric names (auto: the task's natural one). */
+/* Classes (labels) whose AUROC the HParams dashboard lists beside the macro figure: one column each there, so a
+ * head of hundreds of classes keeps its per-class curves in the scalars alone */
+#define HPARAM_CLASSES 32
+
+/* The scalar tags a run's validation logs (val/<figure>: the family's and task's figures, as validate_head,
+ * validate_diffusion and trainer_validate write them), after train/loss: the HParams dashboard's metrics. */
+static int hparam_metrics(const Config *cfg, char (*tags)[40], int max) {
+    const ModelConfig *m = &cfg->model;
+    const char *task = m->head.task;
+    const char *figures[4] = {0};
+    int n = 0, classes = 0;
+    if (strcmp(m->family, "resnet3d") != 0) {
+        const int diffusion = strcmp(m->family, "vit3d_diffusion") == 0;
+        figures[0] = diffusion ? "loss" : "l1";
+        figures[1] = diffusion ? "projection" : "psnr";
+    } else {
+        figures[0] = "loss";
+        if (strcmp(task, "classification") == 0) figures[1] = "accuracy";
+        if (strcmp(task, "classification") == 0 || strcmp(task, "multilabel") == 0) {
+            figures[2] = "auroc";
+            classes = m->head.num_classes < HPARAM_CLASSES ? m->head.num_classes : HPARAM_CLASSES;
+        }
+        if (strcmp(task, "survival") == 0) figures[1] = "cindex";
+    }
+    snprintf(tags[n++], sizeof tags[0], "train/loss");
+    for (int i = 0; i < 4 && cfg->train.val_samples > 0; i++)
+        if (figures[i] && n < max) snprintf(tags[n++], sizeof tags[0], "val/%s", figures[i]);
+    for (int c = 0; c < classes && cfg->train.val_samples > 0 && n < max; c++)
+        snprintf(tags[n++], sizeof tags[0], "val/auroc_%s_%d", strcmp(task, "multilabel") == 0 ? "label" : "class", c);
+    return n;
+}
+
+TrainLog *trainer_open_log(const Trainer *t, const char *config_json) {
+    char tags[8 + HPARAM_CLASSES][40];
+    const char *ptrs[8 + HPARAM_CLASSES];
+    const int n = hparam_metrics(t->cfg, tags, 8 + HPARAM_CLASSES);
+    for (int i = 0; i < n; i++) ptrs[i] = tags[i];
+    return train_log_open(&t->cfg->output, config_json, ptrs, n);
+}
+
+/* Keeps the best checkpoints by the figure train.best_metric names (config_best_metric; loss and l1: lower is
+ * better): in a staged run each stage's checkpoints/stage_<k>_best.ckpt (the stages' models differ in size, for vit3d
+ * in layout too), and checkpoints/best.ckpt, the best of the last stage (of the run when it has one stage), which is
+ * the final config's model: what export and predict read with the run's config.json. A validation on the stage's
+ * first step (the untrained baseline before step 1) is no candidate. */
+static void keep_best(Trainer *t, int64_t step, const char *const *names, const float *values, int n) {
+    const char *best = config_best_metric(t->cfg, NULL);
+    double v = NAN;
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], best) == 0) v = values[i];
+    const double score = strcmp(best, "loss") == 0 || strcmp(best, "l1") == 0 ? -v : v; /* higher is better */
+    if (step <= t->stages[t->stage].first_step || !isfinite(score) || !(score > t->best_metric)) return;
+    t->best_metric = score;
+    if (t->n_stages > 1) {
+        char name[48];
+        snprintf(name, sizeof name, "stage_%d_best.ckpt", t->stage);
+        trainer_save_checkpoint(t, name);
+    }
+    if (t->stage == t->n_stages - 1) trainer_save_checkpoint(t, "best.ckpt");
+}
+
+/* A head's figures printed after "val  <step>" (its per-class AUROC: the first few of them, in brackets) */
+#define SHOWN_CLASSES 8
+
+/* A head's validation: its loss and the task's figures (each class's or label's AUROC too), on stdout, in
+ * metrics.jsonl and TensorBoard, and the best checkpoints (keep_best). A figure the set leaves undefined (AUROC
+ * without a positive, C without a comparable pair) is not logged; a non-finite loss ends the run as a diverged one
+ * (exit 4), as the autoencoder's L1 does. */
 static void validate_head(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
-    const HeadValResult vr = evaluate_head(t->m, &t->held);
+    HeadValResult vr = evaluate_head(t->m, &t->held);
     trace_range_pop();
+    if (!isfinite(vr.loss)) trainer_diverged(t, step, "the validation loss", vr.loss);
     const char *names[4] = {"loss", "accuracy", "auroc", "cindex"};
     const float values[4] = {vr.loss, vr.accuracy, vr.auroc, vr.cindex};
-    char line[256] = "";
+    char line[512] = "";
     fprintf(t->metrics, "{\"step\": %ld", (long)step);
     for (int i = 0; i < 4; i++) {
         if (!isfinite(values[i])) continue;
@@ -32,21 +98,26 @@ static void validate_head(Trainer *t, int64_t step) {
         fprintf(t->metrics, ", \"val_%s\": %.9g", names[i], values[i]);
         snprintf(line + strlen(line), sizeof line - strlen(line), " | %s %.4f", names[i], values[i]);
     }
+    const char *per = t->m->task == TASK_MULTILABEL ? "label" : "class";
+    char shown[SHOWN_CLASSES * 8 + 8] = "";
+    for (int c = 0; c < vr.classes; c++) {
+        const float v = vr.auroc_class[c];
+        if (c < SHOWN_CLASSES) /* (an undefined one shows as nan here only) */
+            snprintf(shown + strlen(shown), sizeof shown - strlen(shown), " %.4f", v);
+        if (!isfinite(v)) continue;
+        char tag[48];
+        snprintf(tag, sizeof tag, "val/auroc_%s_%d", per, c);
+        train_log_scalar(t->tb, tag, step, v);
+        fprintf(t->metrics, ", \"val_auroc_%s_%d\": %.9g", per, c, v);
+    }
+    if (vr.classes)
+        snprintf(line + strlen(line), sizeof line - strlen(line), " (per %s%s%s)", per, shown,
+                 vr.classes > SHOWN_CLASSES ? " ..." : "");
+    free(vr.auroc_class);
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
     vx_log("val  %5ld%s (%d held-out volumes%s)\n", (long)step, line, vr.n, step == 0 ? ", before training" : "");
-    const char *best = t->cfg->train.best_metric;
-    if (strcmp(best, "auto") == 0)
-        best = t->m->task == TASK_CLASSIFICATION ? "accuracy" : t->m->task == TASK_MULTILABEL ? "auroc"
-               : t->m->task == TASK_SURVIVAL     ? "cindex" : "loss";
-    float v = NAN;
-    for (int i = 0; i < 4; i++)
-        if (strcmp(best, names[i]) == 0) v = values[i];
-    const double score = strcmp(best, "loss") == 0 || strcmp(best, "l1") == 0 ? -v : v; /* higher is better */
-    if (step > 0 && isfinite(score) && score > t->best_metric) {
-        t->best_metric = score;
-        trainer_save_checkpoint(t, "best.ckpt");
-    }
+    keep_best(t, step, names, values, 4);
 }
 
 /* vit3d_diffusion's validation: the diffusion and projection losses at fixed draws (evaluate_diffusion) */
@@ -54,7 +125,6 @@ static void validate_diffusion(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
     const DiffValResult vr = evaluate_diffusion(t->m, &t->held);
     trace_range_pop();
-    if (vr.n == 0) return; /* fewer held-out volumes than a batch */
     if (!isfinite(vr.loss)) trainer_diverged(t, step, "the validation loss", vr.loss);
     train_log_scalar(t->tb, "val/loss", step, vr.loss);
     train_log_scalar(t->tb, "val/projection", step, vr.projection);
@@ -63,10 +133,8 @@ static void validate_diffusion(Trainer *t, int64_t step) {
     fprintf(t->metrics, "{\"step\": %ld, \"val_loss\": %.9g, \"val_projection\": %.9g}\n", (long)step, vr.loss,
             vr.projection);
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
-    if (step > 0 && -vr.loss > t->best_metric) {
-        t->best_metric = -vr.loss;
-        trainer_save_checkpoint(t, "best.ckpt");
-    }
+    static const char *const NAMES[2] = {"loss", "projection"};
+    keep_best(t, step, NAMES, (const float[2]){vr.loss, vr.projection}, 2);
 }
 
 void trainer_validate(Trainer *t, int64_t step) {
@@ -89,12 +157,8 @@ void trainer_validate(Trainer *t, int64_t step) {
            step == 0 ? ", before training" : "");
     fprintf(t->metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
-    if (t->n_stages > 1 && step > t->stages[t->stage].first_step && vr.l1 < t->best_l1) {
-        t->best_l1 = vr.l1;
-        char name[48];
-        snprintf(name, sizeof name, "stage_%d_best.ckpt", t->stage);
-        trainer_save_checkpoint(t, name);
-    }
+    static const char *const NAMES[2] = {"l1", "psnr"};
+    keep_best(t, step, NAMES, (const float[2]){vr.l1, vr.psnr}, 2);
 }
 
 /* Mid-slice images of the first held-out volumes and their reconstructions. */

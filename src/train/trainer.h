@@ -44,8 +44,7 @@ typedef struct {
     int64_t saved_step; /* of the last step_N checkpoint, -1 before any */
     double wait_s[2], lr[2]; /* the loader wait and the learning rate of the steps in flight, by parity */
     HeldOut held;   /* rank 0's validation volumes at the stage's size */
-    double best_l1; /* of this stage: its best checkpoint */
-    double best_metric; /* a head's: the best validation figure so far (train.best_metric), for best.ckpt */
+    double best_metric; /* the stage's best validation figure so far (train.best_metric, higher is better) */
     float *targets;     /* a head's targets of a micro-batch, [world*batch][labels] (survival: the global batch) */
     DistEnv env;
     Comm *comm;        /* single for one process */
@@ -57,7 +56,7 @@ typedef struct {
     ZeroLayout zl;
     int offload;
     uint64_t nonce;
-    char pending_ckpt[64];
+    int pending_best, pending_stage; /* best.ckpt asked for; stage_<pending_stage - 1>_best.ckpt (0: none) */
     double lr_scale;   /* train.lr_scaling's factor for this number of ranks */
 } Trainer;
 
@@ -68,10 +67,13 @@ __attribute__((noreturn)) void trainer_diverged(Trainer *t, int64_t step1, const
  * Sharded: every rank's call writes checkpoints/<name without .ckpt>.zero/ (step_<step>.zero); rank 0's call from
  * its validation alone only notes the name, which trainer_share_pending_checkpoint then has every rank write. */
 void trainer_save_checkpoint(Trainer *t, const char *name);
-/* Sharded: after rank 0's validation (at steps every rank knows), the checkpoint it asked for, written by all. */
+/* Sharded: after rank 0's validation (at steps every rank knows), the checkpoints it asked for, written by all. */
 void trainer_share_pending_checkpoint(Trainer *t);
 /* Validates after `step` optimizer steps and keeps the best checkpoints (train_validate.c); rank 0's. */
 void trainer_validate(Trainer *t, int64_t step);
+/* The run's TensorBoard log (train_log_open; rank 0's), whose HParams metrics are train/loss and the figures the
+ * family's validation logs (train_validate.c). */
+TrainLog *trainer_open_log(const Trainer *t, const char *config_json);
 /* The autoencoder's mid-slice pictures of the first held-out volumes (train_validate.c); nothing for a head. */
 void trainer_log_images(Trainer *t, int64_t step);
 

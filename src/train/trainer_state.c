@@ -48,26 +48,26 @@ static void save_sharded(Trainer *t, const char *name) {
 }
 
 void trainer_share_pending_checkpoint(Trainer *t) {
-    /* rank 0 says which named checkpoint its validation asked for: 0 none, 1 best.ckpt, 2 + k stage k's best */
-    float code = 0;
-    if (t->comm->rank == 0 && t->pending_ckpt[0]) {
-        int k = -1;
-        code = strcmp(t->pending_ckpt, "best.ckpt") == 0 ? 1.0f
-               : sscanf(t->pending_ckpt, "stage_%d_best.ckpt", &k) == 1 ? (float)(2 + k) : 0.0f;
-    }
-    comm_allreduce_host(t->comm, &code, 1, COMM_SUM, "which checkpoint validation keeps");
-    t->pending_ckpt[0] = 0;
-    if (code == 0) return;
+    /* rank 0 says which named checkpoints its validation asked for: best.ckpt + 2 x (1 + k) for stage k's best */
+    float code = t->comm->rank == 0 ? (float)(t->pending_best + 2 * t->pending_stage) : 0.0f;
+    comm_allreduce_host(t->comm, &code, 1, COMM_SUM, "which checkpoints validation keeps");
+    t->pending_best = t->pending_stage = 0;
+    const int c = (int)code;
     char name[64];
-    if (code == 1) snprintf(name, sizeof name, "best.ckpt");
-    else snprintf(name, sizeof name, "stage_%d_best.ckpt", (int)code - 2);
-    save_sharded(t, name);
+    if (c >= 2) {
+        snprintf(name, sizeof name, "stage_%d_best.ckpt", c / 2 - 1);
+        save_sharded(t, name);
+    }
+    if (c % 2) save_sharded(t, "best.ckpt");
 }
 
 void trainer_save_checkpoint(Trainer *t, const char *name) {
     if (t->zero) {
-        if (name) snprintf(t->pending_ckpt, sizeof t->pending_ckpt, "%s", name); /* rank 0's validation */
-        else save_sharded(t, NULL);
+        int k;
+        if (!name) save_sharded(t, NULL);
+        else if (strcmp(name, "best.ckpt") == 0) t->pending_best = 1; /* rank 0's validation */
+        else if (sscanf(name, "stage_%d_best.ckpt", &k) == 1) t->pending_stage = k + 1;
+        else VX_CHECK(0, "trainer_save_checkpoint: %s is no checkpoint a validation keeps", name);
         return;
     }
     char path[CONFIG_STR + 64];

@@ -24,7 +24,8 @@ pytest.importorskip("tensorboard")
 from conftest import ROOT, VOXSCALE, metrics, run  # noqa: E402
 from tensorboard.plugins.hparams import plugin_data_pb2  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
-from test_tensorboard import accumulator, decode_png, poll_series, strict_records, tensorboard_server  # noqa: E402
+from test_tensorboard import (accumulator, decode_png, http_json, poll_series, strict_records,  # noqa: E402
+                              tensorboard_server)
 
 TINY = "configs/test/tiny.json"
 STEPS, IMAGE_EVERY, HIST_EVERY, VAL_EVERY = 20, 5, 10, 10
@@ -55,7 +56,8 @@ def test_event_file_name_and_crc(trained):
     assert error is None and len(records) > 50
 
 
-SCALARS = {"train/loss": "loss", "train/recon": "recon", "train/kl": "kl", "lr": "lr", "grad_norm": "grad_norm",
+SCALARS = {"train/loss": "loss", "train/recon": "recon", "train/kl": "kl", "train/lr": "lr",
+           "train/grad_norm": "grad_norm",
            "perf/samples_per_s": "samples_per_s", "perf/step_ms": "step_ms", "perf/data_wait_ms": "data_wait_ms",
            "val/l1": "val_l1", "val/psnr": "val_psnr"}
 
@@ -64,6 +66,9 @@ def test_scalars_are_the_printed_values(trained):
     acc = accumulator(trained["dir"])
     tags = set(acc.Tags()["tensors"])
     assert set(SCALARS) | {"memory/peak_mib"} <= tags
+    # every scalar in a group (TensorBoard's sections are the tags' first parts): none loose above train/
+    scalars = set(acc.PluginTagToContent("scalars"))
+    assert {t.split("/")[0] for t in scalars} == {"train", "val", "perf", "memory"}, scalars
     for tag, key in SCALARS.items():
         expected = [(m["step"], f32(m[key])) for m in trained["metrics"] if key in m]
         got = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto).item())) for e in acc.Tensors(tag)]
@@ -103,6 +108,11 @@ def test_images_are_tiled_mid_slices(trained):
             assert np.abs(err - np.abs(inp - rec) * ERROR_GAIN)[unclamped].max() <= 2 * ERROR_GAIN + 1
             assert (img[h:row, :] == 64).all() or h < max(h, d)  # the gap between rows
             first_rows.setdefault(i, []).append((inp.copy(), rec.copy()))
+        # The picture's rows and columns are named in the tag's description, which TensorBoard shows with it
+        description = acc.SummaryMetadata(f"images/sample_{i}").summary_description
+        for words in (f"Held-out volume {i}", "input, reconstruction, |input - reconstruction| x 4", "axial",
+                      "coronal", "sagittal"):
+            assert words in description, description
         # The same held-out volume at every step; its reconstruction changes as the model trains.
         inputs = [a for a, _ in first_rows[i]]
         assert all((a == inputs[0]).all() for a in inputs)
@@ -152,7 +162,7 @@ def test_config_text_and_hparams(trained):
                     else json.dumps(v, separators=(",", ":"))) for k, v in flat.items()}
     assert got == expected
     exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
-    assert [m.name.tag for m in exp.metric_infos] == ["val/l1", "val/psnr", "train/loss"]
+    assert [m.name.tag for m in exp.metric_infos] == ["train/loss", "val/l1", "val/psnr"]
     end = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_end_info"]).session_end_info
     assert end.status == 1  # STATUS_SUCCESS
 
@@ -163,6 +173,36 @@ def test_tensorboard_server_serves_the_run(trained):
         url = f"{base}/data/plugin/scalars/scalars?run={trained['dir'].name}&tag={urllib.parse.quote('val/l1')}"
         got = poll_series(proc, url, len(expected))
         assert [[step, value] for _, step, value in got] == expected
+        # the images plugin serves each picture's description: its rows and columns
+        tags = http_json(f"{base}/data/plugin/images/tags")[trained["dir"].name]
+        assert "reconstruction" in tags["images/sample_0"]["description"], tags
+
+
+def test_resnet3d_hparams_list_every_validation_metric_and_scalars_are_grouped(tmp_path):
+    """issue 35: a resnet3d run's HParams listed train/loss alone, so runs could not be compared there; lr and
+    grad_norm sat outside any group, above train/"""
+    out = tmp_path / "runs" / "cls"
+    run("train", "--config", "configs/test/resnet-tiny.json", "--out", out, "--threads", 1)
+    last = [m for m in metrics(out) if "val_auroc" in m][-1]
+    want = {"train/loss", "val/loss", "val/accuracy", "val/auroc", "val/auroc_class_0", "val/auroc_class_1",
+            "val/auroc_class_2"}
+    with tensorboard_server(out.parent) as (proc, base):
+        url = f"{base}/data/plugin/scalars/scalars?run=cls&tag={urllib.parse.quote('val/auroc')}"
+        poll_series(proc, url, len([m for m in metrics(out) if "val_auroc" in m]))
+        experiment = http_json(f"{base}/data/plugin/hparams/experiment", {"experimentName": ""})
+        assert {m["name"]["tag"] for m in experiment["metricInfos"]} == want, experiment["metricInfos"]
+        groups = http_json(f"{base}/data/plugin/hparams/session_groups",
+                           {"experimentName": "", "startIndex": 0, "sliceSize": 10,
+                            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                                                "STATUS_RUNNING"]})
+        (group,) = groups["sessionGroups"]
+        values = {v["name"]["tag"]: v["value"] for v in group["metricValues"]}
+        assert set(values) == want  # each with the run's last value: what the dashboard's table compares
+        for tag in ("val/loss", "val/accuracy", "val/auroc", "val/auroc_class_1"):
+            assert values[tag] == pytest.approx(last[tag.replace("/", "_")], abs=1e-6), tag
+        tags = http_json(f"{base}/data/plugin/scalars/tags")["cls"]
+        assert {"train/lr", "train/grad_norm", "perf/step_ms", "val/loss"} <= set(tags), sorted(tags)
+        assert {t.split("/")[0] for t in tags} == {"train", "val", "perf", "memory"}, sorted(tags)
 
 
 def test_killed_run_reads_to_last_whole_record(tmp_path):

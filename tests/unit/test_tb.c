@@ -732,6 +732,36 @@ static void test_writer_image(void **state) {
     free(path);
 }
 
+/* A description rides on the tag's first value only (an image's with the images plugin and its data class, so that
+ * TensorBoard's data server keeps it); describing a tag that has a value already is refused. */
+static void test_writer_describe(void **state) {
+    TbWriter *w;
+    assert_int_equal(tb_writer_open(&w, *state, NULL), TB_OK);
+    uint8_t px[2 * 2] = {0, 64, 128, 255};
+    assert_int_equal(tb_writer_describe(w, "grid", "rows: input, reconstruction"), TB_OK);
+    assert_int_equal(tb_writer_describe(w, "val/auroc", "macro one-vs-rest"), TB_OK);
+    assert_int_equal(tb_writer_add_image(w, "grid", 0, px, 2, 2, 1), TB_OK);
+    assert_int_equal(tb_writer_add_image(w, "grid", 1, px, 2, 2, 1), TB_OK);
+    assert_int_equal(tb_writer_add_image(w, "plain", 0, px, 2, 2, 1), TB_OK);
+    assert_int_equal(tb_writer_add_scalar(w, "val/auroc", 0, 0.5, 0), TB_OK);
+    assert_int_equal(tb_writer_describe(w, "grid", "too late"), TB_ERR_STATE);
+    assert_int_equal(tb_writer_describe(w, NULL, "x"), TB_ERR_ARG);
+    char *path = strdup(tb_writer_path(w));
+    tb_writer_close(w);
+    Events e;
+    read_events(path, &e);
+    const Vxtb__Summary__Value *first = event_value(&e, 1), *second = event_value(&e, 2), *plain = event_value(&e, 3);
+    assert_non_null(first->metadata);
+    assert_string_equal(first->metadata->summary_description, "rows: input, reconstruction");
+    assert_string_equal(first->metadata->plugin_data->plugin_name, "images");
+    assert_int_equal(first->metadata->data_class, VXTB__DATA_CLASS__DATA_CLASS_BLOB_SEQUENCE);
+    assert_null(second->metadata);
+    assert_null(plain->metadata); /* an image without a description stays as it was */
+    assert_string_equal(event_value(&e, 4)->metadata->summary_description, "macro one-vs-rest");
+    free_events(&e);
+    free(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_vectors_table),
@@ -752,6 +782,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_writer_histogram_nonfinite, tmpdir_setup, tmpdir_teardown),
         cmocka_unit_test(test_png_round_trip),
         cmocka_unit_test_setup_teardown(test_writer_image, tmpdir_setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_writer_describe, tmpdir_setup, tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
