@@ -320,6 +320,9 @@ void model_ema_reset(Model *m);
 /* Refreshes param_lp from param (after anything but AdamW wrote the parameters); nothing in float32. */
 void model_sync_lp(Model *m);
 
+/* The tensor the loss writes its gradient into: the reconstruction (ae3d, vit3d, the denoiser's prediction) or a
+ * head's outputs (resnet3d, which has no t_recon). */
+static inline int model_loss_tensor(const Model *m) { return m->t_recon >= 0 ? m->t_recon : m->t_out; }
 void *model_tensor(const Model *m, int tensor);      /* activation pointer (backend memory, of the tensor's dtype) */
 void *model_tensor_grad(const Model *m, int tensor); /* gradient pointer, NULL when none */
 float *model_noise(const Model *m); /* eps of the last sampled forward, shaped like z; valid until backward ends */

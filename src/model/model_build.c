@@ -115,7 +115,7 @@ static void plan_memory(Model *m) {
         for (int i = m->blocks[bi].first; i <= m->blocks[bi].last; i++)
             if (m->nodes[i].recompute) again_first[m->nodes[i].out] = T - m->blocks[bi].last;
     /* the loss at time F reads the ae3d's reconstruction and input, or the head's outputs, and writes their gradient */
-    const int t_loss = m->t_recon >= 0 ? m->t_recon : m->t_out;
+    const int t_loss = model_loss_tensor(m);
     last_use[t_loss] = F;
     if (m->t_recon >= 0) last_use[m->t_input] = F; /* a reconstruction's target */
     if (m->t_xt >= 0) last_use[m->t_xt] = last_use[m->t_views] = F; /* the projection loss's x_t and views */

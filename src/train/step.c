@@ -201,15 +201,16 @@ Stepper *stepper_create(Model *m, const TrainConfig *cfg, Comm *comm, Buckets *b
         s->host[i] = s->be->alloc_host(sizeof(StepDev));
         s->landed[i] = s->be->event_create();
     }
-    const double least = optim_loss_scale_floor(m->dtype, (double)m->tensors[m->t_recon].count,
-                                                1.0 / ((double)s->accum * s->world));
+    /* the loss's elements: the reconstruction's voxels, or a head's outputs (resnet3d has no reconstruction) */
+    const long loss_elems = m->tensors[model_loss_tensor(m)].count;
+    const double least = optim_loss_scale_floor(m->dtype, (double)loss_elems, 1.0 / ((double)s->accum * s->world));
     if (dynamic && m->dtype == DT_F16 && cfg->loss_scale_init < least)
         vx_usage_error("train.loss_scale_init = %g is below %g, under which float16 cannot hold this model's loss "
                        "gradient (1/%ld per voxel, x 1/%d accumulation x ranks): raise it", cfg->loss_scale_init, least,
-                       m->tensors[m->t_recon].count, s->accum * s->world);
+                       loss_elems, s->accum * s->world);
     if (!dynamic && m->dtype == DT_F16 && least > 1.0)
         vx_log("warning: float16 without loss scaling: the loss gradient (1/%ld per voxel) is below float16's range "
-               "and trains nothing; use train.loss_scale dynamic (auto) or --amp bf16\n", m->tensors[m->t_recon].count);
+               "and trains nothing; use train.loss_scale dynamic (auto) or --amp bf16\n", loss_elems);
     StepDev init = {.opt = {.loss_scale = dynamic ? (float)cfg->loss_scale_init : 1.0f}, .ema_decay = (float)cfg->ema_decay};
     init.opt_backbone = init.opt;
     s->be->copy_to_device(s->dev, &init, sizeof init);
@@ -266,7 +267,7 @@ void stepper_time_phases(Stepper *s, int on) {
 }
 
 double stepper_loss_scale_floor(const Stepper *s) {
-    return optim_loss_scale_floor(s->m->dtype, (double)s->m->tensors[s->m->t_recon].count,
+    return optim_loss_scale_floor(s->m->dtype, (double)s->m->tensors[model_loss_tensor(s->m)].count,
                                   1.0 / ((double)s->accum * s->world));
 }
 

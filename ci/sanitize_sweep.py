@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""ci/sanitize_sweep.py: every family run whole under the sanitizer build (make asan: ASan + UBSan, every report
+fatal), so that a bad read anywhere on a command's path fails CI, not only in the op table the unit tests cover
+(issue 34: resnet3d read tensors[-1] on every run and nothing caught it).
+
+For each family on its tiny config (ae3d, resnet3d with each task, vit3d, vit3d_diffusion), the cases are: train with
+validation and checkpoints, a resume of it, export, train --init-from the export, predict from the checkpoint and from
+the export (families predict writes for), train with dist.zero 2 and ckpt consolidate of its sharded checkpoint,
+`bench step`; then a 2-rank TCP run (ZeRO-2, SyncBatchNorm) and its consolidation, and a SIGINT'd run (exit 130).
+A case fails when its exit code is not the one expected or its output holds a sanitizer report.
+
+    ci/sanitize_sweep.py [--voxscale build/asan/voxscale] [--work DIR] [-k SUBSTRING]
+
+Prints a line per failed case (and its output's end) and last "sanitizer sweep: N cases, N passed, N failed";
+exits 0 when none failed. Standard library only: the volumes predict reads are written here as NIfTI-1."""
+import argparse
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPORT = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer",
+          "AddressSanitizer:DEADLYSIGNAL")
+QUIET = ["--device", "cpu", "--threads", "1", "--set", "train.log_every=1"]
+RESNET = "configs/test/resnet-tiny.json"
+FAMILIES = {
+    "ae3d": ["--config", "configs/test/tiny.json"],
+    "resnet3d-classification": ["--config", RESNET],
+    "resnet3d-multilabel": ["--config", RESNET, "--set", "model.task=multilabel"],
+    "resnet3d-regression": ["--config", RESNET, "--set", "model.task=regression", "--set", "model.num_classes=2"],
+    "resnet3d-survival": ["--config", RESNET, "--set", "model.task=survival", "--set", "model.num_classes=1"],
+    "vit3d": ["--config", "configs/test/vit3d-tiny.json"],
+    "vit3d_diffusion": ["--config", "configs/test/vit3d-diffusion-tiny.json", "--set", "diffusion.sample_steps=2"],
+}
+PREDICTS = ("ae3d", "resnet3d", "vit3d_diffusion")  # the families predict writes outputs for
+
+
+def write_nifti(path, n, seed):
+    """An n^3 float32 NIfTI-1 volume (a smooth blob plus a pattern of the seed), written with struct alone."""
+    hdr = bytearray(348)
+    struct.pack_into("<i", hdr, 0, 348)
+    struct.pack_into("<8h", hdr, 40, 3, n, n, n, 1, 1, 1, 1)
+    struct.pack_into("<hh", hdr, 70, 16, 32)  # datatype FLOAT32, bitpix
+    struct.pack_into("<8f", hdr, 76, 1, 1, 1, 1, 1, 1, 1, 1)
+    struct.pack_into("<f", hdr, 108, 352.0)  # vox_offset
+    struct.pack_into("<f", hdr, 112, 1.0)  # scl_slope
+    hdr[344:348] = b"n+1\0"
+    c = (n - 1) / 2.0
+    vals = [100.0 * (((x - c) ** 2 + (y - c) ** 2 + (z - c) ** 2) < (n / 3.0) ** 2) + (x * 7 + y * 3 + z + seed) % 11
+            for z in range(n) for y in range(n) for x in range(n)]
+    with open(path, "wb") as f:
+        f.write(bytes(hdr) + b"\0\0\0\0" + struct.pack("<%df" % len(vals), *vals))
+
+
+class Sweep:
+    def __init__(self, voxscale, work, only):
+        self.voxscale, self.work, self.only = voxscale, work, only
+        self.passed, self.failed = 0, []
+
+    def case(self, name, args, expect=0, sigint_after=None, env=None):
+        """Runs voxscale args; passes when it exits `expect` with no sanitizer report. sigint_after: seconds after
+        which SIGINT is sent (a run stopped on it exits 130)."""
+        if self.only and self.only not in name:
+            return None
+        e = dict(os.environ, **(env or {}))
+        t0 = time.time()
+        p = subprocess.Popen([self.voxscale, *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=e)
+        if sigint_after is not None:
+            time.sleep(sigint_after)
+            p.send_signal(signal.SIGINT)
+        try:
+            out, _ = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n(timed out after 300 s)"
+        report = next((r for r in REPORT if r in out), None)
+        if p.returncode == expect and report is None:
+            self.passed += 1
+            return out
+        why = "sanitizer report (%s)" % report if report else "exit %d, expected %d" % (p.returncode, expect)
+        self.failed.append(name)
+        print("FAILED %s: %s after %.1f s: voxscale %s" % (name, why, time.time() - t0, " ".join(map(str, args))))
+        print("\n".join("    " + line for line in out.splitlines()[-25:]))
+        return out
+
+    def family(self, name, cfg, vols):
+        d = os.path.join(self.work, name)
+        run, ck = os.path.join(d, "run"), os.path.join(d, "run", "checkpoints")
+        train = ["train", *cfg, *QUIET, "--set", "train.val_every=2", "--set", "train.ckpt_every=2"]
+        self.case(name + ": train with validation", [*train, "--steps", 4, "--out", run])
+        self.case(name + ": resume", [*train, "--steps", 6, "--out", os.path.join(d, "resumed"), "--resume",
+                                      os.path.join(ck, "step_2.ckpt")])
+        weights = os.path.join(d, "weights.safetensors")
+        self.case(name + ": export", ["export", "--ckpt", os.path.join(ck, "step_4.ckpt"), "--out", weights])
+        self.case(name + ": train --init-from", [*train, "--steps", 2, "--out", os.path.join(d, "init"),
+                                                 "--init-from", weights])
+        if name.split("-")[0] in PREDICTS:
+            self.case(name + ": predict --ckpt", ["predict", "--ckpt", os.path.join(ck, "step_4.ckpt"), "--data",
+                                                  vols, "--out", os.path.join(d, "pred"), "--device", "cpu"])
+            self.case(name + ": predict --weights", ["predict", "--weights", weights, "--data", vols, "--out",
+                                                     os.path.join(d, "pred_w"), "--device", "cpu"])
+        zero = os.path.join(d, "zero")
+        self.case(name + ": train --zero 2", [*train, "--steps", 2, "--zero", 2, "--out", zero])
+        self.case(name + ": ckpt consolidate", ["ckpt", "consolidate", os.path.join(zero, "checkpoints",
+                                                                                   "step_2.zero")])
+        self.case(name + ": bench step", ["bench", "step", *cfg, "--device", "cpu", "--threads", 1, "--iters", 1,
+                                          "--warmup", 1, "--results", os.path.join(d, "bench")])
+
+    def ranks(self):
+        """Two TCP ranks (started by train --gpus 2 --device cpu): ZeRO-2 over SyncBatchNorm, then consolidated."""
+        d = os.path.join(self.work, "ranks")
+        self.case("2 tcp ranks: train --zero 2, sync_bn", ["train", "--config", RESNET, *QUIET, "--gpus", 2,
+                                                            "--zero", 2, "--set", "model.sync_bn=1", "--steps", 2,
+                                                            "--set", "train.val_every=2", "--out", d])
+        self.case("2 tcp ranks: ckpt consolidate", ["ckpt", "consolidate", os.path.join(d, "checkpoints",
+                                                                                       "step_2.zero")])
+
+    def stopped(self):
+        """A run stopped by SIGINT mid-run writes its checkpoint and exits 130."""
+        self.case("SIGINT: train stops with a checkpoint", ["train", "--config", RESNET, *QUIET, "--steps", 100000,
+                                                            "--set", "train.val_every=0", "--out",
+                                                            os.path.join(self.work, "stopped")],
+                  expect=130, sigint_after=3.0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--voxscale", default=os.path.join(os.environ.get("BUILD", "build"), "asan", "voxscale"))
+    ap.add_argument("--work", help="a folder for the runs (default: a temporary one, removed at the end)")
+    ap.add_argument("-k", dest="only", help="only the cases whose name holds this")
+    a = ap.parse_args()
+    voxscale = os.path.abspath(os.path.join(ROOT, a.voxscale))
+    if not os.access(voxscale, os.X_OK):
+        sys.exit("sanitizer sweep: %s is not there: run `make asan` first" % voxscale)
+    # every report fatal (the build's -fno-sanitize-recover does it for UBSan), leak detection off: a refused or
+    # stopped command exits through vx_exit without freeing (mk/asan.mk); the convolution choices in a file of
+    # this sweep, so that a user's cache is neither read nor written
+    os.environ["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=0:halt_on_error=1"
+    os.environ["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+    work = a.work or tempfile.mkdtemp(prefix="voxscale-sanitize-")
+    if a.work:
+        shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.join(work, "vols"), exist_ok=True)
+    os.environ.setdefault("VX_CONV_CACHE", os.path.join(work, "conv-cpu.tsv"))
+    vols = os.path.join(work, "vols")
+    for i in range(3):
+        write_nifti(os.path.join(vols, "v%d.nii" % i), 18, i)
+    t0 = time.time()
+    s = Sweep(voxscale, work, a.only)
+    for name, cfg in FAMILIES.items():
+        s.family(name, cfg, vols)
+    s.ranks()
+    s.stopped()
+    total = s.passed + len(s.failed)
+    print("sanitizer sweep: %d cases, %d passed, %d failed (%s, %.0f s)" % (total, s.passed, len(s.failed),
+                                                                            os.path.relpath(voxscale, ROOT),
+                                                                            time.time() - t0))
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if s.failed or total == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
