@@ -28,6 +28,7 @@
 #include "app/weights_source.h"
 #include "core/fsutil.h"
 #include "core/outguard.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "elementwise/elementwise.h"
 #include "data/manifest.h"
@@ -302,6 +303,7 @@ int cmd_predict(int argc, char **argv) {
     if (!a.data) vx_usage_error("predict: --data CSV|DIR|FILE is required (see --help)");
     if (!a.out) vx_usage_error("predict: --out DIR is required (see --help)");
     Config *cfg = &a.cfg;
+    stop_signal_catch(1); /* SIGINT/SIGTERM: exit 130 before the next batch (core/stop_signal.h) */
     if (a.ckpt) weights_ckpt_stage(cfg, a.ckpt, "predict"); /* a stage's best of a staged run: that stage's size */
     DistEnv env;
     dist_detect(&env);
@@ -373,6 +375,7 @@ int cmd_predict(int argc, char **argv) {
     double last = t0;
     int next = rank;
     while (next < in.n) {
+        stop_signal_honour("predict", "the files it wrote are taken back");
         int used = 0;
         for (; next < in.n && used < m->batch; next += world) {
             if (!in.usable[next] || !load(&cfg->data, &cfg->model, &in, next, batch + (long)used * vol)) {

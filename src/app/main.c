@@ -11,6 +11,7 @@
 #include "app/probe.h"
 #include "common/cpu_isa.h"
 #include "core/config.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "model/hw.h"
 #include "train/runtime.h"
@@ -194,6 +195,7 @@ static int cmd_detect(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    stop_signal_start(); /* before any thread exists: each inherits SIGINT and SIGTERM blocked (core/stop_signal.h) */
     main_argc = argc;
     main_argv = argv;
     if (argc < 2) {

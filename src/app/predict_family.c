@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "data/nifti_write.h"
 #include "model/diffusion_sample.h"
@@ -156,6 +157,7 @@ static int diff_batch(const PredictBatch *b, float *rows, char *why, size_t why_
     diffusion_set_views(m, views);
     const int steps = m->cfg.diff.sample_steps;
     diffusion_ddim_sample(m, steps, (uint64_t)m->seed, ids, sample);
+    stop_signal_honour("predict", "the files it wrote are taken back"); /* (the samples are unfinished) */
     diffusion_render_views(m, sample, sample_views);
     diffusion_render_views(m, mean, mean_views);
     int ok = 1;

@@ -16,6 +16,7 @@
 #include "bench/bench_util.h"
 #include "common/cpu_gemm.h"
 #include "core/fsutil.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "parallel/comm.h"
 #include "train/runtime.h"
@@ -126,6 +127,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     const ModelConfig *model = &cfg->model;
     TrainConfig *train = &cfg->train;
     train->grad_accum = 1; /* one fixed batch per step */
+    stop_signal_catch(1); /* SIGINT/SIGTERM: exit 130 before the next step, nothing written */
     Runtime rt;
     runtime_open(&rt, model, train, 1);
     char slug[160], commit[64], stem[128], dir[512], path[1024], device[600];
@@ -148,6 +150,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     double *t = vx_malloc((size_t)iters * sizeof(double));
     int64_t step = 0;
     for (int i = -warmup; i < iters; i++) {
+        stop_signal_honour("bench step", "no result was written");
         StepOutcome r;
         stepper_one(st, ++step, 1e-4, &r); /* each step alone, as PyTorch's reference times its steps */
         if (i >= 0) t[i] = r.ms * 1e-3;
@@ -155,6 +158,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     }
     const int graphs = stepper_graphs(st);
     double phase[3];
+    stop_signal_honour("bench step", "no result was written");
     time_phases(st, &step, phase);
     vx_log("phases (eager): forward %.2f ms, backward %.2f ms, optimizer %.2f ms\n", phase[0], phase[1], phase[2]);
     LayerTimes lt;

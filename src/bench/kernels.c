@@ -47,6 +47,7 @@
 #include "backend/op_check.h"
 #include "common/cpu_gemm.h"
 #include "core/fsutil.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "train/runtime.h"
 
@@ -304,7 +305,9 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     CaseResult *res = calloc((size_t)n_all, sizeof *res);
     VX_CHECK(res != NULL, "out of memory");
     int n_run = 0, n_failed = 0;
+    stop_signal_catch(1); /* SIGINT/SIGTERM: exit 130 before the next case, nothing written */
     for (int c = 0; c < n_all; c++) {
+        stop_signal_honour("bench kernels", "no result was written");
         const KernelCase *k = &cases[c];
         const KernelOp *op = &ops[k->op];
         if (!want[k->op]) continue;

@@ -16,7 +16,7 @@
 #define VX_EXIT_DIVERGED 4 /* training diverged: a non-finite loss, gradient or parameter; nothing bad was saved */
 #define VX_EXIT_MEMORY 5   /* out of memory (host or GPU), at planning time or at an allocation */
 #define VX_EXIT_STORAGE 6  /* cannot write the run's files: disk full, permissions, something in the way */
-#define VX_EXIT_SIGNAL 130 /* stopped by SIGINT/SIGTERM after writing a checkpoint */
+#define VX_EXIT_SIGNAL 130 /* stopped by SIGINT/SIGTERM: train after writing a checkpoint, others writing nothing */
 
 /* Bad input: prints "voxscale: <message>" and exits with code 2. */
 __attribute__((noreturn, format(printf, 1, 2))) void vx_usage_error(const char *fmt, ...);

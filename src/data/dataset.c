@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "augment/augment.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "data/labels.h"
 #include "data/phantom.h"
@@ -459,7 +460,8 @@ static void *check_worker(void *arg) {
     Dataset *ds = c->ds;
     for (;;) {
         pthread_mutex_lock(&ds->mu);
-        const int k = c->next < c->n && !ds->error[0] ? c->next++ : -1;
+        /* (on SIGINT/SIGTERM the workers end; the caller honours the stop) */
+        const int k = c->next < c->n && !ds->error[0] && !stop_signal_requested() ? c->next++ : -1;
         pthread_mutex_unlock(&ds->mu);
         if (k < 0) break;
         const int item = c->todo[k], f = item >= 0 ? item : -1;
@@ -495,6 +497,7 @@ void dataset_check_files(Dataset *ds, int rank, int world, int threads, int verb
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     free(th);
     free(c.todo);
+    stop_signal_honour("the data checks", "nothing was written");
     if (ds->error[0]) vx_usage_error("%s", ds->error);
     if (verbose)
         vx_log("data: %d volume(s) decoded and checked before the run starts (%.1f s%s)%s\n", c.n, vx_now() - t0,

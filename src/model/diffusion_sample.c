@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/rng.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "diffusion/diffusion.h"
 #include "elementwise/elementwise.h"
@@ -60,7 +61,7 @@ void diffusion_ddim_sample(Model *m, int steps, uint64_t seed, const uint64_t *i
     float *host_next = vx_malloc(2 * (size_t)n * sizeof(float));
     diffusion_ddim_timesteps(T, steps, ts);
     m->sampling = 1;
-    for (int i = 0; i < steps; i++) {
+    for (int i = 0; i < steps && !stop_signal_requested(); i++) { /* (a stop: the caller honours it, see the .h) */
         for (int b = 0; b < n; b++) t[b] = ts[i];
         diff_set_timesteps(m, t); /* t, alpha, sigma of t_i: the forward's timestep embedding and ddim_step's */
         float a_next, s_next;

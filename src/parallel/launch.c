@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/stop_signal.h"
 #include "core/util.h"
 
 #define SPAWN_GRACE_S 10 /* after a rank failed: how long the others get to end on SIGTERM before SIGKILL */
@@ -188,28 +189,31 @@ int dist_spawn(int nproc, int on_gpu, int argc, char **argv) {
     }
     /* the tcp rendezvous: CPU ranks' communicator, and where GPU ranks agree on the device first (comm_open) */
     port = dist_free_port();
-    /* Signals are taken synchronously (sigtimedwait) so that forwarding and reaping happen in one loop. */
-    sigset_t set, old;
+    /* SIGCHLD is taken synchronously (sigtimedwait) so that reaping and forwarding happen in one loop; SIGINT and
+     * SIGTERM are core/stop_signal.h's requests, looked at on every tick (the ranks start with them unblocked) */
+    sigset_t set, old, child;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
     sigprocmask(SIG_BLOCK, &set, &old);
+    child = old;
+    sigdelset(&child, SIGINT);
+    sigdelset(&child, SIGTERM);
+    stop_signal_catch(1);
     Child *kids = vx_calloc((size_t)nproc, sizeof *kids);
     pid_t pgid = 0;
     for (int r = 0; r < nproc; r++) {
-        kids[r].pid = start_rank(r, nproc, nccl_id, port, pgid, argv, &old);
+        kids[r].pid = start_rank(r, nproc, nccl_id, port, pgid, argv, &child);
         if (r == 0) pgid = kids[0].pid;
     }
     int left = nproc, first_failed = -1, stop_signal = 0, cause = -1, named = 0;
     double kill_at = 0, name_at = 0;
     while (left > 0) {
         siginfo_t info;
-        struct timespec tick = {0, (cause >= 0 && !named ? 20 : 200) * 1000 * 1000};
-        int sig = sigtimedwait(&set, &info, &tick);
-        if (sig == SIGINT || sig == SIGTERM) {
-            stop_signal = sig;
-            killpg(pgid, sig); /* each rank finishes its step, rank 0 writes a checkpoint, all exit 130 */
+        struct timespec tick = {0, (cause >= 0 && !named ? 20 : 100) * 1000 * 1000};
+        (void)sigtimedwait(&set, &info, &tick);
+        if (!stop_signal && stop_signal_requested()) { /* forwarded once */
+            stop_signal = stop_signal_requested();
+            killpg(pgid, stop_signal); /* each rank finishes its step, rank 0 writes a checkpoint, all exit 130 */
         }
         pid_t pid;
         int status;

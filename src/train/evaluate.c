@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "train/metrics.h"
 
@@ -48,10 +49,10 @@ static void set_views(Model *m, const float *views, int start, int used) {
 
 float *evaluate_reconstruct(Model *m, const float *vols, const float *views, int count) {
     long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
-    float *recon = vx_malloc((size_t)(count ? count : 1) * vol * sizeof(float));
+    float *recon = vx_calloc((size_t)(count ? count : 1) * vol, sizeof(float));
     float *batch = vx_calloc((size_t)per_batch, sizeof(float));
     float *out = vx_malloc((size_t)per_batch * sizeof(float));
-    for (int start = 0; start < count; start += m->batch) {
+    for (int start = 0; start < count && !stop_signal_requested(); start += m->batch) { /* (a stop: see evaluate.h) */
         int used = count - start < m->batch ? count - start : m->batch;
         memcpy(batch, vols + (long)start * vol, (size_t)used * vol * sizeof(float));
         m->be->copy_to_device(model_tensor(m, m->t_input), batch, (size_t)per_batch * sizeof(float));
@@ -110,7 +111,8 @@ DiffValResult evaluate_diffusion(Model *m, const HeldOut *h) {
     float *batch = vx_calloc((size_t)per_batch, sizeof(float));
     double *diff = vx_malloc((size_t)m->batch * sizeof(double)), *proj = vx_malloc((size_t)m->batch * sizeof(double));
     double loss = 0, projection = 0;
-    for (int start = 0; start < h->val; start += m->batch) { /* every volume: a partial last batch's own samples */
+    for (int start = 0; start < h->val && !stop_signal_requested(); start += m->batch) { /* every volume: a partial
+                                                                                           * last batch's own too */
         const int used = h->val - start < m->batch ? h->val - start : m->batch;
         memcpy(batch, h->vols + (long)start * vol, (size_t)used * vol * sizeof(float));
         if (used < m->batch) memset(batch + (long)used * vol, 0, (size_t)(m->batch - used) * vol * sizeof(float));
@@ -156,9 +158,10 @@ HeadValResult evaluate_head(Model *m, const HeldOut *h) {
     HeadValResult r = {.loss = NAN, .accuracy = NAN, .auroc = NAN, .cindex = NAN, .n = h->val};
     const long per_batch = m->tensors[m->t_input].count, vol = per_batch / m->batch;
     const int k = m->tensors[m->t_out].dims.c;
-    float *logits = vx_malloc((size_t)(h->val ? h->val : 1) * k * sizeof(float));
+    float *logits = vx_calloc((size_t)(h->val ? h->val : 1) * k, sizeof(float));
     float *batch = vx_calloc((size_t)per_batch, sizeof(float)), *out = vx_malloc((size_t)m->batch * k * sizeof(float));
-    for (int start = 0; start < h->val; start += m->batch) { /* the last batch's empty slots hold zeros */
+    for (int start = 0; start < h->val && !stop_signal_requested(); start += m->batch) { /* the last batch's empty
+                                                                                           * slots hold zeros */
         const int used = h->val - start < m->batch ? h->val - start : m->batch;
         memcpy(batch, h->vols + (long)start * vol, (size_t)used * vol * sizeof(float));
         if (used < m->batch) memset(batch + (long)used * vol, 0, (size_t)(m->batch - used) * vol * sizeof(float));

@@ -1,7 +1,10 @@
 /* evaluate.h: the held-out volumes of a run and what rank 0 does with them: validation (L1 and PSNR of their
  * deterministic reconstructions, z = mu) and the mid-slice pictures TensorBoard shows. The volumes come from the
  * dataset's validation set at the current stage's size (the phantoms: as many as asked; files: at most the held-out
- * files there are, bad ones left out with data.skip_bad). */
+ * files there are, bad ones left out with data.skip_bad).
+ * A SIGINT/SIGTERM (core/stop_signal.h) ends each of these loops after the batch it is in, so that a stop is
+ * honoured within a batch's forward however many volumes there are: what they return is then incomplete, and the
+ * caller (trainer_validate) logs none of it. */
 #pragma once
 #include "data/dataset.h"
 #include "model/model.h"

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "core/fsutil.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -53,10 +54,11 @@
 #include "optim/optim.h"
 
 
-static volatile sig_atomic_t stop_requested = 0;
-static void on_signal(int sig) {
-    stop_requested = sig;
-    tb_writer_flush_all_on_signal(); /* records so far are on disk even if a second signal kills us */
+/* SIGINT/SIGTERM (core/stop_signal.h: taken by a thread of their own): the event files' records so far are written
+ * at once, on that thread; the loop stops after the step it is in */
+static void flush_event_files(int sig) {
+    (void)sig;
+    tb_writer_flush_all_on_signal();
 }
 
 
@@ -207,7 +209,7 @@ static void train_step(Trainer *t) {
     t->lr[step1 % 2] = lr;
     if (test_nonfinite_grad(step1)) stepper_test_nonfinite_grad(t->stepper);
     trace_range_push("optimizer", "optimizer");
-    stepper_end(t->stepper, lr, stop_requested != 0);
+    stepper_end(t->stepper, lr, stop_signal_requested() != 0);
     trace_range_pop();
     t->st.step++;
 }
@@ -355,6 +357,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     /* every file decoded once (this rank's share), before any directory exists: damage past a header, a PNG's
      * CRC or non-finite voxels found during training left a run directory behind that blocked the rerun */
     dataset_check_files(t->ds, rank, world, trainer_data_workers(t), rank0);
+    stop_signal_honour("the checks before the run", "nothing was written");
     /* the ranks meet, and agree on the device (one line and exit 2 on every rank when they do not), before anything
      * is written: a missing peer or a refused rank leaves no directory */
     t->comm = comm_open(&t->env, strcmp(t->be->name, "cuda") == 0, t->rt.device_reason, cfg->dist.timeout_s);
@@ -503,10 +506,12 @@ static int host_work_after(const Trainer *t, const ProfileWindow *window, int64_
 
 int train_run(Config *cfg, const char *config_name, const char *resume_path) {
     Trainer t = {.cfg = cfg, .saved_step = -1, .best_metric = -INFINITY};
+    /* from here on a signal is a request: honoured after the checks (nothing written) and then at the end of the
+     * step it came in (a checkpoint written) */
+    stop_signal_catch(1);
+    stop_signal_hook(flush_event_files);
     open_run(&t, config_name, resume_path);
     const int rank0 = t.comm->rank == 0;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
 
     ProfileWindow window = {0}, prof = {0};
     if (cfg->output.profile[0]) /* every rank drains around it */
@@ -564,8 +569,8 @@ int train_run(Config *cfg, const char *config_name, const char *resume_path) {
         handle_outcome(&t, &ls, &r, rank0);
     }
     if (ls.stopping && t.st.step < cfg->train.steps) {
-        vx_log("stopping on signal %d after step %ld\n", stop_requested ? (int)stop_requested : SIGTERM,
-               (long)t.st.step);
+        const int sig = stop_signal_requested() ? stop_signal_requested() : SIGTERM; /* (or another rank's) */
+        vx_log("stopping on signal %d (%s) after step %ld\n", sig, stop_signal_name(sig), (long)t.st.step);
         if ((rank0 || t.zero) && t.saved_step != t.st.step) trainer_save_checkpoint(&t, NULL);
         exit_code = VX_EXIT_SIGNAL;
     }

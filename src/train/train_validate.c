@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/fsutil.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "trace/trace.h"
 #include "train/trainer.h"
@@ -74,6 +75,15 @@ static void keep_best(Trainer *t, int64_t step, const char *const *names, const 
     if (t->stage == t->n_stages - 1) trainer_save_checkpoint(t, "best.ckpt");
 }
 
+/* A validation a SIGINT/SIGTERM cut short (evaluate.h): its figures are of part of the set, and none is logged;
+ * the run stops after its next step, with a checkpoint. */
+static int stopped(int64_t step) {
+    if (!stop_signal_requested()) return 0;
+    vx_log("val  %5ld | stopped by %s: left unfinished, nothing logged\n", (long)step,
+           stop_signal_name(stop_signal_requested()));
+    return 1;
+}
+
 /* A head's figures printed after "val  <step>" (its per-class AUROC: the first few of them, in brackets) */
 #define SHOWN_CLASSES 8
 
@@ -85,6 +95,10 @@ static void validate_head(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
     HeadValResult vr = evaluate_head(t->m, &t->held);
     trace_range_pop();
+    if (stopped(step)) {
+        free(vr.auroc_class);
+        return;
+    }
     if (!isfinite(vr.loss)) trainer_diverged(t, step, "the validation loss", vr.loss);
     const char *names[4] = {"loss", "accuracy", "auroc", "cindex"};
     const float values[4] = {vr.loss, vr.accuracy, vr.auroc, vr.cindex};
@@ -125,6 +139,7 @@ static void validate_diffusion(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
     const DiffValResult vr = evaluate_diffusion(t->m, &t->held);
     trace_range_pop();
+    if (stopped(step)) return;
     if (!isfinite(vr.loss)) trainer_diverged(t, step, "the validation loss", vr.loss);
     train_log_scalar(t->tb, "val/loss", step, vr.loss);
     train_log_scalar(t->tb, "val/projection", step, vr.projection);
@@ -150,6 +165,7 @@ void trainer_validate(Trainer *t, int64_t step) {
     trace_range_push("validation", "user_annotation");
     const ValResult vr = evaluate(t->m, &t->held);
     trace_range_pop();
+    if (stopped(step)) return;
     if (!isfinite(vr.l1)) trainer_diverged(t, step, "the validation L1", vr.l1);
     train_log_scalar(t->tb, "val/l1", step, vr.l1);
     train_log_scalar(t->tb, "val/psnr", step, vr.psnr);
@@ -164,7 +180,9 @@ void trainer_validate(Trainer *t, int64_t step) {
 /* Mid-slice images of the first held-out volumes and their reconstructions. */
 void trainer_log_images(Trainer *t, int64_t step) {
     /* (the denoiser's output is v or eps, not a picture of the volume: its pictures come from sampling) */
-    if (!t->tb || t->held.shown == 0 || t->m->t_recon < 0 || t->m->family == FAMILY_VIT3D_DIFFUSION) return;
+    if (!t->tb || t->held.shown == 0 || t->m->t_recon < 0 || t->m->family == FAMILY_VIT3D_DIFFUSION ||
+        stop_signal_requested())
+        return;
     trace_range_push("tensorboard images", "user_annotation");
     float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.views, t->held.shown);
     train_log_images(t->tb, t->cur->model.input_size, t->cur->model.in_channels, t->held.vols, recon, t->held.shown,
