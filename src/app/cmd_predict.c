@@ -394,7 +394,8 @@ int cmd_predict(int argc, char **argv) {
         const PredictBatch b = {.m = m, .out_dir = a.out, .overwrite = a.overwrite, .items = items, .used = used,
                                 .inputs = batch};
         char why[512];
-        if (!fam->batch(&b, out, why, sizeof why)) vx_exit_error(VX_EXIT_STORAGE, "predict: %s", why);
+        const int got = fam->batch(&b, out, why, sizeof why);
+        if (got <= 0) vx_exit_error(got < 0 ? VX_EXIT_DIVERGED : VX_EXIT_STORAGE, "predict: %s", why);
         for (int k = 0; k < used; k++) {
             float *r = rows + (long)index[k] * width;
             r[0] = 1.0f;

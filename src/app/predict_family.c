@@ -12,6 +12,19 @@
 #include "model/diffusion_sample.h"
 #include "train/metrics.h"
 
+/* Whether the model's outputs for one volume are finite; if not, why names the volume: predict writes nothing of
+ * such a volume (NaN probabilities from weights that overflow were written with exit 0), and ends with exit 4. */
+static int finite_outputs(const PredictItem *it, const float *v, long n, const char *what, char *why, size_t why_len) {
+    for (long j = 0; j < n; j++)
+        if (!isfinite(v[j])) {
+            snprintf(why, why_len, "%s: the model's %s for it is not finite (%g at element %ld): the weights overflow "
+                     "on this input (check them, or the input's scale and data.normalize); nothing is written",
+                     it->path, what, (double)v[j], j);
+            return 0;
+        }
+    return 1;
+}
+
 /* ---- resnet3d: a head's predictions --------------------------------------------------------------------------- */
 
 static int head_floats(const Model *m) { return m->tensors[m->t_out].dims.c; }
@@ -39,7 +52,8 @@ static int head_batch(const PredictBatch *b, float *rows, char *why, size_t why_
     else
         memcpy(rows, out, (size_t)b->used * k * sizeof(float));
     free(out);
-    (void)why, (void)why_len;
+    for (int i = 0; i < b->used; i++)
+        if (!finite_outputs(&b->items[i], rows + (long)i * k, k, "output", why, why_len)) return -1;
     return 1;
 }
 
@@ -76,7 +90,11 @@ static int ae_batch(const PredictBatch *b, float *rows, char *why, size_t why_le
     model_tensor_to_host(m, m->t_recon, recon);
     model_tensor_to_host(m, m->t_mu, mu);
     int ok = 1;
-    for (int i = 0; i < b->used && ok; i++) {
+    for (int i = 0; i < b->used && ok; i++)
+        if (!finite_outputs(&b->items[i], recon + i * vol, vol, "reconstruction", why, why_len) ||
+            !finite_outputs(&b->items[i], mu + i * lat, lat, "latent mean", why, why_len))
+            ok = -1;
+    for (int i = 0; i < b->used && ok > 0; i++) {
         const float *x = b->inputs + i * vol, *y = recon + i * vol;
         double l1 = 0, se = 0;
         for (long j = 0; j < vol; j++) {
@@ -161,7 +179,9 @@ static int diff_batch(const PredictBatch *b, float *rows, char *why, size_t why_
     diffusion_render_views(m, sample, sample_views);
     diffusion_render_views(m, mean, mean_views);
     int ok = 1;
-    for (int i = 0; i < b->used && ok; i++) {
+    for (int i = 0; i < b->used && ok; i++)
+        if (!finite_outputs(&b->items[i], sample + i * vol, vol, "sampled volume", why, why_len)) ok = -1;
+    for (int i = 0; i < b->used && ok > 0; i++) {
         float *r = rows + (long)i * DIFF_FLOATS;
         r[DIFF_DRR_MSE] = (float)mse_of(sample_views + i * pixels, views + i * pixels, pixels);
         r[DIFF_MEAN_DRR_MSE] = (float)mse_of(mean_views + i * pixels, views + i * pixels, pixels);

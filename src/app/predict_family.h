@@ -40,7 +40,8 @@ typedef struct {
     int (*row_floats)(const Model *m);
     /* predictions.csv's header after "path" (",prob_0,...") */
     void (*header)(const Model *m, FILE *f);
-    /* rows[used][row_floats] from the batch's outputs, and the batch's files; 1, or 0 and why */
+    /* rows[used][row_floats] from the batch's outputs, and the batch's files; 1, or 0 and why (a file not
+     * written), or -1 and why (a volume's outputs not finite: nothing of the batch written) */
     int (*batch)(const PredictBatch *b, float *rows, char *why, size_t why_len);
     /* one row's fields after the path (",0.25,...") */
     void (*format)(const Model *m, const PredictItem *it, const float *row, FILE *f);

@@ -23,6 +23,8 @@ int dataset_set_labels(Dataset *ds, const char *task, int num_classes, int verbo
                        "the volumes and their labels in a CSV manifest (data.source csv)", ds->man.origin, task);
     free(ds->entry_labels);
     ds->entry_labels = labels_read(&ds->man, &ds->cfg, task, num_classes);
+    labels_check_sets(ds->entry_labels, ds->train, ds->n_train, ds->val, ds->n_val, task, num_classes, ds->man.origin,
+                      verbose);
     if (verbose) {
         labels_describe(ds->entry_labels, ds->train, ds->n_train, task, num_classes, "training files");
         labels_describe(ds->entry_labels, ds->val, ds->n_val, task, num_classes, "validation files");

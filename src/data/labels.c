@@ -2,6 +2,7 @@
 #include "data/labels.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,8 @@ static void column_names(const DataConfig *cfg, const char *task, int want, char
                        "%d", origin, given, n, task, want == 2 && strcmp(task, "survival") == 0 ? 1 : want, want);
 }
 
-/* One value of the CSV as a finite number, or exit 2 naming where it is. */
+/* One value of the CSV as a finite number within float32's range (labels are held and trained in float32: 1e39
+ * became inf, and a regression run "diverged"), or exit 2 naming where it is. */
 static double number(const Manifest *man, int i, const char *col, const char *text) {
     char *end;
     errno = 0;
@@ -46,6 +48,9 @@ static double number(const Manifest *man, int i, const char *col, const char *te
     if (!text[0] || *end || errno == ERANGE || !isfinite(v))
         vx_usage_error("%s:%d: column \"%s\" is \"%s\", not a finite number; give every row its label (or leave the "
                        "row out)", man->origin, man->e[i].row, col, text);
+    if (fabs(v) > FLT_MAX)
+        vx_usage_error("%s:%d: column \"%s\" is \"%s\", beyond float32's range (+-%.4g), in which labels are held "
+                       "and trained; give it in other units", man->origin, man->e[i].row, col, text, (double)FLT_MAX);
     return v;
 }
 
@@ -114,4 +119,48 @@ void labels_describe(const float *labels, const int *idx, int n, const char *tas
     }
 #undef ADD
     vx_log("labels (%s, %d %s): %s\n", task, n, what, line);
+}
+
+void labels_check_sets(const float *labels, const int *train, int n_train, const int *val, int n_val, const char *task,
+                       int num_classes, const char *origin, int verbose) {
+    const int L = labels_per_sample(task, num_classes);
+    if (strcmp(task, "survival") == 0) {
+        long events = 0;
+        for (int i = 0; i < n_train; i++) events += labels[(long)train[i] * 2 + 1] == 1.0f;
+        if (n_train > 0 && events == 0)
+            vx_usage_error("%s: every one of the %d training rows is censored (event 0): the Cox loss has no death to "
+                           "rank the others against, so it and its gradient are 0 and the run would train nothing; "
+                           "give rows with observed events (event 1)", origin, n_train);
+        events = 0;
+        for (int i = 0; i < n_val; i++) events += labels[(long)val[i] * 2 + 1] == 1.0f;
+        if (verbose && n_val > 0 && events == 0)
+            vx_log("warning: %s: every one of the %d validation rows is censored: Harrell's C has no comparable pair "
+                   "and is not logged, and the validation loss is 0 (so train.best_metric cindex keeps no best.ckpt)\n",
+                   origin, n_val);
+        return;
+    }
+    if (!verbose || n_val == 0 || strcmp(task, "regression") == 0) return;
+    if (strcmp(task, "classification") == 0) {
+        int one = 1;
+        for (int i = 1; i < n_val; i++) one &= labels[(long)val[i]] == labels[(long)val[0]];
+        if (one)
+            vx_log("warning: %s: every one of the %d validation rows is of class %g: AUROC needs both positives and "
+                   "negatives of a class and is not logged, and accuracy says little\n", origin, n_val,
+                   (double)labels[(long)val[0]]);
+        return;
+    }
+    char list[256] = ""; /* multilabel: the labels whose validation rows are all positive or all negative */
+    int n = 0;
+    for (int c = 0; c < L; c++) {
+        int pos = 0;
+        for (int i = 0; i < n_val; i++) pos += labels[(long)val[i] * L + c] >= 0.5f;
+        if (pos == 0 || pos == n_val) {
+            if (strlen(list) < sizeof list - 16)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", n ? ", " : "", c);
+            n++;
+        }
+    }
+    if (n)
+        vx_log("warning: %s: in the %d validation rows label(s) %s are all positive or all negative: their AUROC is "
+               "undefined and not logged%s\n", origin, n_val, list, n == L ? " (so is the macro AUROC)" : "");
 }

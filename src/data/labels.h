@@ -11,6 +11,12 @@
 int labels_per_sample(const char *task, int num_classes);
 /* Every entry's labels, [man->n][labels_per_sample] (caller frees), read and checked as above. */
 float *labels_read(const Manifest *man, const DataConfig *cfg, const char *task, int num_classes);
+/* The sets as a run would learn and validate on them: a survival training set of censored rows only is exit 2 (the
+ * Cox loss and its gradient would be 0: a run that trains nothing); a validation set that leaves a figure undefined
+ * (every row censored; one class only; a multilabel label without both values) is one warning, when verbose. train and
+ * val: the entries' indices. */
+void labels_check_sets(const float *labels, const int *train, int n_train, const int *val, int n_val, const char *task,
+                       int num_classes, const char *origin, int verbose);
 /* One line for rank 0 about the labels of the entries listed in idx[n] (the training files): the count per class
  * (classification), positives per label (multilabel), events and censored samples (survival), the range
  * (regression). */

@@ -149,20 +149,33 @@ static void report(const Diffs *ds, const char *what, const char *allow) {
     }
 }
 
-/* The file's tensor t must hold finite values (a NaN in a weight would end the run at its first step, or predict
- * NaN): checked before anything is applied. */
-static void check_finite(const StFile *f, const StTensor *t) {
+/* The file's tensor t must hold values a network computes with: finite (a NaN in a weight ends the run at its
+ * first step), within +-WEIGHTS_BOUND (finite 3e38 weights overflowed the first convolution's sums to inf, then NaN:
+ * predict wrote NaN probabilities for every volume with exit 0), and for a BatchNorm running variance not negative
+ * (its square root is NaN). Checked before anything is applied. */
+static void check_values(const StFile *f, const StTensor *t) {
     const int64_t n = st_count(t);
+    const size_t len = strlen(t->name), tail = strlen("running_var");
+    const int variance = len >= tail && strcmp(t->name + len - tail, "running_var") == 0;
     float *v = vx_malloc((size_t)(n ? n : 1) * sizeof(float));
     st_to_f32(f, t, v);
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(v[i])) {
-            char k[128];
-            const double x = v[i];
-            free(v);
+    for (int64_t i = 0; i < n; i++) {
+        const int bad = !isfinite(v[i]) || fabsf(v[i]) > WEIGHTS_BOUND || (variance && v[i] < 0);
+        if (!bad) continue;
+        char k[128];
+        const double x = v[i];
+        free(v);
+        vx_escape(t->name, k, sizeof k);
+        if (!isfinite(x))
             vx_usage_error("%s: tensor \"%s\" holds %g at element %lld: these weights diverged or are damaged",
-                           f->origin, vx_escape(t->name, k, sizeof k), x, (long long)i);
-        }
+                           f->origin, k, x, (long long)i);
+        if (fabs(x) > WEIGHTS_BOUND)
+            vx_usage_error("%s: tensor \"%s\" holds %g at element %lld, beyond the +-%g a weight or statistic may "
+                           "hold (the network's float32 sums of it overflow to inf and NaN): these weights are damaged "
+                           "or not a trained network's", f->origin, k, x, (long long)i, WEIGHTS_BOUND);
+        vx_usage_error("%s: tensor \"%s\" holds %g at element %lld: a BatchNorm running variance is never negative "
+                       "(its square root is NaN): these weights are damaged", f->origin, k, x, (long long)i);
+    }
     free(v);
 }
 
@@ -185,7 +198,7 @@ static int match(const StFile *f, const char *key, const int64_t *want, int nd, 
         add_diff(ds, D_SHAPE, key, detail, allow);
         return -1;
     }
-    check_finite(f, t);
+    check_values(f, t);
     return (int)(t - f->t);
 }
 
@@ -229,7 +242,7 @@ void weights_read(const char *path, const Model *m, const char *allow, const cha
         if (!same) continue; /* absent, or of another shape: left to the unexpected keys' report below */
         used[t - f->t] = 1;
         if (keeps_ema) {
-            check_finite(f, t);
+            check_values(f, t);
             out->ema_src[i] = (int)(t - f->t);
             out->ema_loaded++;
         } else {

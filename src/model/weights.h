@@ -16,6 +16,10 @@
  * to w, in PyTorch's names and layouts. */
 void weights_export(const Model *m, const float *packed, const float *buffers, int64_t bn_batches, StWriter *w);
 
+/* The largest magnitude a weight or buffer read from a file may have: no trained network's come near it, and
+ * float32 sums of values beyond it overflow (3e38 weights made every prediction NaN). */
+#define WEIGHTS_BOUND 1e12
+
 /* A weights file matched against a model by name, verified but not yet applied. */
 typedef struct {
     StFile file;
@@ -30,7 +34,8 @@ typedef struct {
  * same shape), missing, or of another shape or dtype; each tensor of the file the model has no use for is unexpected
  * (num_batches_tracked excepted). `allow` (train.init_allow): comma-separated glob patterns of the keys that may be
  * missing, unexpected or of another shape: those keep their initial values (a new head for another num_classes:
- * "fc.*"). Any other difference, a non-finite value, or a file that shares no key with the model (weights of another
+ * "fc.*"). Any other difference, a non-finite value or one beyond +-WEIGHTS_BOUND, a negative BatchNorm running
+ * variance, or a file that shares no key with the model (weights of another
  * family) is one line naming the file and the key, exit 2, after the report (`what`: its lines' prefix; printed when
  * verbose). "ema.<parameter>" keys (an export's weight average) load the model's average where it keeps one
  * (train.ema_decay) and are passed over, said, where it does not. Nothing is uploaded: the checks happen before a run writes anything. */

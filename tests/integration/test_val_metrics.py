@@ -171,27 +171,17 @@ def test_fewer_held_out_volumes_than_a_batch_still_validate_and_keep_best(tmp_pa
     assert (out / "checkpoints" / "best.ckpt").exists()
 
 
-@pytest.mark.parametrize("source", ["data", "init-from"])
-def test_non_finite_logits_end_the_run_instead_of_hanging(tmp_path, source):
-    """issue 34: finite 3e38 voxels with data.normalize=none, or finite 3e38 weights given to --init-from, overflow
-    the network; the validation before step 1 met NaN scores and metric_auroc never returned (SIGTERM did not end
-    it either: only SIGKILL, which the timeout here sends)"""
+def test_non_finite_logits_end_the_run_instead_of_hanging(tmp_path):
+    """issue 34: finite 3e38 voxels with data.normalize=none overflow the network; the validation before step 1 met
+    NaN scores and metric_auroc never returned (SIGTERM did not end it either: only SIGKILL, which the timeout here
+    sends). (Finite 3e38 weights given to --init-from took this route too; they are refused where they enter now:
+    test_hostile_input.py.)"""
     out = tmp_path / "run"
     args = ["train", "--config", TINY, "--out", out, "--steps", 2, *QUIET]
-    if source == "data":
-        labels = [{"label": i % 3} for i in range(8)]
-        manifest, _ = write_volumes(tmp_path / "data", labels, lambda i: "val" if i % 2 else "train", value=3e38)
-        args += ["--set", "data.source=csv", "--set", "data.csv=%s" % manifest, "--set", "data.normalize=none",
-                 "--set", "train.val_samples=4"]
-    else:
-        pytest.importorskip("safetensors")
-        from safetensors.torch import load_file, save_file
-        run("train", "--config", TINY, "--out", tmp_path / "w", "--steps", 1, *QUIET, timeout=300)
-        run("export", "--ckpt", tmp_path / "w" / "checkpoints" / "step_1.ckpt", "--out", tmp_path / "w.safetensors")
-        weights = load_file(str(tmp_path / "w.safetensors"))
-        weights["conv1.weight"][:] = 3e38  # finite: --init-from takes it (a NaN it refuses)
-        save_file(weights, str(tmp_path / "huge.safetensors"))
-        args += ["--init-from", tmp_path / "huge.safetensors"]
+    labels = [{"label": i % 3} for i in range(8)]
+    manifest, _ = write_volumes(tmp_path / "data", labels, lambda i: "val" if i % 2 else "train", value=3e38)
+    args += ["--set", "data.source=csv", "--set", "data.csv=%s" % manifest, "--set", "data.normalize=none",
+             "--set", "train.val_samples=4"]
     p = run(*args, check=False, timeout=120)
     assert p.returncode == 4, (p.returncode, p.stdout[-2000:], p.stderr)
     assert re.search(r"training diverged at step 0: the validation loss is -?(nan|inf)", p.stderr), p.stderr
