@@ -20,18 +20,16 @@
 
 static size_t cpu_in_use, cpu_peak; /* bytes through cpu_alloc; __atomic builtins only */
 
+/* A failed allocation is out of memory (exit 5, with the plan's figures), not an internal error */
 static void *aligned_alloc64(size_t bytes) {
     void *p = NULL;
-    int rc = posix_memalign(&p, CPU_ALIGN, bytes ? bytes : CPU_ALIGN);
-    if (rc != 0) {
-        errno = rc; /* posix_memalign reports through its return value, vx_fatal prints errno */
-        vx_fatal("out of host memory allocating %zu bytes; lower batch_size or input_size", bytes);
-    }
+    if (posix_memalign(&p, CPU_ALIGN, bytes ? bytes : CPU_ALIGN) != 0)
+        vx_out_of_memory("host", "the CPU backend", bytes, __atomic_load_n(&cpu_in_use, __ATOMIC_RELAXED));
     return p;
 }
 
 static void *cpu_alloc(size_t bytes) {
-    if (bytes > SIZE_MAX - CPU_ALIGN) vx_fatal("allocation of %zu bytes is too large", bytes);
+    if (bytes > SIZE_MAX - CPU_ALIGN) vx_out_of_memory("host", "the CPU backend", bytes, 0);
     char *base = aligned_alloc64(bytes + CPU_ALIGN);
     memcpy(base, &bytes, sizeof bytes);
     const size_t now = __atomic_add_fetch(&cpu_in_use, bytes, __ATOMIC_RELAXED);

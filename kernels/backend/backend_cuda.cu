@@ -56,10 +56,10 @@ static void *cuda_alloc(size_t bytes) {
         cudaGetLastError(); /* cudaMalloc's errors are not sticky, but keep later checks clean */
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
-        errno = 0;
-        vx_fatal("cudaMalloc of %zu bytes failed: %s (%zu bytes in use by voxscale, %zu of %zu free on the GPU); "
-                 "lower batch_size or input_size",
-                 bytes, cudaGetErrorName(e), g.in_use, free_b, total_b);
+        char who[160];
+        snprintf(who, sizeof who, "cudaMalloc (%s; %.2f of %.2f GiB free on the GPU)", cudaGetErrorName(e),
+                 free_b / 1073741824.0, total_b / 1073741824.0);
+        vx_out_of_memory("GPU", who, bytes, g.in_use);
     }
     pthread_mutex_lock(&g.mu);
     if (g.n_allocs == g.cap_allocs) {
@@ -109,9 +109,9 @@ static void *cuda_alloc_host(size_t bytes) {
     const cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocPortable);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        errno = 0;
-        vx_fatal("cudaHostAlloc of %zu bytes (pinned host memory) failed: %s; lower batch_size or data.prefetch",
-                 bytes, cudaGetErrorName(e));
+        char who[96];
+        snprintf(who, sizeof who, "cudaHostAlloc (pinned; %s)", cudaGetErrorName(e));
+        vx_out_of_memory("host", who, bytes, 0);
     }
     return p;
 }

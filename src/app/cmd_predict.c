@@ -307,6 +307,7 @@ int cmd_predict(int argc, char **argv) {
     if (a.ckpt) weights_ckpt_stage(cfg, a.ckpt, "predict"); /* a stage's best of a staged run: that stage's size */
     DistEnv env;
     dist_detect(&env);
+    dist_end_on_launcher_sigterm(&env);
     const int world = env.world, rank = env.rank, rank0 = rank == 0;
     if (world > 1) {
         char prefix[48];

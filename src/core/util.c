@@ -107,10 +107,19 @@ void vx_fatal_at(const char *file, int line, const char *fmt, ...) {
     vx_exit(VX_EXIT_FAIL);
 }
 
-static void out_of_memory(size_t bytes) {
-    vx_exit_error(VX_EXIT_MEMORY, "out of host memory allocating %.2f GiB (%zu bytes); lower train.batch_size, "
-                  "train.val_samples or model.input_size, or free memory", bytes / 1073741824.0, bytes);
+static char memory_plan[256];
+
+void vx_set_memory_plan(const char *text) { snprintf(memory_plan, sizeof memory_plan, "%s", text ? text : ""); }
+
+void vx_out_of_memory(const char *what, const char *who, size_t bytes, size_t in_use) {
+    char used[64] = "";
+    if (in_use) snprintf(used, sizeof used, "; %.2f GiB in use", in_use / 1073741824.0);
+    vx_exit_error(VX_EXIT_MEMORY, "out of %s memory: %s could not allocate %.2f GiB (%zu bytes%s)%s%s; lower "
+                  "train.batch_size, train.val_samples or model.input_size, or free memory", what, who,
+                  bytes / 1073741824.0, bytes, used, memory_plan[0] ? "; the plan: " : "", memory_plan);
 }
+
+static void out_of_memory(size_t bytes) { vx_out_of_memory("host", "voxscale", bytes, 0); }
 
 void *vx_malloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);

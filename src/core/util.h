@@ -57,6 +57,14 @@ void *vx_malloc(size_t bytes);
 void *vx_calloc(size_t count, size_t size);
 void *vx_realloc(void *p, size_t bytes);
 
+/* What the memory plan said ("arena 9.1 MiB + 0.7 MiB parameters, gradients and AdamW state = 9.8 MiB"), set by
+ * whoever planned (train/runtime.c) and quoted by an allocation that fails, on any backend: exit 5 with the plan's
+ * figures beside the bytes asked for, not exit 1. */
+void vx_set_memory_plan(const char *text);
+/* An allocation that failed: "out of <what> memory: <who> could not allocate X GiB (N bytes; M in use)[; the plan:
+ * ...]; lower ..." and exit 5. */
+__attribute__((noreturn)) void vx_out_of_memory(const char *what, const char *who, size_t bytes, size_t in_use);
+
 /* In a run of several ranks every error line names its rank ("voxscale: rank 1/4: ..."); set once at start. */
 void vx_set_error_prefix(const char *prefix);
 

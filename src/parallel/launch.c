@@ -117,6 +117,26 @@ void dist_describe(const DistEnv *e, char *out, size_t len) {
                  e->local_rank, e->local_world);
 }
 
+static DistEnv ended_env;
+
+static void launcher_ended(int sig) {
+    if (sig != SIGTERM) return;
+    char host[64] = "?";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = 0;
+    fflush(stdout); /* (this thread is not a handler: the main thread may be stuck in a collective, not in stdio) */
+    fprintf(stderr, "voxscale: rank %d/%d (pid %ld on %s): ended by %s (SIGTERM): a peer rank exited or the job is "
+            "being stopped; exit %d\n", ended_env.rank, ended_env.world, (long)getpid(), host, ended_env.launcher,
+            VX_EXIT_DIST);
+    _exit(VX_EXIT_DIST);
+}
+
+void dist_end_on_launcher_sigterm(const DistEnv *env) {
+    if (strcmp(env->launcher, "mpirun") != 0 && strcmp(env->launcher, "srun") != 0) return;
+    ended_env = *env;
+    stop_signal_hook(launcher_ended);
+}
+
 int dist_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) vx_fatal("socket");

@@ -66,6 +66,11 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
     opt.world = world;
     rt->model = model_build(model, &opt, cfg->batch_size, rt->be);
     const Model *m = rt->model;
+    char plan[200]; /* quoted by an allocation that fails (core/util.h) */
+    snprintf(plan, sizeof plan, "%s arena %.1f MiB + %.1f MiB parameters, gradients and AdamW state = %.1f MiB at "
+             "batch %d", rt->be->name, m->plan.total / 1048576.0, (model_device_bytes(m) - m->plan.total) / 1048576.0,
+             model_device_bytes(m) / 1048576.0, m->batch);
+    vx_set_memory_plan(plan);
     if (verbose) {
         if (strcmp(rt->be->name, "cpu") == 0) {
             /* what the CPU runs: its instruction set, the GEMM kernels (a BLAS older than the CPU said here, never

@@ -293,6 +293,7 @@ static FILE *open_run_file(const char *run_dir, const char *name) {
 static void open_run(Trainer *t, const char *config_name, const char *resume_path) {
     Config *cfg = t->cfg;
     dist_detect(&t->env);
+    dist_end_on_launcher_sigterm(&t->env); /* (after the event files' flush, registered before) */
     const int world = t->env.world, rank = t->env.rank, rank0 = rank == 0;
     if (world > 1) {
         char prefix[48];
