@@ -174,7 +174,9 @@ static int cmd_detect(int argc, char **argv) {
     printf("batch size: %d per micro-batch per rank x %d rank(s) x %d accumulation = %ld samples per step; lr x %.3g\n",
            train->batch_size, world, train->grad_accum, (long)train->batch_size * world * train->grad_accum, lr_scale);
     fflush(stdout);
-    zero_plan_choose(&rt, &a.cfg.dist, world > 1 ? world : 1, 1); /* every mode's bytes per rank; auto's choice */
+    const int local = spawned > 1 ? spawned : env.local_world, held = train->val_samples;
+    const double other = train_host_other_bytes(&rt, rt.model, held, a.cfg.data.prefetch, 0.0);
+    zero_plan_choose(&rt, &a.cfg.dist, world > 1 ? world : 1, local, other, 1); /* every mode's bytes; auto's choice */
     if (train->n_stages > 0) { /* train.stages: each stage's own plan (its size, batch, checkpointing) */
         static StagePlan st[CONFIG_MAX_STAGES];
         const int n = train_stages(&a.cfg.model, train, 0, world > 1 ? world : 1, st);

@@ -59,7 +59,7 @@ void ckpt_manifest_write(const char *dir, const Model *m, const CkptState *st, u
     char *j = vx_malloc(cap);
     size_t n = 0;
 #define PUT(...) n += (size_t)snprintf(j + n, cap - n, __VA_ARGS__)
-    PUT("{\n  \"format\": \"voxscale sharded checkpoint\",\n  \"version\": %d,\n", SHARD_VERSION);
+    PUT("{\n  \"format\": \"voxscale sharded checkpoint\",\n  \"version\": %d,\n", MANIFEST_VERSION);
     PUT("  \"checkpoint_id\": \"%016llx\",\n", (unsigned long long)checkpoint_id);
     PUT("  \"model_fingerprint\": \"%016llx\",\n", (unsigned long long)config_model_fingerprint(&m->cfg));
     PUT("  \"param_count\": %ld,\n  \"param_floats\": %ld,\n  \"buffer_count\": %ld,\n", m->param_count,
@@ -75,7 +75,8 @@ void ckpt_manifest_write(const char *dir, const Model *m, const CkptState *st, u
         PUT("    {\"file\": \"rank%d-of-%d.shard\", \"rank\": %d, \"begin\": %llu, \"count\": %llu, \"bytes\": %zu, "
             "\"crc32\": %u}%s\n", r, world, r, (unsigned long long)(r * shard), (unsigned long long)shard,
             shard_bytes(shard, r == 0 ? (uint64_t)m->buffer_floats : 0), crcs[r], r + 1 < world ? "," : "");
-    PUT("  ]\n}\n");
+    PUT("  ],\n");
+    PUT("  " MANIFEST_CRC_KEY "%u\n}\n", ckpt_crc32(j, n)); /* (of every byte before this line) */
 #undef PUT
     char path[4200];
     snprintf(path, sizeof path, "%s/" SHARD_MANIFEST, dir);
@@ -188,9 +189,21 @@ void ckpt_sharded_read(const char *path, const Model *m, int64_t steps, ShardedC
     const cJSON *fmt = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "voxscale sharded checkpoint") != 0)
         vx_usage_error("%s: not a voxscale sharded checkpoint's manifest (not JSON, or no \"format\")", origin);
-    if (field_num(j, "version", 1, 1e6, 1, origin) != SHARD_VERSION)
-        vx_usage_error("%s: sharded checkpoint format %g is not the one this build reads (%d)", origin,
-                       field_num(j, "version", 1, 1e6, 1, origin), SHARD_VERSION);
+    const double version = field_num(j, "version", 1, 1e6, 1, origin);
+    if (version != 1 && version != MANIFEST_VERSION)
+        vx_usage_error("%s: sharded checkpoint format %g is not one this build reads (1, %d)", origin, version,
+                       MANIFEST_VERSION);
+    if (version >= 2) { /* the manifest's own checksum, over every byte before its line */
+        const char *at = NULL;
+        for (const char *p = strstr(text, MANIFEST_CRC_KEY); p; p = strstr(p + 1, MANIFEST_CRC_KEY)) at = p;
+        while (at && at > text && at[-1] != '\n') at--;
+        const double listed = field_num(j, "manifest_crc32", 0, 4294967295.0, 1, origin);
+        const uint32_t computed = at ? ckpt_crc32(text, (size_t)(at - text)) : 0;
+        if (!at || computed != (uint32_t)listed)
+            vx_usage_error("%s: checksum mismatch (the manifest's own CRC-32 says %08x, its bytes give %08x): it was "
+                           "edited or damaged, and its step, data position or layout cannot be trusted; resume from "
+                           "another checkpoint", origin, (uint32_t)listed, computed);
+    }
     CkptHeader h;
     memset(&h, 0, sizeof h);
     h.version = CKPT_VERSION;

@@ -11,7 +11,8 @@
  * world size, so a checkpoint written by N ranks at any stage loads on M ranks at any stage, or unsharded: the
  * reader assembles whole arrays (DeepSpeed's universal checkpoint), and ckpt_sharded_content makes them the
  * ordinary checkpoint format (`voxscale ckpt consolidate`). A checkpoint is input: the manifest's every field is
- * checked as an ordinary header's (ckpt_check_header), every shard it names must exist with its size, CRC and a
+ * checked as an ordinary header's (ckpt_check_header), its own CRC-32 (MANIFEST_VERSION), every shard it names must
+ * exist with its size, CRC and a
  * header naming this checkpoint, and any problem is one line naming the file, exit 2, before anything is written. */
 #pragma once
 #include <stddef.h>
@@ -23,6 +24,11 @@
 #define SHARD_MAGIC "VXSHARD\n"
 #define SHARD_VERSION 1
 #define SHARD_MANIFEST "manifest.json"
+/* The manifest's own format: 2 ends with "manifest_crc32", the CRC-32 of every byte before its line, so that an
+ * edited manifest (next_sample, the step's state) is refused as a damaged checkpoint is; 1 (earlier builds) has
+ * none and is still read. */
+#define MANIFEST_VERSION 2
+#define MANIFEST_CRC_KEY "\"manifest_crc32\": "
 
 typedef struct {
     char magic[8];

@@ -71,6 +71,10 @@ void hw_detect(HwInfo *hw) {
     struct sysinfo si;
     if (sysinfo(&si) == 0) hw->ram_total = (size_t)si.totalram * si.mem_unit;
     hw->ram_available = meminfo_kb("MemAvailable") * 1024;
+    /* Test hook: VX_TEST_RAM_AVAILABLE_MIB=N plans as if N MiB were available, so that tests of the memory plan's
+     * choices (dist.zero auto) do not depend on the machine's free memory at that moment */
+    const char *ram = getenv("VX_TEST_RAM_AVAILABLE_MIB");
+    if (ram && *ram) hw->ram_available = (size_t)strtoull(ram, NULL, 10) << 20;
 #ifdef VX_CUDA
     hw->cuda_built = 1;
 #endif

@@ -330,7 +330,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     for (int k = -1; k < t->n_stages; k++) /* the run's config (config.json) and every stage's say what runs */
         runtime_resolve_precision(k < 0 ? train : &t->stages[k].train, t->be, t->rt.device_reason);
     /* every mode's bytes per rank, and dist.zero auto's choice (written into the config before the ranks compare it) */
-    zero_plan_choose(&t->rt, &cfg->dist, world, 1);
+    trainer_zero_choose(t);
     trainer_zero_check(&cfg->dist); /* (its refusal came after the run directory was taken, and rewrote config.json) */
     trainer_check_stages(t);
     /* a vit3d whose stages change its patch grid changes its layout (pos_embed), which sharding's shards and the

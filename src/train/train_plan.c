@@ -87,6 +87,14 @@ static int host_plan(const Runtime *rt, const Model *m, int n_held, int prefetch
     return n;
 }
 
+double train_host_other_bytes(const Runtime *rt, const Model *m, int held, int prefetch, double cache_bytes) {
+    HostItem items[5];
+    const int n = host_plan(rt, m, held, prefetch, cache_bytes, items);
+    double total = 0;
+    for (int i = strcmp(rt->be->name, "cpu") == 0; i < n; i++) total += items[i].bytes; /* (the model's: item 0) */
+    return total;
+}
+
 void train_check_memory(const Runtime *rt, const Model *m, int held, int prefetch, double cache_bytes, int ranks_here,
                         int verbose) {
     HostItem items[5];

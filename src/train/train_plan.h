@@ -33,3 +33,6 @@ int train_stages(const ModelConfig *model, const TrainConfig *train, int64_t epo
  * (exit 5) a plan beyond HW_MEMORY_SHARE of the available RAM, naming the config keys that shrink its largest part. */
 void train_check_memory(const Runtime *rt, const Model *m, int held, int prefetch, double cache_bytes, int ranks_here,
                         int verbose);
+/* Of that plan, one rank's host bytes beside the model itself (held-out volumes, loader, checkpoint and histogram
+ * copies, cache): what dist.zero auto keeps free on CPU ranks (zero_plan.h). */
+double train_host_other_bytes(const Runtime *rt, const Model *m, int held, int prefetch, double cache_bytes);

@@ -62,6 +62,12 @@ void trainer_attach_model(Trainer *t, Model *m) {
 static int images_shown(const OutputConfig *output) { return output->image_every > 0 ? output->image_samples : 0; }
 static int held_volumes(int val_samples, int shown) { return val_samples > shown ? val_samples : shown; }
 
+void trainer_zero_choose(Trainer *t) {
+    const int held = held_volumes(t->cfg->train.val_samples, images_shown(&t->cfg->output));
+    const double other = train_host_other_bytes(&t->rt, t->m, held, t->cfg->data.prefetch, dataset_cache_bytes(t->ds));
+    zero_plan_choose(&t->rt, &t->cfg->dist, t->env.world, t->env.local_world, other, 1);
+}
+
 /* Every stage's memory plan, before anything is written: host memory always, the GPU's too on a GPU. */
 void trainer_check_stages(Trainer *t) {
     const size_t gpu_free = strcmp(t->be->name, "cuda") == 0 ? hw_available_bytes(&t->rt.hw, t->be) : 0;

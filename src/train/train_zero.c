@@ -70,12 +70,12 @@ void trainer_zero_open(Trainer *t, Model *m) {
 
 void trainer_zero_report(Trainer *t) {
     const Model *m = t->m;
-    const int mode = !t->zero ? ZERO_MODE_DDP : t->offload ? ZERO_MODE_OFFLOAD : t->zl.stage;
-    const ZeroBytes p = zero_plan_bytes(t->m, mode, t->comm->world, &t->cfg->dist);
+    const int stage = t->zero ? t->zl.stage : 0, offload = t->zero && t->offload;
+    const ZeroBytes p = zero_plan_bytes_at(t->m, stage, offload, t->comm->world, &t->cfg->dist);
     const ModelMemory *a = &m->mem;
     /* every rank says its own (the allocator's counts are per process), not only rank 0 */
     printf("memory: rank %d/%d (%s), allocator: parameters %zu, gradients %zu, optimizer state %zu, activations %zu "
-           "bytes; plan: %zu, %zu, %zu, %zu\n", t->comm->rank, t->comm->world, zero_mode_name(mode), a->params,
+           "bytes; plan: %zu, %zu, %zu, %zu\n", t->comm->rank, t->comm->world, zero_run_name(stage, offload), a->params,
            a->grads, a->optimizer, a->activations, p.params, p.grads, p.optimizer, p.activations);
     fflush(stdout);
 }

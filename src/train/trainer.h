@@ -77,6 +77,9 @@ TrainLog *trainer_open_log(const Trainer *t, const char *config_json);
 /* The autoencoder's mid-slice pictures of the first held-out volumes (train_validate.c); nothing for a head. */
 void trainer_log_images(Trainer *t, int64_t step);
 
+/* dist.zero: every mode's bytes per rank said, and auto's choice made, against what one rank of this machine may plan
+ * beside its data and checkpoint copies (zero_plan_choose), written into the config before the ranks compare it. */
+void trainer_zero_choose(Trainer *t);
 /* Every stage's memory plan, before anything is written: host memory always, the GPU's too on a GPU. */
 void trainer_check_stages(Trainer *t);
 /* Makes stage k the current one: the model at its size (parameters and, unless fresh_optimizer, AdamW's moments

@@ -24,13 +24,20 @@ typedef struct {
 } ZeroBytes;
 
 const char *zero_mode_name(int mode);
+/* A run's mode by its stage and offload: "DDP", "ZeRO-1", "ZeRO-1 + offload", "ZeRO-2", "ZeRO-2 + offload". */
+const char *zero_run_name(int stage, int offload);
 size_t zero_bytes_device(const ZeroBytes *b);
 /* The bytes per rank of model m (built, not allocated; left as it was) in `mode` over `world` ranks with dist's
  * buckets. */
 ZeroBytes zero_plan_bytes(Model *m, int mode, int world, const DistConfig *dist);
+/* The same by stage (0 DDP, 1, 2) and offload (ZeRO-1 + offload too: ZeRO-1's gradients, the optimizer on the host). */
+ZeroBytes zero_plan_bytes_at(Model *m, int stage, int offload, int world, const DistConfig *dist);
 /* Shapes model m for stage/offload as the trainer does (zero_shape_model with the buckets planned from dist);
  * *staging: ZeRO-2's staging floats. For memory checks of models that are never allocated. */
 void zero_shape_for(Model *m, int stage, int offload, int world, const DistConfig *dist, long *staging);
 /* Prints every mode's bytes per rank for rt's model (verbose) and returns the run's mode: dist.zero's, or for auto
- * the choice, written back into dist (zero, offload_optimizer) and said why. */
-int zero_plan_choose(Runtime *rt, DistConfig *dist, int world, int verbose);
+ * the choice, written back into dist (zero, offload_optimizer) and said why. Auto compares each mode's bytes per rank
+ * with what one rank may plan: the device's budget over the ranks sharing it (local_world: this machine's ranks; on
+ * GPUs those per GPU), less host_other (host bytes per rank beside the model: train_host_other_bytes) on CPU ranks,
+ * as the host check sums them. (The returned mode is ZERO_MODES for ZeRO-1 + offload.) */
+int zero_plan_choose(Runtime *rt, DistConfig *dist, int world, int local_world, double host_other, int verbose);

@@ -308,12 +308,18 @@ def damaged(sharded, tmp_path, how):
         data = bytearray(victim.read_bytes())
         data[len(data) // 2] ^= 0x10
         victim.write_bytes(bytes(data))
+    elif how == "edited manifest":  # issue 34: another data position resumed silently, and consolidated
+        victim = ck / "manifest.json"
+        text = victim.read_text()
+        edited = re.sub(r'"next_sample": (\d+)', lambda m: '"next_sample": %d' % (int(m.group(1)) + 2), text)
+        assert edited != text
+        victim.write_text(edited)
     return ck, victim
 
 
 WORDS = {"deleted": "no such file", "truncated": "the shard is truncated",
          "another run": "belongs to another checkpoint", "another step": "belongs to another checkpoint",
-         "flipped byte": "checksum mismatch"}
+         "flipped byte": "checksum mismatch", "edited manifest": "checksum mismatch"}
 
 
 def one_line(stderr):
@@ -352,6 +358,16 @@ def test_the_undamaged_copy_consolidates(sharded, tmp_path):
     ck, _ = damaged(sharded, tmp_path, "none")
     run("ckpt", "consolidate", ck)
     assert (ck.parent / "step_8.ckpt").exists()
+
+
+def test_an_earlier_builds_manifest_without_its_checksum_still_consolidates(sharded, tmp_path):
+    """Manifests of format 1 (before issue 34) carry no checksum of their own: still read."""
+    ck, _ = damaged(sharded, tmp_path, "none")
+    text = (ck / "manifest.json").read_text()
+    old = re.sub(r',\n  "manifest_crc32": \d+\n', "\n", text.replace('"version": 2,', '"version": 1,'))
+    assert old != text and "manifest_crc32" not in old
+    (ck / "manifest.json").write_text(old)
+    run("ckpt", "consolidate", ck)
 
 
 def test_a_missing_manifest_is_an_incomplete_checkpoint(sharded, tmp_path):
@@ -419,6 +435,41 @@ def test_detect_prints_every_mode_and_auto_chooses(tmp_path):
     assert re.search(r"^  DDP .*<- this run$", p.stdout, re.M) and "zero: auto chose DDP" in p.stdout, p.stdout
     p = mpi(2, "detect", *MODELS["resnet3d"], "--zero", "2")
     assert re.search(r"^  ZeRO-2 +[\d.]+ MiB .*<- this run$", p.stdout, re.M), p.stdout
+
+
+def test_auto_plans_for_every_rank_that_shares_the_host(tmp_path):
+    """issue 34: dist.zero auto compared one CPU rank's bytes with the whole host's budget: 4 ranks of a 131 M-parameter
+    ae3d chose DDP, which the host check (every rank of the machine, with its data and checkpoint copies) then refused
+    with exit 5, although ZeRO-1 fitted. Here 2 ranks of a ResNet-10 at full width, with the available memory set
+    (VX_TEST_RAM_AVAILABLE_MIB, test only) between what 2 x ZeRO-1 and 2 x DDP need beside those copies: auto chooses
+    ZeRO-1, and the run starts and trains where DDP would have been refused."""
+    cfg = ["--config", "configs/test/resnet-tiny.json", "--set", "model.widen_factor=1", "--device", "cpu"]
+    p = mpi(2, "detect", *cfg, "--zero", "auto", env=dict(os.environ, VX_TEST_RAM_AVAILABLE_MIB="100000"))
+    mib = {mode: float(re.search(r"^  %s +.* = ([\d.]+) MiB" % re.escape(mode), p.stdout, re.M).group(1))
+           for mode in ("DDP", "ZeRO-1")}
+    other = float(re.search(r"less its ([\d.]+) MiB of data and checkpoint copies", p.stdout).group(1))
+    # each rank may plan (80% of the RAM) / 2 less its copies: halfway between ZeRO-1's bytes and DDP's
+    ram = int(((mib["DDP"] + mib["ZeRO-1"]) / 2 + other) * 2 / 0.8)
+    tight = dict(os.environ, VX_TEST_RAM_AVAILABLE_MIB=str(ram))
+    p = mpi(2, "detect", *cfg, "--zero", "auto", env=tight)
+    assert re.search(r"^zero: auto chose ZeRO-1: [\d.]+ MiB of the [\d.]+ MiB budget per rank \(DDP does not fit",
+                     p.stdout, re.M), p.stdout
+    p = mpi(2, "train", *cfg, "--zero", "auto", "--steps", 1, "--out", tmp_path / "r", *QUIET, env=tight)
+    assert "zero: ZeRO-1 over 2 rank(s)" in p.stdout, p.stdout
+    p = mpi(2, "train", *cfg, "--zero", "0", "--steps", 1, "--out", tmp_path / "ddp", *QUIET, env=tight, check=False)
+    assert p.returncode == 5 and "of host memory" in p.stderr, (p.returncode, p.stderr[-1500:])
+
+
+def test_zero1_with_offload_is_named_and_planned_as_itself(tmp_path):
+    """issue 34: ZeRO-1 with the optimizer offloaded was reported as "(ZeRO-2 + offload)" and planned with ZeRO-2's
+    gradient slots; it keeps ZeRO-1's whole gradient, and the plan equals what the allocator counts."""
+    p = run("train", *MODELS["ae3d"], "--steps", 1, "--out", tmp_path / "r", "--zero", 1, "--set",
+            "dist.offload_optimizer=cpu", *QUIET, env=OFFLOAD_ENV)
+    assert re.search(r"^  ZeRO-1 \+ offload +.*<- this run$", p.stdout, re.M), p.stdout
+    m = MEMORY.search(p.stdout.replace("(ZeRO-1 + offload)", "(ZeRO-1)"))
+    assert "memory: rank 0/1 (ZeRO-1 + offload)" in p.stdout, p.stdout
+    allocator, plan = [int(x) for x in m.groups()[3:7]], [int(x) for x in m.groups()[7:11]]
+    assert allocator == plan, (allocator, plan)
 
 
 # Parameter groups (train.freeze, train.backbone_lr_mult) are ranges of the flat layout (parameters in reverse layer
