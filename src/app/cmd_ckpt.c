@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "app/commands.h"
+#include "app/weights_source.h"
 #include "core/config.h"
 #include "core/outguard.h"
 #include "core/util.h"
@@ -98,11 +100,24 @@ static int consolidate(int argc, char **argv) {
     out_input(cfg_path, config ? "--config" : "the run's config.json");
     shards_are_inputs(dir);
     out_claim(out_path, overwrite, "ckpt consolidate --out");
+    if (!config && access(cfg_path, F_OK) != 0) /* (config_load's line said "check the path given to --config") */
+        vx_usage_error("ckpt consolidate: no config.json of its run at %s (two levels above %s; a sharded checkpoint is "
+                       "read with its run's config); give it with --config FILE", cfg_path, dir);
     Config cfg;
     config_load(&cfg, cfg_path);
     ModelOptions opt = hw_model_options(&cfg.train);
     opt.precision = "off"; /* the layout of the parameters does not depend on the compute type */
     Model *m = model_build(&cfg.model, &opt, 1, backend_cpu());
+    ckpt_set_reader("SHARDED", "consolidate another checkpoint");
+    uint64_t fp, count;
+    if (config && ckpt_sharded_peek(dir, &fp, &count)) { /* another model: which parameter differs, not the counts */
+        char run[4096], beside[4200], desc[4200];
+        up(dir, 2, run, sizeof run);
+        snprintf(beside, sizeof beside, "%s/config.json", run);
+        snprintf(desc, sizeof desc, "--config %s", config);
+        weights_check_ckpt_model(dir, fp, count, m, beside, desc, "drop --config to read it with its run's "
+                                 "config.json, or give the config it was trained with");
+    }
     ShardedCkpt sc;
     ckpt_sharded_read(dir, m, 0, &sc);
     CkptContent content;

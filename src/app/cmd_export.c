@@ -43,6 +43,8 @@ int cmd_export(int argc, char **argv) {
     opt.precision = "off"; /* the parameters are float32 whatever the run computed in */
     Model *m = model_build(&a.cfg.model, &opt, 1, backend_cpu());
     Ckpt ck;
+    ckpt_set_reader("--ckpt", "give --ckpt another checkpoint");
+    weights_check_ckpt_config(&a, m);
     ckpt_read(a.ckpt, m, (int64_t)CONFIG_MAX_STEPS + 1, &ck); /* (any step: nothing is left to train here) */
     const unsigned char *data = ck.file + ck.header.header_bytes;
     const size_t pbytes = (size_t)ck.header.param_count * sizeof(float);

@@ -329,6 +329,8 @@ int cmd_predict(int argc, char **argv) {
     const PredictFamily *fam = predict_family(m);
     Ckpt ck = {0};
     WeightsInit wi = {0};
+    ckpt_set_reader("--ckpt", "give --ckpt another checkpoint");
+    weights_check_ckpt_config(&a, m);
     if (a.ckpt) ckpt_read(a.ckpt, m, (int64_t)CONFIG_MAX_STEPS + 1, &ck);
     else weights_read(a.weights, m, cfg->train.init_allow, "weights", rank0, &wi);
     Comm *comm = comm_open(&env, strcmp(rt.be->name, "cuda") == 0, rt.device_reason, cfg->dist.timeout_s);

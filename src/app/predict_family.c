@@ -223,5 +223,8 @@ static const PredictFamily FAMILIES[] = {
 const PredictFamily *predict_family(const Model *m) {
     for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)
         if (strcmp(FAMILIES[i].family, m->cfg.family) == 0) return &FAMILIES[i];
-    vx_fatal("predict: no output writer for model.family %s (app/predict_family.c)", m->cfg.family);
+    /* (vit3d, issue 21's skeleton, reconstructs nothing a user asked for yet: a refusal, not an internal error) */
+    vx_usage_error("predict: a %s model has nothing predict writes (it writes ae3d's reconstructions, resnet3d's "
+                   "predictions and vit3d_diffusion's samples); export its weights with voxscale export instead",
+                   m->cfg.family);
 }

@@ -5,11 +5,16 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "backend/backend.h"
+#include "core/fsutil.h"
 #include "core/outguard.h"
 #include "core/safetensors.h"
 #include "core/util.h"
 #include "model/ckpt.h"
+#include "model/hw_plan.h"
+#include "model/weights.h"
 
 #define META_CONFIG "voxscale.config"
 
@@ -25,6 +30,10 @@ void weights_config_beside(const char *ckpt, char *out, size_t len) {
 void weights_config_source(const CliArgs *a, Config *cfg) {
     char p[300];
     if (a->ckpt) {
+        char why[200];
+        int is_dir = 0; /* the checkpoint itself first: a missing one was reported as a missing config.json */
+        if (!fs_input_kind(a->ckpt, 0, &is_dir, why, sizeof why))
+            vx_usage_error("%s: %s; check the path given to --ckpt", vx_escape(a->ckpt, p, sizeof p), why);
         char path[CONFIG_STR * 2 + 16];
         weights_config_beside(a->ckpt, path, sizeof path);
         FILE *f = fopen(path, "r");
@@ -77,4 +86,74 @@ void weights_ckpt_stage(Config *cfg, const char *ckpt, const char *who) {
         memcpy(cfg->model.input_size, st.input_size, sizeof cfg->model.input_size);
         return;
     }
+}
+
+/* "[8, 1, 3, 3, 3]": parameter i's shape as PyTorch holds it */
+static void shape_text(const Model *m, int i, char *out, size_t len) {
+    int64_t shape[5];
+    const int nd = weights_torch_shape(m, &m->params[i], shape);
+    st_shape_text(shape, nd, out, len);
+}
+
+void weights_check_ckpt_model(const char *ckpt, uint64_t fingerprint, uint64_t param_count, const Model *m,
+                              const char *run_config, const char *config_desc, const char *instead) {
+    if (fingerprint == config_model_fingerprint(&m->cfg) && param_count == (uint64_t)m->param_count) return;
+    if (!run_config || access(run_config, R_OK) != 0) return; /* (the reader's own line: counts and fingerprints) */
+    Config rc;
+    config_load(&rc, run_config);
+    if (config_model_fingerprint(&rc.model) != fingerprint) return; /* its run's config does not describe it either */
+    ModelOptions opt = hw_model_options(&rc.train);
+    opt.precision = "off"; /* (the parameters' layout does not depend on the compute type) */
+    Model *r = model_build(&rc.model, &opt, 1, backend_cpu());
+    char p[300], what[600] = "";
+    for (int i = 0; i < r->n_params || i < m->n_params; i++) {
+        char a[96] = "none", b[96] = "none";
+        if (i < r->n_params) shape_text(r, i, a, sizeof a);
+        if (i < m->n_params) shape_text(m, i, b, sizeof b);
+        const char *na = i < r->n_params ? r->params[i].name : "", *nb = i < m->n_params ? m->params[i].name : "";
+        if (strcmp(na, nb) == 0 && strcmp(a, b) == 0) continue;
+        if (strcmp(na, nb) == 0)
+            snprintf(what, sizeof what, "parameter \"%s\" is %s in it, %s in the model %s describes", na, a, b,
+                     config_desc);
+        else
+            snprintf(what, sizeof what, "its parameter %d is \"%s\" %s, the model's of %s \"%s\" %s", i,
+                     i < r->n_params ? na : "(none)", a, config_desc, i < m->n_params ? nb : "(none)", b);
+        break;
+    }
+    Config given = rc; /* the same names and shapes (model.norm_groups, say): the first model key that differs */
+    given.model = m->cfg;
+    for (int k = 0; !what[0] && k < config_key_count(); k++) {
+        char name[96];
+        config_key_name(k, name, sizeof name);
+        if (strncmp(name, "model.", 6) != 0) continue;
+        char *x = config_key_json(&rc, k), *y = config_key_json(&given, k);
+        if (strcmp(x, y) != 0)
+            snprintf(what, sizeof what, "the same parameter names and shapes, but %s is %.80s in its run's config "
+                     "and %.80s in %s", name, x, y, config_desc);
+        free(x);
+        free(y);
+    }
+    if (!what[0]) snprintf(what, sizeof what, "its model section differs from the one %s gives", config_desc);
+    const long n = m->param_count;
+    model_free(r);
+    vx_usage_error("%s: a checkpoint of another model than %s: %s (%llu parameters in it, %ld in that model; its run's "
+                   "%s describes it); %s", vx_escape(ckpt, p, sizeof p), config_desc, what,
+                   (unsigned long long)param_count, n, run_config, instead);
+}
+
+void weights_check_ckpt_config(const CliArgs *a, const Model *m) {
+    if (!a->ckpt || !a->config_given) return; /* (without --config the config is the run's own) */
+    CkptHeader h;
+    const size_t need = CKPT_V1_HEADER_BYTES;
+    FILE *f = fopen(a->ckpt, "rb");
+    if (!f) return;
+    const size_t got = fread(&h, 1, need, f);
+    fclose(f);
+    if (got != need || memcmp(h.magic, CKPT_MAGIC, sizeof h.magic) != 0) return; /* (ckpt_read says what it is) */
+    char beside[CONFIG_STR * 2 + 16], desc[CONFIG_STR + 16];
+    weights_config_beside(a->ckpt, beside, sizeof beside);
+    snprintf(desc, sizeof desc, "--config %s", a->config_path);
+    weights_check_ckpt_model(a->ckpt, h.model_fingerprint, h.param_count, m, beside, desc,
+                             "drop --config to read it with its run's config.json, or give the config it was trained "
+                             "with");
 }

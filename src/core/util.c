@@ -60,17 +60,79 @@ char *vx_escape(const char *s, char *out, size_t len) {
     return out;
 }
 
-/* "voxscale: " + the formatted message, escaped, on one line of stderr, written with one call: ranks that share a
- * stderr (mpirun forwards each rank's writes as they come) would otherwise interleave pieces of their lines. */
+/* A word of a message (a path, a value: a run without spaces) longer than LONG_WORD bytes keeps its first and last
+ * KEEP_EACH around "...(N bytes left out)...": a 20,000-character CSV path made its line 2 KiB of path, cut there,
+ * and the reason after it was lost. */
+#define LONG_WORD 240
+#define KEEP_EACH 100
+
+/* The start of the UTF-8 character holding s[i] (continuation bytes are 10xxxxxx), not before lo. */
+static size_t char_start(const char *s, size_t i, size_t lo) {
+    while (i > lo && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+    return i;
+}
+
+/* in with its long words shortened (see LONG_WORD) into out, which has room for strlen(in) + 1 bytes (a shortened
+ * word is always shorter than the word). */
+static void shorten_words(const char *in, char *out) {
+    size_t o = 0;
+    for (size_t i = 0; in[i];) {
+        if (in[i] == ' ') {
+            out[o++] = in[i++];
+            continue;
+        }
+        size_t end = i;
+        while (in[end] && in[end] != ' ') end++;
+        const size_t n = end - i;
+        if (n <= LONG_WORD) {
+            memcpy(out + o, in + i, n);
+            o += n;
+        } else {
+            const size_t head = char_start(in, i + KEEP_EACH, i) - i, tail_at = char_start(in, end - KEEP_EACH, i);
+            memcpy(out + o, in + i, head);
+            o += head;
+            o += (size_t)sprintf(out + o, "...(%zu bytes left out)...", tail_at - (i + head));
+            memcpy(out + o, in + tail_at, end - tail_at);
+            o += end - tail_at;
+        }
+        i = end;
+    }
+    out[o] = 0;
+}
+
+/* "voxscale: " + the formatted message, long words shortened, escaped, on one line of stderr, written with one call:
+ * ranks that share a stderr (mpirun forwards each rank's writes as they come) would otherwise interleave pieces of
+ * their lines. The buffers are the message's size (the stack's, should memory be what ran out). */
 static void print_error(const char *prefix, const char *fmt, va_list ap, int saved_errno) {
-    char msg[2048], safe[4 * sizeof msg], line[sizeof safe + 256];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    int n = snprintf(line, sizeof line, "voxscale: %s%s%s%s%s%s\n", error_prefix, prefix,
-                     vx_escape(msg, safe, sizeof safe), saved_errno ? " (" : "", saved_errno ? strerror(saved_errno) : "",
-                     saved_errno ? ")" : "");
-    if (n >= (int)sizeof line) line[sizeof line - 2] = '\n', n = (int)sizeof line - 1;
+    char small[2048], small_short[sizeof small], small_safe[4 * sizeof small], small_line[sizeof small_safe + 256];
+    va_list aq;
+    va_copy(aq, ap);
+    const int need = vsnprintf(NULL, 0, fmt, aq);
+    va_end(aq);
+    const size_t len = need > 0 ? (size_t)need + 1 : 1;
+    char *msg = len > sizeof small ? malloc(len) : NULL, *shortened = msg ? malloc(len) : NULL;
+    if (!msg || !shortened) {
+        free(msg);
+        msg = small, shortened = small_short;
+    }
+    const size_t cap = msg == small ? sizeof small : len;
+    vsnprintf(msg, cap, fmt, ap);
+    shorten_words(msg, shortened);
+    const size_t slen = strlen(shortened), safe_len = 4 * slen + 1, line_len = safe_len + strlen(prefix) + 400;
+    char *safe = slen + 1 > sizeof small ? malloc(safe_len) : NULL, *line = safe ? malloc(line_len) : NULL;
+    if (!safe || !line) {
+        free(safe);
+        safe = small_safe, line = small_line;
+    }
+    const size_t line_cap = line == small_line ? sizeof small_line : line_len;
+    int n = snprintf(line, line_cap, "voxscale: %s%s%s%s%s%s\n", error_prefix, prefix,
+                     vx_escape(shortened, safe, safe == small_safe ? sizeof small_safe : safe_len),
+                     saved_errno ? " (" : "", saved_errno ? strerror(saved_errno) : "", saved_errno ? ")" : "");
+    if (n >= (int)line_cap) line[line_cap - 2] = '\n', n = (int)line_cap - 1;
     fwrite(line, 1, (size_t)n, stderr);
     fflush(stderr);
+    if (msg != small) free(msg), free(shortened);
+    if (safe != small_safe) free(safe), free(line);
 }
 
 void vx_usage_error(const char *fmt, ...) {

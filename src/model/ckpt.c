@@ -43,6 +43,15 @@ size_t ckpt_file_bytes(uint64_t param_count, uint64_t buffer_count) {
     return file_bytes(header_bytes_for(buffer_count), param_count, buffer_count);
 }
 
+/* Who reads checkpoints in this process, for the messages: train's --resume by default (ckpt_set_reader). */
+static const char *reader_flag = "--resume", *reader_next = "resume from an earlier checkpoint";
+
+void ckpt_set_reader(const char *flag, const char *instead) {
+    reader_flag = flag;
+    reader_next = instead;
+}
+const char *ckpt_reader_next(void) { return reader_next; }
+
 void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, const char *origin, CkptHeader *out) {
     CkptHeader h;
     memset(&h, 0, sizeof h);
@@ -67,8 +76,7 @@ void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, c
     uint32_t stored;
     memcpy(&stored, buf + len - sizeof stored, sizeof stored);
     if (crc_of(buf, len - sizeof stored) != stored)
-        vx_usage_error("%s: checkpoint checksum mismatch: the file is corrupted; resume from an earlier checkpoint",
-                       origin);
+        vx_usage_error("%s: checkpoint checksum mismatch: the file is corrupted; %s", origin, reader_next);
     /* The checksum only says the bytes are the ones written; every field is still checked before it is used. */
     ckpt_check_header(&h, want, origin);
     if (out) *out = h;
@@ -77,13 +85,28 @@ void ckpt_verify(const unsigned char *buf, size_t len, const CkptExpect *want, c
 void ckpt_check_header(CkptHeader *hp, const CkptExpect *want, const char *origin) {
     CkptHeader h = *hp;
     if (h.param_count != want->param_count || h.buffer_count != want->buffer_count ||
-        h.model_fingerprint != want->model_fingerprint)
-        vx_usage_error("%s: checkpoint holds a different model (%llu parameters) than the config (%llu); use the "
-                       "config it was trained with", origin, (unsigned long long)h.param_count,
-                       (unsigned long long)want->param_count);
-    if (h.seed != want->seed)
-        vx_usage_error("%s: checkpoint was trained with seed %lld but the config says %lld; pass --seed %lld to resume",
-                       origin, (long long)h.seed, (long long)want->seed, (long long)h.seed);
+        h.model_fingerprint != want->model_fingerprint) {
+        char detail[200];
+        if (h.param_count != want->param_count || h.buffer_count != want->buffer_count)
+            snprintf(detail, sizeof detail, "%llu parameters and %llu buffer floats in it, %llu and %llu in the "
+                     "config's model", (unsigned long long)h.param_count, (unsigned long long)h.buffer_count,
+                     (unsigned long long)want->param_count, (unsigned long long)want->buffer_count);
+        else /* ("11321 parameters than the config (11321)" said nothing) */
+            snprintf(detail, sizeof detail, "the same %llu parameters in another architecture (its model fingerprint "
+                     "%016llx, the config's %016llx: the model section's shape keys differ)",
+                     (unsigned long long)h.param_count, (unsigned long long)h.model_fingerprint,
+                     (unsigned long long)want->model_fingerprint);
+        vx_usage_error("%s: checkpoint holds a different model than the config: %s; use the config it was trained "
+                       "with", origin, detail);
+    }
+    if (h.seed != want->seed) {
+        if (strcmp(reader_flag, "--resume") == 0)
+            vx_usage_error("%s: checkpoint was trained with seed %lld but the config says %lld; pass --seed %lld to "
+                           "resume", origin, (long long)h.seed, (long long)want->seed, (long long)h.seed);
+        vx_usage_error("%s: checkpoint was trained with seed %lld but the config it is read with says %lld; give it "
+                       "the run's config, or --set train.seed=%lld", origin, (long long)h.seed, (long long)want->seed,
+                       (long long)h.seed);
+    }
     if (h.world_size < 1 || h.world_size > CKPT_MAX_WORLD)
         vx_usage_error("%s: checkpoint says it was written by %lld ranks, outside 1..%d: the file is corrupted", origin,
                        (long long)h.world_size, CKPT_MAX_WORLD);
@@ -133,7 +156,8 @@ void ckpt_read(const char *path, const Model *m, int64_t steps, Ckpt *out) {
         if (errno == EFBIG)
             vx_usage_error("%s: larger than a checkpoint of this model (%zu bytes): not a checkpoint of it; use the "
                            "config it was trained with", path, most);
-        vx_usage_error("%s: cannot read the checkpoint (%s); check the path given to --resume", path, strerror(errno));
+        vx_usage_error("%s: cannot read the checkpoint (%s); check the path given to %s", path, strerror(errno),
+                       reader_flag);
     }
     out->file = buf;
     ckpt_verify(buf, out->bytes, &want, path, &out->header);

@@ -63,6 +63,11 @@ typedef struct {
     size_t bytes;
 } Ckpt;
 
+/* The command reading checkpoints, for its messages: its flag ("--resume", train's, the default; "--ckpt"; "SHARDED")
+ * and what to do instead of a damaged one ("resume from an earlier checkpoint"). */
+void ckpt_set_reader(const char *flag, const char *instead);
+const char *ckpt_reader_next(void);
+
 /* zlib's CRC-32 of n bytes (any length), what every checkpoint file ends with. */
 uint32_t ckpt_crc32(const void *p, size_t n);
 

@@ -98,8 +98,8 @@ static double field_num(const cJSON *j, const char *key, double lo, double hi, i
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi ||
         (whole && v->valuedouble != floor(v->valuedouble)))
-        vx_usage_error("%s: \"%s\" is missing or not a %s in %g..%g: the manifest is damaged; resume from another "
-                       "checkpoint", origin, key, whole ? "whole number" : "number", lo, hi);
+        vx_usage_error("%s: \"%s\" is missing or not a %s in %g..%g: the manifest is damaged; %s", origin, key,
+                       whole ? "whole number" : "number", lo, hi, ckpt_reader_next());
     return v->valuedouble;
 }
 static uint64_t field_hex(const cJSON *j, const char *key, const char *origin) {
@@ -133,30 +133,30 @@ static unsigned char *read_shard(const char *dir, const cJSON *entry, int r, int
     char why[200];
     int is_dir = 0;
     if (!fs_input_kind(path, 0, &is_dir, why, sizeof why))
-        vx_usage_error("%s: %s (shard %d of %d); the checkpoint is incomplete: resume from another checkpoint", path,
-                       why, r, world);
+        vx_usage_error("%s: %s (shard %d of %d); the checkpoint is incomplete: %s", path, why, r, world,
+                       ckpt_reader_next());
     size_t len = 0;
     unsigned char *buf = (unsigned char *)fs_read_file(path, want + 1, &len);
     if (!buf && errno == EFBIG)
         vx_usage_error("%s: longer than the %zu bytes the manifest says: not this checkpoint's shard", path, want);
     if (!buf) vx_usage_error("%s: cannot read the shard (%s)", path, strerror(errno));
     if (len != want)
-        vx_usage_error("%s: %zu bytes, the manifest says %zu: the shard is truncated; resume from another checkpoint",
-                       path, len, want);
+        vx_usage_error("%s: %zu bytes, the manifest says %zu: the shard is truncated; %s", path, len, want,
+                       ckpt_reader_next());
     ShardHeader sh;
     memcpy(&sh, buf, sizeof sh);
     if (memcmp(sh.magic, SHARD_MAGIC, 8) != 0 || sh.version != SHARD_VERSION || sh.header_bytes != sizeof sh)
         vx_usage_error("%s: not a voxscale shard (format %u): the file was replaced", path, sh.version);
     if (sh.checkpoint_id != id)
         vx_usage_error("%s: belongs to another checkpoint (id %016llx, this manifest's is %016llx): a shard of another "
-                       "run or step was copied here; resume from a complete checkpoint", path,
-                       (unsigned long long)sh.checkpoint_id, (unsigned long long)id);
+                       "run or step was copied here; %s", path, (unsigned long long)sh.checkpoint_id,
+                       (unsigned long long)id, ckpt_reader_next());
     uint32_t stored;
     memcpy(&stored, buf + len - sizeof stored, sizeof stored);
     if (ckpt_crc32(buf, len - sizeof stored) != stored || stored != (uint32_t)crc_listed)
         vx_usage_error("%s: checksum mismatch (the file's %08x, computed %08x, the manifest's %08x): the shard is "
-                       "corrupted; resume from another checkpoint", path, stored, ckpt_crc32(buf, len - sizeof stored),
-                       (uint32_t)crc_listed);
+                       "corrupted; %s", path, stored, ckpt_crc32(buf, len - sizeof stored), (uint32_t)crc_listed,
+                       ckpt_reader_next());
     if (sh.rank != r || sh.world != world || sh.zero != zero || sh.step != h->step || sh.begin != r * shard ||
         sh.count != shard || sh.flat_floats != (uint64_t)m->param_floats || sh.buffer_count != nbuf ||
         sh.model_fingerprint != h->model_fingerprint)
@@ -181,7 +181,7 @@ void ckpt_sharded_read(const char *path, const Model *m, int64_t steps, ShardedC
     int is_dir = 0;
     if (!fs_input_kind(origin, 0, &is_dir, why, sizeof why))
         vx_usage_error("%s: %s: not a complete sharded checkpoint (the manifest is written last: a save that was cut "
-                       "short has none); resume from another checkpoint", origin, why);
+                       "short has none); %s", origin, why, ckpt_reader_next());
     size_t len = 0;
     char *text = fs_read_file(origin, MANIFEST_MAX_BYTES, &len);
     if (!text) vx_usage_error("%s: cannot read the manifest (%s)", origin, strerror(errno));
@@ -201,8 +201,8 @@ void ckpt_sharded_read(const char *path, const Model *m, int64_t steps, ShardedC
         const uint32_t computed = at ? ckpt_crc32(text, (size_t)(at - text)) : 0;
         if (!at || computed != (uint32_t)listed)
             vx_usage_error("%s: checksum mismatch (the manifest's own CRC-32 says %08x, its bytes give %08x): it was "
-                           "edited or damaged, and its step, data position or layout cannot be trusted; resume from "
-                           "another checkpoint", origin, (uint32_t)listed, computed);
+                           "edited or damaged, and its step, data position or layout cannot be trusted; %s", origin,
+                           (uint32_t)listed, computed, ckpt_reader_next());
     }
     CkptHeader h;
     memset(&h, 0, sizeof h);
@@ -253,6 +253,25 @@ void ckpt_sharded_read(const char *path, const Model *m, int64_t steps, ShardedC
     out->id = (CkptId){.step = h.step, .next_sample = h.next_sample, .crc = ckpt_crc32(text, len)};
     cJSON_Delete(j);
     free(text);
+}
+
+int ckpt_sharded_peek(const char *dir, uint64_t *fingerprint, uint64_t *param_count) {
+    char origin[4200];
+    snprintf(origin, sizeof origin, "%s/" SHARD_MANIFEST, dir);
+    size_t len = 0;
+    char *text = fs_read_file(origin, MANIFEST_MAX_BYTES, &len);
+    cJSON *j = text ? cJSON_ParseWithLength(text, len) : NULL;
+    const cJSON *fp = j ? cJSON_GetObjectItemCaseSensitive(j, "model_fingerprint") : NULL;
+    const cJSON *n = j ? cJSON_GetObjectItemCaseSensitive(j, "param_count") : NULL;
+    char *end = NULL;
+    if (cJSON_IsString(fp) && cJSON_IsNumber(n) && n->valuedouble >= 0) {
+        *fingerprint = strtoull(fp->valuestring, &end, 16);
+        *param_count = (uint64_t)n->valuedouble;
+    }
+    const int ok = end && !*end;
+    cJSON_Delete(j);
+    free(text);
+    return ok;
 }
 
 void ckpt_sharded_free(ShardedCkpt *c) {

@@ -71,6 +71,9 @@ int ckpt_is_sharded(const char *path);
 /* Reads and verifies the sharded checkpoint at path (its directory or manifest) against model m and a run of
  * `steps` optimizer steps (steps 0: any, for consolidate). Exits 2 with one line naming the first bad file. */
 void ckpt_sharded_read(const char *path, const Model *m, int64_t steps, ShardedCkpt *out);
+/* The model a sharded checkpoint's manifest names (fingerprint, parameters), unverified: 1, or 0 when unreadable (the
+ * reader then says why). For a message that names the real cause before the checks run. */
+int ckpt_sharded_peek(const char *dir, uint64_t *fingerprint, uint64_t *param_count);
 void ckpt_sharded_free(ShardedCkpt *c);
 /* Its content as an ordinary checkpoint's (ckpt_write), packed into host arrays the caller frees with
  * ckpt_content_free. */

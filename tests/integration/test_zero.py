@@ -323,7 +323,8 @@ WORDS = {"deleted": "no such file", "truncated": "the shard is truncated",
 
 
 def one_line(stderr):
-    lines = [l for l in stderr.splitlines() if l.startswith("voxscale")]
+    """voxscale's lines, less those of a rank mpirun ended after another rank exited (issue 34: each says so)"""
+    lines = [l for l in stderr.splitlines() if l.startswith("voxscale") and "ended by mpirun (SIGTERM)" not in l]
     return lines
 
 
