@@ -37,6 +37,7 @@
 #include "bench/bench_util.h"
 #include "bench/scaling_model.h"
 #include "core/fsutil.h"
+#include "core/stop_signal.h"
 #include "core/util.h"
 #include "tb/tb_writer.h"
 #include "train/runtime.h"
@@ -151,6 +152,7 @@ static int run_child(char *const *argv, const char *log) {
     if (pid == 0) {
         FILE *f = freopen(log, "w", stdout);
         if (f) dup2(fileno(stdout), 2);
+        stop_signal_child_before_exec();
         execvp(argv[0], argv);
         _exit(127);
     }

@@ -72,6 +72,16 @@ void stop_signal_start(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
+void stop_signal_child_before_exec(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t both;
+    sigemptyset(&both);
+    sigaddset(&both, SIGINT);
+    sigaddset(&both, SIGTERM);
+    sigprocmask(SIG_UNBLOCK, &both, NULL);
+}
+
 void stop_signal_catch(int on) { atomic_store(&catching, on); }
 
 int stop_signal_requested(void) { return atomic_load(&requested); }

@@ -29,5 +29,8 @@ void stop_signal_honour(const char *during, const char *after);
  * fine, but the main thread may hold locks): the event files' flush, a rank's line under mpirun. At most 4. */
 typedef void (*StopHook)(int sig);
 void stop_signal_hook(StopHook fn);
+/* In a forked child before exec: SIGINT and SIGTERM unblocked again (an exec'd program keeps the mask, and mpirun,
+ * say, must take them as usual). */
+void stop_signal_child_before_exec(void);
 /* "SIGINT", "SIGTERM" */
 const char *stop_signal_name(int sig);

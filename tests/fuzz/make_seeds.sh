@@ -82,6 +82,12 @@ printf 'path,split,path\nvols/a.nii,train,x\n' > "$C/manifest/path_twice.csv"
 printf 'path,split,label,label\nvols/a.nii,train,0,0\n./vols//a.nii,train,0,0\nvols/a.nii,val,0,0\nvols/b.nii,val,1,1\n' > "$C/manifest/dup_leak.csv"
 printf 'path,split\nvols/a.nii,train\nvols/b.nii,train\n' > "$C/manifest/no_val.csv"
 printf 'path,split\n"vols/multi\nline.nii",train\n"vols/b.nii",val\n' > "$C/manifest/quoted_newline.csv"
+# manifest, issue 34: a head's label columns (fuzz_manifest.c reads each task's): classes, survival (one set all
+# censored), a value beyond float32, multilabel targets
+printf 'path,split,label,time,event,y,a,b\nv/a.nii,train,0,10,1,0.5,0,1\nv/b.nii,train,2,20,0,1e39,1,0\nv/c.nii,val,1,5,0,3,1,1\n' \
+    > "$C/manifest/labels.csv"
+printf 'path,split,label,time,event\nv/a.nii,train,1,10,0\nv/b.nii,val,1,1e39,0\nv/c.nii,val,1,7,0\n' \
+    > "$C/manifest/labels_censored_one_class.csv"
 
 # volume: small NIfTI files (first byte even) and PNG slice stacks (odd), written by nibabel and by hand
 /usr/bin/python3 - "$C/volume" <<'PY'
@@ -170,5 +176,10 @@ cases = {"bad_length": struct.pack("<Q", 1 << 40) + good[8:], "bad_json": raw('{
                       '"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}', b"\0" * 8)}
 for name, data in cases.items():
     open(out + "/" + name, "wb").write(data)
+# issue 34: the metadata's config, which predict --weights parses (fuzz_safetensors.c): a real one and a bad one
+w = {"conv1.weight": torch.ones(2, 1, 1, 1, 1)}
+open(out + "/with_config", "wb").write(save(w, metadata={"format": "pt", "voxscale.config":
+                                                          open("configs/test/resnet-tiny.json").read()}))
+open(out + "/with_bad_config", "wb").write(save(w, metadata={"voxscale.config": '{"train": {"steps": 3, "steps": 4}}'}))
 PY
 echo "seeds: $(find "$C" -type f | wc -l) files, $(du -sh "$C" | cut -f1)"
