@@ -107,8 +107,11 @@ int zero_plan_choose(Runtime *rt, DistConfig *dist, int world, int local_world, 
         if (sharing > 1 || (!gpu && host_other > 0)) {
             char other[32];
             human((size_t)host_other, other, sizeof other);
-            snprintf(shared, sizeof shared, "; %d rank(s) share this %s's memory, so each may plan 1/%d of it", sharing,
-                     gpu ? "GPU" : "host", sharing);
+            if (sharing > 1)
+                snprintf(shared, sizeof shared, "; %d ranks share this %s's memory: each may plan 1/%d of its budget",
+                         sharing, gpu ? "GPU" : "host", sharing);
+            else
+                snprintf(shared, sizeof shared, "; each rank may plan the host's budget");
             if (!gpu)
                 snprintf(shared + strlen(shared), sizeof shared - strlen(shared), " less its %s of data and checkpoint "
                          "copies", other);
