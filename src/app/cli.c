@@ -13,7 +13,7 @@ enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OP
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
        OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS, OPT_CKPT_ACT, OPT_AMP,
        OPT_COMPILE, OPT_CKPT, OPT_WEIGHTS, OPT_DATA, OPT_INIT_FROM, OPT_INIT_ALLOW, OPT_ZERO, OPT_ATT_TOKENS,
-       OPT_SAMPLE_STEPS, OPT_SAMPLE_SEED, OPT_OVERWRITE };
+       OPT_SAMPLE_STEPS, OPT_SAMPLE_SEED, OPT_OVERWRITE, OPT_VERBOSE };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -32,7 +32,7 @@ static const struct option COMMON_OPTS[] = {
     {"init-allow", required_argument, 0, OPT_INIT_ALLOW}, {"zero", required_argument, 0, OPT_ZERO},
     {"attention-tokens", required_argument, 0, OPT_ATT_TOKENS},
     {"sample-steps", required_argument, 0, OPT_SAMPLE_STEPS}, {"sample-seed", required_argument, 0, OPT_SAMPLE_SEED},
-    {"overwrite", no_argument, 0, OPT_OVERWRITE}, {0, 0, 0, 0}};
+    {"overwrite", no_argument, 0, OPT_OVERWRITE}, {"verbose", no_argument, 0, OPT_VERBOSE}, {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
 static int cli_count(const char *s, const char *flag) {
@@ -55,10 +55,10 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
     opterr = 0;
     optind = 0; /* GNU getopt: 0 re-initializes it fully (1 would keep a pointer into the previous argv) */
     int index;
-    while ((index = -1, opt = getopt_long(argc, argv, "h", COMMON_OPTS, &index)) != -1) {
+    while ((index = -1, opt = getopt_long(argc, argv, "hv", COMMON_OPTS, &index)) != -1) {
         const char *key = NULL;
         /* getopt_long sets index only for long options; the allowed list names those (--help is everyone's). */
-        if (index >= 0 && opt != OPT_HELP) {
+        if (index >= 0 && opt != OPT_HELP && opt != OPT_VERBOSE) {
             char name[40];
             snprintf(name, sizeof name, ",%s,", COMMON_OPTS[index].name);
             if (!strstr(allowed, name))
@@ -84,6 +84,8 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
         case OPT_SAMPLE_SEED: a->sample_seed = cli_count(optarg, "--sample-seed"); break;
         case OPT_REPS: a->reps = cli_count(optarg, "--reps"); break;
         case OPT_OVERWRITE: a->overwrite = 1; break;
+        case 'v':
+        case OPT_VERBOSE: vx_verbose = 1; break;
         case OPT_STEPS: key = "train.steps"; break;
         case OPT_BATCH: key = "train.batch_size"; break;
         case OPT_LR: key = "train.lr"; break;

@@ -58,6 +58,7 @@ static int cmd_bench_gemm(int argc, char **argv) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    vx_verbose = 1; /* a benchmark's record says everything it ran on: the full plan */
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs("usage: voxscale bench step|kernels|allreduce|scaling|gemm [options]  (voxscale bench step --help)\n", argc < 2 ? stderr : stdout);
         return argc < 2 ? VX_EXIT_USAGE : 0;

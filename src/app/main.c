@@ -151,6 +151,7 @@ static int cmd_detect(int argc, char **argv) {
                               "  checkpointing, the planned memory against the device's, and the bytes per rank of every data-parallel\n"
                               "  mode (DDP, ZeRO-1, ZeRO-2, offload) with dist.zero auto's choice\n";
     CliArgs a;
+    vx_verbose = 1; /* detect shows the whole plan */
     cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,amp,zero,");
     HwInfo hw;
     hw_detect(&hw);

@@ -29,6 +29,7 @@ typedef struct {
     HwGpu gpus[HW_MAX_GPUS];
     int gpu; /* the GPU this process trains on (its local rank in a data-parallel run; set before choosing) */
     char gpu_reason[256]; /* why no GPU is usable, when n_gpus == 0 */
+    int gpu_device_files; /* NVIDIA device files in /dev (hw_nvidia_device_files): GPUs whatever CUDA says */
 } HwInfo;
 
 void hw_detect(HwInfo *hw);
@@ -36,6 +37,10 @@ void hw_detect(HwInfo *hw);
  * machine has GPUs whatever CUDA says of them (a driver older than the build's CUDA makes CUDA report none). */
 int hw_nvidia_device_files(const char *dev_dir);
 void hw_print(const HwInfo *hw);
+/* Why there is no GPU, in plain words: "no GPU found" (no NVIDIA device in /dev: CUDA's error there, e.g.
+ * cudaErrorInsufficientDriver, means no driver, not a broken one), "no usable GPU" (devices CUDA cannot use: the
+ * driver, say), "no GPU: this build has no CUDA"; NULL when there are GPUs. hw->gpu_reason has CUDA's words. */
+const char *hw_no_gpu(const HwInfo *hw);
 /* Picks the backend for train->device (a GPU only where the model section's model fits there) and says why in
  * `reason`. Exits 2 if cuda is requested and impossible. The CUDA backend starts on GPU hw->gpu and fills in its free
  * memory. */
