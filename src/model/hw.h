@@ -64,5 +64,8 @@ int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_len);
  * NCCL 2.28.9, cuBLAS 13.1.0, CUPTI API 130001"): what `detect` prints and ci/gpu.sh's driver check compares the GPU
  * machine's libraries with. CUDA builds only. */
 void hw_cuda_build_versions(char *out, size_t len);
+/* The versions this process runs with (a GPU machine's may differ from the build's): the driver's CUDA ("none found"
+ * without one), the CUDA runtime, the loaded cuDNN and NCCL. CUDA builds only. */
+void hw_cuda_loaded_versions(char *out, size_t len);
 /* Free memory on `device` (creates or reuses its context); 0 when it cannot be read. */
 int hw_cuda_free_bytes(int device, size_t *free_bytes);
