@@ -10,6 +10,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/probe.h"
+#include "app/resume_config.h"
 #include "app/version.h"
 #include "common/cpu_isa.h"
 #include "core/config.h"
@@ -32,7 +33,8 @@ static const char *TRAIN_HELP =
     "  --seed N            seed of weights, data and noise (train.seed)\n"
     "  --threads N         CPU threads, 0 = all cores (train.threads)\n"
     "  --out DIR           run directory (output.dir); default runs/<config>-<time>\n"
-    "  --resume CKPT       continue exactly from a checkpoint written by train\n"
+    "  --resume CKPT       continue exactly from a checkpoint written by train, with its run's config.json (a\n"
+    "                      --config that differs from it is refused; --set changes a key on purpose)\n"
     "  --init-from FILE    start from a safetensors file's weights, matched by name (train.init_from; voxscale\n"
     "                      export, or bench/reference/convert_pth.py for a PyTorch state_dict)\n"
     "  --init-allow P,..   glob patterns of the keys that may differ from it: missing, unexpected or of another\n"
@@ -109,9 +111,11 @@ static void config_stem(const char *path, char *out, size_t len) {
 
 static int cmd_train(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, TRAIN_HELP,
-              ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
-              "lr-scaling,amp,compile,init-from,init-allow,zero,");
+    cli_parse_from(argc, argv, &a, TRAIN_HELP,
+                   ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,"
+                   "checkpoint-activations,gpus,lr-scaling,amp,compile,init-from,init-allow,zero,",
+                   resume_config_source);
+    resume_config_check(&a);
     /* train.stages set the run's length (their sum): a --steps beside them was silently ignored; refused, since
      * which stage it should shorten is anyone's guess */
     if (a.steps_flag && a.cfg.train.n_stages)

@@ -218,3 +218,55 @@ def test_bench_step_writes_results(tmp_path):
     assert r["iters"] == 3 and r["step_ms_median"] > 0 and r["samples_per_s"] > 0
     assert r["ceiling_gflops"] > 0 and 0 < r["fraction_of_ceiling"] < 1
     assert (files[0].with_suffix(".md")).exists()
+
+
+def trained(tmp_path, name="r", *extra):
+    out = tmp_path / name
+    run("train", "--config", "configs/test/tiny.json", "--steps", "6", "--out", out, "--set", "train.ckpt_every=3",
+        "--set", "output.tensorboard=0", *extra)
+    return out
+
+
+def test_resume_finds_its_runs_config_and_says_so(tmp_path):
+    r = trained(tmp_path, "r", "--set", "train.lr=0.001")  # (not tiny.json's lr: the run's own must be what runs)
+    p = run("train", "--resume", r / "checkpoints" / "step_3.ckpt", "--out", tmp_path / "a")
+    assert "resume: config %s (the run's config.json" % (r / "config.json") in p.stdout, p.stdout
+    q = run("train", "--config", r / "config.json", "--resume", r / "checkpoints" / "step_3.ckpt", "--out",
+            tmp_path / "b")
+    assert "resume: config" not in q.stdout
+    a, b = ([(m["step"], m["loss"]) for m in metrics(tmp_path / d) if "loss" in m] for d in ("a", "b"))
+    assert a == b and a[-1][0] == 6, (a, b)
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["train"]["lr"] == 0.001
+    # a sharded checkpoint's run is found from its directory and from its manifest alike
+    z = trained(tmp_path, "z", "--zero", "1")
+    for ck in ("step_3.zero", "step_3.zero/manifest.json"):
+        p = run("train", "--resume", z / "checkpoints" / ck, "--out", tmp_path / ck.replace("/", "-"))
+        assert "resume: config %s " % (z / "config.json") in p.stdout, p.stdout
+
+
+def test_resume_refuses_a_differing_config_naming_the_difference(tmp_path):
+    r = trained(tmp_path, "r", "--set", "train.lr=0.001", "--set", "train.weight_decay=0.5")
+    ck = r / "checkpoints" / "step_3.ckpt"
+    p = run("train", "--config", "configs/test/tiny.json", "--resume", ck, "--out", tmp_path / "a", check=False)
+    assert_usage_error(p, "--config configs/test/tiny.json differs from the run's config.json", str(r / "config.json"),
+                       "train.lr is 0.001 there, 0.003 here", "(and 1 more: train.weight_decay)", "--set KEY=VALUE")
+    assert not (tmp_path / "a").exists()
+    # the same flags on the command line change both alike: then the files agree; and what a resumed run may change
+    # (its length, how often it logs and checkpoints, its outputs, its batch split) is no difference
+    run("train", "--config", "configs/test/tiny.json", "--resume", ck, "--out", tmp_path / "b", "--set",
+        "train.lr=0.001", "--set", "train.weight_decay=0.5", "--steps", "7", "--batch-size", "1", "--set",
+        "train.grad_accum=2", "--set", "train.log_every=1", "--set", "output.tensorboard=1")
+    # a key changed on purpose with --set is taken
+    run("train", "--resume", ck, "--out", tmp_path / "c", "--set", "train.lr=0.0005")
+    assert json.loads((tmp_path / "c" / "config.json").read_text())["train"]["lr"] == 0.0005
+
+
+def test_resume_without_its_runs_config_names_the_file(tmp_path):
+    r = trained(tmp_path)
+    os.makedirs(tmp_path / "elsewhere" / "checkpoints")
+    ck = tmp_path / "elsewhere" / "checkpoints" / "step_3.ckpt"
+    shutil.copy(r / "checkpoints" / "step_3.ckpt", ck)
+    p = run("train", "--resume", ck, "--out", tmp_path / "a", check=False)
+    assert_usage_error(p, "no config.json of its run at %s" % (tmp_path / "elsewhere" / "config.json"), "--config FILE")
+    # with --config and no run config beside it, the checkpoint is resumed as before
+    run("train", "--config", "configs/test/tiny.json", "--resume", ck, "--out", tmp_path / "b", "--steps", "6")
