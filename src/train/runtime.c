@@ -106,11 +106,12 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
             vx_log("compile: %s\n", rt->be->graph_capture_begin ? "the training step is captured in a CUDA Graph "
                    "after its first (eager) run and replayed" : "no graphs on this backend: the step runs eagerly, "
                    "reading its per-step values from memory as the captured step does");
-        vx_detail("memory: arena %.1f MiB planned (%.1f MiB without reuse) + %.1f MiB parameters, gradients and AdamW "
-               "state%s = %.1f MiB peak\n",
-               m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
-               (model_device_bytes(m) - m->plan.total) / 1048576.0,
-               m->dtype != DT_F32 ? " (and their low-precision copy)" : "", model_device_bytes(m) / 1048576.0);
+        vx_detail("memory: arena %.1f MiB planned (%.1f MiB without reuse) + %.1f MiB parameters%s%s = %.1f MiB "
+                  "peak\n",
+                  m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
+                  (model_device_bytes(m) - m->plan.total) / 1048576.0,
+                  m->inference ? "" : ", gradients and AdamW state",
+                  m->dtype != DT_F32 ? " (and their low-precision copy)" : "", model_device_bytes(m) / 1048576.0);
         if (cfg->checkpoint_activations)
             vx_log("activation checkpointing: %d ResBlocks keep only their input and output; backward reruns %.2f "
                    "GFLOP of their convolutions per micro-batch\n", m->n_blocks, m->recompute_flops * 1e-9);
