@@ -76,15 +76,15 @@ int zero_plan_choose(Runtime *rt, DistConfig *dist, int world, int verbose) {
             if ((k != ZERO_MODE_OFFLOAD || gpu) && zero_bytes_device(&b[k]) <= budget) chosen = k;
     }
     if (verbose) {
-        vx_log("memory per rank by mode (%d rank(s); parameters + gradients + optimizer state + activations = device "
-               "total%s):\n", world, gpu ? "; offload: + pinned host" : "");
+        vx_detail("memory per rank by mode (%d rank(s); parameters + gradients + optimizer state + activations = "
+                  "device total%s):\n", world, gpu ? "; offload: + pinned host" : "");
         for (int k = 0; k < ZERO_MODES; k++) {
             char p[32], g[32], o[32], a[32], t[32], h[32] = "";
             human(b[k].params, p, sizeof p), human(b[k].grads, g, sizeof g), human(b[k].optimizer, o, sizeof o);
             human(b[k].activations, a, sizeof a), human(zero_bytes_device(&b[k]), t, sizeof t);
             if (b[k].host) human(b[k].host, h, sizeof h);
-            vx_log("  %-17s %s + %s + %s + %s = %s%s%s%s%s\n", MODE_NAME[k], p, g, o, a, t, b[k].host ? " (+ " : "", h,
-                   b[k].host ? " host)" : "", k == chosen ? "  <- this run" : "");
+            vx_detail("  %-17s %s + %s + %s + %s = %s%s%s%s%s\n", MODE_NAME[k], p, g, o, a, t,
+                      b[k].host ? " (+ " : "", h, b[k].host ? " host)" : "", k == chosen ? "  <- this run" : "");
         }
     }
     if (asked < 0) {
