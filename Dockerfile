@@ -30,6 +30,8 @@ COPY kernels/ kernels/
 # CUDA=1 explicitly: NVIDIA's cuDNN images keep cudnn.h in /usr/include and libcudnn in /usr/lib/x86_64-linux-gnu,
 # not under CUDA_HOME where the Makefile's auto-detection looks, so detection would silently build CPU-only. The
 # compiler and linker find cuDNN in those system directories by themselves; nothing else needs passing.
+# The copy has no .git, so `voxscale --version` says "unknown" unless given: --build-arg VX_VERSION=$(git describe ...)
+ARG VX_VERSION=
 RUN make -j"$(nproc)" CUDA=1 ARCH="${ARCH}" all
 # The binary links CUPTI (profiler traces), which NVIDIA's runtime images do not ship: collect it for the runtime
 # stage. Its packages put it in CUDA_HOME/lib64 (the .run installer used extras/CUPTI/lib64). libnifti (NIfTI

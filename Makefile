@@ -77,6 +77,20 @@ BUILD_MODE := $(BUILD)/.build-mode
 VX_BUILD_MODE := CUDA=$(CUDA) MPI=$(MPI) NCCL=$(if $(NCCL_ROOT),1,0)
 $(shell mkdir -p $(BUILD) && echo "$(VX_BUILD_MODE)" | cmp -s - $(BUILD_MODE) || echo "$(VX_BUILD_MODE)" > $(BUILD_MODE))
 
+# What `voxscale --version` and `voxscale env` say of the build, written into $(BUILD)/gen/vx_build_info.h only when
+# it changes (so a new commit relinks, and nothing else rebuilds): VX_VERSION from the environment or the command
+# line, else `git describe` of this tree, else "unknown" (a copy without .git: the Docker build, ci/gpu.sh's);
+# the build mode and flags; where the CUDA libraries were found (make cuda-info).
+VX_GIT_DESCRIBE = $(if $(wildcard .git),$(shell git describe --always --dirty 2>/dev/null))
+VX_VERSION := $(or $(strip $(VX_VERSION)),$(VX_GIT_DESCRIBE),unknown)
+vx_c_string = $(subst ",\",$(subst \,\\,$(strip $(1))))
+VX_BUILD_INFO := \#define VX_VERSION "$(call vx_c_string,$(VX_VERSION))"\n\#define VX_BUILD_FLAGS \
+  "$(call vx_c_string,$(VX_BUILD_MODE) ARCH=$(ARCH) CC=$(CC))"\n\#define VX_CUDA_FOUND \
+  "$(call vx_c_string,$(subst ;,; ,$(CUDA_FIND_REPORT)))"\n
+VX_BUILD_INFO_H := $(BUILD)/gen/vx_build_info.h
+$(shell mkdir -p $(BUILD)/gen && printf '$(VX_BUILD_INFO)' | cmp -s - $(VX_BUILD_INFO_H) || \
+        printf '$(VX_BUILD_INFO)' > $(VX_BUILD_INFO_H))
+
 .PHONY: all deps run test unit-test integration-test bench clean venv cuda-info
 all: $(BUILD)/voxscale
 

@@ -202,7 +202,7 @@ grep -q "prestart" "$TMP/bin/hook.log" 2>/dev/null ||
     die "the nvidia hook was not called: compose.yaml's GPU reservation did not reach dockerd"
 echo "docker check: the GPU reservation reached dockerd: $(head -1 "$TMP/bin/hook.log")"
 grep -q 'NVIDIA_VISIBLE_DEVICES=all' "$TMP/bin/hook.log" || die "the GPU reservation did not ask for all GPUs"
-[[ "$device" == "device: cpu (no usable GPU: "* ]] ||
+[[ "$device" == "device: cpu (no GPU found)"* || "$device" == "device: cpu (no usable GPU: "* ]] ||
     die "expected the trainer to fall back to the CPU and say why; it printed \"${device:-no device line}\""
 grep -q 'launch: --gpus all found no GPU' "$LOGS/compose.log" ||
     die "train --gpus all (the service's command) did not say that it found no GPU and trains in one process"

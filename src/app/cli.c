@@ -1,4 +1,5 @@
-/* cli.c: the flags every subcommand shares, mapped onto config keys (see cli.h). */
+/* cli.c: the flags every subcommand shares, mapped onto config keys (see cli.h); a mistyped flag or key is answered
+ * with the nearest known one (core/suggest.h). */
 #include "app/cli.h"
 
 #include <getopt.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/suggest.h"
 #include "core/util.h"
 
 /* Flags shared by train, detect, bench and probe: each maps onto a config key. */
@@ -13,7 +15,7 @@ enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OP
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
        OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS, OPT_CKPT_ACT, OPT_AMP,
        OPT_COMPILE, OPT_CKPT, OPT_WEIGHTS, OPT_DATA, OPT_INIT_FROM, OPT_INIT_ALLOW, OPT_ZERO, OPT_ATT_TOKENS,
-       OPT_SAMPLE_STEPS, OPT_SAMPLE_SEED, OPT_OVERWRITE };
+       OPT_SAMPLE_STEPS, OPT_SAMPLE_SEED, OPT_OVERWRITE, OPT_VERBOSE };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -32,7 +34,7 @@ static const struct option COMMON_OPTS[] = {
     {"init-allow", required_argument, 0, OPT_INIT_ALLOW}, {"zero", required_argument, 0, OPT_ZERO},
     {"attention-tokens", required_argument, 0, OPT_ATT_TOKENS},
     {"sample-steps", required_argument, 0, OPT_SAMPLE_STEPS}, {"sample-seed", required_argument, 0, OPT_SAMPLE_SEED},
-    {"overwrite", no_argument, 0, OPT_OVERWRITE}, {0, 0, 0, 0}};
+    {"overwrite", no_argument, 0, OPT_OVERWRITE}, {"verbose", no_argument, 0, OPT_VERBOSE}, {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
 static int cli_count(const char *s, const char *flag) {
@@ -40,6 +42,35 @@ static int cli_count(const char *s, const char *flag) {
     long v = strtol(s, &end, 10);
     if (*s == 0 || *end != 0 || v < 0 || v > 1000000) vx_usage_error("%s %s: expected a whole number 0..1000000", flag, s);
     return (int)v;
+}
+
+/* The flag argv[optind - 1] that getopt_long refused: one known to this command that lacks its value, or an unknown
+ * one, answered with the nearest this command takes. */
+static void bad_option(const char *cmd, const char *arg, const char *allowed) {
+    char name[64], near[64], hint[96];
+    snprintf(name, sizeof name, "%s", arg + strspn(arg, "-"));
+    name[strcspn(name, "=")] = 0;
+    if (strchr(arg, '=') == NULL && strncmp(arg, "--", 2) == 0)
+        for (const struct option *o = COMMON_OPTS; o->name; o++)
+            if (strcmp(o->name, name) == 0 && o->has_arg == required_argument)
+                vx_usage_error("%s: --%s needs a value (see --help)", cmd, name);
+    char list[1024];
+    snprintf(list, sizeof list, "%shelp,", allowed);
+    suggest_nearest_in_list(name, list, near, sizeof near);
+    vx_usage_error("%s: unknown option %s%s (see --help)", cmd, arg, suggest_phrase(near, "--", hint, sizeof hint));
+}
+
+void cli_unknown_command(const char *prefix, const char *word, const CliCommand *table, int n, const char *what,
+                         const char *hint) {
+    const char *names[32];
+    for (int i = 0; i < n && i < 32; i++) names[i] = table[i].name;
+    char phrase[96];
+    suggest_phrase(suggest_nearest(word, names, n < 32 ? n : 32), "", phrase, sizeof phrase);
+    vx_usage_error("%sunknown %s \"%s\"%s; %s", prefix, what, word, phrase, hint);
+}
+
+void cli_apply_overrides(const CliArgs *a, Config *cfg) {
+    for (int i = 0; i < a->n_set; i++) config_set(cfg, a->set_keys[i], a->set_values[i], a->set_flags[i]);
 }
 
 void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *allowed) {
@@ -50,15 +81,15 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
     memset(a, 0, sizeof *a);
     a->config_path = DEFAULT_CONFIG;
     a->warmup = a->iters = a->budget_ms = a->reps = a->sample_seed = -1; /* -1: the subcommand's default */
-    const char *keys[64], *vals[64], *flags[64];
+    const char **keys = a->set_keys, **vals = a->set_values, **flags = a->set_flags;
     int n = 0, opt;
     opterr = 0;
     optind = 0; /* GNU getopt: 0 re-initializes it fully (1 would keep a pointer into the previous argv) */
     int index;
-    while ((index = -1, opt = getopt_long(argc, argv, "h", COMMON_OPTS, &index)) != -1) {
+    while ((index = -1, opt = getopt_long(argc, argv, "hv", COMMON_OPTS, &index)) != -1) {
         const char *key = NULL;
         /* getopt_long sets index only for long options; the allowed list names those (--help is everyone's). */
-        if (index >= 0 && opt != OPT_HELP) {
+        if (index >= 0 && opt != OPT_HELP && opt != OPT_VERBOSE) {
             char name[40];
             snprintf(name, sizeof name, ",%s,", COMMON_OPTS[index].name);
             if (!strstr(allowed, name))
@@ -84,6 +115,8 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
         case OPT_SAMPLE_SEED: a->sample_seed = cli_count(optarg, "--sample-seed"); break;
         case OPT_REPS: a->reps = cli_count(optarg, "--reps"); break;
         case OPT_OVERWRITE: a->overwrite = 1; break;
+        case 'v':
+        case OPT_VERBOSE: vx_verbose = 1; break;
         case OPT_STEPS: key = "train.steps"; break;
         case OPT_BATCH: key = "train.batch_size"; break;
         case OPT_LR: key = "train.lr"; break;
@@ -111,8 +144,7 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
             flags[n++] = "--set";
             break;
         }
-        default:
-            vx_usage_error("%s: unknown option or missing value: %s (see --help)", argv[0], argv[optind - 1]);
+        default: bad_option(argv[0], argv[optind - 1], allowed);
         }
         if (key) {
             static char flag_names[64][40]; /* "--steps": error messages name the flag, not its value */
@@ -125,14 +157,22 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
         }
     }
     if (optind < argc) vx_usage_error("%s: unexpected argument \"%s\" (see --help)", argv[0], argv[optind]);
-    if (source && !a->config_given) source(a, &a->cfg);
-    else config_load(&a->cfg, a->config_path);
-    for (int i = 0; i < n; i++) {
-        if (!config_has_key(keys[i]))
-            vx_usage_error("%s %s: no config key \"%s\" (see --help-config)", flags[i], keys[i], keys[i]);
-        config_set(&a->cfg, keys[i], vals[i], flags[i]);
+    a->n_set = n;
+    for (int i = 0; i < n; i++) { /* every key checked before any config is read */
+        if (!config_has_key(keys[i])) {
+            char section[64], near[128], hint[160];
+            const char *dot = strchr(keys[i], '.');
+            snprintf(section, sizeof section, "%.*s", dot ? (int)(dot - keys[i]) : 0, keys[i]);
+            if (dot) config_suggest(section, dot + 1, near, sizeof near);
+            else suggest_phrase(NULL, "", near, sizeof near);
+            vx_usage_error("%s %s: no config key \"%s\"%s (see --help-config)", flags[i], keys[i], keys[i],
+                           suggest_phrase(near, "", hint, sizeof hint));
+        }
         if (strcmp(keys[i], "train.steps") == 0) a->steps_flag = flags[i];
     }
+    if (source && !a->config_given) source(a, &a->cfg);
+    else config_load(&a->cfg, a->config_path);
+    cli_apply_overrides(a, &a->cfg);
     config_validate(&a->cfg, "command line");
 }
 

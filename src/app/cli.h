@@ -1,6 +1,7 @@
 /* cli.h: command-line parsing shared by the subcommands. Flags that mirror a config key (--steps, --lr, ...) and
  * --set KEY=VALUE are applied after the config file, in command-line order, through the config's own validation;
- * an unknown flag or a flag the subcommand does not take is one line and exit 2. */
+ * an unknown flag or a flag the subcommand does not take is one line and exit 2, naming the nearest flag the command
+ * takes when one is near. -v / --verbose (every command) prints the full plan (core/util.h's vx_verbose). */
 #pragma once
 #include "core/config.h"
 
@@ -17,6 +18,10 @@ typedef struct {
     const char *ckpt, *weights, *data, *out; /* export and predict: --ckpt, --weights, --data, --out (or NULL) */
     int config_given;                  /* --config was on the command line */
     int overwrite;                     /* --overwrite: the outputs the user named may replace files (not inputs) */
+    /* the flags that set config keys (--steps, --set K=V, ...), in command-line order: applied after the config file
+     * (cli_apply_overrides), and again to another config a command compares with it (train --resume) */
+    int n_set;
+    const char *set_keys[64], *set_values[64], *set_flags[64];
     Config cfg;
 } CliArgs;
 
@@ -24,6 +29,19 @@ typedef struct {
  * in the weights file's metadata): fills cfg (defaults included) or exits 2 saying why; NULL: DEFAULT_CONFIG. */
 typedef void (*CliConfigSource)(const CliArgs *a, Config *cfg);
 
+/* A command (or a subcommand of bench, ckpt): its name, what it does in one line, and its entry point (argv[0] is
+ * its name). main.c and cmd_bench.c keep the tables. */
+typedef struct {
+    const char *name, *what;
+    int (*run)(int argc, char **argv);
+} CliCommand;
+/* A command line's unknown (sub)command, as one line and exit 2: `what` names the table ("command", "benchmark"),
+ * `hint` what to do; the nearest name of the table is suggested. */
+__attribute__((noreturn)) void cli_unknown_command(const char *prefix, const char *word, const CliCommand *table, int n,
+                                                   const char *what, const char *hint);
+
+/* Applies a's config-key flags to cfg, in command-line order, through the config's own validation. */
+void cli_apply_overrides(const CliArgs *a, Config *cfg);
 /* `allowed` lists the long option names this subcommand takes, as ",name,name,". Prints `help` for --help. */
 void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *allowed);
 /* The same with the config taken from `source` unless --config is given. */

@@ -57,15 +57,28 @@ static int cmd_bench_gemm(int argc, char **argv) {
     return bench_gemm();
 }
 
+const CliCommand BENCH_COMMANDS[] = {
+    {"step", "time full training steps of a config, then its phases and layers", cmd_bench_step},
+    {"kernels", "check every op of a config's model against float64, then time it against the ceilings",
+     cmd_bench_kernels},
+    {"allreduce", "the all-reduce of the ranks present, in nccl-tests' columns, with the alpha-beta fit",
+     cmd_bench_allreduce},
+    {"scaling", "weak and strong scaling of the trainer on 1..N ranks, measured and projected", cmd_bench_scaling},
+    {"gemm", "this machine's sgemm GFLOP/s, the GEMM ceiling", cmd_bench_gemm},
+};
+const int N_BENCH_COMMANDS = (int)(sizeof BENCH_COMMANDS / sizeof BENCH_COMMANDS[0]);
+
 int cmd_bench(int argc, char **argv) {
+    vx_verbose = 1; /* a benchmark's record says everything it ran on: the full plan */
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs("usage: voxscale bench step|kernels|allreduce|scaling|gemm [options]  (voxscale bench step --help)\n", argc < 2 ? stderr : stdout);
+        FILE *out = argc < 2 ? stderr : stdout;
+        fputs("usage: voxscale bench <benchmark> [options]  (voxscale bench <benchmark> --help: its options)\n", out);
+        for (int i = 0; i < N_BENCH_COMMANDS; i++)
+            fprintf(out, "  bench %-10s %s\n", BENCH_COMMANDS[i].name, BENCH_COMMANDS[i].what);
         return argc < 2 ? VX_EXIT_USAGE : 0;
     }
-    if (strcmp(argv[1], "step") == 0) return cmd_bench_step(argc - 1, argv + 1);
-    if (strcmp(argv[1], "kernels") == 0) return cmd_bench_kernels(argc - 1, argv + 1);
-    if (strcmp(argv[1], "allreduce") == 0) return cmd_bench_allreduce(argc - 1, argv + 1);
-    if (strcmp(argv[1], "scaling") == 0) return cmd_bench_scaling(argc - 1, argv + 1);
-    if (strcmp(argv[1], "gemm") == 0) return cmd_bench_gemm(argc - 1, argv + 1);
-    vx_usage_error("bench: unknown benchmark \"%s\"; choose step, kernels, allreduce, scaling or gemm", argv[1]);
+    for (int i = 0; i < N_BENCH_COMMANDS; i++)
+        if (strcmp(argv[1], BENCH_COMMANDS[i].name) == 0) return BENCH_COMMANDS[i].run(argc - 1, argv + 1);
+    cli_unknown_command("bench: ", argv[1], BENCH_COMMANDS, N_BENCH_COMMANDS, "benchmark",
+                        "choose step, kernels, allreduce, scaling or gemm");
 }

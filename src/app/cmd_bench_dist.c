@@ -7,6 +7,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "bench/bench.h"
+#include "core/suggest.h"
 #include "core/util.h"
 
 static const char *ALLREDUCE_HELP =
@@ -63,7 +64,13 @@ int cmd_bench_allreduce(int argc, char **argv) {
                 vx_usage_error("bench allreduce --device %s: choose auto, cpu or cuda", v);
             o.device = v;
         } else if (!strcmp(f, "--results")) o.results_dir = v;
-        else vx_usage_error("bench allreduce: unknown option %s (see --help)", f);
+        else {
+            char near[32], hint[64];
+            suggest_nearest_in_list(f + strspn(f, "-"), ",minbytes,maxbytes,stepfactor,iters,warmup_iters,warmup,"
+                                    "device,results,overwrite,help,", near, sizeof near);
+            vx_usage_error("bench allreduce: unknown option %s%s (see --help)", f,
+                           suggest_phrase(near, "--", hint, sizeof hint));
+        }
     }
     if (o.min_bytes > o.max_bytes) vx_usage_error("bench allreduce: -b %.0f is above -e %.0f", o.min_bytes, o.max_bytes);
     return bench_allreduce(&o);

@@ -15,6 +15,7 @@
 #include "app/weights_source.h"
 #include "core/config.h"
 #include "core/outguard.h"
+#include "core/suggest.h"
 #include "core/util.h"
 #include "model/ckpt.h"
 #include "model/ckpt_shard.h"
@@ -70,7 +71,10 @@ static int consolidate(int argc, char **argv) {
             *(strcmp(argv[i], "--config") == 0 ? &config : &out) = argv[i + 1];
             i++;
         } else if (argv[i][0] == '-' || src) {
-            vx_usage_error("ckpt consolidate: unexpected argument \"%s\" (see voxscale ckpt --help)", argv[i]);
+            char near[32], hint[64];
+            suggest_nearest_in_list(argv[i] + strspn(argv[i], "-"), ",config,out,overwrite,help,", near, sizeof near);
+            vx_usage_error("ckpt consolidate: unexpected argument \"%s\"%s (see voxscale ckpt --help)", argv[i],
+                           suggest_phrase(argv[i][0] == '-' ? near : NULL, "--", hint, sizeof hint));
         } else {
             src = argv[i];
         }
@@ -140,5 +144,8 @@ int cmd_ckpt(int argc, char **argv) {
         fputs(HELP, stdout);
         return 0;
     }
+    if (argc >= 2)
+        cli_unknown_command("ckpt: ", argv[1], (const CliCommand[]){{"consolidate", NULL, NULL}}, 1, "subcommand",
+                            "expected `ckpt consolidate SHARDED` (see voxscale ckpt --help)");
     vx_usage_error("ckpt: expected `ckpt consolidate SHARDED` (see voxscale ckpt --help)");
 }

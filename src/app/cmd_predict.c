@@ -323,6 +323,7 @@ int cmd_predict(int argc, char **argv) {
     Inputs in;
     list_inputs(a.data, cfg->data, &cfg->model, cfg->train.seed, &in);
     if (cfg->train.batch_size == 0) cfg->train.batch_size = 1; /* (the automatic batch plans training's memory) */
+    cfg->train.inference = 1; /* the plan and the model: the forward's memory only, no gradients or AdamW state */
     Runtime rt;
     runtime_open_rank(&rt, &cfg->model, &cfg->train, rank0, env.local_rank, env.local_world, world);
     Model *m = rt.model;

@@ -1,5 +1,6 @@
-/* main.c: the voxscale command line: train, detect, bench, probe, export, predict, ckpt. Each subcommand parses its own flags; bad flags
- * are one line and exit 2, `--help` works everywhere. */
+/* main.c: the voxscale command line: train, detect, env, bench, probe, export, predict, ckpt, and --version. Each
+ * subcommand parses its own flags; bad flags are one line and exit 2 (naming the nearest known one), `--help` works
+ * everywhere, and `voxscale --help` lists every command and subcommand from the tables that dispatch them. */
 #include <getopt.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -9,6 +10,8 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/probe.h"
+#include "app/resume_config.h"
+#include "app/version.h"
 #include "common/cpu_isa.h"
 #include "core/config.h"
 #include "core/stop_signal.h"
@@ -20,19 +23,6 @@
 #include "train/zero_plan.h"
 #include "parallel/launch.h"
 
-static void usage_main(FILE *out) {
-    fprintf(out,
-            "usage: voxscale <command> [options]\n"
-            "commands:\n"
-            "  train    train the 3D autoencoder of a config (voxscale train --help)\n"
-            "  detect   show CPUs, RAM and GPUs, and the device and batch size train would choose\n"
-            "  bench    benchmarks: `bench step` (training step), `bench gemm` (the machine's GEMM ceiling)\n"
-            "  probe    write one step's inputs, noise, parameters, losses and gradients for the PyTorch check\n"
-            "  export   a checkpoint's weights as safetensors, in MONAI's / PyTorch's names and layouts\n"
-            "  predict  apply a trained model to volumes: predictions.csv (a head), reconstructions and latents (ae3d)\n"
-
-            "  ckpt     `ckpt consolidate`: a sharded (dist.zero) checkpoint made one ordinary checkpoint\n");
-}
 
 static const char *TRAIN_HELP =
     "usage: voxscale train [--config FILE] [options]\n"
@@ -44,7 +34,8 @@ static const char *TRAIN_HELP =
     "  --seed N            seed of weights, data and noise (train.seed)\n"
     "  --threads N         CPU threads, 0 = all cores (train.threads)\n"
     "  --out DIR           run directory (output.dir); default runs/<config>-<time>\n"
-    "  --resume CKPT       continue exactly from a checkpoint written by train\n"
+    "  --resume CKPT       continue exactly from a checkpoint written by train, with its run's config.json (a\n"
+    "                      --config that differs from it is refused; --set changes a key on purpose)\n"
     "  --init-from FILE    start from a safetensors file's weights, matched by name (train.init_from; voxscale\n"
     "                      export, or bench/reference/convert_pth.py for a PyTorch state_dict)\n"
     "  --init-allow P,..   glob patterns of the keys that may differ from it: missing, unexpected or of another\n"
@@ -121,9 +112,11 @@ static void config_stem(const char *path, char *out, size_t len) {
 
 static int cmd_train(int argc, char **argv) {
     CliArgs a;
-    cli_parse(argc, argv, &a, TRAIN_HELP,
-              ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,checkpoint-activations,gpus,"
-              "lr-scaling,amp,compile,init-from,init-allow,zero,");
+    cli_parse_from(argc, argv, &a, TRAIN_HELP,
+                   ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,"
+                   "checkpoint-activations,gpus,lr-scaling,amp,compile,init-from,init-allow,zero,",
+                   resume_config_source);
+    resume_config_check(&a);
     /* train.stages set the run's length (their sum): a --steps beside them was silently ignored; refused, since
      * which stage it should shorten is anyone's guess */
     if (a.steps_flag && a.cfg.train.n_stages)
@@ -152,6 +145,7 @@ static int cmd_detect(int argc, char **argv) {
                               "  checkpointing, the planned memory against the device's, and the bytes per rank of every data-parallel\n"
                               "  mode (DDP, ZeRO-1, ZeRO-2, offload) with dist.zero auto's choice\n";
     CliArgs a;
+    vx_verbose = 1; /* detect shows the whole plan */
     cli_parse(argc, argv, &a, help, ",config,device,batch-size,checkpoint-activations,threads,set,gpus,lr-scaling,amp,zero,");
     HwInfo hw;
     hw_detect(&hw);
@@ -196,6 +190,36 @@ static int cmd_detect(int argc, char **argv) {
     return 0;
 }
 
+/* Every command, in --help's order (bench's subcommands come from cmd_bench.c's table, ckpt's one here). */
+static const CliCommand COMMANDS[] = {
+    {"train", "train a model of a config: ae3d (the 3-D autoencoder), resnet3d, vit3d or vit3d_diffusion", cmd_train},
+    {"detect", "show CPUs, RAM and GPUs, and the device, batch and memory plan train would choose", cmd_detect},
+    {"env", "this build, its libraries, this machine and the plan, in one block to paste into a bug report", cmd_env},
+    {"bench", NULL, cmd_bench},
+    {"probe", "write one step's inputs, noise, parameters, losses and gradients for the PyTorch check", probe_main},
+    {"export", "a checkpoint's weights as safetensors, in MONAI's / PyTorch's names and layouts", cmd_export},
+    {"predict", "apply a trained model to volumes: predictions.csv, reconstructions and latents, or samples",
+     cmd_predict},
+    {"ckpt", NULL, cmd_ckpt},
+};
+#define N_COMMANDS (int)(sizeof COMMANDS / sizeof COMMANDS[0])
+
+static void usage_main(FILE *out) {
+    fprintf(out, "usage: voxscale <command> [options]   (voxscale <command> --help: its options)\n"
+                 "       voxscale --version             the version, build and library versions\n"
+                 "commands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(COMMANDS[i].name, "bench") == 0)
+            for (int k = 0; k < N_BENCH_COMMANDS; k++)
+                fprintf(out, "  bench %-13s %s\n", BENCH_COMMANDS[k].name, BENCH_COMMANDS[k].what);
+        else if (strcmp(COMMANDS[i].name, "ckpt") == 0)
+            fprintf(out, "  %-19s %s\n", "ckpt consolidate", "a sharded (dist.zero) checkpoint made one ordinary "
+                    "checkpoint");
+        else fprintf(out, "  %-19s %s\n", COMMANDS[i].name, COMMANDS[i].what);
+    }
+    fprintf(out, "every command: --help (its options), -v / --verbose (the full plan; a run writes it to plan.txt)\n");
+}
+
 int main(int argc, char **argv) {
     stop_signal_start(); /* before any thread exists: each inherits SIGINT and SIGTERM blocked (core/stop_signal.h) */
     main_argc = argc;
@@ -209,14 +233,16 @@ int main(int argc, char **argv) {
         usage_main(stdout);
         return 0;
     }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+        version_print(stdout, "");
+        return 0;
+    }
     (void)cpu_isa(); /* a bad VX_CPU_ISA is refused before any command writes or prints anything */
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
-    if (strcmp(cmd, "detect") == 0) return cmd_detect(argc - 1, argv + 1);
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
-    if (strcmp(cmd, "probe") == 0) return probe_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);
-    if (strcmp(cmd, "predict") == 0) return cmd_predict(argc - 1, argv + 1);
-    if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc - 1, argv + 1);
-    vx_usage_error("unknown command \"%s\"; commands: train, detect, bench, probe, export, predict, ckpt "
-                   "(voxscale --help)", cmd);
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(cmd, COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+    if (cmd[0] == '-')
+        cli_unknown_command("", cmd, (const CliCommand[]){{"--help", NULL, NULL}, {"--version", NULL, NULL}}, 2,
+                            "option", "give a command first (voxscale --help lists them)");
+    cli_unknown_command("", cmd, COMMANDS, N_COMMANDS, "command",
+                        "commands: train, detect, env, bench, probe, export, predict, ckpt (voxscale --help)");
 }

@@ -17,6 +17,7 @@
 #include "common/cpu_gemm.h"
 #include "core/fsutil.h"
 #include "core/stop_signal.h"
+#include "core/progress.h"
 #include "core/util.h"
 #include "parallel/comm.h"
 #include "train/runtime.h"
@@ -149,13 +150,17 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     Stepper *st = stepper_create(m, train, single, NULL);
     double *t = vx_malloc((size_t)iters * sizeof(double));
     int64_t step = 0;
+    Progress prog; /* (each step's line says its time; this one how far the timed steps are) */
+    progress_begin(&prog, "bench step", warmup + iters, "steps");
     for (int i = -warmup; i < iters; i++) {
         stop_signal_honour("bench step", "no result was written");
         StepOutcome r;
         stepper_one(st, ++step, 1e-4, &r); /* each step alone, as PyTorch's reference times its steps */
         if (i >= 0) t[i] = r.ms * 1e-3;
         vx_log("%s %d: %.2f ms\n", i < 0 ? "warm-up" : "step", i < 0 ? i + warmup + 1 : i + 1, r.ms);
+        progress_add(&prog, 1);
     }
+    progress_end(&prog);
     const int graphs = stepper_graphs(st);
     double phase[3];
     stop_signal_honour("bench step", "no result was written");

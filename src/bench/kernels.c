@@ -48,6 +48,7 @@
 #include "common/cpu_gemm.h"
 #include "core/fsutil.h"
 #include "core/stop_signal.h"
+#include "core/progress.h"
 #include "core/util.h"
 #include "train/runtime.h"
 
@@ -304,7 +305,10 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     if (!gpu) probe = probe_open();
     CaseResult *res = calloc((size_t)n_all, sizeof *res);
     VX_CHECK(res != NULL, "out of memory");
-    int n_run = 0, n_failed = 0;
+    int n_run = 0, n_failed = 0, n_want = 0;
+    for (int c = 0; c < n_all; c++) n_want += want[cases[c].op] != 0;
+    Progress prog; /* (the cases' lines come as each ends; this one says how far the whole is) */
+    progress_begin(&prog, "bench kernels", n_want, "cases");
     stop_signal_catch(1); /* SIGINT/SIGTERM: exit 130 before the next case, nothing written */
     for (int c = 0; c < n_all; c++) {
         stop_signal_honour("bench kernels", "no result was written");
@@ -360,7 +364,9 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         free(sets);
         for (int b = 0; b < k->nbuf; b++) free(host[b]);
         free(host);
+        progress_add(&prog, 1);
     }
+    progress_end(&prog);
 
     /* The ceilings once more, after the ops, keeping the better of the two: a ceiling measured during a burst of
      * someone else's load on a shared machine would inflate every fraction of it (seen on the 2-core CI VM). */

@@ -10,6 +10,7 @@
 
 #include "core/config_schema.h"
 #include "core/fsutil.h"
+#include "core/suggest.h"
 #include "core/util.h"
 
 #define CONFIG_MAX_BYTES (1 << 20) /* a config is a few KiB; more is not a config (or /dev/zero) */
@@ -235,16 +236,19 @@ void config_parse_text(Config *cfg, const char *text, size_t len, const char *or
     for (const cJSON *sec = root->child; sec; sec = sec->next) {
         refuse_duplicate(root->child, sec, origin, NULL);
         if (strcmp(sec->string, "description") == 0 && cJSON_IsString(sec)) continue;
+        char near[128], hint[160];
         if (!section_exists(sec->string))
-            vx_usage_error("%s: unknown section \"%s\" (sections: model, train, data, output, dist, diffusion, xray, loss, description)", origin,
-                           sec->string);
+            vx_usage_error("%s: unknown section \"%s\"%s (sections: model, train, data, output, dist, diffusion, xray, "
+                           "loss, description)", origin, sec->string,
+                           suggest_phrase(config_suggest(sec->string, NULL, near, sizeof near), "", hint, sizeof hint));
         if (!cJSON_IsObject(sec)) vx_usage_error("%s: section \"%s\" must be an object", origin, sec->string);
         for (const cJSON *kv = sec->child; kv; kv = kv->next) {
             refuse_duplicate(sec->child, kv, origin, sec->string);
             const KeySpec *k = find_key(sec->string, kv->string);
             if (!k)
-                vx_usage_error("%s: unknown key \"%s.%s\" (see `voxscale train --help-config`)", origin, sec->string,
-                               kv->string);
+                vx_usage_error("%s: unknown key \"%s.%s\"%s (see `voxscale train --help-config`)", origin, sec->string,
+                               kv->string, suggest_phrase(config_suggest(sec->string, kv->string, near, sizeof near),
+                                                          "", hint, sizeof hint));
             apply_value(cfg, k, kv, origin);
         }
     }

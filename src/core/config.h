@@ -37,6 +37,9 @@ void config_defaults(Config *cfg);
 void config_set(Config *cfg, const char *key, const char *value, const char *origin);
 /* 1 if "section.key" names a config key. */
 int config_has_key(const char *dotted);
+/* The known key nearest to a mistyped section.key (or, key NULL, the nearest section), "section.key", into out; ""
+ * when none is near (core/config_suggest.c). Returns out. */
+const char *config_suggest(const char *section, const char *key, char *out, size_t len);
 /* The validation figure best.ckpt keeps the best of: train.best_metric, or for auto the family's (task's) own; with
  * `logged` (may be NULL) the figures the family's validation logs that it may name ("loss, accuracy, auroc"). */
 const char *config_best_metric(const Config *cfg, const char **logged);

@@ -50,6 +50,7 @@ typedef struct {
     double ema_decay;          /* the weights' exponential moving average (a model buffer, checkpointed); 0: none */     /* learning rate of every parameter but the head's, times this */
     Stage stages[CONFIG_MAX_STAGES]; /* train.stages; n_stages = 0: one stage, the keys above */
     int n_stages;
+    int inference; /* not a key: set by predict, whose plan and model hold the forward only (no gradients, no AdamW) */
 } TrainConfig;
 
 /* Stage i of train.stages with what it inherits filled in: batch and lr from the train keys above, the input size

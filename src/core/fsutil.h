@@ -15,7 +15,8 @@ int fs_input_kind(const char *path, int want_dir, int *is_dir, char *why, size_t
  * there), fsyncs it, renames it over path and fsyncs the directory: a crash leaves the old or the new file, never a
  * torn one. On failure the temporary is removed and the run ends with one line saying why and what to do (disk full,
  * permissions, a directory in the way) and exit code VX_EXIT_STORAGE. For the files a command owns (its run's, in a
- * directory it locked); a path the user named goes through core/outguard.h. */
+ * directory it locked); a path the user named goes through core/outguard.h. A file of more than 4 MiB is written
+ * and synced in 4 MiB pieces with a progress line (core/progress.h). */
 void fs_write_atomic(const char *path, const void *data, size_t len);
 /* The same, but never over an existing entry at path: 0, or EEXIST with nothing written (the temporary removed). */
 int fs_write_new(const char *path, const void *data, size_t len);

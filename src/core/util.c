@@ -3,11 +3,19 @@
 #include "core/util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int vx_log_rank = 0;
+int vx_verbose = 0;
+
+static int status_showing; /* a terminal's status line is on screen, without its newline */
+static char *plan_text;    /* what vx_log and vx_detail wrote (vx_plan_text) */
+static size_t plan_len;
+#define PLAN_TEXT_MAX ((size_t)256 << 10)
 
 static VxExitHandler exit_handler;
 static char error_prefix[48];
@@ -60,6 +68,13 @@ char *vx_escape(const char *s, char *out, size_t len) {
     return out;
 }
 
+static void clear_status(void) {
+    if (!status_showing) return;
+    fputs("\r\033[K", stdout);
+    fflush(stdout);
+    status_showing = 0;
+}
+
 /* A word of a message (a path, a value: a run without spaces) longer than LONG_WORD bytes keeps its first and last
  * KEEP_EACH around "...(N bytes left out)...": a 20,000-character CSV path made its line 2 KiB of path, cut there,
  * and the reason after it was lost. */
@@ -104,6 +119,7 @@ static void shorten_words(const char *in, char *out) {
  * ranks that share a stderr (mpirun forwards each rank's writes as they come) would otherwise interleave pieces of
  * their lines. The buffers are the message's size (the stack's, should memory be what ran out). */
 static void print_error(const char *prefix, const char *fmt, va_list ap, int saved_errno) {
+    clear_status(); /* (on a terminal the error goes where the status line was) */
     char small[2048], small_short[sizeof small], small_safe[4 * sizeof small], small_line[sizeof small_safe + 256];
     va_list aq;
     va_copy(aq, ap);
@@ -202,13 +218,72 @@ void *vx_realloc(void *old, size_t bytes) {
     return p;
 }
 
+/* Keeps a formatted line for vx_plan_text (bounded: a long run's progress lines stop being kept at the cap). */
+static void keep_line(const char *fmt, va_list ap) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* (loader threads log too) */
+    char line[4096];
+    const int n = vsnprintf(line, sizeof line, fmt, ap);
+    if (n <= 0) return;
+    const size_t add = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    pthread_mutex_lock(&lock);
+    if (plan_len + add + 1 <= PLAN_TEXT_MAX) {
+        plan_text = vx_realloc(plan_text, plan_len + add + 1);
+        memcpy(plan_text + plan_len, line, add + 1);
+        plan_len += add;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void log_line(int print, const char *fmt, va_list ap) {
+    va_list copy;
+    va_copy(copy, ap);
+    keep_line(fmt, copy);
+    va_end(copy);
+    if (!print) return;
+    clear_status();
+    vfprintf(stdout, fmt, ap);
+    fflush(stdout);
+}
+
 void vx_log(const char *fmt, ...) {
     if (vx_log_rank != 0) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    log_line(1, fmt, ap);
     va_end(ap);
+}
+
+void vx_detail(const char *fmt, ...) {
+    if (vx_log_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_line(vx_verbose, fmt, ap);
+    va_end(ap);
+}
+
+const char *vx_plan_text(void) { return plan_text ? plan_text : ""; }
+
+int vx_stdout_is_tty(void) {
+    static int tty = -1;
+    if (tty < 0) tty = isatty(STDOUT_FILENO);
+    return tty;
+}
+
+void vx_status(const char *fmt, ...) {
+    if (vx_log_rank != 0) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (!vx_stdout_is_tty()) { /* (progress, not plan: not kept for plan.txt) */
+        printf("%s\n", line);
+        fflush(stdout);
+        return;
+    }
+    printf("\r%s\033[K", line);
     fflush(stdout);
+    status_showing = 1;
 }
 
 int vx_env_flag(const char *name) {

@@ -71,6 +71,20 @@ void vx_set_error_prefix(const char *prefix);
 /* Rank-aware printing: only rank 0 prints progress (vx_log_rank is set once by the launcher). */
 extern int vx_log_rank;
 __attribute__((format(printf, 1, 2))) void vx_log(const char *fmt, ...);
+/* -v / --verbose: print the full plan. Without it a run's header is a few lines and vx_detail's lines are kept for
+ * the run's plan.txt only. */
+extern int vx_verbose;
+/* A line of the full plan (the memory of every sharding mode, the host memory plan, ...): printed as vx_log with
+ * -v, and kept either way with the lines vx_log printed, for the run's plan.txt (vx_plan_text). */
+__attribute__((format(printf, 1, 2))) void vx_detail(const char *fmt, ...);
+/* Every line vx_log and vx_detail wrote in this process so far (up to 256 KiB): the full plan a run writes to its
+ * folder. "" when none. */
+const char *vx_plan_text(void);
+/* A progress line (rank 0's): on a terminal one line rewritten in place, cleared by the next vx_log or error line;
+ * in a log (stdout not a terminal) a plain line. The text has no newline. */
+__attribute__((format(printf, 1, 2))) void vx_status(const char *fmt, ...);
+/* 1 when stdout is a terminal (vx_status rewrites its line there). */
+int vx_stdout_is_tty(void);
 
 /* Monotonic wall clock in seconds. */
 double vx_now(void);

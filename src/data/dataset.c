@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "augment/augment.h"
+#include "core/progress.h"
 #include "core/stop_signal.h"
 #include "core/util.h"
 #include "data/labels.h"
@@ -453,6 +454,7 @@ typedef struct {
     Dataset *ds;
     int *todo; /* a training file's index f, or -1 - j for validation file j */
     int n, next;
+    Progress prog; /* 400 volumes took minutes under load */
 } Check;
 
 static void *check_worker(void *arg) {
@@ -466,7 +468,9 @@ static void *check_worker(void *arg) {
         if (k < 0) break;
         const int item = c->todo[k], f = item >= 0 ? item : -1;
         Slot s = {0};
-        if (!decode(ds, f >= 0 ? ds->train[f] : ds->val[-1 - item], &s.vol, &s.pad, &s.views)) continue; /* reported */
+        const int ok = decode(ds, f >= 0 ? ds->train[f] : ds->val[-1 - item], &s.vol, &s.pad, &s.views);
+        progress_add(&c->prog, 1);
+        if (!ok) continue; /* reported */
         pthread_mutex_lock(&ds->mu);
         if (f >= 0 && ds->cache && in_window(ds, f, 0) && ds->slot[f].state == SLOT_ABSENT) {
             s.state = SLOT_READY;
@@ -489,6 +493,8 @@ void dataset_check_files(Dataset *ds, int rank, int world, int threads, int verb
     for (int f = rank; f < ds->n_train; f += world) c.todo[c.n++] = f;
     if (threads > c.n) threads = c.n;
     if (threads < 1) threads = 1;
+    progress_begin(&c.prog, ds->cache ? "data: decoding and caching the volumes" : "data: decoding the volumes", c.n,
+                   "volumes");
     pthread_t *th = vx_malloc((size_t)threads * sizeof *th);
     int started = 0;
     for (; started < threads; started++)
@@ -497,6 +503,7 @@ void dataset_check_files(Dataset *ds, int rank, int world, int threads, int verb
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     free(th);
     free(c.todo);
+    progress_end(&c.prog);
     stop_signal_honour("the data checks", "nothing was written");
     if (ds->error[0]) vx_usage_error("%s", ds->error);
     if (verbose)

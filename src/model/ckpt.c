@@ -167,7 +167,8 @@ void ckpt_apply(const Ckpt *c, Model *m, CkptState *st) {
     const size_t pbytes = (size_t)c->header.param_count * sizeof(float);
     float *const dst[3] = {m->param, m->adam_m, m->adam_v};
     const unsigned char *data = c->file + c->header.header_bytes;
-    for (int k = 0; k < 3; k++) model_upload_packed(m, (const float *)(data + k * pbytes), dst[k]);
+    for (int k = 0; k < 3; k++) /* (a model built for inference has no AdamW state to take the moments) */
+        if (dst[k]) model_upload_packed(m, (const float *)(data + k * pbytes), dst[k]);
     if (c->header.buffer_count) model_upload_buffers(m, (const float *)(data + 3 * pbytes));
     model_sync_lp(m);
     st->step = c->header.step;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "core/fsutil.h"
+#include "core/progress.h"
 #include "core/util.h"
 
 #define MANIFEST_MAX_BYTES (1u << 20)
@@ -240,6 +241,8 @@ void ckpt_sharded_read(const char *path, const Model *m, int64_t steps, ShardedC
     out->adam_m = vx_calloc(1, fbytes ? fbytes : 1);
     out->adam_v = vx_calloc(1, fbytes ? fbytes : 1);
     out->bufs = vx_calloc((size_t)(h.buffer_count ? h.buffer_count : 1), sizeof(float));
+    Progress prog; /* (each shard read whole and checked: seconds each for a large model) */
+    progress_begin(&prog, "reading the shards", world, "shards");
     for (int r = 0; r < world; r++) {
         unsigned char *buf = read_shard(dir, cJSON_GetArrayItem(shards, r), r, world, id, &h, m, shard, zero);
         const uint64_t b = (uint64_t)r * shard, avail = b < flat ? (flat - b < shard ? flat - b : shard) : 0;
@@ -249,7 +252,9 @@ void ckpt_sharded_read(const char *path, const Model *m, int64_t steps, ShardedC
         if (r == 0 && h.buffer_count)
             memcpy(out->bufs, buf + sizeof(ShardHeader) + 3 * arr, (size_t)h.buffer_count * sizeof(float));
         free(buf);
+        progress_add(&prog, 1);
     }
+    progress_end(&prog);
     out->id = (CkptId){.step = h.step, .next_sample = h.next_sample, .crc = ckpt_crc32(text, len)};
     cJSON_Delete(j);
     free(text);

@@ -79,6 +79,16 @@ void hw_detect(HwInfo *hw) {
     hw->cuda_built = 1;
 #endif
     hw->n_gpus = hw_cuda_query(hw->gpus, HW_MAX_GPUS, hw->gpu_reason, sizeof hw->gpu_reason);
+    hw->gpu_device_files = hw_nvidia_device_files("/dev");
+}
+
+const char *hw_no_gpu(const HwInfo *hw) {
+    /* CUDA's own words for a machine without NVIDIA GPUs (cudaErrorInsufficientDriver: no driver at all) read like a
+     * broken driver: where /dev has no NVIDIA device they are kept for the full plan and detect, and it is said
+     * plainly */
+    if (hw->n_gpus > 0) return NULL;
+    if (!hw->cuda_built) return "no GPU: this build has no CUDA";
+    return hw->gpu_device_files > 0 ? "no usable GPU" : "no GPU found";
 }
 
 int hw_nvidia_device_files(const char *dev_dir) {
@@ -96,7 +106,10 @@ int hw_nvidia_device_files(const char *dev_dir) {
     return n;
 }
 
+static int printed; /* hw_print said why there is no GPU: the plan's detail need not again */
+
 void hw_print(const HwInfo *hw) {
+    printed = 1;
     printf("cpu: %s, %d cores, features:%s%s%s%s\n", hw->cpu_model, hw->cores, hw->sse42 ? " sse4.2" : "",
            hw->avx2 ? " avx2" : "", hw->fma ? " fma" : "", hw->avx512f ? " avx512f" : "");
     printf("ram: %.1f GiB total, %.1f GiB available\n", hw->ram_total / 1073741824.0, hw->ram_available / 1073741824.0);
@@ -106,7 +119,7 @@ void hw_print(const HwInfo *hw) {
 #endif
     printf("cuda: %s%s%s\n", hw->cuda_built ? "built in (sm_80, sm_90, PTX)" : "not built in",
            versions[0] ? "; built with " : "", versions);
-    if (hw->n_gpus == 0) printf("gpus: none usable: %s\n", hw->gpu_reason);
+    if (hw->n_gpus == 0) printf("gpus: %s (%s)\n", hw_no_gpu(hw), hw->gpu_reason);
     for (int i = 0; i < hw->n_gpus; i++) {
         const HwGpu *g = &hw->gpus[i];
         char free_s[48] = "free memory read when started";
@@ -120,7 +133,10 @@ void hw_print(const HwInfo *hw) {
  * cannot run. */
 static int start_cuda(const TrainConfig *train, HwInfo *hw, char *reason, size_t reason_len) {
     if (hw->n_gpus == 0) {
-        snprintf(reason, reason_len, "no usable GPU: %s", hw->gpu_reason);
+        if (hw->gpu_device_files > 0 || !hw->cuda_built)
+            snprintf(reason, reason_len, "%s: %s", hw_no_gpu(hw), hw->gpu_reason);
+        else snprintf(reason, reason_len, "%s", hw_no_gpu(hw));
+        if (!printed) vx_detail("gpus: %s (%s)\n", hw_no_gpu(hw), hw->gpu_reason);
         return 0;
     }
     BackendOptions o = {.deterministic = train->deterministic, .allow_tf32 = train->tf32};
@@ -192,7 +208,7 @@ const Backend *hw_choose_backend(const ModelConfig *model, const TrainConfig *tr
     if (!cuda_ok) {
         snprintf(reason, reason_len, "%s", why);
         /* a machine with GPUs that trains on the CPU is rarely what was meant: say so where it shows, on every rank */
-        const int files = hw_nvidia_device_files("/dev");
+        const int files = hw->gpu_device_files;
         if (hw->n_gpus > 0 || files > 0)
             vx_error_line("warning: this machine has %d NVIDIA GPU(s) but --device auto trains on the CPU: %s; "
                           "--device cuda makes this an error, ci/gpu/driver_check.py checks the driver and libraries",

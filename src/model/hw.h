@@ -29,6 +29,7 @@ typedef struct {
     HwGpu gpus[HW_MAX_GPUS];
     int gpu; /* the GPU this process trains on (its local rank in a data-parallel run; set before choosing) */
     char gpu_reason[256]; /* why no GPU is usable, when n_gpus == 0 */
+    int gpu_device_files; /* NVIDIA device files in /dev (hw_nvidia_device_files): GPUs whatever CUDA says */
 } HwInfo;
 
 void hw_detect(HwInfo *hw);
@@ -36,6 +37,10 @@ void hw_detect(HwInfo *hw);
  * machine has GPUs whatever CUDA says of them (a driver older than the build's CUDA makes CUDA report none). */
 int hw_nvidia_device_files(const char *dev_dir);
 void hw_print(const HwInfo *hw);
+/* Why there is no GPU, in plain words: "no GPU found" (no NVIDIA device in /dev: CUDA's error there, e.g.
+ * cudaErrorInsufficientDriver, means no driver, not a broken one), "no usable GPU" (devices CUDA cannot use: the
+ * driver, say), "no GPU: this build has no CUDA"; NULL when there are GPUs. hw->gpu_reason has CUDA's words. */
+const char *hw_no_gpu(const HwInfo *hw);
 /* Picks the backend for train->device (a GPU only where the model section's model fits there) and says why in
  * `reason`. Exits 2 if cuda is requested and impossible. The CUDA backend starts on GPU hw->gpu and fills in its free
  * memory. */
@@ -59,5 +64,8 @@ int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_len);
  * NCCL 2.28.9, cuBLAS 13.1.0, CUPTI API 130001"): what `detect` prints and ci/gpu.sh's driver check compares the GPU
  * machine's libraries with. CUDA builds only. */
 void hw_cuda_build_versions(char *out, size_t len);
+/* The versions this process runs with (a GPU machine's may differ from the build's): the driver's CUDA ("none found"
+ * without one), the CUDA runtime, the loaded cuDNN and NCCL. CUDA builds only. */
+void hw_cuda_loaded_versions(char *out, size_t len);
 /* Free memory on `device` (creates or reuses its context); 0 when it cannot be read. */
 int hw_cuda_free_bytes(int device, size_t *free_bytes);

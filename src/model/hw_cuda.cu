@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <cublas_api.h>
+#include <cudnn.h>
 #include <cudnn_version.h>
 #include <cupti_version.h>
 #ifdef VX_NCCL
@@ -71,4 +72,21 @@ extern "C" void hw_cuda_build_versions(char *out, size_t len) {
     snprintf(out, len, "CUDA runtime %d.%d, cuDNN %d.%d.%d, NCCL %s, cuBLAS %d.%d.%d, CUPTI API %d", CUDART_VERSION / 1000,
              CUDART_VERSION % 1000 / 10, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, nccl, CUBLAS_VER_MAJOR,
              CUBLAS_VER_MINOR, CUBLAS_VER_PATCH, CUPTI_API_VERSION);
+}
+
+extern "C" void hw_cuda_loaded_versions(char *out, size_t len) {
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0; /* (0 too where no driver is installed) */
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+    cudaGetLastError();
+    const size_t cudnn = cudnnGetVersion();
+    char drv[48], nccl[32] = "not linked";
+    if (driver > 0) snprintf(drv, sizeof drv, "for CUDA %d.%d", driver / 1000, driver % 1000 / 10);
+    else snprintf(drv, sizeof drv, "none found");
+#ifdef VX_NCCL
+    int v = 0;
+    if (ncclGetVersion(&v) == ncclSuccess) snprintf(nccl, sizeof nccl, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+#endif
+    snprintf(out, len, "NVIDIA driver: %s; CUDA runtime %d.%d; cuDNN %zu.%zu.%zu; NCCL %s", drv, runtime / 1000,
+             runtime % 1000 / 10, cudnn / 10000, cudnn / 100 % 100, cudnn % 100, nccl);
 }

@@ -12,7 +12,7 @@ static const char *precision_key(DType t) { return t == DT_BF16 ? "bf16" : t == 
 ModelOptions hw_model_options(const TrainConfig *train) {
     return (ModelOptions){.precision = train->precision, .fuse = train->fuse,
                           .checkpoint_activations = train->checkpoint_activations, .seed = train->seed,
-                          .ema = train->ema_decay > 0};
+                          .ema = train->ema_decay > 0, .inference = train->inference};
 }
 
 static DType plan_precision(const TrainConfig *train, const HwPlanDevice *dev) {
@@ -141,6 +141,14 @@ void hw_plan_describe(const HwPlan *p, const HwPlanDevice *dev, const TrainConfi
     if (p->checkpoint_switched_on)
         snprintf(ckpt, sizeof ckpt, "on (batch %d does not fit without it)", train->batch_size > 0 ? p->batch : 1);
     else snprintf(ckpt, sizeof ckpt, "%s", p->checkpoint_activations ? "on" : "off");
+    if (train->inference) { /* predict: the forward alone, so no steps, accumulation or checkpointing to speak of */
+        snprintf(out, len, "plan: inference (the forward only: no gradients, no optimizer state); %s; batch %d per %s x "
+                 "%d %s; batch %d plans %.2f GiB of the %.2f GiB budget (%.0f%% of %.2f GiB %s)", prec, p->batch,
+                 dev->gpu ? "GPU" : "rank", p->ranks, dev->gpu ? "GPU(s)" : "rank(s)", p->batch,
+                 p->need_bytes / 1073741824.0, p->budget_bytes / 1073741824.0, 100 * HW_MEMORY_SHARE,
+                 dev->available / 1073741824.0, dev->gpu ? "free" : "available");
+        return;
+    }
     snprintf(out, len,
              "plan: %s; batch %d per %s x %d %s x %d accumulation = %d samples per step%s; activation checkpointing "
              "%s; batch %d plans %.2f GiB of the %.2f GiB budget (%.0f%% of %.2f GiB %s)",

@@ -180,6 +180,8 @@ typedef struct {
     int no_workspace;           /* plan the convolutions' and attention's workspace as empty and ask the backend nothing about it: a
                                    lower bound of the bytes (hw_plan's batch search); 0 in runs */
     int ema;                    /* train.ema_decay > 0: the weights' moving average as the buffer MODEL_EMA_BUFFER */
+    int inference;              /* predict: no gradients (of the parameters or in the arena) and no AdamW state are
+                                   planned or allocated; backward and the optimizer must not run */
 } ModelOptions;
 
 /* Bytes of backend memory by purpose, as the allocator counted them (bytes_in_use around each allocation). */
@@ -192,7 +194,7 @@ typedef struct {
 
 typedef struct Model {
     ModelConfig cfg;            /* the model section, input_size that of the model's stage */
-    int fuse, checkpoint_activations, pad_all_types, no_workspace; /* from ModelOptions */
+    int fuse, checkpoint_activations, pad_all_types, no_workspace, inference; /* from ModelOptions */
     int64_t seed;
     int batch;
     DType dtype; /* of the activations (model_dtype) */

@@ -157,7 +157,7 @@ static void plan_memory(Model *m) {
         const size_t bytes = (size_t)tn->count * dtype_size(tn->dtype);
         tn->act = plan_add(&m->plan, bytes, born, last_use[t]);
         tn->act_bwd = needed_again[t] ? plan_add(&m->plan, bytes, again_first[t], again_last[t]) : tn->act;
-        if (t != m->t_input && t != m->t_input_lp && !tn->no_grad) { /* the data needs no gradient */
+        if (t != m->t_input && t != m->t_input_lp && !tn->no_grad && !m->inference) { /* the data needs none */
             int dies = T - (tn->producer < 0 ? 0 : tn->producer);
             tn->grad = plan_add(&m->plan, bytes, first_grad[t], dies);
         }
@@ -250,6 +250,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->checkpoint_activations = opt->checkpoint_activations;
     m->pad_all_types = opt->pad_all_types;
     m->no_workspace = opt->no_workspace;
+    m->inference = opt->inference;
     m->seed = opt->seed;
     m->be = be;
     m->batch = batch;
@@ -275,6 +276,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     }
     else build_ae3d(m);
     finish_params(m);
+    if (m->inference) m->grad_floats = m->state_floats = 0; /* (predict: 506 MiB of them for nothing, issue 36) */
     if (opt->ema) { /* after the layout: the average mirrors the flat parameters, padding included */
         const char *dot = strchr(MODEL_EMA_BUFFER, '.');
         char prefix[16];
@@ -320,7 +322,7 @@ void model_release_memory(Model *m) {
     if (!m || !m->allocated) return;
     m->be->release(m->arena);
     m->be->release(m->param);
-    m->be->release(m->grad);
+    if (m->grad) m->be->release(m->grad);
     if (m->adam_m) m->be->release(m->adam_m);
     if (m->adam_v) m->be->release(m->adam_v);
     if (m->param_lp) m->be->release(m->param_lp);

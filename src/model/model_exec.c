@@ -56,7 +56,7 @@ void model_allocate(Model *m) {
     memset(&m->mem, 0, sizeof m->mem);
     m->arena = alloc_counted(be, m->plan.total, &m->mem.activations);
     m->param = alloc_counted(be, (size_t)m->flat_floats * sizeof(float), &m->mem.params);
-    m->grad = alloc_counted(be, (size_t)m->grad_floats * sizeof(float), &m->mem.grads);
+    if (m->grad_floats) m->grad = alloc_counted(be, (size_t)m->grad_floats * sizeof(float), &m->mem.grads);
     if (m->state_floats) {
         m->adam_m = alloc_counted(be, (size_t)m->state_floats * sizeof(float), &m->mem.optimizer);
         m->adam_v = alloc_counted(be, (size_t)m->state_floats * sizeof(float), &m->mem.optimizer);

@@ -239,3 +239,10 @@ void run_dir_check_ours(const char *what) {
 int run_dir_is_ours(char *why, size_t why_len) {
     return run_lock.fd < 0 || out_lock_still_ours(&run_lock, why, why_len);
 }
+
+void run_dir_write_plan(const char *dir) {
+    char path[CONFIG_STR + 16];
+    snprintf(path, sizeof path, "%s/plan.txt", dir);
+    const char *text = vx_plan_text();
+    fs_write_atomic(path, text, strlen(text));
+}

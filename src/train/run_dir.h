@@ -30,5 +30,8 @@ void run_dir_take(OutputConfig *output, const char *config_name, int64_t resume_
  * took one: yes): 1, or 0 and why. A run's directory deleted and re-created (and locked) by a new run while it ran
  * would otherwise get this run's checkpoints among the new run's files. */
 int run_dir_is_ours(char *why, size_t why_len);
+/* Writes <dir>/plan.txt: every line the run printed or kept for the full plan so far (core/util.h's vx_plan_text:
+ * the device, the plan, the memory of every mode, the host memory plan), which the terminal shows only with -v. */
+void run_dir_write_plan(const char *dir);
 /* Ends the run (exit 6) when it is not, saying that `what` ("the checkpoint of step 12") is not written. */
 void run_dir_check_ours(const char *what);

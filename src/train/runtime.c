@@ -89,8 +89,10 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
                    g->name, g->total_bytes / 1073741824.0, g->free_bytes / 1073741824.0, g->sms, g->cc_major,
                    g->cc_minor, cfg->tf32 ? "on" : "off", cfg->deterministic ? "on" : "off");
         }
-        vx_log("model: %ld parameters in %d tensors, %d nodes, %.2f GFLOP per micro-batch step\n", m->param_count,
-               m->n_params, m->n_nodes, (m->conv_flops_step + m->gemm_flops_step + m->attn_flops_step) * 1e-9);
+        vx_log("model: %ld parameters in %d tensors, %d nodes, %.2f GFLOP per micro-batch step; %.1f MiB of device "
+               "memory planned\n", m->param_count, m->n_params, m->n_nodes,
+               (m->conv_flops_step + m->gemm_flops_step + m->attn_flops_step) * 1e-9,
+               model_device_bytes(m) / 1048576.0);
         if (m->bf16_math)
             vx_log("precision: bf16 math in the convolutions on the CPU (inputs, weights and gradients rounded to "
                    "bf16 inside each call, float32 accumulation and outputs, where measured faster than float32); "
@@ -99,7 +101,8 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
             vx_log("precision: %s activations and convolutions (mixed precision: float32 master weights, gradients, "
                    "AdamW state, statistics and reductions)%s\n", cfg->precision,
                    strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");
-        else vx_log("precision: float32%s\n", strcmp(cfg->loss_scale, "dynamic") == 0 ? "; dynamic loss scaling" : "");
+        else if (strcmp(cfg->loss_scale, "dynamic") == 0) vx_log("precision: float32; dynamic loss scaling\n");
+        else vx_detail("precision: float32\n");
         const Dims lp = m->tensors[m->t_input_lp].dims;
         if (lp.c != model->in_channels)
             vx_log("input padding: encoder.conv_in reads %d channel(s) zero-padded to %d, for cuDNN's tensor cores "
@@ -108,11 +111,12 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
             vx_log("compile: %s\n", rt->be->graph_capture_begin ? "the training step is captured in a CUDA Graph "
                    "after its first (eager) run and replayed" : "no graphs on this backend: the step runs eagerly, "
                    "reading its per-step values from memory as the captured step does");
-        vx_log("memory: arena %.1f MiB planned (%.1f MiB without reuse) + %.1f MiB parameters, gradients and AdamW "
-               "state%s = %.1f MiB peak\n",
-               m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
-               (model_device_bytes(m) - m->plan.total) / 1048576.0,
-               m->dtype != DT_F32 ? " (and their low-precision copy)" : "", model_device_bytes(m) / 1048576.0);
+        vx_detail("memory: arena %.1f MiB planned (%.1f MiB without reuse) + %.1f MiB parameters%s%s = %.1f MiB "
+                  "peak\n",
+                  m->plan.total / 1048576.0, plan_unshared_bytes(&m->plan) / 1048576.0,
+                  (model_device_bytes(m) - m->plan.total) / 1048576.0,
+                  m->inference ? "" : ", gradients and AdamW state",
+                  m->dtype != DT_F32 ? " (and their low-precision copy)" : "", model_device_bytes(m) / 1048576.0);
         if (cfg->checkpoint_activations)
             vx_log("activation checkpointing: %d ResBlocks keep only their input and output; backward reruns %.2f "
                    "GFLOP of their convolutions per micro-batch\n", m->n_blocks, m->recompute_flops * 1e-9);

@@ -39,6 +39,7 @@
 #include "trace/gpu_activity.h"
 #include "trace/trace.h"
 #include "train/evaluate.h"
+#include "train/heartbeat.h"
 #include "train/metrics.h"
 #include "train/param_groups.h"
 #include "train/rank_agree.h"
@@ -429,8 +430,9 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     stepper_set_zero(t->stepper, t->zero);
     if (resume_path) stepper_set_carry(t->stepper, &t->st.opt);
     t->collected = t->st.step;
-    vx_log("run: %s (config written there), %d steps, batch %d x %d accumulation\n", output->dir, train->steps,
-           m->batch, train->grad_accum);
+    if (rank0) run_dir_write_plan(output->dir); /* (the header's detail: -v prints it) */
+    vx_log("run: %s (config.json and the full plan, plan.txt, written there), %d steps, batch %d x %d accumulation\n",
+           output->dir, train->steps, m->batch, train->grad_accum);
     const int k = trainer_stage_of(t, t->st.step);
     /* resuming on a stage's first step starts its optimizer afresh, as an uninterrupted run does */
     trainer_enter_stage(t, k, k > 0 && t->st.step == t->stages[k].first_step);
@@ -441,6 +443,7 @@ typedef struct {
     double ms, wait, comm, slot; /* (slot: NaN where not measured) */
     long steps;
     int stopping;
+    Heartbeat hb; /* the lines before log_every's first */
 } LoopState;
 
 /* One collected step: the divergence checks, the loss scale's news, the running loss and the log window. */
@@ -470,8 +473,11 @@ static void handle_outcome(Trainer *t, LoopState *ls, const StepOutcome *r, int 
     const int last = r->step == cfg->steps;
     if (r->step % cfg->log_every == 0 || last) {
         if (rank0) log_progress(t, r, ls->ms, ls->wait, ls->comm, ls->slot, ls->steps);
+        heartbeat_stop(&ls->hb);
         ls->ms = ls->wait = ls->comm = 0;
         ls->steps = 0;
+    } else if (rank0) {
+        heartbeat_step(&ls->hb, r->step, cfg->steps, cfg->log_every, r->loss, r->ms);
     }
     if (r->stop) ls->stopping = 1; /* every rank saw the same flag in the step's all-reduce */
 }

@@ -112,7 +112,7 @@ void train_check_memory(const Runtime *rt, const Model *m, int held, int prefetc
     }
     const double have = HW_MEMORY_SHARE * (double)rt->hw.ram_available;
     if (verbose)
-        vx_log("host memory: %.1f MiB planned (%s)%s\n", total / 1048576.0, parts,
+        vx_detail("host memory: %.1f MiB planned (%s)%s\n", total / 1048576.0, parts,
                ranks_here > 1 ? ", for all ranks of this machine" : "");
     if (total > have)
         vx_exit_error(VX_EXIT_MEMORY, "the run plans %.2f GiB of host memory (%s), more than %.0f%% of the %.2f GiB "

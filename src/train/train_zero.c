@@ -73,9 +73,17 @@ void trainer_zero_report(Trainer *t) {
     const int stage = t->zero ? t->zl.stage : 0, offload = t->zero && t->offload;
     const ZeroBytes p = zero_plan_bytes_at(t->m, stage, offload, t->comm->world, &t->cfg->dist);
     const ModelMemory *a = &m->mem;
-    /* every rank says its own (the allocator's counts are per process), not only rank 0 */
-    printf("memory: rank %d/%d (%s), allocator: parameters %zu, gradients %zu, optimizer state %zu, activations %zu "
-           "bytes; plan: %zu, %zu, %zu, %zu\n", t->comm->rank, t->comm->world, zero_run_name(stage, offload), a->params,
-           a->grads, a->optimizer, a->activations, p.params, p.grads, p.optimizer, p.activations);
+    /* every rank of a data-parallel run says its own (the allocator's counts are per process), not only rank 0; one
+     * process keeps it for the full plan (plan.txt, -v) */
+    char line[400];
+    snprintf(line, sizeof line, "memory: rank %d/%d (%s), allocator: parameters %zu, gradients %zu, optimizer state "
+             "%zu, activations %zu bytes; plan: %zu, %zu, %zu, %zu\n", t->comm->rank, t->comm->world,
+             zero_run_name(stage, offload), a->params, a->grads, a->optimizer, a->activations, p.params, p.grads, p.optimizer,
+             p.activations);
+    if (t->comm->world == 1 && !t->zero) {
+        vx_detail("%s", line);
+        return;
+    }
+    fputs(line, stdout);
     fflush(stdout);
 }

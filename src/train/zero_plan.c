@@ -116,14 +116,14 @@ int zero_plan_choose(Runtime *rt, DistConfig *dist, int world, int local_world, 
                 snprintf(shared + strlen(shared), sizeof shared - strlen(shared), " less its %s of data and checkpoint "
                          "copies", other);
         }
-        vx_log("memory per rank by mode (%d rank(s); parameters + gradients + optimizer state + activations = device "
+        vx_detail("memory per rank by mode (%d rank(s); parameters + gradients + optimizer state + activations = device "
                "total%s%s):\n", world, gpu ? "; offload: + pinned host" : "", shared);
         for (int k = 0; k < ZERO_MODES + z1_offload; k++) {
             char p[32], g[32], o[32], a[32], t[32], h[32] = "";
             human(b[k].params, p, sizeof p), human(b[k].grads, g, sizeof g), human(b[k].optimizer, o, sizeof o);
             human(b[k].activations, a, sizeof a), human(zero_bytes_device(&b[k]), t, sizeof t);
             if (b[k].host) human(b[k].host, h, sizeof h);
-            vx_log("  %-17s %s + %s + %s + %s = %s%s%s%s%s\n", k < ZERO_MODES ? MODE_NAME[k] : zero_run_name(1, 1), p,
+            vx_detail("  %-17s %s + %s + %s + %s = %s%s%s%s%s\n", k < ZERO_MODES ? MODE_NAME[k] : zero_run_name(1, 1), p,
                    g, o, a, t, b[k].host ? " (+ " : "", h,
                    b[k].host ? " host)" : "", k == chosen ? "  <- this run" : "");
         }

@@ -16,6 +16,7 @@ import csv
 import importlib.util
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -261,3 +262,24 @@ def test_predict_bad_input(tmp_path):
     for args in (["--data", vols, "--out", never], ["--ckpt", ck, "--out", never], ["--ckpt", ck, "--data", vols]):
         p = run("predict", *args, check=False)
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_predict_plans_and_allocates_the_forward_only(tmp_path):
+    """Issue 36: predict planned (and allocated) the gradients and AdamW's state of training, 506 MiB for a model
+    whose forward needs a fraction of it. Its plan is the forward's: the parameters (and buffers) once, an arena
+    without gradients."""
+    run("train", "--config", RESNET, "--steps", 1, "--out", tmp_path / "r", *CPU)
+    write_volume(str(tmp_path / "v.nii.gz"), (16, 16, 16), 1)
+    train_mib = lambda out: float(re.search(r"; ([\d.]+) MiB of device memory planned", out).group(1))  # noqa: E731
+    detect = run("detect", "--config", RESNET, "--device", "cpu").stdout
+    p = run("predict", "--ckpt", tmp_path / "r" / "checkpoints" / "step_1.ckpt", "--data", tmp_path / "v.nii.gz",
+            "--out", tmp_path / "p", "--device", "cpu", "-v")
+    plan = next(l for l in p.stdout.splitlines() if l.startswith("plan: "))
+    assert plan.startswith("plan: inference (the forward only: no gradients, no optimizer state); float32;"), plan
+    params = int(re.search(r"^model: (\d+) parameters", p.stdout, re.M).group(1))
+    # training holds the parameters, their gradients and two moments: predict saves at least the three latter
+    assert train_mib(p.stdout) <= train_mib(detect) - 3 * params * 4 / 1048576 + 0.05, (p.stdout, detect)
+    arena = re.search(r"^memory: arena [\d.]+ MiB planned \([\d.]+ MiB without reuse\) \+ [\d.]+ MiB parameters = ",
+                      p.stdout, re.M)
+    assert arena, p.stdout
+    assert len(rows(tmp_path / "p")) == 1
