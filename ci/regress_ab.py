@@ -25,6 +25,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCH = "-march=x86-64-v3"
 TOL_TIME = 0.15   # every pair slower by more than this: a regression
 TOL_COUNT = 0.03  # instructions: deterministic up to library internals, 3% is far above their jitter
+# ... except on ops of a few thousand instructions, where glibc malloc's heap state alone moves the count by hundreds:
+# linear_backward_filter counted 3812 vs 3606 with the kernel's own 1990 equal in both builds (one build's call went
+# through malloc_consolidate). An op regresses on its count only when it also grew by more than this many
+# instructions per call (under a microsecond: below what the timing pairs can see, and no kernel's work).
+MIN_COUNT_GROWTH = 2000
 
 
 def sh(cmd, **kw):
@@ -200,7 +205,7 @@ def gate(args, log=print):
         else:
             for op, (n, b) in sorted(count_ratios(new, base, args.count_configs, log).items()):
                 r = n / b if b else 1.0
-                worse = r > 1 + TOL_COUNT
+                worse = r > 1 + TOL_COUNT and n - b > MIN_COUNT_GROWTH
                 bad += worse
                 rows.append(("instructions", op, r, "%d vs %d" % (n, b), TOL_COUNT, "REGRESSED" if worse else "ok"))
     log("%-13s %-40s %8s  %-28s %5s  %s" % ("kind", "op (this build / parent)", "ratio", "per pair / counts", "tol",

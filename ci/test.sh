@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-passed=0; failed=0; skipped=0; failed_names=(); skipped_names=()
+passed=0; failed=0; skipped=0; failed_names=(); skipped_names=(); why=()
 
 # The instruction set everything below runs on (issue 41: results that depend on the kernels' arithmetic are read
 # against it); ci/isa_sweep.sh, near the end, runs the ISA-sensitive tests again under each lower level.
@@ -117,9 +117,20 @@ done
 
 echo "=== pytest tests/integration"
 report=$(mktemp)
-.venv/bin/python -m pytest -q -rs -p no:cacheprovider tests/integration --junitxml="$report"
+.venv/bin/python -m pytest -q -rsfE -p no:cacheprovider tests/integration --junitxml="$report"
 rc=$?
 if [ -s "$report" ]; then
+    while IFS= read -r l; do why+=("pytest: $l"); done < <(/usr/bin/python3 - "$report" <<'PY'
+import sys, xml.etree.ElementTree as ET
+bad = [(c, b) for c in ET.parse(sys.argv[1]).getroot().iter("testcase")
+       for b in list(c.findall("failure")) + list(c.findall("error"))]
+for c, b in bad[:10]:
+    msg = (b.get("message") or "").replace("\n", " ")[:160]
+    print("%s::%s: %s" % (c.get("classname", "").rsplit(".", 1)[-1], c.get("name"), msg))
+if len(bad) > 10:
+    print("... and %d more" % (len(bad) - 10))
+PY
+)
     read -r ptests pfail perr pskip < <(/usr/bin/python3 - "$report" <<'PY'
 import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot()
@@ -139,7 +150,9 @@ echo "=== ISA sweep (ci/isa_sweep.sh: the ISA-sensitive tests under each lower I
 isa_out=$(bash ci/isa_sweep.sh 2>&1); isa_rc=$?
 printf '%s\n' "$isa_out" | grep -E '^(device:|isa |--- isa|FAILED|ERROR)'
 if [ $isa_rc -eq 0 ]; then passed=$((passed + 1)); else
-    printf '%s\n' "$isa_out" | tail -60; failed=$((failed + 1)); failed_names+=("isa sweep"); fi
+    printf '%s\n' "$isa_out" | tail -60; failed=$((failed + 1)); failed_names+=("isa sweep")
+    while IFS= read -r l; do why+=("isa sweep: $l"); done < <(printf '%s\n' "$isa_out" |
+        grep -E '^(isa [a-z0-9_]+: (FAILED|ERROR)|--- isa|isa [a-z0-9_]+: the build failed)' | head -6); fi
 
 # The regression gate (ci/regress): this tree against its parent commit, both built here (x86-64-v3, CPU-only; the
 # parent cached by commit in /var/tmp/voxscale-regress), bench kernels and bench step of the default config timed in
@@ -154,7 +167,9 @@ printf '%s\n' "$regress_out"
 case $regress_rc in
     0) passed=$((passed + 1)) ;;
     77) skipped=$((skipped + 1)); skipped_names+=("regress") ;;
-    *) failed=$((failed + 1)); failed_names+=("regress") ;;
+    *) failed=$((failed + 1)); failed_names+=("regress")
+       while IFS= read -r l; do why+=("regress: $l"); done < <(printf '%s\n' "$regress_out" |
+           grep -E 'REGRESSED|MISSING|FAILED|exited|failed' | head -6) ;;
 esac
 
 # The Docker image and compose.yaml, for real: ci/docker.sh builds the Dockerfile against local stand-ins of NVIDIA's
@@ -177,6 +192,8 @@ case "${VX_SKIP_DOCKER:-0}" in
     *) echo "VX_SKIP_DOCKER must be 0 or 1, not \"$VX_SKIP_DOCKER\""; failed=$((failed + 1)); failed_names+=("docker") ;;
 esac
 
+# CI shows only the end of this output: the failures' own lines come last, a few per failing part
+for l in "${why[@]}"; do echo "why: ${l:0:300}"; done
 [ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
 [ ${#skipped_names[@]} -eq 0 ] || echo "skipped (unit binaries, gate): ${skipped_names[*]}"
 echo "tests: $passed passed, $failed failed, $skipped skipped"

@@ -87,7 +87,7 @@ const char *hw_no_gpu(const HwInfo *hw) {
      * broken driver: where /dev has no NVIDIA device they are kept for the full plan and detect, and it is said
      * plainly */
     if (hw->n_gpus > 0) return NULL;
-    if (!hw->cuda_built) return "no GPU: this build has no CUDA";
+    if (!hw->cuda_built) return "no GPU";  /* (gpu_reason says: this build has no CUDA) */
     return hw->gpu_device_files > 0 ? "no usable GPU" : "no GPU found";
 }
 

@@ -39,7 +39,7 @@ int hw_nvidia_device_files(const char *dev_dir);
 void hw_print(const HwInfo *hw);
 /* Why there is no GPU, in plain words: "no GPU found" (no NVIDIA device in /dev: CUDA's error there, e.g.
  * cudaErrorInsufficientDriver, means no driver, not a broken one), "no usable GPU" (devices CUDA cannot use: the
- * driver, say), "no GPU: this build has no CUDA"; NULL when there are GPUs. hw->gpu_reason has CUDA's words. */
+ * driver, say), "no GPU" (a build without CUDA: gpu_reason says so); NULL when there are GPUs. hw->gpu_reason has CUDA's words. */
 const char *hw_no_gpu(const HwInfo *hw);
 /* Picks the backend for train->device (a GPU only where the model section's model fits there) and says why in
  * `reason`. Exits 2 if cuda is requested and impossible. The CUDA backend starts on GPU hw->gpu and fills in its free

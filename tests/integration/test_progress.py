@@ -69,7 +69,8 @@ def test_no_gpu_found_is_said_plainly(tmp_path):
     p = run("train", *TINY, "--steps", "1", "--out", tmp_path / "r", "--device", "auto")
     device = next(l for l in p.stdout.splitlines() if l.startswith("device: "))
     if "build: CUDA=0" in run("--version").stdout:
-        assert device.startswith("device: cpu (no GPU: this build has no CUDA"), device
+        assert device.startswith("device: cpu (no GPU: this build has no CUDA (built with CUDA=0"), device
+        assert device.count("this build has no CUDA") == 1, device
         return
     assert device.startswith("device: cpu (no GPU found);"), device
     assert "cudaError" not in p.stdout and "driver" not in device, p.stdout
