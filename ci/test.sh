@@ -98,7 +98,9 @@ fi
 echo "=== sanitizer build: every family's commands (ci/sanitize_sweep.py)"
 sweep_out=$(BUILD="$BUILD" python3 ci/sanitize_sweep.py 2>&1); sweep_rc=$?
 printf '%s\n' "$sweep_out" | tail -60
-if [ $sweep_rc -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("sanitizer sweep"); fi
+if [ $sweep_rc -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("sanitizer sweep")
+    while IFS= read -r l; do why+=("sanitizer sweep: $l"); done < <(printf '%s\n' "$sweep_out" | grep -E '^FAILED ' |
+        head -6); fi
 
 # ci/gpu.sh without a GPU (tests/tools/gpu/*.sh say what each checks): the build stops, and says what to set, where
 # nvcc exists but cuDNN does not; the runner's bookkeeping and reports in a dry run with a planted failure and a
