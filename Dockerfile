@@ -1,4 +1,4 @@
-# Dockerfile: the voxscale images, one multi-stage file (README "Docker"; compose.yaml runs them).
+# Dockerfile: the voxscale images, one multi-stage file (docs/training-and-configs.md "Docker"; compose.yaml runs them).
 #   docker build -t voxscale .                          the trainer (stage runtime, the last one)
 #   docker build --target tensorboard -t voxscale-tensorboard .
 #   docker build --target test -t voxscale-test .       the test suite, GPU tests included when GPUs are given

@@ -117,6 +117,7 @@ for check in build_not_silent dry_run driver_check prepare_pip; do
     fi
 done
 
+# (tests/integration/test_docs.py is among them: the doc-tests, each runnable block of README.md and docs/*.md one case)
 echo "=== pytest tests/integration"
 report=$(mktemp)
 .venv/bin/python -m pytest -q -rsfE -p no:cacheprovider tests/integration --junitxml="$report"
