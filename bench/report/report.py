@@ -9,6 +9,8 @@ For each device folder it draws a chart for every benchmark JSON the folder hold
 chart) into DIR/charts/<name>.png (README, TensorBoard) and .svg (the page), removes charts it no longer draws,
 writes DIR/index.html (self-contained: the charts inline, the tables, the environment), then RESULTS/index.html
 linking every device folder there. Rendering is deterministic: the same JSON gives the same files.
+The tables of docs/measured.md (and the README's measured block) come from the same JSON by measured.py beside this
+file, which needs no matplotlib; rerun it after adding results (tests/integration/test_measured.py fails otherwise).
 Exit codes: 0 done; 2 bad usage; 3 no matplotlib in this Python (install python3-matplotlib; `bench scaling` then
 tries the next Python); 1 anything else."""
 import argparse

@@ -153,6 +153,13 @@ void cpu_isa_describe(char *buf, size_t len) {
         snprintf(buf + strlen(buf), len - strlen(buf), " (VX_CPU_ISA=%s on a CPU with %s)", c->cap, c->full);
 }
 
+const char *cpu_isa_level(void) {
+    const CpuIsa *c = cpu_isa();
+    const int l = level_of(c);
+    if (l != LEVEL_BELOW_AVX2) return levels[l].name;
+    return c->tier == ISA_AVX ? "avx" : "sse";
+}
+
 CpuVecTier cpu_gemm_openblas_tier(const char *core) {
     static const char *avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
     static const char *avx2[] = {"Haswell", "Zen", "Excavator"};

@@ -28,5 +28,8 @@ const CpuIsa *cpu_isa(void);
 const char *cpu_tier_name(CpuVecTier t); /* "AVX-512", "AVX2", "AVX", "SSE" */
 /* "AVX-512, AVX512-BF16" (and ", AMX-BF16"); capped: "AVX2 (VX_CPU_ISA=avx2 on a CPU with AVX-512, AVX512-BF16)" */
 void cpu_isa_describe(char *buf, size_t len);
+/* The dispatched level as VX_CPU_ISA names it ("avx2", "avx512", "avx512_bf16", "amx"; "avx" or "sse" below AVX2),
+ * after its cap: the level results/<device>/ folders carry, so one VM name on two hosts does not mix their figures */
+const char *cpu_isa_level(void);
 /* The tier of an OpenBLAS kernel family ("Cooperlake" -> AVX-512, "Zen" -> AVX2, "Prescott" -> SSE). */
 CpuVecTier cpu_gemm_openblas_tier(const char *corename);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/cpu_gemm.h"
+#include "common/cpu_isa.h"
 #include "core/fsutil.h"
 #include "core/outguard.h"
 #include "core/util.h"
@@ -42,7 +43,7 @@ double bench_sgemm_gflops(int m, int n, int k) {
     return 2.0 * m * n * k / bench_median(t, 5) * 1e-9;
 }
 
-/* "Intel(R) Xeon(R) Processor" + 2 cores -> "cpu-intel-xeon-processor-2c": a results/ folder name. */
+/* "Intel(R) Xeon(R) Processor" -> "intel-xeon-processor": the folding of a results/ folder name. */
 void bench_slugify(const char *name, char *out, size_t len) {
     char raw[300], *o = out;
     snprintf(raw, sizeof raw, "%s", name); /* name may be out itself */
@@ -64,9 +65,13 @@ void bench_slugify(const char *name, char *out, size_t len) {
     *o = 0;
 }
 
+/* A CPU's folder carries the ISA level the kernels dispatched at ("cpu-amd-epyc-avx512-bf16-2c"): one VM name came on
+ * hosts with AVX2 and with AVX-512 BF16, whose figures differ 2x and must not share a folder (or a baseline); under
+ * VX_CPU_ISA the capped level, since that is what ran. */
 void bench_device_slug(const Runtime *rt, char *out, size_t len) {
     char raw[300];
-    if (strcmp(rt->be->name, "cpu") == 0) snprintf(raw, sizeof raw, "cpu-%s-%dc", rt->hw.cpu_model, rt->hw.cores);
+    if (strcmp(rt->be->name, "cpu") == 0)
+        snprintf(raw, sizeof raw, "cpu-%s-%s-%dc", rt->hw.cpu_model, cpu_isa_level(), rt->hw.cores);
     else snprintf(raw, sizeof raw, "%s", rt->hw.n_gpus ? rt->hw.gpus[0].name : "gpu");
     bench_slugify(raw, out, len);
 }

@@ -9,8 +9,8 @@
 double bench_median(double *v, int n);
 /* Median GFLOP/s of this machine's BLAS sgemm C[m][n] = A[m][k] B[k][n]^T (one warm-up, 5 timed). */
 double bench_sgemm_gflops(int m, int n, int k);
-/* "Intel(R) Xeon(R) Processor" + 2 cores -> "cpu-intel-xeon-processor-2c"; a GPU's name on CUDA: the results/
- * folder name of this run's device. */
+/* "AMD EPYC" at AVX-512 BF16 on 2 cores -> "cpu-amd-epyc-avx512-bf16-2c" (the level cpu_isa_level() dispatched at,
+ * VX_CPU_ISA's cap included); a GPU's name on CUDA: the results/ folder name of this run's device. */
 void bench_device_slug(const Runtime *rt, char *out, size_t len);
 /* The same folding of any name ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"); out may be name. */
 void bench_slugify(const char *name, char *out, size_t len);

@@ -196,7 +196,7 @@ def test_a_folder_gets_the_charts_of_what_it_holds(tmp_path):
     """One step JSON: one chart, the page and the index; removing a JSON removes its chart on the next run."""
     d = tmp_path / "cpu-some-machine-2c"
     d.mkdir()
-    src = os.path.join(RESULTS, "cpu-amd-epyc-2c")
+    src = os.path.join(RESULTS, "cpu-amd-epyc-avx512-bf16-2c")
     for f in ("step_default.json", "step_default.md", "pytorch_step_default.json", "kernels_default.json"):
         shutil.copy(os.path.join(src, f), d)
     out = report("--device", str(d))
@@ -216,12 +216,12 @@ def test_the_scaling_chart_projects_every_interconnect(tmp_path):
     """The committed scaling JSON predates the presets; report_fixtures/scaling_presets.json is bench scaling's own
     output at dc8dc16 (measured here under a load average of 1.6 to 110, which its notes must say): every preset's
     line with its band, the measured waits in the step chart's trainer rows."""
-    d = tmp_path / "cpu-amd-epyc-2c"
+    d = tmp_path / "cpu-amd-epyc-avx512-bf16-2c"
     d.mkdir()
     shutil.copy(os.path.join(ROOT, "tests", "integration", "report_fixtures", "scaling_presets.json"),
                 d / "scaling_default.json")
     for f in ("step_default.json", "step_default.md"):
-        shutil.copy(os.path.join(RESULTS, "cpu-amd-epyc-2c", f), d)
+        shutil.copy(os.path.join(RESULTS, "cpu-amd-epyc-avx512-bf16-2c", f), d)
     report("--device", str(d))
     want = expected(str(d))
     assert "projected over PCIe 4.0 x16" in want["scaling_default"] and "exposed communication" in want["step_default"]

@@ -1,0 +1,103 @@
+"""bench/report/measured.py (issue 36): the committed docs/measured.md is exactly what the committed results/ JSON
+gives, so a figure that changes in results/ without the page being regenerated (or a page edited by hand) fails CI;
+every step figure in it is the JSON's; the README's measured block is replaced between its markers and nowhere else,
+and a README without the markers is refused with a message naming them. A few seconds; needs git, no build."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MEASURED = os.path.join(ROOT, "bench", "report", "measured.py")
+RESULTS = os.path.join(ROOT, "results")
+COMMITTED = os.path.join(ROOT, "docs", "measured.md")
+BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, MEASURED] + list(args), cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def missing_commits():
+    """Commits the JSON names that this clone lacks (a shallow clone): their dates would read "?"."""
+    names = set()
+    for dirpath, _, files in os.walk(RESULTS):
+        for f in files:
+            if f.endswith(".json"):
+                with open(os.path.join(dirpath, f)) as fh:
+                    c = json.load(fh).get("commit")
+                if isinstance(c, str):
+                    names.add(c)
+    return sorted(c for c in names if subprocess.run(["git", "cat-file", "-e", c + "^{commit}"], cwd=ROOT,
+                                                     capture_output=True).returncode != 0)
+
+
+def test_committed_page_is_what_the_json_gives(tmp_path):
+    lacking = missing_commits()
+    if lacking:
+        pytest.skip("this clone lacks commits the results name (%s): a shallow clone cannot date them"
+                    % ", ".join(lacking[:5]))
+    out = tmp_path / "measured.md"
+    p = run("--out", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    got, want = out.read_text(), open(COMMITTED).read()
+    assert got == want, ("docs/measured.md is stale: regenerate it with `python3 bench/report/measured.py` and "
+                         "commit it", [l for l in got.splitlines() if l not in want.splitlines()][:5])
+    p = run("--check")
+    assert p.returncode == 0 and "matches results/" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_changed_figure_makes_the_page_stale(tmp_path):
+    """--check fails when one JSON figure moves; the page then shows the new figure, read from the JSON."""
+    res = tmp_path / "results"
+    shutil.copytree(os.path.join(RESULTS, "cpu-amd-epyc-avx512-bf16-2c"), res / "cpu-amd-epyc-avx512-bf16-2c")
+    page = tmp_path / "measured.md"
+    assert run("--results", str(res), "--out", str(page)).returncode == 0
+    step = res / "cpu-amd-epyc-avx512-bf16-2c" / "step_default.json"
+    doc = json.loads(step.read_text())
+    torch = json.loads((res / "cpu-amd-epyc-avx512-bf16-2c" / "pytorch_step_default.json").read_text())
+    assert "| default | %d | fp32 | %.1f | %.1f " % (doc["batch"], doc["step_ms_median"], torch["step_ms_median"]) \
+        in page.read_text()
+    doc["step_ms_median"] = 99.5
+    step.write_text(json.dumps(doc))
+    p = run("--results", str(res), "--out", str(page), "--check")
+    assert p.returncode == 1 and "is stale" in p.stdout, p.stdout + p.stderr
+    assert run("--results", str(res), "--out", str(page)).returncode == 0
+    assert "| 99.5 |" in page.read_text() and "| %.2fx |" % (torch["step_ms_median"] / 99.5) in page.read_text()
+
+
+def test_readme_block_replaced_between_the_markers(tmp_path):
+    res = tmp_path / "results"
+    shutil.copytree(os.path.join(RESULTS, "cpu-amd-epyc-avx512-bf16-2c"), res / "cpu-amd-epyc-avx512-bf16-2c")
+    readme = tmp_path / "README.md"
+    before, after = "# title\n\nintro line\n", "\n## next section\nkept\n"
+    readme.write_text(before + BEGIN + "\nold row 1\nold row 2\n" + END + after)
+    page = tmp_path / "measured.md"
+    p = run("--results", str(res), "--out", str(page), "--readme", str(readme))
+    assert p.returncode == 0, p.stdout + p.stderr
+    text = readme.read_text()
+    assert text.startswith(before + BEGIN + "\n") and text.endswith(END + after)
+    block = text[len(before + BEGIN + "\n"):-len(END + after)]
+    assert "old row" not in block
+    rows = [l for l in block.splitlines() if l.startswith("| cpu-")]
+    assert [r.split(" | ")[2] for r in rows] == ["default", "resnet3d-18-cls", "resnet3d-50-survival"], block
+    assert "docs/measured.md" in block
+    # regenerating is idempotent: the same JSON gives the same README
+    assert run("--results", str(res), "--out", str(page), "--readme", str(readme)).returncode == 0
+    assert readme.read_text() == text
+
+
+@pytest.mark.parametrize("body", ["# no markers here\n", "%s\nonly the first\n" % BEGIN,
+                                  "%s\nreversed\n%s\n" % (END, BEGIN)])
+def test_readme_without_markers_is_refused(tmp_path, body):
+    readme = tmp_path / "README.md"
+    readme.write_text(body)
+    page = tmp_path / "measured.md"
+    p = run("--out", str(page), "--readme", str(readme))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert BEGIN in p.stderr and END in p.stderr and str(readme) in p.stderr, p.stderr
+    assert readme.read_text() == body and not page.exists()  # nothing written, not half the work
