@@ -162,7 +162,7 @@ def section(f):
             ratio = fmt(t["step_ms_median"] / d["step_ms_median"], 2) + "x" if t else "no reference"
             out.append("| %s | %s | %s | %s | %s | %s | %s | %s of %s GFLOP/s | %s |" % (
                 cfg, d.get("batch", "?"), d.get("precision", "?"), fmt(d.get("step_ms_median")),
-                fmt(t["step_ms_median"]) + (" (%s)" % t.get("framework", "?")) if t else "-", ratio,
+                reference_cell(t), ratio,
                 fmt(d.get("conv_gflops")), fmt(d.get("fraction_of_ceiling"), 2), fmt(d.get("ceiling_gflops")),
                 commit_cell(d)))
         out.append("")
@@ -239,6 +239,15 @@ def measured_md(results):
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def reference_cell(t):
+    """The PyTorch figure with the version it was measured with, where its JSON records one (files before the field
+    do not: said, not guessed; issue 38 compares against PyTorch 2.x from PyPI)."""
+    if not t:
+        return "-"
+    v = t.get("torch")
+    return "%s (torch %s)" % (fmt(t["step_ms_median"]), v) if v else "%s (version not recorded)" % fmt(t["step_ms_median"])
+
+
 def headline(results):
     """The README's block: one row per device folder and config with a step figure."""
     out = ["| device | ISA level | config | voxscale ms/step | PyTorch ms/step | PyTorch / voxscale | commit |",
@@ -246,7 +255,7 @@ def headline(results):
     for f in folders(results):
         for cfg, d, t in step_rows(f):
             out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-                f.name, f.isa(), cfg, fmt(d.get("step_ms_median")), fmt(t["step_ms_median"]) if t else "-",
+                f.name, f.isa(), cfg, fmt(d.get("step_ms_median")), reference_cell(t),
                 fmt(t["step_ms_median"] / d["step_ms_median"], 2) + "x" if t else "-", commit_cell(d)))
     out += ["", "Every figure per device (kernels, scaling, all-reduce): [docs/measured.md](docs/measured.md), "
             "generated from results/ by `python3 bench/report/measured.py --readme README.md`."]

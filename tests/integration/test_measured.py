@@ -51,6 +51,21 @@ def test_committed_page_is_what_the_json_gives(tmp_path):
     assert p.returncode == 0 and "matches results/" in p.stdout, p.stdout + p.stderr
 
 
+def test_committed_readme_block_is_what_the_json_gives(tmp_path):
+    """The README's own measured block, regenerated into a copy, equals the committed README: its headline figures
+    cannot go stale either."""
+    lacking = missing_commits()
+    if lacking:
+        pytest.skip("this clone lacks commits the results name (%s): a shallow clone cannot date them"
+                    % ", ".join(lacking[:5]))
+    readme = tmp_path / "README.md"
+    shutil.copy(os.path.join(ROOT, "README.md"), readme)
+    p = run("--out", str(tmp_path / "measured.md"), "--readme", str(readme))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert readme.read_text() == open(os.path.join(ROOT, "README.md")).read(), (
+        "README.md's measured block is stale: `python3 bench/report/measured.py --readme README.md` and commit it")
+
+
 def test_a_changed_figure_makes_the_page_stale(tmp_path):
     """--check fails when one JSON figure moves; the page then shows the new figure, read from the JSON."""
     res = tmp_path / "results"
