@@ -288,7 +288,8 @@ void model_free(Model *m);
 /* Bytes the backend will hold: arena + the flat float32 buffers (+ the low-precision parameter copy), at their
  * allocated lengths (flat_floats, grad_floats, state_floats). */
 size_t model_device_bytes(const Model *m);
-/* Flat buffer (param_floats, host memory) -> packed (param_count) and back; unpack zeroes the padding. */
+/* Flat buffer (param_floats, host memory) -> packed (param_count) and back; unpack zeroes the padding
+ * (model_carry.c). */
 void model_pack_params(const Model *m, const float *flat, float *packed);
 void model_unpack_params(const Model *m, const float *packed, float *flat);
 /* A flat parameter-shaped backend buffer (param, grad, adam_m, adam_v) to host memory in the packed layout, and

@@ -27,21 +27,6 @@ static void finish_params(Model *m) {
     m->param_floats = m->flat_floats = m->grad_floats = m->state_floats = flat;
 }
 
-void model_pack_params(const Model *m, const float *flat, float *packed) {
-    for (int i = 0; i < m->n_params; i++) {
-        const ParamView *p = &m->params[i];
-        memcpy(packed + p->packed_offset, flat + p->offset, (size_t)p->count * sizeof(float));
-    }
-}
-
-void model_unpack_params(const Model *m, const float *packed, float *flat) {
-    memset(flat, 0, (size_t)m->param_floats * sizeof(float));
-    for (int i = 0; i < m->n_params; i++) {
-        const ParamView *p = &m->params[i];
-        memcpy(flat + p->offset, packed + p->packed_offset, (size_t)p->count * sizeof(float));
-    }
-}
-
 /* Whether node nd's backward reads its input `slot` (a conv's fused residual, an add's operands, an upsample's or a
  * pooling's input, dropout's are not read) */
 static int needs_input_in_backward(const Node *nd, int slot) {

@@ -1,12 +1,28 @@
-/* model_carry.c: a parameter-shaped array carried from one model to another of the same family built at another
- * input size (train.stages): every view copied as it is, except a learned position table (the weight of an OP_POS
- * node: vit3d's and vit3d_diffusion's pos_embed [tokens][C]) whose token grid changed, which is resampled
- * trilinearly over the grid, as timm's resample_abs_pos_embed does in 2-D (see model.h). */
+/* model_carry.c: parameter-shaped arrays between layouts: the flat buffer and the packed one (model_pack_params),
+ * and carried from one model to another of the same family built at another input size (train.stages): every view
+ * copied as it is, except a learned position table (the weight of an OP_POS node: vit3d's and vit3d_diffusion's
+ * pos_embed [tokens][C]) whose token grid changed, which is resampled trilinearly over the grid, as timm's
+ * resample_abs_pos_embed does in 2-D (see model.h). */
 #include <math.h>
 #include <string.h>
 
 #include "core/util.h"
 #include "model/model.h"
+
+void model_pack_params(const Model *m, const float *flat, float *packed) {
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        memcpy(packed + p->packed_offset, flat + p->offset, (size_t)p->count * sizeof(float));
+    }
+}
+
+void model_unpack_params(const Model *m, const float *packed, float *flat) {
+    memset(flat, 0, (size_t)m->param_floats * sizeof(float));
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        memcpy(flat + p->offset, packed + p->packed_offset, (size_t)p->count * sizeof(float));
+    }
+}
 
 /* The OP_POS node whose weight is view v, or NULL. */
 static const Node *pos_node_of(const Model *m, int v) {
