@@ -34,9 +34,9 @@ for t in "$BUILD"/tests/test_*; do
     fi
 done
 
-# The layout's house rules (tests/tools/check_layers.py): includes point down, no circles between folders, files
-# or (from the objects' symbols) source files, no file over 600 lines. One test.
-echo "=== layers (tests/tools/check_layers.py: arrows down, no circles, no file over 600 lines)"
+# The layout's house rules (tests/tools/check_layers.py): includes and (from the objects' symbols) calls point down,
+# no circles between folders, files or source files, no file over 600 lines. One test.
+echo "=== layers (tests/tools/check_layers.py: includes and calls down, no circles, no file over 600 lines)"
 if python3 tests/tools/check_layers.py --report --objects "$BUILD"; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("layers"); fi
 
 # The CUDA backend's own kernels, run on the CPU under a host emulation of the execution model against the CPU

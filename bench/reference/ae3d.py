@@ -1,5 +1,5 @@
 """The voxscale autoencoder in PyTorch: the reference our C/CUDA model is checked against, and the baseline our
-benchmarks are compared with. Parameter names and the forward pass mirror src/model/model_build.c exactly:
+benchmarks are compared with. Parameter names and the forward pass mirror src/families/model_build.c exactly:
 
   encoder: conv_in 3^3 -> per level: ResBlocks, stride-2 conv 3^3 between levels -> GN -> SiLU -> 1x1 mu, logvar
   latent:  z = mu + exp(0.5 * clamp(logvar)) * eps
@@ -144,7 +144,7 @@ class AE3D(nn.Module):
 
 
 def step_loss(model, x, eps):
-    """The training loss of src/model/model_exec.c: returns total, recon, kl (tensors) and the reconstruction."""
+    """The training loss of src/graph/model_exec.c: returns total, recon, kl (tensors) and the reconstruction."""
     m = model.cfg
     recon, mu, lv = model(x, eps)
     diff = recon - x

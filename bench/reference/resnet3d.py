@@ -2,7 +2,7 @@
 
 The model is monai.networks.nets.ResNet built from a voxscale config (model.depth, spatial_dims, conv1_t_size,
 conv1_t_stride, no_max_pool, shortcut_type, widen_factor, bias_downsample, num_classes, in_channels): the same
-network, parameter names and buffers as src/model/build_resnet3d.c. Our convolution weights are [out][kd][kh][kw][in]
+network, parameter names and buffers as src/families/build_resnet3d.c. Our convolution weights are [out][kd][kh][kw][in]
 (NDHWC's filter layout); PyTorch's are [out][in][kd][kh][kw] (2-D: [out][in][kh][kw]).
 
 The losses are PyTorch's: CrossEntropyLoss(weight), BCEWithLogitsLoss(pos_weight), MSELoss, and the Cox partial

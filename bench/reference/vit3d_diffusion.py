@@ -1,4 +1,4 @@
-"""vit3d_diffusion in PyTorch, written out op by op from voxscale's contracts (src/model/build_vit3d_diffusion.c, the
+"""vit3d_diffusion in PyTorch, written out op by op from voxscale's contracts (src/families/build_vit3d_diffusion.c, the
 kernels' headers), in float64: the reference `voxscale probe` is compared with (tests/integration/test_vit3d_diffusion.py).
 
 It reads a probe (PREFIX.json / PREFIX.bin: the clean volumes x0, the noisy x_t, the target, the views, the
@@ -246,7 +246,7 @@ def compare(prefix):
 
 
 def alphabar(schedule, T):
-    """src/model/diffusion_schedule.c's cumulative alpha per timestep (float64)"""
+    """src/graph/diffusion_schedule.c's cumulative alpha per timestep (float64)"""
     t = np.arange(T, dtype=np.float64)
     if schedule == "cosine":
         f = lambda u: np.cos((u + 0.008) / 1.008 * np.pi / 2) ** 2
@@ -257,7 +257,7 @@ def alphabar(schedule, T):
 
 
 def train_step(model, cfg, x0, ab, opt, amp):
-    """One of voxscale's training steps (src/model/model_exec_diff.c, train/step.c) on the clean volumes x0
+    """One of voxscale's training steps (src/graph/model_exec_diff.c, train/step.c) on the clean volumes x0
     [N][D][H][W][C]: fresh timesteps and noise, x_t and the target, the views of x0, the loss, backward, clip, AdamW"""
     df, xr, t_cfg = cfg["diffusion"], cfg["xray"], cfg["train"]
     n, dev = x0.shape[0], x0.device

@@ -18,7 +18,8 @@ SEGMENTS = {  # name -> colour, the same on every bar
 
 def _is_conv(layer):
     """Whether a layer of bench step's table is a convolution: the model names them *conv*, except the one after
-    each decoder level's interpolation, decoder.up.L.upsample (src/model/model_build.c, PyTorch's parameter names)."""
+    each decoder level's interpolation, decoder.up.L.upsample (src/families/model_build.c, PyTorch's parameter
+    names)."""
     return "conv" in layer or layer.endswith(".upsample")
 
 

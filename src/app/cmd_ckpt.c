@@ -1,4 +1,4 @@
-/* cmd_ckpt.c: `voxscale ckpt consolidate`: a sharded checkpoint (model/ckpt_shard.h, written by a run with dist.zero
+/* cmd_ckpt.c: `voxscale ckpt consolidate`: a sharded checkpoint (ckpt/ckpt_shard.h, written by a run with dist.zero
  * 1 or 2) made one ordinary checkpoint, the file an unsharded run of the same state writes, byte for byte: for
  * `train --resume` anywhere, `probe`, and whatever reads voxscale checkpoints. The model's layout comes from the
  * run's config.json (the sharded checkpoint's run directory, or --config); every shard is verified first (a missing,
@@ -17,10 +17,10 @@
 #include "core/outguard.h"
 #include "core/suggest.h"
 #include "core/util.h"
-#include "model/ckpt.h"
-#include "model/ckpt_shard.h"
-#include "model/hw_plan.h"
-#include "model/model.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/ckpt_shard.h"
+#include "hw/hw_plan.h"
+#include "graph/model.h"
 
 static const char *HELP =
     "usage: voxscale ckpt consolidate SHARDED [--config FILE] [--out FILE] [--overwrite]\n"

@@ -9,7 +9,7 @@
 #include "app/commands.h"
 #include "app/version.h"
 #include "core/util.h"
-#include "model/hw.h"
+#include "hw/hw.h"
 #include "train/runtime.h"
 
 extern char **environ;

@@ -1,5 +1,5 @@
 /* cmd_export.c: `voxscale export --ckpt C --out F.safetensors`: a checkpoint's parameters and BatchNorm statistics
- * as a safetensors file in PyTorch's names and layouts (model/weights.h), so that
+ * as a safetensors file in PyTorch's names and layouts (ckpt/weights.h), so that
  * model.load_state_dict(safetensors.torch.load_file(F)) loads it into MONAI's ResNet (resnet3d) or
  * bench/reference/ae3d.py's AE3D (ae3d) unchanged. The metadata carries the resolved config (predict --weights reads
  * it), the family and the step. The checkpoint is verified as --resume verifies it; nothing runs on a device. An
@@ -14,9 +14,9 @@
 #include "core/outguard.h"
 #include "core/safetensors.h"
 #include "core/util.h"
-#include "model/ckpt.h"
-#include "model/hw_plan.h"
-#include "model/weights.h"
+#include "ckpt/ckpt.h"
+#include "hw/hw_plan.h"
+#include "ckpt/weights.h"
 
 static const char *HELP =
     "usage: voxscale export --ckpt CKPT --out FILE.safetensors [--config FILE] [--set K=V] [--overwrite]\n"

@@ -16,7 +16,7 @@
 #include "core/config.h"
 #include "core/stop_signal.h"
 #include "core/util.h"
-#include "model/hw.h"
+#include "hw/hw.h"
 #include "train/runtime.h"
 #include "train/train.h"
 #include "train/train_plan.h"

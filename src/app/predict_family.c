@@ -9,7 +9,7 @@
 #include "core/stop_signal.h"
 #include "core/util.h"
 #include "data/nifti_write.h"
-#include "model/diffusion_sample.h"
+#include "graph/diffusion_sample.h"
 #include "train/metrics.h"
 
 /* Whether the model's outputs for one volume are finite; if not, why names the volume: predict writes nothing of

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "core/config_base.h"
-#include "model/model.h"
+#include "graph/model.h"
 
 typedef struct {
     const char *path;        /* the input volume, as listed */

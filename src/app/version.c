@@ -14,7 +14,7 @@
 #endif
 
 #include "common/cpu_gemm.h"
-#include "model/hw.h"
+#include "hw/hw.h"
 #include "vx_build_info.h"
 
 const char *version_string(void) { return VX_VERSION; }

@@ -12,9 +12,9 @@
 #include "core/outguard.h"
 #include "core/safetensors.h"
 #include "core/util.h"
-#include "model/ckpt.h"
-#include "model/hw_plan.h"
-#include "model/weights.h"
+#include "ckpt/ckpt.h"
+#include "hw/hw_plan.h"
+#include "ckpt/weights.h"
 
 #define META_CONFIG "voxscale.config"
 

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "app/cli.h"
-#include "model/model.h"
+#include "graph/model.h"
 
 /* cli_parse_from's config source for --ckpt / --weights (exit 2 when there is none to be had). */
 void weights_config_source(const CliArgs *a, Config *cfg);

@@ -27,7 +27,7 @@
 #include "core/util.h"
 #include "parallel/comm.h"
 #include "parallel/launch.h"
-#include "model/hw.h"
+#include "hw/hw.h"
 #include "elementwise/elementwise.h"
 
 typedef struct {

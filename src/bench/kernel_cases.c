@@ -199,7 +199,7 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             conv3d_kernel_label(s, ks, sizeof ks);
             snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d %s", s->n, s->d, s->h, s->w, s->c_in, s->c_out, ks);
             add_case(&l, k, nd->in[1] >= 0 ? "conv3d_forward_add" : "conv3d_forward");
-            if (nd->pad_w >= 0) { /* padded channels (model/conv_pad.h): what its forward and backward add */
+            if (nd->pad_w >= 0) { /* padded channels (graph/conv_pad.h): what its forward and backward add */
                 const ParamView *w = &m->params[nd->weight];
                 const int ci = w->shape[4], co = w->shape[0], k3 = s->k[0] * s->k[1] * s->k[2];
                 const Tensor *ty = &m->tensors[nd->out];

@@ -2,7 +2,7 @@
  * `bench kernels` checks and times. */
 #pragma once
 #include "backend/spec_table.h"
-#include "model/model.h"
+#include "graph/model.h"
 
 /* Every distinct (op, shape) the model m calls on a training step, in forward-then-backward order, plus the loss,
  * AdamW and sumsq over the flat parameter buffer, in the model's storage type, sorted by op (the table's order).

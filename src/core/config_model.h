@@ -1,4 +1,4 @@
-/* config_model.h: the config's "model" section: the network's shape and its loss (what model/ builds). Read, checked
+/* config_model.h: the config's "model" section: the network's shape and its loss (what families/ builds). Read, checked
  * and written by config.c's schema table like every key; a module that builds or runs the model includes this
  * header alone. */
 #pragma once

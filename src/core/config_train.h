@@ -42,7 +42,7 @@ typedef struct {
     double loss_scale_init;
     int loss_scale_growth_interval;
     int compile;                /* 1: the step is captured in a CUDA Graph and replayed */
-    /* fine-tuning (model/weights.h, train/param_groups.h) */
+    /* fine-tuning (ckpt/weights.h, train/param_groups.h) */
     char init_from[CONFIG_STR];  /* a safetensors file the parameters and buffers start from ("": the seed's) */
     char init_allow[CONFIG_STR]; /* comma-separated glob patterns of keys that may differ from init_from */
     char freeze[CONFIG_STR];     /* comma-separated name prefixes of the first layers left untrained */

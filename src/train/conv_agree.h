@@ -8,7 +8,7 @@
  * the first step of each stage. */
 #pragma once
 #include "backend/backend.h"
-#include "model/model.h"
+#include "graph/model.h"
 #include "parallel/comm.h"
 
 /* Every distinct convolution shape of m chosen by rank 0 and adopted by the others; nothing on one rank or on the GPU

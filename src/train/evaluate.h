@@ -7,7 +7,7 @@
  * caller (trainer_validate) logs none of it. */
 #pragma once
 #include "data/dataset.h"
-#include "model/model.h"
+#include "graph/model.h"
 
 typedef struct {
     float *vols; /* [count][D][H][W][C] */

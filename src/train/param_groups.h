@@ -8,7 +8,7 @@
  * With neither, one group covers the whole buffer and the step is the one it always was. */
 #pragma once
 #include "core/config_train.h"
-#include "model/model.h"
+#include "graph/model.h"
 
 typedef struct {
     long begin, end; /* floats of the flat buffers */

@@ -16,7 +16,7 @@
 #pragma once
 #include "backend/backend.h"
 #include "core/config.h"
-#include "model/ckpt.h"
+#include "ckpt/ckpt.h"
 #include "parallel/comm.h"
 
 /* Returns when every rank agrees (at once for one rank); else prints the line, closes the communicator and exits 2

@@ -3,8 +3,8 @@
 #pragma once
 #include "core/config_model.h"
 #include "core/config_train.h"
-#include "model/hw.h"
-#include "model/model.h"
+#include "hw/hw.h"
+#include "graph/model.h"
 #include "parallel/buckets.h"
 
 typedef struct {

@@ -30,7 +30,7 @@
 #include "core/config_train.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
-#include "model/model.h"
+#include "graph/model.h"
 #include "optim/optim.h"
 #include "train/zero.h"
 

@@ -1,11 +1,11 @@
 /* train_ckpt.h: the run's checkpoints in both formats (internal to src/train): reading the one --resume names,
- * ordinary (model/ckpt.h) or sharded (model/ckpt_shard.h), into the model whatever the run's own sharding (N ranks
+ * ordinary (ckpt/ckpt.h) or sharded (ckpt/ckpt_shard.h), into the model whatever the run's own sharding (N ranks
  * to M, ZeRO to DDP and back), and writing a sharded run's (every rank its shard, rank 0 the manifest). */
 #pragma once
 #include <stdint.h>
 
-#include "model/ckpt.h"
-#include "model/ckpt_shard.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/ckpt_shard.h"
 #include "parallel/comm.h"
 #include "train/zero.h"
 

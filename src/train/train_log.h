@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "core/config_output.h"
-#include "model/model.h"
+#include "graph/model.h"
 
 typedef struct TrainLog TrainLog;
 

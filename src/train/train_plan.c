@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "model/ckpt.h"
+#include "ckpt/ckpt.h"
 
 double train_plan_ranks(TrainConfig *cfg, int world) {
     if (cfg->global_batch > 0) {

@@ -7,7 +7,7 @@
 #include "core/config.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "model/ckpt.h"
+#include "ckpt/ckpt.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
 #include "parallel/launch.h"

@@ -24,7 +24,7 @@
 #include <stddef.h>
 
 #include "core/config_dist.h"
-#include "model/model.h"
+#include "graph/model.h"
 #include "optim/optim.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "model/hw.h"
+#include "hw/hw.h"
 #include "train/runtime.h"
 
 static const char *const MODE_NAME[ZERO_MODES] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-2 + offload"};

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "core/config_dist.h"
-#include "model/model.h"
+#include "graph/model.h"
 #include "train/runtime.h"
 #include "train/zero.h"
 

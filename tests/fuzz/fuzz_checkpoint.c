@@ -7,8 +7,8 @@
 
 #include "core/config.h"
 #include "fuzz_harness.h"
-#include "model/ckpt.h"
-#include "model/hw_plan.h"
+#include "ckpt/ckpt.h"
+#include "hw/hw_plan.h"
 
 static Model *model;
 static int64_t steps; /* train.steps of the model's config: a checkpoint's step must be below it */

@@ -1,4 +1,4 @@
-"""The diffusion schedules' host math (src/model/diffusion_schedule.c) against diffusers' formulas written here in torch
+"""The diffusion schedules' host math (src/graph/diffusion_schedule.c) against diffusers' formulas written here in torch
 float64 (diffusers is not installed; its DDPMScheduler / DDIMScheduler code is transcribed): betas_for_alpha_bar with
 the cosine ("squaredcos_cap_v2", max_beta 0.999) and "linear" (torch.linspace(1e-4, 2e-2, T)) betas, alphas_cumprod =
 cumprod(1 - betas), and DDIMScheduler.set_timesteps with timestep_spacing "leading" and steps_offset 0. diffusers keeps

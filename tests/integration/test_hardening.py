@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, VOXSCALE, metrics, run
 
 TINY = "configs/test/tiny.json"
-# CkptHeader (src/ckpt.h): magic, version, header_bytes, param_count, fingerprint, step, next_sample, seed,
+# CkptHeader (src/ckpt/ckpt.h): magic, version, header_bytes, param_count, fingerprint, step, next_sample, seed,
 # world_size, loss_ema
 HEADER = struct.Struct("<8sIIQQqqqqd")
 FIELDS = ("magic", "version", "header_bytes", "param_count", "model_fingerprint", "step", "next_sample", "seed",

@@ -21,7 +21,7 @@ import pytest
 from conftest import metrics, run
 
 TINY = "configs/test/tiny.json"
-HEADER = "<8sIIQQqqqqdqqqd"  # CkptHeader, version 2 (model/ckpt.h)
+HEADER = "<8sIIQQqqqqdqqqd"  # CkptHeader, version 2 (ckpt/ckpt.h)
 V1_BYTES = 72
 
 

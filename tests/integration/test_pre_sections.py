@@ -9,7 +9,7 @@ the bits of a batch's later samples by design) on the CPU type machine.json name
 The runs reach every config section: the phantom run (model, train with accumulation, output), a real-data run
 (data: a CSV of NIfTI volumes, crops, padding, percentile clipping, augmentation, a sliding cache; train: two
 stages, MSE, unfused ops, activation checkpointing; output.sample_log) and a two-rank tcp run (dist: small gradient
-buckets, sqrt lr scaling). Checkpoints hold no time or path (header, parameters, moments, CRC: model/ckpt.h), so
+buckets, sqrt lr scaling). Checkpoints hold no time or path (header, parameters, moments, CRC: ckpt/ckpt.h), so
 they are compared whole; config.json names the run directory in output.dir, the one value compared after replacing
 it by "<out>"."""
 import json

@@ -4,14 +4,16 @@ cannot silently rot. Run by ci/test.sh; exits 1 when a rule is broken.
 
   1. Arrows point down: the folders of src/ and kernels/ are layers, and an #include may only point down or
      sideways within a layer:
-         app -> bench -> train -> model | parallel | data -> kernels -> tb | trace -> core
+         app -> bench -> train -> hw -> families | ckpt -> graph | parallel | data -> kernels -> tb | trace -> core
      Inside kernels/: backend/ (the Backend table, the registry ops.def, the op spec table) -> the op folders
      (kernels/<op>: an op may include common/ and, sideways, another op's header) -> common/ (types, the device,
      what every op shares), which includes no op.
   2. No circles: neither between folders (folder A includes B and B, through any path, A) nor between files
      (a.h includes b.h includes a.h). With --objects BUILD, also none between the source files' symbols: a.c
      calling b.c calling a.c, read from the object files' defined and undefined symbols with nm (the kind of
-     circle includes alone do not show: volume.c calling the readers that use volume.c's types).
+     circle includes alone do not show: volume.c calling the readers that use volume.c's types). With --objects,
+     also no call up: a source file calls only into its own layer or those below (a call the headers hide, as
+     model.h declaring functions that a layer above defines, is found here).
   3. No file over MAX_LINES lines in src/ and kernels/ (a file that long holds more than one purpose).
 
 --report prints what the note on a layout change counts: files per folder, the largest files, upward includes and
@@ -25,8 +27,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAX_LINES = 600
-LAYER = {"core": 0, "tb": 1, "trace": 1, "kernels/common": 2, "kernels": 3, "kernels/backend": 4, "model": 5,
-         "parallel": 5, "data": 5, "train": 6, "bench": 7, "app": 8}
+LAYER = {"core": 0, "tb": 1, "trace": 1, "kernels/common": 2, "kernels": 3, "kernels/backend": 4, "graph": 5,
+         "parallel": 5, "data": 5, "families": 6, "ckpt": 6, "hw": 7, "train": 8, "bench": 9, "app": 10}
 INCLUDE_DIRS = ["src", "kernels"]  # the Makefile's -I order (build/gen holds generated headers)
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".def")
@@ -159,11 +161,18 @@ def main():
         bad.append("folders include each other in a circle: " + " -> ".join(c))
     for c in file_cycles:
         bad.append("files include each other in a circle: " + " -> ".join(c))
-    symbol_cycles = []
+    symbol_cycles, calls_up = [], 0
     if args.objects:
-        symbol_cycles = cycles(symbol_graph(args.objects))
+        calls = symbol_graph(args.objects)
+        symbol_cycles = cycles(calls)
         for c in symbol_cycles:
             bad.append("source files call each other in a circle: " + " -> ".join(c))
+        for src in sorted(calls):
+            for dst in sorted(calls[src]):
+                here, there = folder_of(os.path.join(ROOT, src)), folder_of(os.path.join(ROOT, dst))
+                if layer_of(there) > layer_of(here):
+                    calls_up += 1
+                    bad.append("%s (%s) calls into %s (%s, a layer above)" % (src, here, dst, there))
     too_long = sorted((n, p) for p, n in lines.items() if n > MAX_LINES)
     for n, p in too_long:
         bad.append("%s has %d lines (the rule: at most %d; split it by purpose)" % (p, n, MAX_LINES))
@@ -179,7 +188,8 @@ def main():
         print(b)
     print("layers: %d upward includes, %d folder circles, %d file circles%s, %d files over %d lines" %
           (upward, len(folder_cycles), len(file_cycles),
-           ", %d symbol circles" % len(symbol_cycles) if args.objects else "", len(too_long), MAX_LINES))
+           ", %d symbol circles, %d upward calls" % (len(symbol_cycles), calls_up) if args.objects else "",
+           len(too_long), MAX_LINES))
     return 1 if bad else 0
 
 

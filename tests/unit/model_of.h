@@ -2,8 +2,8 @@
  * the model takes (hw_model_options). The unit tests start from config_defaults and change keys in either section. */
 #pragma once
 #include "core/config.h"
-#include "model/hw_plan.h"
-#include "model/model.h"
+#include "hw/hw_plan.h"
+#include "graph/model.h"
 
 static inline Model *model_of(const Config *cfg, int batch, const Backend *be) {
     const ModelOptions opt = hw_model_options(&cfg->train);

@@ -1,4 +1,4 @@
-/* test_conv_pad.c: the channel rule of 16-bit convolutions (src/model/conv_pad.h), on the CPU. In bf16/fp16 every
+/* test_conv_pad.c: the channel rule of 16-bit convolutions (src/graph/conv_pad.h), on the CPU. In bf16/fp16 every
  * convolution side whose channel count is not a multiple of 8 runs on zero-padded channels; the CPU computes in
  * float32 only, so these tests switch the rule on in float32 (ModelOptions.pad_all_types) and check what it must
  * keep: the node list, parameters, FLOP count and checkpoint layout of the unpadded model, a plan whose items never
@@ -29,9 +29,9 @@
 #include "optim/optim.h"
 #include "silu/silu.h"
 #include "upsample/upsample.h"
-#include "model/conv_pad.h"
-#include "model/hw_plan.h"
-#include "model/model.h"
+#include "graph/conv_pad.h"
+#include "hw/hw_plan.h"
+#include "graph/model.h"
 #include "backend_double.h"
 
 static Model *build(const Config *cfg, int batch, const Backend *be, int pad_all) {

@@ -22,8 +22,8 @@
 #include "backend/backend.h"
 #include "conv3d/conv3d.h"
 #include "core/config.h"
-#include "model/hw_plan.h"
-#include "model/model.h"
+#include "hw/hw_plan.h"
+#include "graph/model.h"
 #include "model_of.h"
 #include "require_gpu.h"
 #include "test_select.h"
@@ -43,7 +43,7 @@ static int expected_chunk(const Conv3dShape *s) {
 static void check_convs(const Model *m, const char *path, int batch, DType dt, int padded, int *split_seen);
 
 /* Every conv of the config at the batch, in storage type dt (the model plans with the CPU backend; the shapes are
- * the GPU's, with the storage type the GPU run would give them: in bf16/fp16 the channel rule of src/model/conv_pad.h
+ * the GPU's, with the storage type the GPU run would give them: in bf16/fp16 the channel rule of src/graph/conv_pad.h
  * pads odd channel counts to multiples of 8, which the CPU's float32 plan does with pad_all_types). The CPU plans
  * float32, where pad_input_channels auto does not pad: conv_in is checked again as bf16/fp16 runs have it, its input
  * channel padded to 8 ("on"). */

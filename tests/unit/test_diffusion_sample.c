@@ -1,4 +1,4 @@
-/* test_diffusion_sample.c: vit3d_diffusion's DDIM sampler (src/model/diffusion_sample.c) on the CPU backend, at a tiny
+/* test_diffusion_sample.c: vit3d_diffusion's DDIM sampler (src/graph/diffusion_sample.c) on the CPU backend, at a tiny
  * config (8^3 volume in 4^3 patches, 8^2 views in 4^2 patches, hidden 32, 2 heads, 1 block) with its parameters
  * perturbed (adaLN-Zero and the zero final Linear would otherwise predict 0 whatever the input):
  *   - the sampling forward (m->sampling: x_t and the views written by the caller) predicts bit for bit what the
@@ -19,9 +19,9 @@
 #include <string.h>
 
 #include "common/rng.h"
-#include "model/diffusion_sample.h"
-#include "model/diffusion_schedule.h"
-#include "model/model_exec_diff.h"
+#include "graph/diffusion_sample.h"
+#include "graph/diffusion_schedule.h"
+#include "graph/model_exec_diff.h"
 #include "model_of.h"
 
 #define BATCH 2

@@ -1,4 +1,4 @@
-/* test_diffusion_schedule.c: cmocka tests of the diffusion schedules' host math (src/model/diffusion_schedule.c)
+/* test_diffusion_schedule.c: cmocka tests of the diffusion schedules' host math (src/graph/diffusion_schedule.c)
  * against values derived here independently of its code:
  *   - linear: the first two alphabars by hand (1 - beta_0, and times 1 - beta_1 with beta_1 = 1e-4 + 0.0199/999);
  *   - cosine: below the clip the product telescopes, alphabar[t] = f((t+1)/T) / f(0); the last beta is clipped at
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/diffusion_schedule.h"
+#include "graph/diffusion_schedule.h"
 
 #define T 1000
 

@@ -24,7 +24,7 @@
 #include "data/phantom.h"
 #include "parallel/buckets.h"
 #include "parallel/launch.h"
-#include "model/model.h"
+#include "graph/model.h"
 #include "train/step.h"
 #include "train/train.h"
 

@@ -12,7 +12,7 @@
 
 #include "common/dtype.h"
 #include "gemm/gemm_lt.h"
-#include "model/model.h"
+#include "graph/model.h"
 
 static const void *at(uintptr_t a) { return (const void *)a; }
 

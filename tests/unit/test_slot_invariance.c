@@ -26,7 +26,7 @@
 #include "common/rng.h"
 #include "conv3d/conv3d.h"
 #include "conv3d/conv3d_cpu_select.h"
-#include "model/diffusion_sample.h"
+#include "graph/diffusion_sample.h"
 #include "model_of.h"
 
 /* the family's config: the test configs' families at sizes that do not divide the kernels' blocks */

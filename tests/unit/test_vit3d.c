@@ -1,4 +1,4 @@
-/* test_vit3d.c: the vit3d family's skeleton (src/model/build_vit3d.c, its nodes in model_exec_vit.c) on the CPU
+/* test_vit3d.c: the vit3d family's skeleton (src/families/build_vit3d.c, its nodes in model_exec_vit.c) on the CPU
  * backend, through the same executor as ae3d and resnet3d, at a tiny config (8^3 volume, patches 4^3: 8 tokens,
  * hidden 32, 2 heads, 2 blocks, MLP x2):
  *   - the graph: node kinds and parameter names in order, the planned arena smaller than its items unshared;

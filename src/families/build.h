@@ -1,0 +1,37 @@
+/* build.h: what a family's builder (build_<family>.c) makes a model with: tensors, parameters, buffers and nodes,
+ * and the convolution every family uses (build.c); model_build.c runs the builder chosen by model.family, then lays
+ * out the parameters and plans the memory; internal to src/families. */
+#pragma once
+#include "graph/model.h"
+
+#define GROW(arr, n, cap)                                                                                        \
+    do {                                                                                                         \
+        if ((n) == (cap)) {                                                                                      \
+            (cap) = (cap) ? 2 * (cap) : 64;                                                                      \
+            (arr) = realloc((arr), (size_t)(cap) * sizeof *(arr));                                              \
+            if (!(arr)) vx_fatal("out of memory building the model");                                           \
+        }                                                                                                        \
+    } while (0)
+
+/* A tensor of dims and type, made by node `producer` (-1: the input); returns its id. */
+int build_tensor(Model *m, Dims d, int producer, DType dtype);
+/* A parameter named "<prefix>.<suffix>" of ndim dims (our layout: conv weights [out][kd][kh][kw][in]). */
+int build_param(Model *m, const char *prefix, const char *suffix, int ndim, const int *shape);
+/* A buffer named "<prefix>.<suffix>" of count floats (BatchNorm's running statistics). */
+int build_buffer(Model *m, const char *prefix, const char *suffix, long count);
+/* A node of `kind` reading in0 (and in1, or -1) whose output has dims `out` in the model's type. */
+Node *build_node(Model *m, OpKind kind, const char *name, int in0, int in1, Dims out);
+/* A convolution of x with per-axis kernel, stride and padding (d, h, w); weights "<name>.weight" of w_cin input
+ * channels (x's own count, or fewer when x is zero-padded: the first conv under model.pad_input_channels), and a
+ * bias "<name>.bias" when `bias`. Returns the output tensor. */
+int build_conv(Model *m, const char *name, int x, int w_cin, int c_out, const int k[3], const int stride[3],
+               const int pad[3], int bias);
+/* The input tensor and the copy the first conv reads: float32 [batch][D][H][W][in_channels], and in 16 bits (or
+ * with model.pad_input_channels) a cast node making the low-precision, channel-padded copy. */
+void build_input(Model *m);
+
+/* The families (model.family). */
+void build_ae3d(Model *m);
+void build_resnet3d(Model *m);
+void build_vit3d(Model *m);
+void build_vit3d_diffusion(Model *m);
