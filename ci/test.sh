@@ -134,6 +134,13 @@ if len(bad) > 10:
     print("... and %d more" % (len(bad) - 10))
 PY
 )
+    # the doc-tests' own count (issue 36: a documented command that fails fails CI)
+    /usr/bin/python3 - "$report" <<'PY'
+import sys, xml.etree.ElementTree as ET
+docs = [c for c in ET.parse(sys.argv[1]).getroot().iter("testcase") if c.get("classname", "").endswith("test_docs")]
+bad = sum(1 for c in docs if c.find("failure") is not None or c.find("error") is not None)
+print("doc-tests (tests/integration/test_docs.py: README.md and docs/*.md): %d run, %d failed" % (len(docs), bad))
+PY
     read -r ptests pfail perr pskip < <(/usr/bin/python3 - "$report" <<'PY'
 import sys, xml.etree.ElementTree as ET
 r = ET.parse(sys.argv[1]).getroot()
