@@ -168,6 +168,12 @@ static void as_flag(const LauncherSetting *s, char *out, size_t len) {
     else snprintf(out, len, "%s %s", s->flag, s->value);
 }
 
+/* The command line's flag i as the user wrote it: "--amp fp16", "--set train.grad_accum=4". */
+static void given(const CliArgs *a, int i, char *out, size_t len) {
+    if (strcmp(a->set_flags[i], "--set") == 0) snprintf(out, len, "--set %s=%s", a->set_keys[i], a->set_values[i]);
+    else snprintf(out, len, "%s %s", a->set_flags[i], a->set_values[i]);
+}
+
 static void apply(CliArgs *a, LauncherSettings *ls, int print) {
     int taken[LAUNCHER_MAX_SETTINGS] = {0};
     for (int k = 0; k < ls->n; k++) {
@@ -178,13 +184,14 @@ static void apply(CliArgs *a, LauncherSettings *ls, int print) {
         for (int i = 0; i < a->n_cmdline; i++)
             if (strcmp(a->set_keys[i], s->key) == 0) e = i;
         if (e >= 0 && strcasecmp(a->set_values[e], "auto") != 0) {
+            char flag[160];
+            given(a, e, flag, sizeof flag);
             if (same_value(a->set_values[e], s->value)) {
                 if (print) vx_log("%s = %s, as the command line says\n", s->what, as);
             } else if (s->weak) {
-                if (print) vx_log("%s: %s %s on the command line wins\n", s->what, a->set_flags[e], a->set_values[e]);
+                if (print) vx_log("%s: %s on the command line wins\n", s->what, flag);
             } else {
-                vx_usage_error("%s asks for %s but the command line says %s %s; drop one of them", s->origin, as,
-                               a->set_flags[e], a->set_values[e]);
+                vx_usage_error("%s asks for %s but the command line says %s; drop one of them", s->origin, as, flag);
             }
             continue;
         }
