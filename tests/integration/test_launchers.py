@@ -232,3 +232,106 @@ def test_accelerate_launch_multi_gpu_starts_torchrun_ranks(tmp_path):
                     "(Debian's torch 1.13 on Python 3.11); the multi-CPU launch above runs for real")
     assert p.returncode == 0, p.stderr[-3000:]
     assert "2 ranks (torchrun)" in p.stdout and "accelerate: mixed precision no -> --amp off" in p.stdout
+
+
+# ---- a DeepSpeed ds_config.json ---------------------------------------------------------------------------------
+def ds_config(tmp_path, cfg, name="ds_config.json"):
+    p = tmp_path / name
+    p.write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    return p
+
+
+def test_every_deepspeed_key_is_read(tmp_path):
+    ds = ds_config(tmp_path, {"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
+                              "bf16": {"enabled": False}, "gradient_accumulation_steps": 2,
+                              "gradient_clipping": 0.25, "train_micro_batch_size_per_gpu": 3})
+    out = tmp_path / "run"
+    p = train(out, "--device", "cpu", "--deepspeed-config", ds)
+    assert p.returncode == 0, p.stderr
+    said = "deepspeed config %s: " % ds
+    for line in ("zero_optimization.stage 1 -> --zero 1", "offload_optimizer.device cpu -> --set "
+                 "dist.offload_optimizer=cpu", "bf16.enabled false -> --amp off",
+                 "gradient_accumulation_steps 2 -> --set train.grad_accum=2",
+                 "gradient_clipping 0.25 -> --set train.grad_clip=0.25",
+                 "train_micro_batch_size_per_gpu 3 -> --batch-size 3"):
+        assert line in p.stdout, line
+    assert said + "zero_optimization.stage 1" in p.stdout and "warning" not in p.stdout
+    c = config_of(out)
+    assert (c["dist"]["zero"], c["dist"]["offload_optimizer"]) == ("1", "cpu")
+    t = c["train"]
+    assert (t["precision"], t["grad_accum"], t["grad_clip"], t["batch_size"], t["global_batch"]) == ("off", 2, 0.25,
+                                                                                                     3, 0)
+
+
+def test_deepspeed_fp16_is_refused_on_the_cpu_by_name(tmp_path):
+    ds = ds_config(tmp_path, {"fp16": {"enabled": True, "loss_scale": 0}})
+    p = train(tmp_path / "run", "--device", "cpu", "--deepspeed-config", ds)
+    assert "fp16.enabled true -> --amp fp16" in p.stdout
+    refused(p, "fp16 needs a GPU")
+
+
+def test_auto_keeps_ours_and_unknown_keys_are_one_warning_line(tmp_path):
+    ds = ds_config(tmp_path, {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                              "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+                              "zero_optimization": {"stage": "auto", "overlap_comm": True,
+                                                    "offload_optimizer": {"device": "auto", "pin_memory": True}},
+                              "optimizer": {"type": "AdamW"}, "steps_per_print": 10})
+    out = tmp_path / "run"
+    p = train(out, "--device", "cpu", "--deepspeed-config", ds)
+    assert p.returncode == 0, p.stderr
+    assert "->" not in "".join(l for l in p.stdout.splitlines() if l.startswith("deepspeed config"))
+    warn = [l for l in p.stdout.splitlines() if "warning" in l]
+    assert len(warn) == 1, p.stdout
+    for key in ("zero_optimization.overlap_comm", "zero_optimization.offload_optimizer.pin_memory", "optimizer",
+                "steps_per_print"):
+        assert key in warn[0], key
+    t = config_of(out)["train"]
+    assert (t["batch_size"], t["grad_accum"], t["grad_clip"]) == (2, 1, 1.0)  # tiny.json's, the defaults
+
+
+def test_train_batch_size_alone_is_the_global_batch_and_must_agree_with_the_others(tmp_path):
+    out = tmp_path / "a"
+    p = train(out, "--device", "cpu", "--deepspeed-config", ds_config(tmp_path, {"train_batch_size": 8}, "a.json"))
+    assert p.returncode == 0 and config_of(out)["train"]["global_batch"] == 8, p.stderr
+    out = tmp_path / "b"  # 8 = 2 per GPU x 4 accumulation x 1 rank: the accumulation is derived, as DeepSpeed does
+    p = train(out, "--device", "cpu", "--deepspeed-config",
+              ds_config(tmp_path, {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2}, "b.json"))
+    assert p.returncode == 0 and config_of(out)["train"]["grad_accum"] == 4, p.stderr
+    bad = ds_config(tmp_path, {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 2}, "c.json")
+    refused(train(tmp_path / "c", "--device", "cpu", "--deepspeed-config", bad), "train_batch_size 8 is not", "= 4")
+
+
+@pytest.mark.parametrize("text,needles", [
+    ('{"zero_optimization": {"stage": 2,}', ["not valid JSON (line 1)"]),
+    ('{\n  "fp16": {"enabled": true}\n  "bf16": {}\n}', ["not valid JSON (line 3)"]),
+    ('[1, 2]', ["expected a JSON object"]),
+    ('{"zero_optimization": {"stage": 3}}', ["stage 3", "not in voxscale"]),
+    ('{"zero_optimization": {"offload_optimizer": {"device": "nvme"}}}', ["offload_optimizer.device", "nvme"]),
+    ('{"fp16": {"enabled": true}, "bf16": {"enabled": true}}', ["both true"]),
+    ('{"gradient_accumulation_steps": 1.5}', ["gradient_accumulation_steps must be a whole number"]),
+    ('{"fp16": {"enabled": "yes"}}', ["fp16.enabled must be true, false"]),
+])
+def test_a_bad_deepspeed_config_is_one_line_and_exit_2(tmp_path, text, needles):
+    ds = ds_config(tmp_path, text)
+    refused(train(tmp_path / "run", "--deepspeed-config", ds), str(ds), *needles)
+
+
+def test_a_missing_deepspeed_config_is_one_line(tmp_path):
+    refused(train(tmp_path / "run", "--deepspeed-config", tmp_path / "none.json"), "none.json: cannot read it")
+
+
+def test_deepspeed_config_against_flags_and_accelerate(tmp_path):
+    ds = ds_config(tmp_path, {"zero_optimization": {"stage": 1}, "gradient_accumulation_steps": 2})
+    p = train(tmp_path / "a", "--device", "cpu", "--zero", "1", "--deepspeed-config", ds)
+    assert p.returncode == 0 and "zero_optimization.stage 1 = --zero 1, as the command line says" in p.stdout
+    refused(train(tmp_path / "b", "--zero", "2", "--deepspeed-config", ds), "zero_optimization.stage 1",
+            "--zero 2", "drop one of them")
+    refused(train(tmp_path / "c", "--deepspeed-config", ds, env=dict(ACCELERATE_GRADIENT_ACCUMULATION_STEPS="4")),
+            "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=4", "gradient_accumulation_steps 2", "make them agree")
+    # accelerate --use_deepspeed --deepspeed_config_file FILE: the same file, read through accelerate's variable
+    out = tmp_path / "d"
+    p = train(out, "--device", "cpu", env=dict(ACCELERATE_USE_DEEPSPEED="true",
+                                               ACCELERATE_DEEPSPEED_CONFIG_FILE=str(ds)))
+    assert p.returncode == 0 and "zero_optimization.stage 1 -> --zero 1" in p.stdout, p.stdout + p.stderr
+    assert "its default" not in p.stdout and config_of(out)["dist"]["zero"] == "1"
