@@ -335,3 +335,32 @@ def test_deepspeed_config_against_flags_and_accelerate(tmp_path):
                                                ACCELERATE_DEEPSPEED_CONFIG_FILE=str(ds)))
     assert p.returncode == 0 and "zero_optimization.stage 1 -> --zero 1" in p.stdout, p.stdout + p.stderr
     assert "its default" not in p.stdout and config_of(out)["dist"]["zero"] == "1"
+
+
+@needs_mpirun
+def test_two_ranks_as_the_deepspeed_launcher_starts_them_train_the_one_rank_model(tmp_path):
+    """`deepspeed --num_gpus 2 --no_python --no_local_rank voxscale train --deepspeed-config ds.json`: its
+    launcher (deepspeed/launcher/launch.py) sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_SIZE,
+    CROSS_RANK and CROSS_SIZE (set here by hand: deepspeed is not installed), and without --no_local_rank appends
+    --local_rank=N, which voxscale refuses as an unknown option."""
+    ds = ds_config(tmp_path, {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                              "gradient_clipping": 0.5, "zero_optimization": {"stage": 0}})
+    one = tmp_path / "one"  # 8 = 2 per rank x 4 accumulation x 1 rank; on 2 ranks 2 x 2 x 2 (the lr not scaled)
+    p = train(one, "--device", "cpu", "--set", "train.grad_accum=4", "--set", "train.grad_clip=0.5",
+              "--batch-size", "2", "--set", "train.global_batch=0", "--lr-scaling", "none", steps=10)
+    assert p.returncode == 0, p.stderr
+    two = tmp_path / "two"
+    port = 29500 + os.getpid() % 1000 + 3
+    procs = []
+    for rank in range(2):
+        env = clean_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_SIZE="2", CROSS_RANK="0",
+                        CROSS_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([VOXSCALE, "train", "--config", TINY, "--steps", "10", "--out", str(two),
+                                       "--device", "cpu", "--deepspeed-config", str(ds), "--lr-scaling", "none",
+                                       *QUIET], cwd=ROOT,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "2 ranks (torchrun), this is rank 0 (local 0 of 2)" in outs[0][0]
+    assert "gradient_accumulation_steps 2 -> --set train.grad_accum=2" in outs[0][0], outs[0][0]
+    assert_same_training(two, one, 10)
