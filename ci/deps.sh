@@ -8,14 +8,16 @@
 #                    benchmark reports' charts, bench/report) and chromium (headless: the report page's test)
 #   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest, tensorboard and
 #          safetensors (the reference reader and writer the weights files are checked against),
-#          and MONAI and lifelines without their dependencies (resnet3d's and Harrell's C's references)
+#          and MONAI and lifelines without their dependencies (resnet3d's and Harrell's C's references), and
+#          accelerate without its own (its launch CLI, tests/integration/test_launchers.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-dev protobuf-c-compiler
               libprotobuf-c-dev libpng-dev zlib1g-dev python3-venv python3-torch python3-numpy
               clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel
-              python3-sklearn python3-pandas python3-wrapt python3-astor python3-matplotlib libdnnl-dev valgrind)
+              python3-sklearn python3-pandas python3-wrapt python3-astor python3-matplotlib libdnnl-dev valgrind
+              python3-psutil python3-yaml)
 # Headless Chromium for the report page's test: Debian's chromium is the browser itself; Ubuntu's is a stub that
 # installs a snap, which containers (the test image on NVIDIA's Ubuntu) cannot run, so there the test skips and says so.
 if grep -q '^ID=debian' /etc/os-release 2>/dev/null; then APT_PACKAGES+=(chromium); fi
@@ -25,7 +27,10 @@ PIP_PACKAGES=(pytest tensorboard safetensors==0.8.0)
 # lifelines (Harrell's C's reference, tests/integration/test_metrics.py and test_val_metrics.py) and the packages its
 # import needs that Debian lacks (autograd, autograd-gamma, formulaic and interface-meta; lifelines 0.27.8 and formulaic
 # 0.6.6 run on Debian's pandas 1.5)
-PIP_NODEPS=(monai==1.3.2 lifelines==0.27.8 autograd==1.7.0 autograd-gamma==0.5.0 formulaic==0.6.6 interface-meta==1.3.0)
+# accelerate (its real `accelerate launch` CLI, tests/integration/test_launchers.py; 0.21.0 runs on torch 1.13, and
+# what it imports: numpy, psutil and pyyaml are Debian's, packaging comes with pytest)
+PIP_NODEPS=(monai==1.3.2 lifelines==0.27.8 autograd==1.7.0 autograd-gamma==0.5.0 formulaic==0.6.6 interface-meta==1.3.0
+            accelerate==0.21.0)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

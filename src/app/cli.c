@@ -15,7 +15,7 @@ enum { OPT_CONFIG = 1000, OPT_STEPS, OPT_BATCH, OPT_LR, OPT_DEVICE, OPT_SEED, OP
        OPT_SET, OPT_HELP_CONFIG, OPT_WARMUP, OPT_RESULTS, OPT_ITERS, OPT_HELP, OPT_PROFILE,
        OPT_DETERMINISTIC, OPT_GPUS, OPT_LR_SCALING, OPT_OPS, OPT_BUDGET_MS, OPT_REPS, OPT_CKPT_ACT, OPT_AMP,
        OPT_COMPILE, OPT_CKPT, OPT_WEIGHTS, OPT_DATA, OPT_INIT_FROM, OPT_INIT_ALLOW, OPT_ZERO, OPT_ATT_TOKENS,
-       OPT_SAMPLE_STEPS, OPT_SAMPLE_SEED, OPT_OVERWRITE, OPT_VERBOSE };
+       OPT_SAMPLE_STEPS, OPT_SAMPLE_SEED, OPT_OVERWRITE, OPT_VERBOSE, OPT_DS_CONFIG };
 static const struct option COMMON_OPTS[] = {
     {"config", required_argument, 0, OPT_CONFIG}, {"steps", required_argument, 0, OPT_STEPS},
     {"batch-size", required_argument, 0, OPT_BATCH}, {"lr", required_argument, 0, OPT_LR},
@@ -34,7 +34,8 @@ static const struct option COMMON_OPTS[] = {
     {"init-allow", required_argument, 0, OPT_INIT_ALLOW}, {"zero", required_argument, 0, OPT_ZERO},
     {"attention-tokens", required_argument, 0, OPT_ATT_TOKENS},
     {"sample-steps", required_argument, 0, OPT_SAMPLE_STEPS}, {"sample-seed", required_argument, 0, OPT_SAMPLE_SEED},
-    {"overwrite", no_argument, 0, OPT_OVERWRITE}, {"verbose", no_argument, 0, OPT_VERBOSE}, {0, 0, 0, 0}};
+    {"overwrite", no_argument, 0, OPT_OVERWRITE}, {"verbose", no_argument, 0, OPT_VERBOSE},
+    {"deepspeed-config", required_argument, 0, OPT_DS_CONFIG}, {0, 0, 0, 0}};
 
 /* A non-negative integer flag value, or exit 2. */
 static int cli_count(const char *s, const char *flag) {
@@ -78,6 +79,11 @@ void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *
 }
 
 void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const char *allowed, CliConfigSource source) {
+    cli_parse_flags(argc, argv, a, help, allowed);
+    cli_load_config(a, source);
+}
+
+void cli_parse_flags(int argc, char **argv, CliArgs *a, const char *help, const char *allowed) {
     memset(a, 0, sizeof *a);
     a->config_path = DEFAULT_CONFIG;
     a->warmup = a->iters = a->budget_ms = a->reps = a->sample_seed = -1; /* -1: the subcommand's default */
@@ -115,6 +121,7 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
         case OPT_SAMPLE_SEED: a->sample_seed = cli_count(optarg, "--sample-seed"); break;
         case OPT_REPS: a->reps = cli_count(optarg, "--reps"); break;
         case OPT_OVERWRITE: a->overwrite = 1; break;
+        case OPT_DS_CONFIG: a->deepspeed_config = optarg; break;
         case 'v':
         case OPT_VERBOSE: vx_verbose = 1; break;
         case OPT_STEPS: key = "train.steps"; break;
@@ -170,6 +177,10 @@ void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const c
         }
         if (strcmp(keys[i], "train.steps") == 0) a->steps_flag = flags[i];
     }
+    a->n_cmdline = n;
+}
+
+void cli_load_config(CliArgs *a, CliConfigSource source) {
     if (source && !a->config_given) source(a, &a->cfg);
     else config_load(&a->cfg, a->config_path);
     cli_apply_overrides(a, &a->cfg);

@@ -22,6 +22,8 @@ typedef struct {
      * (cli_apply_overrides), and again to another config a command compares with it (train --resume) */
     int n_set;
     const char *set_keys[64], *set_values[64], *set_flags[64];
+    int n_cmdline; /* how many of them the command line gave; after them come a launcher's (app/launcher_settings.h) */
+    const char *deepspeed_config; /* train --deepspeed-config FILE: NULL when not given */
     Config cfg;
 } CliArgs;
 
@@ -46,3 +48,7 @@ void cli_apply_overrides(const CliArgs *a, Config *cfg);
 void cli_parse(int argc, char **argv, CliArgs *a, const char *help, const char *allowed);
 /* The same with the config taken from `source` unless --config is given. */
 void cli_parse_from(int argc, char **argv, CliArgs *a, const char *help, const char *allowed, CliConfigSource source);
+/* cli_parse_from in its two halves, for train, which adds a launcher's settings in between: the flags alone (every
+ * key checked), then the config (file or `source`, the flags applied, validated). */
+void cli_parse_flags(int argc, char **argv, CliArgs *a, const char *help, const char *allowed);
+void cli_load_config(CliArgs *a, CliConfigSource source);

@@ -9,6 +9,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/launcher_settings.h"
 #include "app/probe.h"
 #include "app/resume_config.h"
 #include "app/version.h"
@@ -54,8 +55,13 @@ static const char *TRAIN_HELP =
     "  --lr-scaling S      none | linear | sqrt: lr x f(ranks) when the batch is per rank (train.lr_scaling)\n"
     "  --zero N            0 | 1 | 2 | auto: shard AdamW's state (1) and the gradients too (2) over the ranks\n"
     "                      (dist.zero, ZeRO); auto: the cheapest mode the memory plan fits\n"
+    "  --deepspeed-config FILE  a DeepSpeed ds_config.json: zero_optimization.stage and offload_optimizer.device,\n"
+    "                      fp16/bf16.enabled, gradient_accumulation_steps, gradient_clipping and the batch sizes\n"
+    "                      become the keys above (\"auto\" keeps ours); a flag that contradicts it is refused\n"
     "  --set KEY=VALUE     set any config key, e.g. --set train.ckpt_every=100 (repeatable)\n"
-    "  --help-config       list every config key with its default\n";
+    "  --help-config       list every config key with its default\n"
+    "Under accelerate launch, its ACCELERATE_* settings (mixed precision, cpu, dynamo, gradient accumulation,\n"
+    "DeepSpeed's zero stage, offload and clipping) are read the same way; docs/distributed-and-zero.md lists them.\n";
 
 static int main_argc;
 static char **main_argv; /* the whole command line: `train --gpus N` starts its ranks with it */
@@ -112,10 +118,11 @@ static void config_stem(const char *path, char *out, size_t len) {
 
 static int cmd_train(int argc, char **argv) {
     CliArgs a;
-    cli_parse_from(argc, argv, &a, TRAIN_HELP,
-                   ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,"
-                   "checkpoint-activations,gpus,lr-scaling,amp,compile,init-from,init-allow,zero,",
-                   resume_config_source);
+    cli_parse_flags(argc, argv, &a, TRAIN_HELP,
+                    ",config,steps,batch-size,lr,device,seed,threads,out,resume,set,help-config,profile,deterministic,"
+                    "checkpoint-activations,gpus,lr-scaling,amp,compile,init-from,init-allow,zero,deepspeed-config,");
+    launcher_settings_take(&a); /* accelerate's variables, --deepspeed-config: before the config is validated */
+    cli_load_config(&a, resume_config_source);
     resume_config_check(&a);
     /* train.stages set the run's length (their sum): a --steps beside them was silently ignored; refused, since
      * which stage it should shorten is anyone's guess */

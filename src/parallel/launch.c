@@ -98,7 +98,10 @@ void dist_detect(DistEnv *e) {
                            count[1] > 1 ? "them" : "it");
         const int rank = env_required("RANK", "torchrun"), world = env_required("WORLD_SIZE", "torchrun");
         const int local = env_required("LOCAL_RANK", "torchrun"); /* read in this order: the first bad one is named */
-        set_ranks(e, "torchrun", rank, world, local, env_int("LOCAL_WORLD_SIZE"));
+        /* DeepSpeed's launcher (deepspeed --no_python --no_local_rank) sets these too, but its local count as
+         * LOCAL_SIZE (deepspeed/launcher/launch.py) */
+        const int local_world = env_int("LOCAL_WORLD_SIZE");
+        set_ranks(e, "torchrun", rank, world, local, local_world > 0 ? local_world : env_int("LOCAL_SIZE"));
         read_master(e, "MASTER_ADDR", "MASTER_PORT", 1);
     } else if (getenv("SLURM_PROCID") && getenv("SLURM_NTASKS") && (getenv("SLURM_STEP_ID") || getenv("SLURM_STEPID"))) {
         /* only inside a job step started by srun: a batch script's own shell has SLURM_PROCID=0 as well */

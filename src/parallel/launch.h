@@ -6,7 +6,8 @@
  *   mpirun    Open MPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (MPICH/Hydra: PMI_RANK, PMI_SIZE,
  *             MPI_LOCALRANKID, MPI_LOCALNRANKS)
  *   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; our rendezvous listens on
- *             MASTER_PORT + 1 (torchrun's own store may hold MASTER_PORT), or VX_RENDEZVOUS_PORT
+ *             MASTER_PORT + 1 (torchrun's own store may hold MASTER_PORT), or VX_RENDEZVOUS_PORT. accelerate's
+ *             --multi_gpu starts its ranks so, and DeepSpeed's launcher too (LOCAL_SIZE for LOCAL_WORLD_SIZE)
  *   srun      Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE (ranks meet over MPI)
  *   single    none of these: one process
  * A variable that is set but malformed (not a number, rank >= world, ...) is an error naming it (exit 2).
