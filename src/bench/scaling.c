@@ -38,6 +38,7 @@
 #include "bench/scaling_model.h"
 #include "core/fsutil.h"
 #include "core/stop_signal.h"
+#include "core/progress.h"
 #include "core/util.h"
 #include "tb/tb_writer.h"
 #include "train/runtime.h"
@@ -401,6 +402,12 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     Row rows[64];
     int nr = 0;
     double worst_err = 0;
+    int n_rows = 0; /* the rows to come, for the progress line's ETA (a run per row: minutes in all) */
+    for (int mode = 0; mode < 2; mode++)
+        for (int i = 0; i < o->n_counts; i++)
+            n_rows += ((mode == 0 && o->weak) || (mode == 1 && o->strong && global % o->counts[i] == 0));
+    Progress prog;
+    progress_begin(&prog, "bench scaling", n_rows, "rank counts");
     for (int mode = 0; mode < 2; mode++) {
         if ((mode == 0 && !o->weak) || (mode == 1 && !o->strong)) continue;
         for (int i = 0; i < o->n_counts && nr < 64; i++) {
@@ -441,8 +448,10 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
                    mode ? "strong" : "weak", n, pb, r->measured ? "measured" : "projected", r->sps, r->step_ms,
                    r->proj_sps, "");
             free(tl.ready), free(tl.bytes);
+            progress_add(&prog, 1);
         }
     }
+    progress_end(&prog);
 
     /* speedup and efficiency against the same mode's single rank */
     double speed[64], eff[64];

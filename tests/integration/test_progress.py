@@ -122,3 +122,12 @@ def test_bench_and_consolidate_show_progress(tmp_path):
     run("train", *TINY, "--steps", "2", "--out", tmp_path / "z", "--zero", "1")
     c = run("ckpt", "consolidate", tmp_path / "z" / "checkpoints" / "step_2.zero", env=EVERY)
     assert progress_lines(c.stdout, "reading the shards", "shards") == [(1, 1)], c.stdout
+
+
+def test_bench_scaling_shows_progress_per_rank_count(tmp_path):
+    """bench scaling runs the trainer once per rank count (minutes in all on a real config): a line with the ETA
+    after each."""
+    p = run("bench", "scaling", *TINY, "--gpus", "1,2", "--mode", "weak", "--steps", "4", "--device", "cpu",
+            "--results", tmp_path / "res", env=EVERY)
+    assert progress_lines(p.stdout, "bench scaling", "rank counts") == [(1, 2), (2, 2)], p.stdout
+    assert re.search(r"^bench scaling: 2 rank counts in [0-9.]+ s$", p.stdout, re.M), p.stdout
