@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,8 @@
 #include "core/util.h"
 
 #define SPAWN_GRACE_S 10 /* after a rank failed: how long the others get to end on SIGTERM before SIGKILL */
+#define SRUN_STOP_GRACE_S 20 /* srun's SIGTERM: how long a rank's stop with a checkpoint may take (under Slurm's
+                              * default KillWait, 30 s, after which it SIGKILLs the tasks) */
 
 /* The integer in variable `name`, or -1 when it is not set; exit 2 when it is set but not a whole number. */
 static int env_int(const char *name) {
@@ -122,8 +125,7 @@ void dist_describe(const DistEnv *e, char *out, size_t len) {
 
 static DistEnv ended_env;
 
-static void launcher_ended(int sig) {
-    if (sig != SIGTERM) return;
+static void say_ended(void) {
     char host[64] = "?";
     gethostname(host, sizeof host);
     host[sizeof host - 1] = 0;
@@ -132,6 +134,36 @@ static void launcher_ended(int sig) {
             "being stopped; exit %d\n", ended_env.rank, ended_env.world, (long)getpid(), host, ended_env.launcher,
             VX_EXIT_DIST);
     _exit(VX_EXIT_DIST);
+}
+
+/* srun's stop that did not finish in time: a peer is gone and this rank waits in a collective for it */
+static void *srun_deadline(void *arg) {
+    (void)arg;
+    struct timespec t = {SRUN_STOP_GRACE_S, 0};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+    say_ended();
+    return NULL;
+}
+
+static void launcher_ended(int sig) {
+    if (sig != SIGTERM) return;
+    if (strcmp(ended_env.launcher, "srun") != 0) say_ended();
+    /* Slurm sends SIGTERM to every task of the job at once (scancel, the time limit, a preemption) and SIGKILL only
+     * KillWait seconds later (30 by default): each rank takes it as a stop request (stop_signal_requested), ends
+     * after the same step (the flag rides in the step's all-reduce), rank 0 writes a checkpoint, exit 130. A stop
+     * that cannot finish (a peer died first: srun then ends the others) ends this rank with the line above. */
+    static int armed;
+    if (armed++) return;
+    char host[64] = "?";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = 0;
+    fprintf(stderr, "voxscale: rank %d/%d (pid %ld on %s): SIGTERM from srun (scancel or the job's time limit): "
+            "stopping after this step with a checkpoint (exit 130), or exit %d if not done within %d s\n",
+            ended_env.rank, ended_env.world, (long)getpid(), host, VX_EXIT_DIST, SRUN_STOP_GRACE_S);
+    pthread_t t;
+    if (pthread_create(&t, NULL, srun_deadline, NULL) != 0) say_ended();
+    pthread_detach(t);
 }
 
 void dist_end_on_launcher_sigterm(const DistEnv *env) {

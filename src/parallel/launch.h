@@ -31,11 +31,13 @@ void dist_describe(const DistEnv *env, char *out, size_t len);
  * them. Returns the run's exit code: 0 when every rank succeeded, else the first failing rank's code (a rank killed
  * by a signal counts as VX_EXIT_DIST), or VX_EXIT_SIGNAL when the run was stopped by SIGINT/SIGTERM. */
 int dist_spawn(int nproc, int on_gpu, int argc, char **argv);
-/* Under mpirun or srun, a SIGTERM is the launcher ending the job: a peer rank exited (mpirun SIGKILLs the others
- * about a second later) or the job is being cancelled. From here on such a rank says so in one line naming itself
+/* Under mpirun, a SIGTERM is the launcher ending the job: a peer rank exited (mpirun SIGKILLs the others about a
+ * second later) or the job is being cancelled. From here on such a rank says so in one line naming itself
  * ("voxscale: rank 0/2 (pid N on HOST): ended by mpirun (SIGTERM): a peer rank exited or the job is being
  * stopped; exit 3") and exits 3 at once, rather than ending wordless inside a collective with a dead peer. A stop with
- * a checkpoint is SIGINT to the ranks. Nothing under the other launchers. */
+ * a checkpoint is SIGINT to the ranks. Under srun, a SIGTERM is mostly scancel or the time limit, sent to every task:
+ * each rank says so in one line and stops after the step with a checkpoint (exit 130), or, when that is not done
+ * within 20 s (a peer gone), ends with the line above. Nothing under the other launchers. */
 void dist_end_on_launcher_sigterm(const DistEnv *env);
 /* A free TCP port on the loopback interface (bound and released: the rendezvous binds it again at once). */
 int dist_free_port(void);
