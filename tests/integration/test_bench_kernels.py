@@ -6,6 +6,7 @@ ci/regress's baseline part (--no-parent: the parent comparison has tests/integra
 a fresh run against a baseline made on this machine, fail when one op is made 3x slower, and say "skipped" (exit 77)
 where there is neither a parent nor a baseline. About a minute on 2 cores."""
 import json
+import re
 import os
 import subprocess
 
@@ -136,12 +137,31 @@ def gate_baseline(tmp_path_factory):
     return base
 
 
+def skip_if_the_machine_moved(out):
+    """The gate compares fractions of ceilings measured in the same run; on this VM the memory copy ceiling itself has
+    jumped between modes (43 vs 78 GB/s, minutes apart, nothing else running), and the small memory-bound ops did not
+    follow it, so their fractions moved by -43% with no code changed. When a ceiling moved beyond ci/regress's
+    HOST_SPREAD between the fixture's baseline and this run, the figures cannot be judged against it: skip, naming
+    the ceilings (in CI the gate runs with its parent comparison, which such a move does not touch)."""
+    m = re.search(r"ceilings now: GEMM ([\d.]+) GFLOP/s, copy ([\d.]+) GB/s \(baseline ([\d.]+), ([\d.]+)\)", out)
+    if not m:
+        return
+    gemm, copy, bgemm, bcopy = map(float, m.groups())
+    moved = max(gemm / bgemm, bgemm / gemm, copy / bcopy, bcopy / copy)
+    if moved > 1.5:
+        pytest.skip("this machine's ceilings moved x%.2f between the baseline and this run (GEMM %.1f vs %.1f "
+                    "GFLOP/s, copy %.1f vs %.1f GB/s): its fractions cannot be judged" % (moved, gemm, bgemm, copy,
+                                                                                         bcopy))
+
+
 def test_gate_passes_a_fresh_run_on_the_same_machine(gate_baseline):
     # --attempts 3 (ci/test.sh's gate runs 2, at 150 ms per op rather than 60): a burst of a neighbour's load on the
     # shared VM has halved one op's figure for one run (seen once in this test); a real regression fails every run
     # (the next test)
     p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline,
                        "--attempts", "3"])
+    if p.returncode != 0:
+        skip_if_the_machine_moved(p.stdout)
     assert p.returncode == 0, p.stdout[-3000:]
     assert "ci/regress: passed: 4 figures within their tolerances" in p.stdout
 
@@ -151,6 +171,8 @@ def test_gate_fails_when_one_kernel_is_3x_slower(gate_baseline):
     p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline,
                        "--attempts", "2"],
             env={"VX_TEST_SLOW_OP": "groupnorm_silu_forward:3"})
+    if p.returncode != 1 or "FAILED: 1 of 4 figures regressed" not in p.stdout:
+        skip_if_the_machine_moved(p.stdout)
     assert p.returncode == 1, p.stdout[-3000:]
     assert "run 2 of at most 2" in p.stdout and "best of 2 runs" in p.stdout, p.stdout[-3000:]
     rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.endswith(("ok", "REGRESSED"))}
