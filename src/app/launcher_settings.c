@@ -14,16 +14,6 @@
 #include "core/util.h"
 #include "parallel/launch.h"
 
-LauncherSetting *launcher_setting_add(LauncherSettings *ls, const char *key, const char *flag, const char *value) {
-    if (ls->n >= LAUNCHER_MAX_SETTINGS) vx_usage_error("launcher settings: more than %d", LAUNCHER_MAX_SETTINGS);
-    LauncherSetting *s = &ls->s[ls->n++];
-    memset(s, 0, sizeof *s);
-    s->key = key;
-    s->flag = flag;
-    snprintf(s->value, sizeof s->value, "%s", value);
-    return s;
-}
-
 /* accelerate's own reading of a flag (strtobool): 1, 0, or -1 for anything else. */
 static int accel_bool(const char *v) {
     static const char *yes[] = {"y", "yes", "t", "true", "on", "1"}, *no[] = {"n", "no", "f", "false", "off", "0"};

@@ -14,7 +14,11 @@
  * The config's own validation then applies as for any flag (bf16 on a CPU without AVX512-BF16 or AMX is refused
  * there, by name, never trained in float32). docs/distributed-and-zero.md has the table of every variable. */
 #pragma once
+#include <stdio.h>
+#include <string.h>
+
 #include "app/cli.h"
+#include "core/util.h"
 
 #define LAUNCHER_MAX_SETTINGS 24
 
@@ -34,8 +38,19 @@ typedef struct {
     char notes[1200]; /* lines for rank 0 to print (a ds_config's keys that were not read) */
 } LauncherSettings;
 
-/* Appends one setting (exit 2 when there are too many: a launcher source that long is not one of ours). */
-LauncherSetting *launcher_setting_add(LauncherSettings *ls, const char *key, const char *flag, const char *value);
+/* Appends one setting (exit 2 when there are too many: a launcher source that long is not one of ours). Inline
+ * here: deepspeed_config.c adds settings and launcher_settings.c calls deepspeed_config.c's reader, and a function
+ * of either called by the other made the two source files a circle (check_layers --objects). */
+static inline LauncherSetting *launcher_setting_add(LauncherSettings *ls, const char *key, const char *flag,
+                                                    const char *value) {
+    if (ls->n >= LAUNCHER_MAX_SETTINGS) vx_usage_error("launcher settings: more than %d", LAUNCHER_MAX_SETTINGS);
+    LauncherSetting *s = &ls->s[ls->n++];
+    memset(s, 0, sizeof *s);
+    s->key = key;
+    s->flag = flag;
+    snprintf(s->value, sizeof s->value, "%s", value);
+    return s;
+}
 
 /* The ACCELERATE_* variables of this process's environment, as accelerate 0.2x's `accelerate launch` sets them. */
 void launcher_settings_accelerate(LauncherSettings *ls, const char **ds_config_file);
