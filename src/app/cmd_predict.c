@@ -29,6 +29,7 @@
 #include "core/fsutil.h"
 #include "core/outguard.h"
 #include "core/stop_signal.h"
+#include "core/progress.h"
 #include "core/util.h"
 #include "elementwise/elementwise.h"
 #include "data/manifest.h"
@@ -286,13 +287,6 @@ static void check_outputs(const char *out_dir, const PredictFamily *fam, const I
     vx_usage_error("%s", c.why);
 }
 
-static void format_eta(double s, char *out, size_t len) {
-    const long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(out, len, "%ldh%02ldm", t / 3600, t / 60 % 60);
-    else if (t >= 60) snprintf(out, len, "%ldm%02lds", t / 60, t % 60);
-    else snprintf(out, len, "%lds", t);
-}
-
 int cmd_predict(int argc, char **argv) {
     CliArgs a;
     cli_parse_from(argc, argv, &a, HELP,
@@ -410,7 +404,7 @@ int cmd_predict(int argc, char **argv) {
         if (now - last >= 1.0 || done + left_out == mine) {
             char eta[32];
             const double rate = done / (now - t0);
-            format_eta(rate > 0 ? (mine - done - left_out) / rate : 0, eta, sizeof eta);
+            progress_format_eta(rate > 0 ? (mine - done - left_out) / rate : 0, eta, sizeof eta);
             vx_log("predict: %d/%d volumes%s | %.2f volumes/s | eta %s\n", done + left_out, mine,
                    world > 1 ? " (rank 0's share)" : "", rate, eta);
             last = now;

@@ -27,6 +27,7 @@
 
 #include "core/fsutil.h"
 #include "core/stop_signal.h"
+#include "core/progress.h"
 #include "core/util.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -63,13 +64,6 @@ static void flush_event_files(int sig) {
     tb_writer_flush_all_on_signal();
 }
 
-
-static void format_eta(double seconds, char *out, size_t len) {
-    long s = (long)(seconds + 0.5);
-    if (s >= 3600) snprintf(out, len, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-    else if (s >= 60) snprintf(out, len, "%ldm%02lds", s / 60, s % 60);
-    else snprintf(out, len, "%lds", s);
-}
 
 static int every(int interval, int64_t step) { return interval > 0 && step % interval == 0; }
 
@@ -179,7 +173,7 @@ static void log_progress(Trainer *t, const StepOutcome *r, double ms_window, dou
     const int bad = ds.skipped > 0 || ds.bad_reads > 0;
     char eta[32], comm[80] = "", scale[64] = "", skipped[80] = "";
     if (bad) snprintf(skipped, sizeof skipped, " | bad volumes %ld (%ld reads moved on)", ds.skipped, ds.bad_reads);
-    format_eta(dt * (cfg->steps - r->step), eta, sizeof eta);
+    progress_format_eta(dt * (cfg->steps - r->step), eta, sizeof eta);
     if (t->comm->world > 1)
         snprintf(comm, sizeof comm, isfinite(comm_ms) ? " | comm wait %.1f ms" : " | comm wait in the graphs", comm_ms);
     if (isfinite(slot_window)) /* ZeRO-2 on CPU ranks: backward's waits for staging slots, apart from the above */
