@@ -294,34 +294,29 @@ void weights_read(const char *path, const Model *m, const char *allow, const cha
     for (int k = 0; k < D_KINDS; k++) free(ds.d[k]);
 }
 
-void weights_apply(const WeightsInit *wi, Model *m) {
-    const StFile *f = &wi->file;
-    float *packed = vx_malloc((size_t)(m->param_count ? m->param_count : 1) * sizeof(float));
-    model_download_packed(m, m->param, packed);
+/* The file's tensors src[i] (-1: none for parameter i) into the device's packed buffer dst, the others kept. */
+static void apply_tensors(const StFile *f, const Model *m, const int *src, float *dst, float *packed) {
+    model_download_packed(m, dst, packed);
     float *tmp = vx_malloc(sizeof(float));
     long cap = 1;
     for (int i = 0; i < m->n_params; i++) {
-        if (wi->param_src[i] < 0) continue;
+        if (src[i] < 0) continue;
         const ParamView *p = &m->params[i];
         if (p->count > cap) tmp = vx_realloc(tmp, (size_t)(cap = p->count) * sizeof(float));
-        st_to_f32(f, &f->t[wi->param_src[i]], tmp);
+        st_to_f32(f, &f->t[src[i]], tmp);
         permute(p, tmp, packed + p->packed_offset, 0);
     }
-    model_upload_packed(m, packed, m->param);
+    model_upload_packed(m, packed, dst);
+    free(tmp);
+}
+
+void weights_apply(const WeightsInit *wi, Model *m) {
+    const StFile *f = &wi->file;
+    float *packed = vx_malloc((size_t)(m->param_count ? m->param_count : 1) * sizeof(float));
+    apply_tensors(f, m, wi->param_src, m->param, packed);
     model_sync_lp(m);
     model_ema_reset(m); /* the average starts at the loaded weights, then takes the file's where it has them */
-    if (wi->ema_loaded) {
-        model_download_packed(m, model_ema(m), packed);
-        for (int i = 0; i < m->n_params; i++) {
-            if (wi->ema_src[i] < 0) continue;
-            const ParamView *p = &m->params[i];
-            if (p->count > cap) tmp = vx_realloc(tmp, (size_t)(cap = p->count) * sizeof(float));
-            st_to_f32(f, &f->t[wi->ema_src[i]], tmp);
-            permute(p, tmp, packed + p->packed_offset, 0);
-        }
-        model_upload_packed(m, packed, model_ema(m));
-    }
-    free(tmp);
+    if (wi->ema_loaded) apply_tensors(f, m, wi->ema_src, model_ema(m), packed);
     free(packed);
     if (!m->n_buffers) return;
     float *bufs = vx_malloc((size_t)m->buffer_floats * sizeof(float));
