@@ -125,14 +125,20 @@ void dist_describe(const DistEnv *e, char *out, size_t len) {
 
 static DistEnv ended_env;
 
-static void say_ended(void) {
+/* "rank 1/2 (pid N on HOST)": who speaks, in the lines a launcher's SIGTERM makes */
+static void who(char *out, size_t len) {
     char host[64] = "?";
     gethostname(host, sizeof host);
     host[sizeof host - 1] = 0;
+    snprintf(out, len, "rank %d/%d (pid %ld on %s)", ended_env.rank, ended_env.world, (long)getpid(), host);
+}
+
+static void say_ended(void) {
+    char me[128];
+    who(me, sizeof me);
     fflush(stdout); /* (this thread is not a handler: the main thread may be stuck in a collective, not in stdio) */
-    fprintf(stderr, "voxscale: rank %d/%d (pid %ld on %s): ended by %s (SIGTERM): a peer rank exited or the job is "
-            "being stopped; exit %d\n", ended_env.rank, ended_env.world, (long)getpid(), host, ended_env.launcher,
-            VX_EXIT_DIST);
+    fprintf(stderr, "voxscale: %s: ended by %s (SIGTERM): a peer rank exited or the job is being stopped; exit %d\n",
+            me, ended_env.launcher, VX_EXIT_DIST);
     _exit(VX_EXIT_DIST);
 }
 
@@ -155,12 +161,10 @@ static void launcher_ended(int sig) {
      * that cannot finish (a peer died first: srun then ends the others) ends this rank with the line above. */
     static int armed;
     if (armed++) return;
-    char host[64] = "?";
-    gethostname(host, sizeof host);
-    host[sizeof host - 1] = 0;
-    fprintf(stderr, "voxscale: rank %d/%d (pid %ld on %s): SIGTERM from srun (scancel or the job's time limit): "
-            "stopping after this step with a checkpoint (exit 130), or exit %d if not done within %d s\n",
-            ended_env.rank, ended_env.world, (long)getpid(), host, VX_EXIT_DIST, SRUN_STOP_GRACE_S);
+    char me[128];
+    who(me, sizeof me);
+    fprintf(stderr, "voxscale: %s: SIGTERM from srun (scancel or the job's time limit): stopping after this step "
+            "with a checkpoint (exit 130), or exit %d if not done within %d s\n", me, VX_EXIT_DIST, SRUN_STOP_GRACE_S);
     pthread_t t;
     if (pthread_create(&t, NULL, srun_deadline, NULL) != 0) say_ended();
     pthread_detach(t);
