@@ -137,6 +137,15 @@ def commit_cell(d):
     return "%s (%s)" % (c, commit_date(c)) if c else "not recorded"
 
 
+def table(*columns):
+    """A markdown table's header and its separator, one "---" per column."""
+    return ["| %s |" % " | ".join(columns), "|" + "---|" * len(columns)]
+
+
+def row(*cells):
+    return "| %s |" % " | ".join(map(str, cells))
+
+
 def step_rows(f):
     """[(config, step JSON, pytorch JSON or None)] of a folder."""
     torch = f.get("pytorch_step")
@@ -145,32 +154,30 @@ def step_rows(f):
 
 def section(f):
     out = ["## %s" % f.name, "",
-           "| | |", "|---|---|",
-           "| machine | %s |" % f.machine(),
-           "| ISA level | %s |" % f.isa(),
-           "| BLAS / GEMM kernels | %s |" % f.blas(),
-           "| commits (dates) | %s |" % ", ".join("%s (%s)" % (c, commit_date(c))
-                                                  for c in sorted(f.commits(), key=lambda c: (commit_date(c), c))),
+           "| | |", "|---|---|",  # (a key-value table: no column names)
+           row("machine", f.machine()),
+           row("ISA level", f.isa()),
+           row("BLAS / GEMM kernels", f.blas()),
+           row("commits (dates)", ", ".join("%s (%s)" % (c, commit_date(c))
+                                            for c in sorted(f.commits(), key=lambda c: (commit_date(c), c)))),
            ""]
     steps = step_rows(f)
     if steps:
         out += ["### Training step (bench step) against PyTorch", "",
-                "| config | batch | precision | voxscale ms/step (median) | PyTorch ms/step (median) | "
-                "PyTorch / voxscale | conv GFLOP/s | of the GEMM ceiling | commit |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                *table("config", "batch", "precision", "voxscale ms/step (median)", "PyTorch ms/step (median)",
+                       "PyTorch / voxscale", "conv GFLOP/s", "of the GEMM ceiling", "commit")]
         for cfg, d, t in steps:
             ratio = fmt(t["step_ms_median"] / d["step_ms_median"], 2) + "x" if t else "no reference"
-            out.append("| %s | %s | %s | %s | %s | %s | %s | %s of %s GFLOP/s | %s |" % (
-                cfg, d.get("batch", "?"), d.get("precision", "?"), fmt(d.get("step_ms_median")),
-                reference_cell(t), ratio,
-                fmt(d.get("conv_gflops")), fmt(d.get("fraction_of_ceiling"), 2), fmt(d.get("ceiling_gflops")),
-                commit_cell(d)))
+            out.append(row(cfg, d.get("batch", "?"), d.get("precision", "?"), fmt(d.get("step_ms_median")),
+                           reference_cell(t), ratio, fmt(d.get("conv_gflops")),
+                           "%s of %s GFLOP/s" % (fmt(d.get("fraction_of_ceiling"), 2), fmt(d.get("ceiling_gflops"))),
+                           commit_cell(d)))
         out.append("")
     kernels = f.get("kernels")
     if kernels:
         out += ["### Kernels (bench kernels): median over cases of the fraction of the ceiling probed beside each", "",
-                "| config | cases | failed checks | compute-bound | memory-bound | GEMM ceiling GFLOP/s | "
-                "copy ceiling GB/s | commit |", "|---|---|---|---|---|---|---|---|"]
+                *table("config", "cases", "failed checks", "compute-bound", "memory-bound", "GEMM ceiling GFLOP/s",
+                       "copy ceiling GB/s", "commit")]
         for cfg, d in kernels.items():
             cells = []
             for bound in ("compute", "memory"):
@@ -179,36 +186,34 @@ def section(f):
                 v = [x for x in v if x is not None]
                 cells.append("%s (%d)" % (fmt(statistics.median(v), 2), len(v)) if v else "-")
             c = d.get("ceilings", {})
-            out.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
-                cfg, len(d["kernels"]), d.get("failed_checks", "?"), cells[0], cells[1], fmt(c.get("gemm_gflops")),
-                fmt(c.get("copy_gbps")), commit_cell(d)))
+            out.append(row(cfg, len(d["kernels"]), d.get("failed_checks", "?"), cells[0], cells[1],
+                           fmt(c.get("gemm_gflops")), fmt(c.get("copy_gbps")), commit_cell(d)))
         out.append("")
     scaling = f.get("scaling")
     if scaling:
         out += ["### Scaling (bench scaling): measured rows", "",
-                "| config | mode | ranks | global batch | samples/s | speedup | efficiency | model error | commit |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                *table("config", "mode", "ranks", "global batch", "samples/s", "speedup", "efficiency",
+                       "model error", "commit")]
         for cfg, d in scaling.items():
             for r in d["rows"]:
                 if r.get("kind") != "measured":
                     continue
-                out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                    cfg, r["mode"], r["ranks"], r.get("global_batch", "?"), fmt(r.get("samples_per_s"), 2),
-                    fmt(r.get("speedup"), 2), fmt(r.get("efficiency"), 2), fmt(r.get("model_error"), 2),
-                    commit_cell(d)))
+                out.append(row(cfg, r["mode"], r["ranks"], r.get("global_batch", "?"), fmt(r.get("samples_per_s"), 2),
+                               fmt(r.get("speedup"), 2), fmt(r.get("efficiency"), 2), fmt(r.get("model_error"), 2),
+                               commit_cell(d)))
         out.append("")
     allreduce = f.get("allreduce")
     if allreduce:
         out += ["### All-reduce (bench allreduce)", "",
-                "| ranks | communicator | average bus bandwidth GB/s | largest message | its in-place bus GB/s | "
-                "fit: latency us, bus GB/s | wrong | commit |", "|---|---|---|---|---|---|---|---|"]
+                *table("ranks", "communicator", "average bus bandwidth GB/s", "largest message",
+                       "its in-place bus GB/s", "fit: latency us, bus GB/s", "wrong", "commit")]
         for n, d in allreduce.items():
             last = max(d["rows"], key=lambda r: r["bytes"]) if d.get("rows") else {}
             fit = d.get("fit") or {}
-            out.append("| %s | %s | %s | %s MiB | %s | %s, %s | %s | %s |" % (
-                n, d.get("communicator", "?"), fmt(d.get("avg_bus_bandwidth_gbps"), 2),
-                fmt(last.get("bytes", 0) / 2 ** 20, 0), fmt(last.get("ip_busbw_gbps"), 2), fmt(fit.get("alpha_us")),
-                fmt(fit.get("bus_gbps"), 2), d.get("wrong", "?"), commit_cell(d)))
+            out.append(row(n, d.get("communicator", "?"), fmt(d.get("avg_bus_bandwidth_gbps"), 2),
+                           "%s MiB" % fmt(last.get("bytes", 0) / 2 ** 20, 0), fmt(last.get("ip_busbw_gbps"), 2),
+                           "%s, %s" % (fmt(fit.get("alpha_us")), fmt(fit.get("bus_gbps"), 2)), d.get("wrong", "?"),
+                           commit_cell(d)))
         out.append("")
     return out
 
@@ -250,13 +255,11 @@ def reference_cell(t):
 
 def headline(results):
     """The README's block: one row per device folder and config with a step figure."""
-    out = ["| device | ISA level | config | voxscale ms/step | PyTorch ms/step | PyTorch / voxscale | commit |",
-           "|---|---|---|---|---|---|---|"]
+    out = table("device", "ISA level", "config", "voxscale ms/step", "PyTorch ms/step", "PyTorch / voxscale", "commit")
     for f in folders(results):
         for cfg, d, t in step_rows(f):
-            out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-                f.name, f.isa(), cfg, fmt(d.get("step_ms_median")), reference_cell(t),
-                fmt(t["step_ms_median"] / d["step_ms_median"], 2) + "x" if t else "-", commit_cell(d)))
+            out.append(row(f.name, f.isa(), cfg, fmt(d.get("step_ms_median")), reference_cell(t),
+                           fmt(t["step_ms_median"] / d["step_ms_median"], 2) + "x" if t else "-", commit_cell(d)))
     out += ["", "Every figure per device (kernels, scaling, all-reduce): [docs/measured.md](docs/measured.md), "
             "generated from results/ by `python3 bench/report/measured.py --readme README.md`."]
     return out
