@@ -101,13 +101,7 @@ for level in $levels; do
     grep -E '^(FAILED|ERROR) ' "$build.pytest.log" | sed "s/^/isa $level: /"
     tail -1 "$build.pytest.log"
     if [ -s "$report" ]; then
-        read -r pt pf pe ps < <(/usr/bin/python3 - "$report" <<'PY'
-import sys, xml.etree.ElementTree as ET
-r = ET.parse(sys.argv[1]).getroot()
-s = r if r.tag == "testsuite" else r.find("testsuite")
-print(s.get("tests"), s.get("failures"), s.get("errors"), s.get("skipped"))
-PY
-)
+        read -r pt pf pe ps < <(/usr/bin/python3 ci/junit_summary.py "$report")
         p=$((p + pt - pf - pe - ps)); f=$((f + pf + pe)); s=$((s + ps))
     else
         f=$((f + 1)); echo "isa $level: pytest wrote no report"

@@ -123,31 +123,9 @@ report=$(mktemp)
 .venv/bin/python -m pytest -q -rsfE -p no:cacheprovider tests/integration --junitxml="$report"
 rc=$?
 if [ -s "$report" ]; then
-    while IFS= read -r l; do why+=("pytest: $l"); done < <(/usr/bin/python3 - "$report" <<'PY'
-import sys, xml.etree.ElementTree as ET
-bad = [(c, b) for c in ET.parse(sys.argv[1]).getroot().iter("testcase")
-       for b in list(c.findall("failure")) + list(c.findall("error"))]
-for c, b in bad[:10]:
-    msg = (b.get("message") or "").replace("\n", " ")[:160]
-    print("%s::%s: %s" % (c.get("classname", "").rsplit(".", 1)[-1], c.get("name"), msg))
-if len(bad) > 10:
-    print("... and %d more" % (len(bad) - 10))
-PY
-)
-    # the doc-tests' own count (issue 36: a documented command that fails fails CI)
-    /usr/bin/python3 - "$report" <<'PY'
-import sys, xml.etree.ElementTree as ET
-docs = [c for c in ET.parse(sys.argv[1]).getroot().iter("testcase") if c.get("classname", "").endswith("test_docs")]
-bad = sum(1 for c in docs if c.find("failure") is not None or c.find("error") is not None)
-print("doc-tests (tests/integration/test_docs.py: README.md and docs/*.md): %d run, %d failed" % (len(docs), bad))
-PY
-    read -r ptests pfail perr pskip < <(/usr/bin/python3 - "$report" <<'PY'
-import sys, xml.etree.ElementTree as ET
-r = ET.parse(sys.argv[1]).getroot()
-s = r if r.tag == "testsuite" else r.find("testsuite")
-print(s.get("tests"), s.get("failures"), s.get("errors"), s.get("skipped"))
-PY
-)
+    # one parse of the report (ci/junit_summary.py): the counts, the doc-tests' own line, the failing cases
+    { read -r ptests pfail perr pskip; read -r doc_line; echo "$doc_line"
+      while IFS= read -r l; do why+=("pytest: $l"); done; } < <(/usr/bin/python3 ci/junit_summary.py "$report")
     passed=$((passed + ptests - pfail - perr - pskip)); failed=$((failed + pfail + perr)); skipped=$((skipped + pskip))
 fi
 [ $rc -eq 0 ] || [ $rc -eq 5 ] || { [ $failed -gt 0 ] || { failed=$((failed + 1)); failed_names+=("pytest rc=$rc"); }; }
