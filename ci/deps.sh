@@ -11,6 +11,9 @@
 #          safetensors (the reference reader and writer the weights files are checked against),
 #          and MONAI and lifelines without their dependencies (resnet3d's and Harrell's C's references), and
 #          accelerate without its own (its launch CLI, tests/integration/test_launchers.py)
+#   .venv-launchers: a second one over the system Python with DeepSpeed's launcher (`deepspeed`, tests/integration/
+#          test_real_launchers.py): DeepSpeed imports pydantic 2, which needs a newer typing_extensions than Debian's;
+#          kept apart so the tests' references (Debian's torch, MONAI, tensorboard in .venv) run on what Debian ships
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +36,12 @@ PIP_PACKAGES=(pytest tensorboard safetensors==0.8.0)
 PIP_NODEPS=(monai==1.3.2 lifelines==0.27.8 autograd==1.7.0 autograd-gamma==0.5.0 formulaic==0.6.6 interface-meta==1.3.0
             accelerate==0.21.0)
 
+# DeepSpeed 0.19.8 from its source (pure Python without its ops: DS_BUILD_OPS is 0 by default; its setup.py imports
+# Debian's torch, hence --no-build-isolation) and exactly what `import deepspeed` needs, without their dependencies
+LAUNCHER_NODEPS=(typing_extensions==4.16.0 hjson==3.1.0 py-cpuinfo==9.0.0 tqdm==4.70.1 pydantic==2.14.4
+                 pydantic_core==2.50.5 typing-inspection==0.4.5 annotated-types==0.8.0 einops==0.8.2 msgpack==1.2.4
+                 deepspeed==0.19.8)
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -51,5 +60,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
     .venv/bin/pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
     .venv/bin/pip install -q --disable-pip-version-check --no-deps "${PIP_NODEPS[@]}"
+    echo "$want" > "$stamp"
+fi
+
+stamp=.venv-launchers/.voxscale-deps
+want="${LAUNCHER_NODEPS[*]}"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "deps: creating .venv-launchers (system site packages) with: $want"
+    /usr/bin/python3 -m venv --system-site-packages .venv-launchers
+    # --ignore-installed: pip would otherwise keep Debian's older typing_extensions, which pydantic_core cannot import
+    .venv-launchers/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation --ignore-installed \
+        "${LAUNCHER_NODEPS[@]}"
     echo "$want" > "$stamp"
 fi

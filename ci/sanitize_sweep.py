@@ -14,6 +14,7 @@ A case fails when its exit code is not the one expected or its output holds a sa
 Prints a line per failed case (and its output's end) and last "sanitizer sweep: N cases, N passed, N failed";
 exits 0 when none failed. Standard library only: the volumes predict reads are written here as NIfTI-1."""
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ REPORT = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "
           "AddressSanitizer:DEADLYSIGNAL")
 QUIET = ["--device", "cpu", "--threads", "1", "--set", "train.log_every=1"]
 RESNET = "configs/test/resnet-tiny.json"
+TINY = "configs/test/tiny.json"
 FAMILIES = {
     "ae3d": ["--config", "configs/test/tiny.json"],
     "resnet3d-classification": ["--config", RESNET],
@@ -122,6 +124,31 @@ class Sweep:
         self.case("2 tcp ranks: ckpt consolidate", ["ckpt", "consolidate", os.path.join(d, "checkpoints",
                                                                                        "step_2.zero")])
 
+    def launchers(self):
+        """A launcher's settings (src/app/launcher_settings.c, deepspeed_config.c) on one rank placed as torchrun
+        places it: accelerate's variables with its DeepSpeed plugin, and a ds_config.json with an unknown key (the
+        warning path), then a contradicting flag (exit 2) and the --local_rank=N DeepSpeed adds (exit 2)."""
+        d = os.path.join(self.work, "launchers")
+        os.makedirs(d, exist_ok=True)
+        ds = os.path.join(d, "ds_config.json")
+        with open(ds, "w") as f:
+            json.dump({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+                       "gradient_clipping": 0.5, "zero_optimization": {"stage": 1, "overlap_comm": True},
+                       "optimizer": {"type": "AdamW"}}, f)
+        torchrun = dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(29500 + os.getpid() % 1000))
+        accelerate = dict(torchrun, ACCELERATE_MIXED_PRECISION="no", ACCELERATE_USE_CPU="True",
+                          ACCELERATE_USE_DEEPSPEED="true", ACCELERATE_DEEPSPEED_ZERO_STAGE="2",
+                          ACCELERATE_GRADIENT_ACCUMULATION_STEPS="2", ACCELERATE_GRADIENT_CLIPPING="1.0")
+        self.case("launchers: accelerate's variables", ["train", "--config", TINY, *QUIET, "--steps", 2, "--out",
+                                                        os.path.join(d, "accelerate")], env=accelerate)
+        self.case("launchers: --deepspeed-config", ["train", "--config", TINY, *QUIET, "--steps", 2,
+                                                    "--deepspeed-config", ds, "--out", os.path.join(d, "ds")],
+                  env=torchrun)
+        self.case("launchers: a contradicting flag", ["train", "--config", TINY, *QUIET, "--steps", 2, "--zero", 0,
+                                                      "--out", os.path.join(d, "refused")], expect=2, env=accelerate)
+        self.case("launchers: deepspeed's --local_rank", ["--local_rank=0", "train", "--config", TINY], expect=2)
+
     def stopped(self):
         """A run stopped by SIGINT mid-run writes its checkpoint and exits 130."""
         self.case("SIGINT: train stops with a checkpoint", ["train", "--config", RESNET, *QUIET, "--steps", 100000,
@@ -157,6 +184,7 @@ def main():
     for name, cfg in FAMILIES.items():
         s.family(name, cfg, vols)
     s.ranks()
+    s.launchers()
     s.stopped()
     total = s.passed + len(s.failed)
     print("sanitizer sweep: %d cases, %d passed, %d failed (%s, %.0f s)" % (total, s.passed, len(s.failed),

@@ -45,6 +45,14 @@ static int cli_count(const char *s, const char *flag) {
     return (int)v;
 }
 
+void cli_refuse_local_rank(const char *cmd, const char *arg) {
+    /* what `deepspeed` (and torch.distributed.launch) put before a program's own arguments unless told not to */
+    if (strncmp(arg, "--local_rank", 12) == 0 || strncmp(arg, "--local-rank", 12) == 0)
+        vx_usage_error("%s%s%s is what the deepspeed launcher adds to a program's arguments; start voxscale with "
+                       "`deepspeed --no_python --no_local_rank ...` (each rank's place comes from LOCAL_RANK)",
+                       cmd, *cmd ? ": " : "", arg);
+}
+
 /* The flag argv[optind - 1] that getopt_long refused: one known to this command that lacks its value, or an unknown
  * one, answered with the nearest this command takes. */
 static void bad_option(const char *cmd, const char *arg, const char *allowed) {
@@ -55,6 +63,7 @@ static void bad_option(const char *cmd, const char *arg, const char *allowed) {
         for (const struct option *o = COMMON_OPTS; o->name; o++)
             if (strcmp(o->name, name) == 0 && o->has_arg == required_argument)
                 vx_usage_error("%s: --%s needs a value (see --help)", cmd, name);
+    cli_refuse_local_rank(cmd, arg);
     char list[1024];
     snprintf(list, sizeof list, "%shelp,", allowed);
     suggest_nearest_in_list(name, list, near, sizeof near);

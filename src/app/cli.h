@@ -37,6 +37,9 @@ typedef struct {
     const char *name, *what;
     int (*run)(int argc, char **argv);
 } CliCommand;
+/* Exit 2 naming `deepspeed --no_local_rank` when arg is the --local_rank=N that launcher adds (cmd: the command it
+ * came to, "" before one); returns for any other arg. */
+void cli_refuse_local_rank(const char *cmd, const char *arg);
 /* A command line's unknown (sub)command, as one line and exit 2: `what` names the table ("command", "benchmark"),
  * `hint` what to do; the nearest name of the table is suggested. */
 __attribute__((noreturn)) void cli_unknown_command(const char *prefix, const char *word, const CliCommand *table, int n,

@@ -247,6 +247,7 @@ int main(int argc, char **argv) {
     (void)cpu_isa(); /* a bad VX_CPU_ISA is refused before any command writes or prints anything */
     for (int i = 0; i < N_COMMANDS; i++)
         if (strcmp(cmd, COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+    cli_refuse_local_rank("", cmd);
     if (cmd[0] == '-')
         cli_unknown_command("", cmd, (const CliCommand[]){{"--help", NULL, NULL}, {"--version", NULL, NULL}}, 2,
                             "option", "give a command first (voxscale --help lists them)");

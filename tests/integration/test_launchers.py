@@ -219,19 +219,29 @@ def test_accelerate_launch_cpu_bf16_on_two_mpi_ranks(tmp_path):
 
 @needs_accelerate
 def test_accelerate_launch_multi_gpu_starts_torchrun_ranks(tmp_path):
-    """--multi_gpu goes through torch.distributed.run in accelerate's process: on Debian's torch 1.13 under Python
-    3.11 that crashes before any rank starts (Std.from_str("0") is None there: its enum iteration skips the 0
-    member), so the test says so and skips; on a torch whose torchrun works it trains 2 ranks."""
+    """--multi_gpu goes through torch.distributed.run in accelerate's process. On Debian's torch 1.13 under Python
+    3.11 that crashes before any rank starts with torchrun's default redirects "0" (test_real_launchers.py says
+    why); accelerate passes its own --tee and takes torchrun's other defaults from PET_* variables, so there the run
+    gives `--tee 1` and PET_REDIRECTS=1, as a user of that torch would. 2 ranks, global batch 8, match 1 rank."""
+    from test_real_launchers import torchrun_needs_redirects
+    from test_distributed import assert_same_training
+    one = tmp_path / "one"
+    p = train(one, "--device", "cpu", "--set", "train.global_batch=8", steps=6)
+    assert p.returncode == 0, p.stderr
     out = tmp_path / "run"
-    p = subprocess.run([ACCELERATE, "launch", "--no_python", "--multi_gpu", "--num_processes", "2",
+    env = accelerate_env(tmp_path)
+    fix = []
+    if torchrun_needs_redirects():
+        fix = ["--tee", "1"]
+        env["PET_REDIRECTS"] = "1"
+    p = subprocess.run([ACCELERATE, "launch", "--no_python", "--multi_gpu", "--num_processes", "2", *fix,
                         "--main_process_port", str(29500 + os.getpid() % 1000 + 7), "--mixed_precision", "no",
-                        VOXSCALE, "train", "--config", TINY, "--steps", "3", "--out", str(out), "--device", "cpu",
-                        *QUIET], cwd=ROOT, capture_output=True, text=True, timeout=300, env=accelerate_env(tmp_path))
-    if "'NoneType' object has no attribute 'get'" in p.stderr:
-        pytest.skip("accelerate launch --multi_gpu: this torch's torch.distributed.run crashes before starting ranks "
-                    "(Debian's torch 1.13 on Python 3.11); the multi-CPU launch above runs for real")
-    assert p.returncode == 0, p.stderr[-3000:]
+                        VOXSCALE, "train", "--config", TINY, "--steps", "6", "--out", str(out), "--device", "cpu",
+                        "--set", "train.global_batch=8", *QUIET], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "2 ranks (torchrun)" in p.stdout and "accelerate: mixed precision no -> --amp off" in p.stdout
+    assert_same_training(out, one, 6)
 
 
 # ---- a DeepSpeed ds_config.json ---------------------------------------------------------------------------------
