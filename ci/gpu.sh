@@ -7,8 +7,9 @@
 #                         registered below, each timed, under its time limit, marked pass, fail or timeout, going on
 #                         after a failure; writes summary.md, summary.json, logs.tar.gz, the benchmark
 #                         tables (amp_*.md/json, side_by_side_*.md), the benchmarks' JSON and the device's charts
-#                         and index.html (bench/report/report.py) to $OUT when set (the device tool), else to
-#                         results/<gpu>/
+#                         and index.html (bench/report/report.py) to results/<gpu>/, or under the device tool
+#                         ($OUT set; it brings back at most 8 files) packed into $OUT as summary.md, results.tar.gz
+#                         and logs.tar.gz
 #   ci/gpu.sh --dry-run   anywhere: the same bookkeeping and reports with each step's command replaced by a
 #                         stand-in (VX_GPU_DRY_FAIL=STEP plants a failing one, VX_GPU_DRY_HANG=STEP one that runs
 #                         past its limit, VX_GPU_DRY_OWE=STEP an owed one), so CI checks the runner without a GPU
@@ -210,8 +211,12 @@ timeout -k 2 25 /usr/bin/env python3 ci/gpu/env.py "$WORK/env.json" "${VX_STAGE:
     echo "gpu.sh: the environment probe failed or ran past 25 s; what it had is in env.json"
 
 # ---- the reports ---------------------------------------------------------------------------------------------
+# Under the device tool ($OUT set) the reports go to $WORK/results and pack_out copies them to $OUT as three files
+# (summary.md, results.tar.gz, logs.tar.gz): the tool brings back at most 8 files, and a run writes more than that
+# (summary.json, amp and side-by-side tables, the benchmarks' JSON, charts, index.html).
+PACK_OUT=0
 if [ -n "$RESULTS" ]; then outdir=$RESULTS
-elif [ -n "${OUT:-}" ]; then outdir=$OUT
+elif [ -n "${OUT:-}" ]; then outdir=$WORK/results PACK_OUT=1
 elif [ $DRY = 1 ]; then outdir=$WORK/results
 else
     slug=$(/usr/bin/env python3 -c 'import json, re, sys
@@ -222,7 +227,19 @@ print(re.sub(r"[^a-z0-9]+", "-", g.lower()).strip("-") if g and not g.startswith
 fi
 mkdir -p "$outdir"
 # summary.md and summary.json from what has run so far: after every step, so a call cut short keeps its results
-write_reports() { /usr/bin/env python3 ci/gpu/report.py "$WORK" "$outdir" "$MODE" "$DRY"; }
+write_reports() {
+    /usr/bin/env python3 ci/gpu/report.py "$WORK" "$outdir" "$MODE" "$DRY"
+    local rc=$?
+    pack_out
+    return $rc
+}
+# pack_out: $outdir into $OUT as summary.md, results.tar.gz (everything but the log archive) and logs.tar.gz
+pack_out() {
+    [ $PACK_OUT = 1 ] || return 0
+    [ -f "$outdir/summary.md" ] && cp "$outdir/summary.md" "$OUT/"
+    [ -f "$outdir/logs.tar.gz" ] && cp "$outdir/logs.tar.gz" "$OUT/"
+    tar -C "$(dirname "$outdir")" -czf "$OUT/results.tar.gz" --exclude=logs.tar.gz "$(basename "$outdir")"
+}
 
 # ---- the runner --------------------------------------------------------------------------------------------------
 export VX_QUICK=$QUICK
@@ -312,6 +329,9 @@ case $report_rc in
     "python3 bench/report/report.py --device <this device's results folder>" ;;
 *) echo "gpu.sh: drawing the charts failed (exit $report_rc)"; any_failed=1 ;;
 esac
+pack_out
 total=$(awk -v a="$T_START" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.0f", b - a}')
-echo "== $(head -1 "$outdir/summary.md" 2>/dev/null | sed 's/^# //'); ${total} s in all; reports in $outdir"
+where=$outdir
+[ $PACK_OUT = 1 ] && where="$OUT (summary.md, results.tar.gz: unpack into results/<gpu>/, logs.tar.gz)"
+echo "== $(head -1 "$outdir/summary.md" 2>/dev/null | sed 's/^# //'); ${total} s in all; reports in $where"
 exit $any_failed

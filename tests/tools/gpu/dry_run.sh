@@ -15,6 +15,8 @@
 #   - an owed step (exit 77) is never a pass: OWED in the reports, the verdict OWED, exit code 1;
 #   - under a call budget (VX_GPU_CALL_S, 570 s under the device tool) the steps that no longer fit are "not run: no
 #     time left", and the reports written after every step survive a run killed part way;
+#   - under the device tool ($OUT set) the reports come back as at most 8 files (its limit): summary.md,
+#     results.tar.gz holding summary.json, and logs.tar.gz;
 #   - bad usage is one line and exit code 2.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 2
@@ -151,6 +153,12 @@ wait "$cut" 2>/dev/null
 [[ $(results cut) == "PASS driver=pass libs=pass"* ]] || fail "the reports of a run killed part way: $(results cut)"
 echo "call budget: $got; a run killed part way keeps the finished steps' reports"
 
+mkdir -p "$scratch/out"
+OUT=$scratch/out VX_GPU_WORK=$scratch/w10 bash ci/gpu.sh --dry-run --only libs,profile >/dev/null 2>&1 ||
+    fail "a dry run under the device tool (\$OUT set) failed"
+[ "$(find "$scratch/out" -type f | wc -l)" -le 8 ] || fail "more than 8 files in \$OUT: $(ls "$scratch/out")"
+for f in summary.md results.tar.gz logs.tar.gz; do [ -f "$scratch/out/$f" ] || fail "no $f in \$OUT"; done
+tar -tzf "$scratch/out/results.tar.gz" | grep -q 'results/summary.json$' || fail "results.tar.gz has no summary.json"
 for bad in "--only nosuchstep" "--frobnicate" "--results"; do
     # shellcheck disable=SC2086
     out=$(bash ci/gpu.sh $bad 2>&1)
