@@ -91,7 +91,7 @@ VX_BUILD_INFO_H := $(BUILD)/gen/vx_build_info.h
 $(shell mkdir -p $(BUILD)/gen && printf '$(VX_BUILD_INFO)' | cmp -s - $(VX_BUILD_INFO_H) || \
         printf '$(VX_BUILD_INFO)' > $(VX_BUILD_INFO_H))
 
-.PHONY: all deps run test unit-test integration-test bench clean venv cuda-info
+.PHONY: all deps run test unit-test integration-test bench bench-venv clean venv cuda-info
 all: $(BUILD)/voxscale
 
 $(BUILD)/voxscale: $(MAIN_OBJ) $(BUILD)/libvoxscale.a
@@ -133,6 +133,10 @@ test: deps
 
 bench: all
 	./$(BUILD)/voxscale bench step --config configs/default.json
+
+# PyTorch 2.x from PyPI in .venv-bench, the baseline bench/side_by_side.sh compares with (not used by the tests)
+bench-venv:
+	@bash bench/venv.sh
 
 clean:
 	rm -rf $(BUILD)

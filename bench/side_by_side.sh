@@ -12,40 +12,80 @@ config=${1:?usage: bench/side_by_side.sh CONFIG [cpu|cuda]}
 device=${2:-cpu}
 iters=${ITERS:-10}; warmup=${WARMUP:-2}
 stem=$(basename "$config" .json)
-# .venv has MONAI (ci/deps.sh) over the system Python, whose PyTorch both references use
-python=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3)}
+# The PyTorch baselines: PYTHONS, space-separated Pythons, each timed eager and, where its torch has torch.compile
+# and BEST is not 0, in its --best mode (torch.compile, channels_last_3d or fused SDPA, fused AdamW). Default: the
+# bench venv's PyTorch 2.x from PyPI (.venv-bench, `make bench-venv`: what a user installs today) where it exists,
+# then .venv (Debian's torch 1.13, with MONAI; ci/deps.sh). The first Python's eager run is pytorch_step_<config>.json
+# (the one the report pages chart); every run is in pytorch_baselines_<config>.json and a column of the table.
+if [ -z "${PYTHONS:-}" ]; then
+    PYTHONS=""
+    [ -x .venv-bench/bin/python ] && PYTHONS=".venv-bench/bin/python "
+    PYTHONS+=$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo /usr/bin/python3)
+fi
+python=${PYTHON:-${PYTHONS%% *}}  # for the scripts below
 
 log=$(mktemp); trap 'rm -f "$log"' EXIT  # private: other runs on the machine may be doing the same
 "${VOXSCALE:-./build/voxscale}" bench step --config "$config" --device "$device" --iters "$iters" --warmup "$warmup" \
-    --results "${RESULTS:-results}" > "$log"
+    --results "${RESULTS:-results}" --overwrite > "$log"
 ours=$(sed -n 's/^written: \(.*\)\/step_.*/\1/p' "$log")
 # The same batch and the same convolution math (TF32 on or off) as the voxscale run just measured.
 read -r batch tf32 < <("$python" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["batch"], r.get("tf32", 1))' "$ours/step_$stem.json")
 family=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("model", {}).get("family", "ae3d"))' "$config")
 reference=bench/reference/$family.py
 [ -f "$reference" ] || { echo "side_by_side.sh: no PyTorch reference for model.family $family ($reference)" >&2; exit 2; }
-"$python" "$reference" --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
-    --batch-size "$batch" --tf32 "$tf32" --out "$ours/pytorch_step_$stem.json" > /dev/null
-"$python" - "$ours/step_$stem.json" "$ours/pytorch_step_$stem.json" "$ours/side_by_side_$stem.md" <<'PY'
-import json, sys
-vx, pt = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+runs=()
+n=0
+for py in $PYTHONS; do
+    modes=eager
+    if [ "${BEST:-1}" != 0 ] && "$py" -c 'import sys, torch; sys.exit(0 if hasattr(torch, "compile") else 1)' 2>/dev/null; then
+        modes="eager best"
+    fi
+    for mode in $modes; do
+        n=$((n + 1))
+        out=$ours/.pytorch_run_${stem}_$n.json
+        echo "side_by_side.sh: $py ($("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)), $mode" >&2
+        "$py" "$reference" --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
+            --batch-size "$batch" --tf32 "$tf32" $([ $mode = best ] && echo --best) --out "$out" > /dev/null
+        runs+=("$out")
+        [ $n = 1 ] && cp "$out" "$ours/pytorch_step_$stem.json"
+    done
+done
+"$python" - "$ours/step_$stem.json" "$ours/pytorch_baselines_$stem.json" "$ours/side_by_side_$stem.md" "${runs[@]}" <<'PY'
+import json, os, sys
+vx = json.load(open(sys.argv[1]))
+pts = [json.load(open(f)) for f in sys.argv[4:]]
+for f in sys.argv[4:]:
+    os.remove(f)
+with open(sys.argv[2], "w") as f:
+    json.dump(pts, f, indent=1)
+    f.write("\n")
+def name(pt):
+    return "%s, %s (%d threads)" % (pt["framework"].replace("pytorch", "PyTorch"), pt.get("mode", "eager"), pt["threads"])
 with open(sys.argv[3], "w") as f:
     f.write("# %s: voxscale vs PyTorch, same machine, same run\n\n" % vx["config"])
-    f.write("| | voxscale (%s, %d threads) | %s (%d threads) |\n|---|---|---|\n" % (vx["backend"], vx["threads"], pt["framework"], pt["threads"]))
-    f.write("| step time, median of %d | %.1f ms | %.1f ms |\n" % (vx["iters"], vx["step_ms_median"], pt["step_ms_median"]))
-    f.write("| samples/s | %.3f | %.3f |\n" % (vx["samples_per_s"], pt["samples_per_s"]))
-    if pt.get("peak_memory_mib") is not None:  # null on a CPU: CUDA's allocator statistics only
-        f.write("| peak memory | %.0f MiB | %.0f MiB |\n" % (vx["peak_memory_mib"], pt["peak_memory_mib"]))
-    f.write("| speed-up of voxscale | %.2fx | |\n\n" % (pt["step_ms_median"] / vx["step_ms_median"]))
-    f.write("Both: batch %d, fp32 (TF32 in convolutions %s), one step = forward, the loss (%s), backward, "
-            "global-norm clip, AdamW. Device: %s. Ceiling for voxscale: %s at %.1f GFLOP/s; voxscale reached %.1f GFLOP/s of "
-            "%s. Commit %s.\n" % (vx["batch"], "on" if vx.get("tf32", 1) else "off", vx.get("loss", "L1+KL"),
-                                  vx.get("device_detail", vx["device"]), vx["ceiling"], vx["ceiling_gflops"],
-                                  vx.get("work_gflops", vx["conv_gflops"]),
-                                  "the model's work (convolutions %.3f, GEMMs %.3f, attention %.3f GFLOP a step)" % (
-                                      vx["conv_gflop_per_step"], vx["gemm_gflop_per_step"],
-                                      vx["attention_gflop_per_step"]) if vx.get("gemm_gflop_per_step") else
-                                  "convolution work", vx["commit"]))
+    f.write("| | voxscale (%s, %d threads) | %s |\n|---|---|%s\n" % (vx["backend"], vx["threads"],
+                                                             " | ".join(name(p) for p in pts), "---|" * len(pts)))
+    f.write("| step time, median of %d | %.1f ms | %s |\n" % (vx["iters"], vx["step_ms_median"],
+                                                            " | ".join("%.1f ms" % p["step_ms_median"] for p in pts)))
+    f.write("| samples/s | %.3f | %s |\n" % (vx["samples_per_s"], " | ".join("%.3f" % p["samples_per_s"] for p in pts)))
+    if all(p.get("peak_memory_mib") is not None for p in pts):  # null on a CPU: CUDA's allocator statistics only
+        f.write("| peak memory | %.0f MiB | %s |\n" % (vx["peak_memory_mib"],
+                                                      " | ".join("%.0f MiB" % p["peak_memory_mib"] for p in pts)))
+    f.write("| voxscale's speed-up over it | | %s |\n\n" % " | ".join(
+        "%.2fx" % (p["step_ms_median"] / vx["step_ms_median"]) for p in pts))
+    f.write("All: batch %d, fp32 (TF32 in convolutions %s), one step = forward, the loss (%s), backward, "
+            "global-norm clip, AdamW. Device: %s; ISA level %s. Ceiling for voxscale: %s at %.1f GFLOP/s; voxscale "
+            "reached %.1f GFLOP/s of %s. Commit %s.\n" % (
+                vx["batch"], "on" if vx.get("tf32", 1) else "off", vx.get("loss", "L1+KL"),
+                vx.get("device_detail", vx["device"]), vx.get("isa", "?"), vx["ceiling"], vx["ceiling_gflops"],
+                vx.get("work_gflops", vx["conv_gflops"]),
+                "the model's work (convolutions %.3f, GEMMs %.3f, attention %.3f GFLOP a step)" % (
+                    vx["conv_gflop_per_step"], vx["gemm_gflop_per_step"], vx["attention_gflop_per_step"])
+                if vx.get("gemm_gflop_per_step") else "convolution work", vx["commit"]))
+    best = [p for p in pts if p.get("mode", "eager") != "eager"]
+    if best:
+        f.write("PyTorch's best mode: %s; its warm-up (compilation) took %s s and is not in the step time.\n" % (
+            best[0]["mode"], ", ".join("%.0f" % p.get("warmup_s", 0) for p in best)))
 print(open(sys.argv[3]).read())
 PY
 [ "${BF16:-0}" = 1 ] || exit 0

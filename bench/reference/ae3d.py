@@ -220,7 +220,7 @@ def release_memory(dev):
 
 
 def time_steps(model_cfg, batch, dev, tf32, compiled, dtype, iters, warmup, channels_last, threads,
-               cudnn_benchmark=0):
+               cudnn_benchmark=0, fused_cpu=False):
     """Median training-step time of a fresh model: forward and loss (under autocast for bf16/fp16), backward,
     global-norm clip, AdamW; with its peak memory on CUDA. cudnn_benchmark: PyTorch's cudnn.benchmark (off by
     default, as in most scripts; on, cuDNN times its algorithms per shape in the warm-up steps and keeps the
@@ -246,8 +246,9 @@ def time_steps(model_cfg, batch, dev, tf32, compiled, dtype, iters, warmup, chan
     model = AE3D(model_cfg).to(dev)
     fmt = torch.channels_last_3d if channels_last else torch.contiguous_format
     model = model.to(memory_format=fmt)
-    # fused=True: one multi-tensor kernel for the whole update (PyTorch's fastest AdamW; CUDA only in older PyTorch)
-    fused = dev.type == "cuda"
+    # fused=True: one multi-tensor kernel for the whole update (PyTorch's fastest AdamW; CUDA only in older PyTorch,
+    # on CPUs with --best)
+    fused = dev.type == "cuda" or fused_cpu
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, **({"fused": True} if fused else {}))
     scaler = grad_scaler(dev) if dtype == "fp16" else None
     D, H, W = model_cfg["input_size"]
@@ -295,7 +296,8 @@ def time_steps(model_cfg, batch, dev, tf32, compiled, dtype, iters, warmup, chan
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     med = float(np.median(times))
-    out = {"mode": "compile" if compiled else "eager", "dtype": dtype, "tf32": int(tf32),
+    out = {"mode": ("best (channels_last_3d, torch.compile, fused AdamW)" if fused_cpu else
+                    "compile" if compiled else "eager"), "dtype": dtype, "tf32": int(tf32),
            "channels_last": int(channels_last), "layout_checked": int(layout_ok), "fused_adamw": int(fused),
            "grad_scaler": int(scaler is not None and scaler.is_enabled()), "step_ms_median": med * 1e3,
            "step_ms_min": min(times) * 1e3, "samples_per_s": batch / med,
@@ -332,7 +334,7 @@ def bench(args):
             for tf32 in tf32s:
                 for bm in benchmarks:
                     r = dict(common, **time_steps(model_cfg, batch, dev, tf32, mode == "compile", dtype, args.iters,
-                                                  args.warmup, args.channels_last, args.threads, bm))
+                                                  args.warmup, args.channels_last, args.threads, bm, args.best))
                     r["threads"] = torch.get_num_threads()
                     r["cudnn_benchmark"] = bm
                     runs.append(r)
@@ -358,6 +360,8 @@ if __name__ == "__main__":
     ap.add_argument("--channels-last", action="store_true", help="channels_last_3d parameters and input")
     ap.add_argument("--compile", action="store_true", help="torch.compile the step (same as --modes compile)")
     ap.add_argument("--modes", help="comma-separated: eager, compile (default: eager, or compile with --compile)")
+    ap.add_argument("--best", action="store_true", help="PyTorch 2.x's fastest on this device: --channels-last "
+                    "--compile and AdamW fused (also on CPUs)")
     ap.add_argument("--tf32", default="1", help="allow TF32 in cuDNN convolutions: 1 (default), 0, or a list (1,0)")
     ap.add_argument("--cudnn-benchmark", default="0",
                     help="torch.backends.cudnn.benchmark: 0 (default, as scripts leave it), 1, or a list (0,1)")
@@ -366,6 +370,10 @@ if __name__ == "__main__":
     a = ap.parse_args()
     if not a.bench:
         ap.error("nothing to do: pass --bench")
+    if a.best:
+        if a.modes:
+            ap.error("--best is one mode (compile with channels_last_3d and fused AdamW); leave out --modes")
+        a.channels_last, a.compile = True, True
     if a.modes and any(m not in ("eager", "compile") for m in a.modes.split(",")):
         ap.error("--modes takes eager and/or compile, comma-separated, not %r" % a.modes)
     if a.dtypes and any(d not in AMP_DTYPES for d in a.dtypes.split(",")):
