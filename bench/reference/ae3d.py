@@ -323,7 +323,7 @@ def bench(args):
     dtypes = args.dtypes.split(",") if args.dtypes else [args.dtype]
     tf32s = [int(t) for t in args.tf32.split(",")]
     benchmarks = [int(b) for b in args.cudnn_benchmark.split(",")]
-    common = {"framework": "pytorch " + torch.__version__, "cudnn": torch.backends.cudnn.version(),
+    common = {"framework": "pytorch " + torch.__version__, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
               "config": args.config, "device": str(dev),
               "batch": batch, "input_size": list(model_cfg["input_size"]), "iters": args.iters,
               "warmup": args.warmup, "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None}

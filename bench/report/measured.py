@@ -54,6 +54,7 @@ class Folder:
         self.name = os.path.relpath(path, results)
         self.docs = {}  # (kind, key) -> JSON
         self.other = {}  # file name -> JSON (alternate, zero_modes, baselines): read for the machine only
+        self.runs = {}  # config -> bench/side_by_side.sh's PyTorch runs (pytorch_baselines_<config>.json, a list)
         for f in sorted(glob.glob(os.path.join(path, "*.json"))):
             base = os.path.basename(f)[:-5]
             try:
@@ -62,13 +63,19 @@ class Folder:
             except (OSError, ValueError) as e:
                 raise SystemExit("measured: %s is not readable JSON: %s" % (f, e))
             kind, key = data.classify(base)
-            if kind and kind != "summary":
+            if base.startswith("pytorch_baselines_") and isinstance(doc, list):
+                self.runs[base[len("pytorch_baselines_"):]] = doc
+            elif kind and kind != "summary":
                 self.docs[(kind, key)] = doc
             else:
                 self.other[base] = doc
 
     def all_docs(self):
         return [self.docs[k] for k in sorted(self.docs, key=str)] + [self.other[k] for k in sorted(self.other)]
+
+    def baselines(self, config):
+        """bench/side_by_side.sh's PyTorch runs of a config (pytorch_baselines_<config>.json), [] before it wrote them"""
+        return self.runs.get(config, [])
 
     def get(self, kind):
         return {key: d for (k, key), d in sorted(self.docs.items(), key=lambda kv: str(kv[0][1])) if k == kind}
@@ -147,9 +154,28 @@ def row(*cells):
 
 
 def step_rows(f):
-    """[(config, step JSON, pytorch JSON or None)] of a folder."""
+    """[(config, step JSON, pytorch JSON or None, fastest PyTorch run of the config's baselines or None)]."""
     torch = f.get("pytorch_step")
-    return [(cfg, d, torch.get(cfg)) for cfg, d in f.get("step").items()]
+    out = []
+    for cfg, d in f.get("step").items():
+        runs = [b for b in f.baselines(cfg) if b.get("step_ms_median")]
+        out.append((cfg, d, torch.get(cfg), min(runs, key=lambda b: b["step_ms_median"]) if runs else None))
+    return out
+
+
+def torch_version(t):
+    """The PyTorch version a reference JSON names: its "torch", else the one in "framework" ("pytorch 2.15.0")"""
+    m = re.search(r"pytorch (\S+)", t.get("framework", ""), re.I)
+    return t.get("torch") or (m.group(1) if m else None)
+
+
+def fastest_cells(d, b):
+    """The fastest PyTorch run side_by_side.sh measured (version, mode) and voxscale's speed-up over it"""
+    if not b:
+        return ["-", "-"]
+    mode = b.get("mode", "eager").split(" (")[0]
+    return ["%s (torch %s, %s)" % (fmt(b["step_ms_median"]), torch_version(b) or "?", mode),
+            fmt(b["step_ms_median"] / d["step_ms_median"], 2) + "x"]
 
 
 def section(f):
@@ -165,11 +191,12 @@ def section(f):
     if steps:
         out += ["### Training step (bench step) against PyTorch", "",
                 *table("config", "batch", "precision", "voxscale ms/step (median)", "PyTorch ms/step (median)",
-                       "PyTorch / voxscale", "conv GFLOP/s", "of the GEMM ceiling", "commit")]
-        for cfg, d, t in steps:
+                       "PyTorch / voxscale", "fastest PyTorch measured", "its time / voxscale's", "conv GFLOP/s",
+                       "of the GEMM ceiling", "commit")]
+        for cfg, d, t, b in steps:
             ratio = fmt(t["step_ms_median"] / d["step_ms_median"], 2) + "x" if t else "no reference"
             out.append(row(cfg, d.get("batch", "?"), d.get("precision", "?"), fmt(d.get("step_ms_median")),
-                           reference_cell(t), ratio, fmt(d.get("conv_gflops")),
+                           reference_cell(t), ratio, *fastest_cells(d, b), fmt(d.get("conv_gflops")),
                            "%s of %s GFLOP/s" % (fmt(d.get("fraction_of_ceiling"), 2), fmt(d.get("ceiling_gflops"))),
                            commit_cell(d)))
         out.append("")
@@ -249,17 +276,19 @@ def reference_cell(t):
     do not: said, not guessed; issue 38 compares against PyTorch 2.x from PyPI)."""
     if not t:
         return "-"
-    v = t.get("torch")
+    v = torch_version(t)
     return "%s (torch %s)" % (fmt(t["step_ms_median"]), v) if v else "%s (version not recorded)" % fmt(t["step_ms_median"])
 
 
 def headline(results):
     """The README's block: one row per device folder and config with a step figure."""
-    out = table("device", "ISA level", "config", "voxscale ms/step", "PyTorch ms/step", "PyTorch / voxscale", "commit")
+    out = table("device", "ISA level", "config", "voxscale ms/step", "PyTorch ms/step", "PyTorch / voxscale",
+                "fastest PyTorch measured", "its time / voxscale's", "commit")
     for f in folders(results):
-        for cfg, d, t in step_rows(f):
+        for cfg, d, t, b in step_rows(f):
             out.append(row(f.name, f.isa(), cfg, fmt(d.get("step_ms_median")), reference_cell(t),
-                           fmt(t["step_ms_median"] / d["step_ms_median"], 2) + "x" if t else "-", commit_cell(d)))
+                           fmt(t["step_ms_median"] / d["step_ms_median"], 2) + "x" if t else "-",
+                           *fastest_cells(d, b), commit_cell(d)))
     out += ["", "Every figure per device (kernels, scaling, all-reduce): [docs/measured.md](docs/measured.md), "
             "generated from results/ by `python3 bench/report/measured.py --readme README.md`."]
     return out
