@@ -7,8 +7,11 @@ Prints, one per line:
      (issue 36: a documented command that fails fails CI);
   3. then each failing or erroring case, "file::test: message" (its first 160 characters, one line), at most 10 and
      "... and N more": ci/test.sh's closing why: lines, since CI shows only the end of its output."""
+import signal
 import sys
 import xml.etree.ElementTree as ET
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a reader that stops early (head) ends us quietly
 
 root = ET.parse(sys.argv[1]).getroot()
 suite = root if root.tag == "testsuite" else root.find("testsuite")
