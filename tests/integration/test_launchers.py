@@ -224,7 +224,6 @@ def test_accelerate_launch_multi_gpu_starts_torchrun_ranks(tmp_path):
     why); accelerate passes its own --tee and takes torchrun's other defaults from PET_* variables, so there the run
     gives `--tee 1` and PET_REDIRECTS=1, as a user of that torch would. 2 ranks, global batch 8, match 1 rank."""
     from test_real_launchers import torchrun_needs_redirects
-    from test_distributed import assert_same_training
     one = tmp_path / "one"
     p = train(one, "--device", "cpu", "--set", "train.global_batch=8", steps=6)
     assert p.returncode == 0, p.stderr
@@ -347,18 +346,24 @@ def test_deepspeed_config_against_flags_and_accelerate(tmp_path):
     assert "its default" not in p.stdout and config_of(out)["dist"]["zero"] == "1"
 
 
+def deepspeed_two_rank_case(tmp_path):
+    """A ds_config.json for 2 ranks (global batch 8 = 2 per rank x 2 accumulation x 2 ranks, clipping 0.5, stage
+    0) and the 1-rank run its ranks must reproduce (2 x 4 accumulation, the lr not scaled): (config path, run)."""
+    ds = ds_config(tmp_path, {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                              "gradient_clipping": 0.5, "zero_optimization": {"stage": 0}})
+    one = tmp_path / "one"
+    p = train(one, "--device", "cpu", "--set", "train.grad_accum=4", "--set", "train.grad_clip=0.5",
+              "--batch-size", "2", "--set", "train.global_batch=0", "--lr-scaling", "none", steps=10)
+    assert p.returncode == 0, p.stderr
+    return ds, one
+
+
 @needs_mpirun
 def test_two_ranks_as_the_deepspeed_launcher_starts_them_train_the_one_rank_model(tmp_path):
     """`deepspeed --num_gpus 2 --no_python --no_local_rank voxscale train --deepspeed-config ds.json`: its
     launcher (deepspeed/launcher/launch.py) sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_SIZE,
-    CROSS_RANK and CROSS_SIZE (set here by hand: deepspeed is not installed), and without --no_local_rank appends
-    --local_rank=N, which voxscale refuses as an unknown option."""
-    ds = ds_config(tmp_path, {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
-                              "gradient_clipping": 0.5, "zero_optimization": {"stage": 0}})
-    one = tmp_path / "one"  # 8 = 2 per rank x 4 accumulation x 1 rank; on 2 ranks 2 x 2 x 2 (the lr not scaled)
-    p = train(one, "--device", "cpu", "--set", "train.grad_accum=4", "--set", "train.grad_clip=0.5",
-              "--batch-size", "2", "--set", "train.global_batch=0", "--lr-scaling", "none", steps=10)
-    assert p.returncode == 0, p.stderr
+    CROSS_RANK and CROSS_SIZE, set here by hand (test_real_launchers.py runs the launcher itself)."""
+    ds, one = deepspeed_two_rank_case(tmp_path)
     two = tmp_path / "two"
     port = 29500 + os.getpid() % 1000 + 3
     procs = []

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, VOXSCALE
 from test_distributed import assert_same_training
-from test_launchers import QUIET, TINY, clean_env, ds_config, train
+from test_launchers import QUIET, TINY, clean_env, deepspeed_two_rank_case, train
 
 TORCHRUN = shutil.which("torchrun")
 DEEPSPEED = shutil.which("deepspeed", path=os.path.join(ROOT, ".venv-launchers", "bin"))
@@ -134,12 +134,7 @@ def test_the_deepspeed_launcher_runs_two_ranks_that_train_the_one_rank_model(tmp
     """`deepspeed --num_gpus 2 --no_python --no_local_rank voxscale train --deepspeed-config ds.json`: on a machine
     without GPUs DeepSpeed takes its CPU accelerator, and --num_gpus 2 still starts 2 processes through its
     launch.py (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE, MASTER_ADDR, MASTER_PORT)."""
-    ds = ds_config(tmp_path, {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
-                              "gradient_clipping": 0.5, "zero_optimization": {"stage": 0}})
-    one = tmp_path / "one"  # 8 = 2 per rank x 4 accumulation x 1 rank; on 2 ranks 2 x 2 x 2 (the lr not scaled)
-    p = train(one, "--device", "cpu", "--set", "train.grad_accum=4", "--set", "train.grad_clip=0.5",
-              "--batch-size", "2", "--set", "train.global_batch=0", "--lr-scaling", "none", steps=10)
-    assert p.returncode == 0, p.stderr
+    ds, one = deepspeed_two_rank_case(tmp_path)
     two = tmp_path / "two"
     p = launched([DEEPSPEED, "--num_gpus", "2", "--master_port", str(port(2)), "--no_python", "--no_local_rank",
                   VOXSCALE, "train", "--config", TINY, "--steps", "10", "--out", str(two), "--device", "cpu",
