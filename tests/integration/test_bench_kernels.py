@@ -122,19 +122,22 @@ def test_bad_flags_are_one_line_and_exit_2():
         assert len(lines) == 1 and words in lines[0], (args, p.stdout)
 
 
-@pytest.fixture(scope="module")
-def gate_baseline(tmp_path_factory):
-    base = str(tmp_path_factory.mktemp("gate") / "baseline.json")
+def measure_gate_baseline(path):
     # the median of 3 runs, as the committed baselines are: one run's figure at a 60 ms budget can be an outlier
     # (a single-run baseline's conv3d_forward stood 39% above two later runs in one CI run)
     p = run(REGRESS + ["--update", "--runs", "3", "--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu",
-                       "--baseline", base])
+                       "--baseline", path])
     assert p.returncode == 0, p.stdout[-3000:]
-    with open(base) as f:
+    with open(path) as f:
         b = json.load(f)
     assert set(b["figures"]) == set(GATE_OPS.split(",")) | {"step default"}
     assert all(t < 0.5 for t in b["tolerance"].values())  # halving a figure must always fail
-    return base
+    return path
+
+
+@pytest.fixture(scope="module")
+def gate_baseline(tmp_path_factory):
+    return measure_gate_baseline(str(tmp_path_factory.mktemp("gate") / "baseline.json"))
 
 
 def skip_if_the_machine_moved(out):
@@ -154,14 +157,24 @@ def skip_if_the_machine_moved(out):
                                                                                          bcopy))
 
 
-def test_gate_passes_a_fresh_run_on_the_same_machine(gate_baseline):
+def test_gate_passes_a_fresh_run_on_the_same_machine(gate_baseline, tmp_path):
     # --attempts 3 (ci/test.sh's gate runs 2, at 150 ms per op rather than 60): a burst of a neighbour's load on the
     # shared VM has halved one op's figure for one run (seen once in this test); a real regression fails every run
     # (the next test)
-    p = run(REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--baseline", gate_baseline,
-                       "--attempts", "3"])
+    gate = REGRESS + ["--ops", GATE_OPS, "--budget-ms", "60", "--device", "cpu", "--attempts", "3", "--baseline"]
+    p = run(gate + [gate_baseline])
     if p.returncode != 0:
         skip_if_the_machine_moved(p.stdout)
+        # A CI VM (AVX-512 EPYC) once moved one op alone between the baseline and this test, a minute apart: the
+        # fused groupnorm_silu_forward (compute-limited here, at a quarter of the copy ceiling it is rated against)
+        # stood at 0.47 of its ceiling (the median of the 3 baseline runs) and at 0.25 in all 3 runs after, with both
+        # ceilings unchanged (GEMM 469 -> 476 GFLOP/s, copy 80.6 -> 79.7 GB/s; what slows one op and not a memcpy on
+        # a shared host, a busy sibling hyperthread or a clock change, cannot be seen from inside the VM). Such a mode
+        # lasted, so the baseline is measured again, now, and the fresh run must pass against that one; a real
+        # regression in the code would fail both.
+        first = p.stdout
+        p = run(gate + [measure_gate_baseline(str(tmp_path / "baseline.json"))])
+        assert p.returncode == 0, first[-3000:] + "\n-- against a baseline measured again:\n" + p.stdout[-3000:]
     assert p.returncode == 0, p.stdout[-3000:]
     assert "ci/regress: passed: 4 figures within their tolerances" in p.stdout
 
