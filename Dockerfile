@@ -20,7 +20,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential pkg-config libcjson-dev libopenblas-dev protobuf-c-compiler libprotobuf-c-dev \
-        libpng-dev zlib1g-dev libnifti2-dev libdnnl-dev \
+        libpng-dev zlib1g-dev libnifti2-dev libdnnl-dev libturbojpeg0-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -37,11 +37,13 @@ RUN make -j"$(nproc)" CUDA=1 ARCH="${ARCH}" all
 # stage. Its packages put it in CUDA_HOME/lib64 (the .run installer used extras/CUPTI/lib64). libnifti (NIfTI
 # volumes) and its libznz are collected too: their runtime packages' names differ between Ubuntu releases
 # (64-bit time_t renames), the files do not. So is oneDNN (the CPU convolutions), whose runtime package is named for
-# its soname (libdnnl2 on Debian 12), with the OpenCL loader it links.
+# its soname (libdnnl2 on Debian 12), with the OpenCL loader it links, and libjpeg-turbo's TurboJPEG (libturbojpeg0
+# on Debian 12, libturbojpeg on Ubuntu 24.04).
 RUN mkdir -p /out/lib \
  && cp -a /usr/local/cuda/lib64/libcupti.so.* /out/lib/ \
  && cp -a /usr/lib/x86_64-linux-gnu/libnifti2.so.* /usr/lib/x86_64-linux-gnu/libznz.so.* /out/lib/ \
- && cp -a /usr/lib/x86_64-linux-gnu/libdnnl.so.* /usr/lib/x86_64-linux-gnu/libOpenCL.so.1* /out/lib/
+ && cp -a /usr/lib/x86_64-linux-gnu/libdnnl.so.* /usr/lib/x86_64-linux-gnu/libOpenCL.so.1* /out/lib/ \
+ && cp -a /usr/lib/x86_64-linux-gnu/libturbojpeg.so.* /out/lib/
 
 # ---- test: the test suite in the build environment -------------------------------------------------------------
 # `docker compose run --rm test` runs `make test` on the GPUs it is given (the CUDA tests skip without one).

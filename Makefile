@@ -11,7 +11,7 @@ CUDA_HOME ?= /usr/local/cuda
 comma    := ,
 NVCC     ?= $(CUDA_HOME)/bin/nvcc
 
-PKGS     := libcjson zlib libpng
+PKGS     := libcjson zlib libpng libturbojpeg
 # -fno-trapping-math: nothing here reads the floating-point exception flags, and without it gcc 12 will not
 # if-convert the float clamps of the inline exp (kernels/common/exp_cpu.h), so the SiLU loops stayed scalar. It changes
 # no result (unlike -ffast-math).

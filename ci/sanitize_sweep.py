@@ -6,7 +6,8 @@ fatal), so that a bad read anywhere on a command's path fails CI, not only in th
 For each family on its tiny config (ae3d, resnet3d with each task, vit3d, vit3d_diffusion), the cases are: train with
 validation and checkpoints, a resume of it, export, train --init-from the export, predict from the checkpoint and from
 the export (families predict writes for), train with dist.zero 2 and ckpt consolidate of its sharded checkpoint,
-`bench step`; then a 2-rank TCP run (ZeRO-2, SyncBatchNorm) and its consolidation, and a SIGINT'd run (exit 130).
+`bench step`; then a 2-rank TCP run (ZeRO-2, SyncBatchNorm) and its consolidation, the launchers' settings, 2-D JPEG
+films resized on load (and a truncated one, exit 2), and a SIGINT'd run (exit 130).
 A case fails when its exit code is not the one expected or its output holds a sanitizer report.
 
     ci/sanitize_sweep.py [--voxscale build/asan/voxscale] [--work DIR] [-k SUBSTRING]
@@ -149,6 +150,44 @@ class Sweep:
                                                       "--out", os.path.join(d, "refused")], expect=2, env=accelerate)
         self.case("launchers: deepspeed's --local_rank", ["--local_rank=0", "train", "--config", TINY], expect=2)
 
+    def films(self):
+        """2-D JPEG films (cjpeg writes them; one colour, one progressive) in a manifest, resized on load
+        (data.resize fit, a JPEG's DCT scaling) for a 2-D ResNet: train with validation, and a truncated film in the
+        manifest (exit 2)."""
+        d = os.path.join(self.work, "films")
+        os.makedirs(d, exist_ok=True)
+        if not shutil.which("cjpeg"):
+            self.failed.append("films: cjpeg (libjpeg-turbo-progs) is not installed; ci/deps.sh installs it")
+            return
+        rows = ["path,split,finding"]
+        for i in range(8):
+            w, h = 70 + i, 90
+            px = bytes(min(255, (x * 3 + y * 2 + 40 * (i % 2) * (abs(x - 30) < 8 and abs(y - 40) < 8)) % 256)
+                       for y in range(h) for x in range(w))
+            pnm = b"P5 %d %d 255\n" % (w, h) + px
+            flags = ["-progressive"] if i == 3 else []
+            if i == 5:  # a colour film
+                pnm = b"P6 %d %d 255\n" % (w, h) + bytes(v for p in px for v in (p, p, 255 - p))
+            jpg = subprocess.run(["cjpeg", *flags], input=pnm, stdout=subprocess.PIPE, check=True).stdout
+            with open(os.path.join(d, "f%d.jpg" % i), "wb") as f:
+                f.write(jpg)
+            rows.append("f%d.jpg,%s,%d" % (i, "val" if i % 4 >= 2 else "train", i % 2))
+        csv = os.path.join(d, "films.csv")
+        with open(csv, "w") as f:
+            f.write("\n".join(rows) + "\n")
+        films = ["--config", RESNET, "--set", "model.spatial_dims=2", "--set", "model.input_size=[1, 32, 32]",
+                 "--set", "model.task=multilabel", "--set", "model.num_classes=1", "--set", "data.source=csv",
+                 "--set", "data.label_columns=finding", "--set", "data.resize=fit", "--set", "data.csv=" + csv]
+        self.case("films: 2-D JPEGs resized, train with validation",
+                  ["train", *films, *QUIET, "--steps", 2, "--set", "train.val_every=2", "--out",
+                   os.path.join(d, "run")])
+        with open(os.path.join(d, "f1.jpg"), "rb") as f:
+            cut = f.read()[:300]
+        with open(os.path.join(d, "f1.jpg"), "wb") as f:
+            f.write(cut)
+        self.case("films: a truncated JPEG", ["train", *films, *QUIET, "--steps", 2, "--out",
+                                              os.path.join(d, "refused")], expect=2)
+
     def stopped(self):
         """A run stopped by SIGINT mid-run writes its checkpoint and exits 130."""
         self.case("SIGINT: train stops with a checkpoint", ["train", "--config", RESNET, *QUIET, "--steps", 100000,
@@ -185,6 +224,7 @@ def main():
         s.family(name, cfg, vols)
     s.ranks()
     s.launchers()
+    s.films()
     s.stopped()
     total = s.passed + len(s.failed)
     print("sanitizer sweep: %d cases, %d passed, %d failed (%s, %.0f s)" % (total, s.passed, len(s.failed),

@@ -442,6 +442,9 @@ void config_validate(const Config *cfg, const char *origin) {
         vx_usage_error("%s: data.source dir needs data.dir, the folder of volumes", origin);
     if (d->clip_low >= d->clip_high)
         vx_usage_error("%s: data.clip_low must be below data.clip_high", origin);
+    if (strcmp(d->resize, "none") != 0 && m->input_size[0] != 1)
+        vx_usage_error("%s: data.resize %s resizes 2-D images: it needs model.input_size [1, H, W], got depth %d "
+                       "(volumes are cropped or padded, not resized)", origin, d->resize, m->input_size[0]);
     if (d->view_columns[0]) validate_view_columns(cfg, origin);
     for (int l = 0; ae3d && l < m->levels; l++)
         if (m->channels[l] % m->norm_groups)

@@ -15,6 +15,7 @@ typedef struct {
     char view_columns[CONFIG_STR];  /* vit3d_diffusion: the two DRR PNG columns "ap,lateral" ("": rendered) */
     double val_fraction;     /* held out by a seeded draw when there is no split column */
     char normalize[CONFIG_STR]; /* "percentile" | "zscore" | "none" */
+    char resize[CONFIG_STR];    /* 2-D images: "none" | "fit" | "fill" (data/resize.h) */
     double clip_low, clip_high; /* percentiles of the percentile normalisation */
     int pad;                 /* pad volumes smaller than the input (else: an error) */
     int augment;             /* random flips and 90-degree rotations in training */

@@ -183,6 +183,10 @@ const KeySpec SCHEMA[] = {
      "share of the volumes held out for validation by a seeded draw, when there is no split column"},
     {K(data, normalize), T_STRING, 0, 0, "percentile|zscore|none", "\"percentile\"",
      "per volume: clip to the clip_low..clip_high percentiles and scale to [0, 1], or zero mean unit std"},
+    {K(data, resize), T_STRING, 0, 0, "none|fit|fill", "\"none\"",
+     "2-D images (model.input_size [1, H, W]): resize each as decoded, aspect kept, antialiased bilinear (torch's "
+     "interpolate with antialias): fit = inside H x W (the window pads the rest), fill = covering it (the window "
+     "crops the rest); a JPEG is decoded at 1/2, 1/4 or 1/8 scale when that is still large enough"},
     {K(data, clip_low), T_DOUBLE, 0, 50, NULL, "0.5", "lower percentile of normalize percentile"},
     {K(data, clip_high), T_DOUBLE, 50, 100, NULL, "99.5", "upper percentile"},
     {K(data, pad), T_INT, 0, 1, NULL, "1",

@@ -15,6 +15,7 @@
 #include "data/labels.h"
 #include "data/phantom.h"
 #include "data/manifest.h"
+#include "data/resize.h"
 #include "data/transform.h"
 #include "data/views.h"
 #include "data/volume.h"
@@ -155,11 +156,25 @@ static int decode(Dataset *ds, int m, Volume *v, float *pad, float **views) {
     const int known_bad = ds->noted[m] & NOTED_BAD;
     pthread_mutex_unlock(&ds->mu);
     if (known_bad) return 0;
-    if (!volume_read(ds->man.e[m].path, ds->c, v, why, sizeof why)) {
+    /* data.resize: the size this image takes (from its header's size, so every decode of it agrees), and the
+     * read asked for no more than that (a JPEG's DCT scaling) */
+    const int *dims = ds->dims + 3 * m;
+    int rh = dims[1], rw = dims[2];
+    resize_target(ds->cfg.resize, dims[1], dims[2], ds->size[1], ds->size[2], &rh, &rw);
+    const int resizing = rh != dims[1] || rw != dims[2];
+    if (!(resizing ? volume_read_at_least(ds->man.e[m].path, ds->c, rh, rw, v, why, sizeof why)
+                   : volume_read(ds->man.e[m].path, ds->c, v, why, sizeof why))) {
         pthread_mutex_lock(&ds->mu);
         bad_volume(ds, m, why, NULL, 0, 0);
         pthread_mutex_unlock(&ds->mu);
         return 0;
+    }
+    if (resizing && (v->h != rh || v->w != rw)) {
+        Volume r;
+        resize_image(v, rh, rw, &r);
+        r.nonfinite = v->nonfinite;
+        volume_free(v);
+        *v = r;
     }
     if (!nonfinite_policy(ds, m, v)) {
         volume_free(v);
@@ -386,13 +401,15 @@ static void probe_all(Dataset *ds, const int max_size[3]) {
             bad_volume(ds, m, why, NULL, 0, 1);
             continue;
         }
+        memcpy(ds->dims + 3 * m, dims, 3 * sizeof(int)); /* as stored: decode() resizes from these */
+        resize_target(ds->cfg.resize, dims[1], dims[2], ds->size[1], ds->size[2], &dims[1], &dims[2]);
         if (!ds->cfg.pad && (dims[0] < max_size[0] || dims[1] < max_size[1] || dims[2] < max_size[2])) {
-            snprintf(why, sizeof why, "%d x %d x %d is smaller than the input %d x %d x %d and data.pad is 0", dims[0],
-                     dims[1], dims[2], max_size[0], max_size[1], max_size[2]);
+            snprintf(why, sizeof why, "%d x %d x %d%s is smaller than the input %d x %d x %d and data.pad is 0%s",
+                     dims[0], dims[1], dims[2], strcmp(ds->cfg.resize, "none") ? " (resized)" : "", max_size[0],
+                     max_size[1], max_size[2], strcmp(ds->cfg.resize, "fit") ? "" : " (data.resize fit pads)");
             bad_volume(ds, m, why, NULL, 0, 1);
             continue;
         }
-        memcpy(ds->dims + 3 * m, dims, 3 * sizeof(int));
         const double bytes = (double)dims[0] * dims[1] * dims[2] * dims[3] * sizeof(float);
         if (ds->man.e[m].val) ds->val[ds->n_val++] = m;
         else {

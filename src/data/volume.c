@@ -9,7 +9,7 @@
 #include "core/fsutil.h"
 
 /* The readers, in the order they are asked. A new format is a reader file and a line here. */
-static const VolumeReader *const READERS[] = {&png_stack_reader, &nifti_reader};
+static const VolumeReader *const READERS[] = {&png_stack_reader, &jpeg_reader, &png_image_reader, &nifti_reader};
 
 static const VolumeReader *reader_for(const char *path, char *why, size_t why_len) {
     /* a FIFO, socket or device would block the reader forever (a FIFO's open waits for a writer): refused unopened */
@@ -21,7 +21,7 @@ static const VolumeReader *reader_for(const char *path, char *why, size_t why_le
     }
     for (size_t i = 0; i < sizeof READERS / sizeof READERS[0]; i++)
         if (READERS[i]->claims(path, is_dir)) return READERS[i];
-    snprintf(why, why_len, "no reader for this path (a NIfTI file or a folder of PNG slices is expected)");
+    snprintf(why, why_len, "no reader for this path (a NIfTI file, a folder of PNG slices, or one .jpg/.jpeg/.png image is expected)");
     return NULL;
 }
 
@@ -44,6 +44,17 @@ int volume_probe(const char *path, int channels, int dims[4], char *why, size_t 
 int volume_read(const char *path, int channels, Volume *out, char *why, size_t why_len) {
     const VolumeReader *r = reader_for(path, why, why_len);
     if (!r || !r->read(path, channels, 0, out, why, why_len)) return 0;
+    out->nonfinite = count_nonfinite(out);
+    return 1;
+}
+
+int volume_read_at_least(const char *path, int channels, int min_h, int min_w, Volume *out, char *why,
+                         size_t why_len) {
+    const VolumeReader *r = reader_for(path, why, why_len);
+    if (!r) return 0;
+    const int ok = r->read_at_least ? r->read_at_least(path, channels, min_h, min_w, out, why, why_len)
+                                    : r->read(path, channels, 0, out, why, why_len);
+    if (!ok) return 0;
     out->nonfinite = count_nonfinite(out);
     return 1;
 }

@@ -3,7 +3,9 @@
  *         0 by its content (fuzz.nii.gz when it starts with gzip's magic, else fuzz.nii), 1 fuzz.nii and 2
  *         fuzz.nii.gz whatever the content (name and content disagree: issue 24's 8c), 3 a pair: the rest cut at the
  *         first "IMG!" into fuzz.hdr and fuzz.img (the .img missing when there is no marker)
- *   odd:  a folder of PNG slices, the rest cut at "SLICE" markers into up to 8 slices, through libpng
+ *   odd:  a folder of PNG slices, the rest cut at "SLICE" markers into up to 8 slices, through libpng; except
+ *   3, 7 (the low two bits set): one 2-D image, the rest the file: 3 fuzz.jpg (libjpeg-turbo, read whole and at its
+ *         1/8 scale), 7 fuzz.png (libpng)
  * Every file must be read or refused with a reason (no exit, no crash, no read outside a buffer, nothing of the
  * libraries' own on stderr); a volume that is read must have the dims its header promised (volume_probe) and count
  * at most all of its voxels as non-finite. Files go to a private tmpfs folder. */
@@ -51,6 +53,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else {
             snprintf(path, sizeof path, "%s/%s", dir, naming == 2 || (naming == 0 && gz) ? "fuzz.nii.gz" : "fuzz.nii");
             put(path, p, (size_t)(end - p));
+        }
+    } else if ((data[0] & 3) == 3) {
+        snprintf(path, sizeof path, "%s/fuzz.%s", dir, data[0] & 4 ? "png" : "jpg");
+        put(path, data + 1, size - 1);
+        if (volume_read_at_least(path, 1, 1, 1, &v, why, sizeof why)) {
+            if (v.d != 1 || v.h < 1 || v.w < 1 || v.c != 1) abort();
+            volume_free(&v);
         }
     } else {
         snprintf(path, sizeof path, "%s/stack", dir);

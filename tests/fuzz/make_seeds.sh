@@ -150,6 +150,30 @@ hdr, img = pair.header.binaryblock, np.arange(60, dtype=np.int16).reshape(4, 3, 
 open(out + "/pair", "wb").write(b"\6" + hdr + b"IMG!" + img)
 open(out + "/pair_img_missing", "wb").write(b"\6" + hdr)
 PY
+# volume: single 2-D images (first byte 3: a .jpg, 7: a .png): JPEGs cjpeg writes (baseline, progressive, colour,
+# restart markers), one cut short, one whose frame header claims 12-bit samples, and a grey PNG
+/usr/bin/python3 - "$C/volume" <<'PY'
+import struct, subprocess, sys, zlib
+out = sys.argv[1]
+w, h = 24, 17
+grey = bytes((x * 9 + y * 5) % 256 for y in range(h) for x in range(w))
+rgb = bytes(v for p in grey for v in (p, 255 - p, p // 2))
+def cjpeg(pnm, *flags):
+    return subprocess.run(["cjpeg", *flags], input=pnm, stdout=subprocess.PIPE, check=True).stdout
+pgm, ppm = b"P5 %d %d 255\n" % (w, h) + grey, b"P6 %d %d 255\n" % (w, h) + rgb
+base = cjpeg(pgm)
+open(out + "/jpeg_grey", "wb").write(b"\3" + base)
+open(out + "/jpeg_progressive_rgb", "wb").write(b"\3" + cjpeg(ppm, "-progressive"))
+open(out + "/jpeg_restarts", "wb").write(b"\3" + cjpeg(ppm, "-restart", "1", "-sample", "1x1"))
+open(out + "/jpeg_truncated", "wb").write(b"\3" + base[:len(base) // 2])
+sof = base.index(b"\xff\xc0")
+open(out + "/jpeg_12bit", "wb").write(b"\3" + base[:sof + 4] + bytes([12]) + base[sof + 5:])
+rows = b"".join(b"\0" + grey[y * w:(y + 1) * w] for y in range(h))
+ch = lambda k, d: struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d) & 0xFFFFFFFF)
+png = b"\x89PNG\r\n\x1a\n" + ch(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)) + ch(b"IDAT", zlib.compress(rows)) + \
+    ch(b"IEND", b"")
+open(out + "/png_image", "wb").write(b"\7" + png)
+PY
 # safetensors (issue 28): files the reference writer makes (every float dtype, an int64 scalar, metadata, an empty
 # tensor) and the damaged forms the reader must refuse: header length, JSON, dtype, shape, overlap, out of the file
 .venv/bin/python - "$C/safetensors" <<'PY'

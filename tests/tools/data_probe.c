@@ -1,6 +1,9 @@
 /* data_probe.c: the data pipeline's pieces one at a time, for tests/integration/test_data.py to check against
  * nibabel and numpy. Every mode writes float32 arrays raw (native byte order) and one line of JSON on stdout:
- *   volume PATH CHANNELS OUT.raw          a decoded volume: {"dims": [d, h, w, c]}, or {"error": why} (exit 2)
+ *   volume PATH CHANNELS OUT.raw [MIN_H MIN_W]   a decoded volume: {"dims": [d, h, w, c]}, or {"error": why}
+ *                                         (exit 2); with MIN_H MIN_W read at least that large (a JPEG's DCT scaling)
+ *   resize PATH CHANNELS MODE H W OUT.raw a 2-D image read whole and resized as data.resize MODE does for an
+ *                                         H x W input (data/resize.h): {"dims": [...]}
  *   val CONFIG J OUT.raw                  validation volume j of CONFIG's dataset at its input size
  *   train CONFIG FIRST COUNT AUGMENT OUT.raw   training samples FIRST.. (AUGMENT 1: flips and rotations applied)
  *                                         {"codes": [...]} their augmentation codes
@@ -14,6 +17,7 @@
 #include "core/config.h"
 #include "core/util.h"
 #include "data/dataset.h"
+#include "data/resize.h"
 #include "data/volume.h"
 
 static void write_raw(const char *path, const float *v, size_t n) {
@@ -42,7 +46,9 @@ int main(int argc, char **argv) {
     if (argc >= 5 && strcmp(argv[1], "volume") == 0) {
         Volume v;
         char why[512];
-        if (!volume_read(argv[2], atoi(argv[3]), &v, why, sizeof why)) {
+        const int at_least = argc >= 7;
+        if (!(at_least ? volume_read_at_least(argv[2], atoi(argv[3]), atoi(argv[5]), atoi(argv[6]), &v, why, sizeof why)
+                       : volume_read(argv[2], atoi(argv[3]), &v, why, sizeof why))) {
             char safe[2048];
             printf("{\"error\": \"%s\"}\n", vx_escape(why, safe, sizeof safe));
             return 2;
@@ -50,6 +56,23 @@ int main(int argc, char **argv) {
         write_raw(argv[4], v.v, (size_t)v.d * v.h * v.w * v.c);
         printf("{\"dims\": [%d, %d, %d, %d]}\n", v.d, v.h, v.w, v.c);
         volume_free(&v);
+        return 0;
+    }
+    if (argc >= 8 && strcmp(argv[1], "resize") == 0) {
+        Volume v, r;
+        char why[512];
+        if (!volume_read(argv[2], atoi(argv[3]), &v, why, sizeof why)) {
+            char safe[2048];
+            printf("{\"error\": \"%s\"}\n", vx_escape(why, safe, sizeof safe));
+            return 2;
+        }
+        int oh, ow;
+        resize_target(argv[4], v.h, v.w, atoi(argv[5]), atoi(argv[6]), &oh, &ow);
+        resize_image(&v, oh, ow, &r);
+        write_raw(argv[7], r.v, (size_t)r.d * r.h * r.w * r.c);
+        printf("{\"dims\": [%d, %d, %d, %d]}\n", r.d, r.h, r.w, r.c);
+        volume_free(&v);
+        volume_free(&r);
         return 0;
     }
     Config cfg;
@@ -100,7 +123,7 @@ int main(int argc, char **argv) {
         free(out);
         return 0;
     }
-    fprintf(stderr, "usage: data_probe volume PATH CHANNELS OUT | val CONFIG J OUT | train CONFIG FIRST COUNT AUGMENT "
+    fprintf(stderr, "usage: data_probe volume PATH CHANNELS OUT [MIN_H MIN_W] | resize PATH CHANNELS MODE H W OUT | val CONFIG J OUT | train CONFIG FIRST COUNT AUGMENT "
                     "OUT | stats CONFIG SAMPLES | rate CONFIG N\n");
     return 2;
 }

@@ -1,0 +1,17 @@
+/* resize.h: resizing a 2-D image (a volume of depth 1) in the loader, before normalisation and the crop/pad window
+ * (transform.h), as a chest X-ray pipeline does to its films (data.resize):
+ *   none   as decoded
+ *   fit    the whole image inside the model's input, aspect kept: one side equals the input's, the other is at most
+ *          its; the window then pads the rest (data.pad 1) - a letterbox
+ *   fill   the input covered, aspect kept: one side equals the input's, the other is at least its; the window then
+ *          crops the rest (centred in validation, at random in training)
+ * The resampling is bilinear with antialiasing, the weights of torch.nn.functional.interpolate(mode="bilinear",
+ * antialias=True, align_corners=False) (which are PIL's and torchvision's Resize on tensors): when shrinking, the
+ * triangle filter widens by the factor, so every input pixel counts, not only the four nearest. */
+#pragma once
+#include "data/volume.h"
+
+/* The size (oh, ow) an h x w image takes under `mode` for an input of H x W (none: h x w). */
+void resize_target(const char *mode, int h, int w, int H, int W, int *oh, int *ow);
+/* out = in (depth 1, any channels) resampled to oh x ow; out->v is malloc'd, the caller frees it (volume_free). */
+void resize_image(const Volume *in, int oh, int ow, Volume *out);
