@@ -152,14 +152,14 @@ class Sweep:
 
     def films(self):
         """2-D JPEG films (cjpeg writes them; one colour, one progressive) in a manifest, resized on load
-        (data.resize fit, a JPEG's DCT scaling) for a 2-D ResNet: train with validation, and a truncated film in the
-        manifest (exit 2)."""
+        (data.resize fit, a JPEG's DCT scaling) for a 2-D ResNet, with CheXpert's uncertain and blank cells masked
+        and pos_weight from the counts: train with validation, and a truncated film in the manifest (exit 2)."""
         d = os.path.join(self.work, "films")
         os.makedirs(d, exist_ok=True)
         if not shutil.which("cjpeg"):
             self.failed.append("films: cjpeg (libjpeg-turbo-progs) is not installed; ci/deps.sh installs it")
             return
-        rows = ["path,split,finding"]
+        rows = ["path,split,finding,other"]
         for i in range(8):
             w, h = 70 + i, 90
             px = bytes(min(255, (x * 3 + y * 2 + 40 * (i % 2) * (abs(x - 30) < 8 and abs(y - 40) < 8)) % 256)
@@ -171,13 +171,14 @@ class Sweep:
             jpg = subprocess.run(["cjpeg", *flags], input=pnm, stdout=subprocess.PIPE, check=True).stdout
             with open(os.path.join(d, "f%d.jpg" % i), "wb") as f:
                 f.write(jpg)
-            rows.append("f%d.jpg,%s,%d" % (i, "val" if i % 4 >= 2 else "train", i % 2))
+            rows.append("f%d.jpg,%s,%d,%s" % (i, "val" if i % 4 >= 2 else "train", i % 2, ["1", "0", "-1", ""][i % 4]))
         csv = os.path.join(d, "films.csv")
         with open(csv, "w") as f:
             f.write("\n".join(rows) + "\n")
         films = ["--config", RESNET, "--set", "model.spatial_dims=2", "--set", "model.input_size=[1, 32, 32]",
-                 "--set", "model.task=multilabel", "--set", "model.num_classes=1", "--set", "data.source=csv",
-                 "--set", "data.label_columns=finding", "--set", "data.resize=fit", "--set", "data.csv=" + csv]
+                 "--set", "model.task=multilabel", "--set", "model.num_classes=2", "--set", "data.source=csv",
+                 "--set", "data.label_columns=finding,other", "--set", "data.resize=fit", "--set", "data.csv=" + csv,
+                 "--set", "data.uncertain=u_ignore", "--set", "data.blank=ignore", "--set", "model.pos_weight_auto=1"]
         self.case("films: 2-D JPEGs resized, train with validation",
                   ["train", *films, *QUIET, "--steps", 2, "--set", "train.val_every=2", "--out",
                    os.path.join(d, "run")])

@@ -4,7 +4,9 @@
  *         loss = sum_i w[t_i] * -log softmax(z_i)[t_i] / sum_i w[t_i]
  *   BCE   binary cross-entropy with logits, multi-label (nn.BCEWithLogitsLoss): target [n][k] in {0, 1} (any value
  *         in [0, 1] works); weight [k] = pos_weight or NULL; loss = mean over n*k of
- *         -(pw*t*log sigmoid(z) + (1-t)*log(1 - sigmoid(z))), computed stably (log-sum-exp form)
+ *         -(pw*t*log sigmoid(z) + (1-t)*log(1 - sigmoid(z))), computed stably (log-sum-exp form); a negative target
+ *         is masked (CheXpert's uncertain labels under u_ignore): its term and its gradient are 0, the mean still
+ *         over n*k, so that ranks' means average to the global batch's
  *   COX   Cox partial likelihood for survival, Breslow's handling of ties (k = 1: z_i the risk score):
  *         target [n][2] = (time, event in {0, 1}); loss = -sum_{i: event} (z_i - log sum_{j: t_j >= t_i} exp z_j)
  *         / (number of events); no event in the batch: loss 0 and gradient 0. n is the GLOBAL batch: the caller

@@ -80,6 +80,10 @@ static void bce_ref_w(const KernelCase *k, const float *const *in, double *const
     double L = 0;
     for (long e = 0; e < count; e++) {
         const double z = in[0][e], t = in[1][e], pw = weighted ? in[2][e % s.k] : 1.0, lw = 1 + (pw - 1) * t;
+        if (t < 0) { /* a masked cell: no term, no gradient, still counted in the mean */
+            ref[4][e] = 0;
+            continue;
+        }
         L += (1 - t) * z + lw * (log1p(exp(-fabs(z))) + (z < 0 ? -z : 0));
         ref[4][e] = g / (double)count * ((1 - t) - lw * sig(-z));
     }
@@ -115,7 +119,8 @@ static void cox_ref(const KernelCase *k, const float *const *in, double *const *
 /* ---- inputs ---------------------------------------------------------------------------------------------------- */
 
 /* z: CE uniform in [-4, 4]; BCE in [-6, 6] with every 7th at +-20..60; Cox in [-3, 3] with sample 1 at 30 (exp
- * without a shift would overflow float); target: CE a class index, BCE 0 or 1 with every 5th 0.3, Cox a time in
+ * without a shift would overflow float); target: CE a class index, BCE 0 or 1 with every 5th 0.3 and every 11th
+ * -1 (masked: CheXpert's u_ignore), Cox a time in
  * 1..5 (ties) and an event with probability 0.6 (`censored`: none); weight in [0.5, 2] (CE) or [0.5, 3] (BCE) */
 static void fill_kind(const KernelCase *k, int b, float *h, long count, unsigned seed, int censored) {
     const HeadLossShape s = shape_of(k);
@@ -128,7 +133,7 @@ static void fill_kind(const KernelCase *k, int b, float *h, long count, unsigned
             else v = i == 1 ? 30.0f : (float)(6 * u - 3);
         } else if (b == 1) {
             if (s.kind == HEAD_LOSS_CE) v = (float)(int)(u * s.k >= s.k ? s.k - 1 : u * s.k);
-            else if (s.kind == HEAD_LOSS_BCE) v = i % 5 == 2 ? 0.3f : u < 0.5 ? 0.0f : 1.0f;
+            else if (s.kind == HEAD_LOSS_BCE) v = i % 11 == 4 ? -1.0f : i % 5 == 2 ? 0.3f : u < 0.5 ? 0.0f : 1.0f;
             else v = i % 2 == 0 ? (float)(1 + (int)(u * 5 >= 5 ? 4 : u * 5)) : (!censored && u < 0.6 ? 1.0f : 0.0f);
         } else if (b == 2) {
             v = (float)(s.kind == HEAD_LOSS_CE ? 0.5 + 1.5 * u : 0.5 + 2.5 * u);

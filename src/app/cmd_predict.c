@@ -33,6 +33,7 @@
 #include "core/util.h"
 #include "elementwise/elementwise.h"
 #include "data/manifest.h"
+#include "data/resize.h"
 #include "data/transform.h"
 #include "data/volume.h"
 #include "ckpt/ckpt.h"
@@ -89,7 +90,8 @@ static void make_stems(Inputs *in) {
         snprintf(base, sizeof base, "%s", slash && slash[1] ? slash + 1 : p);
         size_t n = strlen(base);
         while (n > 0 && base[n - 1] == '/') base[--n] = 0;
-        static const char *const EXT[] = {".nii.gz", ".nii", ".hdr.gz", ".hdr", ".img.gz", ".img"};
+        static const char *const EXT[] = {".nii.gz", ".nii", ".hdr.gz", ".hdr", ".img.gz", ".img", ".jpg", ".jpeg",
+                                          ".png"};
         for (size_t e = 0; e < sizeof EXT / sizeof EXT[0]; e++)
             if (ends_with_ci(base, EXT[e])) {
                 base[strlen(base) - strlen(EXT[e])] = 0;
@@ -160,6 +162,7 @@ static void list_inputs(const char *data, DataConfig d, const ModelConfig *mc, i
             bad(&d, in, i, why, 0);
             continue;
         }
+        resize_target(d.resize, dims[1], dims[2], mc->input_size[1], mc->input_size[2], &dims[1], &dims[2]);
         if (!d.pad && (dims[0] < mc->input_size[0] || dims[1] < mc->input_size[1] || dims[2] < mc->input_size[2])) {
             snprintf(why, sizeof why, "%d x %d x %d is smaller than the input %d x %d x %d and data.pad is 0", dims[0],
                      dims[1], dims[2], mc->input_size[0], mc->input_size[1], mc->input_size[2]);
@@ -174,7 +177,8 @@ static void list_inputs(const char *data, DataConfig d, const ModelConfig *mc, i
 static int load(const DataConfig *d, const ModelConfig *mc, Inputs *in, int i, float *out) {
     Volume v;
     char why[512];
-    if (!volume_read(in->items[i].path, mc->in_channels, &v, why, sizeof why)) {
+    if (!resize_read(in->items[i].path, mc->in_channels, d->resize, mc->input_size[1], mc->input_size[2], &v, why,
+                     sizeof why)) {
         bad(d, in, i, why, 0);
         return 0;
     }

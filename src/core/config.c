@@ -314,6 +314,9 @@ static void validate_resnet(const ModelConfig *m, const char *origin) {
     if (h->class_weights.n && (h->class_weights.n != h->num_classes || strcmp(h->task, "classification") != 0))
         vx_usage_error("%s: model.class_weights has %d entries: it needs one per class (%d) and model.task "
                        "classification", origin, h->class_weights.n, h->num_classes);
+    if (h->pos_weight_auto && strcmp(h->task, "multilabel") != 0)
+        vx_usage_error("%s: model.pos_weight_auto weighs a multilabel head's positives: it needs model.task multilabel "
+                       "(got %s)", origin, h->task);
     if (h->pos_weight.n && (h->pos_weight.n != h->num_classes || strcmp(h->task, "multilabel") != 0))
         vx_usage_error("%s: model.pos_weight has %d entries: it needs one per label (%d) and model.task multilabel",
                        origin, h->pos_weight.n, h->num_classes);

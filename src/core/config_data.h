@@ -12,6 +12,8 @@ typedef struct {
     char glob[CONFIG_STR];   /* source dir: which entries are volumes */
     char path_column[CONFIG_STR], split_column[CONFIG_STR];
     char label_columns[CONFIG_STR]; /* resnet3d: the label columns, comma-separated ("": the task's default) */
+    char uncertain[CONFIG_STR];     /* multilabel: what a -1 cell becomes (data/label_policy.h) */
+    char blank[CONFIG_STR];         /* multilabel: what an empty cell becomes */
     char view_columns[CONFIG_STR];  /* vit3d_diffusion: the two DRR PNG columns "ap,lateral" ("": rendered) */
     double val_fraction;     /* held out by a seeded draw when there is no split column */
     char normalize[CONFIG_STR]; /* "percentile" | "zscore" | "none" */

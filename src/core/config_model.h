@@ -57,6 +57,7 @@ typedef struct {
                                   survival has 1 (the risk score) */
     ConfigList class_weights;  /* classification: CrossEntropyLoss's weight, one per class (empty: none) */
     ConfigList pos_weight;     /* multilabel: BCEWithLogitsLoss's pos_weight (empty: none) */
+    int pos_weight_auto;       /* multilabel: pos_weight from the training split's counts (the trainer fills it) */
     double dropout;            /* before the final Linear; keyed noise, so resume stays exact */
 } HeadConfig;
 

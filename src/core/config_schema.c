@@ -60,6 +60,10 @@ const KeySpec SCHEMA[] = {
      "resnet3d classification: a weight per class for the cross-entropy, as CrossEntropyLoss(weight=...); [] = none"},
     {KF(head, pos_weight), T_LIST, 0, 1e6, NULL, "[]",
      "resnet3d multilabel: BCEWithLogitsLoss's pos_weight, one per label; [] = none"},
+    {KF(head, pos_weight_auto), T_INT, 0, 1, NULL, "0",
+     "resnet3d multilabel: 1 = pos_weight per label = negatives / positives among the training split's known labels "
+     "(after data.uncertain and data.blank; masked cells not counted), logged by rank 0; a model.pos_weight given "
+     "beside it must equal it"},
     {KF(head, dropout), T_FLOAT, 0, 0.95, NULL, "0",
      "resnet3d: dropout before the final Linear (keyed by sample and position: a resumed run drops the same values)"},
     {KF(vit, hidden_size), T_INT, 1, 16384, NULL, "384", "vit3d: token width (the seed's voxel_dim)"},
@@ -183,6 +187,13 @@ const KeySpec SCHEMA[] = {
      "share of the volumes held out for validation by a seeded draw, when there is no split column"},
     {K(data, normalize), T_STRING, 0, 0, "percentile|zscore|none", "\"percentile\"",
      "per volume: clip to the clip_low..clip_high percentiles and scale to [0, 1], or zero mean unit std"},
+    {K(data, uncertain), T_STRING, 0, 0, NULL, "\"error\"",
+     "resnet3d multilabel: a -1 cell (CheXpert's uncertain): error, u_ignore (masked out of the BCE and that label's "
+     "AUROC), u_zeros or u_ones for every label, or per label with a default: \"Atelectasis=u_ones,Edema=u_ones,"
+     "u_zeros\""},
+    {K(data, blank), T_STRING, 0, 0, "error|zero|ignore", "\"error\"",
+     "resnet3d multilabel: an empty label cell (CheXpert's not mentioned): error, zero (a negative) or ignore "
+     "(masked, as u_ignore)"},
     {K(data, resize), T_STRING, 0, 0, "none|fit|fill", "\"none\"",
      "2-D images (model.input_size [1, H, W]): resize each as decoded, aspect kept, antialiased bilinear (torch's "
      "interpolate with antialias): fit = inside H x W (the window pads the rest), fill = covering it (the window "

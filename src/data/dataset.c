@@ -169,13 +169,7 @@ static int decode(Dataset *ds, int m, Volume *v, float *pad, float **views) {
         pthread_mutex_unlock(&ds->mu);
         return 0;
     }
-    if (resizing && (v->h != rh || v->w != rw)) {
-        Volume r;
-        resize_image(v, rh, rw, &r);
-        r.nonfinite = v->nonfinite;
-        volume_free(v);
-        *v = r;
-    }
+    if (resizing) resize_in_place(v, rh, rw);
     if (!nonfinite_policy(ds, m, v)) {
         volume_free(v);
         return 0;

@@ -74,6 +74,9 @@ int dataset_set_views(Dataset *ds, int img, int verbose);
 int dataset_views(const Dataset *ds);
 /* Label floats per sample (0 before dataset_set_labels). */
 int dataset_labels(const Dataset *ds);
+/* A manifest's training split, per label: positives (>= 0.5) and negatives (in [0, 0.5)) into pos, neg
+ * [dataset_labels(ds)], masked cells in neither; 0 (nothing written) for the phantoms. */
+int dataset_label_counts(const Dataset *ds, long *pos, long *neg);
 /* Validation volume j's labels (after dataset_set_labels). */
 void dataset_val_labels(const Dataset *ds, int j, float *labels);
 /* The first such failure's one-line message, or NULL. */

@@ -34,6 +34,19 @@ int dataset_set_labels(Dataset *ds, const char *task, int num_classes, int verbo
 
 int dataset_labels(const Dataset *ds) { return ds->n_labels; }
 
+int dataset_label_counts(const Dataset *ds, long *pos, long *neg) {
+    if (!ds->files || !ds->entry_labels) return 0;
+    const int L = ds->n_labels;
+    for (int c = 0; c < L; c++) pos[c] = neg[c] = 0;
+    for (int i = 0; i < ds->n_train; i++)
+        for (int c = 0; c < L; c++) {
+            const float v = ds->entry_labels[(long)ds->train[i] * L + c];
+            if (v >= 0.5f) pos[c]++;
+            else if (v >= 0.0f) neg[c]++; /* a masked cell is neither */
+        }
+    return L;
+}
+
 void dataset_val_labels(const Dataset *ds, int j, float *labels) {
     if (!ds->files) {
         phantom_labels((uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, ds->task, ds->num_classes, labels);

@@ -9,6 +9,12 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "data/label_policy.h"
+
+/* CheXpert's 14 observations in its CSVs' column order: data.label_columns "chexpert" names them */
+static const char CHEXPERT_COLUMNS[] =
+    "No Finding,Enlarged Cardiomediastinum,Cardiomegaly,Lung Opacity,Lung Lesion,Edema,Consolidation,Pneumonia,"
+    "Atelectasis,Pneumothorax,Pleural Effusion,Pleural Other,Fracture,Support Devices";
 
 int labels_per_sample(const char *task, int num_classes) {
     return strcmp(task, "classification") == 0 ? 1 : strcmp(task, "survival") == 0 ? 2 : num_classes;
@@ -19,6 +25,7 @@ int labels_per_sample(const char *task, int num_classes) {
 static void column_names(const DataConfig *cfg, const char *task, int want, char *buf, size_t len, char **names,
                          const char *origin) {
     const char *given = cfg->label_columns;
+    if (strcmp(given, "chexpert") == 0) given = CHEXPERT_COLUMNS;
     if (!given[0]) {
         if (strcmp(task, "classification") == 0) given = "label";
         else if (strcmp(task, "survival") == 0) given = "time,event";
@@ -69,10 +76,33 @@ float *labels_read(const Manifest *man, const DataConfig *cfg, const char *task,
     float *out = vx_malloc((size_t)(man->n ? man->n : 1) * L * sizeof(float));
     const int cls = strcmp(task, "classification") == 0, surv = strcmp(task, "survival") == 0,
               multi = strcmp(task, "multilabel") == 0;
+    LabelPolicy uncertain[CONFIG_MAX_LIST];
+    const LabelPolicy blank = label_blank_policy(cfg);
+    for (int k = 0; k < L && multi; k++) uncertain[k] = label_uncertain_policy(cfg, names[k], names, L, man->origin);
     for (int i = 0; i < man->n; i++)
         for (int k = 0; k < L; k++) {
             const char *text = manifest_field(man, i, col[k]);
+            if (multi) { /* CheXpert's cells: empty (not mentioned) and -1 (uncertain) by data.blank, data.uncertain */
+                const char *t = text;
+                while (*t == ' ') t++;
+                if (!*t && blank != LABEL_KEEP_ERROR) {
+                    out[(long)i * L + k] = label_policy_value(blank);
+                    continue;
+                }
+                if (!*t)
+                    vx_usage_error("%s:%d: column \"%s\" is empty: set data.blank zero (not mentioned = negative) or "
+                                   "ignore (masked), or give every row its label", man->origin, man->e[i].row,
+                                   names[k]);
+            }
             const double v = number(man, i, names[k], text);
+            if (multi && v == -1.0) {
+                if (uncertain[k] == LABEL_KEEP_ERROR)
+                    vx_usage_error("%s:%d: column \"%s\" is %s (uncertain): choose data.uncertain u_ignore, u_zeros or "
+                                   "u_ones (for all labels, or per label: \"%s=u_ones,u_zeros\")", man->origin,
+                                   man->e[i].row, names[k], text, names[k]);
+                out[(long)i * L + k] = label_policy_value(uncertain[k]);
+                continue;
+            }
             if (cls && (v != floor(v) || v < 0 || v >= num_classes))
                 vx_usage_error("%s:%d: column \"%s\" is \"%s\": a class index 0..%d is expected (model.num_classes "
                                "%d)", man->origin, man->e[i].row, names[k], text, num_classes - 1, num_classes);
@@ -83,7 +113,8 @@ float *labels_read(const Manifest *man, const DataConfig *cfg, const char *task,
                 vx_usage_error("%s:%d: column \"%s\" is \"%s\": the event is 1 (observed) or 0 (censored)", man->origin,
                                man->e[i].row, names[k], text);
             if (multi && (v < 0 || v > 1))
-                vx_usage_error("%s:%d: column \"%s\" is \"%s\": a multilabel target is 0 or 1 (or between)",
+                vx_usage_error("%s:%d: column \"%s\" is \"%s\": a multilabel target is 0 or 1 (or between; -1 is "
+                               "uncertain: data.uncertain)",
                                man->origin, man->e[i].row, names[k], text);
             out[(long)i * L + k] = (float)v;
         }
@@ -100,9 +131,13 @@ void labels_describe(const float *labels, const int *idx, int n, const char *tas
         ADD("%s per %s:", cls ? "samples" : "positives", cls ? "class" : "label");
         for (int c = 0; c < num_classes && at < sizeof line - 32; c++) {
             long count = 0;
-            for (int i = 0; i < n; i++)
+            long masked = 0;
+            for (int i = 0; i < n; i++) {
                 count += cls ? labels[(long)idx[i] * L] == (float)c : labels[(long)idx[i] * L + c] >= 0.5f;
-            ADD(" %d: %ld", c, count);
+                masked += !cls && labels[(long)idx[i] * L + c] < 0.0f;
+            }
+            if (masked) ADD(" %d: %ld (%ld masked)", c, count, masked);
+            else ADD(" %d: %ld", c, count);
         }
     } else if (strcmp(task, "survival") == 0) {
         long events = 0;
@@ -152,9 +187,12 @@ void labels_check_sets(const float *labels, const int *train, int n_train, const
     char list[256] = ""; /* multilabel: the labels whose validation rows are all positive or all negative */
     int n = 0;
     for (int c = 0; c < L; c++) {
-        int pos = 0;
-        for (int i = 0; i < n_val; i++) pos += labels[(long)val[i] * L + c] >= 0.5f;
-        if (pos == 0 || pos == n_val) {
+        int pos = 0, known = 0; /* masked cells (data.uncertain u_ignore, data.blank ignore) are neither */
+        for (int i = 0; i < n_val; i++) {
+            const float v = labels[(long)val[i] * L + c];
+            pos += v >= 0.5f, known += v >= 0.0f;
+        }
+        if (pos == 0 || pos == known) {
             if (strlen(list) < sizeof list - 16)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", n ? ", " : "", c);
             n++;
@@ -163,4 +201,17 @@ void labels_check_sets(const float *labels, const int *train, int n_train, const
     if (n)
         vx_log("warning: %s: in the %d validation rows label(s) %s are all positive or all negative: their AUROC is "
                "undefined and not logged%s\n", origin, n_val, list, n == L ? " (so is the macro AUROC)" : "");
+}
+
+int labels_competition(const DataConfig *cfg, int idx[5]) {
+    static const char *const FIVE[5] = {"Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion"};
+    char buf[CONFIG_STR];
+    snprintf(buf, sizeof buf, "%s", strcmp(cfg->label_columns, "chexpert") == 0 ? CHEXPERT_COLUMNS : cfg->label_columns);
+    int found = 0, k = 0;
+    for (char *p = buf, *tok; (tok = strsep(&p, ",")) != NULL; k++) {
+        while (*tok == ' ') tok++;
+        for (int f = 0; f < 5; f++)
+            if (strcmp(tok, FIVE[f]) == 0) idx[f] = k, found |= 1 << f;
+    }
+    return found == 31 ? 5 : 0;
 }

@@ -21,3 +21,6 @@ void labels_check_sets(const float *labels, const int *train, int n_train, const
  * (classification), positives per label (multilabel), events and censored samples (survival), the range
  * (regression). */
 void labels_describe(const float *labels, const int *idx, int n, const char *task, int num_classes, const char *what);
+/* CheXpert's competition labels (Atelectasis, Cardiomegaly, Consolidation, Edema, Pleural Effusion): their indices
+ * among data.label_columns into idx[5] and 5 when all five are label columns, else 0. */
+int labels_competition(const DataConfig *cfg, int idx[5]);

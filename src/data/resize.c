@@ -104,3 +104,23 @@ void resize_image(const Volume *in, int oh, int ow, Volume *out) {
     axis_free(&ax);
     axis_free(&ay);
 }
+
+void resize_in_place(Volume *v, int rh, int rw) {
+    if (v->h == rh && v->w == rw) return;
+    Volume r;
+    resize_image(v, rh, rw, &r);
+    r.nonfinite = v->nonfinite;
+    volume_free(v);
+    *v = r;
+}
+
+int resize_read(const char *path, int channels, const char *mode, int H, int W, Volume *out, char *why,
+                size_t why_len) {
+    if (strcmp(mode, "none") == 0) return volume_read(path, channels, out, why, why_len);
+    int dims[4], rh, rw;
+    if (!volume_probe(path, channels, dims, why, why_len)) return 0;
+    resize_target(mode, dims[1], dims[2], H, W, &rh, &rw);
+    if (!volume_read_at_least(path, channels, rh, rw, out, why, why_len)) return 0;
+    resize_in_place(out, rh, rw);
+    return 1;
+}

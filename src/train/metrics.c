@@ -57,9 +57,13 @@ double metric_auroc(const float *scores, const float *labels, int n, int stride)
     if (any_nan(scores, n, stride)) return NAN;
     Scored *s = vx_malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
     long pos = 0;
-    for (int i = 0; i < n; i++) {
-        s[i] = (Scored){scores[(long)i * stride], labels[(long)i * stride] >= 0.5f};
-        pos += s[i].positive;
+    const int all = n;
+    n = 0;
+    for (int i = 0; i < all; i++) {
+        const float t = labels[(long)i * stride];
+        if (t < 0.0f) continue; /* a masked cell (data.uncertain u_ignore, data.blank ignore): not ranked */
+        s[n] = (Scored){scores[(long)i * stride], t >= 0.5f};
+        pos += s[n++].positive;
     }
     const long neg = n - pos;
     if (pos == 0 || neg == 0) {

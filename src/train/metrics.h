@@ -26,7 +26,8 @@ void metric_probabilities(const float *logits, int n, int k, int multilabel, flo
 /* scores [n][k] (probabilities), labels [n] (the class as a float). NaN for n = 0. */
 double metric_accuracy(const float *scores, const float *labels, int n, int k);
 /* AUROC of `scores` (stride apart: column c of [n][k] is scores + c, stride k) for positives where labels (same
- * stride) are >= 0.5; NaN when one side is empty or a score is NaN. */
+ * stride) are >= 0.5, negatives where they are in [0, 0.5); a negative label is a masked cell (data.uncertain
+ * u_ignore), left out as sklearn's roc_auc_score on the unmasked rows. NaN when one side is empty or a score is NaN. */
 double metric_auroc(const float *scores, const float *labels, int n, int stride);
 /* Classification (labels the class index): one-vs-rest AUROC of each class's probability into per_class[k] (NaN where
  * undefined); returns the macro figure (NaN when none is defined). Multilabel: labels [n][k] of 0/1. */

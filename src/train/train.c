@@ -56,6 +56,30 @@
 #include "augment/augment.h"
 #include "optim/optim.h"
 
+/* model.pos_weight_auto: pos_weight per label = negatives / positives of the training split (masked cells not
+ * counted), into head->pos_weight before any model is built; a list given beside it must be that one. */
+static void pos_weight_from_counts(const Dataset *ds, HeadConfig *head, int verbose) {
+    long pos[CONFIG_MAX_LIST], neg[CONFIG_MAX_LIST];
+    const int L = dataset_label_counts(ds, pos, neg);
+    if (L == 0)
+        vx_usage_error("model.pos_weight_auto counts a manifest's training labels; the phantoms have none to count "
+                       "(data.source csv), or give model.pos_weight");
+    ConfigList w = {.n = L};
+    char line[1024] = "";
+    for (int c = 0; c < L; c++) {
+        if (pos[c] == 0)
+            vx_usage_error("model.pos_weight_auto: label %d has no positive among the %ld known training labels: its "
+                           "pos_weight (negatives / positives) is undefined; give model.pos_weight", c, neg[c]);
+        w.v[c] = (double)neg[c] / (double)pos[c];
+        if (head->pos_weight.n == L && fabs(head->pos_weight.v[c] - w.v[c]) > 1e-6 * w.v[c])
+            vx_usage_error("model.pos_weight [..., %g, ...] (label %d) is not the training split's negatives / "
+                           "positives (%ld / %ld = %g) that model.pos_weight_auto computes: give one or the other",
+                           head->pos_weight.v[c], c, neg[c], pos[c], w.v[c]);
+        if (strlen(line) < sizeof line - 32) snprintf(line + strlen(line), sizeof line - strlen(line), " %.4g", w.v[c]);
+    }
+    head->pos_weight = w;
+    if (verbose) vx_log("labels: pos_weight from the training split (negatives / positives per label):%s\n", line);
+}
 
 /* SIGINT/SIGTERM (core/stop_signal.h: taken by a thread of their own): the event files' records so far are written
  * at once, on that thread; the loop stops after the step it is in */
@@ -258,6 +282,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
     t->ds = dataset_open(&cfg->data, train->seed, cfg->model.in_channels, cfg->model.input_size, max_size, rank0);
     if (strcmp(cfg->model.family, "resnet3d") == 0) /* a head's labels; ae3d and vit3d reconstruct */
         dataset_set_labels(t->ds, cfg->model.head.task, cfg->model.head.num_classes, rank0);
+    if (cfg->model.head.pos_weight_auto) pos_weight_from_counts(t->ds, &cfg->model.head, rank0);
     /* X-ray views given beside each CT: read from the files, the model renders none (every stage's model is built
      * from cfg->model below) */
     cfg->model.diff.views_given = dataset_set_views(t->ds, cfg->model.diff.img_size, rank0) > 0;

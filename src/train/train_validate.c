@@ -11,6 +11,7 @@
 #include "core/fsutil.h"
 #include "core/stop_signal.h"
 #include "core/util.h"
+#include "data/labels.h"
 #include "trace/trace.h"
 #include "train/trainer.h"
 
@@ -127,6 +128,17 @@ static void validate_head(Trainer *t, int64_t step) {
     if (vr.classes)
         snprintf(line + strlen(line), sizeof line - strlen(line), " (per %s%s%s)", per, shown,
                  vr.classes > SHOWN_CLASSES ? " ..." : "");
+    int five[5];
+    if (t->m->task == TASK_MULTILABEL && labels_competition(&t->cfg->data, five)) {
+        /* CheXpert's competition figure: the mean AUROC over its five labels (NaN when one is undefined) */
+        double sum = 0;
+        for (int f = 0; f < 5; f++) sum += five[f] < vr.classes ? vr.auroc_class[five[f]] : NAN;
+        if (isfinite(sum)) {
+            train_log_scalar(t->tb, "val/auroc_chexpert5", step, (float)(sum / 5));
+            fprintf(t->metrics, ", \"val_auroc_chexpert5\": %.9g", sum / 5);
+            snprintf(line + strlen(line), sizeof line - strlen(line), " | auroc of CheXpert's 5 %.4f", sum / 5);
+        }
+    }
     free(vr.auroc_class);
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
