@@ -54,6 +54,22 @@ void pad_channels_cpu(long rows, DType from, int c_from, const void *src, DType 
         }
 }
 
+void copy_channels_cpu(long rows, DType dt, int c_src, int src_off, const void *src, int c_dst, int dst_off, void *dst,
+                       int n, float beta) {
+    cpu_need_f32(dt, "copy_channels");
+    const float *s = src;
+    float *d = dst;
+#pragma omp parallel for schedule(static) if (rows * n >= EW_PARALLEL_MIN)
+    for (long r = 0; r < rows; r++) {
+        const float *sr = s + r * c_src + src_off;
+        float *dr = d + r * c_dst + dst_off;
+        if (beta != 0.0f)
+            for (int j = 0; j < n; j++) dr[j] = beta * dr[j] + sr[j];
+        else
+            memcpy(dr, sr, sizeof(float) * (size_t)n);
+    }
+}
+
 /* ---- the CPU backend's table (ops.def): float32, except the casts, which convert between any types ----------- */
 
 static int cpu_supports(int fn, DType dt) { return dt == DT_F32 || fn == EW_CAST || fn == EW_PAD_CHANNELS; }
@@ -66,4 +82,4 @@ static void cpu_accumulate(DType dt, long count, const void *src, void *dst, flo
     accumulate_cpu(count, src, dst, beta);
 }
 const ElementwiseOps elementwise_ops_cpu = {{cpu_supports}, cpu_add, cpu_accumulate, scale_cpu, cast_cpu,
-                                            pad_channels_cpu};
+                                            pad_channels_cpu, copy_channels_cpu};

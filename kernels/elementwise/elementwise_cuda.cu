@@ -144,8 +144,39 @@ extern "C" void pad_channels_cuda(long rows, DType from, int c_from, const void 
     LAUNCH_CHECK("pad_channels_kernel");
 }
 
+/* dst[r][dst_off + j] = beta*dst (ACC) + src[r][src_off + j], over n = rows * width elements */
+template <typename T, bool ACC>
+__global__ void copy_channels_kernel(size_t total, int width, int c_src, int src_off, const T *__restrict__ src,
+                                     int c_dst, int dst_off, T *__restrict__ dst, float beta) {
+    for (size_t i = vx_global_thread(); i < total; i += vx_grid_threads()) {
+        const size_t r = i / (size_t)width;
+        const int j = (int)(i - r * (size_t)width);
+        const size_t o = r * (size_t)c_dst + (size_t)(dst_off + j);
+        float v = vx_f32(src[r * (size_t)c_src + (size_t)(src_off + j)]);
+        if constexpr (ACC) v = beta * vx_f32(dst[o]) + v;
+        dst[o] = vx_to<T>(v);
+    }
+}
+
+extern "C" void copy_channels_cuda(long rows, DType dt, int c_src, int src_off, const void *src, int c_dst, int dst_off,
+                                   void *dst, int n, float beta) {
+    if (rows <= 0 || n <= 0) return;
+    const size_t total = (size_t)rows * (size_t)n;
+    cudaStream_t st = vx_cuda_stream();
+    VX_DTYPE_SWITCH(dt, T, {
+        const T *s = (const T *)src;
+        T *d = (T *)dst;
+        const unsigned b = vx_ew_blocks(total);
+        if (beta != 0.0f)
+            copy_channels_kernel<T, true><<<b, VX_THREADS, 0, st>>>(total, n, c_src, src_off, s, c_dst, dst_off, d, beta);
+        else
+            copy_channels_kernel<T, false><<<b, VX_THREADS, 0, st>>>(total, n, c_src, src_off, s, c_dst, dst_off, d, beta);
+    });
+    LAUNCH_CHECK("copy_channels_kernel");
+}
+
 /* ---- the CUDA backend's table (ops.def): every storage type, except scale (float32 gradients only) ----------- */
 
 static int cuda_supports(int fn, DType dt) { return fn == EW_SCALE ? dt == DT_F32 : op_supports_all_types(fn, dt); }
 extern "C" const ElementwiseOps elementwise_ops_cuda = {{cuda_supports}, add_forward_cuda, accumulate_cuda, scale_cuda,
-                                                        cast_cuda, pad_channels_cuda};
+                                                        cast_cuda, pad_channels_cuda, copy_channels_cuda};

@@ -1,5 +1,5 @@
 /* elementwise_spec.c: the elementwise ops' entries in the op spec table (common/op_spec.h): add, accumulate, the
- * casts and pad_channels, with float64 references (the casts' exact: they round as dtype.h does). */
+ * casts, pad_channels and copy_channels, with float64 references (the casts' exact: they round as dtype.h does). */
 #include <math.h>
 #include <string.h>
 
@@ -83,6 +83,23 @@ static void pad_from_ref(const KernelCase *k, const float *const *in, double *co
     pad_ref(k, in, ref, DT_F32); /* the input already holds values of the storage type */
 }
 
+/* copy_channels: count rows; dims = {c_src, src_off, c_dst, dst_off, n}; the slice of dst is checked (its other
+ * channels are not the op's: their reference stays NaN, not compared) */
+static void copy_setup(KernelCase *k, const OpHead *ops) {
+    op_spec_bufs(k, 2, (long[]){k->count * k->dims[0], k->count * k->dims[2]}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x3,
+                 0x2);
+    k->bytes = (double)k->count * k->dims[4] * dtype_size(k->dtype) * (k->beta != 0.0f ? 3 : 2);
+}
+static void copy_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    table(ops)->copy_channels(k->count, k->dtype, k->dims[0], k->dims[1], b[0], k->dims[2], k->dims[3], b[1],
+                              k->dims[4], k->beta);
+}
+static void copy_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    for (long r = 0; r < k->count; r++)
+        for (int j = 0; j < k->dims[4]; j++)
+            ref[1][r * k->dims[2] + k->dims[3] + j] = in[0][r * k->dims[0] + k->dims[1] + j];
+}
+
 /* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
 
 const KernelOp elementwise_specs[] = {
@@ -93,5 +110,6 @@ const KernelOp elementwise_specs[] = {
     /* 1e-7: exact but for beta 1's one float32 rounding of old + new */
     {"pad_channels_to", EW_PAD_CHANNELS, 0, 1e-7, pad_to_setup, pad_to_run, pad_to_ref, NULL},
     {"pad_channels_from", EW_PAD_CHANNELS, 0, 1e-7, pad_from_setup, pad_from_run, pad_from_ref, NULL},
+    {"copy_channels", EW_COPY_CHANNELS, 0, 1e-7, copy_setup, copy_run, copy_ref, NULL},
 };
 const int elementwise_specs_count = sizeof elementwise_specs / sizeof elementwise_specs[0];

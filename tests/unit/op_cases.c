@@ -21,6 +21,7 @@
 #include "layernorm/layernorm.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "pool_window/pool_window.h"
 #include "patch/patch.h"
 #include "softmax/softmax.h"
 #include "timestep/timestep.h"
@@ -107,6 +108,13 @@ static void pad_channels(long rows, int c_from, int c_to, int offset, int emu) {
     add_betas("pad_channels_from", k, offset, emu);
 }
 
+/* a slice of channels into another tensor's slice: concatenation (a at 0, b after it) and its gradient's split */
+static void copy_channels(long rows, int c_src, int src_off, int c_dst, int dst_off, int n, int offset, int emu) {
+    KernelCase k = {.count = rows, .dims = {c_src, src_off, c_dst, dst_off, n}};
+    snprintf(k.shape, sizeof k.shape, "%ld x c%d[%d:%d] -> c%d[%d:]", rows, c_src, src_off, src_off + n, c_dst, dst_off);
+    add_betas("copy_channels", k, offset, emu);
+}
+
 static void upsample(int n, int d, int h, int w, int c) {
     KernelCase k = {.dims = {n, d, h, w, c}};
     snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d", n, d, h, w, c);
@@ -171,6 +179,16 @@ static void avgpool(int n, long spatial, int c, int offset, int emu) {
     snprintf(k.shape, sizeof k.shape, "n%d %ldx%d", n, spatial, c);
     add("avgpool_forward", k, offset, emu);
     add_betas("avgpool_backward", k, offset, emu);
+}
+
+/* DenseNet's transitions: 2x2 windows on films (depth 1), 2x2x2 on volumes, odd sizes leaving a floor row */
+static void pool_window(int n, int d, int h, int w, int c, int kd, int kh, int kw, int offset, int emu) {
+    KernelCase k = {0};
+    const PoolWindowShape s = pool_window_shape(n, d, h, w, c, (int[]){kd, kh, kw});
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d k%dx%dx%d", n, d, h, w, c, kd, kh, kw);
+    add("pool_window_forward", k, offset, emu);
+    add_betas("pool_window_backward", k, offset, emu);
 }
 
 static void linear(int n, int in, int out, int offset, int emu) {
@@ -238,6 +256,10 @@ static void resnet_ops(void) {
     avgpool(3, 343, 12, 0, 1);
     avgpool(2, 1000, 5, 1, 1);
     avgpool(4, 64, 300, 0, 1); /* more than 256 channels */
+    pool_window(2, 1, 8, 6, 5, 1, 2, 2, 0, 1);    /* a film's transition */
+    pool_window(1, 1, 9, 7, 3, 1, 2, 2, 1, 1);    /* odd sides: the last row and column in no window */
+    pool_window(2, 4, 6, 5, 4, 2, 2, 2, 0, 1);    /* a volume's */
+    pool_window(2, 1, 80, 80, 128, 1, 2, 2, 0, 0);
     avgpool(2, 1, 7, 0, 1);
     avgpool(1, 5000, 3, 0, 1); /* many partial-sum blocks */
     avgpool(8, 8 * 8 * 8, 2048, 0, 0);
@@ -559,6 +581,10 @@ static void build(void) {
     pad_channels(300, 4, 4, 0, 1);
     pad_channels(216 * 32, 8, 1, 0, 1); /* conv_in's weight gradient at 32 output channels */
     pad_channels(300001, 1, 8, 0, 0);
+    copy_channels(1001, 40, 0, 72, 0, 40, 0, 1);   /* a dense layer's input into the concatenation */
+    copy_channels(1001, 32, 0, 72, 40, 32, 1, 1);  /* its new features after it */
+    copy_channels(777, 72, 40, 32, 0, 32, 0, 1);   /* the gradient's split */
+    copy_channels(200003, 64, 0, 96, 0, 64, 0, 0);
     upsample(3, 5, 7, 9, 3);
     upsample(2, 3, 4, 5, 12);
     upsample(1, 2, 3, 2, 20);

@@ -34,6 +34,7 @@ extern "C" {
 #include "layernorm/layernorm.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "pool_window/pool_window.h"
 #include "patch/patch.h"
 #include "relu/relu.h"
 #include "silu/silu.h"
@@ -222,6 +223,7 @@ static const Backend emu_backend = {
     .relu = &relu_ops_cuda,
     .maxpool = &maxpool_ops_cuda,
     .avgpool = &emu_avgpool,
+    .pool_window = &pool_window_ops_cuda,
     .linear = &linear_ops_cuda,
     .dropout = &dropout_ops_cuda,
     .head_loss = &emu_head_loss_ops,
