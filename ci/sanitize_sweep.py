@@ -3,8 +3,8 @@
 fatal), so that a bad read anywhere on a command's path fails CI, not only in the op table the unit tests cover
 (issue 34: resnet3d read tensors[-1] on every run and nothing caught it).
 
-For each family on its tiny config (ae3d, resnet3d with each task, vit3d, vit3d_diffusion), the cases are: train with
-validation and checkpoints, a resume of it, export, train --init-from the export, predict from the checkpoint and from
+For each family on its tiny config (ae3d, resnet3d with each task, densenet on chest films, vit3d, vit3d_diffusion),
+the cases are: train with validation and checkpoints, a resume of it, export, train --init-from the export, predict from the checkpoint and from
 the export (families predict writes for), train with dist.zero 2 and ckpt consolidate of its sharded checkpoint,
 `bench step`; then a 2-rank TCP run (ZeRO-2, SyncBatchNorm) and its consolidation, the launchers' settings, 2-D JPEG
 films resized on load (and a truncated one, exit 2), and a SIGINT'd run (exit 130).
@@ -37,10 +37,12 @@ FAMILIES = {
     "resnet3d-multilabel": ["--config", RESNET, "--set", "model.task=multilabel"],
     "resnet3d-regression": ["--config", RESNET, "--set", "model.task=regression", "--set", "model.num_classes=2"],
     "resnet3d-survival": ["--config", RESNET, "--set", "model.task=survival", "--set", "model.num_classes=1"],
+    "densenet": ["--config", "configs/test/cxr-tiny.json", "--set", "train.batch_size=4", "--set",
+                 "train.val_samples=8"],
     "vit3d": ["--config", "configs/test/vit3d-tiny.json"],
     "vit3d_diffusion": ["--config", "configs/test/vit3d-diffusion-tiny.json", "--set", "diffusion.sample_steps=2"],
 }
-PREDICTS = ("ae3d", "resnet3d", "vit3d_diffusion")  # the families predict writes outputs for
+PREDICTS = ("ae3d", "resnet3d", "densenet", "vit3d_diffusion")  # the families predict writes outputs for
 
 
 def write_nifti(path, n, seed):

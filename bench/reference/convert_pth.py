@@ -12,6 +12,12 @@ Sources (--source):
               weights use shortcut B without a bias on the shortcut conv: train them with model.bias_downsample 0
               (18 and 34 use shortcut A, which voxscale does not build: their downsample keys come out missing)
   monai       a MONAI network's state_dict as saved: nothing renamed
+  torchvision-densenet  torchvision's DenseNet121/169/201 (ImageNet, and CheXNet-style checkpoints built on it) to
+              MONAI's DenseNet names (model.family densenet): "module." and a "densenet121." (169, 201) wrapper taken
+              off; the old checkpoints' "norm.1"/"conv.2" written "norm1"/"conv2" (what torchvision's own loader
+              does); each dense layer's norm1, conv1, norm2, conv2 under ".layers."; "classifier." (or a
+              Sequential's "classifier.0.") becomes "class_layers.out.". ImageNet weights take 3 channels: train
+              them with model.in_channels 3 (a grey film is repeated over the three)
 Then every --rename OLD=NEW replaces a leading OLD by NEW, and every --drop GLOB removes the matching keys.
 The file is written by the few lines below (no safetensors package needed); the tensors keep their dtypes, and a
 `voxscale` reading it checks everything (safetensors.h). Keys are kept in the checkpoint's order."""
@@ -19,6 +25,7 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import struct
 import sys
 
@@ -44,13 +51,31 @@ def state_dict_of(obj, source):
     raise SystemExit("convert_pth: %s is neither a state_dict nor a module" % type(obj).__name__)
 
 
+OLD_DENSELAYER = re.compile(r"^(.*denselayer\d+\.(?:norm|relu|conv))\."
+                            r"((?:[12])\.(?:weight|bias|running_mean|running_var|num_batches_tracked))$")
+DENSELAYER = re.compile(r"^(.*\.denselayer\d+\.)(norm1|conv1|norm2|conv2)\.")
+
+
+def torchvision_densenet_name(name):
+    """torchvision's DenseNet key as MONAI's DenseNet names it."""
+    name = re.sub(r"^densenet(121|169|201)\.", "", name)
+    m = OLD_DENSELAYER.match(name)
+    if m:  # "norm.1.weight" -> "norm1.weight"
+        name = m.group(1) + m.group(2)
+    name = DENSELAYER.sub(lambda g: g.group(1) + "layers." + g.group(2) + ".", name)
+    return re.sub(r"^classifier\.(0\.)?", "class_layers.out.", name)
+
+
 def rename(sd, source, renames, drops):
     """(kept, what changed) after the source's rules, --rename and --drop."""
     keys = list(sd)
-    strip = source in ("auto", "medicalnet") and keys and all(k.startswith("module.") for k in keys)
+    strip = source in ("auto", "medicalnet", "torchvision-densenet") and keys and all(k.startswith("module.")
+                                                                                       for k in keys)
     out, log = {}, {"renamed": 0, "dropped": []}
     for k in keys:
         name = k[len("module."):] if strip else k
+        if source == "torchvision-densenet":
+            name = torchvision_densenet_name(name)
         if source == "medicalnet" and name.startswith("conv_seg."):
             log["dropped"].append(k)
             continue
@@ -97,7 +122,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("input", help="a .pth / .pt file torch.load reads")
     ap.add_argument("output", help="the .safetensors file to write")
-    ap.add_argument("--source", choices=["auto", "medicalnet", "monai"], default="auto")
+    ap.add_argument("--source", choices=["auto", "medicalnet", "monai", "torchvision-densenet"], default="auto")
     ap.add_argument("--rename", action="append", default=[], metavar="OLD=NEW", help="replace a leading OLD by NEW")
     ap.add_argument("--drop", action="append", default=[], metavar="GLOB", help="leave out the matching keys")
     args = ap.parse_args(argv)

@@ -1,4 +1,5 @@
-"""MONAI's 3-D ResNet as the reference for voxscale's resnet3d family, and its PyTorch baseline.
+"""MONAI's 3-D ResNet as the reference for voxscale's resnet3d family (and MONAI's DenseNet for the densenet family,
+the other head family: build_model picks by model.family), and its PyTorch baseline.
 
 The model is monai.networks.nets.ResNet built from a voxscale config (model.depth, spatial_dims, conv1_t_size,
 conv1_t_stride, no_max_pool, shortcut_type, widen_factor, bias_downsample, num_classes, in_channels): the same
@@ -24,10 +25,18 @@ LAYERS = {10: ("basic", [1, 1, 1, 1]), 18: ("basic", [2, 2, 2, 2]), 34: ("basic"
           50: ("bottleneck", [3, 4, 6, 3]), 101: ("bottleneck", [3, 4, 23, 3])}
 
 
+DENSE_BLOCKS = {121: (6, 12, 24, 16), 169: (6, 12, 32, 32), 201: (6, 12, 48, 32)}
+
+
 def build_model(cfg):
-    """monai.networks.nets.ResNet for a voxscale config's model section."""
-    from monai.networks.nets import ResNet
+    """monai.networks.nets.ResNet (or, for model.family densenet, monai.networks.nets.DenseNet with DenseNet121/169/
+    201's block_config) for a voxscale config's model section."""
+    from monai.networks.nets import DenseNet, ResNet
     m = cfg["model"]
+    if m["family"] == "densenet":
+        return DenseNet(spatial_dims=m["spatial_dims"], in_channels=m["in_channels"], out_channels=m["num_classes"],
+                        init_features=m["init_features"], growth_rate=m["growth_rate"],
+                        block_config=DENSE_BLOCKS[m["depth"]], bn_size=m["bn_size"])
     block, layers = LAYERS[m["depth"]]
     return ResNet(block=block, layers=layers, block_inplanes=[64, 128, 256, 512], spatial_dims=m["spatial_dims"],
                   n_input_channels=m["in_channels"], conv1_t_size=m["conv1_t_size"],

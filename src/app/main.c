@@ -199,7 +199,8 @@ static int cmd_detect(int argc, char **argv) {
 
 /* Every command, in --help's order (bench's subcommands come from cmd_bench.c's table, ckpt's one here). */
 static const CliCommand COMMANDS[] = {
-    {"train", "train a model of a config: ae3d (the 3-D autoencoder), resnet3d, vit3d or vit3d_diffusion", cmd_train},
+    {"train", "train a model of a config: ae3d (the 3-D autoencoder), resnet3d, densenet, vit3d or vit3d_diffusion",
+     cmd_train},
     {"detect", "show CPUs, RAM and GPUs, and the device, batch and memory plan train would choose", cmd_detect},
     {"env", "this build, its libraries, this machine and the plan, in one block to paste into a bug report", cmd_env},
     {"bench", NULL, cmd_bench},

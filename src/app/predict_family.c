@@ -217,6 +217,7 @@ static const char *const NO_FILES[] = {NULL};
 static const PredictFamily FAMILIES[] = {
     {"ae3d", ae_floats, ae_header, ae_batch, ae_format, 0, AE_FILES},
     {"resnet3d", head_floats, head_header, head_batch, head_format, 0, NO_FILES},
+    {"densenet", head_floats, head_header, head_batch, head_format, 0, NO_FILES},
     {"vit3d_diffusion", diff_floats, diff_header, diff_batch, diff_format, 1, DIFF_FILES},
 };
 
@@ -224,7 +225,7 @@ const PredictFamily *predict_family(const Model *m) {
     for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)
         if (strcmp(FAMILIES[i].family, m->cfg.family) == 0) return &FAMILIES[i];
     /* (vit3d, issue 21's skeleton, reconstructs nothing a user asked for yet: a refusal, not an internal error) */
-    vx_usage_error("predict: a %s model has nothing predict writes (it writes ae3d's reconstructions, resnet3d's "
-                   "predictions and vit3d_diffusion's samples); export its weights with voxscale export instead",
+    vx_usage_error("predict: a %s model has nothing predict writes (it writes ae3d's reconstructions, resnet3d's and "
+                   "densenet's predictions and vit3d_diffusion's samples); export its weights with voxscale export instead",
                    m->cfg.family);
 }

@@ -305,6 +305,28 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             add_case(&l, ap, "avgpool_backward");
             break;
         }
+        case OP_CONCAT: { /* the two copies forward, the split backward */
+            const int ca = tx->dims.c, cb = m->tensors[nd->in[1]].dims.c;
+            const long rows = tx->count / ca;
+            const int parts[2][5] = {{ca, 0, ca + cb, 0, ca}, {cb, 0, ca + cb, ca, cb}};
+            for (int p = 0; p < 2; p++) {
+                KernelCase c = {.count = rows, .dtype = dt};
+                memcpy(c.dims, parts[p], sizeof parts[p]);
+                snprintf(c.shape, sizeof c.shape, "%ld x c%d -> c%d[%d:]", rows, parts[p][0], ca + cb, parts[p][3]);
+                add_case(&l, c, "copy_channels");
+            }
+            break;
+        }
+        case OP_POOL_WINDOW: {
+            PoolWindowShape ps = nd->pw;
+            ps.dtype = dt;
+            kernel_case_set_params(&k, &ps, sizeof ps);
+            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d k%dx%dx%d", ps.n, ps.d, ps.h, ps.w, ps.c, ps.k[0],
+                     ps.k[1], ps.k[2]);
+            add_case(&l, k, "pool_window_forward");
+            add_case(&l, k, "pool_window_backward");
+            break;
+        }
         case OP_LINEAR: {
             LinearShape ls = nd->lin;
             ls.dtype = dt;

@@ -12,7 +12,9 @@
 #define BN_COUNTER ".num_batches_tracked"
 #define LIST_MAX 8 /* keys listed per kind in the report; the rest counted */
 
-static int two_d(const Model *m) { return m->family == FAMILY_RESNET3D && m->cfg.resnet.spatial_dims == 2; }
+static int two_d(const Model *m) {
+    return (m->family == FAMILY_RESNET3D || m->family == FAMILY_DENSENET) && m->cfg.resnet.spatial_dims == 2;
+}
 
 int weights_torch_shape(const Model *m, const ParamView *p, int64_t shape[5]) {
     if (p->ndim != 5) {

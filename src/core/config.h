@@ -40,6 +40,9 @@ int config_has_key(const char *dotted);
 /* The known key nearest to a mistyped section.key (or, key NULL, the nearest section), "section.key", into out; ""
  * when none is near (core/config_suggest.c). Returns out. */
 const char *config_suggest(const char *section, const char *key, char *out, size_t len);
+/* Whether model.family `family` is a network with a prediction head (model.task, labels from the manifest): resnet3d
+ * and densenet; the others reconstruct. */
+int config_family_has_head(const char *family);
 /* The validation figure best.ckpt keeps the best of: train.best_metric, or for auto the family's (task's) own; with
  * `logged` (may be NULL) the figures the family's validation logs that it may name ("loss, accuracy, auroc"). */
 const char *config_best_metric(const Config *cfg, const char **logged);

@@ -5,6 +5,7 @@
 
 typedef struct {
     char source[CONFIG_STR]; /* "phantom" | "csv" | "dir" */
+    char phantom[CONFIG_STR]; /* source phantom: "ellipsoids" (volumes) | "chest" (2-D films, phantom.h) */
     double noise;            /* the phantoms' Gaussian noise */
     int prefetch;            /* batches the loader prepares ahead */
     char csv[CONFIG_STR];    /* source csv: the manifest */

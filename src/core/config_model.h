@@ -22,6 +22,14 @@ typedef struct {
     int sync_bn;               /* 1: SyncBatchNorm: every BatchNorm's statistics summed over the ranks */
 } ResNetConfig;
 
+/* model.family densenet: MONAI's DenseNet (monai.networks.nets.DenseNet121/169/201) with its keyword names; its
+ * depth (121, 169, 201), spatial_dims and BatchNorm settings are ResNetConfig's keys (model.depth, ...) */
+typedef struct {
+    int growth_rate;   /* channels each dense layer adds (32) */
+    int init_features; /* the stem's channels (64) */
+    int bn_size;       /* a dense layer's bottleneck width, in growth_rate (4) */
+} DenseNetConfig;
+
 /* model.family vit3d (issue 21's skeleton): a 3-D ViT over patches of the volume that reconstructs it */
 typedef struct {
     int hidden_size;   /* token width (the seed's voxel_dim 384) */
@@ -75,8 +83,9 @@ typedef struct {
     double logvar_min, logvar_max;
     double norm_eps;
     char pad_input_channels[CONFIG_STR]; /* "auto" | "on" | "off": conv_in's input channels padded to a multiple of 8 */
-    ResNetConfig resnet; /* family resnet3d */
-    HeadConfig head;     /* family resnet3d */
+    ResNetConfig resnet; /* family resnet3d (depth, spatial_dims and the BatchNorm keys: densenet's too) */
+    DenseNetConfig densenet; /* family densenet */
+    HeadConfig head;     /* the head families: resnet3d, densenet */
     ViTConfig vit;       /* families vit3d and vit3d_diffusion */
     DiffusionConfig diff; /* family vit3d_diffusion */
 } ModelConfig;

@@ -11,9 +11,11 @@
 /* A key of its own section kept in a part of the model section (diffusion.timesteps is Config.model.diff.timesteps) */
 #define KM(section, part, key) #section, #key, offsetof(Config, model.part.key)
 const KeySpec SCHEMA[] = {
-    {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d|vit3d|vit3d_diffusion", "\"ae3d\"",
+    {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d|densenet|vit3d|vit3d_diffusion", "\"ae3d\"",
      "the network: ae3d = the 3-D AutoencoderKL (the keys up to pad_input_channels); resnet3d = MONAI's 3-D ResNet "
-     "for classification, regression and survival (the keys from depth on, and model.task); vit3d = a 3-D ViT over "
+     "for classification, regression and survival (the keys from depth on, and model.task); densenet = MONAI's "
+     "DenseNet121/169/201, 2-D or 3-D, with the same heads (model.depth 121, growth_rate, init_features, bn_size, "
+     "spatial_dims, the BatchNorm keys, model.task); vit3d = a 3-D ViT over "
      "patches reconstructing its input (the keys from hidden_size on, and model.loss); vit3d_diffusion = the same "
      "blocks as a diffusion denoiser of the volume conditioned on two X-ray views (DRRs) by cross-attention and on "
      "the timestep by adaLN-Zero (the vit3d keys, and the diffusion, xray and loss sections)"},
@@ -33,11 +35,14 @@ const KeySpec SCHEMA[] = {
      "store the first convolution's input and weights with in_channels padded with zeros to a multiple of 8, the "
      "channel count cuDNN's tensor-core kernels want; auto = with bf16/fp16, on = in any precision too (the CPU "
      "tests the path so), off = never. Parameters and checkpoints stay unpadded"},
-    {KF(resnet, depth), T_INT, 10, 101, NULL, "18", "resnet3d: 10, 18, 34 (basic blocks), 50 or 101 (bottleneck), as "
-     "monai.networks.nets.resnet10 ... resnet101"},
+    {KF(resnet, depth), T_INT, 10, 201, NULL, "18", "resnet3d: 10, 18, 34 (basic blocks), 50 or 101 (bottleneck), as "
+     "monai.networks.nets.resnet10 ... resnet101; densenet: 121, 169 or 201 (DenseNet121 ...)"},
+    {KF(densenet, growth_rate), T_INT, 1, 256, NULL, "32", "densenet: the channels each dense layer adds"},
+    {KF(densenet, init_features), T_INT, 1, 1024, NULL, "64", "densenet: the stem's channels"},
+    {KF(densenet, bn_size), T_INT, 1, 16, NULL, "4", "densenet: a dense layer's 1x1 bottleneck, bn_size * growth_rate"},
     {KF(resnet, spatial_dims), T_INT, 2, 3, NULL, "3",
-     "resnet3d: 3, or 2 for a volume of depth 1 (input_size [1, H, W]: every kernel is 1 deep, the weights those of "
-     "MONAI's spatial_dims=2 net)"},
+     "resnet3d and densenet: 3, or 2 for a volume of depth 1 (input_size [1, H, W]: every kernel is 1 deep, the "
+     "weights those of MONAI's spatial_dims=2 net)"},
     {KF(resnet, conv1_t_size), T_INT, 1, 15, NULL, "7",
      "resnet3d: the stem conv's kernel along every axis, padded by half of it (MONAI's ensure_tuple_rep of it)"},
     {KF(resnet, conv1_t_stride), T_INT, 1, 4, NULL, "1", "resnet3d: the stem conv's stride along every axis"},
@@ -46,8 +51,8 @@ const KeySpec SCHEMA[] = {
      "resnet3d: the shortcut where a block changes shape: B = 1x1x1 conv + BatchNorm (MONAI's default; A is not built)"},
     {KF(resnet, widen_factor), T_DOUBLE, 0.0625, 16, NULL, "1", "resnet3d: the planes 64/128/256/512 times this"},
     {KF(resnet, bias_downsample), T_INT, 0, 1, NULL, "1", "resnet3d: 1 = the shortcut conv has a bias (MONAI's default)"},
-    {KF(resnet, bn_momentum), T_FLOAT, 0, 1, NULL, "0.1", "resnet3d: BatchNorm's running-statistics momentum"},
-    {KF(resnet, bn_eps), T_FLOAT, 1e-12, 1, NULL, "1e-5", "resnet3d: BatchNorm's epsilon"},
+    {KF(resnet, bn_momentum), T_FLOAT, 0, 1, NULL, "0.1", "resnet3d, densenet: BatchNorm's running-statistics momentum"},
+    {KF(resnet, bn_eps), T_FLOAT, 1e-12, 1, NULL, "1e-5", "resnet3d, densenet: BatchNorm's epsilon"},
     {KF(resnet, sync_bn), T_INT, 0, 1, NULL, "0",
      "resnet3d: 1 = SyncBatchNorm: every BatchNorm normalises with the statistics of the batch over all ranks, as "
      "torch.nn.SyncBatchNorm (two all-reduces per layer forward, one backward); 0 = each rank its own"},
@@ -165,6 +170,9 @@ const KeySpec SCHEMA[] = {
     {K(data, source), T_STRING, 0, 0, "phantom|csv|dir", "\"phantom\"",
      "where volumes come from: the built-in phantoms, a CSV manifest (data.csv) or a folder (data.dir)"},
     {K(data, noise), T_FLOAT, 0, 1, NULL, "0.02", "std of the phantom's Gaussian noise"},
+    {K(data, phantom), T_STRING, 0, 0, "ellipsoids|chest", "\"ellipsoids\"",
+     "source phantom: ellipsoids = 3-D volumes of random ellipsoids; chest = 2-D chest films (model.input_size [1, H, "
+     "W]) with findings (opacity, cardiomegaly, effusion, nodule, again) as a multilabel head's labels"},
     {K(data, prefetch), T_INT, 1, 64, NULL, "2", "batches the loader prepares ahead"},
     {K(data, csv), T_STRING, 0, 0, NULL, "\"\"",
      "the manifest: a header row, a path column (relative paths are to the CSV's folder), optional split column"},

@@ -286,11 +286,26 @@ static void enter_epoch(Dataset *ds, int64_t e) {
 
 /* ---- samples ----------------------------------------------------------------------------------------------- */
 
+/* Phantom `index` of stream `seed` (data.phantom: the volumes' ellipsoids, or chest films) into out, and its labels */
+static void phantom_sample(const Dataset *ds, uint64_t seed, uint64_t index, float *out) {
+    const int *n = ds->size;
+    if (strcmp(ds->cfg.phantom, "chest") == 0)
+        phantom_chest_generate(seed, index, n[1], n[2], ds->c, (float)ds->cfg.noise,
+                               ds->n_labels ? ds->num_classes : 4, out);
+    else
+        phantom_generate(seed, index, n[0], n[1], n[2], ds->c, (float)ds->cfg.noise, out);
+}
+
+void dataset_phantom_labels(const Dataset *ds, uint64_t seed, uint64_t index, float *labels) {
+    if (strcmp(ds->cfg.phantom, "chest") == 0) phantom_chest_labels(seed, index, ds->num_classes, labels);
+    else phantom_labels(seed, index, ds->task, ds->num_classes, labels);
+}
+
 int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float *labels, float *views) {
     const int *n = ds->size;
     if (!ds->files) {
-        phantom_generate((uint64_t)ds->seed, (uint64_t)i, n[0], n[1], n[2], ds->c, (float)ds->cfg.noise, out);
-        if (labels && ds->n_labels) phantom_labels((uint64_t)ds->seed, (uint64_t)i, ds->task, ds->num_classes, labels);
+        phantom_sample(ds, (uint64_t)ds->seed, (uint64_t)i, out);
+        if (labels && ds->n_labels) dataset_phantom_labels(ds, (uint64_t)ds->seed, (uint64_t)i, labels);
         return 1;
     }
     const int64_t e = i / ds->window, k = i % ds->window;
@@ -360,8 +375,7 @@ uint32_t dataset_augment_code(const Dataset *ds, int64_t i) {
 int dataset_val_sample(Dataset *ds, int j, float *out, float *views) {
     const int *n = ds->size;
     if (!ds->files) {
-        phantom_generate((uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, n[0], n[1], n[2], ds->c,
-                         (float)ds->cfg.noise, out);
+        phantom_sample(ds, (uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, out);
         return 1;
     }
     if (j >= ds->n_val) vx_fatal("validation volume %d of %d", j, ds->n_val);

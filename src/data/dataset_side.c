@@ -49,7 +49,7 @@ int dataset_label_counts(const Dataset *ds, long *pos, long *neg) {
 
 void dataset_val_labels(const Dataset *ds, int j, float *labels) {
     if (!ds->files) {
-        phantom_labels((uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, ds->task, ds->num_classes, labels);
+        dataset_phantom_labels(ds, (uint64_t)ds->seed ^ VAL_SEED_SALT, (uint64_t)j, labels);
         return;
     }
     memcpy(labels, ds->entry_labels + (size_t)ds->val[j] * ds->n_labels, (size_t)ds->n_labels * sizeof(float));

@@ -62,6 +62,8 @@ struct Dataset {
     char view_col[2][CONFIG_STR];
 };
 
+/* The labels of phantom `index` of stream `seed` (data.phantom's kind; dataset.c). */
+void dataset_phantom_labels(const Dataset *ds, uint64_t seed, uint64_t index, float *labels);
 /* A volume, or one of its views (file: the view's path, col its column; NULL, -1: the volume), that cannot be used:
  * see dataset.c. */
 void dataset_bad_file(Dataset *ds, int m, const char *file, int col, const char *why, const char *hint,

@@ -25,3 +25,11 @@ void phantom_batch(uint64_t seed, const int size[3], int c, float noise, int cou
  *                   independent one (about 30% censored), both drawn by hash from (seed, index)
  * Writes num_classes values, or 1 (classification) or 2 (survival). */
 void phantom_labels(uint64_t seed, uint64_t index, const char *task, int num_classes, float *out);
+
+/* Chest films (data.phantom chest, phantom_chest.c): a frontal radiograph's lungs, heart and trunk with findings
+ * (opacity, cardiomegaly, effusion, nodule, then again) each present with probability 0.4 and drawn when present;
+ * image `index` of stream `seed` into out [h][w][c] (a film of depth 1), and its labels out[j] = 1 when finding j is
+ * present (multilabel, num_classes of them). */
+void phantom_chest_generate(uint64_t seed, uint64_t index, int h, int w, int c, float noise, int num_findings,
+                            float *out);
+void phantom_chest_labels(uint64_t seed, uint64_t index, int num_classes, float *out);

@@ -30,8 +30,21 @@ int build_conv(Model *m, const char *name, int x, int w_cin, int c_out, const in
  * with model.pad_input_channels) a cast node making the low-precision, channel-padded copy. */
 void build_input(Model *m);
 
+/* The head families' pieces (build_head.c). A convolution of cubic kernel k, stride s and padding pad, 1 deep and
+ * unpadded along D when model.spatial_dims is 2 (a film of depth 1); without bias unless `bias`. */
+int build_conv_nd(Model *m, const char *name, int x, int c_out, int k, int s, int pad, int bias);
+/* BatchNorm "<name>" (weight, bias; buffers running_mean, running_var), ReLU, max pooling k/stride/pad */
+int build_batchnorm(Model *m, const char *name, int x);
+int build_relu(Model *m, const char *name, int x);
+int build_maxpool(Model *m, const char *name, int x, int k, int stride, int pad);
+/* m->task and m->labels from model.task */
+void build_head_task(Model *m);
+/* x -> global average pool -> [dropout (model.dropout)] -> Linear "<fc_name>" to model.num_classes: m->t_out */
+void build_head(Model *m, int x, const char *pool_name, const char *dropout_name, const char *fc_name);
+
 /* The families (model.family). */
 void build_ae3d(Model *m);
 void build_resnet3d(Model *m);
+void build_densenet(Model *m);
 void build_vit3d(Model *m);
 void build_vit3d_diffusion(Model *m);

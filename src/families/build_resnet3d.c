@@ -16,27 +16,9 @@
 #include "core/util.h"
 #include "families/build.h"
 
-/* A convolution without bias, cubic kernel k (1 deep in 2-D), padding k/2 ("same" for odd k), stride s */
+/* A convolution, cubic kernel k (1 deep in 2-D), padding k/2 ("same" for odd k), stride s */
 static int rconv(Model *m, const char *name, int x, int c_out, int k, int s, int bias) {
-    const int two_d = m->cfg.resnet.spatial_dims == 2;
-    const int kk[3] = {two_d ? 1 : k, k, k}, ss[3] = {two_d ? 1 : s, s, s};
-    const int pp[3] = {two_d ? 0 : k / 2, k / 2, k / 2};
-    return build_conv(m, name, x, m->tensors[x].dims.c, c_out, kk, ss, pp, bias);
-}
-
-static int batchnorm(Model *m, const char *name, int x) {
-    const Dims in = m->tensors[x].dims;
-    Node *nd = build_node(m, OP_BATCHNORM, name, x, -1, in);
-    nd->bn = (BatchNormShape){.n = in.n, .spatial = (long)in.d * in.h * in.w, .c = in.c, .dtype = m->dtype};
-    nd->weight = build_param(m, name, "weight", 1, (int[]){in.c});
-    nd->bias = build_param(m, name, "bias", 1, (int[]){in.c});
-    nd->buffer = build_buffer(m, name, "running_mean", in.c);
-    build_buffer(m, name, "running_var", in.c);
-    return nd->out;
-}
-
-static int relu(Model *m, const char *name, int x) {
-    return build_node(m, OP_RELU, name, x, -1, m->tensors[x].dims)->out;
+    return build_conv_nd(m, name, x, c_out, k, s, k / 2, bias);
 }
 
 /* conv -> bn (-> relu): the unit every block and the stem are made of */
@@ -46,8 +28,8 @@ static int conv_bn(Model *m, const char *prefix, int i, int x, int c_out, int k,
     snprintf(bn_name, sizeof bn_name, "%sbn%d", prefix, i);
     snprintf(act_name, sizeof act_name, "%srelu%d", prefix, i);
     int h = rconv(m, conv_name, x, c_out, k, s, 0);
-    h = batchnorm(m, bn_name, h);
-    return act ? relu(m, act_name, h) : h;
+    h = build_batchnorm(m, bn_name, h);
+    return act ? build_relu(m, act_name, h) : h;
 }
 
 /* One block of layer `layer`, index b: basic (expansion 1) or bottleneck (4); MONAI's ResNetBlock / Bottleneck */
@@ -69,19 +51,12 @@ static int block(Model *m, int layer, int b, int x, int planes, int stride, int 
         snprintf(name, sizeof name, "%sdownsample.0", prefix);
         skip = rconv(m, name, x, c_out, 1, stride, m->cfg.resnet.bias_downsample);
         snprintf(name, sizeof name, "%sdownsample.1", prefix);
-        skip = batchnorm(m, name, skip);
+        skip = build_batchnorm(m, name, skip);
     }
     snprintf(name, sizeof name, "%sadd", prefix);
     h = build_node(m, OP_ADD, name, h, skip, m->tensors[h].dims)->out;
     snprintf(name, sizeof name, "%srelu", prefix);
-    return relu(m, name, h);
-}
-
-static ModelTask task_of(const char *task) {
-    if (strcmp(task, "multilabel") == 0) return TASK_MULTILABEL;
-    if (strcmp(task, "regression") == 0) return TASK_REGRESSION;
-    if (strcmp(task, "survival") == 0) return TASK_SURVIVAL;
-    return TASK_CLASSIFICATION;
+    return build_relu(m, name, h);
 }
 
 void build_resnet3d(Model *m) {
@@ -94,8 +69,7 @@ void build_resnet3d(Model *m) {
     for (int l = 0; l < 4; l++) planes[l] = (int)((64 << l) * r->widen_factor); /* int(x * widen_factor) */
     VX_CHECK(planes[0] >= 1, "model.widen_factor %g leaves no channels", r->widen_factor);
 
-    m->task = task_of(c->head.task);
-    m->labels = m->task == TASK_CLASSIFICATION ? 1 : m->task == TASK_SURVIVAL ? 2 : c->head.num_classes;
+    build_head_task(m);
 
     build_input(m);
     const int two_d = r->spatial_dims == 2;
@@ -103,32 +77,12 @@ void build_resnet3d(Model *m) {
     const int kk[3] = {two_d ? 1 : k1, k1, k1}, ss[3] = {two_d ? 1 : s1, s1, s1};
     const int pp[3] = {two_d ? 0 : k1 / 2, k1 / 2, k1 / 2};
     int h = build_conv(m, "conv1", m->t_input_lp, c->in_channels, planes[0], kk, ss, pp, 0);
-    h = batchnorm(m, "bn1", h);
-    h = relu(m, "relu", h);
-    if (!r->no_max_pool) {
-        const Dims in = m->tensors[h].dims;
-        MaxPoolShape ps = maxpool_shape(in.n, in.d, in.h, in.w, in.c, 3, 2, 1);
-        ps.dtype = m->dtype;
-        Node *nd = build_node(m, OP_MAXPOOL, "maxpool", h, -1, (Dims){in.n, ps.od, ps.oh, ps.ow, in.c});
-        nd->pool = ps;
-        h = nd->out;
-    }
+    h = build_batchnorm(m, "bn1", h);
+    h = build_relu(m, "relu", h);
+    if (!r->no_max_pool) h = build_maxpool(m, "maxpool", h, 3, 2, 1);
     for (int l = 0; l < 4; l++)
         for (int b = 0; b < layers_of[which][l]; b++)
             h = block(m, l + 1, b, h, planes[l], b == 0 && l > 0 ? 2 : 1, bottleneck);
 
-    const Dims f = m->tensors[h].dims;
-    h = build_node(m, OP_AVGPOOL, "avgpool", h, -1, (Dims){f.n, 1, 1, 1, f.c})->out;
-    if (c->head.dropout > 0) {
-        Node *nd = build_node(m, OP_DROPOUT, "dropout", h, -1, m->tensors[h].dims);
-        nd->drop = (DropoutShape){.n = f.n, .per_sample = f.c, .p = (float)c->head.dropout,
-                                  .seed = (uint64_t)m->seed, .stream = 0xD209ull, .dtype = m->dtype};
-        h = nd->out;
-    }
-    const int k = c->head.num_classes;
-    Node *fc = build_node(m, OP_LINEAR, "fc", h, -1, (Dims){f.n, 1, 1, 1, k});
-    fc->lin = (LinearShape){.n = f.n, .in = f.c, .out = k, .dtype = m->dtype};
-    fc->weight = build_param(m, "fc", "weight", 2, (int[]){k, f.c});
-    fc->bias = build_param(m, "fc", "bias", 1, (int[]){k});
-    m->t_out = fc->out;
+    build_head(m, h, "avgpool", "dropout", "fc");
 }

@@ -241,6 +241,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->batch = batch;
     m->world = opt->world > 0 ? opt->world : 1;
     m->family = strcmp(cfg->family, "resnet3d") == 0 ? FAMILY_RESNET3D
+                : strcmp(cfg->family, "densenet") == 0 ? FAMILY_DENSENET
                 : strcmp(cfg->family, "vit3d") == 0  ? FAMILY_VIT3D
                 : strcmp(cfg->family, "vit3d_diffusion") == 0 ? FAMILY_VIT3D_DIFFUSION
                                                      : FAMILY_AE3D;
@@ -251,6 +252,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     m->bf16_math = model_bf16_math(opt->precision, be);
     if (m->family == FAMILY_RESNET3D) build_resnet3d(m);
+    else if (m->family == FAMILY_DENSENET) build_densenet(m);
     else if (m->family == FAMILY_VIT3D) build_vit3d(m);
     else if (m->family == FAMILY_VIT3D_DIFFUSION) {
         build_vit3d_diffusion(m);

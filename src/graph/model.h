@@ -55,6 +55,7 @@
 #include "head_loss/head_loss.h"
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
+#include "pool_window/pool_window.h"
 #include "attention/attention.h"
 #include "gemm/gemm.h"
 #include "layernorm/layernorm.h"
@@ -63,11 +64,12 @@
 typedef enum {
     OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST, /* ae3d's */
     OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT,     /* resnet3d's */
+    OP_CONCAT, OP_POOL_WINDOW,                                               /* densenet's */
     OP_LAYERNORM, OP_GEMM, OP_ATTENTION, OP_POS, OP_UNPATCH,                 /* vit3d's (model_exec_vit.c) */
     OP_QSAMPLE, OP_DRR, OP_TIMESTEP, OP_MODULATE, OP_GATE                    /* vit3d_diffusion's (model_exec_diff.c) */
 } OpKind;
 
-typedef enum { FAMILY_AE3D, FAMILY_RESNET3D, FAMILY_VIT3D, FAMILY_VIT3D_DIFFUSION } ModelFamily;
+typedef enum { FAMILY_AE3D, FAMILY_RESNET3D, FAMILY_VIT3D, FAMILY_VIT3D_DIFFUSION, FAMILY_DENSENET } ModelFamily;
 
 /* What a head predicts, and so its loss (resnet3d: model.task). */
 typedef enum { TASK_NONE, TASK_CLASSIFICATION, TASK_MULTILABEL, TASK_REGRESSION, TASK_SURVIVAL } ModelTask;
@@ -129,6 +131,7 @@ typedef struct {
     BatchNormShape bn;   /* OP_BATCHNORM; buffer: its running mean's BufferView (the running variance is the next) */
     int buffer;
     MaxPoolShape pool;   /* OP_MAXPOOL; arg: plan item of the winners' offsets (int32, shaped like the output) */
+    PoolWindowShape pw;  /* OP_POOL_WINDOW (OP_CONCAT: in[0]'s channels first, then in[1]'s) */
     int arg;
     LinearShape lin;     /* OP_LINEAR */
     DropoutShape drop;   /* OP_DROPOUT */

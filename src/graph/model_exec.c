@@ -150,6 +150,27 @@ static void init_resnet(const Model *m, uint64_t seed, float *host) {
     }
 }
 
+/* densenet as MONAI initialises it: conv weights Kaiming normal with PyTorch's default fan_in (std sqrt(2 / (c_in
+ * k^3))), BatchNorm weight 1 and bias 0, the Linear's bias 0 and its weight PyTorch's default U(-1/sqrt(fan_in), +). */
+static void init_densenet(const Model *m, uint64_t seed, float *host) {
+    for (int i = 0; i < m->n_params; i++) {
+        const ParamView *p = &m->params[i];
+        float *dst = host + p->offset;
+        const int is_bias = strcmp(strrchr(p->name, '.') + 1, "bias") == 0, is_norm = strstr(p->name, ".norm") != NULL;
+        if (is_norm || is_bias) {
+            for (long j = 0; j < p->count; j++) dst[j] = is_norm && !is_bias ? 1.0f : 0.0f;
+        } else if (p->ndim == 5) { /* conv weight [out][kd][kh][kw][in]: fan_in = everything but out */
+            const double std = sqrt(2.0 / ((double)p->count / p->shape[0]));
+            for (long j = 0; j < p->count; j++)
+                dst[j] = (float)(std * vx_normal(seed, RNG_STREAM_INIT_NORMAL + (uint64_t)i, (uint64_t)j));
+        } else { /* class_layers.out.weight */
+            const float bound = 1.0f / sqrtf((float)(p->count / p->shape[0]));
+            for (long j = 0; j < p->count; j++)
+                dst[j] = bound * (2.0f * vx_uniform01(vx_hash3(seed, RNG_STREAM_INIT + (uint64_t)i, (uint64_t)j)) - 1.0f);
+        }
+    }
+}
+
 void model_init_params(Model *m, uint64_t seed) {
     float *host = vx_calloc((size_t)m->param_floats, sizeof(float)); /* the padding stays 0 */
     /* ae3d and vit3d: PyTorch's defaults; the positions N(0, 0.02) as timm's (trunc_normal_ std .02) */
@@ -180,6 +201,7 @@ void model_init_params(Model *m, uint64_t seed) {
             dst[j] = bound * (2.0f * vx_uniform01(vx_hash3(seed, RNG_STREAM_INIT + (uint64_t)i, (uint64_t)j)) - 1.0f);
     }
     if (m->family == FAMILY_RESNET3D) init_resnet(m, seed, host);
+    if (m->family == FAMILY_DENSENET) init_densenet(m, seed, host);
     model_reset_buffers(m);
     size_t bytes = (size_t)m->param_floats * sizeof(float);
     m->be->copy_to_device(m->param, host, bytes); /* (padding past param_floats: zero since model_allocate) */
@@ -318,6 +340,15 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
     case OP_LINEAR:
         be->linear->forward(&nd->lin, x, exec_weight(m, nd->weight), exec_param(m, m->param, nd->bias), y);
         break;
+    case OP_CONCAT: { /* y = [x | in[1]] along the channels */
+        const Tensor *t1 = &m->tensors[nd->in[1]];
+        const int ca = tx->dims.c, cb = t1->dims.c;
+        const long rows = tx->count / ca;
+        be->elementwise->copy_channels(rows, dt, ca, 0, x, ca + cb, 0, y, ca, 0.0f);
+        be->elementwise->copy_channels(rows, dt, cb, 0, tensor(m, nd->in[1]), ca + cb, ca, y, cb, 0.0f);
+        break;
+    }
+    case OP_POOL_WINDOW: be->pool_window->forward(&nd->pw, x, y); break;
     case OP_DROPOUT:
         if (sample_noise) be->dropout->forward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), x, y);
         else be->elementwise->accumulate(dt, tx->count, x, y, 0.0f); /* evaluation: the identity */
@@ -493,6 +524,15 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
                                     param_beta);
         if (dx) be->linear->backward_data(&nd->lin, dy, exec_weight(m, nd->weight), dx, nd->dx_beta[0]);
         break;
+    case OP_CONCAT: { /* the gradient split back: dy's first channels to in[0], the rest to in[1] */
+        const int ca = tx->dims.c, cb = m->tensors[nd->in[1]].dims.c;
+        const long rows = tx->count / ca;
+        void *dx1 = model_tensor_grad(m, nd->in[1]);
+        if (dx) be->elementwise->copy_channels(rows, dt, ca + cb, 0, dy, ca, 0, dx, ca, nd->dx_beta[0]);
+        if (dx1) be->elementwise->copy_channels(rows, dt, ca + cb, ca, dy, cb, 0, dx1, cb, nd->dx_beta[1]);
+        break;
+    }
+    case OP_POOL_WINDOW: be->pool_window->backward(&nd->pw, dy, dx, nd->dx_beta[0]); break;
     case OP_DROPOUT:
         be->dropout->backward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), dy, dx, nd->dx_beta[0]);
         break;

@@ -62,9 +62,9 @@ void param_groups_plan(const Model *m, const TrainConfig *train, ParamGroups *ou
     out->frozen_params = nf;
     /* flat offsets run in reverse: params[nf - 1] is the first frozen float, params[n-1] sits at 0 */
     out->trainable = nf ? m->params[nf - 1].offset : m->param_floats;
-    int head = m->n_params; /* the head's parameters: resnet3d's fc, created last */
-    if (m->family == FAMILY_RESNET3D)
-        while (head > 0 && strncmp(m->params[head - 1].name, "fc.", 3) == 0) head--;
+    int head = m->n_params; /* the head's parameters: resnet3d's fc, densenet's class_layers.out, created last */
+    const char *head_prefix = m->family == FAMILY_RESNET3D ? "fc." : m->family == FAMILY_DENSENET ? "class_layers." : NULL;
+    while (head_prefix && head > 0 && strncmp(m->params[head - 1].name, head_prefix, strlen(head_prefix)) == 0) head--;
     const long head_end = head > 0 && head < m->n_params ? m->params[head - 1].offset : 0;
     if (train->backbone_lr_mult != 1 && head_end > 0 && head_end < out->trainable) {
         out->g[out->n++] = (ParamGroup){0, head_end, 0};

@@ -280,7 +280,7 @@ static void open_run(Trainer *t, const char *config_name, const char *resume_pat
             if (st.input_size[a] > max_size[a]) max_size[a] = st.input_size[a];
         }
     t->ds = dataset_open(&cfg->data, train->seed, cfg->model.in_channels, cfg->model.input_size, max_size, rank0);
-    if (strcmp(cfg->model.family, "resnet3d") == 0) /* a head's labels; ae3d and vit3d reconstruct */
+    if (config_family_has_head(cfg->model.family)) /* a head's labels; ae3d and vit3d reconstruct */
         dataset_set_labels(t->ds, cfg->model.head.task, cfg->model.head.num_classes, rank0);
     if (cfg->model.head.pos_weight_auto) pos_weight_from_counts(t->ds, &cfg->model.head, rank0);
     /* X-ray views given beside each CT: read from the files, the model renders none (every stage's model is built

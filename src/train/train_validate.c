@@ -26,7 +26,7 @@ static int hparam_metrics(const Config *cfg, char (*tags)[40], int max) {
     const char *task = m->head.task;
     const char *figures[4] = {0};
     int n = 0, classes = 0;
-    if (strcmp(m->family, "resnet3d") != 0) {
+    if (!config_family_has_head(m->family)) {
         const int diffusion = strcmp(m->family, "vit3d_diffusion") == 0;
         figures[0] = diffusion ? "loss" : "l1";
         figures[1] = diffusion ? "projection" : "psnr";
@@ -129,7 +129,8 @@ static void validate_head(Trainer *t, int64_t step) {
         snprintf(line + strlen(line), sizeof line - strlen(line), " (per %s%s%s)", per, shown,
                  vr.classes > SHOWN_CLASSES ? " ..." : "");
     int five[5];
-    if (t->m->task == TASK_MULTILABEL && labels_competition(&t->cfg->data, five)) {
+    if (t->m->task == TASK_MULTILABEL && strcmp(t->cfg->data.source, "phantom") != 0 &&
+        labels_competition(&t->cfg->data, five)) {
         /* CheXpert's competition figure: the mean AUROC over its five labels (NaN when one is undefined) */
         double sum = 0;
         for (int f = 0; f < 5; f++) sum += five[f] < vr.classes ? vr.auroc_class[five[f]] : NAN;

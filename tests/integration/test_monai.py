@@ -42,6 +42,22 @@ CASES = {
 }
 
 
+# densenet (issue 39): MONAI's DenseNet121/169 at a narrow width (growth_rate, init_features, bn_size) so that 121
+# layers run in seconds; the names, the concatenations and the transitions' pooling are the full network's
+DENSE_CASES = {
+    "121-multilabel-2d": ["--set", "model.depth=121", "--set", "model.spatial_dims=2",
+                          "--set", "model.input_size=[1, 64, 64]", "--set", "model.task=multilabel",
+                          "--set", "model.num_classes=3", "--set", "model.pos_weight=[2, 1, 0.5]"],
+    "121-classification-3d": ["--set", "model.depth=121", "--set", "model.input_size=[32, 32, 32]",
+                              "--set", "model.task=classification", "--set", "model.num_classes=2"],
+    "169-regression-2d-odd": ["--set", "model.depth=169", "--set", "model.spatial_dims=2",
+                              "--set", "model.input_size=[1, 72, 88]", "--set", "model.task=regression",
+                              "--set", "model.num_classes=2"],
+}
+DENSE_WIDTH = ["--set", "model.family=densenet", "--set", "model.growth_rate=4", "--set", "model.init_features=8",
+               "--set", "model.bn_size=2"]
+
+
 def close(got, exact, f32, rel, what, floor=1e-30):
     """max |got - exact| / max |exact| within rel, or within 4x MONAI's own float32 error f32 (floor: the scale for
     values that are float noise around zero: the bias of a conv a BatchNorm follows has a gradient of exactly zero)"""
@@ -52,13 +68,14 @@ def close(got, exact, f32, rel, what, floor=1e-30):
         what, err, theirs)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(CASES) + ["densenet-" + c for c in sorted(DENSE_CASES)])
 def test_resnet3d_matches_monai(case, tmp_path):
     import resnet3d
     prefix = str(tmp_path / "probe")
+    sets = DENSE_WIDTH + DENSE_CASES[case[9:]] if case.startswith("densenet-") else CASES[case]
     run("probe", "--config", "configs/test/resnet-tiny.json", "--out", prefix, "--device", "cpu",
         "--set", "model.widen_factor=0.25", "--set", "train.batch_size=4", "--set", "model.input_size=[32, 32, 32]",
-        *CASES[case], env=dict(os.environ, VX_PROBE_STEPS="3"))
+        *sets, env=dict(os.environ, VX_PROBE_STEPS="3"))
     meta, data, f32 = resnet3d.run_probe_steps(prefix, replay_relu=True)
     _, _, exact = resnet3d.run_probe_steps(prefix, torch.float64, replay_relu=True)
     print("\n%s: %d of %d ReLU values decided otherwise in float64" % (case, exact["flips"], exact["relu_values"]))
@@ -83,13 +100,20 @@ def test_resnet3d_matches_monai(case, tmp_path):
           "evaluation outputs")
 
 
-def test_names_and_shapes_are_monais_state_dict(tmp_path):
+@pytest.mark.parametrize("sets", [["--set", "model.depth=50", "--set", "model.widen_factor=0.25"],
+                                  ["--set", "model.family=densenet", "--set", "model.depth=121", "--set",
+                                   "model.spatial_dims=2", "--set", "model.input_size=[1, 64, 64]"],
+                                  ["--set", "model.family=densenet", "--set", "model.depth=201", "--set",
+                                   "model.growth_rate=4", "--set", "model.init_features=8", "--set",
+                                   "model.input_size=[32, 32, 32]"]],
+                         ids=["resnet50", "densenet121-2d", "densenet201-3d"])
+def test_names_and_shapes_are_monais_state_dict(tmp_path, sets):
     """Every parameter and buffer is a key of MONAI's state_dict with its shape (num_batches_tracked aside), and
     nothing of MONAI's is missing: what lets weights move between the two."""
     import resnet3d
     prefix = str(tmp_path / "probe")
-    run("probe", "--config", "configs/test/resnet-tiny.json", "--out", prefix, "--device", "cpu",
-        "--set", "model.depth=50", "--set", "model.widen_factor=0.25", env=dict(os.environ, VX_PROBE_STEPS="1"))
+    run("probe", "--config", "configs/test/resnet-tiny.json", "--out", prefix, "--device", "cpu", *sets,
+        env=dict(os.environ, VX_PROBE_STEPS="1"))
     meta, _ = resnet3d.load_probe(prefix)
     state = resnet3d.build_model(meta["config"]).state_dict()
     ours = {p["name"] for p in meta["params"]} | {b["name"] for b in meta["buffers"]}
@@ -98,4 +122,6 @@ def test_names_and_shapes_are_monais_state_dict(tmp_path):
     for p in meta["params"]:
         want = list(state[p["name"]].shape)
         got = p["shape"] if len(p["shape"]) < 5 else [p["shape"][0], p["shape"][4], *p["shape"][1:4]]
+        if len(got) == 5 and meta["config"]["model"]["spatial_dims"] == 2:
+            got = got[:2] + got[3:]  # a 2-D net's kernels have no depth axis
         assert got == want, p["name"]

@@ -238,3 +238,104 @@ def test_fine_tune_from_export_continues_the_loss_curve(tmp_path):
     print("first run: %.4f -> %.4f; fine-tune from its export starts at %.4f" % (a[0], end, b[0]))
     assert abs(b[0] - end) < 0.25 * end, (a, b)
     assert b[0] < a[0] - 0.75 * (a[0] - end), (a, b)
+
+
+# ---- densenet (issue 39): MONAI's DenseNet121 in and out, and torchvision's names through convert_pth.py ---------
+
+DENSE = ["--config", TINY, "--set", "model.family=densenet", "--set", "model.depth=121", "--set",
+         "model.spatial_dims=2", "--set", "model.input_size=[1, 64, 64]", "--set", "model.growth_rate=4", "--set",
+         "model.init_features=8", "--set", "model.bn_size=2", "--set", "model.task=multilabel", "--set",
+         "model.num_classes=3"]
+
+
+def dense_monai(in_channels=1):
+    import resnet3d
+    cfg = {"model": {"family": "densenet", "depth": 121, "spatial_dims": 2, "in_channels": in_channels,
+                     "num_classes": 3, "growth_rate": 4, "init_features": 8, "bn_size": 2, "bn_momentum": 0.1,
+                     "bn_eps": 1e-5}}
+    m = resnet3d.build_model(cfg)
+    resnet3d.set_batchnorm(m, cfg)
+    return m
+
+
+def films(folder, n, seed=0):
+    """n 8-bit grey PNG films of 64 x 64 (the input: read as stored, no resize) and a CSV; their arrays."""
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    arrays = []
+    for i in range(n):
+        a = rng.integers(0, 256, (64, 64)).astype(np.uint8)
+        Image.fromarray(a).save(os.path.join(folder, "f%d.png" % i))
+        arrays.append(a.astype(np.float32))
+    with open(os.path.join(folder, "list.csv"), "w") as f:
+        f.write("path\n" + "".join("f%d.png\n" % i for i in range(n)))
+    return os.path.join(folder, "list.csv"), torch.from_numpy(np.stack(arrays)[:, None].copy())
+
+
+def test_densenet_export_loads_into_monai_strictly_and_predict_agrees(tmp_path):
+    pytest.importorskip("PIL")
+    from safetensors.torch import load_file
+    out = tmp_path / "run"
+    run("train", *DENSE, "--out", out, "--steps", 4, *CPU)
+    st = tmp_path / "w.safetensors"
+    p = run("export", "--ckpt", out / "checkpoints" / "step_4.ckpt", "--out", st)
+    assert "densenet, step 4" in p.stdout, p.stdout
+    model, sd = dense_monai(), load_file(str(st))
+    assert set(sd) == set(model.state_dict()), "export's keys are MONAI's state_dict's"
+    model.load_state_dict(sd, strict=True)
+    data, batch = films(str(tmp_path / "films"), 5)
+    pred = tmp_path / "pred"
+    run("predict", "--ckpt", out / "checkpoints" / "step_4.ckpt", "--data", data, "--out", pred,
+        "--set", "data.normalize=none", "--device", "cpu")
+    model.eval()
+    with torch.no_grad():
+        probs = torch.sigmoid(model(batch)).numpy()
+    ours = np.array([[float(r["prob_%d" % c]) for c in range(3)] for r in predictions(pred)])
+    assert np.abs(ours - probs).max() < 2e-5, np.abs(ours - probs).max()
+
+
+def test_torchvision_densenet_names_init_from_to_monais_tensors(tmp_path):
+    """A torchvision-named DenseNet121 checkpoint (CheXNet's layout: "module.densenet121." before every key, the old
+    "norm.1" names, classifier as a Sequential's "classifier.0") converts to MONAI's names, initialises a run that
+    exports back to exactly those tensors, and predicts MONAI's probabilities."""
+    pytest.importorskip("PIL")
+    from safetensors.torch import load_file
+    import re
+    torch.manual_seed(7)
+    model = dense_monai(in_channels=3)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 2.0)
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.uniform_(-0.2, 0.2)
+    tv = {}
+    for k, v in model.state_dict().items():  # MONAI's names written as torchvision's old checkpoints hold them
+        k = re.sub(r"\.layers\.(norm|conv)([12])\.", r".\1.\2.", k)
+        k = k.replace("class_layers.out.", "classifier.0.")
+        tv["module.densenet121." + k] = v
+    pth, st = tmp_path / "chexnet.pth", tmp_path / "chexnet.safetensors"
+    torch.save({"state_dict": tv, "epoch": 3}, pth)
+    subprocess.run([sys.executable, os.path.join(ROOT, "bench", "reference", "convert_pth.py"), str(pth), str(st),
+                    "--source", "torchvision-densenet"], check=True, capture_output=True, text=True)
+    assert set(load_file(str(st))) == set(model.state_dict())
+    out = tmp_path / "run"
+    run("train", *DENSE, "--set", "model.in_channels=3", "--out", out, "--steps", 1, "--init-from", st,
+        "--set", "train.lr=0", "--set", "train.min_lr=0", "--set", "model.bn_momentum=0", *CPU)
+    back = tmp_path / "back.safetensors"
+    run("export", "--ckpt", out / "checkpoints" / "step_1.ckpt", "--out", back)
+    got = load_file(str(back))
+    for k, v in model.state_dict().items():
+        if not k.endswith("num_batches_tracked"):
+            assert torch.equal(got[k], v), k
+    data, batch = films(str(tmp_path / "films"), 3, seed=2)
+    pred = tmp_path / "pred"
+    run("predict", "--ckpt", out / "checkpoints" / "step_1.ckpt", "--data", data, "--out", pred,
+        "--set", "data.normalize=none", "--device", "cpu")
+    model.eval()
+    with torch.no_grad():  # a grey film read for 3 channels is repeated over them
+        probs = torch.sigmoid(model(batch.repeat(1, 3, 1, 1))).numpy()
+    ours = np.array([[float(r["prob_%d" % c]) for c in range(3)] for r in predictions(pred)])
+    assert np.abs(ours - probs).max() < 2e-5, np.abs(ours - probs).max()
