@@ -277,7 +277,8 @@ def bench(cfg, batch, iters, warmup, threads, device="cpu", tf32=1, amp="off", b
     import monai
     return {"framework": "monai %s / pytorch %s" % (monai.__version__, torch.__version__),
             "mode": "best (channels_last_3d, torch.compile, fused AdamW)" if best else "eager", "warmup_s": t_warm,
-            "model": "monai.networks.nets.ResNet", "depth": m["depth"], "task": m["task"], "batch": batch,
+            "model": "monai.networks.nets.%s" % ("DenseNet" if m.get("family") == "densenet" else "ResNet"),
+            "depth": m["depth"], "task": m["task"], "batch": batch,
             "threads": threads, "device": str(dev), "precision": "bf16 autocast" if amp == "bf16" else "fp32",
             "torch": torch.__version__, "step_ms_median": 1e3 * med,
             "step_ms_min": 1e3 * float(np.min(times)), "samples_per_s": batch / med, "iters": iters,
@@ -309,7 +310,8 @@ def main():
 
 
 # voxscale's defaults of the keys this script reads (src/core/config.c's schema table), for configs that leave them out
-DEFAULTS = {"model": {"in_channels": 1, "depth": 18, "spatial_dims": 3, "conv1_t_size": 7, "conv1_t_stride": 1,
+DEFAULTS = {"model": {"family": "resnet3d", "growth_rate": 32, "init_features": 64, "bn_size": 4,
+                      "in_channels": 1, "depth": 18, "spatial_dims": 3, "conv1_t_size": 7, "conv1_t_stride": 1,
                       "no_max_pool": 0, "shortcut_type": "B", "widen_factor": 1.0, "bias_downsample": 1,
                       "bn_momentum": 0.1, "bn_eps": 1e-5, "task": "classification", "num_classes": 2,
                       "class_weights": [], "pos_weight": [], "input_size": [32, 32, 32]},

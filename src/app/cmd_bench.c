@@ -1,4 +1,4 @@
-/* cmd_bench.c: `voxscale bench step|kernels|allreduce|scaling|gemm`: the flags of each benchmark, then src/bench runs it. */
+/* cmd_bench.c: `voxscale bench step|kernels|allreduce|scaling|gemm|data`: the flags of each benchmark, then src/bench runs it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -57,6 +57,21 @@ static int cmd_bench_gemm(int argc, char **argv) {
     return bench_gemm();
 }
 
+static const char *DATA_HELP =
+    "usage: voxscale bench data --config FILE [--iters N] [--results DIR] [--set K=V] [--overwrite]\n"
+    "  times the loader over the config's files (data.source csv or dir): decode, data.resize, normalisation, crop\n"
+    "  or pad, on data.workers threads (--set data.workers=N; 0: the cores), the cache off so every image is\n"
+    "  decoded; one untimed pass, then N timed passes (default 2); writes DIR/<device>/data_<config>.json\n"
+    "  (bench/reference/cxr_loader.py measures PyTorch's DataLoader over the same files)\n";
+
+static int cmd_bench_data(int argc, char **argv) {
+    CliArgs a;
+    cli_parse(argc, argv, &a, DATA_HELP, ",config,iters,results,set,overwrite,");
+    const BenchDataOptions o = {.results_dir = a.results_dir, .config_path = a.config_path,
+                                .epochs = a.iters > 0 ? a.iters : 0, .overwrite = a.overwrite};
+    return bench_data(&a.cfg, &o);
+}
+
 const CliCommand BENCH_COMMANDS[] = {
     {"step", "time full training steps of a config, then its phases and layers", cmd_bench_step},
     {"kernels", "check every op of a config's model against float64, then time it against the ceilings",
@@ -65,6 +80,7 @@ const CliCommand BENCH_COMMANDS[] = {
      cmd_bench_allreduce},
     {"scaling", "weak and strong scaling of the trainer on 1..N ranks, measured and projected", cmd_bench_scaling},
     {"gemm", "this machine's sgemm GFLOP/s, the GEMM ceiling", cmd_bench_gemm},
+    {"data", "the loader's images/s over a config's files: decode and transforms, the cache off", cmd_bench_data},
 };
 const int N_BENCH_COMMANDS = (int)(sizeof BENCH_COMMANDS / sizeof BENCH_COMMANDS[0]);
 

@@ -14,6 +14,15 @@ typedef struct {
 /* Times full training steps of cfg on one fixed batch and writes <results>/<device>/step_<config>.json and .md.
  * Returns the exit code. */
 int bench_step(Config *cfg, const BenchStepOptions *o);
+typedef struct {
+    const char *results_dir; /* NULL: results */
+    const char *config_path; /* names the result file: data_<config stem>.json */
+    int workers, epochs;     /* loader threads (0: data.workers, else the cores) and timed passes (0: 2) */
+    int overwrite;
+} BenchDataOptions;
+
+/* Times the loader over the config's files (data_rate.c): decode and transforms, the cache off. */
+int bench_data(Config *cfg, const BenchDataOptions *o);
 /* Prints this machine's BLAS sgemm rate at a square and at the convolutions' GEMM shapes. */
 int bench_gemm(void);
 

@@ -222,3 +222,22 @@ def test_resize_on_a_3d_input_is_one_line(tmp_path):
     assert p.returncode == 2
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and "data.resize fit resizes 2-D images: it needs model.input_size [1, H, W]" in lines[0]
+
+
+@needs_djpeg
+def test_bench_data_times_the_loader_over_the_films(tmp_path):
+    csv = write_films(tmp_path / "films", 8)
+    res = tmp_path / "res"
+    p = run("bench", "data", *FILMS_2D[:2], "--set", "model.spatial_dims=2", "--set", "model.input_size=[1, 32, 32]",
+            "--set", "data.source=csv", "--set", "data.csv=%s" % csv, "--set", "data.resize=fit",
+            "--set", "data.workers=2", "--iters", "1", "--results", res)
+    assert "bench data: 4 images (1 x 32 x 32, data.resize fit) x 1 epochs on 2 workers" in p.stdout + p.stderr
+    [device] = os.listdir(res)
+    j = json.load(open(res / device / "data_resnet-tiny.json"))
+    assert j["images"] == 4 and j["workers"] == 2 and j["images_per_s"] > 0 and j["resize"] == "fit"
+    again = run("bench", "data", *FILMS_2D[:2], "--set", "data.csv=%s" % csv, "--set", "data.source=csv",
+                "--set", "model.spatial_dims=2", "--set", "model.input_size=[1, 32, 32]", "--results", res,
+                check=False)
+    assert again.returncode == 2 and "--overwrite" in again.stderr  # results are replaced only when asked
+    p = run("bench", "data", "--config", "configs/test/cxr-tiny.json", check=False)
+    assert p.returncode == 2 and "bench data times reading files: set data.source csv" in p.stderr
