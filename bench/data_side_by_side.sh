@@ -4,8 +4,8 @@
 # temporary folder, `voxscale bench data` on configs/cxr-densenet121.json over them (320 x 320, data.resize fit,
 # zscore), then bench/reference/cxr_loader.py with PIL and with torchvision.io.decode_jpeg (torchvision's Resize, a
 # DataLoader), WORKERS (default: the cores) workers each, and libjpeg-turbo's own decode (djpeg, full size and at
-# 1/8 scale, one process per file: the floor). Writes results/<device>/data_side_by_side_cxr-densenet121.md (and
-# data_cxr-densenet121.json). Needs .venv-bench (make bench-venv) and cjpeg/djpeg (libjpeg-turbo-progs).
+# 1/8 scale, one process per file: the floor). Writes results/<device>/data_side_by_side_cxr-densenet121.md,
+# data_cxr-densenet121.json (voxscale's run) and pytorch_data_cxr-densenet121.json (the baselines and the floor). Needs .venv-bench (make bench-venv) and cjpeg/djpeg (libjpeg-turbo-progs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${1:-64}; workers=${2:-$(nproc)}
@@ -39,7 +39,11 @@ for name, r in (("PIL decode + torchvision Resize, DataLoader", pil), ("torchvis
 md += ["", "The floor, libjpeg-turbo's own `djpeg` per file on one core (process start included): %.1f ms at full "
        "size, %.1f ms at 1/8 scale: the entropy (Huffman) decoding of the whole file, which no scale skips, is most "
        "of an image's time." % (float(full), float(eighth))]
-out = os.path.join(os.path.dirname(ours_path), "data_side_by_side_cxr-densenet121.md")
-open(out, "w").write("\n".join(md) + "\n")
+folder = os.path.dirname(ours_path)
+open(os.path.join(folder, "data_side_by_side_cxr-densenet121.md"), "w").write("\n".join(md) + "\n")
+# the baselines beside data_<config>.json, for bench/report/measured.py
+json.dump({"config": ours["config"], "films": int(count), "bytes_per_film": int(size) // int(count),
+           "runs": [pil, tv], "djpeg_ms_full": float(full), "djpeg_ms_eighth": float(eighth)},
+          open(os.path.join(folder, "pytorch_data_cxr-densenet121.json"), "w"), indent=1)
 print("\n".join(md))
 PY

@@ -52,7 +52,8 @@ def measure(binary, config, device, mode, scratch):
         sys.exit("memory: no plan line in voxscale detect's output:\n" + out[-2000:])
     batch = int(re.search(r"batch (\d+) per rank", out).group(1))
     where = re.search(r"^device: (.*)$", out, re.M).group(1)
-    detail = re.search(r"^(cpu|gpu): (.*)$", out.split("train would use")[-1], re.M)
+    # "device: cpu (requested ...); AMD EPYC, 2 threads, AVX-512, ...; GEMM: ...": what follows the choice
+    detail = where.split("; ", 1)[1] if "; " in where else ""
     run_dir = os.path.join(scratch, "%s-%s" % (os.path.basename(config), mode))
     run([binary, "train", "--config", config, "--device", device, "--steps", "1", "--out", run_dir,
          "--set", "train.val_every=0", "--set", "output.tensorboard=0", "--set", "train.log_every=1"] + extra)
@@ -63,7 +64,7 @@ def measure(binary, config, device, mode, scratch):
             "params_state_mib": float(m.group(3)), "planned_peak_mib": float(m.group(4)),
             "without_reuse_mib": round(float(m.group(2)) + float(m.group(3)), 2),
             "measured_peak_mib": max(peaks) if peaks else None, "device_choice": where,
-            "detail": detail.group(2) if detail else "", "precision": prec.group(1) if prec else "?"}
+            "detail": detail, "precision": prec.group(1) if prec else "?"}
 
 
 def main():

@@ -180,7 +180,8 @@ class Sweep:
         films = ["--config", RESNET, "--set", "model.spatial_dims=2", "--set", "model.input_size=[1, 32, 32]",
                  "--set", "model.task=multilabel", "--set", "model.num_classes=2", "--set", "data.source=csv",
                  "--set", "data.label_columns=finding,other", "--set", "data.resize=fit", "--set", "data.csv=" + csv,
-                 "--set", "data.uncertain=u_ignore", "--set", "data.blank=ignore", "--set", "model.pos_weight_auto=1"]
+                 "--set", "data.uncertain=u_ignore", "--set", "data.blank=ignore", "--set", "model.pos_weight_auto=1",
+                 "--set", "data.affine=[10, 0.1, 0.05]", "--set", "data.augment=0"]
         self.case("films: 2-D JPEGs resized, train with validation",
                   ["train", *films, *QUIET, "--steps", 2, "--set", "train.val_every=2", "--out",
                    os.path.join(d, "run")])

@@ -178,6 +178,27 @@ def fastest_cells(d, b):
             fmt(b["step_ms_median"] / d["step_ms_median"], 2) + "x"]
 
 
+def loader_rows(f):
+    """bench data's runs (data_<config>.json) beside bench/data_side_by_side.sh's PyTorch loaders and djpeg's floor
+    (pytorch_data_<config>.json)"""
+    loaders = sorted(k[len("data_"):] for k in f.other if k.startswith("data_"))
+    if not loaders:
+        return []
+    out = ["### Loader (bench data): images/s, decode and transforms, the cache off", "",
+           *table("config", "images", "input", "data.resize", "workers", "voxscale images/s",
+                  "PyTorch DataLoader images/s (decoder)", "voxscale / PyTorch", "djpeg ms per file (full, 1/8)",
+                  "commit")]
+    for cfg in loaders:
+        d, b = f.other["data_" + cfg], f.other.get("pytorch_data_" + cfg) or {}
+        runs = b.get("runs", [])
+        theirs = "; ".join("%s (%s, %s)" % (fmt(r["images_per_s"]), r["decoder"], r["framework"]) for r in runs) or "-"
+        ratio = "; ".join(fmt(d["images_per_s"] / r["images_per_s"], 2) + "x" for r in runs) or "-"
+        floor = "%s, %s" % (fmt(b["djpeg_ms_full"]), fmt(b["djpeg_ms_eighth"])) if "djpeg_ms_full" in b else "-"
+        out.append(row(cfg, d.get("images", "?"), "x".join(str(v) for v in d.get("input_size", [])), d.get("resize"),
+                       d.get("workers"), fmt(d.get("images_per_s")), theirs, ratio, floor, commit_cell(d)))
+    return out + [""]
+
+
 def section(f):
     out = ["## %s" % f.name, "",
            "| | |", "|---|---|",  # (a key-value table: no column names)
@@ -200,6 +221,7 @@ def section(f):
                            "%s of %s GFLOP/s" % (fmt(d.get("fraction_of_ceiling"), 2), fmt(d.get("ceiling_gflops"))),
                            commit_cell(d)))
         out.append("")
+    out += loader_rows(f)
     kernels = f.get("kernels")
     if kernels:
         out += ["### Kernels (bench kernels): median over cases of the fraction of the ceiling probed beside each", "",

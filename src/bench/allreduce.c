@@ -93,9 +93,9 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
     if (c->rank == 0) { /* the results' names, refused before the sweep rather than after */
         HwInfo hw;
         hw_detect(&hw);
-        if (on_gpu) snprintf(slug, sizeof slug, "%s", hw.n_gpus ? hw.gpus[0].name : "gpu");
-        else snprintf(slug, sizeof slug, "cpu-%s-%dc", hw.cpu_model, hw.cores);
-        bench_slugify(slug, slug, sizeof slug);
+        /* the folder every benchmark of this device writes to (the CPU's ISA level in it: bench_cpu_slug) */
+        if (on_gpu) bench_slugify(hw.n_gpus ? hw.gpus[0].name : "gpu", slug, sizeof slug);
+        else bench_cpu_slug(&hw, slug, sizeof slug);
         snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
         for (int k = 0; k < 2; k++) {
             snprintf(path, sizeof path, "allreduce_%dranks.%s", n, k ? "md" : "json");

@@ -68,12 +68,15 @@ void bench_slugify(const char *name, char *out, size_t len) {
 /* A CPU's folder carries the ISA level the kernels dispatched at ("cpu-amd-epyc-avx512-bf16-2c"): one VM name came on
  * hosts with AVX2 and with AVX-512 BF16, whose figures differ 2x and must not share a folder (or a baseline); under
  * VX_CPU_ISA the capped level, since that is what ran. */
-void bench_device_slug(const Runtime *rt, char *out, size_t len) {
+void bench_cpu_slug(const HwInfo *hw, char *out, size_t len) {
     char raw[300];
-    if (strcmp(rt->be->name, "cpu") == 0)
-        snprintf(raw, sizeof raw, "cpu-%s-%s-%dc", rt->hw.cpu_model, cpu_isa_level(), rt->hw.cores);
-    else snprintf(raw, sizeof raw, "%s", rt->hw.n_gpus ? rt->hw.gpus[0].name : "gpu");
+    snprintf(raw, sizeof raw, "cpu-%s-%s-%dc", hw->cpu_model, cpu_isa_level(), hw->cores);
     bench_slugify(raw, out, len);
+}
+
+void bench_device_slug(const Runtime *rt, char *out, size_t len) {
+    if (strcmp(rt->be->name, "cpu") == 0) bench_cpu_slug(&rt->hw, out, len);
+    else bench_slugify(rt->hw.n_gpus ? rt->hw.gpus[0].name : "gpu", out, len);
 }
 
 void bench_cpu_isa(char *out, size_t len) {

@@ -12,6 +12,8 @@ double bench_sgemm_gflops(int m, int n, int k);
 /* "AMD EPYC" at AVX-512 BF16 on 2 cores -> "cpu-amd-epyc-avx512-bf16-2c" (the level cpu_isa_level() dispatched at,
  * VX_CPU_ISA's cap included); a GPU's name on CUDA: the results/ folder name of this run's device. */
 void bench_device_slug(const Runtime *rt, char *out, size_t len);
+/* The CPU's part of it, from a hardware description (the benchmarks that open no runtime: allreduce, data). */
+void bench_cpu_slug(const HwInfo *hw, char *out, size_t len);
 /* The same folding of any name ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"); out may be name. */
 void bench_slugify(const char *name, char *out, size_t len);
 /* What CPU results were measured on at the instruction level (issue 41: figures of an AVX2 and an AVX-512 machine

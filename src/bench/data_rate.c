@@ -38,9 +38,9 @@ int bench_data(Config *cfg, const BenchDataOptions *o) {
     const int workers = o->workers > 0 ? o->workers : cfg->data.workers > 0 ? cfg->data.workers : hw.cores;
     const int epochs = o->epochs > 0 ? o->epochs : 2, batch = cfg->train.batch_size;
     char dir[1024], stem[256], name[300];
-    snprintf(dir, sizeof dir, "%s/cpu-%s-%s-%dc", o->results_dir ? o->results_dir : "results", hw.cpu_model,
-             cpu_isa_level(), hw.cores);
-    bench_slugify(strrchr(dir, '/') + 1, strrchr(dir, '/') + 1, sizeof dir - (size_t)(strrchr(dir, '/') + 1 - dir));
+    char slug[300];
+    bench_cpu_slug(&hw, slug, sizeof slug);
+    snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
     const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
     snprintf(stem, sizeof stem, "%.*s", (int)(strcspn(base, ".")), base);
     snprintf(name, sizeof name, "data_%s.json", stem);

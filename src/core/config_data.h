@@ -22,6 +22,7 @@ typedef struct {
     double clip_low, clip_high; /* percentiles of the percentile normalisation */
     int pad;                 /* pad volumes smaller than the input (else: an error) */
     int augment;             /* random flips and 90-degree rotations in training */
+    ConfigList affine;       /* 2-D films: [degrees, scale, shift] of a random affine in training ([]: none) */
     double cache_rate, replace_rate, cache_max_gib;
     int workers;             /* decoding threads; 0 = from the core count */
     int skip_bad;            /* skip unreadable volumes with a warning instead of exit 2 */

@@ -212,6 +212,11 @@ const KeySpec SCHEMA[] = {
      "1 = pad a volume smaller than the input with its minimum; 0 = such a volume is an error"},
     {K(data, augment), T_INT, 0, 1, NULL, "1",
      "1 = random flips and 90-degree rotations of training volumes read from files (seeded per sample)"},
+    {K(data, affine), T_LIST, 0, 180, NULL, "[]",
+     "2-D films (model.input_size [1, H, W]), training: a random rotation within +-degrees, zoom within 1 +- scale and "
+     "shift within +-shift of each side, about the centre, per sample (bilinear, the image's minimum outside): "
+     "[degrees, scale, shift], e.g. [10, 0.1, 0.05]; [] = none. Chest films want this and data.augment 0 (flips "
+     "and 90-degree turns put the heart on the wrong side)"},
     {K(data, cache_rate), T_DOUBLE, 0, 1, NULL, "1",
      "share of the decoded training volumes kept in memory; an epoch draws from the cached ones"},
     {K(data, replace_rate), T_DOUBLE, 0, 1, NULL, "0",

@@ -187,6 +187,10 @@ void config_validate(const Config *cfg, const char *origin) {
                        "model.input_size [1, H, W]%s (got depth %d, %s)", origin,
                        config_family_has_head(m->family) ? " and model.task multilabel" : "", m->input_size[0],
                        config_family_has_head(m->family) ? m->head.task : m->family);
+    if (d->affine.n && (d->affine.n != 3 || m->input_size[0] != 1 || d->affine.v[1] >= 1 || d->affine.v[2] >= 0.5))
+        vx_usage_error("%s: data.affine is [degrees, scale, shift] (scale below 1, shift below 0.5) for 2-D films "
+                       "(model.input_size [1, H, W]); got %d value(s) at depth %d", origin, d->affine.n,
+                       m->input_size[0]);
     if (d->clip_low >= d->clip_high)
         vx_usage_error("%s: data.clip_low must be below data.clip_high", origin);
     if (strcmp(d->resize, "none") != 0 && m->input_size[0] != 1)

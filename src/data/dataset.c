@@ -12,6 +12,7 @@
 #include "core/progress.h"
 #include "core/stop_signal.h"
 #include "core/util.h"
+#include "data/affine.h"
 #include "data/labels.h"
 #include "data/phantom.h"
 #include "data/manifest.h"
@@ -347,6 +348,15 @@ int dataset_train_sample(Dataset *ds, int64_t i, int augment, float *out, float 
         float *tmp = vx_malloc((size_t)n[0] * n[1] * n[2] * ds->c * sizeof(float));
         transform_crop(&held.vol, off, n, held.pad, tmp);
         augment_cpu(n[0], n[1], n[2], ds->c, code, tmp, out);
+        free(tmp);
+    }
+    if (ds->cfg.affine.n == 3 && (ds->cfg.affine.v[0] > 0 || ds->cfg.affine.v[1] > 0 || ds->cfg.affine.v[2] > 0)) {
+        /* data.affine (2-D films): a small rotation, zoom and shift of the crop, per sample */
+        const AffineParams ap = affine_draw((uint64_t)ds->seed, (uint64_t)i, ds->cfg.affine.v, n[1], n[2]);
+        const size_t floats = (size_t)n[1] * n[2] * ds->c;
+        float *tmp = vx_malloc(floats * sizeof(float));
+        memcpy(tmp, out, floats * sizeof(float));
+        affine_apply(tmp, n[1], n[2], ds->c, &ap, held.pad, out);
         free(tmp);
     }
     if (views && ds->view_img) { /* augmented alike, here whichever side augments the volume (they are small) */

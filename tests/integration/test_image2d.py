@@ -241,3 +241,53 @@ def test_bench_data_times_the_loader_over_the_films(tmp_path):
     assert again.returncode == 2 and "--overwrite" in again.stderr  # results are replaced only when asked
     p = run("bench", "data", "--config", "configs/test/cxr-tiny.json", check=False)
     assert p.returncode == 2 and "bench data times reading files: set data.source csv" in p.stderr
+
+
+@pytest.mark.parametrize("deg, scale, tx, ty", [(0, 1, 0, 0), (10, 1.0, 0, 0), (-7.5, 1.1, 2.5, -1.25),
+                                                 (180, 0.9, -3, 4)])
+def test_affine_is_grid_sample_with_the_image_minimum_outside(tmp_path, deg, scale, tx, ty):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    h, w, c = 23, 31, 2
+    img = rng.normal(size=(h, w, c)).astype(np.float32)
+    pad = float(img.min())
+    img.tofile(tmp_path / "in.raw")
+    p, _ = probe("affine", tmp_path / "in.raw", h, w, c, deg, scale, tx, ty, pad, tmp_path / "out.raw")
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = np.fromfile(tmp_path / "out.raw", np.float32).reshape(h, w, c)
+    a = np.deg2rad(deg)
+    cs, sn = np.cos(a) / scale, np.sin(a) / scale
+    theta = torch.tensor([[[cs, sn * h / w, -(cs * tx + sn * ty) / (w / 2)],
+                           [-sn * w / h, cs, (sn * tx - cs * ty) / (h / 2)]]], dtype=torch.float64)
+    grid = torch.nn.functional.affine_grid(theta, (1, c, h, w), align_corners=False)
+    x = torch.from_numpy(img.astype(np.float64) - pad).permute(2, 0, 1)[None]
+    ref = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    ref = ref[0].permute(1, 2, 0).numpy() + pad
+    assert np.abs(got - ref).max() < 1e-5, np.abs(got - ref).max()
+    if deg == 0 and scale == 1 and tx == 0 and ty == 0:
+        assert np.array_equal(got, img)  # the identity is exact
+
+
+@needs_djpeg
+def test_affine_in_training_is_per_sample_and_the_same_every_run(tmp_path):
+    csv = write_films(tmp_path / "films", 8)
+    base = json.load(open("configs/test/resnet-tiny.json"))
+    base["model"].update({"spatial_dims": 2, "input_size": [1, 32, 32], "task": "multilabel", "num_classes": 1})
+    base["data"].update({"source": "csv", "csv": str(csv), "label_columns": "finding", "resize": "fit",
+                         "augment": 0})
+    plain, moved = tmp_path / "plain.json", tmp_path / "moved.json"
+    plain.write_text(json.dumps(base))
+    base["data"]["affine"] = [10, 0.1, 0.05]
+    moved.write_text(json.dumps(base))
+    outs = []
+    for cfg, name in ((plain, "p"), (moved, "m1"), (moved, "m2")):
+        p, _ = probe("train", cfg, 0, 4, 0, tmp_path / (name + ".raw"))
+        assert p.returncode == 0, p.stdout + p.stderr
+        outs.append(np.fromfile(tmp_path / (name + ".raw"), np.float32).reshape(4, 32, 32))
+    assert np.array_equal(outs[1], outs[2])  # a pure function of (seed, sample)
+    diff = [np.abs(outs[1][k] - outs[0][k]).max() for k in range(4)]
+    assert all(d > 0.01 for d in diff), diff  # every sample moved, each its own way
+    assert not np.array_equal(outs[1][0] - outs[0][0], outs[1][1] - outs[0][1])
+    p = run("train", "--config", "configs/test/resnet-tiny.json", "--set", "data.affine=[10, 0.1, 0.05]", "--out",
+            tmp_path / "r", check=False)
+    assert p.returncode == 2 and "data.affine is [degrees, scale, shift]" in p.stderr

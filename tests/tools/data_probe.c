@@ -2,6 +2,8 @@
  * nibabel and numpy. Every mode writes float32 arrays raw (native byte order) and one line of JSON on stdout:
  *   volume PATH CHANNELS OUT.raw [MIN_H MIN_W]   a decoded volume: {"dims": [d, h, w, c]}, or {"error": why}
  *                                         (exit 2); with MIN_H MIN_W read at least that large (a JPEG's DCT scaling)
+ *   affine IN.raw H W C DEG SCALE TX TY PAD OUT.raw   data.affine's transform of a float32 [h][w][c] image with
+ *                                         the given angle (degrees), zoom, shift (pixels) and padding value
  *   resize PATH CHANNELS MODE H W OUT.raw a 2-D image read whole and resized as data.resize MODE does for an
  *                                         H x W input (data/resize.h): {"dims": [...]}
  *   val CONFIG J OUT.raw                  validation volume j of CONFIG's dataset at its input size
@@ -17,7 +19,9 @@
 #include "core/config.h"
 #include "core/util.h"
 #include "data/dataset.h"
+#include "data/affine.h"
 #include "data/resize.h"
+#include <math.h>
 #include "data/volume.h"
 
 static void write_raw(const char *path, const float *v, size_t n) {
@@ -73,6 +77,22 @@ int main(int argc, char **argv) {
         printf("{\"dims\": [%d, %d, %d, %d]}\n", r.d, r.h, r.w, r.c);
         volume_free(&v);
         volume_free(&r);
+        return 0;
+    }
+    if (argc >= 12 && strcmp(argv[1], "affine") == 0) {
+        const int h = atoi(argv[3]), w = atoi(argv[4]), c = atoi(argv[5]);
+        const size_t n = (size_t)h * w * c;
+        float *in = vx_malloc(n * sizeof(float)), *out = vx_malloc(n * sizeof(float));
+        FILE *f = fopen(argv[2], "rb");
+        if (!f || fread(in, sizeof(float), n, f) != n) vx_fatal("cannot read %s", argv[2]);
+        fclose(f);
+        const AffineParams p = {.angle = atof(argv[6]) * M_PI / 180.0, .scale = atof(argv[7]), .tx = atof(argv[8]),
+                                .ty = atof(argv[9])};
+        affine_apply(in, h, w, c, &p, (float)atof(argv[10]), out);
+        write_raw(argv[11], out, n);
+        printf("{\"dims\": [1, %d, %d, %d]}\n", h, w, c);
+        free(in);
+        free(out);
         return 0;
     }
     Config cfg;
