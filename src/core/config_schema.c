@@ -131,6 +131,11 @@ const KeySpec SCHEMA[] = {
     {K(train, checkpoint_activations), T_INT, 0, 1, NULL, "0",
      "1 = keep only each ResBlock's input and recompute its inside in backward (less activation memory, about "
      "one more forward of the blocks per step), as torch.utils.checkpoint"},
+    {K(train, batch_preset), T_STRING, 0, 0, "none|cxr", "\"none\"",
+     "with an automatic batch (train.batch_size 0) on a GPU: cxr = seed 002's table of batch x accumulation by the "
+     "GPU's memory (>= 20 GB 16 x 4, 14-20 12 x 5, 10-14 8 x 8, 6-10 4 x 16, < 6 2 x 32), kept where the exact plan "
+     "fits that batch, else the largest that fits with the accumulation keeping the samples per step; the plan line "
+     "says where the two differ. none = the exact plan alone"},
     {K(train, precision), T_STRING, 0, 0, "auto|bf16|fp16|off", "\"auto\"",
      "storage and compute type of activations (--amp): bf16 or fp16 = mixed precision on a GPU (float32 master "
      "weights, optimizer state, statistics and every reduction); off = float32; auto = bf16 on a GPU (all this build "

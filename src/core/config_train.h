@@ -38,6 +38,7 @@ typedef struct {
     int fuse;                /* 1: each GroupNorm and the SiLU after it run as one fused op */
     int checkpoint_activations; /* 1: ResBlock activations recomputed in backward instead of kept */
     char precision[CONFIG_STR]; /* "auto" | "bf16" | "fp16" | "off": activation storage (runtime resolves auto) */
+    char batch_preset[CONFIG_STR]; /* "none" | "cxr": seed 002's batch x accumulation table on a GPU (hw_plan.h) */
     char loss_scale[CONFIG_STR]; /* "auto" | "dynamic" | "off" */
     double loss_scale_init;
     int loss_scale_growth_interval;

@@ -229,6 +229,7 @@ HwPlanDevice hw_plan_device(const HwInfo *hw, const Backend *be) {
     if (strcmp(be->name, "cuda") == 0 && hw->n_gpus > hw->gpu) {
         const HwGpu *g = &hw->gpus[hw->gpu];
         d.gpu = 1, d.cc_major = g->cc_major, d.cc_minor = g->cc_minor, d.cap = HW_AUTO_BATCH_CAP_GPU;
+        d.total = g->total_bytes;
     }
     return d;
 }

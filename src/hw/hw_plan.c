@@ -59,6 +59,46 @@ static int largest_fit(const ModelConfig *model, const ModelOptions *o, const Ba
     return 0;
 }
 
+/* Seed 002's hardware table (its train script's batch x accumulation by GPU memory): 1 with *batch, *accum */
+static void seed002_table(size_t total, int *batch, int *accum) {
+    const double gb = total / 1e9;
+    static const struct {
+        double at_least;
+        int batch, accum;
+    } ROWS[] = {{20, 16, 4}, {14, 12, 5}, {10, 8, 8}, {6, 4, 16}, {0, 2, 32}};
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++)
+        if (gb >= ROWS[i].at_least) {
+            *batch = ROWS[i].batch, *accum = ROWS[i].accum;
+            return;
+        }
+}
+
+/* train.batch_preset cxr on a GPU with an automatic batch: the table's batch when the exact plan fits it, else the
+ * largest below it that does, with the accumulation that keeps the table's samples per step (rounded up). `power`:
+ * the plan's own automatic batch (the largest power of two that fits), said beside it. */
+static void apply_preset(HwPlan *out, const ModelConfig *model, const ModelOptions *c, const Backend *be,
+                         const HwPlanDevice *dev, double budget, int power) {
+    const size_t total = dev->total ? dev->total : dev->available;
+    int tb = 2, ta = 32;
+    seed002_table(total, &tb, &ta);
+    int b = tb;
+    size_t need = planned_bytes(model, c, b, be);
+    while (b > 1 && (double)need > budget) need = planned_bytes(model, c, --b, be);
+    if ((double)need > budget) return; /* (the plan's own batch stands: it fit) */
+    const int samples = tb * ta;
+    out->batch = b, out->need_bytes = need;
+    if (b == tb) {
+        out->accum = ta;
+        snprintf(out->preset, sizeof out->preset, "seed 002's table for a %.0f GB GPU: %d x %d, kept (the exact "
+                 "plan's own automatic batch: %d)", total / 1e9, tb, ta, power);
+    } else {
+        out->accum = (samples + b - 1) / b;
+        snprintf(out->preset, sizeof out->preset, "seed 002's table for a %.0f GB GPU says %d x %d, but batch %d plans "
+                 "more than the budget: %d x %d (%d samples per step, the table's %d)", total / 1e9, tb, ta, tb, b,
+                 out->accum, b * out->accum, samples);
+    }
+}
+
 int hw_plan(const ModelConfig *model, const TrainConfig *train, const Backend *be, const HwPlanDevice *dev, int ranks,
             HwPlan *out, char *why, size_t why_len) {
     memset(out, 0, sizeof *out);
@@ -108,6 +148,14 @@ int hw_plan(const ModelConfig *model, const TrainConfig *train, const Backend *b
         }
     }
     out->checkpoint_activations = c.checkpoint_activations;
+    if (train->batch_size <= 0 && strcmp(train->batch_preset, "cxr") == 0 && dev->gpu && G == 0) {
+        apply_preset(out, model, &c, be, dev, budget, out->batch);
+        out->global_batch = out->batch * out->ranks * out->accum;
+        return 1;
+    }
+    if (train->batch_size <= 0 && strcmp(train->batch_preset, "cxr") == 0)
+        snprintf(out->preset, sizeof out->preset, "%s", dev->gpu ? "seed 002's table not used: train.global_batch "
+                 "sets the samples per step" : "seed 002's table is for GPUs: the CPU's exact plan is used");
     if (G > 0) { /* (a chosen batch divides the share: only a given one can fail here) */
         if (share % out->batch) {
             snprintf(why, why_len, "train.global_batch = %d is not a multiple of %d ranks x batch size %d", G,
@@ -151,10 +199,10 @@ void hw_plan_describe(const HwPlan *p, const HwPlanDevice *dev, const TrainConfi
     }
     snprintf(out, len,
              "plan: %s; batch %d per %s x %d %s x %d accumulation = %d samples per step%s; activation checkpointing "
-             "%s; batch %d plans %.2f GiB of the %.2f GiB budget (%.0f%% of %.2f GiB %s)",
+             "%s; batch %d plans %.2f GiB of the %.2f GiB budget (%.0f%% of %.2f GiB %s)%s%s",
              prec, p->batch, dev->gpu ? "GPU" : "rank", p->ranks, dev->gpu ? "GPU(s)" : "rank(s)", p->accum,
              p->global_batch, train->global_batch > 0 ? " (train.global_batch)" : "",
              ckpt,
              p->batch, p->need_bytes / 1073741824.0, p->budget_bytes / 1073741824.0, 100 * HW_MEMORY_SHARE,
-             dev->available / 1073741824.0, dev->gpu ? "free" : "available");
+             dev->available / 1073741824.0, dev->gpu ? "free" : "available", p->preset[0] ? "; " : "", p->preset);
 }

@@ -12,7 +12,12 @@
  *               divides the global batch's share of one rank
  *   accum       train.global_batch G with an automatic batch: G / (ranks x batch); otherwise train.grad_accum
  *   checkpoint  activation checkpointing as the config says, switched on only when not even the smallest batch fits
- *               without it */
+ *               without it
+ *   preset      train.batch_preset cxr (seed 002's hardware table, on a GPU with an automatic batch): batch x
+ *               accumulation by the GPU's total memory, >= 20 GB 16 x 4, 14-20 GB 12 x 5, 10-14 GB 8 x 8, 6-10 GB
+ *               4 x 16, below 6 GB 2 x 32, kept when the exact plan fits that batch; when it does not, the largest
+ *               batch that fits (up to the table's) and the accumulation that keeps the table's samples per step
+ *               (rounded up); the plan's line says the table's choice and where the two differ */
 #pragma once
 #include <stddef.h>
 
@@ -25,6 +30,7 @@ typedef struct {
     int gpu;             /* 1: a GPU (precision by compute capability), 0: the CPU */
     int cc_major, cc_minor;
     size_t available;    /* bytes the model may plan against: free GPU memory, or available RAM */
+    size_t total;        /* a GPU's total memory (what seed 002's table reads); 0: unknown (available is used) */
     int cap;             /* the largest automatic batch (the CPU: its cores; a GPU: 64) */
 } HwPlanDevice;
 
@@ -36,6 +42,7 @@ typedef struct {
     size_t need_bytes;          /* planned device bytes at batch */
     size_t budget_bytes;        /* HW_MEMORY_SHARE of available */
     int global_batch;           /* batch x ranks x accum */
+    char preset[240];           /* train.batch_preset: the table's choice and how the plan kept or changed it ("") */
 } HwPlan;
 
 /* The train keys a model is built with (model.h's ModelOptions): precision, fuse, checkpoint_activations, seed. */

@@ -287,6 +287,55 @@ static void test_vit_diffusion_stages_on_80gb(void **state) {
     }
 }
 
+/* train.batch_preset cxr (seed 002's table) for configs/cxr-densenet121.json (DenseNet121, 320 x 320 films) on simulated
+ * GPUs of each row's memory: the table's batch x accumulation where the exact plan fits its batch; where it does not
+ * (a GPU of 24 GB with 0.9 GB free), the largest batch that fits and the accumulation that keeps 64 samples per step;
+ * on the CPU the table is not used. */
+static void test_seed002_batch_preset(void **state) {
+    (void)state;
+    const Backend be = gpu_double();
+    Config cfg;
+    config_load(&cfg, "configs/cxr-densenet121.json");
+    cfg.train.batch_size = 0;
+    snprintf(cfg.train.batch_preset, sizeof cfg.train.batch_preset, "cxr");
+    const double GB = 1e9;
+    const struct {
+        double total, free_gb;
+        int batch, accum;
+    } rows[] = {{80, 80, 16, 4}, {24, 24, 16, 4}, {16, 16, 12, 5}, {12, 12, 8, 8}, {8, 8, 4, 16}, {4, 4, 2, 32}};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        const HwPlanDevice dev = {.gpu = 1, .cc_major = 9, .available = (size_t)(rows[k].free_gb * GB),
+                                  .total = (size_t)(rows[k].total * GB), .cap = 64};
+        HwPlan p;
+        char why[400], line[900];
+        assert_true(hw_plan(&cfg.model, &cfg.train, &be, &dev, 1, &p, why, sizeof why));
+        hw_plan_describe(&p, &dev, &cfg.train, line, sizeof line);
+        printf("%.0f GB: %s\n", rows[k].total, line);
+        assert_int_equal(p.batch, rows[k].batch);
+        assert_int_equal(p.accum, rows[k].accum);
+        assert_non_null(strstr(line, "seed 002's table for a"));
+        assert_non_null(strstr(line, ", kept"));
+    }
+    /* 24 GB, little of it free: the table's 16 does not fit, a smaller batch that does, 64 samples per step kept */
+    const HwPlanDevice busy = {.gpu = 1, .cc_major = 9, .available = (size_t)(0.9 * GB), .total = (size_t)(24 * GB),
+                               .cap = 64};
+    HwPlan p;
+    char why[400], line[900];
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &busy, 1, &p, why, sizeof why));
+    hw_plan_describe(&p, &busy, &cfg.train, line, sizeof line);
+    printf("24 GB, 0.9 GB free: %s\n", line);
+    assert_true(p.batch >= 1 && p.batch < 16);
+    assert_true((double)p.need_bytes <= HW_MEMORY_SHARE * (double)busy.available);
+    assert_true((double)plan_bytes(&cfg, &be, p.batch + 1, DT_BF16, 0) > HW_MEMORY_SHARE * (double)busy.available);
+    assert_int_equal(p.accum, (64 + p.batch - 1) / p.batch);
+    assert_non_null(strstr(line, "says 16 x 4, but batch 16 plans more than the budget"));
+    /* the CPU: the exact plan, and the line says the table is for GPUs */
+    const HwPlanDevice cpu = {.gpu = 0, .available = (size_t)(24 * GB), .cap = 2};
+    assert_true(hw_plan(&cfg.model, &cfg.train, &be, &cpu, 1, &p, why, sizeof why));
+    hw_plan_describe(&p, &cpu, &cfg.train, line, sizeof line);
+    assert_non_null(strstr(line, "seed 002's table is for GPUs"));
+}
+
 static void test_hardware_plan_on_simulated_gpus(void **state) {
     (void)state;
     const Backend be = gpu_double();
@@ -739,6 +788,7 @@ int main(void) {
         cmocka_unit_test(test_checkpointed_plan_is_valid_and_smaller),
         cmocka_unit_test(test_padded_input_channels_match_unpadded),
         cmocka_unit_test(test_hardware_plan_on_simulated_gpus),
+        cmocka_unit_test(test_seed002_batch_preset),
         cmocka_unit_test(test_vit_diffusion_stages_on_80gb),
         cmocka_unit_test(test_batch_search_plans_exactly_once),
         cmocka_unit_test(test_hardware_plan_switches_checkpointing_on_only_when_needed),
