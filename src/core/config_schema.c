@@ -165,6 +165,9 @@ const KeySpec SCHEMA[] = {
     {K(train, backbone_lr_mult), T_DOUBLE, 0, 1e3, NULL, "1",
      "resnet3d: the learning rate of every parameter but the head's (fc) is train.lr times this (fine-tuning a "
      "pretrained backbone slower than a new head)"},
+    {K(train, ema_eval), T_INT, 0, 1, NULL, "1",
+     "with train.ema_decay > 0: 1 = validation, its images and best.ckpt's choice run the weights' moving average (what "
+     "predict and a diffusion sampler use); 0 = the trained weights"},
     {K(train, ema_decay), T_FLOAT, 0, 0.999999, NULL, "0",
      "an exponential moving average of the weights, ema = decay * ema + (1 - decay) * weights after every optimizer "
      "step (DiT and diffusers sample with it: 0.9999); kept in the checkpoint (buffer ema.flat), exported as ema.<name> "

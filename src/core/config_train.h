@@ -48,7 +48,8 @@ typedef struct {
     char init_allow[CONFIG_STR]; /* comma-separated glob patterns of keys that may differ from init_from */
     char freeze[CONFIG_STR];     /* comma-separated name prefixes of the first layers left untrained */
     double backbone_lr_mult;
-    double ema_decay;          /* the weights' exponential moving average (a model buffer, checkpointed); 0: none */     /* learning rate of every parameter but the head's, times this */
+    double ema_decay;          /* the weights' exponential moving average (a model buffer, checkpointed); 0: none */
+    int ema_eval;              /* 1: validation (and best.ckpt's choice) runs the moving average, as predict does */     /* learning rate of every parameter but the head's, times this */
     Stage stages[CONFIG_MAX_STAGES]; /* train.stages; n_stages = 0: one stage, the keys above */
     int n_stages;
     int inference; /* not a key: set by predict, whose plan and model hold the forward only (no gradients, no AdamW) */

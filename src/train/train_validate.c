@@ -12,6 +12,7 @@
 #include "core/stop_signal.h"
 #include "core/util.h"
 #include "data/labels.h"
+#include "elementwise/elementwise.h"
 #include "trace/trace.h"
 #include "train/trainer.h"
 
@@ -76,6 +77,19 @@ static void keep_best(Trainer *t, int64_t step, const char *const *names, const 
     if (t->stage == t->n_stages - 1) trainer_save_checkpoint(t, "best.ckpt");
 }
 
+/* A validation's figures (names and values), kept for keep_best until the trained weights are back (train.ema_eval:
+ * a best checkpoint holds the trained weights and their average, never the average in the weights' place) */
+typedef struct {
+    const char *names[4];
+    float values[4];
+    int n;
+} Figures;
+
+static void figures_set(Figures *f, const char *const *names, const float *values, int n) {
+    for (int i = 0; i < n; i++) f->names[i] = names[i], f->values[i] = values[i];
+    f->n = n;
+}
+
 /* A validation a SIGINT/SIGTERM cut short (evaluate.h): its figures are of part of the set, and none is logged;
  * the run stops after its next step, with a checkpoint. */
 static int stopped(int64_t step) {
@@ -92,7 +106,7 @@ static int stopped(int64_t step) {
  * metrics.jsonl and TensorBoard, and the best checkpoints (keep_best). A figure the set leaves undefined (AUROC
  * without a positive, C without a comparable pair) is not logged; a non-finite loss ends the run as a diverged one
  * (exit 4), as the autoencoder's L1 does. */
-static void validate_head(Trainer *t, int64_t step) {
+static void validate_head(Trainer *t, int64_t step, Figures *fig) {
     trace_range_push("validation", "user_annotation");
     HeadValResult vr = evaluate_head(t->m, &t->held);
     trace_range_pop();
@@ -144,11 +158,11 @@ static void validate_head(Trainer *t, int64_t step) {
     fprintf(t->metrics, "}\n");
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
     vx_log("val  %5ld%s (%d held-out volumes%s)\n", (long)step, line, vr.n, step == 0 ? ", before training" : "");
-    keep_best(t, step, names, values, 4);
+    figures_set(fig, names, values, 4);
 }
 
 /* vit3d_diffusion's validation: the diffusion and projection losses at fixed draws (evaluate_diffusion) */
-static void validate_diffusion(Trainer *t, int64_t step) {
+static void validate_diffusion(Trainer *t, int64_t step, Figures *fig) {
     trace_range_push("validation", "user_annotation");
     const DiffValResult vr = evaluate_diffusion(t->m, &t->held);
     trace_range_pop();
@@ -162,17 +176,48 @@ static void validate_diffusion(Trainer *t, int64_t step) {
             vr.projection);
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
     static const char *const NAMES[2] = {"loss", "projection"};
-    keep_best(t, step, NAMES, (const float[2]){vr.loss, vr.projection}, 2);
+    figures_set(fig, NAMES, (const float[2]){vr.loss, vr.projection}, 2);
 }
+
+/* train.ema_eval: the moving average into the parameters for a validation (on: 1, and back: 0), the trained weights
+ * kept aside bit for bit meanwhile; nothing without train.ema_decay */
+static void *ema_swap(Trainer *t, void *saved, int on) {
+    Model *m = t->m;
+    float *ema = model_ema(m);
+    if (!ema || !t->cfg->train.ema_eval) return NULL;
+    const size_t bytes = (size_t)m->param_floats * sizeof(float);
+    if (on) {
+        saved = m->be->alloc(bytes);
+        m->be->elementwise->accumulate(DT_F32, m->param_floats, m->param, saved, 0.0f);
+        m->be->elementwise->accumulate(DT_F32, m->param_floats, ema, m->param, 0.0f);
+    } else {
+        m->be->elementwise->accumulate(DT_F32, m->param_floats, saved, m->param, 0.0f);
+        m->be->synchronize();
+        m->be->release(saved);
+        saved = NULL;
+    }
+    model_sync_lp(m);
+    return saved;
+}
+
+static void validate_family(Trainer *t, int64_t step, Figures *fig);
 
 void trainer_validate(Trainer *t, int64_t step) {
     if (t->held.val == 0) return;
+    Figures fig = {.n = 0};
+    void *saved = ema_swap(t, NULL, 1);
+    validate_family(t, step, &fig);
+    ema_swap(t, saved, 0);
+    if (fig.n) keep_best(t, step, fig.names, fig.values, fig.n);
+}
+
+static void validate_family(Trainer *t, int64_t step, Figures *fig) {
     if (t->m->family == FAMILY_VIT3D_DIFFUSION) {
-        validate_diffusion(t, step);
+        validate_diffusion(t, step, fig);
         return;
     }
     if (t->m->t_recon < 0) { /* a head's family; ae3d and vit3d reconstruct */
-        validate_head(t, step);
+        validate_head(t, step, fig);
         return;
     }
     trace_range_push("validation", "user_annotation");
@@ -187,7 +232,7 @@ void trainer_validate(Trainer *t, int64_t step) {
     fprintf(t->metrics, "{\"step\": %ld, \"val_l1\": %.9g, \"val_psnr\": %.9g}\n", (long)step, vr.l1, vr.psnr);
     if (fflush(t->metrics) != 0) fs_write_failed("write", "metrics.jsonl in the run directory", errno);
     static const char *const NAMES[2] = {"l1", "psnr"};
-    keep_best(t, step, NAMES, (const float[2]){vr.l1, vr.psnr}, 2);
+    figures_set(fig, NAMES, (const float[2]){vr.l1, vr.psnr}, 2);
 }
 
 /* Mid-slice images of the first held-out volumes and their reconstructions. */
@@ -197,7 +242,9 @@ void trainer_log_images(Trainer *t, int64_t step) {
         stop_signal_requested())
         return;
     trace_range_push("tensorboard images", "user_annotation");
+    void *saved = ema_swap(t, NULL, 1);
     float *recon = evaluate_reconstruct(t->m, t->held.vols, t->held.views, t->held.shown);
+    ema_swap(t, saved, 0);
     train_log_images(t->tb, t->cur->model.input_size, t->cur->model.in_channels, t->held.vols, recon, t->held.shown,
                      step);
     free(recon);

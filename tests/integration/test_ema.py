@@ -73,3 +73,56 @@ def test_the_average_crosses_a_stage_boundary(tmp_path):
     for n in ("pos_embed.weight", "blocks.0.attn.qkv.weight"):
         assert w["ema." + n].shape == w[n].shape
         assert np.linalg.norm(w["ema." + n] - w[n]) < 0.2 * np.linalg.norm(w[n]), n
+
+
+def test_validation_runs_the_average_as_predict_does(tmp_path):
+    """train.ema_eval (default 1): the validation loss of a run with train.ema_decay is the moving average's, the
+    weights predict applies (a numpy BCE of predict's probabilities at the validated checkpoint equals it), and
+    ema_eval 0 validates the trained weights instead (another loss); the trained weights come back bit for bit (a
+    run that validates every step ends on the same checkpoint bytes as one that never does)."""
+    import csv
+    import json
+    from test_image2d import FILMS_2D, needs_djpeg, write_films  # noqa: F401
+    if subprocess_missing("djpeg"):
+        pytest.skip("djpeg/cjpeg (libjpeg-turbo-progs) are not installed; ci/deps.sh installs them")
+    films = write_films(tmp_path / "films", 16)
+    common = [*FILMS_2D, "--set", "data.csv=%s" % films, "--set", "train.ema_decay=0.5", "--set",
+              "train.val_every=3", "--steps", "6", "--set", "train.ckpt_every=3"]
+    runs = {}
+    for name, extra in (("ema", []), ("raw", ["--set", "train.ema_eval=0"]),
+                        ("never", ["--set", "train.val_every=0"])):
+        runs[name] = tmp_path / name
+        run("train", *common, *extra, "--out", runs[name], "--device", "cpu")
+    ckpt = runs["ema"] / "checkpoints" / "step_6.ckpt"
+    assert ckpt.read_bytes() == (runs["never"] / "checkpoints" / "step_6.ckpt").read_bytes()
+    # best.ckpt, written at a validation, holds the trained weights (and their average), not the average twice
+    vals = [json.loads(l) for l in open(runs["ema"] / "metrics.jsonl") if "val_auroc" in l]
+    best = max((v for v in vals if v["step"] > 0), key=lambda v: v["val_auroc"])["step"]  # (multilabel: AUROC, the
+    at = _export(runs["ema"] / "checkpoints" / "best.ckpt", tmp_path / "best.safetensors")  # first of equals)
+    same = _export(runs["ema"] / "checkpoints" / ("step_%d.ckpt" % best), tmp_path / "same.safetensors")
+    assert all(np.array_equal(at[k], same[k]) for k in same)
+    assert any(not np.array_equal(at[k], at["ema." + k]) for k in at if "ema." + k in at)
+    assert ckpt.read_bytes() == (runs["raw"] / "checkpoints" / "step_6.ckpt").read_bytes()
+    val = {n: [json.loads(l) for l in open(runs[n] / "metrics.jsonl") if "val_loss" in l][-1]["val_loss"]
+           for n in ("ema", "raw")}
+    assert abs(val["ema"] - val["raw"]) > 1e-4 * abs(val["raw"]), val
+    # predict (with the average) over the validation films
+    rows = list(csv.DictReader(open(films)))
+    val_csv = tmp_path / "val.csv"
+    with open(val_csv, "w") as f:
+        f.write("path,finding\n" + "".join("%s,%s\n" % (r["path"], r["finding"]) for r in rows if r["split"] == "val"))
+    for r in rows:
+        os.symlink(tmp_path / "films" / r["path"], tmp_path / r["path"])
+    pred = tmp_path / "pred"
+    run("predict", "--ckpt", ckpt, "--data", val_csv, "--out", pred, "--device", "cpu")
+    got = list(csv.DictReader(open(pred / "predictions.csv")))
+    p = np.array([float(r["prob_0"]) for r in got])
+    t = np.array([float(r["finding"]) for r in rows if r["split"] == "val"])
+    z = np.log(p) - np.log1p(-p)
+    bce = (t * np.logaddexp(0, -z) + (1 - t) * np.logaddexp(0, z)).mean()
+    assert abs(val["ema"] - bce) <= 1e-4 * bce, (val, bce)
+
+
+def subprocess_missing(tool):
+    import shutil
+    return shutil.which(tool) is None
