@@ -98,7 +98,7 @@ def test_help_everywhere(cmd):
 
 
 COMMANDS = ["train", "detect", "env", "bench step", "bench kernels", "bench allreduce", "bench scaling", "bench gemm",
-            "probe", "export", "predict", "ckpt consolidate"]
+            "bench data", "probe", "export", "predict", "ckpt consolidate"]
 
 
 def test_help_lists_every_command_and_subcommand_with_one_line_each():

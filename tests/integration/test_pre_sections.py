@@ -100,7 +100,12 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
                ("diffusion", "timesteps"): 1000, ("diffusion", "schedule"): "cosine", ("diffusion", "prediction"): "v",
                ("diffusion", "sample_steps"): 50, ("xray", "img_size"): 64, ("xray", "patch_size"): 8,
                ("xray", "mu_scale"): 3, ("loss", "physics_weight"): 0.1, ("loss", "min_snr_gamma"): 0,
-               ("train", "ema_decay"): 0, ("data", "view_columns"): ""}
+               ("train", "ema_decay"): 0, ("data", "view_columns"): "",
+               # issue 39: 2-D films, CheXpert's labels, DenseNet, seed 002's batch table; issue 40: EMA validation
+               ("data", "resize"): "none", ("data", "uncertain"): "error", ("data", "blank"): "error",
+               ("data", "phantom"): "ellipsoids", ("data", "affine"): [], ("model", "pos_weight_auto"): 0,
+               ("model", "growth_rate"): 32, ("model", "init_features"): 64, ("model", "bn_size"): 4,
+               ("train", "batch_preset"): "none", ("train", "ema_eval"): 1}
 # The --help-config header names the sections; issue 21 added three.
 HEADER_SINCE = ("Config keys (JSON sections model, train, data, output, dist, diffusion, xray, loss):\n",
                 "Config keys (JSON sections model, train, data, output, dist):\n")
