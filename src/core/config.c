@@ -287,13 +287,6 @@ void config_set(Config *cfg, const char *key, const char *value, const char *ori
     cJSON_Delete(v);
 }
 
-Stage config_stage(const TrainConfig *train, const int model_input_size[3], int i) {
-    Stage st = train->stages[i];
-    if (st.input_size[0] == 0) memcpy(st.input_size, model_input_size, sizeof st.input_size);
-    if (st.batch_size < 0) st.batch_size = train->batch_size;
-    if (st.lr < 0) st.lr = train->lr;
-    return st;
-}
 
 static cJSON *value_to_json(const Config *cfg, const KeySpec *k) {
     const char *base = (const char *)cfg + k->offset;
@@ -348,11 +341,6 @@ void config_write(const Config *cfg, const char *path) {
     free(s);
 }
 
-int config_profile_window(const OutputConfig *output, int *start, int *end) {
-    char tail;
-    if (sscanf(output->profile, "%d:%d%c", start, end, &tail) != 2) return 0;
-    return *start >= 1 && *end >= *start;
-}
 
 uint64_t config_model_fingerprint(const ModelConfig *model) {
     /* FNV-1a over the keys that change the parameter count or layout (checkpoints hold it: the same values in the

@@ -1,6 +1,8 @@
 /* config_validate.c: the cross-key checks of a loaded config (config_validate, see config.h): each family's keys
- * against each other (the head families', the transformer's, the X-ray views'), the training keys, and which
- * validation figure best.ckpt keeps (config_best_metric). Every refusal is one line naming the keys, exit 2. */
+ * against each other (the head families', the transformer's, the X-ray views'), the training keys, and the values
+ * they derive that the checks and the trainer share: a stage resolved against the train section (config_stage), the
+ * profiler's window, which validation figure best.ckpt keeps (config_best_metric). Every refusal is one line naming
+ * the keys, exit 2. */
 #include "core/config.h"
 
 #include <math.h>
@@ -8,6 +10,20 @@
 #include <string.h>
 
 #include "core/util.h"
+
+Stage config_stage(const TrainConfig *train, const int model_input_size[3], int i) {
+    Stage st = train->stages[i];
+    if (st.input_size[0] == 0) memcpy(st.input_size, model_input_size, sizeof st.input_size);
+    if (st.batch_size < 0) st.batch_size = train->batch_size;
+    if (st.lr < 0) st.lr = train->lr;
+    return st;
+}
+
+int config_profile_window(const OutputConfig *output, int *start, int *end) {
+    char tail;
+    if (sscanf(output->profile, "%d:%d%c", start, end, &tail) != 2) return 0;
+    return *start >= 1 && *end >= *start;
+}
 
 /* DenseNet's side after its stem and three transitions: conv0 7/2/3, pool0 3/2/1, then three 2x2 windows (floor) */
 static int densenet_final_side(int side) {
