@@ -133,8 +133,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     runtime_open(&rt, model, train, 1);
     char slug[160], commit[64], stem[128], dir[512], path[1024], device[600];
     bench_device_slug(&rt, slug, sizeof slug);
-    snprintf(stem, sizeof stem, "%s", strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path);
-    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
+    bench_config_stem(o->config_path, stem, sizeof stem);
     snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
     for (int k = 0; k < 2; k++) { /* refused before the steps are timed, not after */
         snprintf(path, sizeof path, "step_%s.%s", stem, k ? "md" : "json");

@@ -17,7 +17,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o);
 typedef struct {
     const char *results_dir; /* NULL: results */
     const char *config_path; /* names the result file: data_<config stem>.json */
-    int workers, epochs;     /* loader threads (0: data.workers, else the cores) and timed passes (0: 2) */
+    int epochs;              /* timed passes (0: 2); the loader's threads are data.workers' (0: the cores) */
     int overwrite;
 } BenchDataOptions;
 

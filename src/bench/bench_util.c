@@ -91,6 +91,12 @@ void bench_isa(const Runtime *rt, char *out, size_t len) {
     else out[0] = 0;
 }
 
+void bench_config_stem(const char *config_path, char *out, size_t len) {
+    const char *base = strrchr(config_path, '/') ? strrchr(config_path, '/') + 1 : config_path;
+    snprintf(out, len, "%s", base);
+    if (strrchr(out, '.')) *strrchr(out, '.') = 0;
+}
+
 /* The commit the results belong to: VX_COMMIT when set (ci/gpu.sh sets it on a GPU machine, whose copy of the tree
  * has no .git), else git's. */
 void bench_git_commit(char *out, size_t len) {

@@ -22,6 +22,9 @@ void bench_slugify(const char *name, char *out, size_t len);
  * names it). */
 void bench_cpu_isa(char *out, size_t len);
 void bench_isa(const Runtime *rt, char *out, size_t len);
+/* A config path's stem, the name its result files carry (configs/test/tiny.json -> tiny): its file name without the
+ * last extension. */
+void bench_config_stem(const char *config_path, char *out, size_t len);
 /* The commit the results belong to: VX_COMMIT when set, else git's short hash, else "unknown". */
 void bench_git_commit(char *out, size_t len);
 /* <results_root or "results">/<device slug>, created. */

@@ -1,8 +1,8 @@
 /* data_rate.c: `voxscale bench data`: how fast the loader turns a config's files into training samples (decode,
  * data.resize, normalisation, crop or pad: everything but the step), with the cache off so every sample is decoded,
- * on data.workers threads (--workers), as training's loader runs them. One untimed pass over the files first (the
- * page cache warm, as the baseline's), then --epochs timed passes; images per second and milliseconds per image per
- * worker, into <results>/<device>/data_<config>.json and .md. What bench/reference/cxr_loader.py measures for PyTorch
+ * on data.workers threads, as training's loader runs them. One untimed pass over the files first (the page cache
+ * warm, as the baseline's), then --iters timed passes; images per second and milliseconds per image per
+ * worker, into <results>/<device>/data_<config>.json. What bench/reference/cxr_loader.py measures for PyTorch
  * (PIL decode, torchvision's Resize, a DataLoader with as many workers) over the same files. */
 #include <cJSON.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 #include "data/loader.h"
 #include "hw/hw.h"
 
-/* Seconds to produce `batches` batches of the loader (first: the untimed one consumed before) */
+/* Seconds the loader takes to deliver the next `batches` batches */
 static double consume(Loader *l, long batches) {
     const double t0 = vx_now();
     for (long b = 0; b < batches; b++) {
@@ -35,14 +35,12 @@ int bench_data(Config *cfg, const BenchDataOptions *o) {
     const ModelConfig *m = &cfg->model;
     HwInfo hw;
     hw_detect(&hw);
-    const int workers = o->workers > 0 ? o->workers : cfg->data.workers > 0 ? cfg->data.workers : hw.cores;
+    const int workers = cfg->data.workers > 0 ? cfg->data.workers : hw.cores;
     const int epochs = o->epochs > 0 ? o->epochs : 2, batch = cfg->train.batch_size;
-    char dir[1024], stem[256], name[300];
-    char slug[300];
+    char dir[1024], stem[256], name[300], slug[300];
     bench_cpu_slug(&hw, slug, sizeof slug);
     snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
-    const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
-    snprintf(stem, sizeof stem, "%.*s", (int)(strcspn(base, ".")), base);
+    bench_config_stem(o->config_path, stem, sizeof stem);
     snprintf(name, sizeof name, "data_%s.json", stem);
     fs_mkdirs(dir);
     bench_claim_result(dir, name, o->overwrite);

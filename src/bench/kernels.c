@@ -276,9 +276,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     runtime_open(&rt, &cfg->model, &cfg->train, 1);
     char slug[160], commit[64], stem[128], dir[512], path[1024];
     bench_device_slug(&rt, slug, sizeof slug);
-    const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
-    snprintf(stem, sizeof stem, "%s", base);
-    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
+    bench_config_stem(o->config_path, stem, sizeof stem);
     snprintf(dir, sizeof dir, "%s/%s", o->results_dir ? o->results_dir : "results", slug);
     for (int k = 0; k < 2; k++) { /* refused before the cases are checked and timed, not after */
         snprintf(path, sizeof path, "kernels_%s.%s", stem, k ? "md" : "json");

@@ -361,9 +361,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
                          .host_bus = 25e9};
     runtime_close(&probe);
     const char *device = gpu ? "cuda" : "cpu";
-    const char *base = strrchr(o->config_path, '/') ? strrchr(o->config_path, '/') + 1 : o->config_path;
-    snprintf(stem, sizeof stem, "%s", base);
-    if (strrchr(stem, '.')) *strrchr(stem, '.') = 0;
+    bench_config_stem(o->config_path, stem, sizeof stem);
     for (int k = 0; k < 2; k++) { /* refused before the runs, not after */
         snprintf(path, sizeof path, "scaling_%s.%s", stem, k ? "md" : "json");
         bench_claim_result(dir, path, o->overwrite);
