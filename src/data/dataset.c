@@ -157,20 +157,14 @@ static int decode(Dataset *ds, int m, Volume *v, float *pad, float **views) {
     const int known_bad = ds->noted[m] & NOTED_BAD;
     pthread_mutex_unlock(&ds->mu);
     if (known_bad) return 0;
-    /* data.resize: the size this image takes (from its header's size, so every decode of it agrees), and the
-     * read asked for no more than that (a JPEG's DCT scaling) */
-    const int *dims = ds->dims + 3 * m;
-    int rh = dims[1], rw = dims[2];
-    resize_target(ds->cfg.resize, dims[1], dims[2], ds->size[1], ds->size[2], &rh, &rw);
-    const int resizing = rh != dims[1] || rw != dims[2];
-    if (!(resizing ? volume_read_at_least(ds->man.e[m].path, ds->c, rh, rw, v, why, sizeof why)
-                   : volume_read(ds->man.e[m].path, ds->c, v, why, sizeof why))) {
+    const int *dims = ds->dims + 3 * m; /* as probed: data.resize's size comes from them */
+    if (!resize_read_sized(ds->man.e[m].path, ds->c, ds->cfg.resize, dims[1], dims[2], ds->size[1], ds->size[2], v,
+                           why, sizeof why)) {
         pthread_mutex_lock(&ds->mu);
         bad_volume(ds, m, why, NULL, 0, 0);
         pthread_mutex_unlock(&ds->mu);
         return 0;
     }
-    if (resizing) resize_in_place(v, rh, rw);
     if (!nonfinite_policy(ds, m, v)) {
         volume_free(v);
         return 0;

@@ -77,6 +77,13 @@ static int jpeg_header(tjhandle tj, const unsigned char *buf, size_t len, int *w
     return 1;
 }
 
+/* A JPEG decodes to grey or RGB: model.in_channels 1 or 3; 1, or 0 and why */
+static int jpeg_channels_ok(int channels, char *why, size_t why_len) {
+    if (channels == 1 || channels == 3) return 1;
+    snprintf(why, why_len, "a JPEG is read as grey or RGB: model.in_channels 1 or 3, not %d", channels);
+    return 0;
+}
+
 /* The smallest of libjpeg-turbo's 1/1, 1/2, 1/4, 1/8 scalings whose output is at least min_h x min_w (no minimum:
  * full size). */
 static tjscalingfactor pick_scale(int w, int h, int min_h, int min_w) {
@@ -95,10 +102,7 @@ static tjscalingfactor pick_scale(int w, int h, int min_h, int min_w) {
 static int read_jpeg_at_least(const char *path, int channels, int min_h, int min_w, Volume *out, char *why,
                               size_t why_len) {
     memset(out, 0, sizeof *out);
-    if (channels != 1 && channels != 3) {
-        snprintf(why, why_len, "a JPEG is read as grey or RGB: model.in_channels 1 or 3, not %d", channels);
-        return 0;
-    }
+    if (!jpeg_channels_ok(channels, why, why_len)) return 0;
     size_t len;
     unsigned char *buf = (unsigned char *)fs_read_file(path, JPEG_MAX_BYTES, &len);
     if (!buf) {
@@ -141,10 +145,7 @@ static int read_jpeg_at_least(const char *path, int channels, int min_h, int min
 static int read_jpeg(const char *path, int channels, int header_only, Volume *out, char *why, size_t why_len) {
     if (!header_only) return read_jpeg_at_least(path, channels, 0, 0, out, why, why_len);
     memset(out, 0, sizeof *out);
-    if (channels != 1 && channels != 3) {
-        snprintf(why, why_len, "a JPEG is read as grey or RGB: model.in_channels 1 or 3, not %d", channels);
-        return 0;
-    }
+    if (!jpeg_channels_ok(channels, why, why_len)) return 0;
     /* the header from the file's start: probing a dataset must not read every film whole */
     size_t len;
     unsigned char *buf = read_prefix(path, JPEG_HEADER_BYTES, &len, why, why_len);

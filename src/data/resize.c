@@ -105,7 +105,8 @@ void resize_image(const Volume *in, int oh, int ow, Volume *out) {
     axis_free(&ay);
 }
 
-void resize_in_place(Volume *v, int rh, int rw) {
+/* v resized in place to rh x rw when it is not that size already (v->nonfinite kept) */
+static void resize_in_place(Volume *v, int rh, int rw) {
     if (v->h == rh && v->w == rw) return;
     Volume r;
     resize_image(v, rh, rw, &r);
@@ -114,13 +115,20 @@ void resize_in_place(Volume *v, int rh, int rw) {
     *v = r;
 }
 
-int resize_read(const char *path, int channels, const char *mode, int H, int W, Volume *out, char *why,
-                size_t why_len) {
-    if (strcmp(mode, "none") == 0) return volume_read(path, channels, out, why, why_len);
-    int dims[4], rh, rw;
-    if (!volume_probe(path, channels, dims, why, why_len)) return 0;
-    resize_target(mode, dims[1], dims[2], H, W, &rh, &rw);
+int resize_read_sized(const char *path, int channels, const char *mode, int h, int w, int H, int W, Volume *out,
+                      char *why, size_t why_len) {
+    int rh, rw;
+    resize_target(mode, h, w, H, W, &rh, &rw);
+    if (rh == h && rw == w) return volume_read(path, channels, out, why, why_len);
     if (!volume_read_at_least(path, channels, rh, rw, out, why, why_len)) return 0;
     resize_in_place(out, rh, rw);
     return 1;
+}
+
+int resize_read(const char *path, int channels, const char *mode, int H, int W, Volume *out, char *why,
+                size_t why_len) {
+    if (strcmp(mode, "none") == 0) return volume_read(path, channels, out, why, why_len);
+    int dims[4];
+    if (!volume_probe(path, channels, dims, why, why_len)) return 0;
+    return resize_read_sized(path, channels, mode, dims[1], dims[2], H, W, out, why, why_len);
 }

@@ -15,10 +15,12 @@
 void resize_target(const char *mode, int h, int w, int H, int W, int *oh, int *ow);
 /* out = in (depth 1, any channels) resampled to oh x ow; out->v is malloc'd, the caller frees it (volume_free). */
 void resize_image(const Volume *in, int oh, int ow, Volume *out);
-/* Reads the image at path for a run with data.resize `mode` and an H x W input: the size it takes from its header's
- * (resize_target), the read at least that large (a JPEG's DCT scaling), then resized; with "none", volume_read.
- * What predict reads a file with (the dataset does the same from the sizes it probed). 1, or 0 and why. */
+/* Reads the image at path, whose header says it is h x w, for a run with data.resize `mode` and an H x W input: the
+ * size it takes (resize_target, from the header's size, so every read of it agrees), the read at least that large
+ * (a JPEG's DCT scaling), then resized (v->nonfinite kept); an image that keeps its size is volume_read's. What the
+ * dataset reads a file with, from the sizes it probed. 1, or 0 and why. */
+int resize_read_sized(const char *path, int channels, const char *mode, int h, int w, int H, int W, Volume *out,
+                      char *why, size_t why_len);
+/* The same, the header read first (volume_probe); with "none", volume_read. What predict reads a file with. */
 int resize_read(const char *path, int channels, const char *mode, int H, int W, Volume *out, char *why,
                 size_t why_len);
-/* v resized in place to rh x rw when it is not that size already (v->nonfinite kept). */
-void resize_in_place(Volume *v, int rh, int rw);
