@@ -22,27 +22,34 @@ int labels_per_sample(const char *task, int num_classes) {
 
 /* The label columns' names into names[want] (pointers into buf): data.label_columns split at commas, or the task's
  * default. */
+/* data.label_columns' names (chexpert: CheXpert's 14), split at commas into names[max] (pointers into buf, leading
+ * spaces taken off); returns how many it names, beyond max too. */
+static int split_columns(const DataConfig *cfg, char *buf, size_t len, char **names, int max) {
+    snprintf(buf, len, "%s", strcmp(cfg->label_columns, "chexpert") == 0 ? CHEXPERT_COLUMNS : cfg->label_columns);
+    int n = 0;
+    for (char *p = buf, *tok; (tok = strsep(&p, ",")) != NULL; n++) {
+        while (*tok == ' ') tok++;
+        if (n < max) names[n] = tok;
+    }
+    return n;
+}
+
 static void column_names(const DataConfig *cfg, const char *task, int want, char *buf, size_t len, char **names,
                          const char *origin) {
-    const char *given = cfg->label_columns;
-    if (strcmp(given, "chexpert") == 0) given = CHEXPERT_COLUMNS;
-    if (!given[0]) {
-        if (strcmp(task, "classification") == 0) given = "label";
-        else if (strcmp(task, "survival") == 0) given = "time,event";
-        else
+    DataConfig named = *cfg; /* with the task's default columns where data.label_columns is "" */
+    if (!named.label_columns[0]) {
+        const char *given = strcmp(task, "classification") == 0 ? "label" : strcmp(task, "survival") == 0 ? "time,event"
+                                                                                                          : NULL;
+        if (!given)
             vx_usage_error("%s: model.task %s reads %d label column(s) from the manifest: name them, in order, with "
                            "data.label_columns (e.g. \"a,b,c\")", origin, task, want);
+        snprintf(named.label_columns, sizeof named.label_columns, "%s", given);
     }
-    snprintf(buf, len, "%s", given);
-    int n = 0;
-    for (char *p = buf, *tok; (tok = strsep(&p, ",")) != NULL;) {
-        while (*tok == ' ') tok++;
-        if (n < want) names[n] = tok;
-        n++;
-    }
+    const int n = split_columns(&named, buf, len, names, want);
     if (n != want)
         vx_usage_error("%s: data.label_columns \"%s\" names %d column(s); model.task %s with model.num_classes %d reads "
-                       "%d", origin, given, n, task, want == 2 && strcmp(task, "survival") == 0 ? 1 : want, want);
+                       "%d", origin, strcmp(named.label_columns, "chexpert") == 0 ? CHEXPERT_COLUMNS : named.label_columns,
+                       n, task, want == 2 && strcmp(task, "survival") == 0 ? 1 : want, want);
 }
 
 /* One value of the CSV as a finite number within float32's range (labels are held and trained in float32: 1e39
@@ -205,13 +212,11 @@ void labels_check_sets(const float *labels, const int *train, int n_train, const
 
 int labels_competition(const DataConfig *cfg, int idx[5]) {
     static const char *const FIVE[5] = {"Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion"};
-    char buf[CONFIG_STR];
-    snprintf(buf, sizeof buf, "%s", strcmp(cfg->label_columns, "chexpert") == 0 ? CHEXPERT_COLUMNS : cfg->label_columns);
-    int found = 0, k = 0;
-    for (char *p = buf, *tok; (tok = strsep(&p, ",")) != NULL; k++) {
-        while (*tok == ' ') tok++;
+    char buf[CONFIG_STR], *names[CONFIG_MAX_LIST];
+    const int n = split_columns(cfg, buf, sizeof buf, names, CONFIG_MAX_LIST);
+    int found = 0;
+    for (int k = 0; k < n && k < CONFIG_MAX_LIST; k++)
         for (int f = 0; f < 5; f++)
-            if (strcmp(tok, FIVE[f]) == 0) idx[f] = k, found |= 1 << f;
-    }
+            if (strcmp(names[k], FIVE[f]) == 0) idx[f] = k, found |= 1 << f;
     return found == 31 ? 5 : 0;
 }

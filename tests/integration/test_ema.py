@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import run
+from test_image2d import FILMS_2D, needs_djpeg, write_films
 
 safetensors = pytest.importorskip("safetensors.numpy")
 TINY = os.path.join("configs", "test", "tiny.json")
@@ -75,6 +76,7 @@ def test_the_average_crosses_a_stage_boundary(tmp_path):
         assert np.linalg.norm(w["ema." + n] - w[n]) < 0.2 * np.linalg.norm(w[n]), n
 
 
+@needs_djpeg
 def test_validation_runs_the_average_as_predict_does(tmp_path):
     """train.ema_eval (default 1): the validation loss of a run with train.ema_decay is the moving average's, the
     weights predict applies (a numpy BCE of predict's probabilities at the validated checkpoint equals it), and
@@ -82,9 +84,6 @@ def test_validation_runs_the_average_as_predict_does(tmp_path):
     run that validates every step ends on the same checkpoint bytes as one that never does)."""
     import csv
     import json
-    from test_image2d import FILMS_2D, needs_djpeg, write_films  # noqa: F401
-    if subprocess_missing("djpeg"):
-        pytest.skip("djpeg/cjpeg (libjpeg-turbo-progs) are not installed; ci/deps.sh installs them")
     films = write_films(tmp_path / "films", 16)
     common = [*FILMS_2D, "--set", "data.csv=%s" % films, "--set", "train.ema_decay=0.5", "--set",
               "train.val_every=3", "--steps", "6", "--set", "train.ckpt_every=3"]
@@ -122,7 +121,3 @@ def test_validation_runs_the_average_as_predict_does(tmp_path):
     bce = (t * np.logaddexp(0, -z) + (1 - t) * np.logaddexp(0, z)).mean()
     assert abs(val["ema"] - bce) <= 1e-4 * bce, (val, bce)
 
-
-def subprocess_missing(tool):
-    import shutil
-    return shutil.which(tool) is None
