@@ -29,14 +29,15 @@ DENSE_BLOCKS = {121: (6, 12, 24, 16), 169: (6, 12, 32, 32), 201: (6, 12, 48, 32)
 
 
 def build_model(cfg):
-    """monai.networks.nets.ResNet (or, for model.family densenet, monai.networks.nets.DenseNet with DenseNet121/169/
-    201's block_config) for a voxscale config's model section."""
+    """monai.networks.nets.ResNet (or, for model.family densenet, monai.networks.nets.DenseNet with model.block_config
+    or DenseNet121/169/201's) for a voxscale config's model section."""
     from monai.networks.nets import DenseNet, ResNet
     m = cfg["model"]
     if m["family"] == "densenet":
+        blocks = tuple(int(b) for b in m.get("block_config") or DENSE_BLOCKS[m["depth"]])
         return DenseNet(spatial_dims=m["spatial_dims"], in_channels=m["in_channels"], out_channels=m["num_classes"],
-                        init_features=m["init_features"], growth_rate=m["growth_rate"],
-                        block_config=DENSE_BLOCKS[m["depth"]], bn_size=m["bn_size"])
+                        init_features=m["init_features"], growth_rate=m["growth_rate"], block_config=blocks,
+                        bn_size=m["bn_size"], dropout_prob=m.get("dropout_prob", 0.0))
     block, layers = LAYERS[m["depth"]]
     return ResNet(block=block, layers=layers, block_inplanes=[64, 128, 256, 512], spatial_dims=m["spatial_dims"],
                   n_input_channels=m["in_channels"], conv1_t_size=m["conv1_t_size"],

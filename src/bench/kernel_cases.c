@@ -305,15 +305,16 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             add_case(&l, ap, "avgpool_backward");
             break;
         }
-        case OP_CONCAT: { /* the two copies forward, the split backward */
-            const int ca = tx->dims.c, cb = m->tensors[nd->in[1]].dims.c;
-            const long rows = tx->count / ca;
-            const int parts[2][5] = {{ca, 0, ca + cb, 0, ca}, {cb, 0, ca + cb, ca, cb}};
-            for (int p = 0; p < 2; p++) {
-                KernelCase c = {.count = rows, .dtype = dt};
-                memcpy(c.dims, parts[p], sizeof parts[p]);
-                snprintf(c.shape, sizeof c.shape, "%ld x c%d -> c%d[%d:]", rows, parts[p][0], ca + cb, parts[p][3]);
+        case OP_CONCAT: { /* a copy per part forward, the split backward; a part's offset does not change its cost,
+                             so one case per (rows, part's channels, concatenation's channels) */
+            const int cy = m->tensors[nd->out].dims.c;
+            const long rows = m->tensors[nd->out].count / cy;
+            for (int p = 0, at = 0; p < NODE_MAX_IN && nd->in[p] >= 0; p++) {
+                const int cp = m->tensors[nd->in[p]].dims.c;
+                KernelCase c = {.count = rows, .dtype = dt, .dims = {cp, 0, cy, at, cp}};
+                snprintf(c.shape, sizeof c.shape, "%ld x c%d -> c%d", rows, cp, cy);
                 add_case(&l, c, "copy_channels");
+                at += cp;
             }
             break;
         }

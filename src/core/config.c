@@ -362,10 +362,14 @@ uint64_t config_model_fingerprint(const ModelConfig *model) {
     if (strcmp(model->family, "densenet") == 0) {
         const ModelConfig *m = model;
         const DenseNetConfig *d = &m->densenet;
-        const int keys[] = {0xDE5, m->in_channels, m->resnet.depth, m->resnet.spatial_dims, d->growth_rate,
-                            d->init_features, d->bn_size, m->head.num_classes};
+        int layers[CONFIG_MAX_LIST];
+        const int blocks = config_densenet_blocks(m, layers); /* the layers, not the depth that named them */
+        const int keys[] = {0xDE5, m->in_channels, m->resnet.spatial_dims, d->growth_rate, d->init_features,
+                            d->bn_size, m->head.num_classes, blocks};
         const unsigned char *p = (const unsigned char *)keys;
         for (size_t i = 0; i < sizeof keys; i++) h = (h ^ p[i]) * 1099511628211ull;
+        p = (const unsigned char *)layers;
+        for (size_t i = 0; i < (size_t)blocks * sizeof(int); i++) h = (h ^ p[i]) * 1099511628211ull;
         return h;
     }
     if (strcmp(model->family, "ae3d") != 0) { /* a family of its own: its tag first, so no ae3d config matches */

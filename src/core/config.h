@@ -43,6 +43,9 @@ const char *config_suggest(const char *section, const char *key, char *out, size
 /* Whether model.family `family` is a network with a prediction head (model.task, labels from the manifest): resnet3d
  * and densenet; the others reconstruct. */
 int config_family_has_head(const char *family);
+/* A densenet's dense blocks: the layers of each into layers[] (model.block_config, or model.depth's), returning their
+ * count (0 for a depth without a preset: config_validate refuses it) */
+int config_densenet_blocks(const ModelConfig *m, int layers[CONFIG_MAX_LIST]);
 /* The validation figure best.ckpt keeps the best of: train.best_metric, or for auto the family's (task's) own; with
  * `logged` (may be NULL) the figures the family's validation logs that it may name ("loss, accuracy, auroc"). */
 const char *config_best_metric(const Config *cfg, const char **logged);

@@ -28,6 +28,8 @@ typedef struct {
     int growth_rate;   /* channels each dense layer adds (32) */
     int init_features; /* the stem's channels (64) */
     int bn_size;       /* a dense layer's bottleneck width, in growth_rate (4) */
+    ConfigList block_config; /* the layers of each dense block; empty: model.depth's (config_densenet_blocks) */
+    double dropout_prob;     /* dropout after each dense layer (MONAI's dropout_prob; 0: none) */
 } DenseNetConfig;
 
 /* model.family vit3d (issue 21's skeleton): a 3-D ViT over patches of the volume that reconstructs it */

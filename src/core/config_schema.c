@@ -14,7 +14,7 @@ const KeySpec SCHEMA[] = {
     {K(model, family), T_STRING, 0, 0, "ae3d|resnet3d|densenet|vit3d|vit3d_diffusion", "\"ae3d\"",
      "the network: ae3d = the 3-D AutoencoderKL (the keys up to pad_input_channels); resnet3d = MONAI's 3-D ResNet "
      "for classification, regression and survival (the keys from depth on, and model.task); densenet = MONAI's "
-     "DenseNet121/169/201, 2-D or 3-D, with the same heads (model.depth 121, growth_rate, init_features, bn_size, "
+     "DenseNet121/169/201, 2-D or 3-D, with the same heads (model.depth 121, growth_rate, init_features, bn_size, block_config, dropout_prob, "
      "spatial_dims, the BatchNorm keys, model.task); vit3d = a 3-D ViT over "
      "patches reconstructing its input (the keys from hidden_size on, and model.loss); vit3d_diffusion = the same "
      "blocks as a diffusion denoiser of the volume conditioned on two X-ray views (DRRs) by cross-attention and on "
@@ -40,6 +40,12 @@ const KeySpec SCHEMA[] = {
     {KF(densenet, growth_rate), T_INT, 1, 256, NULL, "32", "densenet: the channels each dense layer adds"},
     {KF(densenet, init_features), T_INT, 1, 1024, NULL, "64", "densenet: the stem's channels"},
     {KF(densenet, bn_size), T_INT, 1, 16, NULL, "4", "densenet: a dense layer's 1x1 bottleneck, bn_size * growth_rate"},
+    {KF(densenet, block_config), T_LIST, 1, 63, NULL, "[]",
+     "densenet: the layers of each dense block, MONAI's block_config (1 to 8 blocks, a transition between each two); "
+     "[] = model.depth's: 121 [6, 12, 24, 16], 169 [6, 12, 32, 32], 201 [6, 12, 48, 32]"},
+    {KF(densenet, dropout_prob), T_FLOAT, 0, 0.95, NULL, "0",
+     "densenet: dropout after each dense layer's second convolution (MONAI's dropout_prob; keyed by sample and "
+     "position as model.dropout)"},
     {KF(resnet, spatial_dims), T_INT, 2, 3, NULL, "3",
      "resnet3d and densenet: 3, or 2 for a volume of depth 1 (input_size [1, H, W]: every kernel is 1 deep, the "
      "weights those of MONAI's spatial_dims=2 net)"},

@@ -25,12 +25,49 @@ int config_profile_window(const OutputConfig *output, int *start, int *end) {
     return *start >= 1 && *end >= *start;
 }
 
-/* DenseNet's side after its stem and three transitions: conv0 7/2/3, pool0 3/2/1, then three 2x2 windows (floor) */
-static int densenet_final_side(int side) {
+int config_densenet_blocks(const ModelConfig *m, int layers[CONFIG_MAX_LIST]) {
+    const ConfigList *b = &m->densenet.block_config;
+    if (b->n) {
+        for (int i = 0; i < b->n; i++) layers[i] = (int)b->v[i];
+        return b->n;
+    }
+    const int d = m->resnet.depth;
+    if (d != 121 && d != 169 && d != 201) return 0;
+    const int preset[4] = {6, 12, d == 121 ? 24 : d == 169 ? 32 : 48, d == 121 ? 16 : 32};
+    memcpy(layers, preset, sizeof preset);
+    return 4;
+}
+
+/* DenseNet's side after its stem and its transitions: conv0 7/2/3, pool0 3/2/1, then 2x2 windows (floor) */
+static int densenet_final_side(int side, int transitions) {
     side = (side + 6 - 7) / 2 + 1;
     side = (side + 2 - 3) / 2 + 1;
-    for (int t = 0; t < 3; t++) side /= 2;
+    for (int t = 0; t < transitions; t++) side /= 2;
     return side;
+}
+
+/* densenet's own keys: the blocks (a preset depth or block_config) and the input large enough for the transitions */
+static void validate_densenet(const ModelConfig *m, const char *origin) {
+    const ConfigList *b = &m->densenet.block_config;
+    if (!b->n && m->resnet.depth != 121 && m->resnet.depth != 169 && m->resnet.depth != 201)
+        vx_usage_error("%s: model.depth = %d: densenet is built at depth 121, 169 or 201 (MONAI's DenseNet121 ... "
+                       "DenseNet201), or from model.block_config", origin, m->resnet.depth);
+    if (b->n > 8)
+        vx_usage_error("%s: model.block_config has %d blocks: at most 8", origin, b->n);
+    for (int i = 0; i < b->n; i++)
+        if (b->v[i] != (int)b->v[i])
+            vx_usage_error("%s: model.block_config[%d] = %g: a block's layers are a whole number (1 to 63)", origin, i,
+                           b->v[i]);
+    int layers[CONFIG_MAX_LIST];
+    const int transitions = config_densenet_blocks(m, layers) - 1;
+    for (int a = m->resnet.spatial_dims == 2 ? 1 : 0; a < 3; a++)
+        if (densenet_final_side(m->input_size[a], transitions) < 1) {
+            int least = m->input_size[a];
+            while (densenet_final_side(least, transitions) < 1) least++;
+            vx_usage_error("%s: model.input_size[%d] = %d is too small for densenet: its stem and %d transition(s) "
+                           "halve each side %d times (at least %d voxels a side)", origin, a, m->input_size[a],
+                           transitions, transitions + 2, least);
+        }
 }
 
 /* The head families' keys against each other (config_validate): resnet3d's and densenet's network, then the head. */
@@ -38,20 +75,10 @@ static void validate_resnet(const ModelConfig *m, const char *origin) {
     const ResNetConfig *r = &m->resnet;
     const HeadConfig *h = &m->head;
     const int dense = strcmp(m->family, "densenet") == 0;
-    if (dense && r->depth != 121 && r->depth != 169 && r->depth != 201)
-        vx_usage_error("%s: model.depth = %d: densenet is built at depth 121, 169 or 201 (MONAI's DenseNet121 ... "
-                       "DenseNet201)", origin, r->depth);
+    if (dense) validate_densenet(m, origin);
     if (!dense && r->depth != 10 && r->depth != 18 && r->depth != 34 && r->depth != 50 && r->depth != 101)
         vx_usage_error("%s: model.depth = %d: resnet3d is built at depth 10, 18, 34, 50 or 101 (MONAI's resnet10 ... "
                        "resnet101)", origin, r->depth);
-    for (int a = r->spatial_dims == 2 ? 1 : 0; dense && a < 3; a++)
-        if (densenet_final_side(m->input_size[a]) < 1) {
-            int least = m->input_size[a];
-            while (densenet_final_side(least) < 1) least++;
-            vx_usage_error("%s: model.input_size[%d] = %d is too small for densenet: its stem and three transitions "
-                           "halve each side five times (at least %d voxels a side)", origin, a, m->input_size[a],
-                           least);
-        }
     if (r->spatial_dims == 2 && m->input_size[0] != 1)
         vx_usage_error("%s: model.spatial_dims 2 needs a volume of depth 1 (model.input_size [1, H, W]), got depth %d",
                        origin, m->input_size[0]);

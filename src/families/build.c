@@ -37,9 +37,9 @@ Node *build_node(Model *m, OpKind kind, const char *name, int in0, int in1, Dims
     memset(nd, 0, sizeof *nd);
     nd->kind = kind;
     snprintf(nd->name, sizeof nd->name, "%s", name);
+    for (int s = 0; s < NODE_MAX_IN; s++) nd->in[s] = -1;
     nd->in[0] = in0;
     nd->in[1] = in1;
-    nd->in[2] = -1;
     nd->weight = nd->bias = nd->stats = nd->buffer = nd->arg = nd->aux = -1;
     nd->pad_w = nd->pad_dw = nd->pad_db = -1;
     nd->out = build_tensor(m, out, m->n_nodes, m->dtype);

@@ -1,19 +1,24 @@
 /* build_densenet.c: MONAI's DenseNet (monai.networks.nets.DenseNet121/169/201) as nodes, its parameter and buffer
  * names MONAI's state_dict keys, and the head families' prediction head:
  *   features.conv0 (7, stride 2, padding 3, no bias) -> norm0 -> relu0 -> pool0 (max 3/2/1)
- *   -> denseblock1..4 (6, 12, 24, 16 layers for 121; 6, 12, 32, 32 for 169; 6, 12, 48, 32 for 201), each but the
- *      last followed by transition1..3, the last by norm5
+ *   -> denseblock1..4 (6, 12, 24, 16 layers for 121; 6, 12, 32, 32 for 169; 6, 12, 48, 32 for 201; or
+ *      model.block_config's blocks, MONAI's block_config), each but the last followed by a transition, the last by
+ *      norm5
  *   -> class_layers: relu -> global average pool -> [dropout] -> out (a Linear to model.num_classes)
  *   dense layer denseblockB.denselayerL.layers: norm1 -> relu1 -> conv1 (1x1, bn_size * growth_rate) -> norm2 ->
- *      relu2 -> conv2 (3, padding 1, growth_rate); its output is [its input | the new features] (a concatenation
- *      along the channels, torch.cat([x, new_features], 1))
+ *      relu2 -> conv2 (3, padding 1, growth_rate) [-> dropout, model.dropout_prob], reading the concatenation along the channels of the block's input
+ *      and the new features of the layers before it (MONAI's torch.cat([x, new_features], 1), layer after layer)
  *   transitionT: norm -> relu -> conv (1x1, half the channels) -> pool (average over 2x2(x2) windows, stride 2)
- * spatial_dims 2 runs MONAI's 2-D network on films of depth 1, as build_resnet3d.c does. Each layer's concatenation
- * is a new tensor (MONAI's memory: quadratic in the block's layers); activation checkpointing marks each dense layer
- * a block, so that only the concatenations stay between forward and backward. */
+ * spatial_dims 2 runs MONAI's 2-D network on films of depth 1, as build_resnet3d.c does. Each layer concatenates
+ * every feature before it in one node (no chain of concatenations), and activation checkpointing marks each dense
+ * layer, its concatenation first, a block: only the layers' new features (and each block's output) stay between
+ * forward and backward, so activation memory grows linearly in the layers (the memory-efficient DenseNet of Pleiss
+ * et al., what torchvision's memory_efficient=True does); without checkpointing each layer's concatenation is kept
+ * for its norm's backward, quadratic as in MONAI. */
 #include <stdio.h>
 #include <string.h>
 
+#include "core/config.h"
 #include "core/util.h"
 #include "families/build.h"
 
@@ -29,21 +34,53 @@ static int norm_relu_conv(Model *m, const char *prefix, const char *norm, const 
     return build_conv_nd(m, name, h, c_out, k, 1, k / 2, 0);
 }
 
-/* One dense layer: [x | its new growth_rate features] */
-static int dense_layer(Model *m, int block, int layer, int x) {
+/* The concatenation of a block's features so far along the channels (torch.cat(features, 1)), one node over all of
+ * them: nothing but the features themselves need outlive it */
+static int concat(Model *m, const char *name, const int *features, int n) {
+    VX_CHECK(n <= NODE_MAX_IN, "%s: %d features to concatenate, at most %d", name, n, NODE_MAX_IN);
+    Dims out = m->tensors[features[0]].dims;
+    for (int i = 1; i < n; i++) out.c += m->tensors[features[i]].dims.c;
+    Node *nd = build_node(m, OP_CONCAT, name, -1, -1, out);
+    for (int i = 0; i < n; i++) nd->in[i] = features[i];
+    return nd->out;
+}
+
+/* One dense layer: its growth_rate new features from the concatenation of the block's input and the features of the
+ * layers before it. The concatenation is the layer's first node, so with activation checkpointing it is rebuilt with
+ * the norm and ReLU in backward (the memory-efficient DenseNet: only each layer's new features stay between forward
+ * and backward, linear in the layers) */
+static int dense_layer(Model *m, int block, int layer, const int *features, int n) {
     const DenseNetConfig *d = &m->cfg.densenet;
     char prefix[80], name[96];
     snprintf(prefix, sizeof prefix, "features.denseblock%d.denselayer%d.layers.", block, layer);
     const int first = m->n_nodes;
-    int h = norm_relu_conv(m, prefix, "norm1", "relu1", "conv1", x, d->bn_size * d->growth_rate, 1);
-    h = norm_relu_conv(m, prefix, "norm2", "relu2", "conv2", h, d->growth_rate, 3);
     snprintf(name, sizeof name, "features.denseblock%d.denselayer%d.cat", block, layer);
-    Dims out = m->tensors[x].dims;
-    out.c += d->growth_rate;
-    const int y = build_node(m, OP_CONCAT, name, x, h, out)->out;
+    int h = n == 1 ? features[0] : concat(m, name, features, n);
+    h = norm_relu_conv(m, prefix, "norm1", "relu1", "conv1", h, d->bn_size * d->growth_rate, 1);
+    h = norm_relu_conv(m, prefix, "norm2", "relu2", "conv2", h, d->growth_rate, 3);
+    if (d->dropout_prob > 0) { /* MONAI's layers.dropout, keyed per layer: the same mask when a resumed run redraws it */
+        const Dims f = m->tensors[h].dims;
+        snprintf(name, sizeof name, "%sdropout", prefix);
+        Node *nd = build_node(m, OP_DROPOUT, name, h, -1, f);
+        nd->drop = (DropoutShape){.n = f.n, .per_sample = (long)f.d * f.h * f.w * f.c, .p = (float)d->dropout_prob,
+                                  .seed = (uint64_t)m->seed, .stream = 0xDE5D0000ull + (uint64_t)(block * 256 + layer),
+                                  .dtype = m->dtype};
+        h = nd->out;
+    }
     GROW(m->blocks, m->n_blocks, m->cap_blocks); /* with checkpointing, its inner activations are recomputed */
     m->blocks[m->n_blocks++] = (Block){first, m->n_nodes - 1};
-    return y;
+    return h;
+}
+
+/* denseblockB: its layers, then the concatenation of its input and every layer's features (the block's output) */
+static int dense_block(Model *m, int block, int layers, int x) {
+    int features[NODE_MAX_IN];
+    VX_CHECK(layers + 1 <= NODE_MAX_IN, "denseblock%d: %d layers, at most %d", block, layers, NODE_MAX_IN - 1);
+    features[0] = x;
+    for (int l = 0; l < layers; l++) features[l + 1] = dense_layer(m, block, l + 1, features, l + 1);
+    char name[48];
+    snprintf(name, sizeof name, "features.denseblock%d.cat", block);
+    return concat(m, name, features, layers + 1);
 }
 
 /* transitionT: norm -> relu -> conv 1x1 to c_out -> average pool over 2x2(x2) windows */
@@ -64,8 +101,8 @@ static int transition(Model *m, int t, int x, int c_out) {
 void build_densenet(Model *m) {
     const ModelConfig *c = &m->cfg;
     const DenseNetConfig *d = &c->densenet;
-    const int depth = c->resnet.depth;
-    const int blocks[4] = {6, 12, depth == 121 ? 24 : depth == 169 ? 32 : 48, depth == 121 ? 16 : 32};
+    int layers[CONFIG_MAX_LIST];
+    const int blocks = config_densenet_blocks(c, layers);
     build_head_task(m);
     build_input(m);
     const int two_d = c->resnet.spatial_dims == 2;
@@ -75,10 +112,10 @@ void build_densenet(Model *m) {
     h = build_relu(m, "features.relu0", h);
     h = build_maxpool(m, "features.pool0", h, 3, 2, 1);
     int channels = d->init_features;
-    for (int b = 0; b < 4; b++) {
-        for (int l = 0; l < blocks[b]; l++) h = dense_layer(m, b + 1, l + 1, h);
-        channels += blocks[b] * d->growth_rate;
-        if (b < 3) {
+    for (int b = 0; b < blocks; b++) {
+        h = dense_block(m, b + 1, layers[b], h);
+        channels += layers[b] * d->growth_rate;
+        if (b < blocks - 1) {
             h = transition(m, b + 1, h, channels / 2);
             channels /= 2;
         }

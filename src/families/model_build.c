@@ -61,7 +61,7 @@ static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
             const int t = m->nodes[i].out;
             int inside = 1;
             for (int j = 0; j < m->n_nodes; j++)
-                for (int s = 0; s < 3; s++)
+                for (int s = 0; s < NODE_MAX_IN; s++)
                     if (m->nodes[j].in[s] == t && (j < b->first || j > b->last)) inside = 0;
             checkpointed[t] = inside;
         }
@@ -69,7 +69,7 @@ static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
             Node *nd = &m->nodes[i];
             if (checkpointed[nd->out] && needs_output_in_backward(nd)) needed_again[nd->out] = 1; /* attention's o */
             nd->recompute = checkpointed[nd->out] && needed_again[nd->out];
-            for (int s = 0; s < 3; s++) {
+            for (int s = 0; s < NODE_MAX_IN; s++) {
                 const int t = nd->in[s];
                 if (t >= 0 && checkpointed[t] && (needs_input_in_backward(nd, s) || nd->recompute))
                     needed_again[t] = 1;
@@ -107,10 +107,12 @@ static void plan_memory(Model *m) {
     first_grad[t_loss] = F;
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < NODE_MAX_IN; s++) {
             int t = nd->in[s];
             if (t < 0) continue;
-            int use = needs_input_in_backward(nd, s) ? T - i : i;
+            /* read again by backward, or by the block's recomputation (a rerun node whose input is from outside its
+             * block: a dense layer's concatenation of the features before it) */
+            int use = needs_input_in_backward(nd, s) || nd->recompute ? T - i : i;
             if (checkpointed[t]) { /* forward reads the first copy; backward (and the rerun) the second */
                 if (i > last_use[t]) last_use[t] = i;
                 if (use > again_last[t]) again_last[t] = use;
@@ -128,7 +130,7 @@ static void plan_memory(Model *m) {
     /* The node whose backward runs first for a tensor overwrites its gradient; the others accumulate. */
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
-        for (int s = 0; s < 3; s++)
+        for (int s = 0; s < NODE_MAX_IN; s++)
             if (nd->in[s] >= 0) nd->dx_beta[s] = first_grad[nd->in[s]] == T - i ? 0.0f : 1.0f;
     }
     for (int t = 0; t < m->n_tensors; t++) {

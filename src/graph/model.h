@@ -116,12 +116,17 @@ typedef struct {
     long offset, count;
 } BufferView;
 
+/* The most inputs a node reads: a concatenation takes a dense block's features at once (DenseNet-201's third block:
+ * the block's input and 48 layers' features), so that no concatenation of the layers before is kept (build_densenet.c) */
+#define NODE_MAX_IN 64
+
 typedef struct {
     OpKind kind;
     char name[80];
-    int in[3];           /* tensor ids; in[1] is the second addend (OP_ADD), logvar (OP_LATENT), the fused residual
+    int in[NODE_MAX_IN]; /* tensor ids; in[1] is the second addend (OP_ADD), logvar (OP_LATENT), the fused residual
                             (OP_CONV), the keys' and values' source (OP_ATTENTION across), the branch (OP_GATE);
-                            in[2] the adaLN modulation (OP_MODULATE, OP_GATE); else -1 */
+                            in[2] the adaLN modulation (OP_MODULATE, OP_GATE); OP_CONCAT's parts in[0..k) in order;
+                            else -1 */
     int out;             /* tensor id */
     int weight, bias;    /* ParamView ids (conv: weight, bias; groupnorm: gamma, beta), -1 when none */
     Conv3dShape conv;    /* OP_CONV */
@@ -131,7 +136,7 @@ typedef struct {
     BatchNormShape bn;   /* OP_BATCHNORM; buffer: its running mean's BufferView (the running variance is the next) */
     int buffer;
     MaxPoolShape pool;   /* OP_MAXPOOL; arg: plan item of the winners' offsets (int32, shaped like the output) */
-    PoolWindowShape pw;  /* OP_POOL_WINDOW (OP_CONCAT: in[0]'s channels first, then in[1]'s) */
+    PoolWindowShape pw;  /* OP_POOL_WINDOW */
     int arg;
     LinearShape lin;     /* OP_LINEAR */
     DropoutShape drop;   /* OP_DROPOUT */
@@ -143,7 +148,7 @@ typedef struct {
                             queries in[0] [rows][hidden], keys and values packed in[1] [rows'][2*hidden] (stats: lse and
                             delta [n*heads*tq]) */
     PatchShape patch;    /* OP_UNPATCH: tokens [rows][p^3*c] to the volume */
-    float dx_beta[3];    /* 0 when this node writes that input's gradient first in backward, else 1 */
+    float dx_beta[NODE_MAX_IN]; /* 0 when this node writes that input's gradient first in backward, else 1 */
     int chunk;           /* OP_MODULATE: the shift's chunk of the modulation [n][k*c] (the scale's is chunk + 1);
                             OP_GATE: the gate's. Each chunk's gradient is written by its one node (beta 0) */
     int recompute;       /* activation checkpointing: rerun by its block's recomputation before the block's backward */

@@ -278,7 +278,7 @@ static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, 
         be->batchnorm->stats(&nd->bn, x, sum, count, sq);
         if (sync) m->allreduce_hook(m->dist_hook_ctx, sq, c, nd->name);
         be->batchnorm->finalize(c, count, eps, momentum, 1, sum, sq, mean, invstd, rmean, rvar);
-    } else if (!train) {
+    } else if (!again) { /* evaluation: the running statistics (a rerun keeps the batch's, still in stats) */
         be->batchnorm->finalize(c, count, eps, momentum, 0, NULL, NULL, mean, invstd, rmean, rvar);
     }
     be->batchnorm->forward(&nd->bn, x, mean, invstd, exec_param(m, m->param, nd->weight),
@@ -340,17 +340,20 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
     case OP_LINEAR:
         be->linear->forward(&nd->lin, x, exec_weight(m, nd->weight), exec_param(m, m->param, nd->bias), y);
         break;
-    case OP_CONCAT: { /* y = [x | in[1]] along the channels */
-        const Tensor *t1 = &m->tensors[nd->in[1]];
-        const int ca = tx->dims.c, cb = t1->dims.c;
-        const long rows = tx->count / ca;
-        be->elementwise->copy_channels(rows, dt, ca, 0, x, ca + cb, 0, y, ca, 0.0f);
-        be->elementwise->copy_channels(rows, dt, cb, 0, tensor(m, nd->in[1]), ca + cb, ca, y, cb, 0.0f);
+    case OP_CONCAT: { /* y = [in[0] | in[1] | ...] along the channels */
+        const int cy = m->tensors[nd->out].dims.c;
+        const long rows = m->tensors[nd->out].count / cy;
+        for (int p = 0, at = 0; p < NODE_MAX_IN && nd->in[p] >= 0; p++) {
+            const int cp = m->tensors[nd->in[p]].dims.c;
+            be->elementwise->copy_channels(rows, dt, cp, 0, tensor(m, nd->in[p]), cy, at, y, cp, 0.0f);
+            at += cp;
+        }
         break;
     }
     case OP_POOL_WINDOW: be->pool_window->forward(&nd->pw, x, y); break;
     case OP_DROPOUT:
-        if (sample_noise) be->dropout->forward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), x, y);
+        /* (a rerun in backward is training: the same keyed mask) */
+        if (sample_noise || again) be->dropout->forward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), x, y);
         else be->elementwise->accumulate(dt, tx->count, x, y, 0.0f); /* evaluation: the identity */
         break;
     default: { /* the transformer's nodes, and the denoiser's */
@@ -524,12 +527,15 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
                                     param_beta);
         if (dx) be->linear->backward_data(&nd->lin, dy, exec_weight(m, nd->weight), dx, nd->dx_beta[0]);
         break;
-    case OP_CONCAT: { /* the gradient split back: dy's first channels to in[0], the rest to in[1] */
-        const int ca = tx->dims.c, cb = m->tensors[nd->in[1]].dims.c;
-        const long rows = tx->count / ca;
-        void *dx1 = model_tensor_grad(m, nd->in[1]);
-        if (dx) be->elementwise->copy_channels(rows, dt, ca + cb, 0, dy, ca, 0, dx, ca, nd->dx_beta[0]);
-        if (dx1) be->elementwise->copy_channels(rows, dt, ca + cb, ca, dy, cb, 0, dx1, cb, nd->dx_beta[1]);
+    case OP_CONCAT: { /* the gradient split back: each part's channels of dy to that part */
+        const int cy = m->tensors[nd->out].dims.c;
+        const long rows = m->tensors[nd->out].count / cy;
+        for (int p = 0, at = 0; p < NODE_MAX_IN && nd->in[p] >= 0; p++) {
+            const int cp = m->tensors[nd->in[p]].dims.c;
+            void *dxp = model_tensor_grad(m, nd->in[p]);
+            if (dxp) be->elementwise->copy_channels(rows, dt, cy, at, dy, cp, 0, dxp, cp, nd->dx_beta[p]);
+            at += cp;
+        }
         break;
     }
     case OP_POOL_WINDOW: be->pool_window->backward(&nd->pw, dy, dx, nd->dx_beta[0]); break;

@@ -1,6 +1,7 @@
 """The two ways voxscale trades work for memory, and that they change nothing else:
-- activation checkpointing (--checkpoint-activations): each ResBlock's inside is recomputed in backward, so the
-  gradients must be bit for bit the stored ones, and the planned arena smaller;
+- activation checkpointing (--checkpoint-activations): each ResBlock's (dense layer's, transformer block's) inside is
+  recomputed in backward, so the gradients must be bit for bit the stored ones, and the planned arena smaller; a
+  DenseNet's activations then grow linearly in its layers (the memory-efficient DenseNet);
 - the fused GroupNorm + SiLU (train.fuse, default 1): one op instead of two, with the pre-activation recomputed,
   so the arena is smaller and the results equal the unfused pair's to float rounding (test_pytorch.py pins both to
   PyTorch)."""
@@ -25,6 +26,10 @@ def planned_arena_mib(tmp_path, *extra):
     ("configs/test/probe.json", []),                                        # 1x1 shortcuts (channels change)
     ("configs/test/probe.json", ["--set", "model.res_blocks=2"]),           # identity shortcuts too
     ("configs/test/probe.json", ["--set", "train.fuse=0"]),                 # separate SiLU nodes rerun as well
+    # densenet: each dense layer's concatenation and BatchNorms rerun (the norms with the batch's statistics), and
+    # MONAI's dropout_prob inside the layers draws the same keyed mask
+    ("configs/test/cxr-tiny.json", ["--set", "model.dropout_prob=0.2", "--set", "train.batch_size=4",
+                                    "--set", "model.block_config=[3, 4]"]),
 ])
 def test_checkpointed_gradients_are_the_stored_ones_bit_for_bit(tmp_path, config, extra):
     run("probe", "--config", config, "--out", tmp_path / "stored", *extra)
@@ -55,3 +60,23 @@ def test_fused_norm_act_saves_memory_and_matches_the_pair(tmp_path):
     b = [r["loss"] for r in metrics(tmp_path / "pair") if "loss" in r]
     assert len(a) == 6
     assert all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(a, b)), (a, b)
+
+
+def test_densenet_checkpointed_memory_grows_linearly_in_the_layers(tmp_path):
+    """A dense block of L layers keeps, with checkpointing, only each layer's new features (linear in L); without it
+    each layer's concatenation stays for its norm's backward (quadratic, as MONAI's DenseNet). Planned arenas of one
+    block of 8, 16 and 32 layers: the second 16 layers' increase is twice the first 8's when linear (4x when
+    quadratic)."""
+    def arena(layers, ck):
+        p = run("detect", "--config", "configs/test/cxr-tiny.json", "--device", "cpu",
+                "--set", "model.block_config=[%d]" % layers, "--set", "train.checkpoint_activations=%d" % ck)
+        return float(re.search(r"memory: arena ([0-9.]+) MiB planned", p.stdout + p.stderr).group(1))
+    kept = [arena(n, 1) for n in (8, 16, 32)]
+    stored = [arena(n, 0) for n in (8, 16, 32)]
+    growth_kept = (kept[2] - kept[1]) / (kept[1] - kept[0])
+    growth_stored = (stored[2] - stored[1]) / (stored[1] - stored[0])
+    print("\ndensenet arena MiB at 8/16/32 layers: checkpointed %s (growth %.2f), stored %s (growth %.2f)" % (
+        kept, growth_kept, stored, growth_stored))
+    assert 1.7 < growth_kept < 2.3, kept
+    assert growth_stored > 3, stored
+    assert kept[2] < 0.3 * stored[2]

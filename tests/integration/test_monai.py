@@ -53,6 +53,11 @@ DENSE_CASES = {
     "169-regression-2d-odd": ["--set", "model.depth=169", "--set", "model.spatial_dims=2",
                               "--set", "model.input_size=[1, 72, 88]", "--set", "model.task=regression",
                               "--set", "model.num_classes=2"],
+    # MONAI's block_config: three blocks of uneven layers (two transitions), checkpointed so each concatenation is
+    # rebuilt in backward (the memory-efficient scheme's path against MONAI's plain one)
+    "blocks-5-3-7-3d-checkpointed": ["--set", "model.block_config=[5, 3, 7]", "--set", "model.input_size=[24, 24, 24]",
+                                     "--set", "model.task=classification", "--set", "model.num_classes=3",
+                                     "--checkpoint-activations"],
 }
 DENSE_WIDTH = ["--set", "model.family=densenet", "--set", "model.growth_rate=4", "--set", "model.init_features=8",
                "--set", "model.bn_size=2"]

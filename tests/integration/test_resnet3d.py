@@ -4,6 +4,7 @@ plain BatchNorm on 2 ranks does not; the Cox loss over the global batch on 2 ran
 exact with the running statistics in the checkpoint; the validation figures reach metrics.jsonl and best.ckpt is
 kept; bad head settings are one line with exit 2."""
 import functools
+import json
 import os
 import struct
 
@@ -177,6 +178,13 @@ def test_validation_figures_and_best_checkpoint(tmp_path):
     (["model.depth=20"], "depth 10, 18, 34, 50 or 101"),
     (["model.spatial_dims=2"], "depth 1"),
     (["model.shortcut_type=A"], "must be one of B"),
+    (["model.family=densenet", "model.depth=50"], "depth 121, 169 or 201"),
+    (["model.family=densenet", "model.block_config=[2, 2.5]"], "a whole number"),
+    (["model.family=densenet", "model.block_config=[2, 0]"], "model.block_config"),
+    (["model.family=densenet", "model.block_config=[64]"], "model.block_config"),
+    (["model.family=densenet", "model.block_config=[1, 1, 1, 1, 1, 1, 1, 1, 1]"], "at most 8"),
+    (["model.family=densenet", "model.block_config=[1, 1, 1, 1, 1, 1]"], "too small for densenet"),
+    (["model.family=densenet", "model.dropout_prob=1"], "model.dropout_prob"),
 ])
 def test_bad_head_settings_are_one_line(tmp_path, sets, words):
     args = [a for s in sets for a in ("--set", s)]
@@ -276,11 +284,38 @@ def test_densenet_sync_batchnorm_on_two_ranks_equals_one_rank(tmp_path):
 
 
 def test_densenet_resume_is_exact(tmp_path):
+    """With MONAI's dropout_prob inside the dense layers too: the keyed masks redraw the same values on resume."""
     full, half = tmp_path / "full", tmp_path / "half"
-    common = ["--config", CXR, "--steps", "6", "--set", "train.batch_size=4", "--set", "train.ckpt_every=3", *QUIET]
+    common = ["--config", CXR, "--steps", "6", "--set", "train.batch_size=4", "--set", "train.ckpt_every=3",
+              "--set", "model.dropout_prob=0.2", *QUIET]
     run("train", "--out", full, *common, timeout=300)
     run("train", "--out", half, "--resume", full / "checkpoints" / "step_3.ckpt", *common, timeout=300)
     assert (full / "checkpoints" / "step_6.ckpt").read_bytes() == (half / "checkpoints" / "step_6.ckpt").read_bytes()
+
+
+def test_densenet_dropout_prob_drops_in_training_only(tmp_path):
+    """model.dropout_prob changes the training forward (outputs of step 0 from the same weights) and nothing of the
+    evaluation forward: the same weights give the same validation figures at step 0."""
+    def probe(name, p):
+        prefix = tmp_path / name
+        run("probe", "--config", CXR, "--out", prefix, "--device", "cpu", "--set", "train.batch_size=4",
+            "--set", "model.dropout_prob=%g" % p, env=dict(os.environ, VX_PROBE_STEPS="1"))
+        meta = json.loads((tmp_path / (name + ".json")).read_text())
+        data = np.fromfile(tmp_path / (name + ".bin"), dtype=np.float32)
+        return meta, data
+    m0, d0 = probe("plain", 0)
+    m1, d1 = probe("dropped", 0.3)
+    weights = slice(m0["param_values"], m0["param_values"] + m0["param_count"])
+    assert np.array_equal(d0[weights], d1[weights])
+    out = slice(m0["steps"][0]["outputs"], m0["steps"][0]["outputs"] + 4 * m0["outputs_per_sample"])
+    assert not np.array_equal(d0[out], d1[out])
+    vals = []
+    for p in (0, 0.3):
+        o = tmp_path / ("val%g" % p)
+        run("train", "--config", CXR, "--out", o, "--steps", "1", "--set", "model.dropout_prob=%g" % p,
+            "--set", "train.val_every=1", *QUIET, "--set", "train.val_samples=16", timeout=300)
+        vals.append([m for m in metrics(o) if "val_loss" in m][0])
+    assert vals[0]["step"] == 0 and vals[0]["val_loss"] == vals[1]["val_loss"], vals
 
 
 def test_cxr_tiny_learns_the_phantom_findings(tmp_path):
