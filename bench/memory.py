@@ -2,13 +2,15 @@
 """bench/memory.py: planned against measured peak memory, per config and mode, for the report's memory chart.
 
   python3 bench/memory.py [--config configs/default.json ...] [--device cpu|cuda|auto] [--results results]
-                          [--bin build/voxscale] [--modes fused,unfused,checkpointed]
+                          [--bin build/voxscale] [--modes fused,unfused,checkpointed] [--layers 6,12,24,48]
 
 For each config and mode (fused: train.fuse=1, the default; unfused: train.fuse=0; checkpointed:
 --checkpoint-activations) it asks `voxscale detect` for the plan (the arena with and without reuse, the parameters'
 and optimizer's bytes, the planned peak), then trains one step and reads the backend's measured peak (metrics.jsonl's
 peak_mib). Writes results/<device>/memory_<config>.json and .md; <device> is the folder voxscale's benchmarks write
-to, learned from a one-size `bench allreduce` into a scratch folder (so it is their naming, not a copy of it)."""
+to, learned from a one-size `bench allreduce` into a scratch folder (so it is their naming, not a copy of it).
+For a densenet config, --layers adds the activation memory per dense layer: the planned arena of the config with one
+dense block of each layer count (model.block_config [L]), activations stored and checkpointed (layer_sweep)."""
 import argparse
 import json
 import os
@@ -67,6 +69,25 @@ def measure(binary, config, device, mode, scratch):
             "detail": detail, "precision": prec.group(1) if prec else "?"}
 
 
+SWEEP_BATCH = 4  # the layer sweep's batch: MONAI's stored scheme at 48 layers of 320x320 fits 24 GB at 4, not at 16
+
+
+def layer_sweep(binary, config, device, counts):
+    """The planned arena of one dense block of L layers, stored (train.checkpoint_activations=0: MONAI's memory) and
+    checkpointed, for each L; and the MiB each added layer costs between the first and last count."""
+    rows = []
+    for layers in counts:
+        row = {"layers": layers}
+        for name, ck in (("stored", 0), ("checkpointed", 1)):
+            out = run([binary, "detect", "--config", config, "--device", device, "--set", "train.batch_size=%d" % SWEEP_BATCH,
+                       "--set", "model.block_config=[%d]" % layers, "--set", "train.checkpoint_activations=%d" % ck])
+            # (the plan turns checkpointing on where the stored activations exceed the budget: no stored figure then)
+            fits = "does not fit without it" not in out
+            row[name + "_arena_mib"] = float(PLAN.search(out).group(1)) if fits else None
+        rows.append(row)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", action="append", help="config file (repeatable; default configs/default.json)")
@@ -74,6 +95,8 @@ def main():
     ap.add_argument("--results", default=os.path.join(ROOT, "results"))
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "voxscale"))
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--layers", default="6,12,24,48",
+                    help="densenet configs: the layer counts of the one-block sweep (empty: none)")
     a = ap.parse_args()
     modes = a.modes.split(",")
     for m in modes:
@@ -88,6 +111,11 @@ def main():
             rows = [measure(a.bin, config, a.device, m, scratch) for m in modes]
             doc = {"benchmark": "memory", "config": stem, "device": slug, "commit": commit(),
                    "device_detail": rows[0]["detail"], "precision": rows[0]["precision"], "rows": rows}
+            with open(os.path.join(ROOT, config)) as f:
+                dense = json.load(f).get("model", {}).get("family") == "densenet"
+            if dense and a.layers:
+                doc["layer_sweep"] = layer_sweep(a.bin, config, a.device, [int(x) for x in a.layers.split(",")])
+                doc["layer_sweep_batch"] = SWEEP_BATCH
             with open(os.path.join(out_dir, "memory_%s.json" % stem), "w") as f:
                 json.dump(doc, f, indent=1)
                 f.write("\n")
@@ -103,6 +131,19 @@ def main():
                        "(metrics.jsonl's peak_mib). Modes: fused = train.fuse=1 (default), unfused = train.fuse=0, "
                        "checkpointed = --checkpoint-activations. Device: %s. Commit %s." % (doc["device_detail"],
                                                                                          doc["commit"])]
+            if "layer_sweep" in doc:
+                sw = doc["layer_sweep"]
+                md += ["", "Activation memory per dense layer: the arena with one dense block of L layers "
+                           "(model.block_config [L]) at batch %d, planned." % SWEEP_BATCH, "",
+                       "| layers | stored (MONAI's scheme) | checkpointed (memory-efficient) |", "|---|---|---|"]
+                mib = lambda v: "%.1f MiB" % v if v is not None else "does not fit"
+                md += ["| %d | %s | %s |" % (r["layers"], mib(r["stored_arena_mib"]), mib(r["checkpointed_arena_mib"]))
+                       for r in sw]
+                if len(sw) > 1 and None not in (sw[-1]["stored_arena_mib"], sw[-2]["stored_arena_mib"]):
+                    per = [(sw[-1][k] - sw[-2][k]) / (sw[-1]["layers"] - sw[-2]["layers"])
+                           for k in ("stored_arena_mib", "checkpointed_arena_mib")]
+                    md += ["", "Each layer from %d to %d adds %.1f MiB stored, %.1f MiB checkpointed." % (
+                        sw[-2]["layers"], sw[-1]["layers"], per[0], per[1])]
             with open(os.path.join(out_dir, "memory_%s.md" % stem), "w") as f:
                 f.write("\n".join(md) + "\n")
             print("memory: %s" % os.path.join(out_dir, "memory_%s.json" % stem))

@@ -105,6 +105,7 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
                ("data", "resize"): "none", ("data", "uncertain"): "error", ("data", "blank"): "error",
                ("data", "phantom"): "ellipsoids", ("data", "affine"): [], ("model", "pos_weight_auto"): 0,
                ("model", "growth_rate"): 32, ("model", "init_features"): 64, ("model", "bn_size"): 4,
+               ("model", "block_config"): [], ("model", "dropout_prob"): 0,
                ("train", "batch_preset"): "none", ("train", "ema_eval"): 1}
 # The --help-config header names the sections; issue 21 added three.
 HEADER_SINCE = ("Config keys (JSON sections model, train, data, output, dist, diffusion, xray, loss):\n",
