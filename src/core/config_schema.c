@@ -135,8 +135,9 @@ const KeySpec SCHEMA[] = {
      "1 = run each GroupNorm and the SiLU after it as one op (no pre-activation tensor kept: less memory, one pass "
      "fewer each way); 0 = two ops, as PyTorch eager"},
     {K(train, checkpoint_activations), T_INT, 0, 1, NULL, "0",
-     "1 = keep only each ResBlock's input and recompute its inside in backward (less activation memory, about "
-     "one more forward of the blocks per step), as torch.utils.checkpoint"},
+     "1 = keep only each segment's input and recompute its inside in backward (ae3d: ResBlocks, resnet3d: residual "
+     "blocks, densenet: dense layers with their concatenations, vit3d: transformer blocks; less activation memory, "
+     "about one more forward of the segments per step), as torch.utils.checkpoint"},
     {K(train, batch_preset), T_STRING, 0, 0, "none|cxr", "\"none\"",
      "with an automatic batch (train.batch_size 0) on a GPU: cxr = seed 002's table of batch x accumulation by the "
      "GPU's memory (>= 20 GB 16 x 4, 14-20 12 x 5, 10-14 8 x 8, 6-10 4 x 16, < 6 2 x 32), kept where the exact plan "

@@ -8,6 +8,8 @@
  *                     -> relu
  *   shortcut B where the shape changes: downsample.0 a 1x1x1 conv (stride; bias with bias_downsample) and
  *   downsample.1 a BatchNorm; else the block's input itself
+ * Each block is an activation-checkpointing segment (train.checkpoint_activations: only its input and output stay
+ * between forward and backward, as torch.utils.checkpoint per block).
  * spatial_dims 2 runs MONAI's 2-D network on volumes of depth 1: every kernel is 1 deep and unpadded along D (the
  * 2-D weights [out][in][kh][kw] are ours [out][1][kh][kw][in]); pooling along a depth of 1 keeps it 1. */
 #include <stdio.h>
@@ -37,6 +39,7 @@ static int block(Model *m, int layer, int b, int x, int planes, int stride, int 
     char prefix[64], name[80];
     snprintf(prefix, sizeof prefix, "layer%d.%d.", layer, b);
     const int c_in = m->tensors[x].dims.c, c_out = bottleneck ? 4 * planes : planes;
+    const int first = m->n_nodes;
     int h;
     if (bottleneck) {
         h = conv_bn(m, prefix, 1, x, planes, 1, 1, 1);
@@ -56,7 +59,10 @@ static int block(Model *m, int layer, int b, int x, int planes, int stride, int 
     snprintf(name, sizeof name, "%sadd", prefix);
     h = build_node(m, OP_ADD, name, h, skip, m->tensors[h].dims)->out;
     snprintf(name, sizeof name, "%srelu", prefix);
-    return build_relu(m, name, h);
+    h = build_relu(m, name, h);
+    GROW(m->blocks, m->n_blocks, m->cap_blocks); /* with checkpointing, its inside is recomputed in backward */
+    m->blocks[m->n_blocks++] = (Block){first, m->n_nodes - 1};
+    return h;
 }
 
 void build_resnet3d(Model *m) {

@@ -118,13 +118,12 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
                   m->inference ? "" : ", gradients and AdamW state",
                   m->dtype != DT_F32 ? " (and their low-precision copy)" : "", model_device_bytes(m) / 1048576.0);
         if (cfg->checkpoint_activations && m->n_blocks) {
-            const char *what = m->family == FAMILY_DENSENET ? "dense layers (each with its concatenation)"
-                               : m->family == FAMILY_AE3D   ? "ResBlocks"
-                                                            : "transformer blocks";
+            const char *what = m->family == FAMILY_DENSENET    ? "dense layers (each with its concatenation)"
+                               : m->family == FAMILY_AE3D      ? "ResBlocks"
+                               : m->family == FAMILY_RESNET3D  ? "residual blocks"
+                                                               : "transformer blocks";
             vx_log("activation checkpointing: %d %s keep only their input and output; backward reruns %.2f "
                    "GFLOP of their convolutions per micro-batch\n", m->n_blocks, what, m->recompute_flops * 1e-9);
-        } else if (cfg->checkpoint_activations) { /* resnet3d: no segment is marked, so nothing is recomputed */
-            vx_log("activation checkpointing: this network has no checkpointed segments; every activation is kept\n");
         }
     }
 }

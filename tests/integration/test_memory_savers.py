@@ -30,6 +30,9 @@ def planned_arena_mib(tmp_path, *extra):
     # MONAI's dropout_prob inside the layers draws the same keyed mask
     ("configs/test/cxr-tiny.json", ["--set", "model.dropout_prob=0.2", "--set", "train.batch_size=4",
                                     "--set", "model.block_config=[3, 4]"]),
+    # resnet3d: each residual block (bottlenecks, strided shortcuts) reruns its convolutions and BatchNorms
+    ("configs/test/resnet-tiny.json", ["--set", "model.depth=50", "--set", "model.widen_factor=0.25",
+                                       "--set", "model.conv1_t_stride=2"]),
 ])
 def test_checkpointed_gradients_are_the_stored_ones_bit_for_bit(tmp_path, config, extra):
     run("probe", "--config", config, "--out", tmp_path / "stored", *extra)

@@ -110,6 +110,12 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
 # The --help-config header names the sections; issue 21 added three.
 HEADER_SINCE = ("Config keys (JSON sections model, train, data, output, dist, diffusion, xray, loss):\n",
                 "Config keys (JSON sections model, train, data, output, dist):\n")
+# Help texts of old keys reworded since (what the key does is unchanged): (now, then)
+REWORDED_SINCE = [("only each segment's input and recompute its inside in backward (ae3d: ResBlocks, resnet3d: residual "
+                   "blocks, densenet: dense layers with their concatenations, vit3d: transformer blocks; less "
+                   "activation memory, about one more forward of the segments per step)",
+                   "only each ResBlock's input and recompute its inside in backward (less activation memory, about one "
+                   "more forward of the blocks per step)")]
 
 
 def _without_added(config_text):
@@ -185,6 +191,9 @@ def test_two_rank_run_gives_the_fixture_checkpoint_and_losses(tmp_path, same_cpu
 
 def test_help_config_is_what_2729dcc_printed():
     p = run("train", "--help-config")
+    for now, then in REWORDED_SINCE:
+        assert now in p.stdout, "a rewording is no longer printed: %s" % now
+        p.stdout = p.stdout.replace(now, then)
     added = tuple("  %s.%s " % k for k in ADDED_SINCE)
     lines = [HEADER_SINCE[1] if l == HEADER_SINCE[0] else l for l in p.stdout.splitlines(True) if not l.startswith(added)]
     assert len(lines) == len(p.stdout.splitlines()) - len(ADDED_SINCE), "an added key is not listed"
