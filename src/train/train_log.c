@@ -25,24 +25,22 @@ static void log_config(TrainLog *l, const char *json, const char *const *metrics
     size_t cap = 4096, len = 0;
     char *md = vx_malloc(cap);
     len += (size_t)snprintf(md, cap, "| key | value |\n|---|---|\n");
-    TbHParam hp[128];
-    char *texts[128];
-    size_t n = 0;
+    size_t keys = 0, n = 0; /* every key an hparam: the arrays sized by the config (a fixed 128 dropped the last) */
+    for (const cJSON *sec = root->child; sec; sec = sec->next)
+        for (const cJSON *kv = sec->child; kv; kv = kv->next) keys++;
+    TbHParam *hp = vx_malloc((keys ? keys : 1) * sizeof *hp);
+    char **texts = vx_malloc((keys ? keys : 1) * sizeof *texts);
     for (const cJSON *sec = root->child; sec; sec = sec->next)
         for (const cJSON *kv = sec->child; kv; kv = kv->next) {
             char name[96], *text = cJSON_PrintUnformatted(kv);
             snprintf(name, sizeof name, "%s.%s", sec->string, kv->string);
             while (len + strlen(name) + strlen(text) + 16 > cap) md = realloc(md, cap *= 2);
             len += (size_t)snprintf(md + len, cap - len, "| %s | `%s` |\n", name, text);
-            if (n < sizeof hp / sizeof hp[0]) {
-                texts[n] = text;
-                char *hp_name = strdup(name);
-                if (cJSON_IsNumber(kv)) hp[n] = TB_HPARAM_NUM(hp_name, kv->valuedouble);
-                else hp[n] = TB_HPARAM_STR(hp_name, cJSON_IsString(kv) ? kv->valuestring : text);
-                n++;
-            } else {
-                free(text);
-            }
+            texts[n] = text;
+            char *hp_name = strdup(name);
+            if (cJSON_IsNumber(kv)) hp[n] = TB_HPARAM_NUM(hp_name, kv->valuedouble);
+            else hp[n] = TB_HPARAM_STR(hp_name, cJSON_IsString(kv) ? kv->valuestring : text);
+            n++;
         }
     check(tb_writer_add_text(l->w, "config", 0, md), "text");
     check(tb_writer_add_hparams(l->w, hp, n, metrics, (size_t)n_metrics), "hparams");
@@ -50,6 +48,8 @@ static void log_config(TrainLog *l, const char *json, const char *const *metrics
         free((char *)hp[i].name);
         free(texts[i]);
     }
+    free(hp);
+    free(texts);
     free(md);
     cJSON_Delete(root);
 }
