@@ -110,6 +110,15 @@ def test_deterministic_reruns_are_bit_for_bit(tmp_path, path):
     assert [m.get("loss") for m in metrics(tmp_path / "a")] == [m.get("loss") for m in metrics(tmp_path / "b")]
 
 
+def per_rank_stderr(logs, *args, env):
+    """2 MPI ranks' stderr, rank after rank, each from its own file (mpirun --output-filename): through mpirun's
+    merged stream the two ranks' lines could interleave mid-line (one CI run split a log line in two)."""
+    p = subprocess.run([*conftest.MPIRUN, "--output-filename", str(logs), "-np", "2", conftest.VOXSCALE,
+                        *map(str, args)], cwd=conftest.ROOT, capture_output=True, text=True, timeout=180, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return "".join(open(os.path.join(logs, "1", "rank.%d" % r, "stderr")).read() for r in range(2))
+
+
 @needs_mpirun
 def test_every_rank_runs_rank_0s_convolution_choices_and_a_fresh_run_equals_its_rerun(tmp_path):
     # Ranks that each timed the two paths at once chose differently where the two were close (two resnet3d-18
@@ -118,7 +127,7 @@ def test_every_rank_runs_rank_0s_convolution_choices_and_a_fresh_run_equals_its_
     cache = tmp_path / "conv.tsv"
     env = dict(os.environ, VX_CONV_LOG="1", VX_CONV_CACHE=str(cache))
     args = ["train", *TINY, "--steps", 3, "--threads", 1, "--set", "train.log_every=1"]
-    fresh = mpi(2, *args, "--out", tmp_path / "a", env=env).stderr
+    fresh = per_rank_stderr(tmp_path / "logs-a", *args, "--out", tmp_path / "a", env=env)
     lines = [l for l in fresh.splitlines() if l.startswith("conv3d cpu ")]
     measured = [l for l in lines if l.endswith(", measured now")]
     adopted = [l for l in lines if l.endswith(", chosen by rank 0")]
@@ -127,7 +136,7 @@ def test_every_rank_runs_rank_0s_convolution_choices_and_a_fresh_run_equals_its_
     shape = lambda l: l.split(", 1 threads")[0]
     assert {shape(l): choice(l) for l in measured} == {shape(l): choice(l) for l in adopted}
     assert len(cache.read_text().splitlines()) == len(measured)  # rank 0's lines only
-    again = mpi(2, *args, "--out", tmp_path / "b", env=env).stderr
+    again = per_rank_stderr(tmp_path / "logs-b", *args, "--out", tmp_path / "b", env=env)
     relines = [l for l in again.splitlines() if l.startswith("conv3d cpu ")]
     assert sum(l.endswith(", measured earlier") for l in relines) == len(measured), again
     loss = lambda r: [m["loss"] for m in metrics(tmp_path / r) if "loss" in m]
