@@ -20,7 +20,7 @@ CFLAGS   := -std=c11 -O3 $(ARCH) -fopenmp -fno-trapping-math -g -Wall -Wextra -W
             $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -ldnnl -lm -lpthread
 LDFLAGS  := -fopenmp
-# Test builds only: VX_TEST_SLOW=P makes upsample2x_forward do P% more work (ci/regress must catch it).
+# Test builds only: VX_TEST_SLOW=P makes upconv_phase_shuffle do P% more work (ci/regress must catch it).
 ifneq ($(VX_TEST_SLOW),)
   CFLAGS += -DVX_TEST_SLOW_PERCENT=$(VX_TEST_SLOW)
 endif

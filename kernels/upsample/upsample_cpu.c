@@ -52,13 +52,6 @@ void upsample2x_backward_cpu(int n, int d, int h, int w, int c, const float *dy,
 static void cpu_forward(DType dt, int n, int d, int h, int w, int c, const void *x, void *y) {
     cpu_need_f32(dt, "upsample2x_forward");
     upsample2x_forward_cpu(n, d, h, w, c, x, y);
-#ifdef VX_TEST_SLOW_PERCENT
-    /* A test build's deliberate slowdown (`make VX_TEST_SLOW=20`, tests/integration/test_regress_gate.py): the first
-     * VX_TEST_SLOW_PERCENT percent of the (sample, z) slabs once more, the same values again. The forward only reads
-     * b*d + z of a slab, so they are a 1-sample volume of that depth. */
-    const int again = (int)((long)n * d * VX_TEST_SLOW_PERCENT / 100);
-    if (again > 0) upsample2x_forward_cpu(1, again, h, w, c, x, y);
-#endif
 }
 static void cpu_backward(DType dt, int n, int d, int h, int w, int c, const void *dy, void *dx, float beta) {
     cpu_need_f32(dt, "upsample2x_backward");

@@ -98,7 +98,7 @@ static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
     for (int i = 0; i < m->n_nodes; i++) {
         void **e = l.ev + 4 * i;
         out->node_ms[i] = be->event_elapsed_ms(e[0], e[1]) + be->event_elapsed_ms(e[2], e[3]);
-        if (m->nodes[i].kind == OP_CONV) out->conv_ms += out->node_ms[i];
+        if (node_convolves(&m->nodes[i])) out->conv_ms += out->node_ms[i];
         else out->other_ms += out->node_ms[i];
         if (m->nodes[i].kind == OP_GEMM) out->gemm_ms += out->node_ms[i];
         if (m->nodes[i].kind == OP_ATTENTION) out->attn_ms += out->node_ms[i];
@@ -177,7 +177,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     const char *first_conv = "none";
     for (int i = 0; i < m->n_nodes; i++) {
         first_ms += lt.node_ms[i];
-        if (m->nodes[i].kind == OP_CONV) {
+        if (node_convolves(&m->nodes[i])) {
             first_conv = m->nodes[i].name;
             break;
         }

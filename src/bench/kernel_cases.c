@@ -247,6 +247,26 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
             else add_case(&l, pad_case(tx->count / tx->dims.c, tx->dims.c, ty->dims.c, ty->dtype), "pad_channels_to");
             break;
         }
+        case OP_UPCONV: { /* its phase convolution, and the weights, fold and (un)shuffle around it */
+            const Conv3dShape *s = &nd->conv;
+            kernel_case_set_params(&k, s, sizeof *s);
+            char ks[40];
+            conv3d_kernel_label(s, ks, sizeof ks);
+            snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d %s", s->n, s->d, s->h, s->w, s->c_in, s->c_out, ks);
+            add_case(&l, k, "conv3d_forward");
+            if (tx->grad >= 0) add_case(&l, k, "conv3d_backward_data");
+            add_case(&l, k, "conv3d_backward_filter");
+            KernelCase u = {.dtype = dt};
+            UpconvPhaseShape us = nd->up;
+            us.dtype = dt;
+            kernel_case_set_params(&u, &us, sizeof us);
+            snprintf(u.shape, sizeof u.shape, "n%d %dx%dx%d c%d->%d", us.n, us.d, us.h, us.w, us.c_in, us.c_out);
+            add_case(&l, u, "upconv_phase_weights");
+            add_case(&l, u, "upconv_phase_shuffle");
+            add_case(&l, u, "upconv_phase_unshuffle");
+            add_case(&l, u, "upconv_phase_fold");
+            break;
+        }
         case OP_UPSAMPLE:
             memcpy(k.dims, (int[]){tx->dims.n, tx->dims.d, tx->dims.h, tx->dims.w, tx->dims.c}, sizeof k.dims);
             snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d", k.dims[0], k.dims[1], k.dims[2], k.dims[3], k.dims[4]);

@@ -124,7 +124,7 @@ static Timeline measure_timeline(const Config *base, int batch, int threads) {
     tl.fwd = bench_median(f, STEPS), tl.bwd = bench_median(b, STEPS), tl.opt = bench_median(o, STEPS);
     double total = 0, *flops = vx_malloc((size_t)m->n_nodes * sizeof(double));
     for (int i = 0; i < m->n_nodes; i++)
-        total += flops[i] = m->nodes[i].kind == OP_CONV ? 2 * conv3d_forward_flops(&m->nodes[i].conv) : 0;
+        total += flops[i] = node_convolves(&m->nodes[i]) ? 2 * conv3d_forward_flops(&m->nodes[i].conv) : 0;
     for (int i = 0; i < bk->n; i++) {
         tl.bytes[i] = (double)(bk->b[i].end - bk->b[i].begin) * sizeof(float);
         if (gpu) { /* backward runs nodes from the last down: done = the FLOPs of nodes >= ready_step */

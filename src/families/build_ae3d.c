@@ -6,6 +6,7 @@
 
 #include "core/util.h"
 #include "families/build.h"
+#include "graph/conv_pad.h"
 
 /* A cubic convolution with "same" padding and a bias, as every conv of the autoencoder is (w_cin: see build_conv) */
 static int conv_on(Model *m, const char *name, int x, int w_cin, int c_out, int k, int stride) {
@@ -49,6 +50,24 @@ static int add(Model *m, const char *name, int a, int b) {
 static int upsample(Model *m, const char *name, int x) {
     Dims d = m->tensors[x].dims;
     return build_node(m, OP_UPSAMPLE, name, x, -1, (Dims){d.n, 2 * d.d, 2 * d.h, 2 * d.w, d.c})->out;
+}
+
+/* Nearest x2 upsampling then conv 3^3 (stride 1, padding 1, bias) to c_out: two nodes (interpolate_name, then
+ * conv_name), or with train.fuse one OP_UPCONV named as the conv (graph/upconv.h: one 2x2x2 phase convolution at
+ * x's resolution), the same parameters either way. 16-bit storage whose channels conv_pad.h would pad keeps the
+ * pair (the phase convolution's 8*c_out outputs are a multiple of 8, its input would not be). */
+static int upsample_conv(Model *m, const char *interpolate_name, const char *conv_name, int x, int c_out) {
+    const Dims d = m->tensors[x].dims;
+    if (!m->fuse || conv_pad_channels(m->dtype, d.c, m->pad_all_types) != d.c)
+        return conv(m, conv_name, upsample(m, interpolate_name, x), c_out, 3, 1);
+    Node *nd = build_node(m, OP_UPCONV, conv_name, x, -1, (Dims){d.n, 2 * d.d, 2 * d.h, 2 * d.w, c_out});
+    nd->up = (UpconvPhaseShape){.n = d.n, .d = d.d, .h = d.h, .w = d.w, .c_in = d.c, .c_out = c_out, .dtype = m->dtype};
+    nd->conv = conv3d_shape(d.n, d.d, d.h, d.w, d.c, 8 * c_out, 2, 1, 1);
+    nd->conv.dtype = m->dtype;
+    nd->conv.bf16_math = m->bf16_math;
+    nd->weight = build_param(m, conv_name, "weight", 5, (int[]){c_out, 3, 3, 3, d.c});
+    nd->bias = build_param(m, conv_name, "bias", 1, (int[]){c_out});
+    return nd->out;
 }
 
 /* The residual add h + skip: a node of its own, or (train.fuse) folded into the convolution that produced the later
@@ -115,10 +134,10 @@ void build_ae3d(Model *m) {
         if (l > 0) {
             /* the nearest-neighbour resize and the conv after it are two nodes: they need two names in traces
              * (F.interpolate's, then the conv module's, whose parameters PyTorch names decoder.up.L.upsample.*) */
+            char conv_name[80];
             snprintf(n, sizeof n, "decoder.up.%d.interpolate", l);
-            h = upsample(m, n, h);
-            snprintf(n, sizeof n, "decoder.up.%d.upsample", l);
-            h = conv(m, n, h, m->tensors[h].dims.c, 3, 1);
+            snprintf(conv_name, sizeof conv_name, "decoder.up.%d.upsample", l);
+            h = upsample_conv(m, n, conv_name, h, m->tensors[h].dims.c);
         }
     }
     h = norm_silu(m, "decoder.norm_out", "decoder.act_out", h);

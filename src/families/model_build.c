@@ -10,6 +10,7 @@
 #include "families/build.h"
 #include "graph/model.h"
 #include "graph/conv_pad.h"
+#include "graph/upconv.h"
 #include "graph/diffusion_schedule.h"
 #include "conv3d/conv3d.h"
 #include "groupnorm/groupnorm.h"
@@ -32,6 +33,7 @@ static void finish_params(Model *m) {
 static int needs_input_in_backward(const Node *nd, int slot) {
     switch (nd->kind) {
     case OP_CONV:
+    case OP_UPCONV:
     case OP_GROUPNORM:
     case OP_BATCHNORM:
     case OP_LINEAR:
@@ -76,7 +78,7 @@ static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
             }
         }
         for (int i = b->first; i <= b->last; i++)
-            if (m->nodes[i].recompute && m->nodes[i].kind == OP_CONV)
+            if (m->nodes[i].recompute && node_convolves(&m->nodes[i]))
                 m->recompute_flops += conv3d_forward_flops(&m->nodes[i].conv);
     }
 }
@@ -174,7 +176,7 @@ static void plan_memory(Model *m) {
             m->coef_item = plan_add(&m->plan, 4 * (size_t)m->batch * sizeof(float), 0, T);
         }
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
-        if (nd->kind == OP_CONV && !m->no_workspace) {
+        if (node_convolves(nd) && !m->no_workspace) {
             size_t w = m->be->conv3d->workspace_bytes(&nd->conv);
             if (w > ws) ws = w;
         }
@@ -183,6 +185,7 @@ static void plan_memory(Model *m) {
             if (w > ws) ws = w;
         }
         if (nd->kind == OP_CONV) conv_pad_plan(m, nd, i, T); /* padded channels' buffers, where it has them */
+        if (nd->kind == OP_UPCONV) upconv_plan(m, nd, i, T);  /* its phase convolution's buffers */
     }
     m->workspace_item = plan_add(&m->plan, ws, 0, T);
     if (m->task != TASK_NONE) { /* the targets live through the step; survival's gathered scores at the loss */
@@ -274,13 +277,18 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     }
     plan_memory(m);
     /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). The
-     * model's work, the same padded or not (GFLOP/s compare): a conv on padded channels counts its real ones. */
+     * model's work, the same padded or not, fused or not (GFLOP/s compare): a conv on padded channels counts its
+     * real ones, an upsampling convolution the 3x3x3 one it computes. */
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
-        if (nd->kind != OP_CONV) continue;
+        if (!node_convolves(nd)) continue;
         Conv3dShape useful = nd->conv;
         useful.c_in = m->params[nd->weight].shape[4];
         useful.c_out = m->params[nd->weight].shape[0];
+        if (nd->kind == OP_UPCONV) /* the model's 3x3x3 convolution of the upsampled input, not the 3.4x fewer
+                                      FLOPs of its phase convolution: GFLOP/s compare with the unfused pair's */
+            useful = conv3d_shape(nd->up.n, 2 * nd->up.d, 2 * nd->up.h, 2 * nd->up.w, nd->up.c_in, nd->up.c_out, 3, 1,
+                                  1);
         m->conv_flops_step += conv3d_forward_flops(&useful) * (m->tensors[nd->in[0]].grad >= 0 ? 3 : 2);
     }
     /* The transformers' work, counted as the model's (what a PyTorch step computes too): a Linear's product, its

@@ -56,6 +56,7 @@
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
 #include "pool_window/pool_window.h"
+#include "upconv_phase/upconv_phase.h"
 #include "attention/attention.h"
 #include "gemm/gemm.h"
 #include "layernorm/layernorm.h"
@@ -63,6 +64,7 @@
 
 typedef enum {
     OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST, /* ae3d's */
+    OP_UPCONV,                              /* ae3d's upsample + conv as one phase convolution (graph/upconv.h) */
     OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT,     /* resnet3d's */
     OP_CONCAT, OP_POOL_WINDOW,                                               /* densenet's */
     OP_LAYERNORM, OP_GEMM, OP_ATTENTION, OP_POS, OP_UNPATCH,                 /* vit3d's (model_exec_vit.c) */
@@ -148,6 +150,10 @@ typedef struct {
                             queries in[0] [rows][hidden], keys and values packed in[1] [rows'][2*hidden] (stats: lse and
                             delta [n*heads*tq]) */
     PatchShape patch;    /* OP_UNPATCH: tokens [rows][p^3*c] to the volume */
+    /* OP_UPCONV (graph/upconv.h; conv is its phase convolution, weight and bias the 3x3x3 convolution's): its shape,
+     * and the plan items of the phase weights and bias, their gradients, and the phase output z and its gradient */
+    UpconvPhaseShape up;
+    int up_pw, up_pb, up_dpw, up_dpb, up_z, up_dz;
     float dx_beta[NODE_MAX_IN]; /* 0 when this node writes that input's gradient first in backward, else 1 */
     int chunk;           /* OP_MODULATE: the shift's chunk of the modulation [n][k*c] (the scale's is chunk + 1);
                             OP_GATE: the gate's. Each chunk's gradient is written by its one node (beta 0) */
@@ -160,6 +166,10 @@ typedef struct {
      * gradient and input gradient where this conv's shape pads them; -1 otherwise */
     int pad_b, pad_x, pad_y, pad_dy, pad_dx;
 } Node;
+
+/* Whether node nd runs a convolution of shape nd->conv (a plain one, or the upsampling convolution's phase one): what
+ * the workspace, the FLOP counts, the ranks' kernel agreement and the device checks look at */
+static inline int node_convolves(const Node *nd) { return nd->kind == OP_CONV || nd->kind == OP_UPCONV; }
 
 /* A checkpointed segment (a ResBlock): nodes first..last, last the residual add. With activation checkpointing only
  * its input and output stay in memory after the forward; the nodes marked recompute run again when backward reaches

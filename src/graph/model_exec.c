@@ -10,6 +10,7 @@
 #include "core/util.h"
 #include "graph/model.h"
 #include "graph/conv_pad.h"
+#include "graph/upconv.h"
 #include "graph/exec_ptr.h"
 #include "graph/model_exec_diff.h"
 #include "graph/model_exec_vit.h"
@@ -303,6 +304,7 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         else be->conv3d->forward(&nd->conv, x, exec_weight(m, nd->weight), exec_param(m, m->param, nd->bias), res, y, ws);
         break;
     }
+    case OP_UPCONV: upconv_forward(m, nd, x, y, ws); break;
     case OP_GROUPNORM: {
         float *mean = (float *)exec_item(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
         be->groupnorm->forward(&nd->gn, x, exec_param(m, m->param, nd->weight), exec_param(m, m->param, nd->bias), y,
@@ -491,6 +493,7 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
         /* the fused residual's gradient is the output's */
         if (nd->in[1] >= 0) be->elementwise->accumulate(dt, m->tensors[nd->out].count, dy, model_tensor_grad(m, nd->in[1]), nd->dx_beta[1]);
         break;
+    case OP_UPCONV: upconv_backward(m, nd, x, dy, dx, param_beta, ws); break;
     case OP_GROUPNORM: {
         const float *mean = (const float *)exec_item(m, nd->stats), *rstd = mean + nd->gn.n * nd->gn.groups;
         be->groupnorm->backward(&nd->gn, dy, x, exec_param(m, m->param, nd->weight), exec_param(m, m->param, nd->bias),

@@ -173,7 +173,7 @@ static int fits_on_gpu(const ModelConfig *model, const TrainConfig *train, const
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         char why[2048];
-        if (nd->kind == OP_CONV && !conv3d_cuda_usable(&nd->conv, m->tensors[nd->in[0]].grad >= 0, why, sizeof why)) {
+        if (node_convolves(nd) && !conv3d_cuda_usable(&nd->conv, m->tensors[nd->in[0]].grad >= 0, why, sizeof why)) {
             snprintf(reason, reason_len, "cuDNN cannot run %s: %s", nd->name, why);
             model_free(m);
             return 0;

@@ -16,7 +16,7 @@ void conv_agree(Comm *c, const Backend *be, const Model *m) {
     const Conv3dShape **shape = vx_calloc((size_t)m->n_nodes + 1, sizeof *shape);
     int n = 0;
     for (int i = 0; i < m->n_nodes; i++) {
-        if (m->nodes[i].kind != OP_CONV) continue;
+        if (!node_convolves(&m->nodes[i])) continue;
         const Conv3dShape *s = &m->nodes[i].conv;
         int seen = 0;
         for (int j = 0; j < n && !seen; j++) seen = memcmp(shape[j], s, sizeof *s) == 0;

@@ -39,10 +39,11 @@ def test_every_op_checked_and_rated(tmp_path):
     j, md = report(str(tmp_path))
     ops = {k["op"] for k in j["kernels"]}
     # every op of the table that the default model calls (GroupNorm fused with SiLU, the ResBlocks' residual add
-    # fused into a convolution, whose backward accumulates the skip's gradient), forward and backward, and the
-    # optimizer
+    # fused into a convolution, whose backward accumulates the skip's gradient, the decoder's upsampling convolution
+    # as one phase convolution with its weights, fold and shuffles), forward and backward, and the optimizer
     assert ops == {"conv3d_forward", "conv3d_forward_add", "conv3d_backward_data", "conv3d_backward_filter",
-                   "groupnorm_silu_forward", "groupnorm_silu_backward", "upsample2x_forward", "upsample2x_backward",
+                   "groupnorm_silu_forward", "groupnorm_silu_backward", "upconv_phase_weights", "upconv_phase_fold",
+                   "upconv_phase_shuffle", "upconv_phase_unshuffle",
                    "accumulate", "recon_loss_l1", "latent_forward", "latent_backward", "adamw", "sumsq"}
     assert j["failed_checks"] == 0
     assert j["ceilings"]["gemm_gflops"] > 1 and j["ceilings"]["copy_gbps"] > 0.5

@@ -1,8 +1,9 @@
 """ci/regress's parent comparison (ci/regress_ab.py): it gates a machine it has never seen, and a deliberate 20%
-slowdown of one kernel in a test build (`make VX_TEST_SLOW=20`: upsample2x_forward redoes a fifth of its slabs) is
+slowdown of one kernel in a test build (`make VX_TEST_SLOW=20`: upconv_phase_shuffle, the decoder's upsampling
+convolution's shuffle, redoes a fifth of its output) is
 caught by the instruction counts, which the load of a shared VM does not move, while every other op counts the same
 instructions to the one. Builds: this tree at -march=x86-64-v3 (what valgrind runs) into build-regress-v3, the
-slowed copy by rebuilding only upsample_cpu.o in a copy of it. About 3 minutes on 2 quiet cores."""
+slowed copy by rebuilding only upconv_phase_cpu.o in a copy of it. About 3 minutes on 2 quiet cores."""
 import os
 import shutil
 import subprocess
@@ -37,11 +38,11 @@ def builds(tmp_path_factory):
     assert p.returncode == 0, p.stdout[-3000:]
     slow = str(tmp_path_factory.mktemp("slow") / "build")
     shutil.copytree(v3, slow, symlinks=True)
-    os.remove(os.path.join(slow, "kernels", "upsample", "upsample_cpu.o"))
+    os.remove(os.path.join(slow, "kernels", "upconv_phase", "upconv_phase_cpu.o"))
     p = run(["make", "-j2", "CUDA=0", "ARCH=-march=x86-64-v3", "BUILD=" + slow, "VX_TEST_SLOW=20",
              os.path.join(slow, "voxscale")])
     assert p.returncode == 0, p.stdout[-3000:]
-    assert "-DVX_TEST_SLOW_PERCENT=20" in p.stdout and "upsample_cpu.c" in p.stdout, p.stdout[-3000:]
+    assert "-DVX_TEST_SLOW_PERCENT=20" in p.stdout and "upconv_phase_cpu.c" in p.stdout, p.stdout[-3000:]
     return os.path.join(v3, "voxscale"), os.path.join(slow, "voxscale")
 
 
@@ -51,8 +52,8 @@ def test_a_20_percent_slower_kernel_is_caught_by_its_instruction_count(builds):
                        "--count-config", "configs/test/tiny.json"])
     assert p.returncode == 1, p.stdout[-4000:]
     r = rows(p.stdout)
-    assert r[("instructions", "upsample2x_forward")] == "REGRESSED", p.stdout[-4000:]
-    assert [k for k, v in r.items() if v == "REGRESSED"] == [("instructions", "upsample2x_forward")], p.stdout[-4000:]
+    assert r[("instructions", "upconv_phase_shuffle")] == "REGRESSED", p.stdout[-4000:]
+    assert [k for k, v in r.items() if v == "REGRESSED"] == [("instructions", "upconv_phase_shuffle")], p.stdout[-4000:]
     # the convolutions on both CPU paths were counted, and matched the unchanged build exactly
     assert r[("instructions", "conv3d_forward [onednn]")] == "ok" and r[("instructions", "conv3d_forward [im2col]")] == "ok"
     assert "parent comparison: FAILED: 1 of" in p.stdout
@@ -69,4 +70,4 @@ def test_the_same_build_passes_and_a_cpu_without_a_baseline_is_gated_not_skipped
     assert "parent comparison: passed" in p.stdout
     assert "gated by the parent comparison alone" in p.stdout and "skipped" not in p.stdout
     r = rows(p.stdout)
-    assert ("time", "upsample2x_forward") in r and ("instructions", "upsample2x_forward") in r
+    assert ("time", "upconv_phase_shuffle") in r and ("instructions", "upconv_phase_shuffle") in r

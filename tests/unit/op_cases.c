@@ -22,6 +22,7 @@
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
 #include "pool_window/pool_window.h"
+#include "upconv_phase/upconv_phase.h"
 #include "patch/patch.h"
 #include "softmax/softmax.h"
 #include "timestep/timestep.h"
@@ -191,6 +192,19 @@ static void pool_window(int n, int d, int h, int w, int c, int kd, int kh, int k
     add_betas("pool_window_backward", k, offset, emu);
 }
 
+/* the autoencoder decoder's nearest x2 + 3x3x3 convolution as one phase convolution: its weights, their gradient's
+ * fold, and the output's shuffle and its transpose */
+static void upconv_phase(int n, int d, int h, int w, int c_in, int c_out, int offset, int emu) {
+    KernelCase k = {0};
+    const UpconvPhaseShape s = {.n = n, .d = d, .h = h, .w = w, .c_in = c_in, .c_out = c_out, .dtype = DT_F32};
+    kernel_case_set_params(&k, &s, sizeof s);
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d c%d->%d", n, d, h, w, c_in, c_out);
+    add("upconv_phase_weights", k, offset, emu);
+    add_betas("upconv_phase_fold", k, offset, emu);
+    add("upconv_phase_shuffle", k, offset, emu);
+    add("upconv_phase_unshuffle", k, offset, emu);
+}
+
 static void linear(int n, int in, int out, int offset, int emu) {
     KernelCase k = {0};
     const LinearShape s = {.n = n, .in = in, .out = out};
@@ -260,6 +274,10 @@ static void resnet_ops(void) {
     pool_window(1, 1, 9, 7, 3, 1, 2, 2, 1, 1);    /* odd sides: the last row and column in no window */
     pool_window(2, 4, 6, 5, 4, 2, 2, 2, 0, 1);    /* a volume's */
     pool_window(2, 1, 80, 80, 128, 1, 2, 2, 0, 0);
+    upconv_phase(2, 3, 4, 5, 3, 2, 0, 1);     /* odd sides, every phase's edge planes */
+    upconv_phase(1, 1, 2, 2, 5, 7, 1, 1);     /* one voxel deep */
+    upconv_phase(2, 4, 4, 4, 16, 16, 0, 1);
+    upconv_phase(2, 16, 16, 16, 32, 32, 0, 0); /* the default config's decoder.up.1.upsample */
     avgpool(2, 1, 7, 0, 1);
     avgpool(1, 5000, 3, 0, 1); /* many partial-sum blocks */
     avgpool(8, 8 * 8 * 8, 2048, 0, 0);

@@ -35,6 +35,7 @@ extern "C" {
 #include "linear/linear.h"
 #include "maxpool/maxpool.h"
 #include "pool_window/pool_window.h"
+#include "upconv_phase/upconv_phase.h"
 #include "patch/patch.h"
 #include "relu/relu.h"
 #include "silu/silu.h"
@@ -238,6 +239,7 @@ static const Backend emu_backend = {
     .drr = &emu_drr,
     .diffusion = &emu_diffusion,
     .ema = &ema_ops_cuda,
+    .upconv_phase = &upconv_phase_ops_cuda,
 };
 
 /* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one
