@@ -54,11 +54,12 @@ static int upsample(Model *m, const char *name, int x) {
 
 /* Nearest x2 upsampling then conv 3^3 (stride 1, padding 1, bias) to c_out: two nodes (interpolate_name, then
  * conv_name), or with train.fuse one OP_UPCONV named as the conv (graph/upconv.h: one 2x2x2 phase convolution at
- * x's resolution), the same parameters either way. 16-bit storage whose channels conv_pad.h would pad keeps the
- * pair (the phase convolution's 8*c_out outputs are a multiple of 8, its input would not be). */
+ * x's resolution), the same parameters either way. 16-bit storage whose channels conv_pad.h pads keeps the pair (the
+ * phase convolution's 8*c_out outputs are a multiple of 8, its input would not be); ModelOptions.pad_all_types (a
+ * float32 test of the padding) does not change the choice, so padded and unpadded models have the same nodes. */
 static int upsample_conv(Model *m, const char *interpolate_name, const char *conv_name, int x, int c_out) {
     const Dims d = m->tensors[x].dims;
-    if (!m->fuse || conv_pad_channels(m->dtype, d.c, m->pad_all_types) != d.c)
+    if (!m->fuse || conv_pad_channels(m->dtype, d.c, 0) != d.c)
         return conv(m, conv_name, upsample(m, interpolate_name, x), c_out, 3, 1);
     Node *nd = build_node(m, OP_UPCONV, conv_name, x, -1, (Dims){d.n, 2 * d.d, 2 * d.h, 2 * d.w, c_out});
     nd->up = (UpconvPhaseShape){.n = d.n, .d = d.d, .h = d.h, .w = d.w, .c_in = d.c, .c_out = c_out, .dtype = m->dtype};

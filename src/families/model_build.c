@@ -98,9 +98,10 @@ static void plan_memory(Model *m) {
         first_grad[t] = T + 1;
         again_first[t] = T + 1;
     }
+    int *rerun_at = vx_calloc((size_t)F + 1, sizeof(int)); /* when a rerun node runs again: its block's recomputation */
     for (int bi = 0; bi < m->n_blocks; bi++) /* a rerun node writes its output when the block is recomputed */
         for (int i = m->blocks[bi].first; i <= m->blocks[bi].last; i++)
-            if (m->nodes[i].recompute) again_first[m->nodes[i].out] = T - m->blocks[bi].last;
+            if (m->nodes[i].recompute) again_first[m->nodes[i].out] = rerun_at[i] = T - m->blocks[bi].last;
     /* the loss at time F reads the ae3d's reconstruction and input, or the head's outputs, and writes their gradient */
     const int t_loss = model_loss_tensor(m);
     last_use[t_loss] = F;
@@ -114,7 +115,7 @@ static void plan_memory(Model *m) {
             if (t < 0) continue;
             /* read again by backward, or by the block's recomputation (a rerun node whose input is from outside its
              * block: a dense layer's concatenation of the features before it) */
-            int use = needs_input_in_backward(nd, s) || nd->recompute ? T - i : i;
+            int use = needs_input_in_backward(nd, s) ? T - i : nd->recompute ? rerun_at[i] : i;
             if (checkpointed[t]) { /* forward reads the first copy; backward (and the rerun) the second */
                 if (i > last_use[t]) last_use[t] = i;
                 if (use > again_last[t]) again_last[t] = use;
@@ -201,6 +202,7 @@ static void plan_memory(Model *m) {
     plan_solve(&m->plan);
     free(last_use);
     free(first_grad);
+    free(rerun_at);
     free(checkpointed);
     free(needed_again);
     free(again_first);

@@ -341,8 +341,10 @@ static void test_hardware_plan_on_simulated_gpus(void **state) {
     const Backend be = gpu_double();
     const Config cfg = ae3d_64();
     const size_t GiB = 1073741824ul;
-    const HwPlanDevice l4 = {.gpu = 1, .cc_major = 8, .cc_minor = 9, .available = 24 * GiB, .cap = 64},
-                       h100 = {.gpu = 1, .cc_major = 9, .cc_minor = 0, .available = 80 * GiB, .cap = 64};
+    /* (a cap above 64: ae3d-64 in bf16 fits 64 in 24 GB since the decoder's upsampling convolution keeps no
+     * upsampled tensor) */
+    const HwPlanDevice l4 = {.gpu = 1, .cc_major = 8, .cc_minor = 9, .available = 24 * GiB, .cap = 1024},
+                       h100 = {.gpu = 1, .cc_major = 9, .cc_minor = 0, .available = 80 * GiB, .cap = 1024};
     HwPlan a, b;
     char why[400];
     assert_true(hw_plan(&cfg.model, &cfg.train, &be, &l4, 1, &a, why, sizeof why));
@@ -350,6 +352,7 @@ static void test_hardware_plan_on_simulated_gpus(void **state) {
     /* bf16 on both (8.9 and 9.0); the largest power of two that fits 80%, larger on 80 GB; no checkpointing needed */
     assert_int_equal(a.precision, DT_BF16);
     assert_int_equal(b.precision, DT_BF16);
+    print_message("ae3d-64: batch %d on 24 GB, %d on 80 GB\n", a.batch, b.batch);
     assert_true(a.batch >= 1 && b.batch > a.batch);
     assert_int_equal(a.checkpoint_activations + b.checkpoint_activations, 0);
     const HwPlanDevice *devs[2] = {&l4, &h100};
@@ -412,7 +415,7 @@ static void test_batch_search_plans_exactly_once(void **state) {
     const size_t GiB = 1073741824ul;
     Model *one = model_of(&cfg, 1, &be);
     int convs = 0;
-    for (int i = 0; i < one->n_nodes; i++) convs += one->nodes[i].kind == OP_CONV;
+    for (int i = 0; i < one->n_nodes; i++) convs += node_convolves(&one->nodes[i]); /* (the phase one too) */
     model_free(one);
     const size_t sizes[] = {3 * GiB, 24 * GiB, 80 * GiB, 141 * GiB};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
