@@ -87,18 +87,21 @@ static void s_run(const OpHead *ops, const KernelCase *k, void *const *b, void *
     const UpconvPhaseShape s = shape_of(k);
     table(ops)->shuffle(&s, b[0], b[1]);
 }
+/* where y element i (the upsampled output) comes from in z: phase (z%2, y%2, x%2)'s output at input voxel (z/2, y/2,
+ * x/2) sits at z row (z/2 + z%2, y/2 + y%2, x/2 + x%2); the shuffle's definition, read by both references */
+static long z_of_y(const UpconvPhaseShape *s, long i) {
+    const int co = s->c_out, D = 2 * s->d, H = 2 * s->h, W = 2 * s->w;
+    const int o = (int)(i % co);
+    const long r = i / co;
+    const int x = (int)(r % W), y = (int)(r / W % H), z = (int)(r / ((long)W * H) % D);
+    const long b = r / ((long)W * H * D);
+    const long zr = ((b * (s->d + 1) + z / 2 + z % 2) * (s->h + 1) + y / 2 + y % 2) * (s->w + 1) + x / 2 + x % 2;
+    return (zr * 8 + (z % 2) * 4 + (y % 2) * 2 + x % 2) * co + o;
+}
+
 static void s_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const UpconvPhaseShape s = shape_of(k);
-    const int co = s.c_out, D = 2 * s.d, H = 2 * s.h, W = 2 * s.w;
-    for (long i = 0; i < upconv_phase_y_count(&s); i++) {
-        const int o = (int)(i % co);
-        const long r = i / co;
-        const int x = (int)(r % W), y = (int)(r / W % H), z = (int)(r / ((long)W * H) % D);
-        const long b = r / ((long)W * H * D);
-        /* phase (z%2, y%2, x%2)'s output at input voxel (z/2, y/2, x/2) sits at z row (z/2 + z%2, ...) */
-        const long zr = ((b * (s.d + 1) + z / 2 + z % 2) * (s.h + 1) + y / 2 + y % 2) * (s.w + 1) + x / 2 + x % 2;
-        ref[1][i] = in[0][(zr * 8 + (z % 2) * 4 + (y % 2) * 2 + x % 2) * co + o];
-    }
+    for (long i = 0; i < upconv_phase_y_count(&s); i++) ref[1][i] = in[0][z_of_y(&s, i)];
 }
 
 static void u_setup(KernelCase *k, const OpHead *ops) {
@@ -113,16 +116,8 @@ static void u_run(const OpHead *ops, const KernelCase *k, void *const *b, void *
 /* the transpose of the shuffle: zero everywhere, then every dy element added where the shuffle took it from */
 static void u_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const UpconvPhaseShape s = shape_of(k);
-    const int co = s.c_out, D = 2 * s.d, H = 2 * s.h, W = 2 * s.w;
     for (long i = 0; i < upconv_phase_z_count(&s); i++) ref[1][i] = 0.0;
-    for (long i = 0; i < upconv_phase_y_count(&s); i++) {
-        const int o = (int)(i % co);
-        const long r = i / co;
-        const int x = (int)(r % W), y = (int)(r / W % H), z = (int)(r / ((long)W * H) % D);
-        const long b = r / ((long)W * H * D);
-        const long zr = ((b * (s.d + 1) + z / 2 + z % 2) * (s.h + 1) + y / 2 + y % 2) * (s.w + 1) + x / 2 + x % 2;
-        ref[1][(zr * 8 + (z % 2) * 4 + (y % 2) * 2 + x % 2) * co + o] += in[0][i];
-    }
+    for (long i = 0; i < upconv_phase_y_count(&s); i++) ref[1][z_of_y(&s, i)] += in[0][i];
 }
 
 /* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
