@@ -72,6 +72,11 @@ int build_buffer(Model *m, const char *prefix, const char *suffix, long count) {
     return m->n_buffers++;
 }
 
+void build_segment(Model *m, int first) {
+    GROW(m->blocks, m->n_blocks, m->cap_blocks);
+    m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};
+}
+
 void build_input(Model *m) {
     const ModelConfig *c = &m->cfg;
     m->t_input = build_tensor(m, (Dims){m->batch, c->input_size[0], c->input_size[1], c->input_size[2],

@@ -19,6 +19,9 @@ int build_tensor(Model *m, Dims d, int producer, DType dtype);
 int build_param(Model *m, const char *prefix, const char *suffix, int ndim, const int *shape);
 /* A buffer named "<prefix>.<suffix>" of count floats (BatchNorm's running statistics). */
 int build_buffer(Model *m, const char *prefix, const char *suffix, long count);
+/* Nodes first .. the last built so far as one activation-checkpointing segment (model.h's Block: with
+ * train.checkpoint_activations its inside is recomputed in backward) */
+void build_segment(Model *m, int first);
 /* A node of `kind` reading in0 (and in1, or -1) whose output has dims `out` in the model's type. */
 Node *build_node(Model *m, OpKind kind, const char *name, int in0, int in1, Dims out);
 /* A convolution of x with per-axis kernel, stride and padding (d, h, w); weights "<name>.weight" of w_cin input

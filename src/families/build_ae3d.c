@@ -97,8 +97,7 @@ static int resblock(Model *m, const char *prefix, int x, int c_out) {
     h = conv(m, NAME("conv2"), h, c_out, 3, 1);
     int skip = c_in == c_out ? x : conv(m, NAME("shortcut"), x, c_out, 1, 1);
     const int out = residual_add(m, NAME("add"), h, skip);
-    GROW(m->blocks, m->n_blocks, m->cap_blocks);
-    m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};
+    build_segment(m, first);
     return out;
 #undef NAME
 #undef NAME2

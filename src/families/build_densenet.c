@@ -67,8 +67,7 @@ static int dense_layer(Model *m, int block, int layer, const int *features, int 
                                   .dtype = m->dtype};
         h = nd->out;
     }
-    GROW(m->blocks, m->n_blocks, m->cap_blocks); /* with checkpointing, its inner activations are recomputed */
-    m->blocks[m->n_blocks++] = (Block){first, m->n_nodes - 1};
+    build_segment(m, first); /* with checkpointing, its inner activations are recomputed */
     return h;
 }
 

@@ -60,8 +60,7 @@ static int block(Model *m, int layer, int b, int x, int planes, int stride, int 
     h = build_node(m, OP_ADD, name, h, skip, m->tensors[h].dims)->out;
     snprintf(name, sizeof name, "%srelu", prefix);
     h = build_relu(m, name, h);
-    GROW(m->blocks, m->n_blocks, m->cap_blocks); /* with checkpointing, its inside is recomputed in backward */
-    m->blocks[m->n_blocks++] = (Block){first, m->n_nodes - 1};
+    build_segment(m, first); /* with checkpointing, its inside is recomputed in backward */
     return h;
 }
 

@@ -50,8 +50,7 @@ int vit_add(Model *m, const char *name, int a, int b) {
 static int add(Model *m, const char *name, int a, int b) { return vit_add(m, name, a, b); }
 
 void vit_checkpoint_block(Model *m, int first) {
-    GROW(m->blocks, m->n_blocks, m->cap_blocks);
-    m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};
+    build_segment(m, first);
 }
 
 static int block(Model *m, int i, int x) {
