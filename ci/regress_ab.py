@@ -129,8 +129,10 @@ def time_pairs(new, base, config, pairs, ops, budget_ms, log):
 
 # ---- count ------------------------------------------------------------------------------------------------------
 
-def count(binary, config, conv_path):
-    """{(op, shape): instructions of one call} under callgrind, one thread."""
+def count(binary, config, conv_path, rev=None):
+    """{(op, shape): instructions of one call} under callgrind, one thread. rev: the commit binary was built from;
+    when it refuses the config as a usage error (exit 2: a key this tree added), its own tree's version of the
+    config is counted instead (the shapes both have are compared)."""
     out = tempfile.mkdtemp(prefix="voxscale-cg-")
     # its report goes to a folder of its own: in the tree's results/ it would be refused the second time (bench's
     # results are replaced only with --overwrite, which the parent's build may not know)
@@ -143,6 +145,15 @@ def count(binary, config, conv_path):
             "--attention-tokens", "0"],
            env=env)
     shutil.rmtree(results, ignore_errors=True)
+    if p.returncode == 2 and rev:
+        own = git("show", "%s:%s" % (rev, config))
+        if own is not None:
+            shutil.rmtree(out, ignore_errors=True)
+            path = os.path.join(tempfile.mkdtemp(prefix="voxscale-cg-config-"), os.path.basename(config))
+            with open(path, "w") as f:
+                f.write(own + "\n")
+            print("ci/regress: %s refused %s (exit 2); counting its own tree's version" % (binary, config))
+            return count(binary, path, conv_path)
     if p.returncode != 0:
         sys.exit("ci/regress: callgrind on %s exited %d:\n%s" % (binary, p.returncode, (p.stdout + p.stderr)[-3000:]))
     got = {}
@@ -161,13 +172,14 @@ def count(binary, config, conv_path):
     return got
 
 
-def count_ratios(new, base, configs, log):
-    """{op: (new instructions, base instructions)} summed over the op's cases in every count config and path."""
+def count_ratios(new, base, configs, log, rev=None):
+    """{op: (new instructions, base instructions)} summed over the op's cases in every count config and path; rev:
+    the commit base was built from (count's fallback)."""
     paths = ["im2col", "onednn"] if has(base, "VX_CONV_CPU") else ["im2col"]
     sums = {}
     for config in configs:
         for path in paths:
-            n, b = count(new, config, path), count(base, config, path)
+            n, b = count(new, config, path), count(base, config, path, rev)
             for key in set(n) & set(b):
                 if key[0].startswith("conv3d") or path == "im2col":  # non-conv ops once
                     op = key[0] + (" [%s]" % path if key[0].startswith("conv3d") else "")
@@ -182,6 +194,7 @@ def count_ratios(new, base, configs, log):
 
 def gate(args, log=print):
     """Returns (regressed count, rows printed) or None when no parent can be had."""
+    rev = None
     if args.base_bin:
         base, what = args.base_bin, "the given base binary %s" % args.base_bin
     else:
@@ -206,7 +219,7 @@ def gate(args, log=print):
         elif not has(base, "VX_KERNELS_CALLGRIND"):
             log("ci/regress: the base build has no instruction-count mode (it predates it): counts not compared")
         else:
-            for op, (n, b) in sorted(count_ratios(new, base, args.count_configs, log).items()):
+            for op, (n, b) in sorted(count_ratios(new, base, args.count_configs, log, rev).items()):
                 r = n / b if b else 1.0
                 worse = r > 1 + TOL_COUNT and n - b > MIN_COUNT_GROWTH
                 bad += worse

@@ -4,8 +4,9 @@ kernels' headers), in float64: the reference `voxscale probe` is compared with (
 It reads a probe (PREFIX.json / PREFIX.bin: the clean volumes x0, the noisy x_t, the target, the views, the
 prediction, the per-sample coefficients, the parameters and their gradients, all in voxscale's layouts: volumes
 [N][D][H][W][C], conv weights [out][kd][kh][kw][in], Linear weights [out][in]), recomputes the views from x0 (the
-DRR: a parallel-beam line integral, bilinear resampling as F.interpolate(align_corners=False), Beer-Lambert), the
-noise from x_t, the target from both, then the prediction, the diffusion loss, the projection loss and every
+DRR: a parallel-beam line integral, bilinear resampling as F.interpolate(align_corners=False), Beer-Lambert), with
+xray.backproject their lifting into the volume (the rays' line integrals resampled back), the noise from x_t and
+diffusion.data_scale, the target from both, then the prediction, the diffusion loss, the projection loss and every
 parameter's gradient by autograd, and prints the largest differences as JSON. Debian's torch has no fused SDPA:
 attention is written out (softmax of the scores). Usage: vit3d_diffusion.py PREFIX
 
@@ -52,6 +53,17 @@ def views_of(vol, img, mu_scale):
     return torch.stack([drr(vol, 0, img, mu_scale), drr(vol, 1, img, mu_scale)], dim=1)  # [N][2][img][img]
 
 
+def backproject(views, D, H, W, mu_scale):
+    """xray.backproject (drr.h's backproject): views [N][2][img][img] -> [N][D][H][W][2], each view's line integral
+    -log(1 - min(image, 1 - 1e-6)) resampled to its rays (F.interpolate, bilinear, align_corners=False) over mu_scale:
+    channel 0 the AP ray's value (d, w) along H, channel 1 the lateral ray's (d, h) along W"""
+    line = -torch.log1p(-views.clamp(max=1.0 - 1e-6))
+    ap = F.interpolate(line[:, 0:1], size=(D, W), mode="bilinear", align_corners=False)[:, 0] / mu_scale  # [N][D][W]
+    lat = F.interpolate(line[:, 1:2], size=(D, H), mode="bilinear", align_corners=False)[:, 0] / mu_scale  # [N][D][H]
+    n = views.shape[0]
+    return torch.stack([ap[:, :, None, :].expand(n, D, H, W), lat[:, :, :, None].expand(n, D, H, W)], dim=-1)
+
+
 def timestep_embedding(t, dim, max_period=10000.0):
     half = dim // 2
     freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=t.dtype, device=t.device) / half)
@@ -95,9 +107,13 @@ def forward(p, cfg, x_t, views, t):
     pd, ph, pw = m["patch_size"]
     n, D, H, W, c = x_t.shape
     ln = lambda x: F.layer_norm(x, (C,), eps=eps)
+    x_in = x_t
+    if xr["backproject"]:  # the views lifted along their rays, as channels after x_t's
+        x_in = torch.cat([x_t, backproject(views, D, H, W, xr["mu_scale"]).to(x_t.dtype)], dim=-1)
+    ci = x_in.shape[-1]
     # the volume's patches: a conv with kernel = stride = patch, as a GEMM over (kd, kh, kw, c) in each token
-    tok = x_t.reshape(n, D // pd, pd, H // ph, ph, W // pw, pw, c).permute(0, 1, 3, 5, 2, 4, 6, 7)
-    tok = tok.reshape(n, -1, pd * ph * pw * c)
+    tok = x_in.reshape(n, D // pd, pd, H // ph, ph, W // pw, pw, ci).permute(0, 1, 3, 5, 2, 4, 6, 7)
+    tok = tok.reshape(n, -1, pd * ph * pw * ci)
     x = tok @ p["patch_embed.proj.weight"].reshape(C, -1).T + p["patch_embed.proj.bias"] + p["pos_embed.weight"]
     # the views' 2-D patches (one conv shared by both views) and their positions
     g, vp = xr["img_size"] // xr["patch_size"], xr["patch_size"]
@@ -174,7 +190,7 @@ class ViT3DDiffusion(nn.Module):
         self.t_embedder = nn.Module()
         self.t_embedder.mlp = nn.Sequential(nn.Linear(256, C), nn.SiLU(), nn.Linear(C, C))
         self.patch_embed = nn.Module()
-        self.patch_embed.proj = Weight((C, ps[0], ps[1], ps[2], c), C)
+        self.patch_embed.proj = Weight((C, ps[0], ps[1], ps[2], c + 2 * xr["backproject"]), C)
         self.pos_embed = Weight((tokens, C))
         self.blocks = nn.ModuleList(Block(C, m["mlp_ratio"], m["ln_eps"]) for _ in range(m["blocks"]))
         self.final_layer = nn.Module()
@@ -218,17 +234,18 @@ def compare(prefix):
             .reshape(q["shape"]).clone().requires_grad_(True)
     grads_vx = array(meta, raw, "grad_values", meta["param_count"])
     bshape = (n,) + (1,) * (len(shape) - 1)
-    # the forward process: the noise x_t was made with, and the target it implies
-    eps = (x_t - a.reshape(bshape) * x0) / s.reshape(bshape)
+    # the forward process on k x0 (diffusion.data_scale): the noise x_t was made with, and the target it implies
+    k = cfg["diffusion"]["data_scale"]
+    eps = (x_t - a.reshape(bshape) * k * x0) / s.reshape(bshape)
     v_param = cfg["diffusion"]["prediction"] == "v"
-    want_target = a.reshape(bshape) * eps - s.reshape(bshape) * x0 if v_param else eps
+    want_target = a.reshape(bshape) * eps - s.reshape(bshape) * k * x0 if v_param else eps
     mu = cfg["xray"]["mu_scale"]
     views = views_of(x0[..., 0], img, mu)
     pred = forward(params, cfg, x_t, views, t)
     per_sample = ((pred - target) ** 2).reshape(n, -1).mean(dim=1)
     diffusion = (w * per_sample).mean()
-    x0hat = a.reshape(bshape) * x_t - s.reshape(bshape) * pred if v_param else \
-        (x_t - s.reshape(bshape) * pred) / a.reshape(bshape)
+    x0hat = (a.reshape(bshape) * x_t - s.reshape(bshape) * pred if v_param else
+             (x_t - s.reshape(bshape) * pred) / a.reshape(bshape)) / k
     projection = ((views_of(x0hat[..., 0], img, mu) - views) ** 2).mean()
     pw = cfg["loss"]["physics_weight"]
     total = diffusion + pw * projection if pw > 0 else diffusion
@@ -277,8 +294,9 @@ def train_step(model, cfg, x0, ab, opt, amp):
     bshape = (n,) + (1,) * (x0.dim() - 1)
     a, s = abt.sqrt().reshape(bshape), (1 - abt).sqrt().reshape(bshape)
     eps = torch.randn_like(x0)
-    x_t = a * x0 + s * eps
-    target = a * eps - s * x0 if v_param else eps
+    k = df["data_scale"]
+    x_t = a * k * x0 + s * eps
+    target = a * eps - s * k * x0 if v_param else eps
     with torch.no_grad():
         views = views_of(x0[..., 0], xr["img_size"], xr["mu_scale"])
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
@@ -292,7 +310,7 @@ def train_step(model, cfg, x0, ab, opt, amp):
     loss = per_sample.mean()
     pw = cfg["loss"]["physics_weight"]
     if pw > 0:
-        x0hat = a * x_t - s * pred if v_param else (x_t - s * pred) / a
+        x0hat = (a * x_t - s * pred if v_param else (x_t - s * pred) / a) / k
         loss = loss + pw * ((views_of(x0hat[..., 0], xr["img_size"], xr["mu_scale"]) - views) ** 2).mean()
     loss.backward()
     if t_cfg["grad_clip"] > 0:
@@ -353,8 +371,8 @@ def bench(cfg, config_path, batch, iters, warmup, threads, device="cpu", tf32=1,
 # voxscale's defaults of the keys this script reads (src/core/config_schema.c), for configs that leave them out
 DEFAULTS = {"model": {"in_channels": 1, "input_size": [64, 64, 64], "hidden_size": 384, "blocks": 6, "heads": 6,
                       "patch_size": [8, 8, 8], "mlp_ratio": 4, "ln_eps": 1e-6},
-            "diffusion": {"timesteps": 1000, "schedule": "cosine", "prediction": "v"},
-            "xray": {"img_size": 64, "patch_size": 8, "mu_scale": 3.0},
+            "diffusion": {"timesteps": 1000, "schedule": "cosine", "prediction": "v", "data_scale": 1.0},
+            "xray": {"img_size": 64, "patch_size": 8, "mu_scale": 3.0, "backproject": 0},
             "loss": {"physics_weight": 0.1, "min_snr_gamma": 0.0},
             "train": {"batch_size": 2, "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "adam_eps": 1e-8,
                       "weight_decay": 0.01, "grad_clip": 1.0, "seed": 0}}

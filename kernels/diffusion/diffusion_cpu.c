@@ -20,11 +20,12 @@ static void cpu_q_sample(const DiffusionShape *s, const float *alpha, const floa
     check(s, "diffusion_q_sample");
     float *xt = xtv;
     const int v = s->param == DIFFUSION_V;
+    const float k = diffusion_data_scale(s);
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < diffusion_total(s); i++) {
-        const float a = alpha[i / s->count], sg = sigma[i / s->count];
-        xt[i] = a * x0[i] + sg * eps[i];
-        target[i] = v ? a * eps[i] - sg * x0[i] : eps[i];
+        const float a = alpha[i / s->count], sg = sigma[i / s->count], x = k * x0[i];
+        xt[i] = a * x + sg * eps[i];
+        target[i] = v ? a * eps[i] - sg * x : eps[i];
     }
 }
 
@@ -33,9 +34,10 @@ static void cpu_predict_x0(const DiffusionShape *s, const float *alpha, const fl
     check(s, "diffusion_predict_x0");
     const float *xt = xtv, *pred = predv;
     float *x0 = x0v;
+    const float k = diffusion_data_scale(s);
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < diffusion_total(s); i++)
-        x0[i] = diffusion_x0(s->param, alpha[i / s->count], sigma[i / s->count], xt[i], pred[i]);
+        x0[i] = diffusion_x0(s->param, alpha[i / s->count], sigma[i / s->count], xt[i], pred[i]) / k;
 }
 
 static void cpu_predict_x0_backward(const DiffusionShape *s, const float *alpha, const float *sigma, const void *dx0v,
@@ -43,9 +45,10 @@ static void cpu_predict_x0_backward(const DiffusionShape *s, const float *alpha,
     check(s, "diffusion_predict_x0_backward");
     const float *dx0 = dx0v;
     float *dpred = dpredv;
+    const float k = diffusion_data_scale(s);
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < diffusion_total(s); i++) {
-        const float g = diffusion_dx0_dpred(s->param, alpha[i / s->count], sigma[i / s->count]) * dx0[i];
+        const float g = diffusion_dx0_dpred(s->param, alpha[i / s->count], sigma[i / s->count]) / k * dx0[i];
         dpred[i] = beta != 0.0f ? beta * dpred[i] + g : g;
     }
 }

@@ -8,30 +8,30 @@
 #include "diffusion/diffusion_math.h"
 
 template <typename T>
-__global__ void diff_q_sample_kernel(size_t total, long count, bool v, const float *__restrict__ alpha,
+__global__ void diff_q_sample_kernel(size_t total, long count, bool v, float k, const float *__restrict__ alpha,
                                      const float *__restrict__ sigma, const float *__restrict__ x0,
                                      const float *__restrict__ eps, T *__restrict__ xt, float *__restrict__ target) {
     for (size_t i = vx_global_thread(); i < total; i += vx_grid_threads()) {
-        const float a = alpha[i / count], s = sigma[i / count], x = x0[i], e = eps[i];
+        const float a = alpha[i / count], s = sigma[i / count], x = k * x0[i], e = eps[i];
         xt[i] = vx_to<T>(a * x + s * e);
         target[i] = v ? a * e - s * x : e;
     }
 }
 
 template <typename T>
-__global__ void diff_predict_x0_kernel(size_t total, long count, int param, const float *__restrict__ alpha,
+__global__ void diff_predict_x0_kernel(size_t total, long count, int param, float k, const float *__restrict__ alpha,
                                        const float *__restrict__ sigma, const T *__restrict__ xt,
                                        const T *__restrict__ pred, T *__restrict__ x0) {
     for (size_t i = vx_global_thread(); i < total; i += vx_grid_threads())
-        x0[i] = vx_to<T>(diffusion_x0(param, alpha[i / count], sigma[i / count], vx_f32(xt[i]), vx_f32(pred[i])));
+        x0[i] = vx_to<T>(diffusion_x0(param, alpha[i / count], sigma[i / count], vx_f32(xt[i]), vx_f32(pred[i])) / k);
 }
 
 template <typename T, bool ACC>
-__global__ void diff_predict_x0_backward_kernel(size_t total, long count, int param, const float *__restrict__ alpha,
+__global__ void diff_predict_x0_backward_kernel(size_t total, long count, int param, float k, const float *__restrict__ alpha,
                                                 const float *__restrict__ sigma, const T *__restrict__ dx0,
                                                 T *__restrict__ dpred, float beta) {
     for (size_t i = vx_global_thread(); i < total; i += vx_grid_threads()) {
-        const float g = diffusion_dx0_dpred(param, alpha[i / count], sigma[i / count]) * vx_f32(dx0[i]);
+        const float g = diffusion_dx0_dpred(param, alpha[i / count], sigma[i / count]) / k * vx_f32(dx0[i]);
         dpred[i] = vx_to<T>(ACC ? beta * vx_f32(dpred[i]) + g : g);
     }
 }
@@ -77,7 +77,7 @@ static void q_sample_cuda(const DiffusionShape *s, const float *alpha, const flo
     const size_t total = check(s, "diffusion_q_sample");
     if (!total) return;
     VX_DTYPE_SWITCH(s->dtype, T, {
-        diff_q_sample_kernel<T><<<vx_ew_blocks(total), VX_THREADS, 0, vx_cuda_stream()>>>(total, s->count, s->param == DIFFUSION_V, alpha, sigma, x0, eps, (T *)xt, target);
+        diff_q_sample_kernel<T><<<vx_ew_blocks(total), VX_THREADS, 0, vx_cuda_stream()>>>(total, s->count, s->param == DIFFUSION_V, diffusion_data_scale(s), alpha, sigma, x0, eps, (T *)xt, target);
     });
     LAUNCH_CHECK("diff_q_sample_kernel");
 }
@@ -87,7 +87,7 @@ static void predict_x0_cuda(const DiffusionShape *s, const float *alpha, const f
     const size_t total = check(s, "diffusion_predict_x0");
     if (!total) return;
     VX_DTYPE_SWITCH(s->dtype, T, {
-        diff_predict_x0_kernel<T><<<vx_ew_blocks(total), VX_THREADS, 0, vx_cuda_stream()>>>(total, s->count, s->param, alpha, sigma, (const T *)xt, (const T *)pred, (T *)x0);
+        diff_predict_x0_kernel<T><<<vx_ew_blocks(total), VX_THREADS, 0, vx_cuda_stream()>>>(total, s->count, s->param, diffusion_data_scale(s), alpha, sigma, (const T *)xt, (const T *)pred, (T *)x0);
     });
     LAUNCH_CHECK("diff_predict_x0_kernel");
 }
@@ -99,9 +99,9 @@ static void predict_x0_backward_cuda(const DiffusionShape *s, const float *alpha
     cudaStream_t st = vx_cuda_stream();
     VX_DTYPE_SWITCH(s->dtype, T, {
         if (beta != 0.0f)
-            diff_predict_x0_backward_kernel<T, true><<<vx_ew_blocks(total), VX_THREADS, 0, st>>>(total, s->count, s->param, alpha, sigma, (const T *)dx0, (T *)dpred, beta);
+            diff_predict_x0_backward_kernel<T, true><<<vx_ew_blocks(total), VX_THREADS, 0, st>>>(total, s->count, s->param, diffusion_data_scale(s), alpha, sigma, (const T *)dx0, (T *)dpred, beta);
         else
-            diff_predict_x0_backward_kernel<T, false><<<vx_ew_blocks(total), VX_THREADS, 0, st>>>(total, s->count, s->param, alpha, sigma, (const T *)dx0, (T *)dpred, beta);
+            diff_predict_x0_backward_kernel<T, false><<<vx_ew_blocks(total), VX_THREADS, 0, st>>>(total, s->count, s->param, diffusion_data_scale(s), alpha, sigma, (const T *)dx0, (T *)dpred, beta);
     });
     LAUNCH_CHECK("diff_predict_x0_backward_kernel");
 }

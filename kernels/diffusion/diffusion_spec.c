@@ -18,6 +18,8 @@ static DiffusionShape typed(KernelCase *k) {
     return s;
 }
 #define SAMPLE(s, i) ((i) / (s).count)
+/* the data scale k, in double (0 reads as 1) */
+static double scale_of(const DiffusionShape *s) { return s->data_scale != 0.0f ? (double)s->data_scale : 1.0; }
 
 /* ---- q_sample: alpha sigma x0 eps -> x_t target ---------------------------------------------------------------- */
 
@@ -34,7 +36,7 @@ static void q_run(const OpHead *ops, const KernelCase *k, void *const *b, void *
 static void q_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const DiffusionShape s = shape_of(k);
     for (long i = 0; i < diffusion_total(&s); i++) {
-        const double a = in[0][SAMPLE(s, i)], sg = in[1][SAMPLE(s, i)], x0 = in[2][i], e = in[3][i];
+        const double a = in[0][SAMPLE(s, i)], sg = in[1][SAMPLE(s, i)], x0 = scale_of(&s) * in[2][i], e = in[3][i];
         ref[4][i] = a * x0 + sg * e;
         ref[5][i] = s.param == DIFFUSION_V ? a * e - sg * x0 : e;
     }
@@ -55,7 +57,7 @@ static void x0_ref(const KernelCase *k, const float *const *in, double *const *r
     const DiffusionShape s = shape_of(k);
     for (long i = 0; i < diffusion_total(&s); i++) {
         const double a = in[0][SAMPLE(s, i)], sg = in[1][SAMPLE(s, i)], xt = in[2][i], p = in[3][i];
-        ref[4][i] = s.param == DIFFUSION_V ? a * xt - sg * p : (xt - sg * p) / a;
+        ref[4][i] = (s.param == DIFFUSION_V ? a * xt - sg * p : (xt - sg * p) / a) / scale_of(&s);
     }
 }
 static void x0b_setup(KernelCase *k, const OpHead *ops) {
@@ -71,7 +73,7 @@ static void x0b_ref(const KernelCase *k, const float *const *in, double *const *
     const DiffusionShape s = shape_of(k);
     for (long i = 0; i < diffusion_total(&s); i++) {
         const double a = in[0][SAMPLE(s, i)], sg = in[1][SAMPLE(s, i)];
-        ref[3][i] = (s.param == DIFFUSION_V ? -sg : -sg / a) * in[2][i];
+        ref[3][i] = (s.param == DIFFUSION_V ? -sg : -sg / a) / scale_of(&s) * in[2][i];
     }
 }
 

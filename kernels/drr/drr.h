@@ -14,6 +14,13 @@
  *   backward   g = dimg * exp(-Lr);  dL = the transpose of the resampling applied to g;
  *              dx[b][u][k][v] (view 0; [b][u][v][k] view 1) = [beta*dx +] mu_scale * spacing * dL[b][u][v]
  *              (from x, whose line integrals it recomputes: nothing saved from the forward)
+ * backproject  the inverse lifting of both views of each sample, the conditioning channels of xray.backproject:
+ *              views [n][2][img][img] float32 (AP then lateral, as the forward renders them) -> out [n][d][h][w][2]
+ *              (storage dtype): per view the image's line integral L = -log(1 - min(img, 1 - 1e-6)) bilinearly
+ *              resampled from [img][img] to [d][cols] (the same index map, in -> out), divided by mu_scale, and
+ *              given to every voxel on its ray: channel 0 the AP ray's (d, w), channel 1 the lateral ray's (d, h).
+ *              For a view rendered with spacing 1/along (the model's DRR) that is the mean of x along the ray; the
+ *              shape's view and spacing are not read. No backward: the views are data.
  * Sums in fixed order (no atomics): each ray's sum in double along the ray, each resampled value and each gathered
  * transpose entry in a fixed order; the bits do not depend on the thread count. beta 0 overwrites dx without reading
  * it, 1 adds to it. CPU: float32 storage; CUDA: every storage type (float math, ray sums in double). */
@@ -35,17 +42,20 @@ typedef struct {
 } DrrShape;
 
 /* The op's sub-table (kernels/backend/ops.def): be->drr->... */
-enum { DRR_FORWARD, DRR_BACKWARD }; /* its functions, for supports() */
+enum { DRR_FORWARD, DRR_BACKWARD, DRR_BACKPROJECT }; /* its functions, for supports() */
 typedef struct DrrOps {
     OpHead head;
     void (*forward)(const DrrShape *s, const void *x, float *img);
     void (*backward)(const DrrShape *s, const void *x, const float *dimg, void *dx, float beta);
+    void (*backproject)(const DrrShape *s, const float *views, void *out);
 } DrrOps;
 extern const DrrOps drr_ops_cpu;
 extern const DrrOps drr_ops_cuda; /* CUDA builds only */
 
 static inline long drr_volume_count(const DrrShape *s) { return (long)s->n * s->d * s->h * s->w; }
 static inline long drr_image_count(const DrrShape *s) { return (long)s->n * s->img * s->img; }
+/* the image value backproject clamps to (the line integral at most -log(1e-6) = 13.8) */
+#define DRR_IMAGE_MAX (1.0f - 1e-6f)
 /* the line integrals' columns: w (view 0) or h (view 1) */
 static inline int drr_cols(const DrrShape *s) { return s->view == 0 ? s->w : s->h; }
 /* "" when s is valid, else what is wrong (one line) */

@@ -86,6 +86,36 @@ static void cpu_backward(const DrrShape *s, const void *xv, const float *dimg, v
     free(L);
 }
 
+static void cpu_backproject(const DrrShape *s, const float *views, void *outv) {
+    cpu_need_f32(s->dtype, "drr_backproject");
+    check(s);
+    const int d = s->d, h = s->h, w = s->w, m = s->img;
+    float *out = outv;
+    /* each view's values over its rays first ([d][w] then [d][h] per sample), then every voxel takes its two */
+    const long per = (long)d * (w + h);
+    float *ray = vx_malloc(sizeof(float) * (size_t)s->n * per + 1);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < s->n; b++)
+        for (int u = 0; u < d; u++) {
+            float *r = ray + b * per;
+            for (int v = 0; v < w; v++) r[(long)u * w + v] = drr_ray_value(views + (2L * b) * m * m, m, d, w, u, v, s->mu_scale);
+            for (int v = 0; v < h; v++)
+                r[(long)d * w + (long)u * h + v] = drr_ray_value(views + (2L * b + 1) * m * m, m, d, h, u, v, s->mu_scale);
+        }
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < s->n; b++)
+        for (int u = 0; u < d; u++) {
+            const float *ap = ray + b * per + (long)u * w, *lat = ray + b * per + (long)d * w + (long)u * h;
+            float *o = out + (((long)b * d + u) * h) * w * 2;
+            for (int y = 0; y < h; y++)
+                for (int z = 0; z < w; z++) {
+                    o[((long)y * w + z) * 2] = ap[z];
+                    o[((long)y * w + z) * 2 + 1] = lat[y];
+                }
+        }
+    free(ray);
+}
+
 /* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
 
-const DrrOps drr_ops_cpu = {{op_supports_f32}, cpu_forward, cpu_backward};
+const DrrOps drr_ops_cpu = {{op_supports_f32}, cpu_forward, cpu_backward, cpu_backproject};

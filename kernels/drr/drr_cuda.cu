@@ -4,6 +4,7 @@
  *   image      one thread per output pixel: the resampled integral, then 1 - exp(-Lr) (forward) or dimg*exp(-Lr)
  *   gather     one thread per source pixel: the transpose of the resampling in a fixed order (no atomics)
  *   dx         one thread per voxel: its ray's dL, times mu_scale * spacing, [beta*dx +]
+ *   backproject one thread per voxel and view: its ray's value from the view (drr_ray_value), into its channel
  * The line integrals and g live in the backend's reduction scratch, [nb][d][cols] then [nb][img][img] floats, for as
  * many samples at a time (nb) as fit; the volume is storage type T, the image float32, all math in float. */
 #include "common/cuda_check.h"
@@ -53,6 +54,19 @@ __global__ void drr_dx_kernel(size_t items, int h, int w, int cols, int view, co
         const int y = (int)(o / w % h), z = (int)(o % w);
         const float g = dL[bu * cols + (view == 0 ? z : y)];
         dx[o] = vx_to<T>(ACC ? beta * vx_f32(dx[o]) + g : g);
+    }
+}
+
+template <typename T>
+__global__ void drr_backproject_kernel(size_t items, int d, int h, int w, int m, float mu_scale,
+                                       const float *__restrict__ views, T *__restrict__ out) {
+    for (size_t o = vx_global_thread(); o < items; o += vx_grid_threads()) { /* o = voxel * 2 + view */
+        const int view = (int)(o % 2);
+        const size_t voxel = o / 2, b = voxel / ((size_t)d * h * w);
+        const int u = (int)(voxel / ((size_t)h * w) % d), y = (int)(voxel / w % h), z = (int)(voxel % w);
+        const float *image = views + (2 * b + view) * m * m;
+        const float v = view == 0 ? drr_ray_value(image, m, d, w, u, z, mu_scale) : drr_ray_value(image, m, d, h, u, y, mu_scale);
+        out[o] = vx_to<T>(v);
     }
 }
 
@@ -125,6 +139,16 @@ static void drr_backward_cuda(const DrrShape *s, const void *x, const float *dim
     }
 }
 
+static void drr_backproject_cuda(const DrrShape *s, const float *views, void *out) {
+    check(s);
+    const size_t items = (size_t)s->n * s->d * s->h * s->w * 2;
+    if (items == 0) return;
+    VX_DTYPE_SWITCH(s->dtype, T, {
+        drr_backproject_kernel<T><<<vx_ew_blocks(items), VX_THREADS, 0, vx_cuda_stream()>>>(items, s->d, s->h, s->w, s->img, s->mu_scale, views, (T *)out);
+    });
+    LAUNCH_CHECK("drr_backproject_kernel");
+}
+
 /* ---- the CUDA backend's table (ops.def) ---------------------------------------------------------------------- */
 
-extern "C" const DrrOps drr_ops_cuda = {{op_supports_all_types}, drr_forward_cuda, drr_backward_cuda};
+extern "C" const DrrOps drr_ops_cuda = {{op_supports_all_types}, drr_forward_cuda, drr_backward_cuda, drr_backproject_cuda};

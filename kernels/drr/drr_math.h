@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "common/vx_hd.h"
+#include "drr/drr.h"
 
 /* One axis of the resampling (in -> out), output index dst: the two source indices and the second's weight. */
 VX_HD void drr_src(int dst, int in, int out, int *i0, int *i1, float *l1) {
@@ -42,6 +43,20 @@ VX_HD float drr_resample(const float *L, int rows, int cols, int img, int i, int
     const float top = (1.0f - lc) * L[(long)r0 * cols + c0] + lc * L[(long)r0 * cols + c1];
     const float bot = (1.0f - lc) * L[(long)r1 * cols + c0] + lc * L[(long)r1 * cols + c1];
     return (1.0f - lr) * top + lr * bot;
+}
+/* backproject's value at (u, v) of [rows][cols] from one sample's view image [img][img]: the line integral
+ * -log(1 - min(image, DRR_IMAGE_MAX)) resampled image -> rows x cols (the four pixels' integrals, then the weights),
+ * divided by mu_scale */
+VX_HD float drr_ray_value(const float *image, int img, int rows, int cols, int u, int v, float mu_scale) {
+    int r0, r1, c0, c1;
+    float lr, lc;
+    drr_src(u, img, rows, &r0, &r1, &lr);
+    drr_src(v, img, cols, &c0, &c1, &lc);
+#define DRR_L(r, c) (-log1pf(-fminf(image[(long)(r) * img + (c)], DRR_IMAGE_MAX)))
+    const float top = (1.0f - lc) * DRR_L(r0, c0) + lc * DRR_L(r0, c1);
+    const float bot = (1.0f - lc) * DRR_L(r1, c0) + lc * DRR_L(r1, c1);
+#undef DRR_L
+    return ((1.0f - lr) * top + lr * bot) / mu_scale;
 }
 /* the transpose of the resampling at source pixel (u, v) of one sample's g [img][img]: sum over the output pixels
  * that read (u, v) of their weight times g, rows outer, columns inner */

@@ -1,7 +1,9 @@
 /* drr_spec.c: the DRR's entries in the op spec table (common/op_spec.h), with float64 references written from
  * drr.h's formulas (not drr_math.h's code): the rays summed in double, PyTorch's bilinear index map in double, and
  * the backward by scattering each output pixel's gradient onto its four sources (the op gathers). A case's shape is
- * a DrrShape in KernelCase.params; the volume is filled in [0, 1) (attenuation is not negative), dimg in [-1, 1). */
+ * a DrrShape in KernelCase.params; the volume is filled in [0, 1) (attenuation is not negative), dimg in [-1, 1).
+ * The backprojection's reference takes each image pixel's line integral in double, then the same index map; its
+ * views are in [0, 1) with every 7th pixel 1 (a saturated detector: the clamp). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -115,6 +117,45 @@ static void bwd_ref(const KernelCase *k, const float *const *in, double *const *
     free(dl);
     free(lr);
 }
+/* ---- backproject: views -> out [n][d][h][w][2] ------------------------------------------------------------- */
+
+static void bp_setup(KernelCase *k, const OpHead *ops) {
+    const DrrShape s = typed(k);
+    op_spec_bufs(k, 2, (long[]){2 * drr_image_count(&s), 2 * drr_volume_count(&s)}, (KernelBufRole[]){KB_IN, KB_OUT},
+                 0x2, 0);
+}
+static void bp_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const DrrShape s = shape_of(k);
+    table(ops)->backproject(&s, b[0], b[1]);
+}
+static void bp_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const DrrShape s = shape_of(k);
+    const int m = s.img;
+    for (int b = 0; b < s.n; b++)
+        for (int view = 0; view < 2; view++) {
+            const float *image = in[0] + (2L * b + view) * m * m;
+            const int cols = view == 0 ? s.w : s.h;
+            for (int u = 0; u < s.d; u++)
+                for (int v = 0; v < cols; v++) {
+                    int r0, r1, c0, c1;
+                    double a, c;
+                    axis(u, m, s.d, &r0, &r1, &a);
+                    axis(v, m, cols, &c0, &c1, &c);
+#define L(r, cc) (-log1p(-fmin((double)image[(long)(r) * m + (cc)], (double)DRR_IMAGE_MAX)))
+                    const double val = ((1 - a) * ((1 - c) * L(r0, c0) + c * L(r0, c1)) +
+                                        a * ((1 - c) * L(r1, c0) + c * L(r1, c1))) / s.mu_scale;
+#undef L
+                    for (int y = 0; y < s.h; y++)
+                        for (int z = 0; z < s.w; z++)
+                            if ((view == 0 ? z : y) == v) ref[1][((((long)b * s.d + u) * s.h + y) * s.w + z) * 2 + view] = val;
+                }
+        }
+}
+
+static void bp_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
+    for (long i = 0; i < count; i++) h[i] = i % 7 == 3 ? 1.0f : vx_uniform01(vx_hash3(seed, (uint64_t)b, (uint64_t)i));
+}
+
 static void fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
     if (b == 0)
         for (long i = 0; i < count; i++) h[i] = vx_uniform01(vx_hash3(seed, (uint64_t)b, (uint64_t)i));
@@ -126,5 +167,6 @@ static void fill(const KernelCase *k, int b, float *h, long count, unsigned seed
 const KernelOp drr_specs[] = {
     {"drr_forward", DRR_FORWARD, 0, 1e-5, fwd_setup, fwd_run, fwd_ref, fill},
     {"drr_backward", DRR_BACKWARD, 0, 1e-5, bwd_setup, bwd_run, bwd_ref, fill},
+    {"drr_backproject", DRR_BACKPROJECT, 0, 1e-5, bp_setup, bp_run, bp_ref, bp_fill},
 };
 const int drr_specs_count = sizeof drr_specs / sizeof drr_specs[0];

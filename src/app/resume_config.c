@@ -53,7 +53,7 @@ static int may_differ(const char *key, const Config *asked) {
         "train.ckpt_every", "train.best_metric", "train.device", "train.threads", "train.deterministic", "train.tf32",
         "train.compile", "train.fuse", "train.checkpoint_activations", "train.batch_size", "train.grad_accum",
         "train.init_from", "train.init_allow", "data.prefetch", "data.workers", "data.cache_max_gib",
-        "model.pad_input_channels", "diffusion.sample_steps"};
+        "model.pad_input_channels", "diffusion.sample_steps", "diffusion.timestep_spacing"};
     for (size_t i = 0; i < sizeof FREE / sizeof *FREE; i++) {
         const size_t n = strlen(FREE[i]);
         if (FREE[i][n - 1] == '.' ? strncmp(key, FREE[i], n) == 0 : strcmp(key, FREE[i]) == 0) return 1;

@@ -141,7 +141,8 @@ static void vit_cases(CaseList *l, const Model *m, const Node *nd, const Tensor 
         add_case(l, k, "patch_to_tokens");
         break;
     case OP_QSAMPLE: { /* the noise, then x_t and the target in one pass */
-        const DiffusionShape d = {.n = m->batch, .count = tx->count / m->batch, .dtype = m->tensors[nd->out].dtype};
+        const DiffusionShape d = {.n = m->batch, .count = tx->count / m->batch, .dtype = m->tensors[nd->out].dtype,
+                                  .data_scale = (float)m->cfg.diff.data_scale};
         add_case(l, count_case(tx->count, DT_F32), "normal_fill");
         kernel_case_set_params(&k, &d, sizeof d);
         k.dtype = d.dtype;
@@ -160,6 +161,15 @@ static void vit_cases(CaseList *l, const Model *m, const Node *nd, const Tensor 
             add_case(l, c, "drr_forward");
         }
         break;
+    case OP_BACKPROJECT: {
+        const Tensor *y = &m->tensors[nd->out];
+        const DrrShape d = {.n = m->batch, .d = y->dims.d, .h = y->dims.h, .w = y->dims.w, .img = m->cfg.diff.img_size,
+                            .mu_scale = (float)m->cfg.diff.mu_scale, .spacing = 1.0f, .dtype = dt};
+        kernel_case_set_params(&k, &d, sizeof d);
+        snprintf(k.shape, sizeof k.shape, "n%d %d^2 -> %dx%dx%d x2", d.n, d.img, d.d, d.h, d.w);
+        add_case(l, k, "drr_backproject");
+        break;
+    }
     case OP_TIMESTEP: {
         const TimestepShape t = {.n = m->batch, .dim = m->tensors[nd->out].dims.c, .max_period = 10000.0f, .dtype = dt};
         kernel_case_set_params(&k, &t, sizeof t);
@@ -374,6 +384,7 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
         case OP_UNPATCH:
         case OP_QSAMPLE:
         case OP_DRR:
+        case OP_BACKPROJECT:
         case OP_TIMESTEP:
         case OP_MODULATE:
         case OP_GATE: vit_cases(&l, m, nd, tx); break;

@@ -50,9 +50,12 @@ typedef struct {
     char schedule[CONFIG_STR];   /* diffusion.schedule: "cosine" | "linear" */
     char prediction[CONFIG_STR]; /* diffusion.prediction: "v" | "epsilon" */
     int sample_steps;            /* diffusion.sample_steps: DDIM steps when sampling */
+    char timestep_spacing[CONFIG_STR]; /* diffusion.timestep_spacing: DDIM's "trailing" | "leading" */
+    double data_scale;           /* diffusion.data_scale: the process runs on data_scale * x0 (diffusion.h) */
     int img_size;                /* xray.img_size: each view's side in pixels (512 in the seed) */
     int patch_size;              /* xray.patch_size: pixels per side of a view's 2-D patch (dividing img_size) */
     double mu_scale;             /* xray.mu_scale: attenuation across the field of view at intensity 1 */
+    int backproject;             /* xray.backproject: the views lifted into the volume as 2 channels beside x_t */
     double physics_weight;       /* loss.physics_weight: weight of the projection loss (0: off) */
     double min_snr_gamma;        /* loss.min_snr_gamma: min-SNR-gamma weighting of the diffusion loss (0: off) */
     int views_given;             /* not a key: the trainer sets it when data.view_columns lists the views (DRR PNGs

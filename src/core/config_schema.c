@@ -89,12 +89,23 @@ const KeySpec SCHEMA[] = {
     {KM(diffusion, diff, prediction), T_STRING, 0, 0, "v|epsilon", "\"v\"",
      "vit3d_diffusion: what the network predicts: v = alpha*eps - sigma*x0 (Salimans & Ho), or the noise eps"},
     {KM(diffusion, diff, sample_steps), T_INT, 1, 100000, NULL, "50", "vit3d_diffusion: DDIM steps when sampling"},
+    {KM(diffusion, diff, data_scale), T_FLOAT, 1e-3, 1e3, NULL, "1",
+     "vit3d_diffusion: the diffusion runs on data_scale * the volume (Stable Diffusion's scale factor, Chen 2023's input "
+     "scaling): about 1 / the data's standard deviation, so that the unit noise meets the data at the schedule's "
+     "intended signal-to-noise ratios; the projection loss, validation and samples stay in the data's units"},
+    {KM(diffusion, diff, timestep_spacing), T_STRING, 0, 0, "trailing|leading", "\"trailing\"",
+     "vit3d_diffusion: DDIM's timesteps (diffusers' timestep_spacing): trailing starts at T - 1, where the sampler's "
+     "pure noise belongs (Lin et al. 2024); leading at T - T/steps, as diffusers' DDIMScheduler by default"},
     {KM(xray, diff, img_size), T_INT, 4, 4096, NULL, "64", "vit3d_diffusion: each X-ray view's side in pixels"},
     {KM(xray, diff, patch_size), T_INT, 1, 256, NULL, "8",
      "vit3d_diffusion: pixels per side of a view's patch token (dividing xray.img_size)"},
     {KM(xray, diff, mu_scale), T_FLOAT, 1e-6, 1e3, NULL, "3",
      "vit3d_diffusion: the attenuation line integral across the whole field of view through voxels of intensity 1 "
      "(a DRR is 1 - exp(-mu_scale * the mean intensity along the ray), the same at every volume size)"},
+    {KM(xray, diff, backproject), T_INT, 0, 1, NULL, "0",
+     "vit3d_diffusion: 1 = the two views lifted back into the volume (each voxel gets its AP and lateral ray's line "
+     "integral over mu_scale: the mean intensity along the ray) as 2 input channels beside the noisy volume, as X-ray "
+     "to CT networks lift their views; 0 = the views enter by cross-attention only"},
     {KM(loss, diff, physics_weight), T_FLOAT, 0, 1e3, NULL, "0.1",
      "vit3d_diffusion: weight of the projection loss (MSE of the predicted clean volume's DRRs against the views); 0 = off"},
     {KM(loss, diff, min_snr_gamma), T_FLOAT, 0, 1e3, NULL, "0",

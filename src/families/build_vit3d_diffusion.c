@@ -5,6 +5,9 @@
  *        -> view_embed.proj: a 2-D patch conv (1 x p x p, shared by both views) -> + view_pos_embed [2 g^2][C]
  *   t  -> t_embedder: sinusoidal (256) -> mlp.0 Linear -> SiLU -> mlp.2 Linear = c [n][C];  SiLU(c) feeds every
  *        adaLN_modulation Linear (zero-initialised: each block starts as the identity, DiT's "Zero")
+ *   with xray.backproject: the views -> view_backprojection [n][D][H][W][2] (each voxel's AP and lateral ray value,
+ *        drr.h) -> concatenated after x_t's channels (x_t_views): what patch_embed reads (the lifting of X-ray to CT
+ *        networks: the denoiser sees along which rays each voxel lies, not only which view tokens to attend)
  *   x_t -> patch_embed.proj (conv, kernel = stride = patch) -> + pos_embed -> blocks.i:
  *        mod = adaLN_modulation(SiLU c) [n][6C]: shift, scale, gate of the attention, then of the MLP
  *        x = x + gate_msa * attn(modulate(norm1(x), shift_msa, scale_msa))        (norm1, norm2: no affine)
@@ -129,7 +132,22 @@ void build_vit3d_diffusion(Model *m) {
     m->t_xt = q->out;
     const int views = view_tokens(m);
     const int cond = timestep_condition(m);
-    int x = build_conv(m, "patch_embed.proj", m->t_xt, c->in_channels, C, ps, ps, (const int[3]){0, 0, 0}, 1);
+    int in = m->t_xt, in_c = c->in_channels;
+    if (c->diff.backproject) {
+        Dims bd = m->tensors[m->t_xt].dims;
+        bd.c = 2;
+        Node *bp = build_node(m, OP_BACKPROJECT, "view_backprojection", m->t_views, -1, bd);
+        m->tensors[bp->out].no_grad = 1;
+        Dims cd = bd;
+        cd.c = in_c + 2;
+        Node *cat = build_node(m, OP_CONCAT, "x_t_views", -1, -1, cd);
+        cat->in[0] = m->t_xt;
+        cat->in[1] = bp->out;
+        m->tensors[cat->out].no_grad = 1;
+        in = cat->out;
+        in_c += 2;
+    }
+    int x = build_conv(m, "patch_embed.proj", in, in_c, C, ps, ps, (const int[3]){0, 0, 0}, 1);
     const Dims d = m->tensors[x].dims;
     Node *pos = build_node(m, OP_POS, "pos_embed", x, -1, d);
     pos->weight = build_param(m, "pos_embed", "weight", 2, (int[]){d.d * d.h * d.w, C});

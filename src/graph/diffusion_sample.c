@@ -59,13 +59,15 @@ void diffusion_ddim_sample(Model *m, int steps, uint64_t seed, const uint64_t *i
     be->copy_to_device(state, x0, (size_t)n * count * sizeof(float));
     int *ts = vx_malloc((size_t)steps * sizeof(int)), *t = vx_malloc((size_t)n * sizeof(int));
     float *host_next = vx_malloc(2 * (size_t)n * sizeof(float));
-    diffusion_ddim_timesteps(T, steps, ts);
+    const DdimSpacing spacing = (DdimSpacing)diffusion_ddim_spacing_parse(m->cfg.diff.timestep_spacing);
+    VX_CHECK((int)spacing >= 0, "diffusion_ddim_sample: diffusion.timestep_spacing %s", m->cfg.diff.timestep_spacing);
+    diffusion_ddim_timesteps(spacing, T, steps, ts);
     m->sampling = 1;
     for (int i = 0; i < steps && !stop_signal_requested(); i++) { /* (a stop: the caller honours it, see the .h) */
         for (int b = 0; b < n; b++) t[b] = ts[i];
         diff_set_timesteps(m, t); /* t, alpha, sigma of t_i: the forward's timestep embedding and ddim_step's */
         float a_next, s_next;
-        diffusion_coefficients(diffusion_ddim_next_alphabar(m->alphabar, T, steps, i), &a_next, &s_next);
+        diffusion_coefficients(diffusion_ddim_next_alphabar(spacing, m->alphabar, T, steps, i), &a_next, &s_next);
         for (int b = 0; b < n; b++) host_next[b] = a_next, host_next[n + b] = s_next;
         be->write_async(next, host_next, 2 * (size_t)n * sizeof(float));
         be->elementwise->cast(xt->count, DT_F32, state, xt->dtype, model_tensor(m, m->t_xt));
@@ -76,6 +78,9 @@ void diffusion_ddim_sample(Model *m, int steps, uint64_t seed, const uint64_t *i
     m->sampling = 0;
     be->synchronize();
     be->copy_to_host(x0, state, (size_t)n * count * sizeof(float));
+    const float k = (float)m->cfg.diff.data_scale; /* the process ran on k * x0 (diffusion.data_scale) */
+    if (k != 1.0f)
+        for (long i = 0; i < (long)n * count; i++) x0[i] /= k;
     free(host_next);
     free(t);
     free(ts);

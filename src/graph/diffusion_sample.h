@@ -19,6 +19,7 @@ void diffusion_render_views(Model *m, const float *vols, float *views);
 /* The conditioning of the next samples: host views into t_views. */
 void diffusion_set_views(Model *m, const float *views);
 /* DDIM in `steps` steps (1 <= steps <= diffusion.timesteps) from the views set last; sample b's starting noise is
- * keyed by (seed, ids[b]). The sampled clean volumes into host x0. Leaves m->sampling 0. A SIGINT/SIGTERM
+ * keyed by (seed, ids[b]). The sampled clean volumes into host x0, in the data's units (the steps run on
+ * diffusion.data_scale times them). Leaves m->sampling 0. A SIGINT/SIGTERM
  * (core/stop_signal.h) ends the steps early, x0 then unfinished: the caller honours the stop before using it. */
 void diffusion_ddim_sample(Model *m, int steps, uint64_t seed, const uint64_t *ids, float *x0);

@@ -56,14 +56,28 @@ void diffusion_coefficients(double alphabar, float *alpha, float *sigma) {
     *sigma = (float)sqrt(1.0 - alphabar);
 }
 
-void diffusion_ddim_timesteps(int T, int N, int *t) {
-    if (N < 1 || N > T) vx_fatal("diffusion_ddim_timesteps: %d steps of %d timesteps", N, T);
-    const int ratio = T / N;
-    for (int i = 0; i < N; i++) t[i] = (N - 1 - i) * ratio;
+int diffusion_ddim_spacing_parse(const char *name) {
+    if (name && strcmp(name, "trailing") == 0) return DDIM_TRAILING;
+    if (name && strcmp(name, "leading") == 0) return DDIM_LEADING;
+    return -1;
 }
 
-double diffusion_ddim_next_alphabar(const double *alphabar, int T, int N, int i) {
+static int ddim_t(DdimSpacing spacing, int T, int N, int i) {
+    if (spacing == DDIM_LEADING) return (N - 1 - i) * (T / N);
+    /* numpy's round(arange(T, 0, -T / N)) - 1 as diffusers computes it: start + i * step, halves to even */
+    return (int)nearbyint((double)T + (double)i * (-(double)T / N)) - 1;
+}
+
+void diffusion_ddim_timesteps(DdimSpacing spacing, int T, int N, int *t) {
+    if (N < 1 || N > T) vx_fatal("diffusion_ddim_timesteps: %d steps of %d timesteps", N, T);
+    for (int i = 0; i < N; i++) t[i] = ddim_t(spacing, T, N, i);
+}
+
+double diffusion_ddim_next_alphabar(DdimSpacing spacing, const double *alphabar, int T, int N, int i) {
     if (N < 1 || N > T || i < 0 || i >= N) vx_fatal("diffusion_ddim_next_alphabar: step %d of %d (T %d)", i, N, T);
-    const int ratio = T / N, next = (N - 1 - i) * ratio - ratio;
-    return next >= 0 ? alphabar[next] : 1.0;
+    if (spacing == DDIM_LEADING) {
+        const int next = ddim_t(spacing, T, N, i) - T / N;
+        return next >= 0 ? alphabar[next] : 1.0;
+    }
+    return i + 1 < N ? alphabar[ddim_t(spacing, T, N, i + 1)] : 1.0;
 }

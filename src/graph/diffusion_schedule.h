@@ -9,9 +9,14 @@
  *     v prediction       min(SNR, gamma) / (SNR + 1)
  *     epsilon prediction min(SNR, gamma) / SNR
  *   alpha = sqrt(alphabar), sigma = sqrt(1 - alphabar): the coefficients diffusion.h's ops take per sample
- *   DDIM sampling (Song et al. 2021) in N steps, diffusers' DDIMScheduler with timestep_spacing "leading",
- *     steps_offset 0 and set_alpha_to_one: t_i = (N - 1 - i) * (T / N) (integer division), i = 0..N-1 (descending);
- *     step i goes from t_i to t_i - T/N, whose alphabar is 1 below t = 0 (the last step lands on x0). */
+ *   DDIM sampling (Song et al. 2021) in N steps, diffusers' DDIMScheduler with set_alpha_to_one and its
+ *     timestep_spacing (diffusion.timestep_spacing), i = 0..N-1, descending:
+ *     trailing  t_i = round(T - i T/N) - 1 (numpy's round, halves to even): the first step at T - 1, where x_T is pure noise as the sampler's start
+ *               is (Lin et al. 2024, "Common diffusion noise schedules and sample steps are flawed"; 1 step is one
+ *               prediction of x0 from noise at T - 1)
+ *     leading   t_i = (N - 1 - i) * (T / N) (integer division; steps_offset 0): the first step at T - T/N, which
+ *               trained on x_t still holding sqrt(alphabar) of x0, and 1 step at t = 0 (returns x_T)
+ *     step i goes to t_{i+1}'s alphabar, 1 after the last step (it lands on x0). */
 #pragma once
 #include "diffusion/diffusion.h"
 
@@ -30,7 +35,11 @@ double diffusion_min_snr_weight(double alphabar, double gamma, DiffusionParam pa
 /* sqrt(alphabar) and sqrt(1 - alphabar), rounded to float once (what the ops' coefficient arrays hold) */
 void diffusion_coefficients(double alphabar, float *alpha, float *sigma);
 
+typedef enum { DDIM_TRAILING = 0, DDIM_LEADING = 1 } DdimSpacing;
+/* "trailing" or "leading" -> the spacing; -1 for any other name */
+int diffusion_ddim_spacing_parse(const char *name);
+
 /* DDIM's N timesteps (1 <= N <= T), descending, into t[0..N) */
-void diffusion_ddim_timesteps(int T, int N, int *t);
-/* the alphabar step i of those N goes to: alphabar[t_i - T/N], or 1 when that is below 0 */
-double diffusion_ddim_next_alphabar(const double *alphabar, int T, int N, int i);
+void diffusion_ddim_timesteps(DdimSpacing spacing, int T, int N, int *t);
+/* the alphabar step i of those N goes to: alphabar[t_{i+1}], or 1 after the last */
+double diffusion_ddim_next_alphabar(DdimSpacing spacing, const double *alphabar, int T, int N, int i);

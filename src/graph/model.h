@@ -68,7 +68,7 @@ typedef enum {
     OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT,     /* resnet3d's */
     OP_CONCAT, OP_POOL_WINDOW,                                               /* densenet's */
     OP_LAYERNORM, OP_GEMM, OP_ATTENTION, OP_POS, OP_UNPATCH,                 /* vit3d's (model_exec_vit.c) */
-    OP_QSAMPLE, OP_DRR, OP_TIMESTEP, OP_MODULATE, OP_GATE                    /* vit3d_diffusion's (model_exec_diff.c) */
+    OP_QSAMPLE, OP_DRR, OP_BACKPROJECT, OP_TIMESTEP, OP_MODULATE, OP_GATE    /* vit3d_diffusion's (model_exec_diff.c) */
 } OpKind;
 
 typedef enum { FAMILY_AE3D, FAMILY_RESNET3D, FAMILY_VIT3D, FAMILY_VIT3D_DIFFUSION, FAMILY_DENSENET } ModelFamily;

@@ -7,6 +7,8 @@
  *                W); the conditioning, so no backward; with cfg.diff.views_given the views come from the data
  *                (model_set_views) and the node renders nothing
  *   (with m->sampling both are skipped: a sampler writes x_t and the views itself, diffusion_sample.c)
+ *   OP_BACKPROJECT the views lifted into the volume (xray.backproject): each voxel's AP and lateral ray values
+ *                [n][D][H][W][2] (drr.h's backproject), the channels beside x_t; data: no backward
  *   OP_TIMESTEP  the sinusoidal embedding of the micro-batch's timesteps (timestep.h); no backward
  *   OP_MODULATE  y = x (1 + scale[b]) + shift[b], shift and scale chunks of the adaLN modulation in[2] (adaln.h)
  *   OP_GATE      y = res + gate[b] * branch (in[0] res, in[1] branch, in[2] the modulation)
@@ -46,7 +48,7 @@ static DiffusionShape diffusion_shape(const Model *m) {
     const Tensor *x = &m->tensors[m->t_xt];
     return (DiffusionShape){.n = m->batch, .count = x->count / m->batch,
                             .param = strcmp(m->cfg.diff.prediction, "epsilon") == 0 ? DIFFUSION_EPS : DIFFUSION_V,
-                            .dtype = x->dtype};
+                            .dtype = x->dtype, .data_scale = (float)m->cfg.diff.data_scale};
 }
 
 /* view v of one sample's volume (x: its first element) */
@@ -94,6 +96,13 @@ void diff_forward_node(Model *m, const Node *nd, const void *x, const void *x1, 
     case OP_DRR: /* sampling, or given views (data.view_columns, model_set_views): the views are in y already */
         if (!m->sampling && !m->cfg.diff.views_given) diff_render_views(m, x, DT_F32, y);
         break;
+    case OP_BACKPROJECT: { /* x: the views [n][2][img][img] */
+        const Tensor *t = &m->tensors[nd->out];
+        const DrrShape s = {.n = m->batch, .d = t->dims.d, .h = t->dims.h, .w = t->dims.w, .img = m->cfg.diff.img_size,
+                            .mu_scale = (float)m->cfg.diff.mu_scale, .spacing = 1.0f, .dtype = t->dtype};
+        be->drr->backproject(&s, x, y);
+        break;
+    }
     case OP_TIMESTEP: {
         const TimestepShape s = {.n = m->batch, .dim = m->tensors[nd->out].dims.c, .max_period = 10000.0f,
                                  .dtype = m->tensors[nd->out].dtype};
@@ -120,6 +129,7 @@ void diff_backward_node(Model *m, const Node *nd, const void *x, const void *x1,
     switch (nd->kind) {
     case OP_QSAMPLE:
     case OP_DRR:
+    case OP_BACKPROJECT:
     case OP_TIMESTEP: break; /* data: nothing upstream has a gradient */
     case OP_MODULATE: {
         const AdaLNShape s = adaln_shape(m, nd);

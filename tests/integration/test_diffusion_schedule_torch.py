@@ -1,7 +1,7 @@
 """The diffusion schedules' host math (src/graph/diffusion_schedule.c) against diffusers' formulas written here in torch
 float64 (diffusers is not installed; its DDPMScheduler / DDIMScheduler code is transcribed): betas_for_alpha_bar with
 the cosine ("squaredcos_cap_v2", max_beta 0.999) and "linear" (torch.linspace(1e-4, 2e-2, T)) betas, alphas_cumprod =
-cumprod(1 - betas), and DDIMScheduler.set_timesteps with timestep_spacing "leading" and steps_offset 0. diffusers keeps
+cumprod(1 - betas), and DDIMScheduler.set_timesteps with timestep_spacing "leading" (steps_offset 0) and "trailing". diffusers keeps
 the table in float32; here both sides are float64. build/tests/test_diffusion_schedule --dump writes the tables."""
 import math
 import os
@@ -55,10 +55,18 @@ def test_alphabar_matches_diffusers_formulas(dumped, schedule):
     assert rel < 1e-12, "%s: largest relative difference %.3g" % (schedule, rel)
 
 
-@pytest.mark.parametrize("steps", [1, 3, 50, 250, 999, 1000])
+@pytest.mark.parametrize("steps", [1, 3, 16, 50, 250, 999, 1000])
 def test_ddim_leading_timesteps(dumped, steps):
     got = np.fromfile(os.path.join(dumped, "ddim_%d.i32" % steps), dtype=np.int32)
     # DDIMScheduler.set_timesteps, "leading": step_ratio = T // N; (arange(N) * step_ratio).round()[::-1] + offset
     step_ratio = T // steps
     want = (np.arange(0, steps) * step_ratio).round()[::-1].copy().astype(np.int64)
+    assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("steps", [1, 3, 16, 50, 250, 999, 1000])
+def test_ddim_trailing_timesteps(dumped, steps):
+    got = np.fromfile(os.path.join(dumped, "ddim_trailing_%d.i32" % steps), dtype=np.int32)
+    # DDIMScheduler.set_timesteps, "trailing": step_ratio = T / N; round(arange(T, 0, -step_ratio)) - 1
+    want = (np.round(np.arange(T, 0, -T / steps)).astype(np.int64) - 1)
     assert got.tolist() == want.tolist()

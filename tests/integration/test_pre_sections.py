@@ -106,7 +106,10 @@ ADDED_SINCE = {("data", "nonfinite"): "error",  # issue 24
                ("data", "phantom"): "ellipsoids", ("data", "affine"): [], ("model", "pos_weight_auto"): 0,
                ("model", "growth_rate"): 32, ("model", "init_features"): 64, ("model", "bn_size"): 4,
                ("model", "block_config"): [], ("model", "dropout_prob"): 0,
-               ("train", "batch_preset"): "none", ("train", "ema_eval"): 1}
+               ("train", "batch_preset"): "none", ("train", "ema_eval"): 1,
+               # issue 40: the diffusion's data scale, DDIM's timestep spacing, the views' backprojection
+               ("diffusion", "data_scale"): 1, ("diffusion", "timestep_spacing"): "trailing",
+               ("xray", "backproject"): 0}
 # The --help-config header names the sections; issue 21 added three.
 HEADER_SINCE = ("Config keys (JSON sections model, train, data, output, dist, diffusion, xray, loss):\n",
                 "Config keys (JSON sections model, train, data, output, dist):\n")

@@ -518,14 +518,16 @@ static void drr(int n, int d, int h, int w, int view, int img, int offset, int e
     snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d view %d img %d", n, d, h, w, view, img);
     add("drr_forward", k, offset, emu);
     add_betas("drr_backward", k, offset, emu);
+    add("drr_backproject", k, offset, emu);
 }
 
-static void diffusion(int n, long count, int offset, int emu) {
+static void diffusion_scaled(int n, long count, float data_scale, int offset, int emu) {
     for (int param = DIFFUSION_V; param <= DIFFUSION_EPS; param++) {
         KernelCase k = {0};
-        const DiffusionShape s = {.n = n, .count = count, .param = param};
+        const DiffusionShape s = {.n = n, .count = count, .param = param, .data_scale = data_scale};
         kernel_case_set_params(&k, &s, sizeof s);
-        snprintf(k.shape, sizeof k.shape, "n%d x%ld %s", n, count, param == DIFFUSION_V ? "v" : "eps");
+        snprintf(k.shape, sizeof k.shape, "n%d x%ld %s scale %g", n, count, param == DIFFUSION_V ? "v" : "eps",
+                 data_scale);
         add("diffusion_q_sample", k, offset, emu);
         add("diffusion_predict_x0", k, offset, emu);
         add_betas("diffusion_predict_x0_backward", k, offset, emu);
@@ -534,6 +536,7 @@ static void diffusion(int n, long count, int offset, int emu) {
         add("diffusion_ddim_step", k, offset, emu);
     }
 }
+static void diffusion(int n, long count, int offset, int emu) { diffusion_scaled(n, count, 0.0f, offset, emu); }
 
 static void ema(long n, int offset, int emu) {
     add("ema_update", count(n), offset, emu);
@@ -554,6 +557,7 @@ static void diffusion_ops(void) {
     diffusion(2, 4096, 1, 1);
     diffusion(1, 1, 0, 1);
     diffusion(5, 7, 0, 1);
+    diffusion_scaled(3, 1001, 6.5f, 0, 1); /* diffusion.data_scale */
     diffusion(1500, 3, 0, 2); /* more elements than one reduction block's share, many samples */
     diffusion(4, 300001, 0, 0);
     ema(1001, 0, 1);

@@ -111,13 +111,14 @@ static void host_ddim(Model *m, int steps, uint64_t seed, const uint64_t *ids, f
     for (int b = 0; b < m->batch; b++)
         for (long i = 0; i < per; i++) x[b * per + i] = vx_normal(seed, 0xD1F2ull, ids[b] * (uint64_t)per + (uint64_t)i);
     int ts[16];
-    diffusion_ddim_timesteps(T, steps, ts);
+    const DdimSpacing sp = (DdimSpacing)diffusion_ddim_spacing_parse(m->cfg.diff.timestep_spacing);
+    diffusion_ddim_timesteps(sp, T, steps, ts);
     float *v = malloc(sizeof(float) * (size_t)n);
     for (int s = 0; s < steps; s++) {
         predict_at(m, ts[s], x, v);
         float a, sg, an, sn;
         diffusion_coefficients(m->alphabar[ts[s]], &a, &sg);
-        diffusion_coefficients(diffusion_ddim_next_alphabar(m->alphabar, T, steps, s), &an, &sn);
+        diffusion_coefficients(diffusion_ddim_next_alphabar(sp, m->alphabar, T, steps, s), &an, &sn);
         for (long i = 0; i < n; i++) {
             const float x0 = a * x[i] - sg * v[i], eps = sg * x[i] + a * v[i];
             x[i] = an * x0 + sn * eps;

@@ -6,9 +6,11 @@
  *   - both: strictly decreasing in (0, 1);
  *   - min-SNR-gamma: for v, SNR <= gamma gives alphabar itself and SNR > gamma gives gamma * (1 - alphabar); for
  *     epsilon 1 and gamma / SNR;
- *   - DDIM "leading" timesteps (980, 960, ..., 0 for 50 of 1000; 666, 333, 0 for 3) and the next alphabar (1 after
- *     the last step).
+ *   - DDIM "leading" timesteps (980, 960, ..., 0 for 50 of 1000; 666, 333, 0 for 3) and "trailing" ones (999, 979,
+ *     ..., 19 for 50; 999, 666, 332 for 3; for 16 the halves round to even: 937 and 811), and the next alphabar
+ *     (the next step's, 1 after the last step).
  * `test_diffusion_schedule --dump DIR` writes DIR/linear.f64 and DIR/cosine.f64 (T = 1000) and DIR/ddim_<N>.i32
+ * (leading), DIR/ddim_trailing_<N>.i32
  * for tests/integration/test_diffusion_schedule_torch.py, which checks them against diffusers' formulas in torch. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -79,22 +81,53 @@ static void test_min_snr(void **state) {
 
 static void test_ddim_leading(void **state) {
     int t[50];
-    diffusion_ddim_timesteps(T, 50, t);
+    diffusion_ddim_timesteps(DDIM_LEADING, T, 50, t);
     for (int i = 0; i < 50; i++) assert_int_equal(t[i], 980 - 20 * i);
     int t3[3];
-    diffusion_ddim_timesteps(T, 3, t3);
+    diffusion_ddim_timesteps(DDIM_LEADING, T, 3, t3);
     assert_int_equal(t3[0], 666);
     assert_int_equal(t3[1], 333);
     assert_int_equal(t3[2], 0);
     double ab[T];
     diffusion_alphabar(DIFFUSION_SCHEDULE_COSINE, T, ab);
-    assert_true(diffusion_ddim_next_alphabar(ab, T, 3, 0) == ab[333]);
-    assert_true(diffusion_ddim_next_alphabar(ab, T, 3, 1) == ab[0]);
-    assert_true(diffusion_ddim_next_alphabar(ab, T, 3, 2) == 1.0);
+    assert_true(diffusion_ddim_next_alphabar(DDIM_LEADING, ab, T, 3, 0) == ab[333]);
+    assert_true(diffusion_ddim_next_alphabar(DDIM_LEADING, ab, T, 3, 1) == ab[0]);
+    assert_true(diffusion_ddim_next_alphabar(DDIM_LEADING, ab, T, 3, 2) == 1.0);
     int all[T];
-    diffusion_ddim_timesteps(T, T, all);
+    diffusion_ddim_timesteps(DDIM_LEADING, T, T, all);
     assert_int_equal(all[0], T - 1);
     assert_int_equal(all[T - 1], 0);
+    int one;
+    diffusion_ddim_timesteps(DDIM_LEADING, T, 1, &one);
+    assert_int_equal(one, 0); /* leading's one step is at t = 0: it returns x_T (why trailing is the default) */
+}
+
+static void test_ddim_trailing(void **state) {
+    int t[50];
+    diffusion_ddim_timesteps(DDIM_TRAILING, T, 50, t);
+    for (int i = 0; i < 50; i++) assert_int_equal(t[i], 999 - 20 * i);
+    int t3[3];
+    diffusion_ddim_timesteps(DDIM_TRAILING, T, 3, t3);
+    assert_int_equal(t3[0], 999);
+    assert_int_equal(t3[1], 666);
+    assert_int_equal(t3[2], 332);
+    int t16[16];
+    diffusion_ddim_timesteps(DDIM_TRAILING, T, 16, t16);
+    assert_int_equal(t16[1], 937); /* round(937.5) = 938 */
+    assert_int_equal(t16[3], 811); /* round(812.5) = 812 */
+    double ab[T];
+    diffusion_alphabar(DIFFUSION_SCHEDULE_COSINE, T, ab);
+    assert_true(diffusion_ddim_next_alphabar(DDIM_TRAILING, ab, T, 3, 0) == ab[666]);
+    assert_true(diffusion_ddim_next_alphabar(DDIM_TRAILING, ab, T, 3, 1) == ab[332]);
+    assert_true(diffusion_ddim_next_alphabar(DDIM_TRAILING, ab, T, 3, 2) == 1.0);
+    int one, all[T];
+    diffusion_ddim_timesteps(DDIM_TRAILING, T, 1, &one);
+    assert_int_equal(one, T - 1);
+    diffusion_ddim_timesteps(DDIM_TRAILING, T, T, all);
+    for (int i = 0; i < T; i++) assert_int_equal(all[i], T - 1 - i);
+    assert_int_equal(diffusion_ddim_spacing_parse("trailing"), DDIM_TRAILING);
+    assert_int_equal(diffusion_ddim_spacing_parse("leading"), DDIM_LEADING);
+    assert_int_equal(diffusion_ddim_spacing_parse("linspace"), -1);
 }
 
 static void test_names(void **state) {
@@ -125,12 +158,15 @@ static int dump(const char *dir) {
         snprintf(name, sizeof name, "%s.f64", diffusion_schedule_name((DiffusionSchedule)k));
         bad |= write_file(dir, name, ab, sizeof ab);
     }
-    const int steps[] = {1, 3, 50, 250, 999, 1000};
+    const int steps[] = {1, 3, 16, 50, 250, 999, 1000};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
         int t[T];
-        diffusion_ddim_timesteps(T, steps[i], t);
         char name[64];
+        diffusion_ddim_timesteps(DDIM_LEADING, T, steps[i], t);
         snprintf(name, sizeof name, "ddim_%d.i32", steps[i]);
+        bad |= write_file(dir, name, t, sizeof(int) * (size_t)steps[i]);
+        diffusion_ddim_timesteps(DDIM_TRAILING, T, steps[i], t);
+        snprintf(name, sizeof name, "ddim_trailing_%d.i32", steps[i]);
         bad |= write_file(dir, name, t, sizeof(int) * (size_t)steps[i]);
     }
     return bad;
@@ -141,7 +177,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_by_hand), cmocka_unit_test(test_cosine_telescopes),
         cmocka_unit_test(test_decreasing),     cmocka_unit_test(test_min_snr),
-        cmocka_unit_test(test_ddim_leading),   cmocka_unit_test(test_names),
+        cmocka_unit_test(test_ddim_leading),   cmocka_unit_test(test_ddim_trailing), cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

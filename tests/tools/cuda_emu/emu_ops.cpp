@@ -175,7 +175,7 @@ static const LayerNormOps emu_layernorm = {layernorm_ops_cuda.head, layernorm_op
 static const AdaLNOps emu_adaln = {adaln_ops_cuda.head, adaln_ops_cuda.modulate, emu_ada_modulate_backward,
                                    adaln_ops_cuda.gate, emu_ada_gate_backward};
 
-static const DrrOps emu_drr = {drr_ops_cuda.head, emu_drr_forward, emu_drr_backward};
+static const DrrOps emu_drr = {drr_ops_cuda.head, emu_drr_forward, emu_drr_backward, drr_ops_cuda.backproject};
 static const DiffusionOps emu_diffusion = {.head = diffusion_ops_cuda.head, .q_sample = diffusion_ops_cuda.q_sample,
                                            .predict_x0 = diffusion_ops_cuda.predict_x0,
                                            .predict_x0_backward = diffusion_ops_cuda.predict_x0_backward,
