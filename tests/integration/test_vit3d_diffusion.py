@@ -19,6 +19,7 @@ QUIET = ["--device", "cpu", "--set", "output.tensorboard=0"]
     [],  # v-prediction, cosine schedule, projection loss on
     ["diffusion.prediction=epsilon", "diffusion.schedule=linear", "loss.min_snr_gamma=5", "loss.physics_weight=0"],
     ["loss.min_snr_gamma=5", "loss.physics_weight=1"],
+    ["xray.backproject=0", "diffusion.data_scale=1"],  # the views by cross-attention only, the data unscaled
 ])
 def test_one_step_matches_pytorch_float64(tmp_path, sets):
     torch = pytest.importorskip("torch")
@@ -92,8 +93,11 @@ def test_tiny_config_trains(tmp_path):
     train = [r for r in rows if "diffusion" in r]
     assert len(val) == 3 and val[-1] < 0.8 * val[0], val
     assert proj[-1] < 0.8 * proj[0], proj
+    # the seed's aim, "Physics Loss should be < 0.1 by end of training", holds from the start in these units (DRRs
+    # in [0, 1)); what training must do is cut it: measured 0.0073 before training, 0.00074 at step 2000
+    assert proj[-1] < 0.25 * proj[0] and proj[-1] < 0.1, proj
     assert all("projection" in r for r in train), train[:1]
-    assert (out / "checkpoints" / "step_80.ckpt").exists()
+    assert (out / "checkpoints" / "step_2000.ckpt").exists()
 
 
 def test_resume_is_exact(tmp_path):
@@ -109,7 +113,10 @@ def test_resume_is_exact(tmp_path):
     (["xray.patch_size=5"], "xray.img_size 16 is not divisible by xray.patch_size 5"),
     (["diffusion.prediction=epsilon"], "loss.physics_weight 0.1 with diffusion.prediction epsilon"),
     (["diffusion.schedule=sigmoid"], "diffusion.schedule"),
-    (["model.heads=3"], "model.hidden_size 32 is not divisible by model.heads 3"),
+    (["model.heads=3"], "model.hidden_size 64 is not divisible by model.heads 3"),
+    (["diffusion.timestep_spacing=linspace"], "diffusion.timestep_spacing must be one of trailing|leading"),
+    (["diffusion.data_scale=0"], "diffusion.data_scale must be in [0.001, 1000], got 0"),
+    (["xray.backproject=2"], "xray.backproject must be in [0, 1], got 2"),
 ])
 def test_bad_keys_are_one_line(tmp_path, sets, words):
     out = tmp_path / "run"
