@@ -4,7 +4,10 @@
  *     1 - exp(-mu_scale * spacing * c * extent) at every pixel, whatever the resampling, and its gradient under
  *     dimg = 1 is that exp times mu_scale * spacing * (the resampling's column sums);
  *   - the two views are each other under swapping h and w;
- *   - bit-identical image and gradient for 1 and 3 OpenMP threads.
+ *   - bit-identical image and gradient for 1 and 3 OpenMP threads;
+ *   - backproject inverts the model's DRR onto the rays: at img = d = w = h (no resampling) and spacing 1/extent,
+ *     each voxel gets the mean of the volume along its AP ray (channel 0) and its lateral ray (channel 1); a
+ *     saturated pixel (1) gives the clamp's -log(1 - DRR_IMAGE_MAX) / mu_scale.
  * `test_drr --dump DIR` writes three cases' shape, inputs and outputs (DIR/<case>.shape, DIR/<case>.<tensor>.f32)
  * for tests/integration/test_drr_torch.py, which checks them against PyTorch (F.interpolate, autograd) in float64. */
 #include <setjmp.h>
@@ -72,6 +75,39 @@ static void test_views_swap(void **state) {
     free(x), free(xt), free(a), free(b);
 }
 
+static void test_backproject_is_the_ray_means(void **state) {
+    const int n = 2, e = 6;
+    const float mu = 0.7f;
+    DrrShape s = {.n = n, .d = e, .h = e, .w = e, .img = e, .mu_scale = mu, .spacing = 1.0f / e, .dtype = DT_F32};
+    const long nv = (long)n * e * e * e, ni = (long)n * e * e;
+    float *x = filled(nv, 9, 0, 1), *views = filled(2 * ni, 10, 0, 0), *out = filled(2 * nv, 11, 0, 0);
+    float *img = filled(ni, 12, 0, 0);
+    for (int v = 0; v < 2; v++) { /* the views as the model holds them: [n][2][img][img] */
+        s.view = v;
+        drr_ops_cpu.forward(&s, x, img);
+        for (int b = 0; b < n; b++) memcpy(views + (2L * b + v) * e * e, img + (long)b * e * e, sizeof(float) * e * e);
+    }
+    drr_ops_cpu.backproject(&s, views, out);
+    for (int b = 0; b < n; b++)
+        for (int d = 0; d < e; d++)
+            for (int y = 0; y < e; y++)
+                for (int z = 0; z < e; z++) {
+                    double ap = 0, lat = 0;
+                    for (int k = 0; k < e; k++) {
+                        ap += x[(((long)b * e + d) * e + k) * e + z];
+                        lat += x[(((long)b * e + d) * e + y) * e + k];
+                    }
+                    const long o = ((((long)b * e + d) * e + y) * e + z) * 2;
+                    assert_true(fabs(out[o] - ap / e) < 1e-5);
+                    assert_true(fabs(out[o + 1] - lat / e) < 1e-5);
+                }
+    views[3] = 1.0f; /* sample 0's AP view, row 0, column 3: every voxel of the ray (d 0, w 3) */
+    drr_ops_cpu.backproject(&s, views, out);
+    const double clamped = -log1p(-(double)DRR_IMAGE_MAX) / mu; /* 1 - 1e-6 as a float: 13.8 / mu */
+    for (int y = 0; y < e; y++) assert_true(fabs(out[((long)y * e + 3) * 2] - clamped) < 1e-5 * clamped);
+    free(x), free(views), free(out), free(img);
+}
+
 static void test_threads_bitwise(void **state) {
     const DrrShape s = shape(3, 9, 8, 10, 0, 17);
     const long nv = drr_volume_count(&s), ni = drr_image_count(&s);
@@ -131,6 +167,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_empty_and_uniform),
         cmocka_unit_test(test_views_swap),
         cmocka_unit_test(test_threads_bitwise),
+        cmocka_unit_test(test_backproject_is_the_ray_means),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
