@@ -17,7 +17,11 @@ def test_small_config_halves_validation_l1(tmp_path):
     # The progress line reports what metrics.jsonl holds, with the fields the README promises.
     last = [m for m in metrics(out) if "loss" in m][-1]
     line = [l for l in p.stdout.splitlines() if l.startswith("step   150/150")][0]
-    for field in ("loss %.6f" % last["loss"], "lr", "grad norm", "samples/s", "ms/step", "eta"):
+    # the line's loss is the float printed to 6 decimals, metrics.jsonl's a decimal of it: equal to the last digit's
+    # rounding (0.0391055 printed 0.039105 by C and formatted 0.039106 from the JSON, once under AVX2 in CI)
+    shown = float(line.split("| loss ", 1)[1].split()[0])
+    assert abs(shown - last["loss"]) <= 6e-7, (last["loss"], line)  # half the last digit, and the JSON decimal
+    for field in ("lr", "grad norm", "samples/s", "ms/step", "eta"):
         assert field in line, (field, line)
     assert (out / "config.json").exists() and (out / "checkpoints" / "step_150.ckpt").exists()
 
