@@ -72,6 +72,15 @@ int build_buffer(Model *m, const char *prefix, const char *suffix, long count) {
     return m->n_buffers++;
 }
 
+int build_concat(Model *m, const char *name, const int *parts, int n) {
+    VX_CHECK(n >= 1 && n <= NODE_MAX_IN, "%s: %d parts to concatenate, 1 to %d", name, n, NODE_MAX_IN);
+    Dims out = m->tensors[parts[0]].dims;
+    for (int i = 1; i < n; i++) out.c += m->tensors[parts[i]].dims.c;
+    Node *nd = build_node(m, OP_CONCAT, name, -1, -1, out);
+    for (int i = 0; i < n; i++) nd->in[i] = parts[i];
+    return nd->out;
+}
+
 void build_segment(Model *m, int first) {
     GROW(m->blocks, m->n_blocks, m->cap_blocks);
     m->blocks[m->n_blocks++] = (Block){.first = first, .last = m->n_nodes - 1};

@@ -19,6 +19,8 @@ int build_tensor(Model *m, Dims d, int producer, DType dtype);
 int build_param(Model *m, const char *prefix, const char *suffix, int ndim, const int *shape);
 /* A buffer named "<prefix>.<suffix>" of count floats (BatchNorm's running statistics). */
 int build_buffer(Model *m, const char *prefix, const char *suffix, long count);
+/* One node concatenating parts[0..n) (1 <= n <= NODE_MAX_IN) along the channels (torch.cat(parts, 1)); its output */
+int build_concat(Model *m, const char *name, const int *parts, int n);
 /* Nodes first .. the last built so far as one activation-checkpointing segment (model.h's Block: with
  * train.checkpoint_activations its inside is recomputed in backward) */
 void build_segment(Model *m, int first);

@@ -34,17 +34,6 @@ static int norm_relu_conv(Model *m, const char *prefix, const char *norm, const 
     return build_conv_nd(m, name, h, c_out, k, 1, k / 2, 0);
 }
 
-/* The concatenation of a block's features so far along the channels (torch.cat(features, 1)), one node over all of
- * them: nothing but the features themselves need outlive it */
-static int concat(Model *m, const char *name, const int *features, int n) {
-    VX_CHECK(n <= NODE_MAX_IN, "%s: %d features to concatenate, at most %d", name, n, NODE_MAX_IN);
-    Dims out = m->tensors[features[0]].dims;
-    for (int i = 1; i < n; i++) out.c += m->tensors[features[i]].dims.c;
-    Node *nd = build_node(m, OP_CONCAT, name, -1, -1, out);
-    for (int i = 0; i < n; i++) nd->in[i] = features[i];
-    return nd->out;
-}
-
 /* One dense layer: its growth_rate new features from the concatenation of the block's input and the features of the
  * layers before it. The concatenation is the layer's first node, so with activation checkpointing it is rebuilt with
  * the norm and ReLU in backward (the memory-efficient DenseNet: only each layer's new features stay between forward
@@ -55,7 +44,7 @@ static int dense_layer(Model *m, int block, int layer, const int *features, int 
     snprintf(prefix, sizeof prefix, "features.denseblock%d.denselayer%d.layers.", block, layer);
     const int first = m->n_nodes;
     snprintf(name, sizeof name, "features.denseblock%d.denselayer%d.cat", block, layer);
-    int h = n == 1 ? features[0] : concat(m, name, features, n);
+    int h = n == 1 ? features[0] : build_concat(m, name, features, n);
     h = norm_relu_conv(m, prefix, "norm1", "relu1", "conv1", h, d->bn_size * d->growth_rate, 1);
     h = norm_relu_conv(m, prefix, "norm2", "relu2", "conv2", h, d->growth_rate, 3);
     if (d->dropout_prob > 0) { /* MONAI's layers.dropout, keyed per layer: the same mask when a resumed run redraws it */
@@ -79,7 +68,7 @@ static int dense_block(Model *m, int block, int layers, int x) {
     for (int l = 0; l < layers; l++) features[l + 1] = dense_layer(m, block, l + 1, features, l + 1);
     char name[48];
     snprintf(name, sizeof name, "features.denseblock%d.cat", block);
-    return concat(m, name, features, layers + 1);
+    return build_concat(m, name, features, layers + 1);
 }
 
 /* transitionT: norm -> relu -> conv 1x1 to c_out -> average pool over 2x2(x2) windows */

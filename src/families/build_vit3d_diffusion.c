@@ -138,13 +138,8 @@ void build_vit3d_diffusion(Model *m) {
         bd.c = 2;
         Node *bp = build_node(m, OP_BACKPROJECT, "view_backprojection", m->t_views, -1, bd);
         m->tensors[bp->out].no_grad = 1;
-        Dims cd = bd;
-        cd.c = in_c + 2;
-        Node *cat = build_node(m, OP_CONCAT, "x_t_views", -1, -1, cd);
-        cat->in[0] = m->t_xt;
-        cat->in[1] = bp->out;
-        m->tensors[cat->out].no_grad = 1;
-        in = cat->out;
+        in = build_concat(m, "x_t_views", (const int[]){m->t_xt, bp->out}, 2);
+        m->tensors[in].no_grad = 1;
         in_c += 2;
     }
     int x = build_conv(m, "patch_embed.proj", in, in_c, C, ps, ps, (const int[3]){0, 0, 0}, 1);
