@@ -75,9 +75,6 @@ void diffusion_ddim_timesteps(DdimSpacing spacing, int T, int N, int *t) {
 
 double diffusion_ddim_next_alphabar(DdimSpacing spacing, const double *alphabar, int T, int N, int i) {
     if (N < 1 || N > T || i < 0 || i >= N) vx_fatal("diffusion_ddim_next_alphabar: step %d of %d (T %d)", i, N, T);
-    if (spacing == DDIM_LEADING) {
-        const int next = ddim_t(spacing, T, N, i) - T / N;
-        return next >= 0 ? alphabar[next] : 1.0;
-    }
+    /* the next step's timestep (leading's t_i - T/N), or x0 itself after the last */
     return i + 1 < N ? alphabar[ddim_t(spacing, T, N, i + 1)] : 1.0;
 }
