@@ -14,9 +14,10 @@
  *                   w float32 [n] (NULL: all ones); with the gradient in the same pass, as loss.h's recon loss:
  *                   dpred = grad_scale * loss_scale[0] * 2*w[b]*(pred - target)/(n*count), overwritten (NULL:
  *                   the loss only); loss_scale in backend memory (NULL for 1), read when the op runs
- *   ddim_step       (in the process's units, k*x0: the sampler divides its result by k) deterministic DDIM (eta 0) from t to the next (smaller) timestep, whose coefficients are
- *                   alpha_next, sigma_next:  x0 = alpha*x_t - sigma*v, eps = sigma*x_t + alpha*v (v), or
- *                   eps = pred, x0 = (x_t - sigma*eps)/alpha (epsilon);  x_next = alpha_next*x0 + sigma_next*eps
+ *   ddim_step       deterministic DDIM (eta 0) from t to the next (smaller) timestep, in the process's units (k*x0:
+ *                   the sampler divides its result by k), whose coefficients are alpha_next, sigma_next:
+ *                   x0 = alpha*x_t - sigma*v, eps = sigma*x_t + alpha*v (v), or eps = pred,
+ *                   x0 = (x_t - sigma*eps)/alpha (epsilon);  x_next = alpha_next*x0 + sigma_next*eps
  *                   (x_next may be x_t: in place)
  * Storage: shape.dtype for the model's tensors (x_t of q_sample, pred, x0_hat, dx0, dpred); float32 for x0, eps,
  * target, the coefficients, w, the loss and the sampler's x_t / x_next. Math in float; the loss's sum in double over
@@ -58,7 +59,9 @@ extern const DiffusionOps diffusion_ops_cpu;
 extern const DiffusionOps diffusion_ops_cuda; /* CUDA builds only */
 
 static inline long diffusion_total(const DiffusionShape *s) { return (long)s->n * s->count; }
-static inline float diffusion_data_scale(const DiffusionShape *s) { return s->data_scale != 0.0f ? s->data_scale : 1.0f; }
+static inline float diffusion_data_scale(const DiffusionShape *s) {
+    return s->data_scale != 0.0f ? s->data_scale : 1.0f;
+}
 /* "" when s is valid, else what is wrong (one line) */
 static inline const char *diffusion_shape_error(const DiffusionShape *s) {
     if (s->n < 0 || s->count < 0) return "a negative sample or element count";

@@ -18,8 +18,8 @@ static DiffusionShape typed(KernelCase *k) {
     return s;
 }
 #define SAMPLE(s, i) ((i) / (s).count)
-/* the data scale k, in double (0 reads as 1) */
-static double scale_of(const DiffusionShape *s) { return s->data_scale != 0.0f ? (double)s->data_scale : 1.0; }
+/* the data scale k, in double (diffusion.h: 0 reads as 1) */
+static double scale_of(const DiffusionShape *s) { return (double)diffusion_data_scale(s); }
 
 /* ---- q_sample: alpha sigma x0 eps -> x_t target ---------------------------------------------------------------- */
 

@@ -134,7 +134,7 @@ static void bp_ref(const KernelCase *k, const float *const *in, double *const *r
     for (int b = 0; b < s.n; b++)
         for (int view = 0; view < 2; view++) {
             const float *image = in[0] + (2L * b + view) * m * m;
-            const int cols = view == 0 ? s.w : s.h;
+            const int cols = view == 0 ? s.w : s.h, along = view == 0 ? s.h : s.w;
             for (int u = 0; u < s.d; u++)
                 for (int v = 0; v < cols; v++) {
                     int r0, r1, c0, c1;
@@ -145,9 +145,10 @@ static void bp_ref(const KernelCase *k, const float *const *in, double *const *r
                     const double val = ((1 - a) * ((1 - c) * L(r0, c0) + c * L(r0, c1)) +
                                         a * ((1 - c) * L(r1, c0) + c * L(r1, c1))) / s.mu_scale;
 #undef L
-                    for (int y = 0; y < s.h; y++)
-                        for (int z = 0; z < s.w; z++)
-                            if ((view == 0 ? z : y) == v) ref[1][((((long)b * s.d + u) * s.h + y) * s.w + z) * 2 + view] = val;
+                    for (int j = 0; j < along; j++) { /* every voxel on the ray: (u, j, v) AP, (u, v, j) lateral */
+                        const int y = view == 0 ? j : v, z = view == 0 ? v : j;
+                        ref[1][((((long)b * s.d + u) * s.h + y) * s.w + z) * 2 + view] = val;
+                    }
                 }
         }
 }
