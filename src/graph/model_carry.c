@@ -1,13 +1,13 @@
 /* model_carry.c: parameter-shaped arrays between layouts: the flat buffer and the packed one (model_pack_params),
  * and carried from one model to another of the same family built at another input size (train.stages): every view
  * copied as it is, except a learned position table (the weight of an OP_POS node: vit3d's and vit3d_diffusion's
- * pos_embed [tokens][C]) whose token grid changed, which is resampled trilinearly over the grid, as timm's
- * resample_abs_pos_embed does in 2-D (see model.h). */
-#include <math.h>
+ * pos_embed [tokens][C]) whose token grid changed, which is resampled trilinearly over the grid (kernels/resample's
+ * CPU kernel), as timm's resample_abs_pos_embed does in 2-D (see model.h). */
 #include <string.h>
 
 #include "core/util.h"
 #include "graph/model.h"
+#include "resample/resample.h"
 
 void model_pack_params(const Model *m, const float *flat, float *packed) {
     for (int i = 0; i < m->n_params; i++) {
@@ -38,40 +38,9 @@ int model_same_layout(const Model *a, const Model *b) {
     return 1;
 }
 
-/* PyTorch's source index for align_corners=False (area_pixel_compute_source_index): output cell o's centre in input
- * cells, clamped at 0; its lower neighbour, the upper one (the last cell repeats) and the upper one's weight. */
-static void source_index(int o, int in, int out, int *i0, int *i1, double *l1) {
-    double s = (double)in / out * (o + 0.5) - 0.5;
-    if (s < 0) s = 0;
-    *i0 = (int)s;
-    *i1 = *i0 + (*i0 < in - 1);
-    *l1 = s - *i0;
-}
-
+/* the kernel's CPU reference (resample.h) on one sample: the arithmetic model.h promises (double, rounded once) */
 void model_resample_grid(const float *src, const int gin[3], float *dst, const int gout[3], int c) {
-    for (int od = 0; od < gout[0]; od++) {
-        int d0, d1, h0, h1, w0, w1;
-        double ld, lh, lw;
-        source_index(od, gin[0], gout[0], &d0, &d1, &ld);
-        for (int oh = 0; oh < gout[1]; oh++) {
-            source_index(oh, gin[1], gout[1], &h0, &h1, &lh);
-            for (int ow = 0; ow < gout[2]; ow++) {
-                source_index(ow, gin[2], gout[2], &w0, &w1, &lw);
-                const float *p[8];
-                const int ds[2] = {d0, d1}, hs[2] = {h0, h1}, ws[2] = {w0, w1};
-                for (int k = 0; k < 8; k++)
-                    p[k] = src + (((long)ds[k >> 2] * gin[1] + hs[(k >> 1) & 1]) * gin[2] + ws[k & 1]) * c;
-                float *y = dst + (((long)od * gout[1] + oh) * gout[2] + ow) * c;
-                for (int j = 0; j < c; j++) { /* in double, rounded once */
-                    const double a0 = (1 - lh) * ((1 - lw) * p[0][j] + lw * p[1][j]) +
-                                      lh * ((1 - lw) * p[2][j] + lw * p[3][j]);
-                    const double a1 = (1 - lh) * ((1 - lw) * p[4][j] + lw * p[5][j]) +
-                                      lh * ((1 - lw) * p[6][j] + lw * p[7][j]);
-                    y[j] = (float)((1 - ld) * a0 + ld * a1);
-                }
-            }
-        }
-    }
+    resample_trilinear_cpu(1, gin, gout, c, src, dst);
 }
 
 void model_carry_packed(const Model *from, const float *src, const Model *to, float *dst) {

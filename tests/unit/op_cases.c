@@ -123,6 +123,14 @@ static void upsample(int n, int d, int h, int w, int c) {
     add_betas("upsample2x_backward", k, 0, 1);
 }
 
+/* trilinear resampling: dims are the input's n, d, h, w, c, params its output grid (resample_spec.c) */
+static void resample(int n, int d, int h, int w, int c, int od, int oh, int ow, int offset) {
+    KernelCase k = {.dims = {n, d, h, w, c}};
+    kernel_case_set_params(&k, (const int[3]){od, oh, ow}, 3 * sizeof(int));
+    snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d -> %dx%dx%d c%d", n, d, h, w, od, oh, ow, c);
+    add("resample_trilinear", k, offset, 1);
+}
+
 static void latent(int n, long cps, int emu) {
     KernelCase k = {0};
     const LatentShape s = {.n = n, .count_per_sample = cps, .logvar_min = -5, .logvar_max = 3};
@@ -610,6 +618,12 @@ static void build(void) {
     upsample(3, 5, 7, 9, 3);
     upsample(2, 3, 4, 5, 12);
     upsample(1, 2, 3, 2, 20);
+    resample(2, 4, 6, 8, 3, 6, 4, 3, 0);  /* non-integer ratios on every axis: 4->6 up, 6->4 and 8->3 down */
+    resample(2, 2, 3, 4, 1, 4, 6, 8, 1);  /* 2x up (the stages' position tables), one channel, misaligned */
+    resample(1, 8, 4, 6, 3, 4, 2, 3, 0);  /* 2x down: every output between two source cells */
+    resample(2, 5, 7, 3, 1, 5, 7, 3, 0);  /* the same grid: the identity */
+    resample(1, 1, 5, 9, 3, 3, 1, 4, 1);  /* one plane in D read by every output, H down to 1, misaligned */
+    resample(1, 3, 3, 3, 5, 16, 11, 7, 0); /* several outputs per source cell; c 5 */
     latent(3, 35, 1);
     latent(2, 4096 * 5 + 7, 1);
     latent(1500, 3, 2); /* more samples than the reduction's 1024 blocks */

@@ -43,6 +43,7 @@ extern "C" {
 #include "timestep/timestep.h"
 #include "common/rng.h"
 #include "upsample/upsample.h"
+#include "resample/resample.h"
 #include "op_cases.h"
 }
 void emu_poison_scratch(void);
@@ -240,6 +241,7 @@ static const Backend emu_backend = {
     .diffusion = &emu_diffusion,
     .ema = &ema_ops_cuda,
     .upconv_phase = &upconv_phase_ops_cuda,
+    .resample = &resample_ops_cuda,
 };
 
 /* Keyed dropout: the CUDA kernel's mask and float32 values are the CPU's bit for bit (dropout_mask.h is the one
