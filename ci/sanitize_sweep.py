@@ -6,7 +6,7 @@ fatal), so that a bad read anywhere on a command's path fails CI, not only in th
 For each family on its tiny config (ae3d, resnet3d with each task, densenet on chest films, vit3d, vit3d_diffusion),
 the cases are: train with validation and checkpoints, a resume of it, export, train --init-from the export, predict from the checkpoint and from
 the export (families predict writes for), train with dist.zero 2 and ckpt consolidate of its sharded checkpoint,
-`bench step`; then a 2-rank TCP run (ZeRO-2, SyncBatchNorm) and its consolidation, the launchers' settings, 2-D JPEG
+`bench step`; then a vit3d_diffusion cascade (train across its boundary, resume, export, predict); a 2-rank TCP run (ZeRO-2, SyncBatchNorm) and its consolidation, the launchers' settings, 2-D JPEG
 films resized on load (and a truncated one, exit 2), and a SIGINT'd run (exit 130).
 A case fails when its exit code is not the one expected or its output holds a sanitizer report.
 
@@ -119,6 +119,25 @@ class Sweep:
         self.case(name + ": bench step", ["bench", "step", *cfg, "--device", "cpu", "--threads", 1, "--iters", 1,
                                           "--warmup", 1, "--results", os.path.join(d, "bench")])
 
+    def cascade(self, vols):
+        """A vit3d_diffusion cascade (two stages, two networks): train across the boundary with validation, resume
+        at the boundary, predict through both networks from the checkpoint and from its export."""
+        d = os.path.join(self.work, "cascade")
+        run, ck = os.path.join(d, "run"), os.path.join(d, "run", "checkpoints")
+        stages = ('[{"input_size": [8, 8, 8], "steps": 2, "model": {"hidden_size": 32, "blocks": 1, '
+                  '"patch_size": [2, 2, 2]}}, {"input_size": [16, 16, 16], "steps": 2}]')
+        train = ["train", "--config", "configs/test/vit3d-cascade-tiny.json", *QUIET, "--set", "train.val_every=2",
+                 "--set", "train.ckpt_every=2", "--set", "train.stages=" + stages, "--set", "diffusion.sample_steps=2"]
+        self.case("vit3d cascade: train across the boundary", [*train, "--out", run])
+        self.case("vit3d cascade: resume at the boundary", [*train, "--out", os.path.join(d, "resumed"), "--resume",
+                                                           os.path.join(ck, "step_2.ckpt")])
+        weights = os.path.join(d, "weights.safetensors")
+        self.case("vit3d cascade: export", ["export", "--ckpt", os.path.join(ck, "step_4.ckpt"), "--out", weights])
+        self.case("vit3d cascade: predict --ckpt", ["predict", "--ckpt", os.path.join(ck, "step_4.ckpt"), "--data",
+                                                    vols, "--out", os.path.join(d, "pred"), "--device", "cpu"])
+        self.case("vit3d cascade: predict --weights", ["predict", "--weights", weights, "--data", vols, "--out",
+                                                       os.path.join(d, "pred_w"), "--device", "cpu"])
+
     def ranks(self):
         """Two TCP ranks (started by train --gpus 2 --device cpu): ZeRO-2 over SyncBatchNorm, then consolidated."""
         d = os.path.join(self.work, "ranks")
@@ -227,6 +246,7 @@ def main():
     s = Sweep(voxscale, work, a.only)
     for name, cfg in FAMILIES.items():
         s.family(name, cfg, vols)
+    s.cascade(vols)
     s.ranks()
     s.launchers()
     s.films()

@@ -66,7 +66,7 @@ int cmd_export(int argc, char **argv) {
     out_write(a.out, bytes, len, a.overwrite, "export --out");
     char p[300];
     const int ema = model_ema_view(m);
-    printf("export: %s (%s, step %lld): %ld parameters in %d tensors%s, %ld BatchNorm statistics -> %s (%.1f MiB)\n",
+    printf("export: %s (%s, step %lld): %ld parameters in %d tensors%s, %ld buffer floats (BatchNorm's statistics, a cascade's earlier networks) -> %s (%.1f MiB)\n",
            vx_escape(a.ckpt, p, sizeof p), a.cfg.model.family, (long long)ck.header.step, m->param_count, m->n_params,
            ema >= 0 ? " and their moving average (ema.*)" : "", m->buffer_floats - (ema >= 0 ? m->buffers[ema].count : 0),
            a.out, len / 1048576.0);

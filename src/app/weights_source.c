@@ -27,6 +27,22 @@ void weights_config_beside(const char *ckpt, char *out, size_t len) {
     snprintf(out, len, "%s/config.json", dirname(up));
 }
 
+/* Weights of a cascade's stage (export wrote that stage's network and volume as the model section, and every
+ * stage's network in train.stages): the model section with the earlier stages' networks it is conditioned on. */
+static void cascade_stage_of_model(Config *cfg) {
+    for (int k = cfg->train.n_stages - 1; k >= 0; k--) {
+        ModelConfig mc;
+        config_stage_model(&cfg->model, &cfg->train, k, &mc);
+        const ViTConfig *a = &mc.vit, *b = &cfg->model.vit;
+        if (mc.cascade_n > 0 && memcmp(mc.input_size, cfg->model.input_size, sizeof mc.input_size) == 0 &&
+            a->hidden_size == b->hidden_size && a->blocks == b->blocks && a->heads == b->heads &&
+            a->mlp_ratio == b->mlp_ratio && memcmp(a->patch_size, b->patch_size, sizeof a->patch_size) == 0) {
+            cfg->model = mc;
+            return;
+        }
+    }
+}
+
 void weights_config_source(const CliArgs *a, Config *cfg) {
     char p[300];
     if (a->ckpt) {
@@ -56,6 +72,7 @@ void weights_config_source(const CliArgs *a, Config *cfg) {
         snprintf(origin, sizeof origin, "%s (its metadata's %s)", f.origin, META_CONFIG);
         config_parse_text(cfg, text, strlen(text), origin);
         st_free(&f);
+        cascade_stage_of_model(cfg);
         return;
     }
     vx_usage_error("give the trained model with --ckpt CHECKPOINT or --weights FILE.safetensors (see --help)");
@@ -74,16 +91,21 @@ void weights_ckpt_stage(Config *cfg, const char *ckpt, const char *who) {
         return;
     for (int k = 0; k < cfg->train.n_stages; k++) {
         const Stage st = config_stage(&cfg->train, cfg->model.input_size, k);
-        ModelConfig mc = cfg->model;
-        memcpy(mc.input_size, st.input_size, sizeof mc.input_size);
+        ModelConfig mc;
+        config_stage_model(&cfg->model, &cfg->train, k, &mc); /* its size, network and cascade */
         if (config_model_fingerprint(&mc) != h.model_fingerprint) continue;
         const int *fin = cfg->model.input_size;
         char p[300];
-        vx_log("%s: %s is a checkpoint of stage %d of its run's train.stages (input %dx%dx%d), whose model is not "
-               "the final config's (%dx%dx%d: %s's positions follow the input size); read at stage %d's size\n", who,
-               vx_escape(ckpt, p, sizeof p), k, st.input_size[0], st.input_size[1], st.input_size[2], fin[0], fin[1],
-               fin[2], cfg->model.family, k);
-        memcpy(cfg->model.input_size, st.input_size, sizeof cfg->model.input_size);
+        if (mc.cascade_n > 0) /* a cascade's stage: its network and the earlier ones, which its checkpoint holds */
+            vx_log("%s: %s is a checkpoint of stage %d of its run's train.stages (input %dx%dx%d), a cascade of %d "
+                   "networks; read as that stage's model\n", who, vx_escape(ckpt, p, sizeof p), k, st.input_size[0],
+                   st.input_size[1], st.input_size[2], mc.cascade_n + 1);
+        else
+            vx_log("%s: %s is a checkpoint of stage %d of its run's train.stages (input %dx%dx%d), whose model is not "
+                   "the final config's (%dx%dx%d: %s's positions follow the input size); read at stage %d's size\n",
+                   who, vx_escape(ckpt, p, sizeof p), k, st.input_size[0], st.input_size[1], st.input_size[2], fin[0],
+                   fin[1], fin[2], cfg->model.family, k);
+        cfg->model = mc;
         return;
     }
 }

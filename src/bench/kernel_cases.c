@@ -194,8 +194,34 @@ static void vit_cases(CaseList *l, const Model *m, const Node *nd, const Tensor 
     }
 }
 
+static void node_cases(CaseList *l, const Model *m);
+static int loss_cases(CaseList *l, const Model *m, KernelCase **out);
+
+/* OP_CASCADE: the volume resampled to the earlier network's grid, its estimate back, and the earlier network's own
+ * shapes (the cases its stage had: a shape's kernel is one row whatever runs it) */
+static void cascade_cases(CaseList *l, const Model *m, const Node *nd) {
+    const Model *p = m->cascade_prev;
+    const Dims hi = m->tensors[nd->out].dims, lo = p->tensors[p->t_input].dims;
+    const int grids[2][2][3] = {{{hi.d, hi.h, hi.w}, {lo.d, lo.h, lo.w}}, {{lo.d, lo.h, lo.w}, {hi.d, hi.h, hi.w}}};
+    for (int dir = 0; dir < 2; dir++) {
+        const int *in = grids[dir][0], *out = grids[dir][1];
+        KernelCase k = {.dtype = DT_F32, .dims = {hi.n, in[0], in[1], in[2], hi.c}};
+        kernel_case_set_params(&k, out, 3 * sizeof(int));
+        snprintf(k.shape, sizeof k.shape, "n%d %dx%dx%d -> %dx%dx%d c%d", hi.n, in[0], in[1], in[2], out[0], out[1],
+                 out[2], hi.c);
+        add_case(l, k, "resample_trilinear");
+    }
+    node_cases(l, p);
+}
+
 int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
     CaseList l = {.be = be};
+    node_cases(&l, m);
+    return loss_cases(&l, m, out);
+}
+
+static void node_cases(CaseList *lp, const Model *m) {
+#define l (*lp)
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         const Tensor *tx = &m->tensors[nd->in[0]];
@@ -388,8 +414,15 @@ int kernel_cases_of_model(const Model *m, const Backend *be, KernelCase **out) {
         case OP_TIMESTEP:
         case OP_MODULATE:
         case OP_GATE: vit_cases(&l, m, nd, tx); break;
+        case OP_CASCADE: cascade_cases(&l, m, nd); break;
         }
     }
+#undef l
+}
+
+/* the loss's and the optimizer's cases, then the list sorted by op into *out */
+static int loss_cases(CaseList *lp, const Model *m, KernelCase **out) {
+    CaseList l = *lp;
     if (m->t_recon >= 0) { /* ae3d, vit3d */
         add_case(&l, count_case(m->tensors[m->t_recon].count, m->dtype),
                  strcmp(m->cfg.loss, "mse") == 0 ? "recon_loss_mse" : "recon_loss_l1");

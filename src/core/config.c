@@ -125,6 +125,27 @@ static void apply_value(Config *cfg, const KeySpec *k, const cJSON *v, const cha
     apply_to(cfg, &cfg->model.levels, name, k, v, origin);
 }
 
+/* train.stages[i].model: an object of STAGE_MODEL_SCHEMA's keys, each at most once */
+static void apply_stage_model(StageModel *sm, const cJSON *v, int i, const char *origin) {
+    if (!cJSON_IsObject(v))
+        vx_usage_error("%s: train.stages[%d].model must be an object of the stage's network keys, e.g. "
+                       "{\"hidden_size\": 64, \"blocks\": 2}", origin, i);
+    for (const cJSON *kv = v->child; kv; kv = kv->next) {
+        for (const cJSON *prev = v->child; prev != kv; prev = prev->next)
+            if (strcmp(prev->string, kv->string) == 0)
+                vx_usage_error("%s: train.stages[%d].model.%s is given twice; keep one", origin, i, kv->string);
+        const KeySpec *k = NULL;
+        for (int j = 0; j < NSTAGE_MODEL_KEYS; j++)
+            if (strcmp(STAGE_MODEL_SCHEMA[j].key, kv->string) == 0) k = &STAGE_MODEL_SCHEMA[j];
+        if (!k)
+            vx_usage_error("%s: unknown key \"train.stages[%d].model.%s\" (a stage's network has hidden_size, blocks, "
+                           "heads, patch_size, mlp_ratio)", origin, i, kv->string);
+        char name[96];
+        snprintf(name, sizeof name, "train.stages[%d].model.%s", i, kv->string);
+        apply_to(sm, NULL, name, k, kv, origin);
+    }
+}
+
 /* train.stages: each entry an object of STAGE_SCHEMA's keys, each key at most once; what is left out inherits
  * (marked 0 / -1 here, filled in by config_validate). */
 static void apply_stages(TrainConfig *train, const cJSON *v, const char *origin) {
@@ -137,17 +158,22 @@ static void apply_stages(TrainConfig *train, const cJSON *v, const char *origin)
         const cJSON *o = cJSON_GetArrayItem(v, i);
         if (!cJSON_IsObject(o)) vx_usage_error("%s: train.stages[%d] must be an object", origin, i);
         Stage *st = &train->stages[i];
-        *st = (Stage){.input_size = {0, 0, 0}, .steps = 0, .epochs = 0, .batch_size = -1, .lr = -1};
+        *st = (Stage){.input_size = {0, 0, 0}, .steps = 0, .epochs = 0, .batch_size = -1, .lr = -1,
+                      .model = {-1, -1, -1, {-1, -1, -1}, -1}};
         for (const cJSON *kv = o->child; kv; kv = kv->next) {
             for (const cJSON *prev = o->child; prev != kv; prev = prev->next)
                 if (strcmp(prev->string, kv->string) == 0)
                     vx_usage_error("%s: train.stages[%d].%s is given twice; keep one", origin, i, kv->string);
+            if (strcmp(kv->string, "model") == 0) {
+                apply_stage_model(&st->model, kv, i, origin);
+                continue;
+            }
             const KeySpec *k = NULL;
             for (int j = 0; j < NSTAGE_KEYS; j++)
                 if (strcmp(STAGE_SCHEMA[j].key, kv->string) == 0) k = &STAGE_SCHEMA[j];
             if (!k)
                 vx_usage_error("%s: unknown key \"train.stages[%d].%s\" (a stage has input_size, steps or epochs, "
-                               "batch_size, lr)", origin, i, kv->string);
+                               "batch_size, lr, model)", origin, i, kv->string);
             char name[96];
             snprintf(name, sizeof name, "train.stages[%d].%s", i, kv->string);
             apply_to(st, NULL, name, k, kv, origin);
@@ -304,6 +330,12 @@ static cJSON *value_to_json(const Config *cfg, const KeySpec *k) {
     }
     case T_STAGES: {
         cJSON *list = cJSON_CreateArray();
+        int stage_networks = 0; /* any stage with a network of its own (train.stages[i].model) */
+        for (int i = 0; i < cfg->train.n_stages; i++) {
+            const StageModel *sm = &cfg->train.stages[i].model;
+            stage_networks |= sm->hidden_size >= 0 || sm->blocks >= 0 || sm->heads >= 0 || sm->mlp_ratio >= 0 ||
+                              sm->patch_size[0] >= 0 || sm->patch_size[1] >= 0 || sm->patch_size[2] >= 0;
+        }
         for (int i = 0; i < cfg->train.n_stages; i++) { /* as run: what a stage inherited is written out */
             const Stage st = config_stage(&cfg->train, cfg->model.input_size, i);
             cJSON *o = cJSON_CreateObject();
@@ -312,6 +344,16 @@ static cJSON *value_to_json(const Config *cfg, const KeySpec *k) {
             else cJSON_AddNumberToObject(o, "epochs", st.epochs);
             cJSON_AddNumberToObject(o, "batch_size", st.batch_size);
             cJSON_AddNumberToObject(o, "lr", st.lr);
+            if (stage_networks) { /* a cascade's networks as run: every key, inherited ones filled in */
+                ModelConfig mc;
+                config_stage_model(&cfg->model, &cfg->train, i, &mc);
+                cJSON *net = cJSON_AddObjectToObject(o, "model");
+                cJSON_AddNumberToObject(net, "hidden_size", mc.vit.hidden_size);
+                cJSON_AddNumberToObject(net, "blocks", mc.vit.blocks);
+                cJSON_AddNumberToObject(net, "heads", mc.vit.heads);
+                cJSON_AddItemToObject(net, "patch_size", cJSON_CreateIntArray(mc.vit.patch_size, 3));
+                cJSON_AddNumberToObject(net, "mlp_ratio", mc.vit.mlp_ratio);
+            }
             cJSON_AddItemToArray(list, o);
         }
         return list;
@@ -357,6 +399,14 @@ uint64_t config_model_fingerprint(const ModelConfig *model) {
         const unsigned char *p = (const unsigned char *)keys;
         const size_t bytes = diffusion ? sizeof keys : sizeof keys - 2 * sizeof(int);
         for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
+        /* a cascade's earlier networks (held in the checkpoint's buffers): none leaves the hash as before */
+        for (int k = 0; diffusion && k < model->cascade_n; k++) {
+            const CascadeLevel *c = &model->cascade[k];
+            const int level[] = {0xCA5, c->input_size[0], c->input_size[1], c->input_size[2], c->hidden_size, c->blocks,
+                                 c->heads, c->patch_size[0], c->patch_size[1], c->patch_size[2], c->mlp_ratio};
+            const unsigned char *q = (const unsigned char *)level;
+            for (size_t i = 0; i < sizeof level; i++) h = (h ^ q[i]) * 1099511628211ull;
+        }
         return h;
     }
     if (strcmp(model->family, "densenet") == 0) {

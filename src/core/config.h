@@ -49,6 +49,12 @@ int config_densenet_blocks(const ModelConfig *m, int layers[CONFIG_MAX_LIST]);
 /* The validation figure best.ckpt keeps the best of: train.best_metric, or for auto the family's (task's) own; with
  * `logged` (may be NULL) the figures the family's validation logs that it may name ("loss, accuracy, auroc"). */
 const char *config_best_metric(const Config *cfg, const char **logged);
+/* Stage i's whole model section (config_stage.c): model with train.stages[i]'s input size and network (its
+ * .model keys over the model section's) and its cascade, the networks of the earlier stages that precede a change
+ * of network (each stage's last); with no stages, model itself. */
+void config_stage_model(const ModelConfig *model, const TrainConfig *train, int i, ModelConfig *out);
+/* Whether stage i's network (train.stages[i].model) is another than stage i-1's: it starts a new cascade level. */
+int config_stage_new_network(const ModelConfig *model, const TrainConfig *train, int i);
 /* Cross-key checks (groups divide channels, input divisible by the downsampling factor, ...). */
 void config_validate(const Config *cfg, const char *origin);
 /* The resolved config as pretty JSON (caller frees). */

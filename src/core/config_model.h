@@ -63,6 +63,15 @@ typedef struct {
                                     them before each forward */
 } DiffusionConfig;
 
+/* One earlier network of a cascade (vit3d_diffusion, train.stages[k].model): the stage it was trained at (its
+ * volume) and its transformer's shape. Not a key: train_stages (config_stage.c) derives the list of a stage whose
+ * network differs from the one before, and the builder makes each as the frozen conditioner of the next. */
+#define CONFIG_MAX_CASCADE 7
+typedef struct {
+    int input_size[3];
+    int hidden_size, blocks, heads, patch_size[3], mlp_ratio;
+} CascadeLevel;
+
 /* The prediction head of a classifier family (resnet3d): what it predicts and from which loss. */
 typedef struct {
     char task[CONFIG_STR];     /* "classification" | "multilabel" | "regression" | "survival" */
@@ -93,6 +102,10 @@ typedef struct {
     HeadConfig head;     /* the head families: resnet3d, densenet */
     ViTConfig vit;       /* families vit3d and vit3d_diffusion */
     DiffusionConfig diff; /* family vit3d_diffusion */
+    /* vit3d_diffusion's cascade (not keys: config_stage_model): the earlier stages' networks, first to last; the last
+     * conditions this one (its x0 prediction or sample upsampled beside x_t), and itself on the one before */
+    CascadeLevel cascade[CONFIG_MAX_CASCADE];
+    int cascade_n;
 } ModelConfig;
 
 /* A hash of the keys that decide the parameter layout (ae3d: in_channels, levels, res_blocks, latent_channels,

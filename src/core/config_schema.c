@@ -194,7 +194,9 @@ const KeySpec SCHEMA[] = {
      "and used by predict; 0 = none"},
     {K(train, stages), T_STAGES, 0, 0, NULL, "[]",
      "progressive stages, e.g. [{\"input_size\": [64,64,64], \"steps\": 500, \"batch_size\": 8}, ...]; "
-     "train.steps is then their sum"},
+     "train.steps is then their sum; a stage also takes lr, epochs and (vit3d_diffusion) \"model\": {hidden_size, "
+     "blocks, heads, patch_size, mlp_ratio}, its own network: one that differs from the stage before's is a new "
+     "network of a cascade, conditioned on the earlier one's (frozen) x0 estimate"},
     {K(data, source), T_STRING, 0, 0, "phantom|csv|dir", "\"phantom\"",
      "where volumes come from: the built-in phantoms, a CSV manifest (data.csv) or a folder (data.dir)"},
     {K(data, noise), T_FLOAT, 0, 1, NULL, "0.02", "std of the phantom's Gaussian noise"},
@@ -300,4 +302,16 @@ const KeySpec STAGE_SCHEMA[] = {
     {SK(lr), T_FLOAT, 0, 10, NULL, NULL, "peak learning rate of this stage"},
 };
 const int NSTAGE_KEYS = (int)(sizeof STAGE_SCHEMA / sizeof STAGE_SCHEMA[0]);
+
+/* The keys of train.stages[i].model (vit3d_diffusion): the stage's own network; a key left out is the model
+ * section's (config_stage.c). A stage whose network differs from the one before is a new network of a cascade. */
+#define SMK(key) "", #key, offsetof(StageModel, key)
+const KeySpec STAGE_MODEL_SCHEMA[] = {
+    {SMK(hidden_size), T_INT, 8, 4096, NULL, NULL, "this stage's token width (model.hidden_size)"},
+    {SMK(blocks), T_INT, 0, 128, NULL, NULL, "this stage's transformer blocks (model.blocks)"},
+    {SMK(heads), T_INT, 1, 256, NULL, NULL, "this stage's attention heads (model.heads)"},
+    {SMK(patch_size), T_INT3, 1, 64, NULL, NULL, "this stage's voxels per patch (model.patch_size)"},
+    {SMK(mlp_ratio), T_INT, 1, 16, NULL, NULL, "this stage's MLP width in hidden_size (model.mlp_ratio)"},
+};
+const int NSTAGE_MODEL_KEYS = (int)(sizeof STAGE_MODEL_SCHEMA / sizeof STAGE_MODEL_SCHEMA[0]);
 

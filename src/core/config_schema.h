@@ -25,3 +25,5 @@ extern const KeySpec SCHEMA[];      /* every key, in --help-config's and config.
 extern const int NKEYS;
 extern const KeySpec STAGE_SCHEMA[]; /* the keys of one entry of train.stages (section "") */
 extern const int NSTAGE_KEYS;
+extern const KeySpec STAGE_MODEL_SCHEMA[]; /* the keys of train.stages[i].model (offsets in a StageModel) */
+extern const int NSTAGE_MODEL_KEYS;

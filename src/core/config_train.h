@@ -8,6 +8,13 @@
 #define CONFIG_MAX_STAGES 8
 #define CONFIG_MAX_STEPS 1000000000 /* train.steps' bound, and the bound of the stages' sum */
 
+/* A stage's own network (train.stages[i].model, vit3d_diffusion only): the transformer's shape; -1 inherits the
+ * model section's key. A stage whose network differs from the stage before is a new network of the cascade
+ * (config_stage_model). */
+typedef struct {
+    int hidden_size, blocks, heads, patch_size[3], mlp_ratio;
+} StageModel;
+
 /* One stage of a progressive run (train.stages): its own input size, length, batch and learning rate; the weights
  * carry over from the stage before (the autoencoder is fully convolutional), the optimizer restarts. */
 typedef struct {
@@ -16,6 +23,7 @@ typedef struct {
     double epochs;
     int batch_size; /* per rank */
     double lr;
+    StageModel model;
 } Stage;
 
 typedef struct {

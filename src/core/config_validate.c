@@ -1,6 +1,6 @@
 /* config_validate.c: the cross-key checks of a loaded config (config_validate, see config.h): each family's keys
  * against each other (the head families', the transformer's, the X-ray views'), the training keys, and the values
- * they derive that the checks and the trainer share: a stage resolved against the train section (config_stage), the
+ * they derive that the checks and the trainer share (a stage resolved against the train section: config_stage.c), the
  * profiler's window, which validation figure best.ckpt keeps (config_best_metric). Every refusal is one line naming
  * the keys, exit 2. */
 #include "core/config.h"
@@ -10,14 +10,6 @@
 #include <string.h>
 
 #include "core/util.h"
-
-Stage config_stage(const TrainConfig *train, const int model_input_size[3], int i) {
-    Stage st = train->stages[i];
-    if (st.input_size[0] == 0) memcpy(st.input_size, model_input_size, sizeof st.input_size);
-    if (st.batch_size < 0) st.batch_size = train->batch_size;
-    if (st.lr < 0) st.lr = train->lr;
-    return st;
-}
 
 int config_profile_window(const OutputConfig *output, int *start, int *end) {
     char tail;
@@ -113,10 +105,17 @@ static void validate_vit(const Config *cfg, const char *origin) {
                            m->input_size[a], a, v->patch_size[a]);
     for (int i = 0; i < cfg->train.n_stages; i++) {
         const Stage st = config_stage(&cfg->train, m->input_size, i);
+        ModelConfig sm; /* the stage's network (train.stages[i].model over the model section's) */
+        config_stage_model(m, &cfg->train, i, &sm);
+        const ViTConfig *sv = &sm.vit;
+        if (sv->hidden_size % sv->heads)
+            vx_usage_error("%s: train.stages[%d]'s hidden_size %d is not divisible by its heads %d", origin, i,
+                           sv->hidden_size, sv->heads);
         for (int a = 0; a < 3; a++)
-            if (st.input_size[a] % v->patch_size[a])
-                vx_usage_error("%s: train.stages[%d].input_size[%d] = %d is not divisible by model.patch_size[%d] = %d",
-                               origin, i, a, st.input_size[a], a, v->patch_size[a]);
+            if (st.input_size[a] % sv->patch_size[a])
+                vx_usage_error("%s: train.stages[%d].input_size[%d] = %d is not divisible by %s.patch_size[%d] = %d",
+                               origin, i, a, st.input_size[a], st.model.patch_size[a] >= 0 ? "its model" : "model", a,
+                               sv->patch_size[a]);
         if (i == 0) continue;
         const Stage prev = config_stage(&cfg->train, m->input_size, i - 1);
         for (int a = 0; a < 3; a++)
@@ -207,6 +206,15 @@ void config_validate(const Config *cfg, const char *origin) {
         if (st.lr * t->weight_decay >= 1 || t->min_lr > st.lr)
             vx_usage_error("%s: train.stages[%d].lr = %g must be at least train.min_lr and below 1 / "
                            "train.weight_decay", origin, i, st.lr);
+        const StageModel *sm = &st.model;
+        if ((sm->hidden_size >= 0 || sm->blocks >= 0 || sm->heads >= 0 || sm->mlp_ratio >= 0 ||
+             sm->patch_size[0] >= 0 || sm->patch_size[1] >= 0 || sm->patch_size[2] >= 0) &&
+            strcmp(m->family, "vit3d_diffusion") != 0)
+            vx_usage_error("%s: train.stages[%d].model: only vit3d_diffusion's stages may have networks of their own "
+                           "(a cascade); model.family is %s: remove the stage's model keys", origin, i, m->family);
+        if (config_stage_new_network(m, t, i) && strcmp(cfg->dist.zero, "0") != 0 && strcmp(cfg->dist.zero, "auto") != 0)
+            vx_usage_error("%s: train.stages[%d] starts a new network of the cascade, which sharded data parallelism "
+                           "does not carry (dist.zero %s): set dist.zero 0", origin, i, cfg->dist.zero);
     }
     if (config_family_has_head(m->family)) validate_resnet(m, origin);
     if (strncmp(m->family, "vit3d", 5) == 0) validate_vit(cfg, origin); /* vit3d and vit3d_diffusion */

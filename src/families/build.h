@@ -53,3 +53,4 @@ void build_resnet3d(Model *m);
 void build_densenet(Model *m);
 void build_vit3d(Model *m);
 void build_vit3d_diffusion(Model *m);
+

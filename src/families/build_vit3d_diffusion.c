@@ -8,6 +8,8 @@
  *   with xray.backproject: the views -> view_backprojection [n][D][H][W][2] (each voxel's AP and lateral ray value,
  *        drr.h) -> concatenated after x_t's channels (x_t_views): what patch_embed reads (the lifting of X-ray to CT
  *        networks: the denoiser sees along which rays each voxel lies, not only which view tokens to attend)
+ *   in a cascade's later stage (model.cascade_n > 0): the earlier stage's network's estimate of x0 at its own grid,
+ *        resampled to this one (cascade_condition, OP_CASCADE: model_build.c), concatenated after those channels
  *   x_t -> patch_embed.proj (conv, kernel = stride = patch) -> + pos_embed -> blocks.i:
  *        mod = adaLN_modulation(SiLU c) [n][6C]: shift, scale, gate of the attention, then of the MLP
  *        x = x + gate_msa * attn(modulate(norm1(x), shift_msa, scale_msa))        (norm1, norm2: no affine)
@@ -132,15 +134,26 @@ void build_vit3d_diffusion(Model *m) {
     m->t_xt = q->out;
     const int views = view_tokens(m);
     const int cond = timestep_condition(m);
-    int in = m->t_xt, in_c = c->in_channels;
+    int parts[3] = {m->t_xt}, n_parts = 1, in_c = c->in_channels;
     if (c->diff.backproject) {
         Dims bd = m->tensors[m->t_xt].dims;
         bd.c = 2;
         Node *bp = build_node(m, OP_BACKPROJECT, "view_backprojection", m->t_views, -1, bd);
         m->tensors[bp->out].no_grad = 1;
-        in = build_concat(m, "x_t_views", (const int[]){m->t_xt, bp->out}, 2);
-        m->tensors[in].no_grad = 1;
+        parts[n_parts++] = bp->out;
         in_c += 2;
+    }
+    if (c->cascade_n > 0) { /* a cascade's later stage: the earlier network's estimate of x0 (model_build.c) */
+        Node *cc = build_node(m, OP_CASCADE, "cascade_condition", m->t_input, -1, m->tensors[m->t_xt].dims);
+        m->tensors[cc->out].no_grad = 1;
+        m->t_cascade = cc->out;
+        parts[n_parts++] = cc->out;
+        in_c += c->in_channels;
+    }
+    int in = m->t_xt;
+    if (n_parts > 1) {
+        in = build_concat(m, n_parts == 2 && c->diff.backproject ? "x_t_views" : "x_t_conditions", parts, n_parts);
+        m->tensors[in].no_grad = 1;
     }
     int x = build_conv(m, "patch_embed.proj", in, in_c, C, ps, ps, (const int[3]){0, 0, 0}, 1);
     const Dims d = m->tensors[x].dims;

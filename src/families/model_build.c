@@ -107,6 +107,7 @@ static void plan_memory(Model *m) {
     last_use[t_loss] = F;
     if (m->t_recon >= 0) last_use[m->t_input] = F; /* a reconstruction's target */
     if (m->t_xt >= 0) last_use[m->t_xt] = last_use[m->t_views] = F; /* the projection loss's x_t and views */
+    if (m->t_cascade >= 0) last_use[m->t_cascade] = F; /* a sampler's earlier-stage sample: kept through every step */
     first_grad[t_loss] = F;
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
@@ -143,7 +144,7 @@ static void plan_memory(Model *m) {
          * and the views' DRR (node 1), and a run with given views (data.view_columns, model_set_views) the views:
          * nothing may share their memory from time 0 (the noise of q_sample, live at time 0 only, could otherwise
          * share the views') */
-        if (t == m->t_xt || t == m->t_views) born = 0;
+        if (t == m->t_xt || t == m->t_views || t == m->t_cascade) born = 0; /* (the cascade's: the sampler's too) */
         const size_t bytes = (size_t)tn->count * dtype_size(tn->dtype);
         tn->act = plan_add(&m->plan, bytes, born, last_use[t]);
         tn->act_bwd = needed_again[t] ? plan_add(&m->plan, bytes, again_first[t], again_last[t]) : tn->act;
@@ -175,6 +176,11 @@ static void plan_memory(Model *m) {
             m->x0hat_item = plan_add(&m->plan, 2 * bytes, F, F);
             m->x0views_item = plan_add(&m->plan, 2 * (size_t)m->tensors[m->t_views].count * sizeof(float), F, F);
             m->coef_item = plan_add(&m->plan, 4 * (size_t)m->batch * sizeof(float), 0, T);
+        }
+        if (nd->kind == OP_CASCADE) { /* the earlier network's x0 estimate (and a float32 copy), resampled up */
+            const Model *p = m->cascade_prev;
+            nd->aux = plan_add(&m->plan, 2 * (size_t)p->tensors[p->t_input].count * sizeof(float), i, i);
+            nd->arg = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, i);
         }
         if (nd->kind == OP_LATENT) m->eps_item = plan_add(&m->plan, (size_t)m->tensors[nd->out].count * sizeof(float), i, T - i);
         if (node_convolves(nd) && !m->no_workspace) {
@@ -235,6 +241,40 @@ int model_bf16_math(const char *precision, const Backend *be) {
            be->conv3d->bf16_math && be->conv3d->bf16_math(NULL, 0);
 }
 
+/* The earlier network of a cascade stage (model.cascade_n > 0: train.stages[k].model differs from the stage
+ * before's, config_stage.c). The later stage's graph reads it through one node, cascade_condition (OP_CASCADE, run by
+ * model_exec.c); the earlier network is a model of its own, built here at its stage's volume
+ * and the same micro-batch: forward only (no gradients, no AdamW: it is frozen), no average of its own (the
+ * weights it holds are the ones its stage handed on), its noise and timesteps keyed by its own seed (so that the
+ * draw that noises its input is not the later stage's). Its parameters and buffers are one buffer of the later
+ * model, "cascade.stage<k>.flat" (its flat layout, then its own buffers: an earlier cascade level, recursively),
+ * so a checkpoint, resume, best.ckpt and export hold every stage's network without a format of their own.
+ * Here, beside model_build: it builds a whole model. */
+#define CASCADE_SEED_SALT 0xCA5CADEull /* the earlier network's own draw: seed ^ salt */
+
+static void build_cascade_prev(Model *m, const ModelOptions *opt) {
+    const ModelConfig *c = &m->cfg;
+    const CascadeLevel *level = &c->cascade[c->cascade_n - 1];
+    ModelConfig pc = *c;
+    pc.cascade_n = c->cascade_n - 1;
+    memcpy(pc.input_size, level->input_size, sizeof pc.input_size);
+    pc.vit.hidden_size = level->hidden_size;
+    pc.vit.blocks = level->blocks;
+    pc.vit.heads = level->heads;
+    pc.vit.mlp_ratio = level->mlp_ratio;
+    memcpy(pc.vit.patch_size, level->patch_size, sizeof pc.vit.patch_size);
+    ModelOptions po = *opt;
+    po.inference = 1;
+    po.ema = 0;
+    po.checkpoint_activations = 0;
+    po.seed = (int64_t)((uint64_t)opt->seed ^ CASCADE_SEED_SALT);
+    Model *p = model_build(&pc, &po, m->batch, m->be);
+    m->cascade_prev = p;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "cascade.stage%d", c->cascade_n - 1);
+    m->cascade_buffer = build_buffer(m, prefix, "flat", p->param_floats + p->buffer_floats);
+}
+
 Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, const Backend *be) {
     Model *m = vx_calloc(1, sizeof *m);
     m->cfg = *cfg;
@@ -255,6 +295,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     m->t_recon = m->t_mu = m->t_logvar = m->t_z = m->t_out = -1;
     m->target_item = m->gathered_item = m->gathered_grad_item = -1;
     m->t_xt = m->t_views = m->coef_item = m->diff_target_item = m->x0hat_item = m->x0views_item = -1;
+    m->t_cascade = m->cascade_buffer = -1;
     char why[512];
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     m->bf16_math = model_bf16_math(opt->precision, be);
@@ -267,6 +308,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
         const int kind = diffusion_schedule_parse(cfg->diff.schedule); /* (the config's choices are both) */
         VX_CHECK(kind >= 0, "diffusion.schedule %s is not a schedule", cfg->diff.schedule);
         diffusion_alphabar((DiffusionSchedule)kind, cfg->diff.timesteps, m->alphabar);
+        if (cfg->cascade_n > 0) build_cascade_prev(m, opt); /* before the plan: the condition's scratch is its size */
     }
     else build_ae3d(m);
     finish_params(m);
@@ -312,20 +354,23 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
 }
 
 size_t model_device_bytes(const Model *m) {
-    return m->plan.total + ((size_t)m->flat_floats + (size_t)m->grad_floats + 2 * (size_t)m->state_floats) * sizeof(float) +
+    const Model *p = m->cascade_prev; /* its arena and low-precision weights (its parameters are m's buffer) */
+    const size_t prev = p ? model_device_bytes(p) - ((size_t)p->flat_floats + (size_t)p->buffer_floats) * sizeof(float) : 0;
+    return prev + m->plan.total + ((size_t)m->flat_floats + (size_t)m->grad_floats + 2 * (size_t)m->state_floats) * sizeof(float) +
            (m->dtype == DT_F32 ? 0 : (size_t)m->flat_floats * dtype_size(m->dtype)) +
            (size_t)m->buffer_floats * sizeof(float);
 }
 
 void model_release_memory(Model *m) {
     if (!m || !m->allocated) return;
+    model_release_memory(m->cascade_prev);
     m->be->release(m->arena);
-    m->be->release(m->param);
+    if (!m->cascade_params) m->be->release(m->param); /* (a cascade's earlier network: its later one's buffer) */
     if (m->grad) m->be->release(m->grad);
     if (m->adam_m) m->be->release(m->adam_m);
     if (m->adam_v) m->be->release(m->adam_v);
     if (m->param_lp) m->be->release(m->param_lp);
-    if (m->bufs) m->be->release(m->bufs);
+    if (m->bufs && !m->cascade_params) m->be->release(m->bufs);
     if (m->head_weight) m->be->release(m->head_weight);
     m->param_lp = NULL;
     m->bufs = m->head_weight = NULL;
@@ -338,6 +383,7 @@ void model_release_memory(Model *m) {
 void model_free(Model *m) {
     if (!m) return;
     model_release_memory(m);
+    model_free(m->cascade_prev);
     plan_free(&m->plan);
     free(m->nodes);
     free(m->tensors);

@@ -41,9 +41,39 @@ void diffusion_set_views(Model *m, const float *views) {
     m->be->synchronize();
 }
 
+/* A cascade's later stage: the earlier network samples first from the same views (recursively, its own earlier
+ * ones before it), and its sample, resampled to this grid, is what t_cascade holds through this stage's steps. */
+static void sample_earlier_stage(Model *m, int steps, uint64_t seed, const uint64_t *ids) {
+    Model *p = m->cascade_prev;
+    const Backend *be = m->be;
+    float *views = vx_malloc(views_bytes(m));
+    be->synchronize();
+    be->copy_to_host(views, model_tensor(m, m->t_views), views_bytes(m));
+    diffusion_set_views(p, views);
+    free(views);
+    model_sync_lp(p); /* its weights are this model's buffer, which a load rewrote */
+    const Dims lo = p->tensors[p->t_input].dims, hi = m->tensors[m->t_cascade].dims;
+    const long lo_count = p->tensors[p->t_input].count / p->batch, hi_count = m->tensors[m->t_cascade].count / m->batch;
+    float *early = vx_malloc((size_t)p->batch * lo_count * sizeof(float));
+    float *up = vx_malloc((size_t)m->batch * hi_count * sizeof(float));
+    diffusion_ddim_sample(p, steps, seed, ids, early);
+    for (int b = 0; b < m->batch; b++)
+        model_resample_grid(early + b * lo_count, (const int[3]){lo.d, lo.h, lo.w}, up + b * hi_count,
+                            (const int[3]){hi.d, hi.h, hi.w}, hi.c);
+    const Tensor *t = &m->tensors[m->t_cascade];
+    void *raw = vx_malloc((size_t)t->count * dtype_size(t->dtype));
+    dtype_convert((size_t)t->count, DT_F32, up, t->dtype, raw);
+    be->copy_to_device(model_tensor(m, m->t_cascade), raw, (size_t)t->count * dtype_size(t->dtype));
+    be->synchronize();
+    free(raw);
+    free(up);
+    free(early);
+}
+
 void diffusion_ddim_sample(Model *m, int steps, uint64_t seed, const uint64_t *ids, float *x0) {
     need_family(m, "diffusion_ddim_sample");
     const Backend *be = m->be;
+    if (m->cascade_prev) sample_earlier_stage(m, steps, seed, ids);
     const int T = m->cfg.diff.timesteps, n = m->batch;
     VX_CHECK(steps >= 1 && steps <= T, "diffusion_ddim_sample: %d steps of %d timesteps", steps, T);
     const Tensor *xt = &m->tensors[m->t_xt];

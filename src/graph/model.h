@@ -68,7 +68,8 @@ typedef enum {
     OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT,     /* resnet3d's */
     OP_CONCAT, OP_POOL_WINDOW,                                               /* densenet's */
     OP_LAYERNORM, OP_GEMM, OP_ATTENTION, OP_POS, OP_UNPATCH,                 /* vit3d's (model_exec_vit.c) */
-    OP_QSAMPLE, OP_DRR, OP_BACKPROJECT, OP_TIMESTEP, OP_MODULATE, OP_GATE    /* vit3d_diffusion's (model_exec_diff.c) */
+    OP_QSAMPLE, OP_DRR, OP_BACKPROJECT, OP_TIMESTEP, OP_MODULATE, OP_GATE,   /* vit3d_diffusion's (model_exec_diff.c) */
+    OP_CASCADE /* a cascade stage's condition: the earlier network's x0 prediction, upsampled (model_exec.c) */
 } OpKind;
 
 typedef enum { FAMILY_AE3D, FAMILY_RESNET3D, FAMILY_VIT3D, FAMILY_VIT3D_DIFFUSION, FAMILY_DENSENET } ModelFamily;
@@ -254,6 +255,14 @@ typedef struct Model {
     double *alphabar; /* vit3d_diffusion: the schedule's cumulative alpha per timestep (diffusion.timesteps) */
     int sampling;     /* vit3d_diffusion: 1 while a sampler runs the forward (diffusion_sample.h): q_sample and the
                          views' DRR are skipped, x_t and the views being written into t_xt and t_views beforehand */
+    /* vit3d_diffusion as a cascade's later stage (cfg.cascade_n > 0, model_build.c): the earlier stage's network
+     * (a forward-only model of its own: its arena, and its parameters and buffers inside buffer cascade_buffer of
+     * this model, so that checkpoints, resume and export hold it), and t_cascade, its x0 prediction (or, sampling,
+     * its sample) resampled to this model's grid, the channels after x_t that patch_embed reads; NULL / -1 else.
+     * cascade_params: a model whose parameters and buffers live in another's buffer (its cascade_prev) */
+    struct Model *cascade_prev;
+    int t_cascade, cascade_buffer;
+    float *cascade_params;
     Plan plan;
     double conv_flops_step; /* forward + backward data + backward filter */
     double gemm_flops_step; /* the Linear GEMMs' (OP_GEMM): forward + backward data + weight gradient */

@@ -27,6 +27,7 @@
 #include "optim/optim.h"
 #include "relu/relu.h"
 #include "avgpool/avgpool.h"
+#include "resample/resample.h"
 
 #define RNG_STREAM_LATENT 0x1A7Eull /* reparameterization noise: index = sample * per-sample count + element */
 #define SCALAR_RECON 0
@@ -54,7 +55,9 @@ void model_allocate(Model *m) {
     const Backend *be = m->be;
     memset(&m->mem, 0, sizeof m->mem);
     m->arena = alloc_counted(be, m->plan.total, &m->mem.activations);
-    m->param = alloc_counted(be, (size_t)m->flat_floats * sizeof(float), &m->mem.params);
+    /* a cascade's earlier network: its parameters and buffers are its later model's buffer (model_build.c) */
+    m->param = m->cascade_params ? m->cascade_params
+                                 : alloc_counted(be, (size_t)m->flat_floats * sizeof(float), &m->mem.params);
     if (m->grad_floats) m->grad = alloc_counted(be, (size_t)m->grad_floats * sizeof(float), &m->mem.grads);
     if (m->state_floats) {
         m->adam_m = alloc_counted(be, (size_t)m->state_floats * sizeof(float), &m->mem.optimizer);
@@ -63,9 +66,15 @@ void model_allocate(Model *m) {
     if (m->dtype != DT_F32)
         m->param_lp = alloc_counted(be, (size_t)m->flat_floats * dtype_size(m->dtype), &m->mem.params);
     m->losses = scalars(m);
-    if (m->buffer_floats) { /* BatchNorm's running statistics: mean 0, variance 1 until trained or loaded */
+    if (m->buffer_floats && m->cascade_params) {
+        m->bufs = m->cascade_params + m->param_floats;
+    } else if (m->buffer_floats) { /* BatchNorm's running statistics: mean 0, variance 1 until trained or loaded */
         m->bufs = alloc_counted(be, (size_t)m->buffer_floats * sizeof(float), &m->mem.params);
         model_reset_buffers(m);
+    }
+    if (m->cascade_prev) {
+        m->cascade_prev->cascade_params = m->bufs + m->buffers[m->cascade_buffer].offset;
+        model_allocate(m->cascade_prev);
     }
     const ConfigList *hw = m->task == TASK_CLASSIFICATION ? &m->cfg.head.class_weights
                            : m->task == TASK_MULTILABEL   ? &m->cfg.head.pos_weight
@@ -198,6 +207,45 @@ static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, 
 /* One node's forward. `again` = 1: the recomputation of a checkpointed block, reading and writing the copies
  * backward uses (act_bwd; the same buffers as the forward's for every tensor that is not checkpointed). train: see
  * model_forward (ae3d: sample the latent noise). */
+/* OP_CASCADE's forward, what a cascade's later stage is conditioned on in training and validation: the earlier
+ * stage's network (m->cascade_prev, frozen, model_build.c) sees this batch's volumes x resampled to its own grid,
+ * noised at its own draw (its seed and timesteps, set with this model's by diff_set_first_sample), and its estimate
+ * of x0 from them, x0_hat = f(x_t, prediction) in the data's units, comes back resampled to this model's grid into
+ * y, the channels after x_t. The same estimate a sampler's earlier stage makes at each step; a sampler hands the
+ * later stage its finished sample instead (diffusion_sample.c), so this node does nothing while sampling.
+ * Resampling is trilinear with align_corners=False both ways (resample.h), as torch.nn.functional.interpolate.
+ * Here, not in model_exec_diff.c: it runs a whole model's forward, this file's. */
+static void grid_of(const Model *m, int t, int g[3]) {
+    const Dims d = m->tensors[t].dims;
+    g[0] = d.d;
+    g[1] = d.h;
+    g[2] = d.w;
+}
+
+static void cascade_forward(Model *m, const Node *nd, const void *x, void *y) {
+    if (m->sampling) return; /* the sampler wrote the earlier stage's sample into y */
+    Model *p = m->cascade_prev;
+    const Backend *be = m->be;
+    const int n = m->batch, c = m->cfg.in_channels;
+    int hi[3], lo[3];
+    grid_of(m, m->t_input, hi);
+    grid_of(p, p->t_input, lo);
+    model_sync_lp(p); /* its weights are a buffer, which a load or a stage's start rewrote */
+    be->resample->forward(DT_F32, n, hi, lo, c, x, model_tensor(p, p->t_input));
+    model_forward(p, 0);
+    const DiffusionShape s = diff_shape_of(p);
+    const float *coef = model_diffusion_coefficients(p); /* [4][n]: t, alpha, sigma, weight */
+    const long lo_count = p->tensors[p->t_input].count;
+    char *est = exec_item(m, nd->aux); /* x0_hat in p's type, then as float32 */
+    float *est32 = (float *)(est + (size_t)lo_count * sizeof(float));
+    be->diffusion->predict_x0(&s, coef + n, coef + 2 * n, model_tensor(p, p->t_xt), model_tensor(p, p->t_recon), est);
+    be->elementwise->cast(lo_count, s.dtype, est, DT_F32, est32);
+    float *up = (float *)exec_item(m, nd->arg);
+    be->resample->forward(DT_F32, n, lo, hi, c, est32, up);
+    const Tensor *t = &m->tensors[nd->out];
+    be->elementwise->cast(t->count, DT_F32, up, t->dtype, y);
+}
+
 static void forward_node(Model *m, const Node *nd, int again, int sample_noise) {
     const Backend *be = m->be;
     void *ws = exec_item(m, m->workspace_item);
@@ -269,7 +317,8 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         break;
     default: { /* the transformer's nodes, and the denoiser's */
         const void *x1 = nd->in[1] >= 0 ? tensor(m, nd->in[1]) : NULL, *x2 = nd->in[2] >= 0 ? tensor(m, nd->in[2]) : NULL;
-        if (nd->kind >= OP_QSAMPLE) diff_forward_node(m, nd, x, x1, x2, y, sample_noise);
+        if (nd->kind == OP_CASCADE) cascade_forward(m, nd, x, y);
+        else if (nd->kind >= OP_QSAMPLE) diff_forward_node(m, nd, x, x1, x2, y, sample_noise);
         else vit_forward_node(m, nd, x, x1, y);
         break;
     }

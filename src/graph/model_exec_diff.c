@@ -7,6 +7,7 @@
  *                W); the conditioning, so no backward; with cfg.diff.views_given the views come from the data
  *                (model_set_views) and the node renders nothing
  *   (with m->sampling both are skipped: a sampler writes x_t and the views itself, diffusion_sample.c)
+ *   OP_CASCADE   a cascade stage's condition: the earlier network's x0 estimate (its forward: model_exec.c); data
  *   OP_BACKPROJECT the views lifted into the volume (xray.backproject): each voxel's AP and lateral ray values
  *                [n][D][H][W][2] (drr.h's backproject), the channels beside x_t; data: no backward
  *   OP_TIMESTEP  the sinusoidal embedding of the micro-batch's timesteps (timestep.h); no backward
@@ -50,6 +51,8 @@ static DiffusionShape diffusion_shape(const Model *m) {
                             .param = strcmp(m->cfg.diff.prediction, "epsilon") == 0 ? DIFFUSION_EPS : DIFFUSION_V,
                             .dtype = x->dtype, .data_scale = (float)m->cfg.diff.data_scale};
 }
+
+DiffusionShape diff_shape_of(const Model *m) { return diffusion_shape(m); }
 
 /* view v of one sample's volume (x: its first element) */
 static DrrShape drr_shape(const Model *m, int view, DType dt) {
@@ -130,6 +133,7 @@ void diff_backward_node(Model *m, const Node *nd, const void *x, const void *x1,
     case OP_QSAMPLE:
     case OP_DRR:
     case OP_BACKPROJECT:
+    case OP_CASCADE: /* (the earlier network is frozen) */
     case OP_TIMESTEP: break; /* data: nothing upstream has a gradient */
     case OP_MODULATE: {
         const AdaLNShape s = adaln_shape(m, nd);
@@ -212,6 +216,7 @@ void diff_set_first_sample(Model *m, uint64_t first_sample) {
     /* the noise of sample b is element (first_sample + b) * count of one stream, as the latent's */
     const uint64_t offset = first_sample * (uint64_t)(m->tensors[m->t_xt].count / m->batch);
     m->be->write_async(exec_item(m, m->noise_offset_item), &offset, sizeof offset);
+    if (m->cascade_prev) diff_set_first_sample(m->cascade_prev, first_sample); /* its own draw (its seed) */
 }
 
 void diff_set_timesteps(Model *m, const int *t) { write_coefficients(m, t); }

@@ -4,6 +4,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "diffusion/diffusion.h"
 #include "graph/model.h"
 
 /* x, x1, x2: the node's inputs in[0..2] as this pass reads them (NULL where absent), y its output */
@@ -22,3 +23,5 @@ void diff_set_timesteps(Model *m, const int *t);
 /* Both views of every sample of a volume batch vol [n][D][H][W] (backend memory, of type dt) into img
  * [n][2][img][img] (float32, backend memory) with the model's DRR: what OP_DRR and the projection loss render. */
 void diff_render_views(const Model *m, const void *vol, DType dt, float *img);
+/* The shape of the diffusion ops for model m (its x_t, prediction and data scale). */
+DiffusionShape diff_shape_of(const Model *m);

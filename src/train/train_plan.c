@@ -6,8 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/util.h"
 #include "ckpt/ckpt.h"
+#include "core/config.h"
+#include "core/util.h"
 
 double train_plan_ranks(TrainConfig *cfg, int world) {
     if (cfg->global_batch > 0) {
@@ -32,11 +33,10 @@ int train_stages(const ModelConfig *model, const TrainConfig *cfg, int64_t epoch
     for (int k = 0; k < n; k++) {
         StagePlan *sp = &out[k];
         sp->index = k;
-        sp->model = *model;
         sp->train = *cfg;
+        config_stage_model(model, cfg, k, &sp->model); /* its input size, network and cascade */
         if (cfg->n_stages) {
             const Stage st = config_stage(cfg, model->input_size, k);
-            memcpy(sp->model.input_size, st.input_size, sizeof st.input_size);
             sp->train.batch_size = st.batch_size;
             sp->train.lr = st.lr;
             if (st.steps > 0) {

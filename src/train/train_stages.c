@@ -1,12 +1,15 @@
 /* train_stages.c: the stages of a run (train_plan.h: one, or train.stages' progressive input sizes), as the
  * training loop (train.c) enters them: each stage's batch (its own, or the hardware plan's), every stage's memory
  * plan checked before anything is written, and entering a stage: the model rebuilt at its size with the parameters
- * (and moments) carried over, its buckets, held-out volumes, the GPU's staging buffers and the loader. */
+ * (and moments) carried over, or a cascade's new network started with the stage before's frozen inside it
+ * (cascade_begin), its buckets, held-out volumes, the GPU's staging buffers and the loader. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
+#include "elementwise/elementwise.h"
 #include "train/conv_agree.h"
 #include "train/trainer.h"
 #include "train/zero_plan.h"
@@ -54,7 +57,8 @@ void trainer_attach_model(Trainer *t, Model *m) {
         m->gather_hook = gather_in_step;
         m->dist_hook_ctx = t->comm;
     }
-    conv_agree(t->comm, t->be, m); /* before its first step: every rank convolves with rank 0's kernels */
+    for (const Model *c = m; c; c = c->cascade_prev) /* (a cascade's earlier networks run on every rank too) */
+        conv_agree(t->comm, t->be, c); /* before its first step: every rank convolves with rank 0's kernels */
 }
 
 /* Held-out volumes a run pictures (output.image_samples when images are on) and keeps in all (train.val_samples
@@ -63,6 +67,12 @@ static int images_shown(const OutputConfig *output) { return output->image_every
 static int held_volumes(int val_samples, int shown) { return val_samples > shown ? val_samples : shown; }
 
 void trainer_zero_choose(Trainer *t) {
+    for (int k = 1; k < t->n_stages && strcmp(t->cfg->dist.zero, "auto") == 0; k++)
+        if (t->stages[k].model.cascade_n > t->stages[k - 1].model.cascade_n) { /* (config_validate refuses 1 and 2) */
+            vx_log("zero: auto: stage %d starts a new network of the cascade, which sharded runs do not carry: every "
+                   "rank holds everything (dist.zero 0)\n", k);
+            snprintf(t->cfg->dist.zero, sizeof t->cfg->dist.zero, "0");
+        }
     const int held = held_volumes(t->cfg->train.val_samples, images_shown(&t->cfg->output));
     const double other = train_host_other_bytes(&t->rt, t->m, held, t->cfg->data.prefetch, dataset_cache_bytes(t->ds));
     zero_plan_choose(&t->rt, &t->cfg->dist, t->env.world, t->env.local_world, other, 1);
@@ -141,31 +151,68 @@ static void carry_buffers(const Model *old, Model *m) {
     free(nb);
 }
 
+/* A cascade's new network (train.stages[k].model differs from the stage before's): initialized as a run's first
+ * model is (the run's seed: a resume that crosses this boundary makes the same one), and the network of the stage
+ * that ends handed to it, frozen: its weights' moving average where it keeps one (what validation and predict ran as
+ * that stage's model), else its weights, and its own buffers (an earlier level of the cascade) by name, into the
+ * buffer of m that holds them (model_build.c). */
+static void cascade_begin(Trainer *t, const Model *old, Model *m) {
+    model_init_params(m, (uint64_t)t->cfg->train.seed);
+    Model *p = m->cascade_prev;
+    VX_CHECK(p && p->param_floats == old->param_floats, "stage change: the cascade's earlier network is not the "
+             "stage before's (%ld parameter floats, the stage had %ld)", p ? p->param_floats : 0, old->param_floats);
+    const float *ema = model_ema(old);
+    t->be->elementwise->accumulate(DT_F32, p->param_floats, ema ? ema : old->param, p->param, 0.0f);
+    if (p->buffer_floats) {
+        float *ob = vx_malloc((size_t)old->buffer_floats * sizeof(float));
+        float *pb = vx_calloc((size_t)p->buffer_floats, sizeof(float));
+        model_download_buffers(old, ob);
+        for (int i = 0; i < p->n_buffers; i++)
+            for (int j = 0; j < old->n_buffers; j++)
+                if (strcmp(old->buffers[j].name, p->buffers[i].name) == 0 && old->buffers[j].count == p->buffers[i].count)
+                    memcpy(pb + p->buffers[i].offset, ob + old->buffers[j].offset,
+                           (size_t)p->buffers[i].count * sizeof(float));
+        model_upload_buffers(p, pb);
+        free(pb);
+        free(ob);
+    }
+    model_sync_lp(p);
+    vx_log("cascade: a new network of %ld parameters, from its initialization; the stage before's (%ld parameters%s) "
+           "is frozen, its x0 estimate resampled to %dx%dx%d as %d more input channel(s)\n", m->param_count,
+           p->param_count, ema ? ", its moving average" : "", m->cfg.input_size[0], m->cfg.input_size[1],
+           m->cfg.input_size[2], m->cfg.in_channels);
+}
+
 /* The model rebuilt at stage k's size, the parameters (and AdamW's moments: resampled like the parameters where a
  * position table's grid changes; a new stage then zeroes them, fresh_optimizer) carried over from the model before
  * (model_carry_packed: ae3d and resnet3d copy every view, vit3d resamples its positions), with its buckets; the
- * stepper follows. */
+ * stepper follows. A cascade's new network starts instead (cascade_begin). */
 static void stage_rebuild(Trainer *t, int k) {
     StagePlan *sp = &t->stages[k];
     Model *old = t->m, *m = stage_model(t, sp);
+    const int new_network = m->cfg.cascade_n > old->cfg.cascade_n;
     Buckets *nb = t->buckets ? buckets_plan_model(m, t->comm, t->cfg->dist.bucket_mb, t->cfg->dist.first_bucket_mb)
                              : NULL;
     VX_CHECK(!t->zero || model_same_layout(old, m), "stage %d: a sharded run's layout cannot change", k);
     if (t->zero) zero_shape_model(m, &t->zl, nb, t->offload); /* the same layout, shards and slots */
     model_allocate(m);
     if (nb) nb->grad = m->grad;
-    float *a = vx_malloc((size_t)old->param_count * sizeof(float)), *b = vx_malloc((size_t)m->param_count * sizeof(float));
-    float *const from[3] = {old->param, old->adam_m, old->adam_v}, *const to[3] = {m->param, m->adam_m, m->adam_v};
-    for (int i = 0; i < (t->zero ? 1 : 3); i++) { /* (sharded: the moments' shards move with zero_move_to) */
-        model_download_packed(old, from[i], a);
-        model_carry_packed(old, a, m, b);
-        model_upload_packed(m, b, to[i]);
+    if (new_network) {
+        cascade_begin(t, old, m);
+    } else {
+        float *a = vx_malloc((size_t)old->param_count * sizeof(float)), *b = vx_malloc((size_t)m->param_count * sizeof(float));
+        float *const from[3] = {old->param, old->adam_m, old->adam_v}, *const to[3] = {m->param, m->adam_m, m->adam_v};
+        for (int i = 0; i < (t->zero ? 1 : 3); i++) { /* (sharded: the moments' shards move with zero_move_to) */
+            model_download_packed(old, from[i], a);
+            model_carry_packed(old, a, m, b);
+            model_upload_packed(m, b, to[i]);
+        }
+        free(a);
+        free(b);
+        if (t->zero) zero_move_to(t->zero, m, nb); /* (mixed precision: the master shard stays as it is) */
+        model_sync_lp(m);
+        carry_buffers(old, m);
     }
-    free(a);
-    free(b);
-    if (t->zero) zero_move_to(t->zero, m, nb); /* (mixed precision: the master shard stays as it is) */
-    model_sync_lp(m);
-    carry_buffers(old, m);
     t->m = t->rt.model = m;
     trainer_attach_model(t, m);
     if (t->buckets) {

@@ -121,7 +121,10 @@ REWORDED_SINCE = [("fewer each way), and the decoder's nearest x2 upsampling + 3
                    "blocks, densenet: dense layers with their concatenations, vit3d: transformer blocks; less "
                    "activation memory, about one more forward of the segments per step)",
                    "only each ResBlock's input and recompute its inside in backward (less activation memory, about one "
-                   "more forward of the blocks per step)")]
+                   "more forward of the blocks per step)"),
+                  ("their sum; a stage also takes lr, epochs and (vit3d_diffusion) \"model\": {hidden_size, blocks, "
+                   "heads, patch_size, mlp_ratio}, its own network: one that differs from the stage before's is a new "
+                   "network of a cascade, conditioned on the earlier one's (frozen) x0 estimate", "their sum")]
 
 
 def _without_added(config_text):
