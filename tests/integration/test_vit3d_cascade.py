@@ -6,6 +6,7 @@ starts from its initialization, conditioned on stage 1's network, frozen:
 - stage 2's checkpoints hold stage 1's network as it was handed on (the weights' moving average at the boundary),
   unchanged through stage 2;
 - a run resumed at the boundary or inside stage 2 reproduces the uninterrupted one's last checkpoint byte for byte;
+  two MPI ranks train what one process trains, across the boundary;
 - predict samples through both stages, closer to the truth than the mean volume for every validation phantom on its
   DRRs and its voxels: the same bytes twice (and from the exported weights), and another sample when
   the earlier network held in the checkpoint is changed;
@@ -19,7 +20,7 @@ import zlib
 import numpy as np
 import pytest
 
-from conftest import run
+from conftest import metrics, mpi, needs_mpirun, run
 
 CFG = os.path.join("configs", "test", "vit3d-cascade-tiny.json")
 QUIET = ["--device", "cpu", "--set", "output.tensorboard=0"]
@@ -77,6 +78,26 @@ def test_resume_across_the_cascade_boundary_is_exact(trained, tmp_path, at):
     run("train", "--config", CFG, *QUIET, "--out", b, "--resume", a / "checkpoints" / ("step_%d.ckpt" % at),
         timeout=300)
     assert (a / "checkpoints" / "step_2000.ckpt").read_bytes() == (b / "checkpoints" / "step_2000.ckpt").read_bytes()
+
+
+@needs_mpirun
+def test_two_mpi_ranks_train_the_single_process_cascade(tmp_path):
+    """Data parallel across the boundary: each rank runs the frozen earlier network on its own samples."""
+    stages = ('[{"input_size": [8, 8, 8], "steps": 10, "model": {"hidden_size": 32, "blocks": 1, "patch_size": [2, 2, 2]}},'
+              ' {"input_size": [16, 16, 16], "steps": 10}]')
+    args = ["train", "--config", CFG, *QUIET, "--set", "train.stages=" + stages, "--set", "train.global_batch=4",
+            "--set", "train.log_every=1", "--set", "train.val_every=0", "--set", "train.ckpt_every=10"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    run(*args, "--set", "train.batch_size=4", "--out", one)
+    p = mpi(2, *args, "--out", two)
+    assert "cascade: a new network" in p.stdout
+    la, lb = ({m["step"]: m["loss"] for m in metrics(d) if "loss" in m} for d in (one, two))
+    assert sorted(la) == sorted(lb) == list(range(1, 21))
+    assert max(abs(la[s] - lb[s]) / abs(la[s]) for s in la) < 1e-5, (la, lb)
+    a, b = (read_ckpt(d / "checkpoints" / "step_20.ckpt") for d in (one, two))
+    for k in ("params", "buffers"):
+        err = np.abs(a[k].astype(np.float64) - b[k]).max() / np.abs(a[k]).max()
+        assert err < 1e-5, (k, err)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("nibabel") is None, reason="nibabel comes with ci/deps.sh")
