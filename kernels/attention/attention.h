@@ -17,12 +17,14 @@
  * beta (backward): 0 overwrites dq dk dv without reading them (they may hold NaN), 1 adds to them; for each the
  * sums are formed whole first, then added once.
  * Workspace: both directions take `workspace`, workspace_bytes(s) bytes of the backend's memory (the model plans one
- * buffer shared with the convolutions'); 0 on the CPU and for the CUDA backend's own kernels, cuDNN's fused attention
+ * buffer shared with the convolutions'); the CPU's backward takes it for dq's per-key-block partials up to 64 MiB
+ * (attention_cpu.c; NULL: the separate dq pass), the CUDA backend's own kernels take none, cuDNN's fused attention
  * needs some (attention_cudnn.cu). NULL is allowed where workspace_bytes said 0.
  * Math in float32 whatever the storage (scores, exponentials, accumulators); a sum's order is fixed by the shape
  * (CPU: jobs of query or key blocks, BLAS inside each job single-threaded; CUDA: one thread group per row, keys in
  * order), so the bits do not depend on the thread count, and no atomics are used: dk dv are one pass over the
- * queries per key block, dq one pass over the keys per query block (the scores are computed twice in backward). */
+ * queries per key block, dq one pass over the keys per query block (the scores are computed twice in backward), or
+ * on the CPU within its workspace dq's partials of each key block from the dk dv pass, summed in key-block order. */
 #pragma once
 #include <math.h>
 #include <stddef.h>

@@ -7,6 +7,9 @@
  *   backward  delta_i = dO_i . o_i (double, per row); then jobs (b, h, block of ATT_BKB keys) over query tiles of
  *             ATT_BQ: P = exp(S - lse), dV += P^T dO, dS = P (dO V^T - delta), dK += scale dS^T Q; then jobs
  *             (b, h, block of ATT_BQ queries) over key tiles: dQ += scale dS K. No two jobs write one element.
+ *             Up to ATT_DQ_PARTIAL_MAX, the dk dv jobs write each key block's dq partial scale dS K from the dS they
+ *             have, summed after in key-block order (the workspace), and the dq pass, which recomputes S and dP,
+ *             is not run.
  * Memory: per thread the tiles (ATT_BQ*ATT_BK scores twice, a block's accumulators), whatever the token count. The
  * jobs and tiles depend on the shape only, so the bits do not depend on the thread count. */
 #include <cblas.h>
@@ -21,6 +24,11 @@
 #define ATT_BQ 64   /* queries per forward / dq job, and per query tile of the dk dv jobs (times 2) */
 #define ATT_BK 256  /* keys per tile */
 #define ATT_BKB 64  /* keys per dk dv job */
+/* floats of dq partials (one [tq][d] per key block of ATT_BKB per (b, h)) up to which backward computes dq in the
+ * dk dv jobs' pass, from the dS it has there, and sums the partials after, in key-block order: five products per
+ * tile instead of seven (the dq pass recomputes S and dP); larger shapes (the partials grow with tk * tq) keep the
+ * separate dq pass. 64 MiB: vit3d-diffusion-64's 512-token self-attention takes 12 MiB. */
+#define ATT_DQ_PARTIAL_MAX (16L << 20)
 /* score elements times d below which a call runs on the calling thread (a parallel region costs more; the jobs,
  * and so the bits, are the same either way) */
 #define ATT_PARALLEL_MIN (1L << 20)
@@ -134,6 +142,30 @@ static void store_grad(int rows, int d, const float *acc, float *dst, int ld, fl
     }
 }
 
+/* floats of the fused backward's dq partials for shape s, 0 where it keeps the separate dq pass */
+static size_t dq_partial_floats(const AttentionShape *s) {
+    const size_t kb = (size_t)(s->tk + ATT_BKB - 1) / ATT_BKB;
+    const size_t f = (size_t)s->batch * (size_t)s->heads * kb * (size_t)s->tq * (size_t)s->d;
+    return f <= (size_t)ATT_DQ_PARTIAL_MAX ? f : 0;
+}
+
+/* dQ rows = beta*dQ + the sum of their key blocks' partials part [b][h][kb][tq][d], in key-block order */
+static void sum_dq_partials(const AttentionShape *s, float *part, float *dQ, float beta) {
+    const int d = s->d, kb = (s->tk + ATT_BKB - 1) / ATT_BKB;
+    const long rows_all = (long)s->batch * s->heads * s->tq;
+#pragma omp parallel for schedule(static) if (rows_all * d * kb >= (1L << 18))
+    for (long row = 0; row < rows_all; row++) {
+        const long bh = row / s->tq;
+        const int i = (int)(row % s->tq), b = (int)(bh / s->heads), h = (int)(bh % s->heads);
+        float *acc = part + ((size_t)bh * kb * s->tq + (size_t)i) * d; /* (summed into key block 0's) */
+        for (int k = 1; k < kb; k++) {
+            const float *q = acc + (size_t)k * s->tq * d;
+            for (int c = 0; c < d; c++) acc[c] += q[c];
+        }
+        store_grad(1, d, acc, dQ + at(b, s->tq, i, s->ld_q, h, d), s->ld_q, beta);
+    }
+}
+
 static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, const void *ov,
                          const void *dov, const float *lse, float *delta, void *dqv, void *dkv, void *dvv,
                          float beta, void *workspace) {
@@ -151,7 +183,8 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
         delta[row] = (float)acc;
     }
     const int kb = (s->tk + ATT_BKB - 1) / ATT_BKB, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, QT = 2 * ATT_BQ;
-    const long kjobs = (long)B * H * kb, qjobs = (long)B * H * qb;
+    float *part = workspace && dq_partial_floats(s) ? workspace : NULL; /* the fused dq (ATT_DQ_PARTIAL_MAX) */
+    const long kjobs = (long)B * H * kb, qjobs = part ? 0 : (long)B * H * qb;
     const int saved = blas_serial_begin();
 #pragma omp parallel if (kjobs + qjobs > 2 && work(s) >= ATT_PARALLEL_MIN)
     {
@@ -177,6 +210,10 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
                             acc2, d);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q,
                             1.0f, acc, d);
+                if (part) /* this key block's share of dq for the tile's queries: scale dS K */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, d, kn, s->scale, dP, ATT_BK, Kb,
+                                s->ld_k, 0.0f, part + (((size_t)b * H + h) * kb + (size_t)(job % kb)) * s->tq * d +
+                                (size_t)i0 * d, d);
             }
             store_grad(kn, d, acc, dK + at(b, s->tk, j0, s->ld_k, h, d), s->ld_k, beta);
             store_grad(kn, d, acc2, dV + at(b, s->tk, j0, s->ld_v, h, d), s->ld_v, beta);
@@ -207,10 +244,12 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
         free(acc);
     }
     blas_serial_end(saved);
+    if (part) sum_dq_partials(s, part, dQ, beta);
 }
 
 /* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
 
-static size_t cpu_workspace_bytes(const AttentionShape *s) { return 0; } /* each job mallocs its tiles */
+/* the fused backward's dq partials (each job mallocs its tiles) */
+static size_t cpu_workspace_bytes(const AttentionShape *s) { return dq_partial_floats(s) * sizeof(float); }
 
 const AttentionOps attention_ops_cpu = {{op_supports_f32}, cpu_workspace_bytes, cpu_forward, cpu_backward, NULL};

@@ -70,6 +70,19 @@ static double *widen(const float *x, long n) {
     return p;
 }
 
+/* 1: backward gets the workspace its shape asks for (the fused dq: attention_cpu.c's ATT_DQ_PARTIAL_MAX), as a
+ * model's plan gives it; 0: NULL (the separate dq pass) */
+static int with_workspace;
+
+static void cpu_backward(const AttentionShape *s, const float *q, const float *k, const float *v, const float *o,
+                         const float *dout, const float *lse, float *delta, float *dq, float *dk, float *dv) {
+    const size_t bytes = with_workspace ? attention_ops_cpu.workspace_bytes(s) : 0;
+    void *ws = bytes ? malloc(bytes) : NULL;
+    if (with_workspace) assert_true(bytes > 0);
+    attention_ops_cpu.backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f, ws);
+    free(ws);
+}
+
 /* every gradient element of q, k, v (the head columns only) against central differences of loss64 */
 static void check_fd(AttentionShape s) {
     const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k), nv = elems(&s, s.tk, s.ld_v);
@@ -79,7 +92,7 @@ static void check_fd(AttentionShape s) {
     float *delta = rnd((long)s.batch * s.heads * s.tq, 7, 0.0f);
     float *g[3] = {rnd(nq, 8, 0.0f), rnd(nk, 9, 0.0f), rnd(nv, 10, 0.0f)};
     attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
-    attention_ops_cpu.backward(&s, q, k, v, o, r, lse, delta, g[0], g[1], g[2], 0.0f, NULL);
+    cpu_backward(&s, q, k, v, o, r, lse, delta, g[0], g[1], g[2]);
     double *x[3] = {widen(q, nq), widen(k, nk), widen(v, nv)};
     const long n[3] = {nq, nk, nv};
     const int ld[3] = {s.ld_q, s.ld_k, s.ld_v};
@@ -114,6 +127,17 @@ static void test_fd_packed(void **state) {
     AttentionShape s = attention_shape(2, 2, 6, 6, 4, DT_F32);
     s.ld_q = s.ld_k = s.ld_v = 3 * s.heads * s.d;
     check_fd(s);
+}
+/* the fused dq: the same shapes, and one of three key blocks (64, 64, 2 keys) whose partials are summed */
+static void test_fd_fused(void **state) {
+    with_workspace = 1;
+    test_fd_self(state);
+    test_fd_cross(state);
+    test_fd_packed(state);
+    AttentionShape s = attention_shape(1, 2, 3, 130, 4, DT_F32);
+    s.ld_q = s.ld_k = s.ld_v = 3 * s.heads * s.d;
+    check_fd(s);
+    with_workspace = 0;
 }
 
 /* the naive materialised forward in float32: S = scale Q K^T [tq][tk] per (b, h), row softmax, O = P V */
@@ -161,7 +185,7 @@ static float *run_all(const AttentionShape *s, int threads, long *count) {
     float *o = out, *dq = o + nq, *dk = dq + nq, *dv = dk + nk, *lse = dv + nk;
     omp_set_num_threads(threads);
     attention_ops_cpu.forward(s, q, k, v, o, lse, NULL);
-    attention_ops_cpu.backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f, NULL);
+    cpu_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv);
     omp_set_num_threads(2);
     free(q), free(k), free(v), free(dout), free(delta);
     return out;
@@ -169,10 +193,30 @@ static float *run_all(const AttentionShape *s, int threads, long *count) {
 
 static void test_threads(void **state) {
     const AttentionShape s = attention_shape(2, 3, 300, 300, 32, DT_F32);
+    for (with_workspace = 0; with_workspace <= 1; with_workspace++) {
+        long n1, n2;
+        float *a = run_all(&s, 1, &n1), *b = run_all(&s, 2, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)n1);
+        free(a), free(b);
+    }
+    with_workspace = 0;
+}
+
+/* the fused dq and the separate pass: the same gradients but for the order of dq's sums (dk, dv the same bits) */
+static void test_fused_dq_is_the_dq_pass(void **state) {
+    const AttentionShape s = attention_shape(2, 3, 300, 300, 32, DT_F32);
+    const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k);
     long n1, n2;
-    float *a = run_all(&s, 1, &n1), *b = run_all(&s, 2, &n2);
-    assert_int_equal(n1, n2);
-    assert_memory_equal(a, b, sizeof(float) * (size_t)n1);
+    with_workspace = 0;
+    float *a = run_all(&s, 2, &n1);
+    with_workspace = 1;
+    float *b = run_all(&s, 2, &n2);
+    with_workspace = 0;
+    double worst = 0, mag = 0;
+    for (long i = nq; i < 2 * nq; i++) worst = fmax(worst, fabs(a[i] - b[i])), mag = fmax(mag, fabs(a[i]));
+    assert_true(mag > 0 && worst <= 1e-5 * mag);
+    assert_memory_equal(a + 2 * nq, b + 2 * nq, sizeof(float) * (size_t)(2 * nk)); /* dk, dv */
     free(a), free(b);
 }
 
@@ -189,15 +233,20 @@ static int bench(int T, int d, int heads) {
     float *q = rnd(n, 1, 3.0f), *k = rnd(n, 2, 1.0f), *v = rnd(n, 3, 1.0f), *o = rnd(n, 4, 0.0f);
     float *lse = rnd(rows, 5, 0.0f), *delta = rnd(rows, 6, 0.0f), *g = rnd(3 * n, 7, 0.0f);
     const double fw = 4.0 * heads * (double)T * T * d;
-    double best[3] = {1e30, 1e30, 1e30};
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    const size_t ws_bytes = attention_ops_cpu.workspace_bytes(&s);
+    void *ws = ws_bytes ? malloc(ws_bytes) : NULL;
     for (int rep = 0; rep < 3; rep++) {
         double t0 = now();
         attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
         double t1 = now();
         attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, g, g + n, g + 2 * n, 0.0f, NULL);
         double t2 = now();
+        if (ws) attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, g, g + n, g + 2 * n, 0.0f, ws);
+        const double t3 = now();
         best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
         best[1] = t2 - t1 < best[1] ? t2 - t1 : best[1];
+        best[3] = t3 - t2 < best[3] ? t3 - t2 : best[3];
         if ((double)T * T * 4 <= 2e9) { /* the naive one's score matrix must fit */
             t0 = now();
             naive_forward(&s, q, k, v, o);
@@ -221,6 +270,9 @@ static int bench(int T, int d, int heads) {
            T, d, heads, omp_get_max_threads(), best[0], fw / best[0] * 1e-9, best[1], 2.5 * fw / best[1] * 1e-9,
            best[2] < 1e29 ? "" : "not run (scores too large)\n");
     if (best[2] < 1e29) printf("%.3f s (%.1f GFLOP/s)\n", best[2], fw / best[2] * 1e-9);
+    if (ws) printf("backward with its workspace (dq from the dk dv pass): %.3f s (%.1f GFLOP/s at 2.5x forward's work)\n",
+                   best[3], 2.5 * fw / best[3] * 1e-9);
+    free(ws);
     free(q), free(k), free(v), free(o), free(lse), free(delta), free(g);
     return 0;
 }
@@ -331,6 +383,7 @@ int main(int argc, char **argv) {
         return bench(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 64, argc > 4 ? atoi(argv[4]) : 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_self),      cmocka_unit_test(test_fd_cross), cmocka_unit_test(test_fd_packed),
+        cmocka_unit_test(test_fd_fused),     cmocka_unit_test(test_fused_dq_is_the_dq_pass),
         cmocka_unit_test(test_against_naive), cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
