@@ -6,7 +6,8 @@ starts from its initialization, conditioned on stage 1's network, frozen:
 - stage 2's checkpoints hold stage 1's network as it was handed on (the weights' moving average at the boundary),
   unchanged through stage 2;
 - a run resumed at the boundary or inside stage 2 reproduces the uninterrupted one's last checkpoint byte for byte;
-  two MPI ranks train what one process trains, across the boundary;
+  two MPI ranks train what one process trains, across the boundary; a stage of the same network after the cascade's
+  new one carries both;
 - predict samples through both stages, closer to the truth than the mean volume for every validation phantom on its
   DRRs and its voxels: the same bytes twice (and from the exported weights), and another sample when
   the earlier network held in the checkpoint is changed;
@@ -78,6 +79,23 @@ def test_resume_across_the_cascade_boundary_is_exact(trained, tmp_path, at):
     run("train", "--config", CFG, *QUIET, "--out", b, "--resume", a / "checkpoints" / ("step_%d.ckpt" % at),
         timeout=300)
     assert (a / "checkpoints" / "step_2000.ckpt").read_bytes() == (b / "checkpoints" / "step_2000.ckpt").read_bytes()
+
+
+def test_a_stage_of_the_same_network_after_a_cascade_carries_both(tmp_path):
+    """8^3 small -> 8^3 the model section's network (new, conditioned) -> 16^3 the same network (carried, positions
+    resampled), the frozen one carried as it is; a resume inside the last stage is byte-exact."""
+    stages = ('[{"input_size": [8, 8, 8], "steps": 6, "model": {"hidden_size": 32, "blocks": 1, "patch_size": [2, 2, 2]}},'
+              ' {"input_size": [8, 8, 8], "steps": 6}, {"input_size": [16, 16, 16], "steps": 6}]')
+    args = ["train", "--config", CFG, *QUIET, "--set", "train.stages=" + stages, "--set", "train.val_every=3",
+            "--set", "train.ckpt_every=3"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    p = run(*args, "--out", a)
+    assert (p.stdout + p.stderr).count("cascade: a new network") == 1
+    n = read_ckpt(a / "checkpoints" / "step_6.ckpt")["buffers"].size  # the first network's flat floats (its average)
+    held = [read_ckpt(a / "checkpoints" / ("step_%d.ckpt" % s))["buffers"][:n] for s in (6, 12, 18)]
+    assert np.array_equal(held[1], held[0]) and np.array_equal(held[2], held[0])
+    run(*args, "--out", b, "--resume", a / "checkpoints" / "step_15.ckpt")
+    assert (a / "checkpoints" / "step_18.ckpt").read_bytes() == (b / "checkpoints" / "step_18.ckpt").read_bytes()
 
 
 @needs_mpirun
