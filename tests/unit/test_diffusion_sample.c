@@ -28,7 +28,16 @@
 
 #define BATCH 2
 
-static Model *ready(void) {
+/* perturbed parameters (adaLN-Zero's zeros would make every prediction 0); the CPU backend's memory is the host's */
+static void perturb(Model *m, uint64_t seed) {
+    for (int p = 0; p < m->n_params; p++)
+        for (long i = 0; i < m->params[p].count; i++)
+            m->param[m->params[p].offset + i] += 0.05f * vx_normal(seed, (uint64_t)p, (uint64_t)i);
+}
+
+/* the tiny config: 8^3 in 4^3 patches, 8^2 views in 4^2 patches, hidden 32, 2 heads, 1 block; cascade levels below
+ * it when the caller adds them */
+static Config tiny_config(void) {
     Config cfg;
     config_defaults(&cfg);
     snprintf(cfg.model.family, sizeof cfg.model.family, "vit3d_diffusion");
@@ -38,14 +47,20 @@ static Model *ready(void) {
                                 .ln_eps = 1e-6};
     cfg.model.diff.img_size = 8;
     cfg.model.diff.patch_size = 4;
-    Model *m = model_of(&cfg, BATCH, backend_cpu());
+    return cfg;
+}
+
+static Model *ready_from(const Config *cfg) {
+    Model *m = model_of(cfg, BATCH, backend_cpu());
     model_allocate(m);
     model_init_params(m, 99);
-    for (int p = 0; p < m->n_params; p++) /* the CPU backend's memory is the host's */
-        for (long i = 0; i < m->params[p].count; i++)
-            m->param[m->params[p].offset + i] +=
-                0.05f * vx_normal(5, (uint64_t)p, (uint64_t)i);
+    perturb(m, 5);
     return m;
+}
+
+static Model *ready(void) {
+    const Config cfg = tiny_config();
+    return ready_from(&cfg);
 }
 
 static long vol_count(const Model *m) { return m->tensors[m->t_input].count / m->batch; }
@@ -165,33 +180,15 @@ static void test_ddim_is_the_recursion(void **state) {
     model_free(m);
 }
 
-/* perturbed parameters (adaLN-Zero's zeros would make every prediction 0) */
-static void perturb(Model *m, uint64_t seed) {
-    for (int p = 0; p < m->n_params; p++)
-        for (long i = 0; i < m->params[p].count; i++)
-            m->param[m->params[p].offset + i] += 0.05f * vx_normal(seed, (uint64_t)p, (uint64_t)i);
-}
-
 /* A cascade's later stage (8^3, hidden 32, 4^3 patches) over its earlier network (4^3, hidden 16, 2^3 patches), each
  * initialized and perturbed; the earlier one's parameters are the later one's buffer (set after the later one's
  * initialization, which resets its buffers). */
 static Model *cascade_ready(void) {
-    Config cfg;
-    config_defaults(&cfg);
-    snprintf(cfg.model.family, sizeof cfg.model.family, "vit3d_diffusion");
-    for (int a = 0; a < 3; a++) cfg.model.input_size[a] = 8;
-    cfg.model.in_channels = 1;
-    cfg.model.vit = (ViTConfig){.hidden_size = 32, .blocks = 1, .heads = 2, .patch_size = {4, 4, 4}, .mlp_ratio = 2,
-                                .ln_eps = 1e-6};
-    cfg.model.diff.img_size = 8;
-    cfg.model.diff.patch_size = 4;
+    Config cfg = tiny_config();
     cfg.model.cascade_n = 1;
     cfg.model.cascade[0] = (CascadeLevel){.input_size = {4, 4, 4}, .hidden_size = 16, .blocks = 1, .heads = 2,
                                           .patch_size = {2, 2, 2}, .mlp_ratio = 2};
-    Model *m = model_of(&cfg, BATCH, backend_cpu());
-    model_allocate(m);
-    model_init_params(m, 99);
-    perturb(m, 5);
+    Model *m = ready_from(&cfg);
     Model *p = m->cascade_prev;
     assert_non_null(p);
     assert_true(p->param == m->bufs + m->buffers[m->cascade_buffer].offset);
