@@ -78,9 +78,12 @@ def test_resnet3d_matches_monai(case, tmp_path):
     import resnet3d
     prefix = str(tmp_path / "probe")
     sets = DENSE_WIDTH + DENSE_CASES[case[9:]] if case.startswith("densenet-") else CASES[case]
+    # the convolutions pinned to oneDNN: the automatic choice is timed per shape and direction, and the mix of the two
+    # paths' roundings it happens to make moved this test's worst gradient from 0.8 to 1.03 of the tolerance between
+    # two runs (densenet-121-classification-3d under AVX2); pinned, every case is 0.04-0.50 of it on AVX2 and AVX-512
     run("probe", "--config", "configs/test/resnet-tiny.json", "--out", prefix, "--device", "cpu",
         "--set", "model.widen_factor=0.25", "--set", "train.batch_size=4", "--set", "model.input_size=[32, 32, 32]",
-        *sets, env=dict(os.environ, VX_PROBE_STEPS="3"))
+        *sets, env=dict(os.environ, VX_PROBE_STEPS="3", VX_CONV_CPU="onednn"))
     meta, data, f32 = resnet3d.run_probe_steps(prefix, replay_relu=True)
     _, _, exact = resnet3d.run_probe_steps(prefix, torch.float64, replay_relu=True)
     print("\n%s: %d of %d ReLU values decided otherwise in float64" % (case, exact["flips"], exact["relu_values"]))
