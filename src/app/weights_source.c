@@ -33,10 +33,8 @@ static void cascade_stage_of_model(Config *cfg) {
     for (int k = cfg->train.n_stages - 1; k >= 0; k--) {
         ModelConfig mc;
         config_stage_model(&cfg->model, &cfg->train, k, &mc);
-        const ViTConfig *a = &mc.vit, *b = &cfg->model.vit;
         if (mc.cascade_n > 0 && memcmp(mc.input_size, cfg->model.input_size, sizeof mc.input_size) == 0 &&
-            a->hidden_size == b->hidden_size && a->blocks == b->blocks && a->heads == b->heads &&
-            a->mlp_ratio == b->mlp_ratio && memcmp(a->patch_size, b->patch_size, sizeof a->patch_size) == 0) {
+            config_same_network(&mc.vit, &cfg->model.vit)) {
             cfg->model = mc;
             return;
         }

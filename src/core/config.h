@@ -53,6 +53,8 @@ const char *config_best_metric(const Config *cfg, const char **logged);
  * .model keys over the model section's) and its cascade, the networks of the earlier stages that precede a change
  * of network (each stage's last); with no stages, model itself. */
 void config_stage_model(const ModelConfig *model, const TrainConfig *train, int i, ModelConfig *out);
+/* Whether two transformers are the same network (hidden_size, blocks, heads, patch_size, mlp_ratio; ln_eps aside) */
+int config_same_network(const ViTConfig *a, const ViTConfig *b);
 /* Whether stage i's network (train.stages[i].model) is another than stage i-1's: it starts a new cascade level. */
 int config_stage_new_network(const ModelConfig *model, const TrainConfig *train, int i);
 /* Cross-key checks (groups divide channels, input divisible by the downsampling factor, ...). */

@@ -31,7 +31,7 @@ static ViTConfig stage_vit(const ModelConfig *model, const TrainConfig *train, i
     return v;
 }
 
-static int same_network(const ViTConfig *a, const ViTConfig *b) {
+int config_same_network(const ViTConfig *a, const ViTConfig *b) {
     return a->hidden_size == b->hidden_size && a->blocks == b->blocks && a->heads == b->heads &&
            a->mlp_ratio == b->mlp_ratio && memcmp(a->patch_size, b->patch_size, sizeof a->patch_size) == 0;
 }
@@ -39,7 +39,7 @@ static int same_network(const ViTConfig *a, const ViTConfig *b) {
 int config_stage_new_network(const ModelConfig *model, const TrainConfig *train, int i) {
     if (i <= 0 || i >= train->n_stages) return 0;
     const ViTConfig a = stage_vit(model, train, i - 1), b = stage_vit(model, train, i);
-    return !same_network(&a, &b);
+    return !config_same_network(&a, &b);
 }
 
 void config_stage_model(const ModelConfig *model, const TrainConfig *train, int i, ModelConfig *out) {

@@ -204,9 +204,6 @@ static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, 
                            exec_param(m, m->param, nd->bias), y);
 }
 
-/* One node's forward. `again` = 1: the recomputation of a checkpointed block, reading and writing the copies
- * backward uses (act_bwd; the same buffers as the forward's for every tensor that is not checkpointed). train: see
- * model_forward (ae3d: sample the latent noise). */
 /* OP_CASCADE's forward, what a cascade's later stage is conditioned on in training and validation: the earlier
  * stage's network (m->cascade_prev, frozen, model_build.c) sees this batch's volumes x resampled to its own grid,
  * noised at its own draw (its seed and timesteps, set with this model's by diff_set_first_sample), and its estimate
@@ -246,6 +243,9 @@ static void cascade_forward(Model *m, const Node *nd, const void *x, void *y) {
     be->elementwise->cast(t->count, DT_F32, up, t->dtype, y);
 }
 
+/* One node's forward. `again` = 1: the recomputation of a checkpointed block, reading and writing the copies
+ * backward uses (act_bwd; the same buffers as the forward's for every tensor that is not checkpointed). train: see
+ * model_forward (ae3d: sample the latent noise). */
 static void forward_node(Model *m, const Node *nd, int again, int sample_noise) {
     const Backend *be = m->be;
     void *ws = exec_item(m, m->workspace_item);
