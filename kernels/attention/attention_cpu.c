@@ -1,9 +1,11 @@
 /* attention_cpu.c: float32 CPU attention (attention.h), tiled so no [tq][tk] matrix exists: per job a tile of at
- * most ATT_BQ x ATT_BK scores, BLAS (single-threaded inside each OpenMP job, as gemm_cpu.c) reading q k v in place
+ * most ATT_BQ x ATT_BK scores, cpu_sgemm (OpenBLAS or oneDNN, whichever has kernels of this CPU's width; single-
+ * threaded inside each OpenMP job, as gemm_cpu.c) reading q k v in place
  * through their row strides.
- *   forward   jobs (b, h, block of ATT_BQ queries); keys in tiles of ATT_BK, in order: S = scale Q K^T, then the
- *             online softmax (running max m and sum l per row, the accumulator rescaled by exp(m_old - m_new)),
- *             acc += P V; at the end o = acc / l, lse = m + log l.
+ *   forward   jobs (b, h, block of ATT_BQ queries). Up to ATT_FWD_BK keys (vit3d-diffusion-64's 512 tokens): one
+ *             S = scale Q K^T, the row softmax in place, o = P V; lse = max + log sum. Longer: keys in tiles of
+ *             ATT_FWD_BK, in order, with the online softmax (running max m and sum l per row, the accumulator
+ *             rescaled by exp(m_old - m_new)), acc += P V; at the end o = acc / l, lse = m + log l.
  *   backward  delta_i = dO_i . o_i (double, per row); then jobs (b, h, block of ATT_BKB keys) over query tiles of
  *             ATT_BQ: P = exp(S - lse), dV += P^T dO, dS = P (dO V^T - delta), dK += scale dS^T Q; then jobs
  *             (b, h, block of ATT_BQ queries) over key tiles: dQ += scale dS K. No two jobs write one element.
@@ -12,17 +14,25 @@
  *             is not run.
  * Memory: per thread the tiles (ATT_BQ*ATT_BK scores twice, a block's accumulators), whatever the token count. The
  * jobs and tiles depend on the shape only, so the bits do not depend on the thread count. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attention/attention.h"
+#include "common/cpu_gemm.h"
 #include "common/cpu_op.h"
 #include "common/exp_cpu.h"
 
-#define ATT_BQ 64   /* queries per forward / dq job, and per query tile of the dk dv jobs (times 2) */
-#define ATT_BK 256  /* keys per tile */
+#define ATT_BQ 64   /* queries per dq job, and per query tile of the dk dv jobs (times 2) */
+#ifndef ATT_FWD_BQ
+#define ATT_FWD_BQ 64 /* queries per forward job */
+#endif
+#define ATT_BK 256  /* keys per backward tile */
+/* keys per forward tile: a row of scores up to this long is one product, one softmax and one product (no online
+ * rescaling); 1024 keys x ATT_BQ queries is 256 KiB a thread, inside a core's L2 */
+#ifndef ATT_FWD_BK
+#define ATT_FWD_BK 1024
+#endif
 #define ATT_BKB 64  /* keys per dk dv job */
 /* floats of dq partials (one [tq][d] per key block of ATT_BKB per (b, h)) up to which backward computes dq in the
  * dk dv jobs' pass, from the dS it has there, and sums the partials after, in key-block order: five products per
@@ -33,14 +43,8 @@
  * and so the bits, are the same either way) */
 #define ATT_PARALLEL_MIN (1L << 20)
 
-static int blas_serial_begin(void) {
-    const int saved = openblas_get_num_threads();
-    if (saved != 1) openblas_set_num_threads(1);
-    return saved;
-}
-static void blas_serial_end(int saved) {
-    if (saved != 1) openblas_set_num_threads(saved);
-}
+static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
+static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
 
 static void check(const AttentionShape *s, const char *fn) {
     cpu_need_f32(s->dtype, fn);
@@ -65,50 +69,110 @@ static void *job_alloc(size_t floats) {
 
 /* ---- forward ------------------------------------------------------------------------------------------------ */
 
+/* Lane-wise row reductions: ATT_LANES independent partial maxima / sums, which the compiler turns into vector
+ * registers without -ffast-math (a single running sum is an ordered reduction it must keep scalar, and that made
+ * the softmax between the forward's two products a third of its time). The order is fixed by n alone. */
+#define ATT_LANES 16
+static inline float row_max(const float *x, int n, float m0) {
+    float m[ATT_LANES];
+    for (int l = 0; l < ATT_LANES; l++) m[l] = m0;
+    int j = 0;
+    for (; j + ATT_LANES <= n; j += ATT_LANES)
+        for (int l = 0; l < ATT_LANES; l++) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+    for (; j < n; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
+    float r = m[0];
+    for (int l = 1; l < ATT_LANES; l++) r = m[l] > r ? m[l] : r;
+    return r;
+}
+/* x = exp(x - mx) in place; returns the sum of the new x */
+static inline float row_exp_sum(float *x, int n, float mx) {
+    float s[ATT_LANES] = {0};
+    int j = 0;
+    for (; j + ATT_LANES <= n; j += ATT_LANES)
+        for (int l = 0; l < ATT_LANES; l++) {
+            x[j + l] = exp_vec(x[j + l] - mx);
+            s[l] += x[j + l];
+        }
+    for (; j < n; j++) {
+        x[j] = exp_vec(x[j] - mx);
+        s[0] += x[j];
+    }
+    float r = 0.0f;
+    for (int l = 0; l < ATT_LANES; l++) r += s[l];
+    return r;
+}
+
+/* One forward job, keys in one tile (tk <= ATT_FWD_BK): S = scale Q K^T, P = softmax(S) row by row (normalised in
+ * place), O = P V straight into o: no accumulator, no rescaling. */
+static void forward_one_tile(const AttentionShape *s, const float *Q, const float *K, const float *V, float *O,
+                             float *lse_rows, int rows, float *S) {
+    const int d = s->d, kn = s->tk;
+    cpu_sgemm(0, 1, rows, kn, d, s->scale, Q, s->ld_q, K, s->ld_k, 0.0f, S,
+                ATT_FWD_BK);
+    for (int r = 0; r < rows; r++) {
+        float *sr = S + (size_t)r * ATT_FWD_BK;
+        const float mt = row_max(sr, kn, -INFINITY), l = row_exp_sum(sr, kn, mt), inv = 1.0f / l;
+        for (int j = 0; j < kn; j++) sr[j] *= inv;
+        lse_rows[r] = mt + logf(l);
+        memset(O + (size_t)r * s->ld_o, 0, sizeof(float) * (size_t)d); /* beta 0 is not relied on to ignore NaN */
+    }
+    cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ATT_FWD_BK, V, s->ld_v, 0.0f, O,
+                s->ld_o);
+}
+
+/* One forward job over key tiles of ATT_FWD_BK, in order, with the online softmax (running max m and sum l per
+ * row, the accumulator rescaled by exp(m_old - m_new)); o = acc / l at the end. */
+static void forward_tiled(const AttentionShape *s, const float *Q, const float *K, const float *V, float *O,
+                          float *lse_rows, int rows, float *S, float *acc) {
+    const int d = s->d;
+    float m[ATT_FWD_BQ], l[ATT_FWD_BQ];
+    for (int j0 = 0; j0 < s->tk; j0 += ATT_FWD_BK) {
+        const int kn = s->tk - j0 < ATT_FWD_BK ? s->tk - j0 : ATT_FWD_BK;
+        cpu_sgemm(0, 1, rows, kn, d, s->scale, Q, s->ld_q,
+                    K + (size_t)j0 * s->ld_k, s->ld_k, 0.0f, S, ATT_FWD_BK);
+        for (int r = 0; r < rows; r++) {
+            float *sr = S + (size_t)r * ATT_FWD_BK;
+            if (j0 == 0) {
+                m[r] = row_max(sr, kn, -INFINITY);
+                l[r] = row_exp_sum(sr, kn, m[r]);
+                continue;
+            }
+            const float mt = row_max(sr, kn, m[r]), sum = row_exp_sum(sr, kn, mt), corr = expf(m[r] - mt);
+            l[r] = l[r] * corr + sum, m[r] = mt;
+            if (corr != 1.0f)
+                for (int c = 0; c < d; c++) acc[(size_t)r * d + c] *= corr;
+        }
+        cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ATT_FWD_BK,
+                    V + (size_t)j0 * s->ld_v, s->ld_v, j0 == 0 ? 0.0f : 1.0f, acc, d);
+    }
+    for (int r = 0; r < rows; r++) {
+        float *o = O + (size_t)r * s->ld_o;
+        const float inv = 1.0f / l[r];
+        for (int c = 0; c < d; c++) o[c] = acc[(size_t)r * d + c] * inv;
+        lse_rows[r] = m[r] + logf(l[r]);
+    }
+}
+
 static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, void *ov,
                         float *lse, void *workspace) {
     check(s, "attention_forward");
-    const int d = s->d, qb = (s->tq + ATT_BQ - 1) / ATT_BQ;
+    const int d = s->d, qb = (s->tq + ATT_FWD_BQ - 1) / ATT_FWD_BQ, one_tile = s->tk <= ATT_FWD_BK;
     const long jobs = (long)s->batch * s->heads * qb;
     const float *Q = qv, *K = kv, *V = vv;
     float *O = ov;
     const int saved = blas_serial_begin();
 #pragma omp parallel if (jobs > 1 && work(s) >= ATT_PARALLEL_MIN)
     {
-        float *S = job_alloc((size_t)ATT_BQ * ATT_BK), *acc = job_alloc((size_t)ATT_BQ * d);
-        float m[ATT_BQ], l[ATT_BQ];
+        float *S = job_alloc((size_t)ATT_FWD_BQ * ATT_FWD_BK), *acc = one_tile ? NULL : job_alloc((size_t)ATT_FWD_BQ * d);
 #pragma omp for schedule(static)
         for (long job = 0; job < jobs; job++) {
             const int b = (int)(job / ((long)s->heads * qb)), h = (int)(job / qb % s->heads);
-            const int i0 = (int)(job % qb) * ATT_BQ, rows = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
-            for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
-            memset(acc, 0, sizeof(float) * (size_t)rows * d);
-            for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) {
-                const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kn, d, s->scale,
-                            Q + at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, K + at(b, s->tk, j0, s->ld_k, h, d),
-                            s->ld_k, 0.0f, S, ATT_BK);
-                for (int r = 0; r < rows; r++) {
-                    float *sr = S + (size_t)r * ATT_BK, mt = m[r], sum = 0.0f;
-                    for (int j = 0; j < kn; j++) mt = sr[j] > mt ? sr[j] : mt;
-                    for (int j = 0; j < kn; j++) {
-                        sr[j] = exp_vec(sr[j] - mt);
-                        sum += sr[j];
-                    }
-                    const float corr = expf(m[r] - mt); /* 0 on the first tile (m = -inf) */
-                    l[r] = l[r] * corr + sum, m[r] = mt;
-                    if (corr != 1.0f)
-                        for (int c = 0; c < d; c++) acc[(size_t)r * d + c] *= corr;
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, kn, 1.0f, S, ATT_BK,
-                            V + at(b, s->tk, j0, s->ld_v, h, d), s->ld_v, 1.0f, acc, d);
-            }
-            for (int r = 0; r < rows; r++) {
-                float *o = O + at(b, s->tq, i0 + r, s->ld_o, h, d);
-                const float inv = 1.0f / l[r];
-                for (int c = 0; c < d; c++) o[c] = acc[(size_t)r * d + c] * inv;
-                lse[((size_t)b * s->heads + h) * s->tq + i0 + r] = m[r] + logf(l[r]);
-            }
+            const int i0 = (int)(job % qb) * ATT_FWD_BQ, rows = s->tq - i0 < ATT_FWD_BQ ? s->tq - i0 : ATT_FWD_BQ;
+            const float *Qj = Q + at(b, s->tq, i0, s->ld_q, h, d), *Kj = K + at(b, s->tk, 0, s->ld_k, h, d),
+                        *Vj = V + at(b, s->tk, 0, s->ld_v, h, d);
+            float *Oj = O + at(b, s->tq, i0, s->ld_o, h, d), *lj = lse + ((size_t)b * s->heads + h) * s->tq + i0;
+            if (one_tile) forward_one_tile(s, Qj, Kj, Vj, Oj, lj, rows, S);
+            else forward_tiled(s, Qj, Kj, Vj, Oj, lj, rows, S, acc);
         }
         free(S);
         free(acc);
@@ -201,19 +265,20 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             for (int i0 = 0; i0 < s->tq; i0 += QT) {
                 const int qn = s->tq - i0 < QT ? s->tq - i0 : QT;
                 const float *Qt = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOt = dO + at(b, s->tq, i0, s->ld_o, h, d);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, d, s->scale, Qt, s->ld_q, Kb, s->ld_k,
+                cpu_sgemm(0, 1, qn, kn, d, s->scale, Qt, s->ld_q, Kb, s->ld_k,
                             0.0f, S, ATT_BK);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, d, 1.0f, dOt, s->ld_o, Vb, s->ld_v,
+                cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOt, s->ld_o, Vb, s->ld_v,
                             0.0f, dP, ATT_BK);
                 tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow + i0, delta + lrow + i0);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, qn, 1.0f, S, ATT_BK, dOt, s->ld_o, 1.0f,
+                cpu_sgemm(1, 0, kn, d, qn, 1.0f, S, ATT_BK, dOt, s->ld_o, 1.0f,
                             acc2, d);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q,
+                cpu_sgemm(1, 0, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q,
                             1.0f, acc, d);
-                if (part) /* this key block's share of dq for the tile's queries: scale dS K */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, d, kn, s->scale, dP, ATT_BK, Kb,
-                                s->ld_k, 0.0f, part + (((size_t)b * H + h) * kb + (size_t)(job % kb)) * s->tq * d +
-                                (size_t)i0 * d, d);
+                if (part) { /* this key block's share of dq for the tile's queries: scale dS K */
+                    float *pt = part + (((size_t)b * H + h) * kb + (size_t)(job % kb)) * s->tq * d + (size_t)i0 * d;
+                    memset(pt, 0, sizeof(float) * (size_t)qn * d); /* the workspace may hold NaN */
+                    cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kb, s->ld_k, 0.0f, pt, d);
+                }
             }
             store_grad(kn, d, acc, dK + at(b, s->tk, j0, s->ld_k, h, d), s->ld_k, beta);
             store_grad(kn, d, acc2, dV + at(b, s->tk, j0, s->ld_v, h, d), s->ld_v, beta);
@@ -229,12 +294,12 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) {
                 const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
                 const float *Kt = K + at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + at(b, s->tk, j0, s->ld_v, h, d);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k,
+                cpu_sgemm(0, 1, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k,
                             0.0f, S, ATT_BK);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v,
+                cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v,
                             0.0f, dP, ATT_BK);
                 tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow, delta + lrow);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k,
+                cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k,
                             1.0f, acc, d);
             }
             store_grad(qn, d, acc, dQ + at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, beta);

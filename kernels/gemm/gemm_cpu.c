@@ -1,6 +1,8 @@
-/* gemm_cpu.c: the float32 CPU batched GEMM with epilogues and the bias gradient (gemm.h), through BLAS.
+/* gemm_cpu.c: the float32 CPU batched GEMM with epilogues and the bias gradient (gemm.h), through cpu_sgemm
+ * (OpenBLAS, or oneDNN's sgemm where OpenBLAS's kernels are older than the CPU: cpu_gemm.h).
  * matmul: the work is cut into jobs of (batch entry, GEMM_ROWS rows of C, GEMM_COLS columns of C), each one
- * single-threaded sgemm on one OpenMP thread (OpenBLAS switched to one thread for the call, as linear_cpu.c does)
+ * single-threaded sgemm on one OpenMP thread (OpenBLAS switched to one thread for the call, as linear_cpu.c does;
+ * oneDNN's runs on the calling thread inside a parallel region)
  * followed by its epilogue on the same block; the jobs depend on the shape only and each output element's sum over k
  * is one sgemm's, so the bits do not depend on the thread count. With sample_rows the rows of C are cut per sample
  * first (jobs start at each sample's first row), so they do not depend on the sample's slot either.
@@ -8,10 +10,10 @@
  * that packing cost as much as the product: 1024x1536x384 (x W^T, a ViT's MLP) ran at 160 GFLOP/s against 466 for
  * 256-row jobs and 461 for one 2-thread sgemm (2-core AVX-512 EPYC, OpenBLAS 0.3.21). Column panels keep enough jobs
  * for many cores when m is small. bias_grad: partials in double per fixed chunk of GEMM_ROWS rows, added in order. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cpu_gemm.h"
 #include "common/cpu_op.h"
 #include "gelu/gelu_math.h"
 #include "gemm/gemm.h"
@@ -22,14 +24,8 @@
  * and on a shared machine it waits for a core (the jobs, and so the bits, are the same either way) */
 #define GEMM_PARALLEL_MIN (1L << 20)
 
-static int blas_serial_begin(void) {
-    const int saved = openblas_get_num_threads();
-    if (saved != 1) openblas_set_num_threads(1);
-    return saved;
-}
-static void blas_serial_end(int saved) {
-    if (saved != 1) openblas_set_num_threads(saved);
-}
+static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
+static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
 
 /* pre = C (alpha AB + beta C from sgemm) + bias; aux = pre; C = epilogue(pre) on a block of `rows` rows of n
  * columns (c, aux and bias at the block's first column; rows s->n apart) */
@@ -81,8 +77,7 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
         if (beta == 0.0f) /* C may hold NaN */
             for (long r = 0; r < rows; r++) memset(c + r * s->n, 0, sizeof(float) * (size_t)cols);
         if (s->k > 0)
-            cblas_sgemm(CblasRowMajor, s->trans_a ? CblasTrans : CblasNoTrans, s->trans_b ? CblasTrans : CblasNoTrans,
-                        (int)rows, cols, s->k, s->alpha, a, lda, b, ldb, beta, c, s->n);
+            cpu_sgemm(s->trans_a, s->trans_b, (int)rows, cols, s->k, s->alpha, a, lda, b, ldb, beta, c, s->n);
         else if (beta != 0.0f && beta != 1.0f)
             for (long r = 0; r < rows; r++)
                 for (int e = 0; e < cols; e++) c[r * s->n + e] *= beta;

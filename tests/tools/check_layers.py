@@ -15,6 +15,11 @@ cannot silently rot. Run by ci/test.sh; exits 1 when a rule is broken.
      also no call up: a source file calls only into its own layer or those below (a call the headers hide, as
      model.h declaring functions that a layer above defines, is found here).
   3. No file over MAX_LINES lines in src/ and kernels/ (a file that long holds more than one purpose).
+  4. With --objects: the float32 GEMM is cpu_sgemm (kernels/common/cpu_gemm.c), called by every kernel; no other
+     object calls OpenBLAS's cblas_sgemm or cblas_sgemv itself. OpenBLAS 0.3.21 runs its Prescott (SSE) kernels on
+     CPUs it does not know (Emerald Rapids), and cpu_gemm.c is where that is caught: attention and the transformer's
+     GEMMs, calling OpenBLAS directly, ran 4x slower than the CPU there (vit3d-diffusion-64: 2389 ms a step, 582
+     through cpu_sgemm).
 
 --report prints what the note on a layout change counts: files per folder, the largest files, upward includes and
 circles."""
@@ -128,7 +133,11 @@ def symbol_graph(build):
         for s in syms:
             if s in defined and defined[s] != src:
                 graph[src].add(defined[s])
-    return graph
+    return graph, used
+
+
+DIRECT_GEMM = {"cblas_sgemm", "cblas_sgemv"}  # rule 4: only cpu_gemm.c calls these
+GEMM_HOME = "kernels/common/cpu_gemm.c"
 
 
 def main():
@@ -163,7 +172,12 @@ def main():
         bad.append("files include each other in a circle: " + " -> ".join(c))
     symbol_cycles, calls_up = [], 0
     if args.objects:
-        calls = symbol_graph(args.objects)
+        calls, used = symbol_graph(args.objects)
+        for src in sorted(used):
+            direct = sorted(used[src] & DIRECT_GEMM)
+            if direct and src != GEMM_HOME:
+                bad.append("%s calls %s itself: call cpu_sgemm/cpu_sgemv (%s), which picks kernels of this CPU's "
+                           "width" % (src, ", ".join(direct), GEMM_HOME))
         symbol_cycles = cycles(calls)
         for c in symbol_cycles:
             bad.append("source files call each other in a circle: " + " -> ".join(c))

@@ -28,6 +28,7 @@
 
 #include "attention/attention.h"
 #include "backend/backend.h"
+#include "common/cpu_gemm.h"
 #include "common/rng.h"
 
 static float *rnd(long n, unsigned seed, float amp) {
@@ -141,7 +142,8 @@ static void test_fd_fused(void **state) {
 }
 
 /* the naive materialised forward in float32: S = scale Q K^T [tq][tk] per (b, h), row softmax, O = P V */
-static void naive_forward(const AttentionShape *s, const float *q, const float *k, const float *v, float *o) {
+static void naive_forward(const AttentionShape *s, const float *q, const float *k, const float *v, float *o,
+                          float *lse) {
     float *S = malloc(sizeof(float) * (size_t)s->tq * s->tk);
     for (int b = 0; b < s->batch; b++)
         for (int h = 0; h < s->heads; h++) {
@@ -154,6 +156,7 @@ static void naive_forward(const AttentionShape *s, const float *q, const float *
                 for (int j = 1; j < s->tk; j++) m = row[j] > m ? row[j] : m;
                 for (int j = 0; j < s->tk; j++) sum += row[j] = expf(row[j] - m);
                 for (int j = 0; j < s->tk; j++) row[j] /= sum;
+                if (lse) lse[((size_t)b * s->heads + h) * s->tq + i] = m + logf(sum);
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->tq, s->d, s->tk, 1.0f, S, s->tk,
                         v + at(b, s->tk, 0, s->ld_v, h, s->d), s->ld_v, 0.0f, o + at(b, s->tq, 0, s->ld_o, h, s->d),
@@ -162,17 +165,26 @@ static void naive_forward(const AttentionShape *s, const float *q, const float *
     free(S);
 }
 
-static void test_against_naive(void **state) {
-    const AttentionShape s = attention_shape(1, 3, 700, 530, 64, DT_F32);
-    const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k);
+/* o and lse against the naive forward: keys in one forward tile (530), and in three (2500: two full tiles of
+ * ATT_FWD_BK and a part, through the online softmax's rescaling) */
+static void against_naive(const AttentionShape s) {
+    const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k), rows = (long)s.batch * s.heads * s.tq;
     float *q = rnd(nq, 1, 3.0f), *k = rnd(nk, 2, 1.0f), *v = rnd(nk, 3, 1.0f);
-    float *o = rnd(nq, 4, 0.0f), *o2 = rnd(nq, 5, 0.0f), *lse = rnd((long)s.heads * s.tq, 6, 0.0f);
+    float *o = rnd(nq, 4, 0.0f), *o2 = rnd(nq, 5, 0.0f), *lse = rnd(rows, 6, 0.0f), *lse2 = rnd(rows, 7, 0.0f);
     attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
-    naive_forward(&s, q, k, v, o2);
-    double worst = 0;
+    naive_forward(&s, q, k, v, o2, lse2);
+    double worst = 0, worst_lse = 0;
     for (long i = 0; i < nq; i++) worst = fabs(o[i] - o2[i]) > worst ? fabs(o[i] - o2[i]) : worst;
+    for (long i = 0; i < rows; i++)
+        worst_lse = fabs(lse[i] - lse2[i]) > worst_lse ? fabs(lse[i] - lse2[i]) : worst_lse;
     assert_true(worst < 2e-6);
-    free(q), free(k), free(v), free(o), free(o2), free(lse);
+    assert_true(worst_lse < 2e-5);
+    free(q), free(k), free(v), free(o), free(o2), free(lse), free(lse2);
+}
+static void test_against_naive(void **state) {
+    (void)state;
+    against_naive(attention_shape(1, 3, 700, 530, 64, DT_F32));
+    against_naive(attention_shape(1, 2, 90, 2500, 32, DT_F32));
 }
 
 /* forward and backward outputs with `threads` OpenMP threads, into one buffer */
@@ -191,8 +203,7 @@ static float *run_all(const AttentionShape *s, int threads, long *count) {
     return out;
 }
 
-static void test_threads(void **state) {
-    const AttentionShape s = attention_shape(2, 3, 300, 300, 32, DT_F32);
+static void threads_agree(const AttentionShape s) {
     for (with_workspace = 0; with_workspace <= 1; with_workspace++) {
         long n1, n2;
         float *a = run_all(&s, 1, &n1), *b = run_all(&s, 2, &n2);
@@ -201,6 +212,11 @@ static void test_threads(void **state) {
         free(a), free(b);
     }
     with_workspace = 0;
+}
+static void test_threads(void **state) {
+    (void)state;
+    threads_agree(attention_shape(2, 3, 300, 300, 32, DT_F32));
+    threads_agree(attention_shape(1, 2, 70, 1100, 16, DT_F32)); /* two forward tiles */
 }
 
 /* the fused dq and the separate pass: the same gradients but for the order of dq's sums (dk, dv the same bits) */
@@ -249,20 +265,20 @@ static int bench(int T, int d, int heads) {
         best[3] = t3 - t2 < best[3] ? t3 - t2 : best[3];
         if ((double)T * T * 4 <= 2e9) { /* the naive one's score matrix must fit */
             t0 = now();
-            naive_forward(&s, q, k, v, o);
+            naive_forward(&s, q, k, v, o, NULL);
             t1 = now();
             best[2] = t1 - t0 < best[2] ? t1 - t0 : best[2];
         }
     }
-    { /* the ceiling in the same run: sgemm 2048^3, same BLAS and threads */
+    { /* the ceiling in the same run: sgemm 2048^3, the GEMM the kernel calls (cpu_sgemm), same threads */
         const int m = 2048;
         float *a = rnd((long)m * m, 8, 1.0f), *c = rnd((long)m * m, 9, 0.0f);
         double t0 = now(), best_g = 1e30;
         for (int rep = 0; rep < 3; rep++, t0 = now()) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1.0f, a, m, a, m, 0.0f, c, m);
+            cpu_sgemm(0, 0, m, m, m, 1.0f, a, m, a, m, 0.0f, c, m);
             best_g = now() - t0 < best_g ? now() - t0 : best_g;
         }
-        printf("ceiling: sgemm 2048^3 %.1f GFLOP/s\n", 2.0 * m * m * m / best_g * 1e-9);
+        printf("ceiling: %s 2048^3 %.1f GFLOP/s\n", cpu_gemm_kernels(), 2.0 * m * m * m / best_g * 1e-9);
         free(a), free(c);
     }
     printf("attention T %d d %d heads %d, %d threads: tiled forward %.3f s (%.1f GFLOP/s), backward %.3f s "
