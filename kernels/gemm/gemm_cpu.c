@@ -1,6 +1,6 @@
 /* gemm_cpu.c: the float32 CPU batched GEMM with epilogues and the bias gradient (gemm.h), through cpu_sgemm
  * (OpenBLAS, or oneDNN's sgemm where OpenBLAS's kernels are older than the CPU: cpu_gemm.h).
- * matmul: the work is cut into jobs of (batch entry, GEMM_ROWS rows of C, GEMM_COLS columns of C), each one
+ * matmul: the work is cut into jobs of (batch entry, ~GEMM_ROWS rows of C, ~GEMM_COLS columns of C; job_size), each one
  * single-threaded sgemm on one OpenMP thread (OpenBLAS switched to one thread for the call, as linear_cpu.c does;
  * oneDNN's runs on the calling thread inside a parallel region)
  * followed by its epilogue on the same block; the jobs depend on the shape only and each output element's sum over k
@@ -18,11 +18,26 @@
 #include "gelu/gelu_math.h"
 #include "gemm/gemm.h"
 
+#ifndef GEMM_ROWS /* (-D for the tile measurements) */
 #define GEMM_ROWS 256L
+#endif
+#ifndef GEMM_COLS
 #define GEMM_COLS 512L
+#endif
 /* multiply-adds below which a product runs on the calling thread: a parallel region costs more than such a product,
  * and on a shared machine it waits for a core (the jobs, and so the bits, are the same either way) */
 #define GEMM_PARALLEL_MIN (1L << 20)
+
+/* rows (or columns) per job along an extent of n: at most about `most` each, in an even number of parts when more
+ * than one (so two, four, ... threads get the same number), each a multiple of 16 but the last. A function of the
+ * shape alone, so the bits do not depend on the thread count. Why: 256-row jobs cut qkv's weight gradient (1152
+ * rows of C) into 4 x 256 + 128 and proj's (384) into 256 + 128, so one of two threads had twice the other's work. */
+static long job_size(long n, long most) {
+    long parts = (n + most - 1) / most;
+    if (parts > 1 && parts % 2) parts++;
+    const long size = (n + parts - 1) / parts;
+    return (size + 15) / 16 * 16;
+}
 
 static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
 static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
@@ -57,19 +72,20 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     const int dgelu = s->epilogue == GEMM_EPI_DGELU_TANH || s->epilogue == GEMM_EPI_DGELU_ERF;
     if (dgelu && (!auxv || beta != 0.0f || bias)) vx_fatal("gemm: the DGELU epilogue needs aux, beta 0 and no bias");
     if (!s->m || !s->n) return;
-    /* rows of C in blocks of `block` (a sample's rows, or all m): jobs of GEMM_ROWS rows start at each block's
-     * first, times panels of GEMM_COLS columns */
+    /* rows of C in blocks of `block` (a sample's rows, or all m): jobs of `rows_per` rows start at each block's
+     * first, times panels of `cols_per` columns (job_size: even counts of about-equal jobs) */
     const long block = s->sample_rows > 0 && !s->trans_a && s->m % s->sample_rows == 0 ? s->sample_rows : s->m;
-    const long per_block = (block + GEMM_ROWS - 1) / GEMM_ROWS, chunks = s->m / block * per_block;
-    const long panels = (s->n + GEMM_COLS - 1) / GEMM_COLS, jobs = (long)s->batch * chunks * panels;
+    const long rows_per = job_size(block, GEMM_ROWS), cols_per = job_size(s->n, GEMM_COLS);
+    const long per_block = (block + rows_per - 1) / rows_per, chunks = s->m / block * per_block;
+    const long panels = (s->n + cols_per - 1) / cols_per, jobs = (long)s->batch * chunks * panels;
     const int lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
     const int saved = blas_serial_begin();
 #pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
     for (long job = 0; job < jobs; job++) {
-        const long rj = job / panels, col0 = job % panels * GEMM_COLS;
-        const long i = rj / chunks, blk = rj % chunks / per_block, in_blk = (rj % chunks % per_block) * GEMM_ROWS;
-        const long r0 = blk * block + in_blk, rows = in_blk + GEMM_ROWS <= block ? GEMM_ROWS : block - in_blk;
-        const int cols = (int)(col0 + GEMM_COLS <= s->n ? GEMM_COLS : s->n - col0);
+        const long rj = job / panels, col0 = job % panels * cols_per;
+        const long i = rj / chunks, blk = rj % chunks / per_block, in_blk = (rj % chunks % per_block) * rows_per;
+        const long r0 = blk * block + in_blk, rows = in_blk + rows_per <= block ? rows_per : block - in_blk;
+        const int cols = (int)(col0 + cols_per <= s->n ? cols_per : s->n - col0);
         const float *a = (const float *)av + i * s->stride_a + (s->trans_a ? r0 : r0 * s->k);
         const float *b = (const float *)bv + i * s->stride_b + (s->trans_b ? col0 * s->k : col0);
         float *c = (float *)cv + i * s->stride_c + r0 * s->n + col0;

@@ -408,7 +408,8 @@ static void vit_gemm(void) {
     gemm_linear(5, 7, 1, 0, 1);      /* one output */
     gemm_linear(70, 24, 40, 1, 1);   /* misaligned, more than one tile of rows */
     gemm_linear(130, 96, 136, 0, 1); /* several tiles both ways, multiples of 8 (cuBLASLt's aux) */
-    gemm_linear(300, 40, 530, 1, 1); /* the CPU's jobs: 2 blocks of rows (256 + 44) x 2 panels of columns (512 + 18) */
+    gemm_linear(300, 40, 530, 1, 1); /* the CPU's jobs: 2 blocks of rows (160 + 140) x 2 panels of columns (272 + 258) */
+    gemm_linear(600, 16, 24, 0, 1);  /* 3 blocks of rows made 4 (3 x 160 + 120); dW's 24 x 600: 2 panels (304 + 296) */
     gemm_linear(2048, 384, 1536, 0, 0);
     gemm_case("gemm", gemm_shape(4, 29, 31, 16, 0, 1, 0, 0.25f, 0), 0, 0, 1, 1); /* scores-like: batched, scaled */
     gemm_case("gemm", gemm_shape(3, 17, 9, 40, 1, 1, 0, 1.0f, 0), 1, 0, 1, 1);  /* both transposed */
