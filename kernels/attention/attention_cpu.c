@@ -23,16 +23,11 @@
 #include "common/cpu_op.h"
 #include "common/exp_cpu.h"
 
-#define ATT_BQ 64   /* queries per dq job, and per query tile of the dk dv jobs (times 2) */
-#ifndef ATT_FWD_BQ
-#define ATT_FWD_BQ 64 /* queries per forward job */
-#endif
+#define ATT_BQ 64   /* queries per forward / dq job, and per query tile of the dk dv jobs (times 2) */
 #define ATT_BK 256  /* keys per backward tile */
 /* keys per forward tile: a row of scores up to this long is one product, one softmax and one product (no online
  * rescaling); 1024 keys x ATT_BQ queries is 256 KiB a thread, inside a core's L2 */
-#ifndef ATT_FWD_BK
 #define ATT_FWD_BK 1024
-#endif
 #define ATT_BKB 64  /* keys per dk dv job */
 /* floats of dq partials (one [tq][d] per key block of ATT_BKB per (b, h)) up to which backward computes dq in the
  * dk dv jobs' pass, from the dS it has there, and sums the partials after, in key-block order: five products per
@@ -42,9 +37,6 @@
 /* score elements times d below which a call runs on the calling thread (a parallel region costs more; the jobs,
  * and so the bits, are the same either way) */
 #define ATT_PARALLEL_MIN (1L << 20)
-
-static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
-static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
 
 static void check(const AttentionShape *s, const char *fn) {
     cpu_need_f32(s->dtype, fn);
@@ -107,8 +99,7 @@ static inline float row_exp_sum(float *x, int n, float mx) {
 static void forward_one_tile(const AttentionShape *s, const float *Q, const float *K, const float *V, float *O,
                              float *lse_rows, int rows, float *S) {
     const int d = s->d, kn = s->tk;
-    cpu_sgemm(0, 1, rows, kn, d, s->scale, Q, s->ld_q, K, s->ld_k, 0.0f, S,
-                ATT_FWD_BK);
+    cpu_sgemm(0, 1, rows, kn, d, s->scale, Q, s->ld_q, K, s->ld_k, 0.0f, S, ATT_FWD_BK);
     for (int r = 0; r < rows; r++) {
         float *sr = S + (size_t)r * ATT_FWD_BK;
         const float mt = row_max(sr, kn, -INFINITY), l = row_exp_sum(sr, kn, mt), inv = 1.0f / l;
@@ -116,8 +107,7 @@ static void forward_one_tile(const AttentionShape *s, const float *Q, const floa
         lse_rows[r] = mt + logf(l);
         memset(O + (size_t)r * s->ld_o, 0, sizeof(float) * (size_t)d); /* beta 0 is not relied on to ignore NaN */
     }
-    cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ATT_FWD_BK, V, s->ld_v, 0.0f, O,
-                s->ld_o);
+    cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ATT_FWD_BK, V, s->ld_v, 0.0f, O, s->ld_o);
 }
 
 /* One forward job over key tiles of ATT_FWD_BK, in order, with the online softmax (running max m and sum l per
@@ -125,11 +115,10 @@ static void forward_one_tile(const AttentionShape *s, const float *Q, const floa
 static void forward_tiled(const AttentionShape *s, const float *Q, const float *K, const float *V, float *O,
                           float *lse_rows, int rows, float *S, float *acc) {
     const int d = s->d;
-    float m[ATT_FWD_BQ], l[ATT_FWD_BQ];
+    float m[ATT_BQ], l[ATT_BQ];
     for (int j0 = 0; j0 < s->tk; j0 += ATT_FWD_BK) {
         const int kn = s->tk - j0 < ATT_FWD_BK ? s->tk - j0 : ATT_FWD_BK;
-        cpu_sgemm(0, 1, rows, kn, d, s->scale, Q, s->ld_q,
-                    K + (size_t)j0 * s->ld_k, s->ld_k, 0.0f, S, ATT_FWD_BK);
+        cpu_sgemm(0, 1, rows, kn, d, s->scale, Q, s->ld_q, K + (size_t)j0 * s->ld_k, s->ld_k, 0.0f, S, ATT_FWD_BK);
         for (int r = 0; r < rows; r++) {
             float *sr = S + (size_t)r * ATT_FWD_BK;
             if (j0 == 0) {
@@ -142,8 +131,8 @@ static void forward_tiled(const AttentionShape *s, const float *Q, const float *
             if (corr != 1.0f)
                 for (int c = 0; c < d; c++) acc[(size_t)r * d + c] *= corr;
         }
-        cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ATT_FWD_BK,
-                    V + (size_t)j0 * s->ld_v, s->ld_v, j0 == 0 ? 0.0f : 1.0f, acc, d);
+        cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ATT_FWD_BK, V + (size_t)j0 * s->ld_v, s->ld_v, j0 == 0 ? 0.0f : 1.0f,
+                  acc, d);
     }
     for (int r = 0; r < rows; r++) {
         float *o = O + (size_t)r * s->ld_o;
@@ -156,18 +145,18 @@ static void forward_tiled(const AttentionShape *s, const float *Q, const float *
 static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, void *ov,
                         float *lse, void *workspace) {
     check(s, "attention_forward");
-    const int d = s->d, qb = (s->tq + ATT_FWD_BQ - 1) / ATT_FWD_BQ, one_tile = s->tk <= ATT_FWD_BK;
+    const int d = s->d, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, one_tile = s->tk <= ATT_FWD_BK;
     const long jobs = (long)s->batch * s->heads * qb;
     const float *Q = qv, *K = kv, *V = vv;
     float *O = ov;
-    const int saved = blas_serial_begin();
+    const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel if (jobs > 1 && work(s) >= ATT_PARALLEL_MIN)
     {
-        float *S = job_alloc((size_t)ATT_FWD_BQ * ATT_FWD_BK), *acc = one_tile ? NULL : job_alloc((size_t)ATT_FWD_BQ * d);
+        float *S = job_alloc((size_t)ATT_BQ * ATT_FWD_BK), *acc = one_tile ? NULL : job_alloc((size_t)ATT_BQ * d);
 #pragma omp for schedule(static)
         for (long job = 0; job < jobs; job++) {
             const int b = (int)(job / ((long)s->heads * qb)), h = (int)(job / qb % s->heads);
-            const int i0 = (int)(job % qb) * ATT_FWD_BQ, rows = s->tq - i0 < ATT_FWD_BQ ? s->tq - i0 : ATT_FWD_BQ;
+            const int i0 = (int)(job % qb) * ATT_BQ, rows = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
             const float *Qj = Q + at(b, s->tq, i0, s->ld_q, h, d), *Kj = K + at(b, s->tk, 0, s->ld_k, h, d),
                         *Vj = V + at(b, s->tk, 0, s->ld_v, h, d);
             float *Oj = O + at(b, s->tq, i0, s->ld_o, h, d), *lj = lse + ((size_t)b * s->heads + h) * s->tq + i0;
@@ -177,7 +166,7 @@ static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv,
         free(S);
         free(acc);
     }
-    blas_serial_end(saved);
+    cpu_gemm_serial_end(saved);
 }
 
 /* ---- backward ----------------------------------------------------------------------------------------------- */
@@ -249,7 +238,7 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
     const int kb = (s->tk + ATT_BKB - 1) / ATT_BKB, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, QT = 2 * ATT_BQ;
     float *part = workspace && dq_partial_floats(s) ? workspace : NULL; /* the fused dq (ATT_DQ_PARTIAL_MAX) */
     const long kjobs = (long)B * H * kb, qjobs = part ? 0 : (long)B * H * qb;
-    const int saved = blas_serial_begin();
+    const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel if (kjobs + qjobs > 2 && work(s) >= ATT_PARALLEL_MIN)
     {
         float *S = job_alloc((size_t)QT * ATT_BK), *dP = job_alloc((size_t)QT * ATT_BK);
@@ -265,15 +254,11 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             for (int i0 = 0; i0 < s->tq; i0 += QT) {
                 const int qn = s->tq - i0 < QT ? s->tq - i0 : QT;
                 const float *Qt = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOt = dO + at(b, s->tq, i0, s->ld_o, h, d);
-                cpu_sgemm(0, 1, qn, kn, d, s->scale, Qt, s->ld_q, Kb, s->ld_k,
-                            0.0f, S, ATT_BK);
-                cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOt, s->ld_o, Vb, s->ld_v,
-                            0.0f, dP, ATT_BK);
+                cpu_sgemm(0, 1, qn, kn, d, s->scale, Qt, s->ld_q, Kb, s->ld_k, 0.0f, S, ATT_BK);
+                cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOt, s->ld_o, Vb, s->ld_v, 0.0f, dP, ATT_BK);
                 tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow + i0, delta + lrow + i0);
-                cpu_sgemm(1, 0, kn, d, qn, 1.0f, S, ATT_BK, dOt, s->ld_o, 1.0f,
-                            acc2, d);
-                cpu_sgemm(1, 0, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q,
-                            1.0f, acc, d);
+                cpu_sgemm(1, 0, kn, d, qn, 1.0f, S, ATT_BK, dOt, s->ld_o, 1.0f, acc2, d);
+                cpu_sgemm(1, 0, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q, 1.0f, acc, d);
                 if (part) { /* this key block's share of dq for the tile's queries: scale dS K */
                     float *pt = part + (((size_t)b * H + h) * kb + (size_t)(job % kb)) * s->tq * d + (size_t)i0 * d;
                     memset(pt, 0, sizeof(float) * (size_t)qn * d); /* the workspace may hold NaN */
@@ -294,13 +279,10 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) {
                 const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
                 const float *Kt = K + at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + at(b, s->tk, j0, s->ld_v, h, d);
-                cpu_sgemm(0, 1, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k,
-                            0.0f, S, ATT_BK);
-                cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v,
-                            0.0f, dP, ATT_BK);
+                cpu_sgemm(0, 1, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k, 0.0f, S, ATT_BK);
+                cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v, 0.0f, dP, ATT_BK);
                 tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow, delta + lrow);
-                cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k,
-                            1.0f, acc, d);
+                cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k, 1.0f, acc, d);
             }
             store_grad(qn, d, acc, dQ + at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, beta);
         }
@@ -308,7 +290,7 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
         free(dP);
         free(acc);
     }
-    blas_serial_end(saved);
+    cpu_gemm_serial_end(saved);
     if (part) sum_dq_partials(s, part, dQ, beta);
 }
 

@@ -124,10 +124,6 @@ static long conv_chunk_rows(long width, long total) {
     return min_l(r, max_l(total, 1));
 }
 
-/* The GEMMs run inside our OpenMP threads, so OpenBLAS must not start its own for them. */
-static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
-static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
-
 /* The three GEMM forms the convolution needs, row-major, alpha 1, beta 0 (overwrite) or 1 (accumulate). With a
  * single output column OpenBLAS's sgemm still runs its packing path (3 GFLOP/s for a 16->1 output conv), so
  * that case goes to sgemv. sgemv's beta 0 is not relied on to ignore NaN (it scales y by beta in some OpenBLAS
@@ -221,7 +217,7 @@ void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, c
      * same places in every slot of every batch for its outputs to be the same bits (what predict promises) */
     const long Ps = (long)s->od * s->oh * s->ow, R = fwd_chunk_rows(s), per_sample = ceil_div(Ps, R);
     const long nch = s->n * per_sample;
-    const int saved = blas_serial_begin();
+    const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel num_threads(conv_threads())
     {
         float *col = pw ? NULL : (float *)workspace + omp_get_thread_num() * R * K; /* [R][K] */
@@ -240,7 +236,7 @@ void conv3d_forward_cpu(const Conv3dShape *s, const float *x, const float *wt, c
                 for (long i = 0; i < rows * co; i++) yc[i] += residual[p0 * co + i];
         }
     }
-    blas_serial_end(saved);
+    cpu_gemm_serial_end(saved);
 }
 
 /* ---- backward filter -------------------------------------------------------------------------------------- */
@@ -280,7 +276,7 @@ void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const floa
     /* workspace: per-thread column matrices [slots][R][K], then the partial dw's [ng][c_out][K] */
     float *cols = workspace;
     float *part = cols + (pw ? 0 : conv_slots() * R * K);
-    const int saved = blas_serial_begin();
+    const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel num_threads(conv_threads())
     {
         float *col = pw ? NULL : cols + omp_get_thread_num() * R * K;
@@ -308,7 +304,7 @@ void conv3d_backward_filter_cpu(const Conv3dShape *s, const float *x, const floa
             }
         }
     }
-    blas_serial_end(saved);
+    cpu_gemm_serial_end(saved);
 }
 
 /* ---- backward data ---------------------------------------------------------------------------------------- */
@@ -396,11 +392,11 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
     if (is_pointwise(s)) {
         /* dx [P][c_in] = beta*dx + dy [P][c_out] x wt [c_out][c_in], by chunks of rows */
         const long P = out_positions(s), R = conv_chunk_rows(co, P), nch = ceil_div(P, R);
-        const int saved = blas_serial_begin();
+        const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(conv_threads())
         for (long c = 0; c < nch; c++)
             gemm_nn((int)min_l(R, P - c * R), ci, co, dy + c * R * co, co, wt, ci, beta, dx + c * R * ci, ci);
-        blas_serial_end(saved);
+        cpu_gemm_serial_end(saved);
         return;
     }
     const int ncls = n_classes(s);
@@ -426,7 +422,7 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
     float *bufs = wr_all + k3 * co * ci;
     const long per_thread = R * max_width + (strided ? R * ci : 0);
     const long dy_sample = (long)s->od * s->oh * s->ow * co;
-    const int saved = blas_serial_begin();
+    const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel num_threads(conv_threads())
     {
         /* wr [c_in][taps][c_out] per class: tap (a, b, c) is kernel index (kd_max - a*sd, kh_max - b*sh,
@@ -486,7 +482,7 @@ void conv3d_backward_data_cpu(const Conv3dShape *s, const float *dy, const float
             }
         }
     }
-    blas_serial_end(saved);
+    cpu_gemm_serial_end(saved);
     free(items);
     free(cls);
 }

@@ -1,11 +1,11 @@
 /* gemm_cpu.c: the float32 CPU batched GEMM with epilogues and the bias gradient (gemm.h), through cpu_sgemm
  * (OpenBLAS, or oneDNN's sgemm where OpenBLAS's kernels are older than the CPU: cpu_gemm.h).
- * matmul: the work is cut into jobs of (batch entry, ~GEMM_ROWS rows of C, ~GEMM_COLS columns of C; job_size), each one
- * single-threaded sgemm on one OpenMP thread (OpenBLAS switched to one thread for the call, as linear_cpu.c does;
- * oneDNN's runs on the calling thread inside a parallel region)
- * followed by its epilogue on the same block; the jobs depend on the shape only and each output element's sum over k
- * is one sgemm's, so the bits do not depend on the thread count. With sample_rows the rows of C are cut per sample
- * first (jobs start at each sample's first row), so they do not depend on the sample's slot either.
+ * matmul: the work is cut into jobs of (batch entry, ~GEMM_ROWS rows of C, ~GEMM_COLS columns of C; job_size),
+ * each one single-threaded sgemm on one OpenMP thread (OpenBLAS switched to one thread for the call,
+ * cpu_gemm_serial_begin; oneDNN's runs on the calling thread inside a parallel region) followed by its epilogue
+ * on the same block; the jobs depend on the shape only and each output element's sum over k is one sgemm's, so
+ * the bits do not depend on the thread count. With sample_rows the rows of C are cut per sample first (jobs start
+ * at each sample's first row), so they do not depend on the sample's slot either.
  * Why 256 x 512: each job's sgemm packs its panel of B (k x GEMM_COLS) again; with 64-row jobs (the first choice)
  * that packing cost as much as the product: 1024x1536x384 (x W^T, a ViT's MLP) ran at 160 GFLOP/s against 466 for
  * 256-row jobs and 461 for one 2-thread sgemm (2-core AVX-512 EPYC, OpenBLAS 0.3.21). Column panels keep enough jobs
@@ -18,12 +18,8 @@
 #include "gelu/gelu_math.h"
 #include "gemm/gemm.h"
 
-#ifndef GEMM_ROWS /* (-D for the tile measurements) */
 #define GEMM_ROWS 256L
-#endif
-#ifndef GEMM_COLS
 #define GEMM_COLS 512L
-#endif
 /* multiply-adds below which a product runs on the calling thread: a parallel region costs more than such a product,
  * and on a shared machine it waits for a core (the jobs, and so the bits, are the same either way) */
 #define GEMM_PARALLEL_MIN (1L << 20)
@@ -38,9 +34,6 @@ static long job_size(long n, long most) {
     const long size = (n + parts - 1) / parts;
     return (size + 15) / 16 * 16;
 }
-
-static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
-static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
 
 /* pre = C (alpha AB + beta C from sgemm) + bias; aux = pre; C = epilogue(pre) on a block of `rows` rows of n
  * columns (c, aux and bias at the block's first column; rows s->n apart) */
@@ -79,7 +72,7 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     const long per_block = (block + rows_per - 1) / rows_per, chunks = s->m / block * per_block;
     const long panels = (s->n + cols_per - 1) / cols_per, jobs = (long)s->batch * chunks * panels;
     const int lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
-    const int saved = blas_serial_begin();
+    const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
     for (long job = 0; job < jobs; job++) {
         const long rj = job / panels, col0 = job % panels * cols_per;
@@ -99,7 +92,7 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
                 for (int e = 0; e < cols; e++) c[r * s->n + e] *= beta;
         if (bias || s->epilogue != GEMM_EPI_NONE) epilogue(s, rows, cols, bias ? bias + col0 : NULL, c, aux);
     }
-    blas_serial_end(saved);
+    cpu_gemm_serial_end(saved);
 }
 
 static void cpu_bias_grad(DType dt, long rows, int cols, const void *dyv, float *db, float beta) {

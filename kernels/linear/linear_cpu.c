@@ -23,12 +23,9 @@ static void check(const LinearShape *s) {
     if (s->n < 0 || s->in < 1 || s->out < 1) vx_fatal("linear: invalid shape n=%d in=%d out=%d", s->n, s->in, s->out);
 }
 
-static int blas_serial_begin(void) { return cpu_gemm_serial_begin(); }
-static void blas_serial_end(int saved) { cpu_gemm_serial_end(saved); }
-
 static void linear_forward_cpu(const LinearShape *s, const float *x, const float *w, const float *b, float *y) {
     check(s);
-    const int saved = blas_serial_begin();
+    const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel for schedule(static) if (s->n > 1)
     for (long r = 0; r < s->n; r++) {
         float *yr = y + r * s->out;
@@ -37,13 +34,13 @@ static void linear_forward_cpu(const LinearShape *s, const float *x, const float
         if (b)
             for (int o = 0; o < s->out; o++) yr[o] += b[o];
     }
-    blas_serial_end(saved);
+    cpu_gemm_serial_end(saved);
 }
 
 static void linear_backward_data_cpu(const LinearShape *s, const float *dy, const float *w, float *dx, float beta) {
     check(s);
     const long nch = ((long)s->n + LIN_CHUNK - 1) / LIN_CHUNK;
-    const int saved = blas_serial_begin();
+    const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel for schedule(static) if (nch > 1)
     for (long c = 0; c < nch; c++) {
         const long r0 = c * LIN_CHUNK, rows = r0 + LIN_CHUNK <= s->n ? LIN_CHUNK : s->n - r0;
@@ -52,7 +49,7 @@ static void linear_backward_data_cpu(const LinearShape *s, const float *dy, cons
         cpu_sgemm(0, 0, (int)rows, s->in, s->out, 1.0f, dy + r0 * s->out,
                     s->out, w, s->in, beta, dxc, s->in);
     }
-    blas_serial_end(saved);
+    cpu_gemm_serial_end(saved);
 }
 
 static void linear_backward_filter_cpu(const LinearShape *s, const float *x, const float *dy, float *dw, float *db,
