@@ -14,9 +14,11 @@ NVCC     ?= $(CUDA_HOME)/bin/nvcc
 PKGS     := libcjson zlib libpng libturbojpeg
 # -fno-trapping-math: nothing here reads the floating-point exception flags, and without it gcc 12 will not
 # if-convert the float clamps of the inline exp (kernels/common/exp_cpu.h), so the SiLU loops stayed scalar. It changes
-# no result (unlike -ffast-math).
-CFLAGS   := -std=c11 -O3 $(ARCH) -fopenmp -fno-trapping-math -g -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP \
-            -D_GNU_SOURCE -Isrc -Ikernels -I$(BUILD)/gen \
+# no result (unlike -ffast-math). -fno-math-errno: nothing reads errno after a math call either; with it sqrtf is one
+# instruction, not a call that may set errno, and loops around it vectorise (AdamW's ran scalar: 34 ms a step at 17
+# GB/s for vit3d-diffusion-64's 20.8 M parameters, 2-core AVX-512 Xeon). The same bits: sqrt is correctly rounded.
+CFLAGS   := -std=c11 -O3 $(ARCH) -fopenmp -fno-trapping-math -fno-math-errno -g -Wall -Wextra -Werror -Wno-unused-parameter \
+            -MMD -MP -D_GNU_SOURCE -Isrc -Ikernels -I$(BUILD)/gen \
             $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) openblas 2>/dev/null) -ldnnl -lm -lpthread
 LDFLAGS  := -fopenmp
