@@ -35,25 +35,36 @@ static long job_size(long n, long most) {
     return (size + 15) / 16 * 16;
 }
 
+/* GELU over one row with `kind` a constant where these are inlined (0 tanh, 1 erf), so GCC vectorises one formula.
+ * Why: with kind read at run time the loops computed both formulas under masks, and the MLP's fused GELU cost 6.5
+ * ms over its 4.0 ms GEMM (1024x1536x384, 2-core AVX-512 Xeon); the same bits either way (no reassociation). */
+static inline __attribute__((always_inline)) void gelu_row(int kind, int n, float *restrict c, float *restrict aux) {
+    if (aux)
+        for (int j = 0; j < n; j++) {
+            aux[j] = c[j];
+            c[j] = gelu_value(kind, c[j]);
+        }
+    else
+        for (int j = 0; j < n; j++) c[j] = gelu_value(kind, c[j]);
+}
+static inline __attribute__((always_inline)) void dgelu_row(int kind, int n, float *restrict c,
+                                                            const float *restrict aux) {
+    for (int j = 0; j < n; j++) c[j] *= gelu_grad(kind, aux[j]);
+}
+
 /* pre = C (alpha AB + beta C from sgemm) + bias; aux = pre; C = epilogue(pre) on a block of `rows` rows of n
  * columns (c, aux and bias at the block's first column; rows s->n apart) */
 static void epilogue(const GemmShape *s, long rows, int n, const float *bias, float *c, float *aux) {
     const int ld = s->n, e = s->epilogue;
     for (long r = 0; r < rows; r++) {
         float *cr = c + r * ld, *ar = aux ? aux + r * ld : NULL;
-        if (e == GEMM_EPI_DGELU_TANH || e == GEMM_EPI_DGELU_ERF) {
-            const int kind = e == GEMM_EPI_DGELU_TANH ? 0 : 1;
-            for (int j = 0; j < n; j++) cr[j] *= gelu_grad(kind, ar[j]);
-            continue;
-        }
+        if (e == GEMM_EPI_DGELU_TANH) dgelu_row(0, n, cr, ar);
+        if (e == GEMM_EPI_DGELU_ERF) dgelu_row(1, n, cr, ar);
+        if (e == GEMM_EPI_DGELU_TANH || e == GEMM_EPI_DGELU_ERF) continue;
         if (bias)
             for (int j = 0; j < n; j++) cr[j] += bias[j];
-        if (e == GEMM_EPI_NONE) continue;
-        const int kind = e == GEMM_EPI_GELU_TANH ? 0 : 1;
-        for (int j = 0; j < n; j++) {
-            if (ar) ar[j] = cr[j];
-            cr[j] = gelu_value(kind, cr[j]);
-        }
+        if (e == GEMM_EPI_GELU_TANH) gelu_row(0, n, cr, ar);
+        if (e == GEMM_EPI_GELU_ERF) gelu_row(1, n, cr, ar);
     }
 }
 
@@ -83,7 +94,7 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
         const float *b = (const float *)bv + i * s->stride_b + (s->trans_b ? col0 * s->k : col0);
         float *c = (float *)cv + i * s->stride_c + r0 * s->n + col0;
         float *aux = auxv ? (float *)auxv + i * s->stride_c + r0 * s->n + col0 : NULL;
-        if (beta == 0.0f) /* C may hold NaN */
+        if (beta == 0.0f && s->k == 0) /* C may hold NaN; sgemm's beta 0 overwrites it without reading it */
             for (long r = 0; r < rows; r++) memset(c + r * s->n, 0, sizeof(float) * (size_t)cols);
         if (s->k > 0)
             cpu_sgemm(s->trans_a, s->trans_b, (int)rows, cols, s->k, s->alpha, a, lda, b, ldb, beta, c, s->n);
