@@ -8,11 +8,24 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 passed=0; failed=0; skipped=0; failed_names=(); skipped_names=(); why=()
 
+# Each part's wall time, printed as it ends and once more in a table at the end: where CI's minutes go, so the suite
+# can be kept inside its budget on the slowest machine type (about 45 minutes).
+stage_name=""; stage_start=$SECONDS; stage_times=()
+stage() {
+    if [ -n "$stage_name" ]; then
+        local took=$((SECONDS - stage_start))
+        echo "--- $stage_name: ${took} s"; stage_times+=("$(printf '%5d s  %s' "$took" "$stage_name")")
+    fi
+    stage_name=$1; stage_start=$SECONDS
+    [ -n "$stage_name" ] && echo "=== $stage_name"
+}
+
 # The instruction set everything below runs on (issue 41: results that depend on the kernels' arithmetic are read
 # against it); ci/isa_sweep.sh, near the end, runs the ISA-sensitive tests again under each lower level.
 echo "=== ISA: $("$BUILD/voxscale" detect --config configs/test/tiny.json --device cpu 2>&1 | grep -m1 '^device:' ||
                echo "voxscale detect printed no device line")"
 
+stage "unit tests (build/tests/test_*)"
 # Each cmocka binary prints "[  PASSED  ] N test(s)." and, on failure, "[  FAILED  ] N test(s)..."; count the
 # test cases, and count a binary that dies before its summary as one failure.
 for t in "$BUILD"/tests/test_*; do
@@ -36,14 +49,14 @@ done
 
 # The layout's house rules (tests/tools/check_layers.py): includes and (from the objects' symbols) calls point down,
 # no circles between folders, files or source files, no file over 600 lines. One test.
-echo "=== layers (tests/tools/check_layers.py: includes and calls down, no circles, no file over 600 lines)"
+stage "layers (tests/tools/check_layers.py: includes and calls down, no circles, no file over 600 lines)"
 if python3 tests/tools/check_layers.py --report --objects "$BUILD"; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("layers"); fi
 
 # The CUDA backend's own kernels, run on the CPU under a host emulation of the execution model against the CPU
 # ops: checks their indexing, partitions and reductions on machines without a GPU (the real GPU tests are
 # the CUDA halves of test_backend_ops, test_cuda_backend and tests/integration/test_cuda.py, which skip here). One
 # test, about two minutes (the sanitizer builds, then some 350 op cases in three storage types).
-echo "=== tests/tools/cuda_emu (CUDA kernels under host emulation)"
+stage "tests/tools/cuda_emu (CUDA kernels under host emulation)"
 if emu_out=$(bash tests/tools/cuda_emu/run.sh 2>&1); then
     printf '%s\n' "$emu_out"; passed=$((passed + 1))
 else
@@ -52,7 +65,7 @@ fi
 
 # The CPU-only build (make CUDA=0: no nvcc, no cuDNN) must still compile and train: its CUDA entry points are the
 # stubs, the CUDA tests say why they skip. One test, about 30 s on 2 cores.
-echo "=== CPU-only build (make CUDA=0)"
+stage "CPU-only build (make CUDA=0)"
 cpu_build="$BUILD/cpu-only"
 rm -rf "$cpu_build/run" # a fresh run directory each time: a used one is refused
 if cpu_out=$( { make --no-print-directory -s CUDA=0 BUILD="$cpu_build" all "$cpu_build/tests/test_cuda_backend" &&
@@ -69,7 +82,7 @@ fi
 # The fuzz targets (tests/fuzz: config reader, checkpoint loader, command line, TensorBoard records) under ASan and
 # UBSan, a few seconds each on the committed seed corpus: every input that once failed still passes, and a
 # regression in the parsers' hardening is likely found. One test per target; `ci/fuzz.sh 600` runs them longer.
-echo "=== fuzz targets (ci/fuzz.sh ${VX_FUZZ_SECONDS:=8})"
+stage "fuzz targets (ci/fuzz.sh ${VX_FUZZ_SECONDS:=8})"
 fuzz_out=$(bash ci/fuzz.sh "$VX_FUZZ_SECONDS" 2>&1); printf '%s\n' "$fuzz_out"
 fuzz_ok=$(grep -c ', no findings$' <<<"$fuzz_out"); fuzz_bad=$(grep -c ': FAILED' <<<"$fuzz_out")
 passed=$((passed + fuzz_ok)); failed=$((failed + fuzz_bad))
@@ -79,7 +92,7 @@ if [ "$fuzz_ok" -eq 0 ] && [ "$fuzz_bad" -eq 0 ]; then failed=$((failed + 1)); f
 # The hostile-data, data and rank-agreement tests once more on a sanitizer build (make asan: ASan and UBSan, every
 # report fatal, CPU-only, -O1): the readers, the manifest, the run directory and the ranks' rendezvous under input
 # meant to break them (issue 24). One test, about a minute on 2 cores (the build, then some 80 tests).
-echo "=== sanitizer build: data and rank tests (make asan)"
+stage "sanitizer build: data and rank tests (make asan)"
 if asan_out=$( { make --no-print-directory -s asan BUILD="$BUILD" &&
                  ASAN_OPTIONS=detect_leaks=0 VOXSCALE="$BUILD/asan/voxscale" \
                  VX_DATA_PROBE="$BUILD/asan/tests/tools/data_probe" .venv/bin/python -m pytest -q -p no:cacheprovider \
@@ -95,7 +108,7 @@ fi
 # consolidate, bench step; two TCP ranks; a SIGINT'd run. Any sanitizer report or unexpected exit fails it (issue 34:
 # an out-of-bounds read on every resnet3d run went unseen while the sanitizers covered only the op table). One test,
 # its last line the case count; about 20-60 s on 2 cores after the build above.
-echo "=== sanitizer build: every family's commands (ci/sanitize_sweep.py)"
+stage "sanitizer build: every family's commands (ci/sanitize_sweep.py)"
 sweep_out=$(BUILD="$BUILD" python3 ci/sanitize_sweep.py 2>&1); sweep_rc=$?
 printf '%s\n' "$sweep_out" | tail -60
 if [ $sweep_rc -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("sanitizer sweep")
@@ -109,7 +122,7 @@ if [ $sweep_rc -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1))
 # every library through the carried path. Four tests; the last builds everything with nvcc once more (about a
 # minute on 2 cores, incremental after that).
 for check in build_not_silent dry_run driver_check prepare_pip; do
-    echo "=== tests/tools/gpu/$check.sh"
+    stage "tests/tools/gpu/$check.sh"
     if gpu_out=$(bash "tests/tools/gpu/$check.sh" "$BUILD/ci-gpu/$check" 2>&1); then
         printf '%s\n' "$gpu_out"; passed=$((passed + 1))
     else
@@ -118,9 +131,9 @@ for check in build_not_silent dry_run driver_check prepare_pip; do
 done
 
 # (tests/integration/test_docs.py is among them: the doc-tests, each runnable block of README.md and docs/*.md one case)
-echo "=== pytest tests/integration"
+stage "pytest tests/integration"
 report=$(mktemp)
-.venv/bin/python -m pytest -q -rsfE -p no:cacheprovider tests/integration --junitxml="$report"
+.venv/bin/python -m pytest -q -rsfE --durations=25 -p no:cacheprovider tests/integration --junitxml="$report"
 rc=$?
 if [ -s "$report" ]; then
     # one parse of the report (ci/junit_summary.py): the counts, the doc-tests' own line, the failing cases
@@ -134,7 +147,7 @@ rm -f "$report"
 # The unit tests and the ISA-sensitive integration files again under each ISA level this CPU has below its own
 # (ci/isa_sweep.sh: a build per level, VX_CPU_ISA and OPENBLAS_CORETYPE capping the dispatch), so an AVX-512 machine
 # also proves the AVX2 paths. One test; on an AVX2 machine there is no lower level and it says so.
-echo "=== ISA sweep (ci/isa_sweep.sh: the ISA-sensitive tests under each lower ISA level)"
+stage "ISA sweep (ci/isa_sweep.sh: the ISA-sensitive tests under each lower ISA level)"
 isa_out=$(bash ci/isa_sweep.sh 2>&1); isa_rc=$?
 printf '%s\n' "$isa_out" | grep -E '^(device:|isa |--- isa|FAILED|ERROR)'
 if [ $isa_rc -eq 0 ]; then passed=$((passed + 1)); else
@@ -149,8 +162,12 @@ if [ $isa_rc -eq 0 ]; then passed=$((passed + 1)); else
 # as a second opinion (fractions of the ceilings measured in the same run; a failure runs once more, and each figure
 # counts at the better of its two runs). A CPU with no baseline is gated by the parent comparison alone; "skipped"
 # only where there is neither (not a git checkout). About 5 minutes on 2 quiet cores (two builds, valgrind).
-echo "=== regression gate (ci/regress: against the parent commit, then results/<device>/baseline*.json)"
-regress_out=$(python3 ci/regress --device cpu --attempts 2 2>&1); regress_rc=$?
+stage "regression gate (ci/regress: against the parent commit, then results/<device>/baseline*.json)"
+# The ISA sweep's avx2 build is the gate's build of this tree (CPU-only, -march=x86-64-v3, the same make line):
+# reused where the sweep built it and passed, one build fewer (about 3 minutes on 2 cores).
+regress_args=(--device cpu --attempts 2)
+[ "$isa_rc" -eq 0 ] && [ -x "$BUILD/isa-x86-64-v3/voxscale" ] && regress_args+=(--new-bin "$BUILD/isa-x86-64-v3/voxscale")
+regress_out=$(python3 ci/regress "${regress_args[@]}" 2>&1); regress_rc=$?
 printf '%s\n' "$regress_out"
 case $regress_rc in
     0) passed=$((passed + 1)) ;;
@@ -165,7 +182,7 @@ esac
 # its images are cached in /var/lib/voxscale-docker, about 5 minutes on a fresh machine. It needs root; set
 # VX_SKIP_DOCKER=1 to skip it locally. Its own "docker check:" lines, shown as they come, are the summary; its
 # whole output and logs stay in $BUILD/docker-check.
-echo "=== Docker image and compose.yaml (ci/docker.sh)"
+stage "Docker image and compose.yaml (ci/docker.sh)"
 case "${VX_SKIP_DOCKER:-0}" in
     1) echo "skipped: VX_SKIP_DOCKER=1"; skipped=$((skipped + 1)) ;;
     0) docker_logs=$(mkdir -p "$BUILD/docker-check" && cd "$BUILD/docker-check" && pwd)
@@ -179,6 +196,9 @@ case "${VX_SKIP_DOCKER:-0}" in
        fi ;;
     *) echo "VX_SKIP_DOCKER must be 0 or 1, not \"$VX_SKIP_DOCKER\""; failed=$((failed + 1)); failed_names+=("docker") ;;
 esac
+
+stage ""
+echo "=== wall time per part ($((SECONDS / 60)) min in all)"; printf '%s\n' "${stage_times[@]}"
 
 # CI shows only the end of this output: the failures' own lines come last, a few per failing part
 for l in "${why[@]}"; do echo "why: ${l:0:300}"; done
