@@ -31,6 +31,7 @@
 #include "maxpool/maxpool.h"
 #include "relu/relu.h"
 #include "elementwise/elementwise.h"
+#include "gemm/gemm.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
 #include "loss/loss.h"
@@ -846,6 +847,25 @@ static void test_adamw(void **state) {
     free(p), free(m), free(v), free(rp), free(rm), free(rv);
 }
 
+/* gemm's matmul leaves OpenMP's team as it found it: a product run on the calling thread sets the team to one for
+ * the call (so oneDNN's sgemm forks no team of its own) and must set it back, or every later parallel region of the
+ * process runs on one thread. Both paths: an M=2 product (calling thread) and a 256 x 256 x 256 one (jobs). */
+static void test_gemm_keeps_the_openmp_team(void **state) {
+    (void)state;
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(3);
+    for (int big = 0; big < 2; big++) {
+        const int m = big ? 256 : 2, n = big ? 256 : 8, k = big ? 256 : 8;
+        float *a = calloc((size_t)m * k, sizeof(float)), *b = calloc((size_t)n * k, sizeof(float)),
+              *c = calloc((size_t)m * n, sizeof(float));
+        const GemmShape s = {.batch = 1, .m = m, .n = n, .k = k, .trans_b = 1, .alpha = 1.0f, .dtype = DT_F32};
+        gemm_ops_cpu.matmul(&s, a, b, NULL, c, NULL, 0.0f);
+        assert_int_equal(omp_get_max_threads(), 3);
+        free(a), free(b), free(c);
+    }
+    omp_set_num_threads(before);
+}
+
 static void test_sumsq(void **state) {
     const long n = 1000003;
     float *x = frand(n, -1, 1);
@@ -1635,6 +1655,7 @@ int main(void) {
         cmocka_unit_test(test_latent),            cmocka_unit_test(test_latent_no_eps),
         cmocka_unit_test(test_latent_hand),       cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_sumsq),             cmocka_unit_test(test_normal_fill),
+        cmocka_unit_test(test_gemm_keeps_the_openmp_team),
         cmocka_unit_test(test_latent_kl_gradient_near_zero_logvar),
         cmocka_unit_test(test_relu),              cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_dropout),           cmocka_unit_test(test_maxpool),
