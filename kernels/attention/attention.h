@@ -20,11 +20,16 @@
  * buffer shared with the convolutions'); the CPU's backward takes it for dq's per-key-block partials up to 64 MiB
  * (attention_cpu.c; NULL: the separate dq pass), the CUDA backend's own kernels take none, cuDNN's fused attention
  * needs some (attention_cudnn.cu). NULL is allowed where workspace_bytes said 0.
+ * Saved: `saved`, saved_bytes(s) bytes the model keeps for the node from its forward to its backward (NULL where
+ * that is 0, or where the caller keeps nothing: the backward then recomputes). The CPU keeps the forward's
+ * probabilities P [batch][heads][tq][tk] there while they are one tile of keys and at most ATT_SAVED_MAX bytes
+ * (attention_cpu.c), and its backward reads P instead of recomputing S = scale Q K^T and exp(S - lse) per tile.
  * Math in float32 whatever the storage (scores, exponentials, accumulators); a sum's order is fixed by the shape
  * (CPU: jobs of query or key blocks, BLAS inside each job single-threaded; CUDA: one thread group per row, keys in
  * order), so the bits do not depend on the thread count, and no atomics are used: dk dv are one pass over the
- * queries per key block, dq one pass over the keys per query block (the scores are computed twice in backward), or
- * on the CPU within its workspace dq's partials of each key block from the dk dv pass, summed in key-block order. */
+ * queries per key block, dq one pass over the keys per query block (the scores are computed twice in backward, or
+ * read from the saved P), or on the CPU within its workspace dq's partials of each key block from the dk dv pass,
+ * summed in key-block order. */
 #pragma once
 #include <math.h>
 #include <stddef.h>
@@ -54,13 +59,15 @@ typedef struct AttentionOps {
     /* bytes of workspace the two directions need for shape s (the larger; the planner sizes one shared buffer) */
     size_t (*workspace_bytes)(const AttentionShape *s);
     void (*forward)(const AttentionShape *s, const void *q, const void *k, const void *v, void *o, float *lse,
-                    void *workspace);
+                    void *saved, void *workspace);
     void (*backward)(const AttentionShape *s, const void *q, const void *k, const void *v, const void *o,
-                     const void *dout, const float *lse, float *delta, void *dq, void *dk, void *dv, float beta,
-                     void *workspace);
+                     const void *dout, const float *lse, float *delta, const void *saved, void *dq, void *dk, void *dv,
+                     float beta, void *workspace);
     /* which implementation ran the last call of function fn (ATTENTION_FORWARD or _BACKWARD): the CUDA backend's
      * "cudnn" or "own"; NULL where the backend has one (the CPU) */
     const char *(*last_path)(int fn);
+    /* bytes the forward saves for the backward for shape s (see Saved above); NULL: none */
+    size_t (*saved_bytes)(const AttentionShape *s);
 } AttentionOps;
 extern const AttentionOps attention_ops_cpu;
 extern const AttentionOps attention_ops_cuda; /* CUDA builds only */

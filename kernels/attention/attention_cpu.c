@@ -12,6 +12,9 @@
  *             Up to ATT_DQ_PARTIAL_MAX, the dk dv jobs write each key block's dq partial scale dS K from the dS they
  *             have, summed after in key-block order (the workspace), and the dq pass, which recomputes S and dP,
  *             is not run.
+ *   saved     where the caller keeps saved_bytes(s) for the node (P of one key tile, up to ATT_SAVED_MAX): the
+ *             forward's S is computed in place there and normalised into P, which the backward reads instead of
+ *             recomputing S and exp(S - lse) per tile: four products per tile instead of five.
  * Memory: per thread the tiles (ATT_BQ*ATT_BK scores twice, a block's accumulators), whatever the token count. The
  * jobs and tiles depend on the shape only, so the bits do not depend on the thread count. */
 #include <math.h>
@@ -34,6 +37,9 @@
  * tile instead of seven (the dq pass recomputes S and dP); larger shapes (the partials grow with tk * tq) keep the
  * separate dq pass. 64 MiB: vit3d-diffusion-64's 512-token self-attention takes 12 MiB. */
 #define ATT_DQ_PARTIAL_MAX (16L << 20)
+/* bytes of probabilities a node may keep from its forward for its backward: vit3d-diffusion-64's 512-token
+ * self-attention keeps 12 MiB (batch 2, 6 heads); longer sequences recompute (P grows with tq * tk) */
+#define ATT_SAVED_MAX (32L << 20)
 /* score elements times d below which a call runs on the calling thread (a parallel region costs more; the jobs,
  * and so the bits, are the same either way) */
 #define ATT_PARALLEL_MIN (1L << 20)
@@ -52,6 +58,12 @@ static inline size_t at(int b, int tokens, int t, int ld, int h, int d) {
 }
 
 static double work(const AttentionShape *s) { return (double)s->batch * s->heads * s->tq * s->tk * s->d; }
+
+/* floats of P [batch][heads][tq][tk] the forward saves for shape s: one key tile and at most ATT_SAVED_MAX, else 0 */
+static size_t saved_floats(const AttentionShape *s) {
+    const size_t f = (size_t)s->batch * (size_t)s->heads * (size_t)s->tq * (size_t)s->tk;
+    return s->tk <= ATT_FWD_BK && f * sizeof(float) <= (size_t)ATT_SAVED_MAX ? f : 0;
+}
 
 static void *job_alloc(size_t floats) {
     float *p = malloc(floats * sizeof(float));
@@ -95,19 +107,19 @@ static inline float row_exp_sum(float *x, int n, float mx) {
 }
 
 /* One forward job, keys in one tile (tk <= ATT_FWD_BK): S = scale Q K^T, P = softmax(S) row by row (normalised in
- * place), O = P V straight into o: no accumulator, no rescaling. */
+ * place, rows ld apart: the thread's tile, or the saved P), O = P V straight into o: no accumulator, no rescaling. */
 static void forward_one_tile(const AttentionShape *s, const float *Q, const float *K, const float *V, float *O,
-                             float *lse_rows, int rows, float *S) {
+                             float *lse_rows, int rows, float *S, int ld) {
     const int d = s->d, kn = s->tk;
-    cpu_sgemm(0, 1, rows, kn, d, s->scale, Q, s->ld_q, K, s->ld_k, 0.0f, S, ATT_FWD_BK);
+    cpu_sgemm(0, 1, rows, kn, d, s->scale, Q, s->ld_q, K, s->ld_k, 0.0f, S, ld);
     for (int r = 0; r < rows; r++) {
-        float *sr = S + (size_t)r * ATT_FWD_BK;
+        float *sr = S + (size_t)r * ld;
         const float mt = row_max(sr, kn, -INFINITY), l = row_exp_sum(sr, kn, mt), inv = 1.0f / l;
         for (int j = 0; j < kn; j++) sr[j] *= inv;
         lse_rows[r] = mt + logf(l);
         memset(O + (size_t)r * s->ld_o, 0, sizeof(float) * (size_t)d); /* beta 0 is not relied on to ignore NaN */
     }
-    cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ATT_FWD_BK, V, s->ld_v, 0.0f, O, s->ld_o);
+    cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ld, V, s->ld_v, 0.0f, O, s->ld_o);
 }
 
 /* One forward job over key tiles of ATT_FWD_BK, in order, with the online softmax (running max m and sum l per
@@ -143,13 +155,13 @@ static void forward_tiled(const AttentionShape *s, const float *Q, const float *
 }
 
 static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, void *ov,
-                        float *lse, void *workspace) {
+                        float *lse, void *saved, void *workspace) {
     check(s, "attention_forward");
     const int d = s->d, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, one_tile = s->tk <= ATT_FWD_BK;
     const long jobs = (long)s->batch * s->heads * qb;
     const float *Q = qv, *K = kv, *V = vv;
-    float *O = ov;
-    const int saved = cpu_gemm_serial_begin();
+    float *O = ov, *P = saved && saved_floats(s) ? saved : NULL;
+    const int blas = cpu_gemm_serial_begin();
 #pragma omp parallel if (jobs > 1 && work(s) >= ATT_PARALLEL_MIN)
     {
         float *S = job_alloc((size_t)ATT_BQ * ATT_FWD_BK), *acc = one_tile ? NULL : job_alloc((size_t)ATT_BQ * d);
@@ -160,13 +172,15 @@ static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv,
             const float *Qj = Q + at(b, s->tq, i0, s->ld_q, h, d), *Kj = K + at(b, s->tk, 0, s->ld_k, h, d),
                         *Vj = V + at(b, s->tk, 0, s->ld_v, h, d);
             float *Oj = O + at(b, s->tq, i0, s->ld_o, h, d), *lj = lse + ((size_t)b * s->heads + h) * s->tq + i0;
-            if (one_tile) forward_one_tile(s, Qj, Kj, Vj, Oj, lj, rows, S);
+            if (P) forward_one_tile(s, Qj, Kj, Vj, Oj, lj, rows, P + (((size_t)b * s->heads + h) * s->tq + i0) * s->tk,
+                                    s->tk);
+            else if (one_tile) forward_one_tile(s, Qj, Kj, Vj, Oj, lj, rows, S, ATT_FWD_BK);
             else forward_tiled(s, Qj, Kj, Vj, Oj, lj, rows, S, acc);
         }
         free(S);
         free(acc);
     }
-    cpu_gemm_serial_end(saved);
+    cpu_gemm_serial_end(blas);
 }
 
 /* ---- backward ----------------------------------------------------------------------------------------------- */
@@ -181,6 +195,15 @@ static void tile_ds(int rows, int kn, int ld, float *S, float *dP, const float *
             sr[j] = exp_vec(sr[j] - l);
             pr[j] = sr[j] * (pr[j] - dl);
         }
+    }
+}
+
+/* dS = P (dP - delta_i) into dP from the forward's saved P (rows ldp apart) */
+static void tile_ds_saved(int rows, int kn, int ld, float *dP, const float *P, int ldp, const float *delta) {
+    for (int r = 0; r < rows; r++) {
+        float *pr = dP + (size_t)r * ld;
+        const float *sr = P + (size_t)r * ldp, dl = delta[r];
+        for (int j = 0; j < kn; j++) pr[j] = sr[j] * (pr[j] - dl);
     }
 }
 
@@ -220,8 +243,8 @@ static void sum_dq_partials(const AttentionShape *s, float *part, float *dQ, flo
 }
 
 static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, const void *ov,
-                         const void *dov, const float *lse, float *delta, void *dqv, void *dkv, void *dvv,
-                         float beta, void *workspace) {
+                         const void *dov, const float *lse, float *delta, const void *saved, void *dqv, void *dkv,
+                         void *dvv, float beta, void *workspace) {
     check(s, "attention_backward");
     const int d = s->d, B = s->batch, H = s->heads;
     const float *Q = qv, *K = kv, *V = vv, *O = ov, *dO = dov;
@@ -237,8 +260,9 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
     }
     const int kb = (s->tk + ATT_BKB - 1) / ATT_BKB, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, QT = 2 * ATT_BQ;
     float *part = workspace && dq_partial_floats(s) ? workspace : NULL; /* the fused dq (ATT_DQ_PARTIAL_MAX) */
+    const float *Psaved = saved && saved_floats(s) ? saved : NULL; /* the forward's P [b][h][tq][tk] */
     const long kjobs = (long)B * H * kb, qjobs = part ? 0 : (long)B * H * qb;
-    const int saved = cpu_gemm_serial_begin();
+    const int blas = cpu_gemm_serial_begin();
 #pragma omp parallel if (kjobs + qjobs > 2 && work(s) >= ATT_PARALLEL_MIN)
     {
         float *S = job_alloc((size_t)QT * ATT_BK), *dP = job_alloc((size_t)QT * ATT_BK);
@@ -254,10 +278,14 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             for (int i0 = 0; i0 < s->tq; i0 += QT) {
                 const int qn = s->tq - i0 < QT ? s->tq - i0 : QT;
                 const float *Qt = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOt = dO + at(b, s->tq, i0, s->ld_o, h, d);
-                cpu_sgemm(0, 1, qn, kn, d, s->scale, Qt, s->ld_q, Kb, s->ld_k, 0.0f, S, ATT_BK);
+                /* P: the saved tile, or S recomputed and exponentiated in place */
+                const float *Pt = Psaved ? Psaved + (lrow + (size_t)i0) * s->tk + j0 : S;
+                const int ldp = Psaved ? s->tk : ATT_BK;
+                if (!Psaved) cpu_sgemm(0, 1, qn, kn, d, s->scale, Qt, s->ld_q, Kb, s->ld_k, 0.0f, S, ATT_BK);
                 cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOt, s->ld_o, Vb, s->ld_v, 0.0f, dP, ATT_BK);
-                tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow + i0, delta + lrow + i0);
-                cpu_sgemm(1, 0, kn, d, qn, 1.0f, S, ATT_BK, dOt, s->ld_o, 1.0f, acc2, d);
+                if (Psaved) tile_ds_saved(qn, kn, ATT_BK, dP, Pt, ldp, delta + lrow + i0);
+                else tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow + i0, delta + lrow + i0);
+                cpu_sgemm(1, 0, kn, d, qn, 1.0f, Pt, ldp, dOt, s->ld_o, 1.0f, acc2, d);
                 cpu_sgemm(1, 0, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q, 1.0f, acc, d);
                 if (part) { /* this key block's share of dq for the tile's queries: scale dS K */
                     float *pt = part + (((size_t)b * H + h) * kb + (size_t)(job % kb)) * s->tq * d + (size_t)i0 * d;
@@ -279,9 +307,10 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) {
                 const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
                 const float *Kt = K + at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + at(b, s->tk, j0, s->ld_v, h, d);
-                cpu_sgemm(0, 1, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k, 0.0f, S, ATT_BK);
+                if (!Psaved) cpu_sgemm(0, 1, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k, 0.0f, S, ATT_BK);
                 cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v, 0.0f, dP, ATT_BK);
-                tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow, delta + lrow);
+                if (Psaved) tile_ds_saved(qn, kn, ATT_BK, dP, Psaved + lrow * s->tk + j0, s->tk, delta + lrow);
+                else tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow, delta + lrow);
                 cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k, 1.0f, acc, d);
             }
             store_grad(qn, d, acc, dQ + at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, beta);
@@ -290,7 +319,7 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
         free(dP);
         free(acc);
     }
-    cpu_gemm_serial_end(saved);
+    cpu_gemm_serial_end(blas);
     if (part) sum_dq_partials(s, part, dQ, beta);
 }
 
@@ -298,5 +327,8 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
 
 /* the fused backward's dq partials (each job mallocs its tiles) */
 static size_t cpu_workspace_bytes(const AttentionShape *s) { return dq_partial_floats(s) * sizeof(float); }
+/* the forward's probabilities, where they fit */
+static size_t cpu_saved_bytes(const AttentionShape *s) { return saved_floats(s) * sizeof(float); }
 
-const AttentionOps attention_ops_cpu = {{op_supports_f32}, cpu_workspace_bytes, cpu_forward, cpu_backward, NULL};
+const AttentionOps attention_ops_cpu = {{op_supports_f32}, cpu_workspace_bytes, cpu_forward, cpu_backward, NULL,
+                                        cpu_saved_bytes};

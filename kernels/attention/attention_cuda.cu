@@ -325,7 +325,8 @@ static const char *last[2] = {"own", "own"}; /* the path of each function's last
 static const char *last_path(int fn) { return last[fn == ATTENTION_BACKWARD]; }
 
 static void attention_forward_cuda(const AttentionShape *s, const void *q, const void *k, const void *v, void *o,
-                                   float *lse, void *workspace) {
+                                   float *lse, void *saved, void *workspace) {
+    (void)saved; /* saved_bytes is NULL: nothing is kept */
     check(s);
     last[0] = "cudnn";
     if (attention_cudnn_forward(s, q, k, v, o, lse, workspace, attention_own_forward)) return;
@@ -334,8 +335,9 @@ static void attention_forward_cuda(const AttentionShape *s, const void *q, const
 }
 
 static void attention_backward_cuda(const AttentionShape *s, const void *q, const void *k, const void *v,
-                                    const void *o, const void *dout, const float *lse, float *delta, void *dq,
-                                    void *dk, void *dv, float beta, void *workspace) {
+                                    const void *o, const void *dout, const float *lse, float *delta,
+                                    const void *saved, void *dq, void *dk, void *dv, float beta, void *workspace) {
+    (void)saved;
     check(s);
     last[1] = "cudnn";
     if (attention_cudnn_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, beta, workspace,

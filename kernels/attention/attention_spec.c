@@ -75,7 +75,7 @@ static void fwd_setup(KernelCase *k, const OpHead *ops) {
 }
 static void fwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const AttentionShape s = shape_of(k);
-    table(ops)->forward(&s, b[0], b[1], b[2], b[3], b[4], ws);
+    table(ops)->forward(&s, b[0], b[1], b[2], b[3], b[4], NULL, ws);
 }
 static void fwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const AttentionShape s = shape_of(k);
@@ -112,7 +112,7 @@ static void bwd_setup(KernelCase *k, const OpHead *ops) {
 static void bwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const AttentionShape s = shape_of(k);
     const size_t own = table(ops)->workspace_bytes(&s);
-    table(ops)->backward(&s, b[0], b[1], b[2], b[3], b[4], b[5], ws, b[6], b[7], b[8], k->beta,
+    table(ops)->backward(&s, b[0], b[1], b[2], b[3], b[4], b[5], ws, NULL, b[6], b[7], b[8], k->beta,
                          own ? (char *)ws + delta_bytes(&s) : NULL);
 }
 static void bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {

@@ -163,6 +163,13 @@ static void plan_memory(Model *m) {
         if (nd->kind == OP_LAYERNORM) nd->stats = plan_add(&m->plan, 2 * (size_t)nd->ln.rows * sizeof(float), i, T - i);
         if (nd->kind == OP_ATTENTION) /* lse, then delta from a 16-byte boundary (cuDNN's tensors are aligned) */
             nd->stats = plan_add(&m->plan, 2 * attention_rows_padded(&nd->att) * sizeof(float), i, T - i);
+        /* what the backend keeps from the forward for the backward (the CPU's probabilities), where it keeps any;
+         * also under activation checkpointing (a block's recomputation writes it again), so checkpointing changes no
+         * bit of the gradients; the backend caps it per node (attention_cpu.c: 32 MiB) */
+        if (nd->kind == OP_ATTENTION && m->be->attention->saved_bytes) {
+            const size_t saved = m->be->attention->saved_bytes(&nd->att);
+            if (saved) nd->aux = plan_add(&m->plan, saved, i, T - i);
+        }
         if (nd->kind == OP_GEMM && nd->gemm.epilogue != GEMM_EPI_NONE) { /* the pre-activation, and its gradient */
             const size_t bytes = (size_t)nd->gemm.m * nd->gemm.n * dtype_size(nd->gemm.dtype);
             nd->aux = plan_add(&m->plan, bytes, i, T - i);

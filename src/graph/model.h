@@ -149,7 +149,7 @@ typedef struct {
     int aux;
     AttentionShape att;  /* OP_ATTENTION: self-attention over a packed QKV [rows][3*hidden] (in[1] -1), or across:
                             queries in[0] [rows][hidden], keys and values packed in[1] [rows'][2*hidden] (stats: lse and
-                            delta [n*heads*tq]) */
+                            delta [n*heads*tq]; aux, or -1: what the backend saves for the backward, attention.h) */
     PatchShape patch;    /* OP_UNPATCH: tokens [rows][p^3*c] to the volume */
     /* OP_UPCONV (graph/upconv.h; conv is its phase convolution, weight and bias the 3x3x3 convolution's): its shape,
      * and the plan items of the phase weights and bias, their gradients, and the phase output z and its gradient */

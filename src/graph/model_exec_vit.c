@@ -6,7 +6,8 @@
  *   OP_ATTENTION  self-attention over a packed [rows][3*hidden] QKV (q, k, v column blocks of hidden each), or
  *                 across (in[1]): queries [rows][hidden] from in[0], keys and values packed [rows'][2*hidden] in
  *                 in[1]; lse and delta in `stats`; its backward writes the packed gradients (dx_beta[0] for all
- *                 blocks: each input feeds only this node, so both are 0)
+ *                 blocks: each input feeds only this node, so both are 0); aux, where planned, what the backend
+ *                 saves from the forward for the backward (attention.h's saved_bytes: the CPU's probabilities)
  *   OP_POS        y = x + pos[token] (a learned [tokens][hidden] parameter, broadcast over the batch); dpos is the
  *                 batch's sum of dy (gemm's bias_grad over n rows of tokens*hidden)
  *   OP_UNPATCH    tokens [rows][p^3 c] to the volume (patch.h); backward patchifies the volume's gradient
@@ -45,7 +46,7 @@ void vit_forward_node(Model *m, const Node *nd, const void *x, const void *x1, v
         const size_t block = (size_t)nd->att.heads * nd->att.d * dtype_size(nd->att.dtype);
         const char *k = keys_of(nd, x, x1);
         be->attention->forward(&nd->att, x, k, k + block, y, (float *)exec_item(m, nd->stats),
-                               exec_item(m, m->workspace_item));
+                               nd->aux >= 0 ? exec_item(m, nd->aux) : NULL, exec_item(m, m->workspace_item));
         break;
     }
     case OP_POS: {
@@ -102,8 +103,9 @@ void vit_backward_node(Model *m, const Node *nd, const void *x, const void *x1, 
         VX_CHECK(dx && dk && (!x1 || nd->dx_beta[1] == nd->dx_beta[0]),
                  "attention %s: its inputs need gradients written alike", nd->name);
         float *lse = (float *)exec_item(m, nd->stats), *delta = lse + attention_rows_padded(&nd->att);
-        be->attention->backward(&nd->att, x, k, k + block, exec_act_bwd(m, nd->out), dy, lse, delta, dx, dk,
-                                dk + block, nd->dx_beta[0], exec_item(m, m->workspace_item));
+        be->attention->backward(&nd->att, x, k, k + block, exec_act_bwd(m, nd->out), dy, lse, delta,
+                                nd->aux >= 0 ? exec_item(m, nd->aux) : NULL, dx, dk, dk + block, nd->dx_beta[0],
+                                exec_item(m, m->workspace_item));
         break;
     }
     case OP_POS: {

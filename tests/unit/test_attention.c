@@ -74,13 +74,27 @@ static double *widen(const float *x, long n) {
 /* 1: backward gets the workspace its shape asks for (the fused dq: attention_cpu.c's ATT_DQ_PARTIAL_MAX), as a
  * model's plan gives it; 0: NULL (the separate dq pass) */
 static int with_workspace;
+/* 1: the forward saves P (saved_bytes(s), as a model's plan gives it) and the backward reads it; 0: NULL (the
+ * backward recomputes S and exp(S - lse) per tile). `saved_p` holds it from cpu_forward to cpu_backward. */
+static int with_saved;
+static void *saved_p;
+
+static void cpu_forward(const AttentionShape *s, const float *q, const float *k, const float *v, float *o,
+                        float *lse) {
+    free(saved_p);
+    saved_p = NULL;
+    const size_t bytes = with_saved ? attention_ops_cpu.saved_bytes(s) : 0;
+    if (with_saved) assert_true(bytes > 0);
+    if (bytes) saved_p = malloc(bytes);
+    attention_ops_cpu.forward(s, q, k, v, o, lse, saved_p, NULL);
+}
 
 static void cpu_backward(const AttentionShape *s, const float *q, const float *k, const float *v, const float *o,
                          const float *dout, const float *lse, float *delta, float *dq, float *dk, float *dv) {
     const size_t bytes = with_workspace ? attention_ops_cpu.workspace_bytes(s) : 0;
     void *ws = bytes ? malloc(bytes) : NULL;
     if (with_workspace) assert_true(bytes > 0);
-    attention_ops_cpu.backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f, ws);
+    attention_ops_cpu.backward(s, q, k, v, o, dout, lse, delta, with_saved ? saved_p : NULL, dq, dk, dv, 0.0f, ws);
     free(ws);
 }
 
@@ -92,7 +106,7 @@ static void check_fd(AttentionShape s) {
     float *o = rnd(no, 5, 0.0f), *lse = rnd((long)s.batch * s.heads * s.tq, 6, 0.0f);
     float *delta = rnd((long)s.batch * s.heads * s.tq, 7, 0.0f);
     float *g[3] = {rnd(nq, 8, 0.0f), rnd(nk, 9, 0.0f), rnd(nv, 10, 0.0f)};
-    attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
+    cpu_forward(&s, q, k, v, o, lse);
     cpu_backward(&s, q, k, v, o, r, lse, delta, g[0], g[1], g[2]);
     double *x[3] = {widen(q, nq), widen(k, nk), widen(v, nv)};
     const long n[3] = {nq, nk, nv};
@@ -140,6 +154,16 @@ static void test_fd_fused(void **state) {
     check_fd(s);
     with_workspace = 0;
 }
+/* the forward's saved P read by the backward: the same shapes, with the separate dq pass and with the fused dq */
+static void test_fd_saved(void **state) {
+    with_saved = 1;
+    for (with_workspace = 0; with_workspace <= 1; with_workspace++) {
+        test_fd_self(state);
+        test_fd_cross(state);
+        test_fd_packed(state);
+    }
+    with_saved = with_workspace = 0;
+}
 
 /* the naive materialised forward in float32: S = scale Q K^T [tq][tk] per (b, h), row softmax, O = P V */
 static void naive_forward(const AttentionShape *s, const float *q, const float *k, const float *v, float *o,
@@ -171,7 +195,7 @@ static void against_naive(const AttentionShape s) {
     const long nq = elems(&s, s.tq, s.ld_q), nk = elems(&s, s.tk, s.ld_k), rows = (long)s.batch * s.heads * s.tq;
     float *q = rnd(nq, 1, 3.0f), *k = rnd(nk, 2, 1.0f), *v = rnd(nk, 3, 1.0f);
     float *o = rnd(nq, 4, 0.0f), *o2 = rnd(nq, 5, 0.0f), *lse = rnd(rows, 6, 0.0f), *lse2 = rnd(rows, 7, 0.0f);
-    attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
+    attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL, NULL);
     naive_forward(&s, q, k, v, o2, lse2);
     double worst = 0, worst_lse = 0;
     for (long i = 0; i < nq; i++) worst = fabs(o[i] - o2[i]) > worst ? fabs(o[i] - o2[i]) : worst;
@@ -196,7 +220,7 @@ static float *run_all(const AttentionShape *s, int threads, long *count) {
     float *out = rnd(*count, 6, 0.0f);
     float *o = out, *dq = o + nq, *dk = dq + nq, *dv = dk + nk, *lse = dv + nk;
     omp_set_num_threads(threads);
-    attention_ops_cpu.forward(s, q, k, v, o, lse, NULL);
+    cpu_forward(s, q, k, v, o, lse);
     cpu_backward(s, q, k, v, o, dout, lse, delta, dq, dk, dv);
     omp_set_num_threads(2);
     free(q), free(k), free(v), free(dout), free(delta);
@@ -204,19 +228,41 @@ static float *run_all(const AttentionShape *s, int threads, long *count) {
 }
 
 static void threads_agree(const AttentionShape s) {
-    for (with_workspace = 0; with_workspace <= 1; with_workspace++) {
+    for (int mode = 0; mode < 4; mode++) {
+        with_workspace = mode & 1, with_saved = (mode >> 1) && attention_ops_cpu.saved_bytes(&s);
         long n1, n2;
         float *a = run_all(&s, 1, &n1), *b = run_all(&s, 2, &n2);
         assert_int_equal(n1, n2);
         assert_memory_equal(a, b, sizeof(float) * (size_t)n1);
         free(a), free(b);
     }
-    with_workspace = 0;
+    with_workspace = with_saved = 0;
 }
 static void test_threads(void **state) {
     (void)state;
     threads_agree(attention_shape(2, 3, 300, 300, 32, DT_F32));
     threads_agree(attention_shape(1, 2, 70, 1100, 16, DT_F32)); /* two forward tiles */
+}
+
+/* the backward from the forward's saved P and from S recomputed: the same outputs to float rounding (P's two
+ * roundings differ), at 300 keys (five key blocks of the dk dv jobs, two tiles of the dq pass), either dq path */
+static void test_saved_is_the_recompute(void **state) {
+    (void)state;
+    const AttentionShape s = attention_shape(2, 3, 300, 300, 32, DT_F32);
+    for (with_workspace = 0; with_workspace <= 1; with_workspace++) {
+        long n1, n2;
+        with_saved = 0;
+        float *a = run_all(&s, 2, &n1);
+        with_saved = 1;
+        float *b = run_all(&s, 2, &n2);
+        with_saved = 0;
+        assert_int_equal(n1, n2);
+        double worst = 0, mag = 0;
+        for (long i = 0; i < n1; i++) worst = fmax(worst, fabs(a[i] - b[i])), mag = fmax(mag, fabs(a[i]));
+        assert_true(mag > 0 && worst <= 1e-5 * mag);
+        free(a), free(b);
+    }
+    with_workspace = 0;
 }
 
 /* the fused dq and the separate pass: the same gradients but for the order of dq's sums (dk, dv the same bits) */
@@ -249,20 +295,29 @@ static int bench(int T, int d, int heads) {
     float *q = rnd(n, 1, 3.0f), *k = rnd(n, 2, 1.0f), *v = rnd(n, 3, 1.0f), *o = rnd(n, 4, 0.0f);
     float *lse = rnd(rows, 5, 0.0f), *delta = rnd(rows, 6, 0.0f), *g = rnd(3 * n, 7, 0.0f);
     const double fw = 4.0 * heads * (double)T * T * d;
-    double best[4] = {1e30, 1e30, 1e30, 1e30};
-    const size_t ws_bytes = attention_ops_cpu.workspace_bytes(&s);
-    void *ws = ws_bytes ? malloc(ws_bytes) : NULL;
+    double best[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
+    const size_t ws_bytes = attention_ops_cpu.workspace_bytes(&s), p_bytes = attention_ops_cpu.saved_bytes(&s);
+    void *ws = ws_bytes ? malloc(ws_bytes) : NULL, *P = p_bytes ? malloc(p_bytes) : NULL;
     for (int rep = 0; rep < 3; rep++) {
         double t0 = now();
-        attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
+        attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL, NULL);
         double t1 = now();
-        attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, g, g + n, g + 2 * n, 0.0f, NULL);
+        attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, NULL, g, g + n, g + 2 * n, 0.0f, NULL);
         double t2 = now();
-        if (ws) attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, g, g + n, g + 2 * n, 0.0f, ws);
+        if (ws) attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, NULL, g, g + n, g + 2 * n, 0.0f, ws);
         const double t3 = now();
         best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
         best[1] = t2 - t1 < best[1] ? t2 - t1 : best[1];
         best[3] = t3 - t2 < best[3] ? t3 - t2 : best[3];
+        if (P) { /* as a model runs it: the forward saves P, the backward reads it (with the workspace) */
+            t0 = now();
+            attention_ops_cpu.forward(&s, q, k, v, o, lse, P, NULL);
+            t1 = now();
+            attention_ops_cpu.backward(&s, q, k, v, o, o, lse, delta, P, g, g + n, g + 2 * n, 0.0f, ws);
+            t2 = now();
+            best[4] = t1 - t0 < best[4] ? t1 - t0 : best[4];
+            best[5] = t2 - t1 < best[5] ? t2 - t1 : best[5];
+        }
         if ((double)T * T * 4 <= 2e9) { /* the naive one's score matrix must fit */
             t0 = now();
             naive_forward(&s, q, k, v, o, NULL);
@@ -288,7 +343,11 @@ static int bench(int T, int d, int heads) {
     if (best[2] < 1e29) printf("%.3f s (%.1f GFLOP/s)\n", best[2], fw / best[2] * 1e-9);
     if (ws) printf("backward with its workspace (dq from the dk dv pass): %.3f s (%.1f GFLOP/s at 2.5x forward's work)\n",
                    best[3], 2.5 * fw / best[3] * 1e-9);
-    free(ws);
+    if (P)
+        printf("with the forward's P saved (%.1f MiB): forward %.3f s (%.1f GFLOP/s), backward %.3f s (%.1f GFLOP/s at "
+               "2.5x forward's work)\n", p_bytes / 1048576.0, best[4], fw / best[4] * 1e-9, best[5],
+               2.5 * fw / best[5] * 1e-9);
+    free(ws), free(P);
     free(q), free(k), free(v), free(o), free(lse), free(delta), free(g);
     return 0;
 }
@@ -324,8 +383,9 @@ static void run_cuda(const Backend *be, const AttentionShape *s, float *const in
     const size_t ws_bytes = be->attention->workspace_bytes(s);
     void *delta = be->alloc(sizeof(float) * (rows ? rows : 1)), *ws = ws_bytes ? be->alloc(ws_bytes) : NULL;
     /* dev: q k v dout o lse dq dk dv */
-    be->attention->forward(s, dev[0], dev[1], dev[2], dev[4], dev[5], ws);
-    be->attention->backward(s, dev[0], dev[1], dev[2], dev[4], dev[3], dev[5], delta, dev[6], dev[7], dev[8], 0.0f, ws);
+    be->attention->forward(s, dev[0], dev[1], dev[2], dev[4], dev[5], NULL, ws);
+    be->attention->backward(s, dev[0], dev[1], dev[2], dev[4], dev[3], dev[5], delta, NULL, dev[6], dev[7], dev[8],
+                            0.0f, ws);
     be->synchronize();
     for (int i = 4; i < 9; i++) {
         const int f32 = i == 5;
@@ -348,8 +408,8 @@ static void dump_case(const char *dir, const char *name, AttentionShape s, const
         run_cuda(be, &s, (float *const[4]){q, k, v, dout}, (float *const[5]){o, lse, dq, dk, dv},
                  (const long[9]){nq, nk, nv, no, no, rows, nq, nk, nv});
     } else {
-        attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL);
-        attention_ops_cpu.backward(&s, q, k, v, o, dout, lse, delta, dq, dk, dv, 0.0f, NULL);
+        attention_ops_cpu.forward(&s, q, k, v, o, lse, NULL, NULL);
+        attention_ops_cpu.backward(&s, q, k, v, o, dout, lse, delta, NULL, dq, dk, dv, 0.0f, NULL);
     }
     char path[512];
     snprintf(path, sizeof path, "%s/%s.shape", dir, name);
@@ -399,7 +459,8 @@ int main(int argc, char **argv) {
         return bench(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 64, argc > 4 ? atoi(argv[4]) : 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_self),      cmocka_unit_test(test_fd_cross), cmocka_unit_test(test_fd_packed),
-        cmocka_unit_test(test_fd_fused),     cmocka_unit_test(test_fused_dq_is_the_dq_pass),
+        cmocka_unit_test(test_fd_fused),     cmocka_unit_test(test_fd_saved),     cmocka_unit_test(test_fused_dq_is_the_dq_pass),
+        cmocka_unit_test(test_saved_is_the_recompute),
         cmocka_unit_test(test_against_naive), cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
