@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,22 @@
 
 static int use_onednn;
 static char forced[16];
+/* how many cpu_gemm_serial_begin sections the calling thread is in */
+static _Thread_local int serial_depth;
+
+/* oneDNN's sgemm on one thread where a serial section's caller runs it outside an active parallel region (none, or
+ * one whose `if` was false): there oneDNN forks a team of its own, and an M=2 product (a DiT's timestep MLP or
+ * adaLN) took 2-4 ms instead of 0.01-0.3 after a large parallel GEMM (2-core AVX-512 Xeon); 22 ms of a
+ * vit3d-diffusion-64 step. Returns the team size to restore, 0 where nothing was changed. */
+static int onednn_one_thread_begin(void) {
+    if (serial_depth == 0 || omp_in_parallel()) return 0;
+    const int team = omp_get_max_threads();
+    omp_set_num_threads(1);
+    return team;
+}
+static void onednn_one_thread_end(int team) {
+    if (team) omp_set_num_threads(team);
+}
 
 static void decide(void) {
     (void)cpu_isa(); /* VX_CPU_ISA's cap reaches oneDNN before its first sgemm */
@@ -69,8 +86,11 @@ const char *cpu_gemm_kernels(void) {
 void cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
                float beta, float *C, int ldc) {
     if (cpu_gemm_uses_onednn()) {
-        if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success)
-            vx_fatal("oneDNN's sgemm refused m=%d n=%d k=%d", m, n, k);
+        const int team = onednn_one_thread_begin();
+        const dnnl_status_t st =
+            dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        onednn_one_thread_end(team);
+        if (st != dnnl_success) vx_fatal("oneDNN's sgemm refused m=%d n=%d k=%d", m, n, k);
         return;
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda,
@@ -81,19 +101,22 @@ void cpu_sgemv(int ta, int rows, int cols, float alpha, const float *A, int lda,
                float *y) {
     if (cpu_gemm_uses_onednn()) {
         /* y as a one-column matrix: [out][1] = op(A) [out][in] x [in][1], x's rows incx apart */
-        const int out = ta ? cols : rows, in = ta ? rows : cols;
-        if (dnnl_sgemm(ta ? 'T' : 'N', 'N', out, 1, in, alpha, A, lda, x, incx, beta, y, 1) != dnnl_success)
-            vx_fatal("oneDNN's sgemm refused a %dx%d matrix-vector product", rows, cols);
+        const int out = ta ? cols : rows, in = ta ? rows : cols, team = onednn_one_thread_begin();
+        const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', 'N', out, 1, in, alpha, A, lda, x, incx, beta, y, 1);
+        onednn_one_thread_end(team);
+        if (st != dnnl_success) vx_fatal("oneDNN's sgemm refused a %dx%d matrix-vector product", rows, cols);
         return;
     }
     cblas_sgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, rows, cols, alpha, A, lda, x, incx, beta, y, 1);
 }
 
 int cpu_gemm_serial_begin(void) {
+    serial_depth++;
     const int saved = openblas_get_num_threads();
     if (saved != 1) openblas_set_num_threads(1);
     return saved;
 }
 void cpu_gemm_serial_end(int saved) {
+    serial_depth--;
     if (saved != 1) openblas_set_num_threads(saved);
 }

@@ -27,7 +27,9 @@ void cpu_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A,
 /* Row-major y [m] = beta*y + op(A) x, A [rows][cols] (cblas_sgemv's meaning, incy 1). */
 void cpu_sgemv(int ta, int rows, int cols, float alpha, const float *A, int lda, const float *x, int incx, float beta,
                float *y);
-/* OpenBLAS's own thread pool off for the duration of a call whose OpenMP threads each run their own GEMMs; returns
- * what cpu_gemm_serial_end restores. No-op for oneDNN (it runs on the calling thread inside parallel regions). */
+/* Every GEMM of the section single-threaded, for a call whose OpenMP threads each run their own GEMMs (or which runs
+ * them all on the calling thread): OpenBLAS's own thread pool off; oneDNN runs on the calling thread inside an active
+ * parallel region by itself, and outside one cpu_sgemm sets OpenMP's team to one thread for its call. Returns what
+ * cpu_gemm_serial_end restores; sections nest. */
 int cpu_gemm_serial_begin(void);
 void cpu_gemm_serial_end(int saved);

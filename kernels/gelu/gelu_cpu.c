@@ -13,7 +13,7 @@ static void check(const GeluShape *s) {
 
 /* y = gelu(x) and dx = [beta dx +] dy gelu'(x), one loop per formula with its kind a literal. Why: OpenMP outlines
  * a loop before inlining, so a kind passed in stayed a variable there; the loops then computed both formulas under
- * masks or, for the gradient, did not vectorise at all (2.5 ms against 0.9 for the MLP's 1024 x 1536, 2-core
+ * masks or, for the gradient, did not vectorise at all (2.5 ms against 1.6 for the MLP's 1024 x 1536, 2-core
  * AVX-512 Xeon). The same bits either way. */
 #define GELU_LOOP(EXPR)                                                                                                \
     do {                                                                                                               \

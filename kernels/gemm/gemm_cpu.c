@@ -10,7 +10,6 @@
  * that packing cost as much as the product: 1024x1536x384 (x W^T, a ViT's MLP) ran at 160 GFLOP/s against 466 for
  * 256-row jobs and 461 for one 2-thread sgemm (2-core AVX-512 EPYC, OpenBLAS 0.3.21). Column panels keep enough jobs
  * for many cores when m is small. bias_grad: partials in double per fixed chunk of GEMM_ROWS rows, added in order. */
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,8 +36,8 @@ static long job_size(long n, long most) {
 }
 
 /* GELU over one row with `kind` a constant where these are inlined (0 tanh, 1 erf), so GCC vectorises one formula.
- * Why: with kind read at run time the loops computed both formulas under masks, and the MLP's fused GELU cost 6.5
- * ms over its 4.0 ms GEMM (1024x1536x384, 2-core AVX-512 Xeon); the same bits either way (no reassociation). */
+ * Why: with kind read at run time the loops computed both formulas under masks; the same bits either way (no
+ * reassociation). */
 static inline __attribute__((always_inline)) void gelu_row(int kind, int n, float *restrict c, float *restrict aux) {
     if (aux)
         for (int j = 0; j < n; j++) {
@@ -85,13 +84,7 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     const long panels = (s->n + cols_per - 1) / cols_per, jobs = (long)s->batch * chunks * panels;
     const int lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
     const int saved = cpu_gemm_serial_begin();
-    /* On the calling thread, OpenMP's team is one thread for the call: oneDNN's sgemm outside a parallel region forks
-     * a team of its own, and an M=2 product (a DiT's timestep MLP or adaLN) then took 2-4 ms, not 0.01-0.3, after a
-     * large parallel GEMM (2-core AVX-512 Xeon); 22 ms of a vit3d-diffusion-64 step. */
-    const int parallel = jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN;
-    const int team = omp_get_max_threads();
-    if (!parallel) omp_set_num_threads(1);
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
     for (long job = 0; job < jobs; job++) {
         const long rj = job / panels, col0 = job % panels * cols_per;
         const long i = rj / chunks, blk = rj % chunks / per_block, in_blk = (rj % chunks % per_block) * rows_per;
@@ -110,7 +103,6 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
                 for (int e = 0; e < cols; e++) c[r * s->n + e] *= beta;
         if (bias || s->epilogue != GEMM_EPI_NONE) epilogue(s, rows, cols, bias ? bias + col0 : NULL, c, aux);
     }
-    if (!parallel) omp_set_num_threads(team);
     cpu_gemm_serial_end(saved);
 }
 

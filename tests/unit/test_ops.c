@@ -31,6 +31,7 @@
 #include "maxpool/maxpool.h"
 #include "relu/relu.h"
 #include "elementwise/elementwise.h"
+#include "common/cpu_gemm.h"
 #include "gemm/gemm.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
@@ -847,9 +848,10 @@ static void test_adamw(void **state) {
     free(p), free(m), free(v), free(rp), free(rm), free(rv);
 }
 
-/* gemm's matmul leaves OpenMP's team as it found it: a product run on the calling thread sets the team to one for
- * the call (so oneDNN's sgemm forks no team of its own) and must set it back, or every later parallel region of the
- * process runs on one thread. Both paths: an M=2 product (calling thread) and a 256 x 256 x 256 one (jobs). */
+/* gemm's matmul, and a product in a serial section outside any parallel region, leave OpenMP's team as they found
+ * it: cpu_gemm.c runs a serial section's oneDNN product outside an active region with the team set to one for the
+ * call (so oneDNN forks no team of its own) and must set it back, or every later parallel region of the process runs
+ * on one thread. The matmul's two paths: an M=2 product (calling thread) and a 256 x 256 x 256 one (jobs). */
 static void test_gemm_keeps_the_openmp_team(void **state) {
     (void)state;
     const int before = omp_get_max_threads();
@@ -861,6 +863,12 @@ static void test_gemm_keeps_the_openmp_team(void **state) {
         const GemmShape s = {.batch = 1, .m = m, .n = n, .k = k, .trans_b = 1, .alpha = 1.0f, .dtype = DT_F32};
         gemm_ops_cpu.matmul(&s, a, b, NULL, c, NULL, 0.0f);
         assert_int_equal(omp_get_max_threads(), 3);
+        if (!big) { /* the same product straight through cpu_sgemm in a serial section, in no parallel region */
+            const int saved = cpu_gemm_serial_begin();
+            cpu_sgemm(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+            cpu_gemm_serial_end(saved);
+            assert_int_equal(omp_get_max_threads(), 3);
+        }
         free(a), free(b), free(c);
     }
     omp_set_num_threads(before);
