@@ -1,12 +1,14 @@
 // inc/cuda_runtime.h: a host emulation of the CUDA runtime pieces the kernels use, for run.sh: kernels run as
-// std::threads (one pool of blockDim threads per launch, blocks in order), __shared__ is static, __syncthreads a
-// barrier. Not a CUDA implementation; just enough to execute this project's kernels on the CPU.
+// std::threads (a pool started once; blockDim of them run a launch's blocks in order), __shared__ is static,
+// __syncthreads a barrier. Not a CUDA implementation; just enough to execute this project's kernels on the CPU.
 #pragma once
+#include <atomic>
 #include <barrier>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <semaphore>
 #include <thread>
 #include <vector>
 #define __global__
@@ -56,6 +58,38 @@ inline double __shfl_xor_sync(unsigned, double v, int o) {
 }
 inline float __shfl_xor_sync(unsigned m, float v, int o) { return (float)__shfl_xor_sync(m, (double)v, o); }
 inline long emu_launches = 0;
+// The emulated threads are a pool of OS threads started once and reused by every launch: starting blockDim new
+// threads per launch (each with its ASan shadow stack) was most of this check's run time. Worker t runs thread t of
+// every block of a launch; the launch waits until all blockDim of them are done.
+struct EmuPool {
+    std::vector<std::thread> workers;
+    std::vector<std::counting_semaphore<1> *> go;  // one per worker: released when a launch wants it
+    std::binary_semaphore done{0};
+    std::atomic<unsigned> remaining{0};
+    const std::function<void(unsigned)> *job = nullptr;
+    void grow(unsigned n) {
+        while (workers.size() < n) {
+            const unsigned t = (unsigned)workers.size();
+            go.push_back(new std::counting_semaphore<1>(0));
+            workers.emplace_back([this, t] {
+                for (;;) {
+                    go[t]->acquire();
+                    (*job)(t);
+                    if (remaining.fetch_sub(1) == 1) done.release();
+                }
+            });
+            workers.back().detach();  // parked in acquire() until the process exits
+        }
+    }
+    void run(unsigned n, const std::function<void(unsigned)> &f) {
+        grow(n);
+        job = &f;
+        remaining = n;
+        for (unsigned t = 0; t < n; t++) go[t]->release();
+        done.acquire();
+    }
+};
+inline EmuPool *emu_pool = new EmuPool;  // never destroyed: its threads outlive main's return
 template <class F> void emu_launch(dim3 grid, dim3 block, F f) {
     emu_launches++;
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.x > 1024 || grid.y > 65535 || grid.z > 65535) {
@@ -67,18 +101,16 @@ template <class F> void emu_launch(dim3 grid, dim3 block, F f) {
     std::barrier<> bar((ptrdiff_t)block.x);
     emu_block_bar = &bar;
     for (unsigned w = 0; w < (block.x + 31) / 32; w++) emu_warp_bar[w] = new std::barrier<>(32);
-    std::vector<std::thread> ts;
-    for (unsigned t = 0; t < block.x; t++)
-        ts.emplace_back([&, t] {
-            threadIdx = dim3(t, 0, 0);
-            for (unsigned bz = 0; bz < grid.z; bz++)
-                for (unsigned by = 0; by < grid.y; by++)
-                    for (unsigned bx = 0; bx < grid.x; bx++) {
-                        blockIdx = dim3(bx, by, bz);
-                        f();
-                        bar.arrive_and_wait();
-                    }
-        });
-    for (auto &t : ts) t.join();
+    const std::function<void(unsigned)> thread_body = [&](unsigned t) {
+        threadIdx = dim3(t, 0, 0);
+        for (unsigned bz = 0; bz < grid.z; bz++)
+            for (unsigned by = 0; by < grid.y; by++)
+                for (unsigned bx = 0; bx < grid.x; bx++) {
+                    blockIdx = dim3(bx, by, bz);
+                    f();
+                    bar.arrive_and_wait();
+                }
+    };
+    emu_pool->run(block.x, thread_body);
     for (unsigned w = 0; w < (block.x + 31) / 32; w++) delete emu_warp_bar[w];
 }
