@@ -16,11 +16,13 @@ FROM ${BUILDER_IMAGE} AS build
 # CPU. x86-64-v3 (AVX2, FMA) is what every current GPU host has.
 ARG ARCH=-march=x86-64-v3
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# These names are the same on Ubuntu 24.04 and Debian 12 (CI's stand-in base).
+# These names are the same on Ubuntu 24.04 and Debian 12 (CI's stand-in base). Open MPI is built in (mk/mpi.mk), so
+# the image's trainer runs as ranks under mpirun or srun, and so that the test stage, whose packages include Open
+# MPI, finds the same build mode and rebuilds nothing.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential pkg-config libcjson-dev libopenblas-dev protobuf-c-compiler libprotobuf-c-dev \
-        libpng-dev zlib1g-dev libnifti2-dev libdnnl-dev libturbojpeg0-dev \
+        libpng-dev zlib1g-dev libnifti2-dev libdnnl-dev libturbojpeg0-dev libopenmpi-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -47,17 +49,24 @@ RUN mkdir -p /out/lib \
 
 # ---- test: the test suite in the build environment -------------------------------------------------------------
 # `docker compose run --rm test` runs `make test` on the GPUs it is given (the CUDA tests skip without one).
-FROM build AS test
-ARG ARCH=-march=x86-64-v3
-# The Makefile takes ARCH and CUDA from the environment (?= and auto-detection), so `make test` in the container
-# rebuilds nothing. There is no Docker inside the container, so the suite's Docker check says it skips.
-ENV ARCH=${ARCH} CUDA=1 VX_SKIP_DOCKER=1
-# ci/deps.sh installs the test packages (cmocka, PyTorch, ...) and .venv with pytest and tensorboard (the build
-# secret ca-bundle as in the tensorboard stage). It comes before the tests so that editing a test keeps this layer.
+# Its packages come first, in a stage of their own on the builder base: ci/deps.sh (cmocka, PyTorch, .venv with
+# pytest and tensorboard, ...; several minutes) then stays a cached layer while the sources change, and only the
+# built tree is copied in. pip trusts the build secret ca-bundle as in the tensorboard stage.
+FROM ${BUILDER_IMAGE} AS testdeps
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+WORKDIR /src
 COPY ci/deps.sh ci/
 RUN --mount=type=secret,id=ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
  && bash ci/deps.sh && rm -rf /var/lib/apt/lists/*
+
+FROM testdeps AS test
+ARG ARCH=-march=x86-64-v3
+# The Makefile takes ARCH and CUDA from the environment (?= and auto-detection), and both stages have Open MPI, so
+# `make test` in the container rebuilds nothing of the copied tree (ci/docker.sh times it). There is no Docker inside
+# the container, so the suite's Docker check says it skips.
+ENV ARCH=${ARCH} CUDA=1 VX_SKIP_DOCKER=1
+COPY --from=build /src/ /src/
 COPY ci/ ci/
 COPY configs/ configs/
 COPY bench/ bench/
@@ -108,10 +117,10 @@ CMD ["/work/results"]
 FROM ${RUNTIME_IMAGE} AS runtime
 # The shared libraries the binary links besides CUDA's. The defaults are Ubuntu 24.04's names (its 64-bit time_t
 # transition renamed libpng16-16 to libpng16-16t64); CI's Debian 12 stand-in passes Debian's names.
-ARG RUNTIME_PACKAGES="libcjson1 libopenblas0-pthread libprotobuf-c1 libpng16-16t64 zlib1g libgomp1"
+ARG RUNTIME_PACKAGES="libcjson1 libopenblas0-pthread libprotobuf-c1 libpng16-16t64 zlib1g libgomp1 libopenmpi3t64 openmpi-bin"
 # Multi-GPU (the data-parallel issue): NCCL's runtime library, libnccl2, is part of NVIDIA's cudnn-runtime images
-# already; the MPI runtime (Ubuntu 24.04: libopenmpi3t64 and openmpi-bin) joins RUNTIME_PACKAGES when the trainer
-# links it, and any further library that is only in the devel image is collected into /out/lib like CUPTI.
+# already; the trainer links Open MPI (ranks under mpirun or srun), whose runtime and mpirun are libopenmpi3t64 and
+# openmpi-bin (Debian 12: libopenmpi3). Any further library only in the devel image is collected into /out/lib.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${RUNTIME_PACKAGES} \

@@ -45,7 +45,7 @@ CUDA_REL=$(/usr/local/cuda/bin/nvcc --version 2>/dev/null | sed -n 's/.*release 
 [ -n "$CUDA_REL" ] || die "no CUDA toolkit at /usr/local/cuda (the stand-in images are made from it)"
 DEVEL_IMAGE=voxscale-standin/cuda:$CUDA_REL-cudnn-devel-debian12
 RUNTIME_IMAGE=voxscale-standin/cuda:$CUDA_REL-cudnn-runtime-debian12
-DEBIAN_RUNTIME_PACKAGES="libcjson1 libopenblas0-pthread libprotobuf-c1 libpng16-16 zlib1g libgomp1"
+DEBIAN_RUNTIME_PACKAGES="libcjson1 libopenblas0-pthread libprotobuf-c1 libpng16-16 zlib1g libgomp1 libopenmpi3 openmpi-bin"
 HADOLINT_VERSION=2.15.1
 CHECK_JSONSCHEMA_VERSION=0.39.0
 # Debian's client: it builds with BuildKit, which a newer client on the PATH may not (no buildx plugin).
@@ -258,8 +258,11 @@ phase "docker-compose run report finished"
 
 # ---- 7. the test image: a real part of the suite in it (the whole suite runs on the host: ci/test.sh) -----------
 # The cuDNN descriptor test loads the real cuDNN from where NVIDIA's images keep it; test_cli drives the binary.
+# `make -q all` first: the test image must hold the build stage's tree as built (same build mode, flags and MPI), or
+# every `make test` in it would recompile the whole project first (four minutes here).
 timeout 600 $COMPOSE -p vxci -f compose.yaml run --rm -T test bash -c \
-    'make -s build/tests/test_cudnn_descriptors && build/tests/test_cudnn_descriptors &&
+    '{ make -q all || { echo "the test image would rebuild the build stage tree: make -n all says"; make -n all | head -5; exit 1; }; } &&
+     make -s build/tests/test_cudnn_descriptors && build/tests/test_cudnn_descriptors &&
      .venv/bin/python -m pytest -q -p no:cacheprovider tests/integration/test_cli.py' > "$LOGS/test-image.log" 2>&1 ||
     { tail -30 "$LOGS/test-image.log"; die "the test image could not run the cuDNN descriptor test and test_cli"; }
 grep -q '^\[  PASSED  \]' "$LOGS/test-image.log" || die "the cuDNN descriptor test printed no PASSED line in the test image"
