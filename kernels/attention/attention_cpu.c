@@ -18,6 +18,7 @@
  * Memory: per thread the tiles (ATT_BQ*ATT_BK scores twice, a block's accumulators), whatever the token count. The
  * jobs and tiles depend on the shape only, so the bits do not depend on the thread count. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +32,11 @@
 /* keys per forward tile: a row of scores up to this long is one product, one softmax and one product (no online
  * rescaling); 1024 keys x ATT_BQ queries is 256 KiB a thread, inside a core's L2 */
 #define ATT_FWD_BK 1024
-#define ATT_BKB 64  /* keys per dk dv job */
+#define ATT_BKB 128 /* keys per dk dv job (64: 128 x 64 products, the backward 10% slower here) */
 /* floats of dq partials (one [tq][d] per key block of ATT_BKB per (b, h)) up to which backward computes dq in the
  * dk dv jobs' pass, from the dS it has there, and sums the partials after, in key-block order: five products per
  * tile instead of seven (the dq pass recomputes S and dP); larger shapes (the partials grow with tk * tq) keep the
- * separate dq pass. 64 MiB: vit3d-diffusion-64's 512-token self-attention takes 12 MiB. */
+ * separate dq pass. 64 MiB: vit3d-diffusion-64's 512-token self-attention takes 6 MiB. */
 #define ATT_DQ_PARTIAL_MAX (16L << 20)
 /* bytes of probabilities a node may keep from its forward for its backward: vit3d-diffusion-64's 512-token
  * self-attention keeps 12 MiB (batch 2, 6 heads); longer sequences recompute (P grows with tq * tk) */
@@ -77,15 +78,23 @@ static void *job_alloc(size_t floats) {
  * registers without -ffast-math (a single running sum is an ordered reduction it must keep scalar, and that made
  * the softmax between the forward's two products a third of its time). The order is fixed by n alone. */
 #define ATT_LANES 16
+/* The maximum in GCC's vector types: gcc 12 keeps a lane array of `x > m ? x : m` scalar (no reduction pattern for
+ * it without -ffinite-math-only), 16 loads and compares an iteration. Lanes compare as the scalar tail does, so a
+ * NaN score is skipped either way, and a maximum does not depend on the order it is taken in. */
+typedef float att_f32x16 __attribute__((vector_size(64)));
+typedef int32_t att_i32x16 __attribute__((vector_size(64)));
 static inline float row_max(const float *x, int n, float m0) {
-    float m[ATT_LANES];
-    for (int l = 0; l < ATT_LANES; l++) m[l] = m0;
+    att_f32x16 m = (att_f32x16){0} + m0;
     int j = 0;
-    for (; j + ATT_LANES <= n; j += ATT_LANES)
-        for (int l = 0; l < ATT_LANES; l++) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
-    for (; j < n; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
+    for (; j + ATT_LANES <= n; j += ATT_LANES) {
+        att_f32x16 v;
+        memcpy(&v, x + j, sizeof v);
+        const att_i32x16 gt = v > m;
+        m = (att_f32x16)(((att_i32x16)v & gt) | ((att_i32x16)m & ~gt));
+    }
     float r = m[0];
     for (int l = 1; l < ATT_LANES; l++) r = m[l] > r ? m[l] : r;
+    for (; j < n; j++) r = x[j] > r ? x[j] : r;
     return r;
 }
 /* x = exp(x - mx) in place; returns the sum of the new x */
@@ -117,8 +126,8 @@ static void forward_one_tile(const AttentionShape *s, const float *Q, const floa
         const float mt = row_max(sr, kn, -INFINITY), l = row_exp_sum(sr, kn, mt), inv = 1.0f / l;
         for (int j = 0; j < kn; j++) sr[j] *= inv;
         lse_rows[r] = mt + logf(l);
-        memset(O + (size_t)r * s->ld_o, 0, sizeof(float) * (size_t)d); /* beta 0 is not relied on to ignore NaN */
     }
+    /* beta 0: both sgemms write C without reading it, NaN included (test_backend_ops fills outputs with NaN) */
     cpu_sgemm(0, 0, rows, d, kn, 1.0f, S, ld, V, s->ld_v, 0.0f, O, s->ld_o);
 }
 
@@ -274,9 +283,10 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             const int j0 = (int)(job % kb) * ATT_BKB, kn = s->tk - j0 < ATT_BKB ? s->tk - j0 : ATT_BKB;
             const float *Kb = K + at(b, s->tk, j0, s->ld_k, h, d), *Vb = V + at(b, s->tk, j0, s->ld_v, h, d);
             const size_t lrow = ((size_t)b * H + h) * s->tq;
-            memset(acc, 0, sizeof(float) * (size_t)2 * ATT_BKB * d); /* acc: dk, acc2: dv */
-            for (int i0 = 0; i0 < s->tq; i0 += QT) {
+            if (s->tq == 0) memset(acc, 0, sizeof(float) * (size_t)2 * ATT_BKB * d); /* no query: dk = dv = 0 */
+            for (int i0 = 0; i0 < s->tq; i0 += QT) { /* acc: dk, acc2: dv; the first tile's products set them */
                 const int qn = s->tq - i0 < QT ? s->tq - i0 : QT;
+                const float first = i0 == 0 ? 0.0f : 1.0f;
                 const float *Qt = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOt = dO + at(b, s->tq, i0, s->ld_o, h, d);
                 /* P: the saved tile, or S recomputed and exponentiated in place */
                 const float *Pt = Psaved ? Psaved + (lrow + (size_t)i0) * s->tk + j0 : S;
@@ -285,11 +295,10 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
                 cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOt, s->ld_o, Vb, s->ld_v, 0.0f, dP, ATT_BK);
                 if (Psaved) tile_ds_saved(qn, kn, ATT_BK, dP, Pt, ldp, delta + lrow + i0);
                 else tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow + i0, delta + lrow + i0);
-                cpu_sgemm(1, 0, kn, d, qn, 1.0f, Pt, ldp, dOt, s->ld_o, 1.0f, acc2, d);
-                cpu_sgemm(1, 0, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q, 1.0f, acc, d);
-                if (part) { /* this key block's share of dq for the tile's queries: scale dS K */
+                cpu_sgemm(1, 0, kn, d, qn, 1.0f, Pt, ldp, dOt, s->ld_o, first, acc2, d);
+                cpu_sgemm(1, 0, kn, d, qn, s->scale, dP, ATT_BK, Qt, s->ld_q, first, acc, d);
+                if (part) { /* this key block's share of dq for the tile's queries: scale dS K (beta 0) */
                     float *pt = part + (((size_t)b * H + h) * kb + (size_t)(job % kb)) * s->tq * d + (size_t)i0 * d;
-                    memset(pt, 0, sizeof(float) * (size_t)qn * d); /* the workspace may hold NaN */
                     cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kb, s->ld_k, 0.0f, pt, d);
                 }
             }
@@ -303,15 +312,14 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             const int i0 = (int)(job % qb) * ATT_BQ, qn = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
             const float *Qb = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOb = dO + at(b, s->tq, i0, s->ld_o, h, d);
             const size_t lrow = ((size_t)b * H + h) * s->tq + i0;
-            memset(acc, 0, sizeof(float) * (size_t)qn * d);
-            for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) {
+            for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) { /* the first key tile's product sets acc */
                 const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
                 const float *Kt = K + at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + at(b, s->tk, j0, s->ld_v, h, d);
                 if (!Psaved) cpu_sgemm(0, 1, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k, 0.0f, S, ATT_BK);
                 cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v, 0.0f, dP, ATT_BK);
                 if (Psaved) tile_ds_saved(qn, kn, ATT_BK, dP, Psaved + lrow * s->tk + j0, s->tk, delta + lrow);
                 else tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow, delta + lrow);
-                cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k, 1.0f, acc, d);
+                cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k, j0 == 0 ? 0.0f : 1.0f, acc, d);
             }
             store_grad(qn, d, acc, dQ + at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, beta);
         }

@@ -143,13 +143,13 @@ static void test_fd_packed(void **state) {
     s.ld_q = s.ld_k = s.ld_v = 3 * s.heads * s.d;
     check_fd(s);
 }
-/* the fused dq: the same shapes, and one of three key blocks (64, 64, 2 keys) whose partials are summed */
+/* the fused dq: the same shapes, and one of three key blocks (128, 128, 2 keys) whose partials are summed */
 static void test_fd_fused(void **state) {
     with_workspace = 1;
     test_fd_self(state);
     test_fd_cross(state);
     test_fd_packed(state);
-    AttentionShape s = attention_shape(1, 2, 3, 130, 4, DT_F32);
+    AttentionShape s = attention_shape(1, 2, 3, 258, 4, DT_F32);
     s.ld_q = s.ld_k = s.ld_v = 3 * s.heads * s.d;
     check_fd(s);
     with_workspace = 0;
@@ -245,7 +245,7 @@ static void test_threads(void **state) {
 }
 
 /* the backward from the forward's saved P and from S recomputed: the same outputs to float rounding (P's two
- * roundings differ), at 300 keys (five key blocks of the dk dv jobs, two tiles of the dq pass), either dq path */
+ * roundings differ), at 300 keys (three key blocks of the dk dv jobs, two tiles of the dq pass), either dq path */
 static void test_saved_is_the_recompute(void **state) {
     (void)state;
     const AttentionShape s = attention_shape(2, 3, 300, 300, 32, DT_F32);
