@@ -27,18 +27,18 @@ VX_HD float gelu_one_plus_erf(float u) {
 #if defined(__CUDACC__)
     return 1.0f + erff(u);
 #else
-    const float z = fabsf(u), t = 1.0f / (1.0f + 0.5f * z);
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    p = p * t - 1.26551223f;
-    const float erfc = t * GELU_EXP(p - z * z);
+    const float z = fabsf(u), t = 1.0f / VX_FMAF(0.5f, z, 1.0f);
+    float p = 0.17087277f; /* VX_FMAF: exp_cpu.h */
+    p = VX_FMAF(p, t, -0.82215223f);
+    p = VX_FMAF(p, t, 1.48851587f);
+    p = VX_FMAF(p, t, -1.13520398f);
+    p = VX_FMAF(p, t, 0.27886807f);
+    p = VX_FMAF(p, t, -0.18628806f);
+    p = VX_FMAF(p, t, 0.09678418f);
+    p = VX_FMAF(p, t, 0.37409196f);
+    p = VX_FMAF(p, t, 1.00002368f);
+    p = VX_FMAF(p, t, -1.26551223f);
+    const float erfc = t * GELU_EXP(VX_FMAF(-z, z, p));
     return u >= 0.0f ? 2.0f - erfc : erfc;
 #endif
 }

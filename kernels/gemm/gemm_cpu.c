@@ -47,6 +47,18 @@ static inline __attribute__((always_inline)) void gelu_row(int kind, int n, floa
     else
         for (int j = 0; j < n; j++) c[j] = gelu_value(kind, c[j]);
 }
+/* the same with the bias added in the same pass (the same bits as adding it first: pre = c + bias, then GELU) */
+static inline __attribute__((always_inline)) void bias_gelu_row(int kind, int n, float *restrict c,
+                                                                float *restrict aux, const float *restrict bias) {
+    if (aux)
+        for (int j = 0; j < n; j++) {
+            const float pre = c[j] + bias[j];
+            aux[j] = pre;
+            c[j] = gelu_value(kind, pre);
+        }
+    else
+        for (int j = 0; j < n; j++) c[j] = gelu_value(kind, c[j] + bias[j]);
+}
 static inline __attribute__((always_inline)) void dgelu_row(int kind, int n, float *restrict c,
                                                             const float *restrict aux) {
     for (int j = 0; j < n; j++) c[j] *= gelu_grad(kind, aux[j]);
@@ -61,10 +73,12 @@ static void epilogue(const GemmShape *s, long rows, int n, const float *bias, fl
         if (e == GEMM_EPI_DGELU_TANH) dgelu_row(0, n, cr, ar);
         if (e == GEMM_EPI_DGELU_ERF) dgelu_row(1, n, cr, ar);
         if (e == GEMM_EPI_DGELU_TANH || e == GEMM_EPI_DGELU_ERF) continue;
-        if (bias)
+        if (bias && e == GEMM_EPI_GELU_TANH) bias_gelu_row(0, n, cr, ar, bias);
+        else if (bias && e == GEMM_EPI_GELU_ERF) bias_gelu_row(1, n, cr, ar, bias);
+        else if (bias)
             for (int j = 0; j < n; j++) cr[j] += bias[j];
-        if (e == GEMM_EPI_GELU_TANH) gelu_row(0, n, cr, ar);
-        if (e == GEMM_EPI_GELU_ERF) gelu_row(1, n, cr, ar);
+        else if (e == GEMM_EPI_GELU_TANH) gelu_row(0, n, cr, ar);
+        else if (e == GEMM_EPI_GELU_ERF) gelu_row(1, n, cr, ar);
     }
 }
 
