@@ -79,7 +79,7 @@ static void record_layer(void *ctx, int node, int phase) {
     l->be->event_record(l->ev[4 * node + phase]);
 }
 typedef struct {
-    double conv_ms, other_ms, step_ms, *node_ms;
+    double conv_ms, other_ms, step_ms, *node_ms, *fwd_ms, *bwd_ms; /* node_ms = fwd_ms + bwd_ms */
     double gemm_ms, attn_ms; /* of other_ms: the transformers' Linear GEMMs and attention */
 } LayerTimes;
 static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
@@ -94,10 +94,12 @@ static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
     m->node_hook = NULL;
     out->conv_ms = out->other_ms = out->gemm_ms = out->attn_ms = 0;
     out->step_ms = r.ms;
-    out->node_ms = vx_malloc((size_t)m->n_nodes * sizeof(double));
+    out->node_ms = vx_malloc((size_t)3 * m->n_nodes * sizeof(double));
+    out->fwd_ms = out->node_ms + m->n_nodes, out->bwd_ms = out->node_ms + 2 * m->n_nodes;
     for (int i = 0; i < m->n_nodes; i++) {
         void **e = l.ev + 4 * i;
-        out->node_ms[i] = be->event_elapsed_ms(e[0], e[1]) + be->event_elapsed_ms(e[2], e[3]);
+        out->fwd_ms[i] = be->event_elapsed_ms(e[0], e[1]), out->bwd_ms[i] = be->event_elapsed_ms(e[2], e[3]);
+        out->node_ms[i] = out->fwd_ms[i] + out->bwd_ms[i];
         if (node_convolves(&m->nodes[i])) out->conv_ms += out->node_ms[i];
         else out->other_ms += out->node_ms[i];
         if (m->nodes[i].kind == OP_GEMM) out->gemm_ms += out->node_ms[i];
@@ -105,6 +107,25 @@ static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
     }
     for (int i = 0; i < 4 * m->n_nodes; i++) be->event_destroy(l.ev[i]);
     free(l.ev);
+}
+
+/* Every layer of the timed pass in model order, as the JSON array "layers": name, forward and backward ms (a
+ * profile to read whole, where the Markdown keeps the slowest ten). Names are the model's own (letters, digits,
+ * dots, underscores); anything else is written as '?' so that the file stays valid JSON. Returns a malloc'd text. */
+static char *layers_json(const Model *m, const LayerTimes *lt) {
+    const size_t cap = (size_t)m->n_nodes * 192 + 64;
+    char *js = vx_malloc(cap);
+    size_t len = (size_t)snprintf(js, cap, "[");
+    for (int i = 0; i < m->n_nodes; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s", m->nodes[i].name);
+        for (char *c = name; *c; c++)
+            if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
+        len += (size_t)snprintf(js + len, cap - len, "%s\n    {\"name\": \"%s\", \"forward_ms\": %.4f, \"backward_ms\": %.4f}",
+                                i ? "," : "", name, lt->fwd_ms[i], lt->bwd_ms[i]);
+    }
+    snprintf(js + len, cap - len, "\n  ]");
+    return js;
 }
 
 /* The slowest layers of the timed pass, as Markdown rows (at most `top`). */
@@ -185,6 +206,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     const int in_c = model->in_channels, in_c_stored = m->tensors[m->t_input_lp].dims.c;
     vx_log("first layer (the nodes through the first convolution, %s; %d input channel(s) stored as %d): %.3f ms\n",
            first_conv, in_c, in_c_stored, first_ms);
+    char *layers_js = layers_json(m, &lt);
     free(lt.node_ms);
     stepper_free(st);
     comm_close(single);
@@ -226,8 +248,9 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                                                        : "cross-entropy";
     char isa[420];
     bench_isa(&rt, isa, sizeof isa);
-    char json[16384];
-    int n = snprintf(json, sizeof json,
+    const size_t json_cap = 16384 + strlen(layers_js);
+    char *json = vx_malloc(json_cap);
+    int n = snprintf(json, json_cap,
                      "{\n  \"benchmark\": \"step\",\n  \"config\": \"%s\",\n  \"device\": \"%s\",\n  \"backend\": \"%s\",\n"
                      "  \"device_detail\": \"%s\",\n  \"isa\": \"%s\",\n  \"cpu\": \"%s\",\n  \"cores\": %d,\n"
                      "  \"threads\": %d,\n"
@@ -245,7 +268,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      "  \"conv_ms\": %.3f,\n  \"other_layers_ms\": %.3f,\n  \"gemm_ms\": %.3f,\n"
                      "  \"attention_ms\": %.3f,\n  \"own_kernels_ms\": %.3f,\n"
                      "  \"layers_step_ms\": %.3f,\n  \"step_over_conv\": %.4f,\n  \"first_layer_ms\": %.3f,\n"
-                     "  \"input_channels_stored\": %d,\n  \"loss\": \"%s\"\n}\n",
+                     "  \"input_channels_stored\": %d,\n  \"loss\": \"%s\",\n  \"layers\": %s\n}\n",
                      stem, slug, be->name, device, isa, rt.hw.cpu_model, rt.hw.cores, threads, openblas_get_config(),
                      __VERSION__, train->tf32, train->deterministic, commit, m->batch, model->input_size[0],
                      model->input_size[1], model->input_size[2], m->param_count, warmup, iters, med * 1e3, tmin * 1e3,
@@ -254,9 +277,11 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                      ceil.conv_shape, work_gflops / ceil.gflops, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision, train->compile,
                      graphs, phase[0], phase[1], phase[2], lt.conv_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms,
                      lt.other_ms + phase[2], lt.step_ms,
-                     med * 1e3 / lt.conv_ms, first_ms, in_c_stored, loss);
+                     med * 1e3 / lt.conv_ms, first_ms, in_c_stored, loss, layers_js);
     snprintf(path, sizeof path, "step_%s.json", stem);
     bench_write_text(dir, path, json, (size_t)n, o->overwrite);
+    free(json);
+    free(layers_js);
     char md[16384];
     n = snprintf(md, sizeof md,
                  "# bench step: %s on %s\n\n"

@@ -218,6 +218,11 @@ def test_bench_step_writes_results(tmp_path):
     assert r["iters"] == 3 and r["step_ms_median"] > 0 and r["samples_per_s"] > 0
     assert r["ceiling_gflops"] > 0 and 0 < r["fraction_of_ceiling"] < 1
     assert (files[0].with_suffix(".md")).exists()
+    # every layer of the layer pass, in model order, forward and backward apart; they add up to the layers' total
+    layers = r["layers"]
+    assert layers[0]["name"] == "encoder.conv_in" and len({l["name"] for l in layers}) == len(layers) > 10, layers[:3]
+    assert all(l["forward_ms"] >= 0 and l["backward_ms"] >= 0 for l in layers)
+    assert abs(sum(l["forward_ms"] + l["backward_ms"] for l in layers) - r["conv_ms"] - r["other_layers_ms"]) < 0.05
 
 
 def trained(tmp_path, name="r", *extra):
