@@ -71,3 +71,34 @@ def test_the_same_build_passes_and_a_cpu_without_a_baseline_is_gated_not_skipped
     assert "gated by the parent comparison alone" in p.stdout and "skipped" not in p.stdout
     r = rows(p.stdout)
     assert ("time", "upconv_phase_shuffle") in r and ("instructions", "upconv_phase_shuffle") in r
+
+
+def test_a_figure_slower_in_every_pair_is_timed_again_before_it_is_called_a_regression(monkeypatch):
+    """The time verdict's second round (regress_ab.gate), without timing anything: time_pairs is replaced by one that
+    returns fixed ratios. A figure slower in every pair of the first round is timed again, alone (its op through
+    --ops; the step only when the step is among them), and is a regression only when it is slower in every pair of
+    both rounds; a figure slower in only some pairs of the first round is not timed again."""
+    import sys
+    import types
+    sys.path.insert(0, os.path.join(ROOT, "ci"))
+    import regress_ab
+    step = regress_ab.STEP
+    calls = []
+
+    def fake(new, base, config, pairs, ops, budget_ms, log, kernels=True, **kw):
+        calls.append((ops, kernels, kw.get("step")))
+        if len(calls) == 1:
+            return {"gemm": [1.3, 1.2, 1.4], "relu_forward": [1.3, 1.2, 1.4], step: [1.2, 1.3, 1.25],
+                    "adamw": [1.3, 1.1, 1.3]}
+        return {"gemm": [1.3, 1.25, 1.2], "relu_forward": [1.3, 0.95, 1.2], step: [1.0, 1.02, 0.98]}
+
+    monkeypatch.setattr(regress_ab, "time_pairs", fake)
+    args = types.SimpleNamespace(base_bin="base", new_bin="new", pairs=3, config="c.json", ops=None, budget_ms=30,
+                                 count_configs=[])
+    out = []
+    bad, n = regress_ab.gate(args, log=out.append)
+    assert calls == [(None, True, None), ("gemm,relu_forward", True, True)], calls
+    r = rows("\n".join(out))
+    assert bad == 1 and r[("time", "gemm")] == "REGRESSED", out
+    assert r[("time", "relu_forward")] == r[("time", step)] == r[("time", "adamw")] == "ok", out
+    assert any("1.30 1.20 1.40 1.30 1.25 1.20" in line for line in out), out
