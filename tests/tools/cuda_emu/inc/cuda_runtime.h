@@ -71,9 +71,10 @@ struct EmuPool {
         while (workers.size() < n) {
             const unsigned t = (unsigned)workers.size();
             go.push_back(new std::counting_semaphore<1>(0));
-            workers.emplace_back([this, t] {
+            // its own semaphore captured, not go[t] read each time: a later launch's grow() may be reallocating go
+            workers.emplace_back([this, t, mine = go.back()] {
                 for (;;) {
-                    go[t]->acquire();
+                    mine->acquire();
                     (*job)(t);
                     if (remaining.fetch_sub(1) == 1) done.release();
                 }
