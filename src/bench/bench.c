@@ -113,7 +113,9 @@ static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
  * profile to read whole, where the Markdown keeps the slowest ten). Names are the model's own (letters, digits,
  * dots, underscores); anything else is written as '?' so that the file stays valid JSON. Returns a malloc'd text. */
 static char *layers_json(const Model *m, const LayerTimes *lt) {
-    const size_t cap = (size_t)m->n_nodes * 192 + 64;
+    /* per layer: a name of at most 95 characters, 60 of text, two times in %.4f (a layer's milliseconds): under 256,
+     * so no entry is truncated (a truncated one would leave len past cap) */
+    const size_t cap = (size_t)m->n_nodes * 256 + 64;
     char *js = vx_malloc(cap);
     size_t len = (size_t)snprintf(js, cap, "[");
     for (int i = 0; i < m->n_nodes; i++) {
