@@ -17,11 +17,14 @@ ifeq ($(findstring -lprotobuf-c,$(LDLIBS)),)
 endif
 
 # One protoc-c run writes every .pb-c.c/.h pair; a stamp file stands for the whole set so that protoc-c runs
-# once, also under make -j (grouped targets would need GNU make 4.3).
+# once, also under make -j (grouped targets would need GNU make 4.3). The stamp takes the time from before the run
+# (touched first, renamed into place after): stamped after, it would be newer than the files it stands for, and
+# `make -q all` would call a finished tree out of date (ci/docker.sh asks it of the test image).
 $(TB_GEN_DIR)/.stamp: $(TB_PROTOS)
 	@mkdir -p $(TB_GEN_DIR)
+	@touch $@.tmp
 	$(PROTOC_C) --proto_path=src --c_out=$(BUILD)/gen $(TB_PROTOS)
-	@touch $@
+	@mv $@.tmp $@
 $(TB_GEN_SRCS) $(TB_GEN_HDRS): $(TB_GEN_DIR)/.stamp ;
 
 # Generated code follows protoc-c's style, not ours: compile it without -Werror so a newer protoc-c cannot break
