@@ -27,6 +27,12 @@ PY=${PYTHON:-.venv/bin/python}
 SUBSET=(test_predict.py test_predict_diffusion.py test_resnet3d.py test_zero.py test_cpu_backend.py test_cpu_bf16.py
         test_ranks_agree.py test_pytorch.py test_monai.py test_vit3d.py test_vit3d_diffusion.py test_training.py
         test_memory_savers.py)
+# ...less test_zero.py's comparisons of every sharded mode with DDP at world sizes 1-4 (2 of the sweep's 5.5 minutes
+# on the AVX-512 Xeon): their tolerance is the same build's own float32 noise, measured in the same run (a nudged
+# DDP run), so they test the sharding's logic, which no ISA level changes. test_zero.py's bit-for-bit checks (ZeRO-2
+# against DDP, consolidation, resumes across rank counts) stay: a vector body and its scalar tail splitting a shard
+# differently at another width would show there.
+SUBSET_DESELECT="not (sharded_modes_follow_ddp or memory_per_rank_falls or zero2_reports_backwards or parameter_groups_follows_ddp)"
 
 full=0; levels=""
 while [ $# -gt 0 ]; do
@@ -94,9 +100,10 @@ for level in $levels; do
         fi
     done
     echo "isa $level: unit tests $p passed, $f failed"
-    if [ $full -eq 1 ]; then files=(tests/integration); else files=("${SUBSET[@]/#/tests/integration/}"); fi
+    if [ $full -eq 1 ]; then files=(tests/integration); select=(); else
+        files=("${SUBSET[@]/#/tests/integration/}"); select=(-k "$SUBSET_DESELECT"); fi
     report=$(mktemp)
-    env "${env_level[@]}" BUILD="$build" "$PY" -m pytest -q -rfE -p no:cacheprovider "${files[@]}" \
+    env "${env_level[@]}" BUILD="$build" "$PY" -m pytest -q -rfE -p no:cacheprovider "${files[@]}" "${select[@]}" \
         ${ISA_SWEEP_PYTEST:-} --junitxml="$report" >"$build.pytest.log" 2>&1
     grep -E '^(FAILED|ERROR) ' "$build.pytest.log" | sed "s/^/isa $level: /"
     tail -1 "$build.pytest.log"
