@@ -24,7 +24,7 @@ def rows(out):
     got = {}
     for line in out.splitlines():
         w = line.split()
-        if len(w) >= 4 and w[0] in ("time", "instructions") and w[-1] in ("ok", "REGRESSED"):
+        if len(w) >= 4 and w[0] in ("time", "instructions") and w[-1] in ("ok", "REGRESSED", "accepted"):
             got[(w[0], line[14:55].strip())] = w[-1]
     return got
 
@@ -102,3 +102,29 @@ def test_a_figure_slower_in_every_pair_is_timed_again_before_it_is_called_a_regr
     assert bad == 1 and r[("time", "gemm")] == "REGRESSED", out
     assert r[("time", "relu_forward")] == r[("time", step)] == r[("time", "adamw")] == "ok", out
     assert any("1.30 1.20 1.40 1.30 1.25 1.20" in line for line in out), out
+
+
+def test_a_slowdown_named_in_the_commit_message_is_accepted_and_only_that_one(monkeypatch):
+    """`Regress-accepted: KIND OP` lines in HEAD's message (ci/regress_ab.parse_accepted) turn that figure's
+    REGRESSED into accepted and leave every other regression failing; only HEAD against its parent reads them."""
+    import sys
+    import types
+    sys.path.insert(0, os.path.join(ROOT, "ci"))
+    import regress_ab
+    msg = ("GELU: a select before the tail's product\n\nWhy ...\n\nRegress-accepted: instructions gelu_backward\n"
+           "Regress-accepted: instructions conv3d_forward [onednn]\nRegress-accepted: bogus x\n")
+    assert regress_ab.parse_accepted(msg) == {("instructions", "gelu_backward"),
+                                              ("instructions", "conv3d_forward [onednn]")}
+    monkeypatch.setattr(regress_ab, "git", lambda *a: msg if a[:2] == ("log", "-1") else None)
+    assert regress_ab.head_accepted("HEAD against its parent") == regress_ab.parse_accepted(msg)
+    assert regress_ab.head_accepted("the working tree's changes against HEAD") == set()
+    monkeypatch.setattr(regress_ab, "time_pairs", lambda *a, **kw: {"gemm": [1.3, 1.3, 1.3]})
+    args = types.SimpleNamespace(base_bin="base", new_bin="new", pairs=3, config="c.json", ops=None, budget_ms=30,
+                                 count_configs=[], accepted={("time", "gemm")})
+    out = []
+    assert regress_ab.gate(args, log=out.append) == (0, 1), out
+    assert rows("\n".join(out)) == {("time", "gemm"): "accepted"}, out
+    args.accepted = {("instructions", "gemm")}  # another kind: not this figure
+    out = []
+    assert regress_ab.gate(args, log=out.append) == (1, 1), out
+    assert rows("\n".join(out)) == {("time", "gemm"): "REGRESSED"}, out
