@@ -6,7 +6,8 @@
  * and 2 threads, AdamW against a double transcription of torch's formula, and the counter-based RNG's statistics
  * and offset property. The ResNet family's ops (BatchNorm in SyncBatchNorm's pieces, on one rank and with the sums
  * of several, ReLU, max and average pooling, Linear, keyed dropout, the head losses) run through the CPU backend's
- * tables, their contracts having no CPU functions of their own. */
+ * tables, their contracts having no CPU functions of their own. GELU is checked here only in its far tail (the
+ * rest is op_cases.c against the double backend). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 
 #include <cmocka.h>
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -33,6 +35,8 @@
 #include "elementwise/elementwise.h"
 #include "common/cpu_gemm.h"
 #include "gemm/gemm.h"
+#include "gelu/gelu.h"
+#include "gelu/gelu_math.h"
 #include "groupnorm/groupnorm.h"
 #include "latent/latent.h"
 #include "loss/loss.h"
@@ -586,6 +590,34 @@ static void test_silu(void **state) {
     assert_true(fabsf(edx[0]) < 1e-30f && edx[5] == 1.0f && edx[3] == 0.5f);
     free(x), free(r), free(c.x), free(c.r), free(ry), free(y), free(dx), free(fd), free(dx1), free(dx0), free(xb);
     free(yb);
+}
+
+/* GELU (erf) far left, where x Phi(x) and its derivative leave float's normal range: 1 + erf(u) is 0 or at least
+ * FLT_MIN, never subnormal (exp_vec holds its argument at -87, so without gelu_math.h's select the tail gave
+ * t x e^-87 ~ 3e-39: a subnormal whose microcode assist made a GELU epilogue 4x slower on such inputs), and GELU and
+ * its derivative are within 32 FLT_MIN of float64 (1e-5 and, for the derivative's cancellation of two nearly equal
+ * terms, 1e-2 relative above that). The derivative's density term keeps exp_vec's clamp, x e^-87 / sqrt(2 pi), so
+ * it is checked down to x = -30 (2e-37 there). The ordinary range is op_cases.c's, against the double backend. */
+static void test_gelu_erf_far_tail(void **state) {
+    for (float u = -8.0f; u > -1e4f; u *= 1.001f) {
+        const float r = gelu_one_plus_erf(u);
+        if (fpclassify(r) == FP_SUBNORMAL) fail_msg("1 + erf(%.9g) = %g is subnormal", u, r);
+    }
+    enum { N = 12 };
+    const float x[N] = {-12.0f, -12.7f, -12.9f, -13.0f, -13.2f, -13.5f, -14.0f, -16.0f, -20.0f, -30.0f, -100.0f, -1e4f};
+    const float ones[N] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    float y[N], dx[N];
+    const GeluShape s = {.count = N, .kind = GELU_ERF, .dtype = DT_F32};
+    gelu_ops_cpu.forward(&s, x, y);
+    gelu_ops_cpu.backward(&s, x, ones, dx, 0.0f);
+    for (int i = 0; i < N; i++) {
+        const double v = x[i], phi = 0.5 * erfc(-v / sqrt(2.0)), dens = exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
+        const double ry = v * phi, rdx = phi + v * dens;
+        if (fabs(y[i] - ry) > fmax(1e-5 * fabs(ry), 32 * FLT_MIN) ||
+            (v >= -30.0 && fabs(dx[i] - rdx) > fmax(1e-2 * fabs(rdx), 32 * FLT_MIN)))
+            fail_msg("gelu erf at x = %g: y %g (float64 %g), dx %g (float64 %g)", v, y[i], ry, dx[i], rdx);
+    }
+    (void)state;
 }
 
 /* ---- upsample --------------------------------------------------------------------------------------------- */
@@ -1657,7 +1689,8 @@ int main(void) {
         cmocka_unit_test(test_groupnorm_g1),      cmocka_unit_test(test_groupnorm_gc),
         cmocka_unit_test(test_groupnorm_g3),      cmocka_unit_test(test_groupnorm_c5),
         cmocka_unit_test(test_groupnorm_blocks),  cmocka_unit_test(test_groupnorm_threads),
-        cmocka_unit_test(test_silu),              cmocka_unit_test(test_upsample),
+        cmocka_unit_test(test_silu),              cmocka_unit_test(test_gelu_erf_far_tail),
+        cmocka_unit_test(test_upsample),
         cmocka_unit_test(test_elementwise),       cmocka_unit_test(test_loss_l1),
         cmocka_unit_test(test_loss_mse),          cmocka_unit_test(test_loss_small),
         cmocka_unit_test(test_latent),            cmocka_unit_test(test_latent_no_eps),
