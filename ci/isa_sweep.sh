@@ -27,7 +27,7 @@ PY=${PYTHON:-.venv/bin/python}
 SUBSET=(test_predict.py test_predict_diffusion.py test_resnet3d.py test_zero.py test_cpu_backend.py test_cpu_bf16.py
         test_ranks_agree.py test_pytorch.py test_monai.py test_vit3d.py test_vit3d_diffusion.py test_training.py
         test_memory_savers.py)
-# ...less test_zero.py's comparisons of every sharded mode with DDP at world sizes 1-4 (2 of the sweep's 5.5 minutes
+# ...less test_zero.py's comparisons of every sharded mode with DDP at world sizes 1-4 (332 -> 240 s of the sweep
 # on the AVX-512 Xeon): their tolerance is the same build's own float32 noise, measured in the same run (a nudged
 # DDP run), so they test the sharding's logic, which no ISA level changes. test_zero.py's bit-for-bit checks (ZeRO-2
 # against DDP, consolidation, resumes across rank counts) stay: a vector body and its scalar tail splitting a shard
