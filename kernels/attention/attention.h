@@ -22,10 +22,11 @@
  * needs some (attention_cudnn.cu). NULL is allowed where workspace_bytes said 0.
  * Saved: `saved`, saved_bytes(s) bytes the model keeps for the node from its forward to its backward (NULL where
  * that is 0, or where the caller keeps nothing: the backward then recomputes). The CPU keeps the forward's
- * probabilities P [batch][heads][tq][tk] there while they are one tile of keys and at most ATT_SAVED_MAX bytes
- * (attention_cpu.c), and its backward reads P instead of recomputing S = scale Q K^T and exp(S - lse) per tile.
+ * probabilities P there while they are one tile of keys and at most ATT_SAVED_MAX bytes (attention_cpu.c; laid out
+ * as its path reads them: [batch][heads][tq][tk], or transposed per block of 64 queries on the tile path), and its
+ * backward reads P instead of recomputing S = scale Q K^T and exp(S - lse) per tile.
  * Math in float32 whatever the storage (scores, exponentials, accumulators); a sum's order is fixed by the shape
- * (CPU: jobs of query or key blocks, BLAS inside each job single-threaded; CUDA: one thread group per row, keys in
+ * (CPU: jobs of query or key blocks, each product inside a job single-threaded; CUDA: one thread group per row, keys in
  * order), so the bits do not depend on the thread count, and no atomics are used: dk dv are one pass over the
  * queries per key block, dq one pass over the keys per query block (the scores are computed twice in backward, or
  * read from the saved P), or on the CPU within its workspace dq's partials of each key block from the dk dv pass,

@@ -1,17 +1,23 @@
-/* attention_cpu.c: float32 CPU attention (attention.h), tiled so no [tq][tk] matrix exists: per job a tile of at
- * most ATT_BQ x ATT_BK scores, cpu_sgemm (OpenBLAS or oneDNN, whichever has kernels of this CPU's width; single-
- * threaded inside each OpenMP job, as gemm_cpu.c) reading q k v in place
- * through their row strides.
+/* attention_cpu.c: float32 CPU attention (attention.h), tiled so no [tq][tk] matrix exists. Two paths, chosen by
+ * shape alone (so forward and backward agree, and the saved P is the layout its backward reads):
+ *   the tile path  (attention_cpu_tile.c) where the build has vectors of ours (CPU_TILE_W: AVX-512 16 floats, AVX2
+ *                  8) and d is a multiple of them: scores held transposed, products on cpu_tile_gemm's register
+ *                  tiles. vit3d-diffusion-64's heads (d 64) run here.
+ *   the sgemm path (this file) for every other shape (d 4, 8, 40 ...; the x86-64-v2 build): per job a tile of at
+ *                  most ATT_BQ x ATT_BK scores, cpu_sgemm (OpenBLAS or oneDNN, whichever has kernels of this CPU's
+ *                  width; single-threaded inside each OpenMP job, as gemm_cpu.c) reading q k v in place through
+ *                  their row strides.
+ * The sgemm path:
  *   forward   jobs (b, h, block of ATT_BQ queries). Up to ATT_FWD_BK keys (vit3d-diffusion-64's 512 tokens): one
  *             S = scale Q K^T, the row softmax in place, o = P V; lse = max + log sum. Longer: keys in tiles of
  *             ATT_FWD_BK, in order, with the online softmax (running max m and sum l per row, the accumulator
  *             rescaled by exp(m_old - m_new)), acc += P V; at the end o = acc / l, lse = m + log l.
- *   backward  delta_i = dO_i . o_i (double, per row); then jobs (b, h, block of ATT_BKB keys) over query tiles of
- *             ATT_BQ: P = exp(S - lse), dV += P^T dO, dS = P (dO V^T - delta), dK += scale dS^T Q; then jobs
- *             (b, h, block of ATT_BQ queries) over key tiles: dQ += scale dS K. No two jobs write one element.
+ *   backward  delta_i = dO_i . o_i (double, per row; both paths); then jobs (b, h, block of ATT_BKB keys) over query
+ *             tiles of 2 ATT_BQ: P = exp(S - lse), dV += P^T dO, dS = P (dO V^T - delta), dK += scale dS^T Q; then
+ *             jobs (b, h, block of ATT_BQ queries) over key tiles: dQ += scale dS K. No two jobs write one element.
  *             Up to ATT_DQ_PARTIAL_MAX, the dk dv jobs write each key block's dq partial scale dS K from the dS they
- *             have, summed after in key-block order (the workspace), and the dq pass, which recomputes S and dP,
- *             is not run.
+ *             have, summed after in key-block order (the workspace; both paths), and the dq pass, which recomputes
+ *             S and dP, is not run.
  *   saved     where the caller keeps saved_bytes(s) for the node (P of one key tile, up to ATT_SAVED_MAX): the
  *             forward's S is computed in place there and normalised into P, which the backward reads instead of
  *             recomputing S and exp(S - lse) per tile: four products per tile instead of five.
@@ -22,28 +28,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention/attention.h"
+#include "attention/attention_cpu_parts.h"
 #include "common/cpu_gemm.h"
 #include "common/cpu_op.h"
 #include "common/exp_cpu.h"
 
-#define ATT_BQ 64   /* queries per forward / dq job, and per query tile of the dk dv jobs (times 2) */
-#define ATT_BK 256  /* keys per backward tile */
-/* keys per forward tile: a row of scores up to this long is one product, one softmax and one product (no online
- * rescaling); 1024 keys x ATT_BQ queries is 256 KiB a thread, inside a core's L2 */
-#define ATT_FWD_BK 1024
-#define ATT_BKB 128 /* keys per dk dv job (64: 128 x 64 products, the backward 10% slower here) */
 /* floats of dq partials (one [tq][d] per key block of ATT_BKB per (b, h)) up to which backward computes dq in the
  * dk dv jobs' pass, from the dS it has there, and sums the partials after, in key-block order: five products per
  * tile instead of seven (the dq pass recomputes S and dP); larger shapes (the partials grow with tk * tq) keep the
  * separate dq pass. 64 MiB: vit3d-diffusion-64's 512-token self-attention takes 6 MiB. */
 #define ATT_DQ_PARTIAL_MAX (16L << 20)
-/* bytes of probabilities a node may keep from its forward for its backward: vit3d-diffusion-64's 512-token
- * self-attention keeps 12 MiB (batch 2, 6 heads); longer sequences recompute (P grows with tq * tk) */
-#define ATT_SAVED_MAX (32L << 20)
-/* score elements times d below which a call runs on the calling thread (a parallel region costs more; the jobs,
- * and so the bits, are the same either way) */
-#define ATT_PARALLEL_MIN (1L << 20)
+
+/* floats of P [batch][heads][tq][tk] the sgemm path's forward saves for shape s: one key tile and at most
+ * ATT_SAVED_MAX, else 0 */
+static size_t sgemm_saved_floats(const AttentionShape *s) {
+    const size_t f = (size_t)s->batch * (size_t)s->heads * (size_t)s->tq * (size_t)s->tk;
+    return s->tk <= ATT_FWD_BK && f * sizeof(float) <= (size_t)ATT_SAVED_MAX ? f : 0;
+}
+/* the saved P of whichever path runs shape s */
+static size_t saved_floats(const AttentionShape *s) {
+    return attention_cpu_tile_ok(s) ? attention_cpu_tile_saved_floats(s) : sgemm_saved_floats(s);
+}
 
 static void check(const AttentionShape *s, const char *fn) {
     cpu_need_f32(s->dtype, fn);
@@ -51,25 +56,6 @@ static void check(const AttentionShape *s, const char *fn) {
     if (*bad)
         vx_fatal("attention: %s (batch %d, heads %d, tq %d, tk %d, d %d)", bad, s->batch, s->heads, s->tq, s->tk,
                  s->d);
-}
-
-/* element (b, token t, head h, column 0) of a [batch][tokens][ld] tensor */
-static inline size_t at(int b, int tokens, int t, int ld, int h, int d) {
-    return ((size_t)b * (size_t)tokens + (size_t)t) * (size_t)ld + (size_t)h * (size_t)d;
-}
-
-static double work(const AttentionShape *s) { return (double)s->batch * s->heads * s->tq * s->tk * s->d; }
-
-/* floats of P [batch][heads][tq][tk] the forward saves for shape s: one key tile and at most ATT_SAVED_MAX, else 0 */
-static size_t saved_floats(const AttentionShape *s) {
-    const size_t f = (size_t)s->batch * (size_t)s->heads * (size_t)s->tq * (size_t)s->tk;
-    return s->tk <= ATT_FWD_BK && f * sizeof(float) <= (size_t)ATT_SAVED_MAX ? f : 0;
-}
-
-static void *job_alloc(size_t floats) {
-    float *p = malloc(floats * sizeof(float));
-    if (!p) vx_fatal("attention: out of memory for a %zu-float tile", floats);
-    return p;
 }
 
 /* ---- forward ------------------------------------------------------------------------------------------------ */
@@ -166,21 +152,25 @@ static void forward_tiled(const AttentionShape *s, const float *Q, const float *
 static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, void *ov,
                         float *lse, void *saved, void *workspace) {
     check(s, "attention_forward");
+    if (attention_cpu_tile_ok(s)) {
+        attention_cpu_tile_forward(s, qv, kv, vv, ov, lse, saved);
+        return;
+    }
     const int d = s->d, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, one_tile = s->tk <= ATT_FWD_BK;
     const long jobs = (long)s->batch * s->heads * qb;
     const float *Q = qv, *K = kv, *V = vv;
-    float *O = ov, *P = saved && saved_floats(s) ? saved : NULL;
+    float *O = ov, *P = saved && sgemm_saved_floats(s) ? saved : NULL;
     const int blas = cpu_gemm_serial_begin();
-#pragma omp parallel if (jobs > 1 && work(s) >= ATT_PARALLEL_MIN)
+#pragma omp parallel if (jobs > 1 && att_work(s) >= ATT_PARALLEL_MIN)
     {
-        float *S = job_alloc((size_t)ATT_BQ * ATT_FWD_BK), *acc = one_tile ? NULL : job_alloc((size_t)ATT_BQ * d);
+        float *S = att_job_alloc((size_t)ATT_BQ * ATT_FWD_BK), *acc = one_tile ? NULL : att_job_alloc((size_t)ATT_BQ * d);
 #pragma omp for schedule(static)
         for (long job = 0; job < jobs; job++) {
             const int b = (int)(job / ((long)s->heads * qb)), h = (int)(job / qb % s->heads);
             const int i0 = (int)(job % qb) * ATT_BQ, rows = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
-            const float *Qj = Q + at(b, s->tq, i0, s->ld_q, h, d), *Kj = K + at(b, s->tk, 0, s->ld_k, h, d),
-                        *Vj = V + at(b, s->tk, 0, s->ld_v, h, d);
-            float *Oj = O + at(b, s->tq, i0, s->ld_o, h, d), *lj = lse + ((size_t)b * s->heads + h) * s->tq + i0;
+            const float *Qj = Q + att_at(b, s->tq, i0, s->ld_q, h, d), *Kj = K + att_at(b, s->tk, 0, s->ld_k, h, d),
+                        *Vj = V + att_at(b, s->tk, 0, s->ld_v, h, d);
+            float *Oj = O + att_at(b, s->tq, i0, s->ld_o, h, d), *lj = lse + ((size_t)b * s->heads + h) * s->tq + i0;
             if (P) forward_one_tile(s, Qj, Kj, Vj, Oj, lj, rows, P + (((size_t)b * s->heads + h) * s->tq + i0) * s->tk,
                                     s->tk);
             else if (one_tile) forward_one_tile(s, Qj, Kj, Vj, Oj, lj, rows, S, ATT_FWD_BK);
@@ -216,17 +206,6 @@ static void tile_ds_saved(int rows, int kn, int ld, float *dP, const float *P, i
     }
 }
 
-/* dst = beta*dst + acc over `rows` rows of d (dst rows ld apart) */
-static void store_grad(int rows, int d, const float *acc, float *dst, int ld, float beta) {
-    for (int r = 0; r < rows; r++) {
-        float *o = dst + (size_t)r * ld;
-        const float *a = acc + (size_t)r * d;
-        if (beta != 0.0f)
-            for (int c = 0; c < d; c++) o[c] = beta * o[c] + a[c];
-        else memcpy(o, a, sizeof(float) * (size_t)d);
-    }
-}
-
 /* floats of the fused backward's dq partials for shape s, 0 where it keeps the separate dq pass */
 static size_t dq_partial_floats(const AttentionShape *s) {
     const size_t kb = (size_t)(s->tk + ATT_BKB - 1) / ATT_BKB;
@@ -247,7 +226,7 @@ static void sum_dq_partials(const AttentionShape *s, float *part, float *dQ, flo
             const float *q = acc + (size_t)k * s->tq * d;
             for (int c = 0; c < d; c++) acc[c] += q[c];
         }
-        store_grad(1, d, acc, dQ + at(b, s->tq, i, s->ld_q, h, d), s->ld_q, beta);
+        att_store_grad(1, d, acc, dQ + att_at(b, s->tq, i, s->ld_q, h, d), s->ld_q, beta);
     }
 }
 
@@ -262,32 +241,37 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
 #pragma omp parallel for schedule(static) if (rows_all * d >= 16384)
     for (long row = 0; row < rows_all; row++) {
         const int b = (int)(row / ((long)H * s->tq)), h = (int)(row / s->tq % H), i = (int)(row % s->tq);
-        const float *o = O + at(b, s->tq, i, s->ld_o, h, d), *g = dO + at(b, s->tq, i, s->ld_o, h, d);
+        const float *o = O + att_at(b, s->tq, i, s->ld_o, h, d), *g = dO + att_at(b, s->tq, i, s->ld_o, h, d);
         double acc = 0.0;
         for (int c = 0; c < d; c++) acc += (double)g[c] * o[c];
         delta[row] = (float)acc;
     }
-    const int kb = (s->tk + ATT_BKB - 1) / ATT_BKB, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, QT = 2 * ATT_BQ;
     float *part = workspace && dq_partial_floats(s) ? workspace : NULL; /* the fused dq (ATT_DQ_PARTIAL_MAX) */
-    const float *Psaved = saved && saved_floats(s) ? saved : NULL; /* the forward's P [b][h][tq][tk] */
+    if (attention_cpu_tile_ok(s)) {
+        attention_cpu_tile_backward(s, Q, K, V, dO, lse, delta, saved, part, dQ, dK, dV, beta);
+        if (part) sum_dq_partials(s, part, dQ, beta);
+        return;
+    }
+    const int kb = (s->tk + ATT_BKB - 1) / ATT_BKB, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, QT = 2 * ATT_BQ;
+    const float *Psaved = saved && sgemm_saved_floats(s) ? saved : NULL; /* the forward's P [b][h][tq][tk] */
     const long kjobs = (long)B * H * kb, qjobs = part ? 0 : (long)B * H * qb;
     const int blas = cpu_gemm_serial_begin();
-#pragma omp parallel if (kjobs + qjobs > 2 && work(s) >= ATT_PARALLEL_MIN)
+#pragma omp parallel if (kjobs + qjobs > 2 && att_work(s) >= ATT_PARALLEL_MIN)
     {
-        float *S = job_alloc((size_t)QT * ATT_BK), *dP = job_alloc((size_t)QT * ATT_BK);
-        float *acc = job_alloc((size_t)2 * ATT_BKB * d), *acc2 = acc + (size_t)ATT_BKB * d;
+        float *S = att_job_alloc((size_t)QT * ATT_BK), *dP = att_job_alloc((size_t)QT * ATT_BK);
+        float *acc = att_job_alloc((size_t)2 * ATT_BKB * d), *acc2 = acc + (size_t)ATT_BKB * d;
         /* dk, dv: key block [j0, j0 + kn) against every query tile, in order */
 #pragma omp for schedule(static)
         for (long job = 0; job < kjobs; job++) {
             const int b = (int)(job / ((long)H * kb)), h = (int)(job / kb % H);
             const int j0 = (int)(job % kb) * ATT_BKB, kn = s->tk - j0 < ATT_BKB ? s->tk - j0 : ATT_BKB;
-            const float *Kb = K + at(b, s->tk, j0, s->ld_k, h, d), *Vb = V + at(b, s->tk, j0, s->ld_v, h, d);
+            const float *Kb = K + att_at(b, s->tk, j0, s->ld_k, h, d), *Vb = V + att_at(b, s->tk, j0, s->ld_v, h, d);
             const size_t lrow = ((size_t)b * H + h) * s->tq;
             if (s->tq == 0) memset(acc, 0, sizeof(float) * (size_t)2 * ATT_BKB * d); /* no query: dk = dv = 0 */
             for (int i0 = 0; i0 < s->tq; i0 += QT) { /* acc: dk, acc2: dv; the first tile's products set them */
                 const int qn = s->tq - i0 < QT ? s->tq - i0 : QT;
                 const float first = i0 == 0 ? 0.0f : 1.0f;
-                const float *Qt = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOt = dO + at(b, s->tq, i0, s->ld_o, h, d);
+                const float *Qt = Q + att_at(b, s->tq, i0, s->ld_q, h, d), *dOt = dO + att_at(b, s->tq, i0, s->ld_o, h, d);
                 /* P: the saved tile, or S recomputed and exponentiated in place */
                 const float *Pt = Psaved ? Psaved + (lrow + (size_t)i0) * s->tk + j0 : S;
                 const int ldp = Psaved ? s->tk : ATT_BK;
@@ -302,26 +286,26 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
                     cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kb, s->ld_k, 0.0f, pt, d);
                 }
             }
-            store_grad(kn, d, acc, dK + at(b, s->tk, j0, s->ld_k, h, d), s->ld_k, beta);
-            store_grad(kn, d, acc2, dV + at(b, s->tk, j0, s->ld_v, h, d), s->ld_v, beta);
+            att_store_grad(kn, d, acc, dK + att_at(b, s->tk, j0, s->ld_k, h, d), s->ld_k, beta);
+            att_store_grad(kn, d, acc2, dV + att_at(b, s->tk, j0, s->ld_v, h, d), s->ld_v, beta);
         }
         /* dq: query block [i0, i0 + qn) against every key tile, in order */
 #pragma omp for schedule(static)
         for (long job = 0; job < qjobs; job++) {
             const int b = (int)(job / ((long)H * qb)), h = (int)(job / qb % H);
             const int i0 = (int)(job % qb) * ATT_BQ, qn = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
-            const float *Qb = Q + at(b, s->tq, i0, s->ld_q, h, d), *dOb = dO + at(b, s->tq, i0, s->ld_o, h, d);
+            const float *Qb = Q + att_at(b, s->tq, i0, s->ld_q, h, d), *dOb = dO + att_at(b, s->tq, i0, s->ld_o, h, d);
             const size_t lrow = ((size_t)b * H + h) * s->tq + i0;
             for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) { /* the first key tile's product sets acc */
                 const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
-                const float *Kt = K + at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + at(b, s->tk, j0, s->ld_v, h, d);
+                const float *Kt = K + att_at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + att_at(b, s->tk, j0, s->ld_v, h, d);
                 if (!Psaved) cpu_sgemm(0, 1, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k, 0.0f, S, ATT_BK);
                 cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v, 0.0f, dP, ATT_BK);
                 if (Psaved) tile_ds_saved(qn, kn, ATT_BK, dP, Psaved + lrow * s->tk + j0, s->tk, delta + lrow);
                 else tile_ds(qn, kn, ATT_BK, S, dP, lse + lrow, delta + lrow);
                 cpu_sgemm(0, 0, qn, d, kn, s->scale, dP, ATT_BK, Kt, s->ld_k, j0 == 0 ? 0.0f : 1.0f, acc, d);
             }
-            store_grad(qn, d, acc, dQ + at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, beta);
+            att_store_grad(qn, d, acc, dQ + att_at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, beta);
         }
         free(S);
         free(dP);

@@ -165,6 +165,25 @@ static void test_fd_saved(void **state) {
     with_saved = with_workspace = 0;
 }
 
+/* The register-tile path (attention_cpu_tile.c: d a multiple of the build's vector width, 16 on AVX-512 and 8 on
+ * AVX2; the shapes above, d 4 and 8, keep the cpu_sgemm path there) in all four modes (saved P or not, fused dq or
+ * not), at the shapes above with d 16. Several blocks of queries and keys, with partial last ones, are checked
+ * against float64 by test_backend_ops (70 x 70, 7 x 100, 1000 x 1000 tokens) and between the modes below (300 x 300):
+ * differences here would take ~10 s a mode at 65 x 129 tokens. */
+static void test_fd_tile(void **state) {
+    for (int mode = 0; mode < 4; mode++) {
+        with_workspace = mode & 1, with_saved = mode >> 1;
+        check_fd(attention_shape(2, 2, 7, 7, 16, DT_F32));
+        AttentionShape s = attention_shape(1, 3, 5, 9, 16, DT_F32);
+        s.scale = 1.0f;
+        check_fd(s);
+        s = attention_shape(2, 2, 6, 6, 16, DT_F32);
+        s.ld_q = s.ld_k = s.ld_v = 3 * s.heads * s.d;
+        check_fd(s);
+    }
+    with_saved = with_workspace = 0;
+}
+
 /* the naive materialised forward in float32: S = scale Q K^T [tq][tk] per (b, h), row softmax, O = P V */
 static void naive_forward(const AttentionShape *s, const float *q, const float *k, const float *v, float *o,
                           float *lse) {
@@ -459,7 +478,8 @@ int main(int argc, char **argv) {
         return bench(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 64, argc > 4 ? atoi(argv[4]) : 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fd_self),      cmocka_unit_test(test_fd_cross), cmocka_unit_test(test_fd_packed),
-        cmocka_unit_test(test_fd_fused),     cmocka_unit_test(test_fd_saved),     cmocka_unit_test(test_fused_dq_is_the_dq_pass),
+        cmocka_unit_test(test_fd_fused),     cmocka_unit_test(test_fd_saved),
+        cmocka_unit_test(test_fd_tile),     cmocka_unit_test(test_fused_dq_is_the_dq_pass),
         cmocka_unit_test(test_saved_is_the_recompute),
         cmocka_unit_test(test_against_naive), cmocka_unit_test(test_threads),
     };
