@@ -4,9 +4,16 @@ reference, timed in turns on the same machine in the same run, so that a shared 
 alike. Each round runs `voxscale bench step` with both binaries and the reference's --bench (the order rotating
 between rounds), and records each one's median and fastest step and the load average before it; the figures are
 the median over the rounds of the runs' medians, and the fastest step of all (what each reaches when the machine
-is least disturbed: on a shared 2-core VM at a load average of 200 the medians measure the neighbours). Writes results/<device>/alternate_<config>.md (and .json) and prints it.
+is least disturbed: on a shared 2-core VM at a load average of 200 the medians measure the neighbours). Writes
+results/<device>/alternate_<config>.md (and .json) and prints it.
+--python names the reference's Python (default .venv's: Debian's torch 1.13; the bench venv's PyTorch 2.x is
+.venv-bench/bin/python, `make bench-venv`); --best adds that Python's --best mode (torch.compile, fused SDPA, fused
+AdamW; its compilation is in the warm-up) as a fourth run in each round, so the ratio against the mode a user would
+pick is measured in the same rounds too (side_by_side.sh runs each side once, one after the other, and on a noisy
+VM that ordering alone moved the vit3d ratio by 0.3x).
 
   bench/alternate.py configs/default.json --base /tmp/parent/voxscale --rounds 5
+  bench/alternate.py configs/vit3d-diffusion-64.json --base /tmp/parent/voxscale --python .venv-bench/bin/python --best
   ITERS / WARMUP: steps per run (default 6 / 2)."""
 import argparse
 import json
@@ -37,12 +44,13 @@ def vx_step(binary, config, iters, warmup, env):
     return j, dline
 
 
-def reference(config, batch, iters, warmup, python):
+def reference(config, batch, iters, warmup, python, best=False):
     family = json.load(open(os.path.join(ROOT, config))).get("model", {}).get("family", "ae3d")
     out = tempfile.mktemp(suffix=".json")
     p = subprocess.run([python, os.path.join(ROOT, "bench", "reference", family + ".py"), "--config", config, "--bench",
                         "--device", "cpu", "--iters", str(iters), "--warmup", str(warmup), "--batch-size", str(batch),
-                        "--tf32", "1", "--out", out], cwd=ROOT, capture_output=True, text=True)
+                        "--tf32", "1", "--out", out] + (["--best"] if best else []), cwd=ROOT, capture_output=True,
+                       text=True)
     if p.returncode != 0:
         sys.exit("alternate.py: the reference failed (%d):\n%s" % (p.returncode, (p.stdout + p.stderr)[-2000:]))
     return json.load(open(out))
@@ -56,29 +64,35 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--results", default=os.path.join(ROOT, "results"))
     ap.add_argument("--label", default="", help="what the base binary is (for the table)")
+    ap.add_argument("--python", default=None, help="the reference's Python (default .venv's, else python3)")
+    ap.add_argument("--best", action="store_true", help="also time the reference's --best mode in each round")
     args = ap.parse_args()
     iters, warmup = int(os.environ.get("ITERS", 6)), int(os.environ.get("WARMUP", 2))
-    python = os.path.join(ROOT, ".venv", "bin", "python")
-    python = python if os.access(python, os.X_OK) else "/usr/bin/python3"
+    python = args.python or os.path.join(ROOT, ".venv", "bin", "python")
+    if not os.access(python, os.X_OK):
+        if args.python:
+            sys.exit("alternate.py: --python %s is not an executable (the bench venv: make bench-venv)" % python)
+        python = "/usr/bin/python3"
     env = dict(os.environ)
-    runs = {"new": [], "base": [], "ref": []}
-    mins = {"new": [], "base": [], "ref": []}
+    order = ["new", "base", "ref"] + (["best"] if args.best else [])
+    runs, mins = {k: [] for k in order}, {k: [] for k in order}
     loads = []
-    dline, vxj, ptj = "", None, None
-    order = ["new", "base", "ref"]
+    dline, vxj, ptj, bestj = "", None, None, None
     for r in range(args.rounds):
-        for who in order[r % 3:] + order[:r % 3]:
+        for who in order[r % len(order):] + order[:r % len(order)]:
             loads.append(loadavg())
-            if who == "ref":
-                ptj = reference(args.config, vxj["batch"] if vxj else 2, iters, warmup, python)
-                runs["ref"].append(ptj["step_ms_median"])
-                mins["ref"].append(ptj["step_ms_min"])
+            if who in ("ref", "best"):
+                j = reference(args.config, vxj["batch"] if vxj else 2, iters, warmup, python, best=who == "best")
+                if who == "ref":
+                    ptj = j
+                else:
+                    bestj = j
             else:
                 j, d = vx_step(args.bin if who == "new" else args.base, args.config, iters, warmup, env)
-                runs[who].append(j["step_ms_median"])
-                mins[who].append(j["step_ms_min"])
                 if who == "new":
                     vxj, dline = j, d
+            runs[who].append(j["step_ms_median"])
+            mins[who].append(j["step_ms_min"])
             print("round %d %-4s %9.1f ms (fastest %.1f)  (load %.2f)" % (r + 1, who, runs[who][-1], mins[who][-1],
                                                                        loads[-1]), flush=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
@@ -91,23 +105,35 @@ def main():
            "batch": vxj["batch"], "commit": vxj["commit"], "reference": ptj["framework"],
            "ratio_reference_over_new": med["ref"] / med["new"], "ratio_reference_over_base": med["ref"] / med["base"],
            "ratio_base_over_new": med["base"] / med["new"], "base_label": args.label}
+    best_name = ""
+    if bestj:
+        best_name = "%s, %s" % (bestj["framework"], bestj.get("mode", "best"))
+        res.update({"reference_best": best_name, "ratio_best_over_new": med["best"] / med["new"],
+                    "ratio_best_over_base": med["best"] / med["base"],
+                    "ratio_fastest_best_over_new": best["best"] / best["new"],
+                    "ratio_fastest_best_over_base": best["best"] / best["base"]})
     dev = os.path.join(args.results, vxj["device"])
     os.makedirs(dev, exist_ok=True)
-    md = ["# %s: this build, %s and %s, alternating, same machine, same run" % (stem, args.label or "the base build",
-                                                                                 ptj["framework"]), "",
-          "| | this build (%s) | %s | %s |" % (vxj["commit"], args.label or "base", ptj["framework"]),
-          "|---|---|---|---|",
-          "| step time, median of %d rounds (each the median of %d steps) | %.1f ms | %.1f ms | %.1f ms |" % (
-              args.rounds, iters, med["new"], med["base"], med["ref"]),
-          "| per round | %s | %s | %s |" % tuple(" ".join("%.0f" % x for x in runs[k]) for k in ("new", "base", "ref")),
-          "| reference / this build (medians) | **%.2fx** | %.2fx | |" % (res["ratio_reference_over_new"],
-                                                                       res["ratio_reference_over_base"]),
-          "| fastest step of all rounds | %.1f ms | %.1f ms | %.1f ms |" % (best["new"], best["base"], best["ref"]),
-          "| reference / this build (fastest steps) | **%.2fx** | %.2fx | |" % (
-              res["ratio_fastest_reference_over_new"], res["ratio_fastest_reference_over_base"]),
-          "", "Batch %d, fp32, %d threads, CPU %s; load average (1 min) before each run: %s (2 cores, shared)." % (
+    cols = ["new", "base", "ref"] + (["best"] if bestj else [])
+    heads = ["this build (%s)" % vxj["commit"], args.label or "base", ptj["framework"]] + ([best_name] if bestj else [])
+    row = lambda name, cells: "| %s | %s |" % (name, " | ".join(cells))
+    md = ["# %s: this build, %s and %s, alternating, same machine, same run" % (
+              stem, args.label or "the base build", " and ".join(heads[2:])), "",
+          row("", heads), "|---|" + "---|" * len(cols),
+          row("step time, median of %d rounds (each the median of %d steps)" % (args.rounds, iters),
+              ["%.1f ms" % med[k] for k in cols]),
+          row("per round", [" ".join("%.0f" % x for x in runs[k]) for k in cols])]
+    for ref in cols[2:]:
+        md.append(row("%s / this build (medians)" % heads[cols.index(ref)],
+                      ["**%.2fx**" % (med[ref] / med["new"]), "%.2fx" % (med[ref] / med["base"])] + [""] * (len(cols) - 2)))
+    md.append(row("fastest step of all rounds", ["%.1f ms" % best[k] for k in cols]))
+    for ref in cols[2:]:
+        md.append(row("%s / this build (fastest steps)" % heads[cols.index(ref)],
+                      ["**%.2fx**" % (best[ref] / best["new"]), "%.2fx" % (best[ref] / best["base"])] +
+                      [""] * (len(cols) - 2)))
+    md += ["", "Batch %d, fp32, %d threads, CPU %s; load average (1 min) before each run: %s (2 cores, shared)." % (
               vxj["batch"], vxj["threads"], vxj["cpu"], " ".join("%.1f" % x for x in loads)),
-          "", "This build's `%s`" % dline.replace("|", "/"), ""]
+           "", "This build's `%s`" % dline.replace("|", "/"), ""]
     text = "\n".join(md)
     with open(os.path.join(dev, "alternate_%s.md" % stem), "w") as f:
         f.write(text)
