@@ -152,18 +152,20 @@ static void forward_tiled(const AttentionShape *s, const float *Q, const float *
 static void cpu_forward(const AttentionShape *s, const void *qv, const void *kv, const void *vv, void *ov,
                         float *lse, void *saved, void *workspace) {
     check(s, "attention_forward");
+    float *P = saved && saved_floats(s) ? saved : NULL; /* the memory for P, where the caller keeps it and it fits */
     if (attention_cpu_tile_ok(s)) {
-        attention_cpu_tile_forward(s, qv, kv, vv, ov, lse, saved);
+        attention_cpu_tile_forward(s, qv, kv, vv, ov, lse, P);
         return;
     }
     const int d = s->d, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, one_tile = s->tk <= ATT_FWD_BK;
     const long jobs = (long)s->batch * s->heads * qb;
     const float *Q = qv, *K = kv, *V = vv;
-    float *O = ov, *P = saved && sgemm_saved_floats(s) ? saved : NULL;
+    float *O = ov;
     const int blas = cpu_gemm_serial_begin();
 #pragma omp parallel if (jobs > 1 && att_work(s) >= ATT_PARALLEL_MIN)
     {
-        float *S = att_job_alloc((size_t)ATT_BQ * ATT_FWD_BK), *acc = one_tile ? NULL : att_job_alloc((size_t)ATT_BQ * d);
+        float *S = att_job_alloc((size_t)ATT_BQ * ATT_FWD_BK);
+        float *acc = one_tile ? NULL : att_job_alloc((size_t)ATT_BQ * d);
 #pragma omp for schedule(static)
         for (long job = 0; job < jobs; job++) {
             const int b = (int)(job / ((long)s->heads * qb)), h = (int)(job / qb % s->heads);
@@ -247,13 +249,13 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
         delta[row] = (float)acc;
     }
     float *part = workspace && dq_partial_floats(s) ? workspace : NULL; /* the fused dq (ATT_DQ_PARTIAL_MAX) */
+    const float *Psaved = saved && saved_floats(s) ? saved : NULL; /* the forward's P, in its path's layout */
     if (attention_cpu_tile_ok(s)) {
-        attention_cpu_tile_backward(s, Q, K, V, dO, lse, delta, saved, part, dQ, dK, dV, beta);
+        attention_cpu_tile_backward(s, Q, K, V, dO, lse, delta, Psaved, part, dQ, dK, dV, beta);
         if (part) sum_dq_partials(s, part, dQ, beta);
         return;
     }
     const int kb = (s->tk + ATT_BKB - 1) / ATT_BKB, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, QT = 2 * ATT_BQ;
-    const float *Psaved = saved && sgemm_saved_floats(s) ? saved : NULL; /* the forward's P [b][h][tq][tk] */
     const long kjobs = (long)B * H * kb, qjobs = part ? 0 : (long)B * H * qb;
     const int blas = cpu_gemm_serial_begin();
 #pragma omp parallel if (kjobs + qjobs > 2 && att_work(s) >= ATT_PARALLEL_MIN)
@@ -271,7 +273,8 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
             for (int i0 = 0; i0 < s->tq; i0 += QT) { /* acc: dk, acc2: dv; the first tile's products set them */
                 const int qn = s->tq - i0 < QT ? s->tq - i0 : QT;
                 const float first = i0 == 0 ? 0.0f : 1.0f;
-                const float *Qt = Q + att_at(b, s->tq, i0, s->ld_q, h, d), *dOt = dO + att_at(b, s->tq, i0, s->ld_o, h, d);
+                const float *Qt = Q + att_at(b, s->tq, i0, s->ld_q, h, d);
+                const float *dOt = dO + att_at(b, s->tq, i0, s->ld_o, h, d);
                 /* P: the saved tile, or S recomputed and exponentiated in place */
                 const float *Pt = Psaved ? Psaved + (lrow + (size_t)i0) * s->tk + j0 : S;
                 const int ldp = Psaved ? s->tk : ATT_BK;
@@ -294,11 +297,13 @@ static void cpu_backward(const AttentionShape *s, const void *qv, const void *kv
         for (long job = 0; job < qjobs; job++) {
             const int b = (int)(job / ((long)H * qb)), h = (int)(job / qb % H);
             const int i0 = (int)(job % qb) * ATT_BQ, qn = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
-            const float *Qb = Q + att_at(b, s->tq, i0, s->ld_q, h, d), *dOb = dO + att_at(b, s->tq, i0, s->ld_o, h, d);
+            const float *Qb = Q + att_at(b, s->tq, i0, s->ld_q, h, d);
+            const float *dOb = dO + att_at(b, s->tq, i0, s->ld_o, h, d);
             const size_t lrow = ((size_t)b * H + h) * s->tq + i0;
             for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) { /* the first key tile's product sets acc */
                 const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
-                const float *Kt = K + att_at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + att_at(b, s->tk, j0, s->ld_v, h, d);
+                const float *Kt = K + att_at(b, s->tk, j0, s->ld_k, h, d);
+                const float *Vt = V + att_at(b, s->tk, j0, s->ld_v, h, d);
                 if (!Psaved) cpu_sgemm(0, 1, qn, kn, d, s->scale, Qb, s->ld_q, Kt, s->ld_k, 0.0f, S, ATT_BK);
                 cpu_sgemm(0, 1, qn, kn, d, 1.0f, dOb, s->ld_o, Vt, s->ld_v, 0.0f, dP, ATT_BK);
                 if (Psaved) tile_ds_saved(qn, kn, ATT_BK, dP, Psaved + lrow * s->tk + j0, s->tk, delta + lrow);

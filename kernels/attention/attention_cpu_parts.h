@@ -52,10 +52,11 @@ static inline void att_store_grad(int rows, int d, const float *acc, float *dst,
 int attention_cpu_tile_ok(const AttentionShape *s);
 /* floats of P the tile path's forward saves for s (query blocks of ATT_BQ, each [tk][ATT_BQ]), 0 where none */
 size_t attention_cpu_tile_saved_floats(const AttentionShape *s);
+/* P: saved_floats of the memory for the forward's P, or NULL (the caller, attention_cpu.c, checks that it fits) */
 void attention_cpu_tile_forward(const AttentionShape *s, const float *Q, const float *K, const float *V, float *O,
                                 float *lse, float *P);
-/* delta given (attention_cpu.c); part: dq's per-key-block partials [b][h][key block][tq][d] for the caller to sum,
- * or NULL for the separate dq pass */
+/* delta given and P as the forward left it, or NULL (attention_cpu.c); part: dq's per-key-block partials
+ * [b][h][key block][tq][d] for the caller to sum, or NULL for the separate dq pass */
 void attention_cpu_tile_backward(const AttentionShape *s, const float *Q, const float *K, const float *V,
                                  const float *dO, const float *lse, const float *delta, const float *P, float *part,
                                  float *dQ, float *dK, float *dV, float beta);

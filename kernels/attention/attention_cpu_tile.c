@@ -37,6 +37,12 @@ size_t attention_cpu_tile_saved_floats(const AttentionShape *s) {
     return s->tk <= ATT_FWD_BK && f * sizeof(float) <= (size_t)ATT_SAVED_MAX ? f : 0;
 }
 
+/* where the saved P's tile of query block q of (b, h) starts at key j0: [b][h][query block][tk][ATT_BQ] */
+static inline size_t saved_at(const AttentionShape *s, int b, int h, int q, int j0) {
+    const size_t qb = (size_t)(s->tq + ATT_BQ - 1) / ATT_BQ;
+    return ((((size_t)b * s->heads + h) * qb + (size_t)q) * s->tk + (size_t)j0) * ATT_BQ;
+}
+
 /* ---- column-wise softmax pieces over a tile of kn rows of ATT_BQ ----------------------------------------------- */
 
 /* m[c] = the maximum of m[c] and column c (a NaN score is skipped, as `x > m` is false for it) */
@@ -57,12 +63,11 @@ static void col_exp_sum(float *S, int kn, const float *m, float *l) {
         }
     }
 }
-/* dst = S * f[c] (dst may be S) */
-static void col_scale(const float *S, int kn, const float *f, float *dst) {
+/* S *= f[c] */
+static void col_scale(float *S, int kn, const float *f) {
     for (int j = 0; j < kn; j++) {
-        const float *row = S + (size_t)j * ATT_BQ;
-        float *out = dst + (size_t)j * ATT_BQ;
-        for (int c = 0; c < ATT_BQ; c++) out[c] = row[c] * f[c];
+        float *row = S + (size_t)j * ATT_BQ;
+        for (int c = 0; c < ATT_BQ; c++) row[c] *= f[c];
     }
 }
 /* a column vector of ATT_BQ from the first n values of x, zeros after */
@@ -89,7 +94,7 @@ static void forward_job(const AttentionShape *s, int b, int h, int i0, const flo
         col_max(St, s->tk, m);
         col_exp_sum(St, s->tk, m, l);
         for (int c = 0; c < ATT_BQ; c++) f[c] = 1.0f / l[c];
-        col_scale(St, s->tk, f, St);
+        col_scale(St, s->tk, f);
         if (Pj) cpu_tile_copy_stream(Pj, St, (size_t)s->tk * ATT_BQ);
         for (int i = 0; i < qn; i++) lj[i] = m[i] + logf(l[i]);
         cpu_tile_gemm(qn, d, s->tk, 1.0f, St, 1, ATT_BQ, Vj, s->ld_v, Oj, s->ld_o, 0);
@@ -124,15 +129,14 @@ void attention_cpu_tile_forward(const AttentionShape *s, const float *Q, const f
                                 float *lse, float *P) {
     const int qb = (s->tq + ATT_BQ - 1) / ATT_BQ;
     const long jobs = (long)s->batch * s->heads * qb;
-    if (P && !attention_cpu_tile_saved_floats(s)) P = NULL;
 #pragma omp parallel if (jobs > 1 && att_work(s) >= ATT_PARALLEL_MIN)
     {
         float *QT = att_job_alloc((size_t)s->d * ATT_BQ), *St = att_job_alloc((size_t)ATT_FWD_BK * ATT_BQ);
-        float *acc = att_job_alloc((size_t)ATT_BQ * s->d);
+        float *acc = s->tk > ATT_FWD_BK ? att_job_alloc((size_t)ATT_BQ * s->d) : NULL; /* the online softmax's */
 #pragma omp for schedule(dynamic)
         for (long job = 0; job < jobs; job++) {
             const int b = (int)(job / ((long)s->heads * qb)), h = (int)(job / qb % s->heads), q = (int)(job % qb);
-            float *Pj = P ? P + ((((size_t)b * s->heads + h) * qb + q) * s->tk) * ATT_BQ : NULL;
+            float *Pj = P ? P + saved_at(s, b, h, q, 0) : NULL;
             forward_job(s, b, h, q * ATT_BQ, Q, K, V, O, lse, Pj, QT, St, acc);
         }
         free(QT);
@@ -190,8 +194,7 @@ static void dkdv_job(const AttentionShape *s, int b, int h, int kblk, const floa
         col_vector(delta_c, delta + bh * s->tq + i0, qn);
         cpu_tile_transpose(qn, d, dOt, s->ld_o, t->dOT, ATT_BQ, ATT_BQ);
         if (!P) cpu_tile_transpose(qn, d, Qt, s->ld_q, t->QT, ATT_BQ, ATT_BQ);
-        const float *Pt = tile_p_ds(s, kn, Kb, Vb, P ? P + ((bh * qb + q) * s->tk + j0) * ATT_BQ : NULL, lse_c,
-                                    delta_c, t);
+        const float *Pt = tile_p_ds(s, kn, Kb, Vb, P ? P + saved_at(s, b, h, q, j0) : NULL, lse_c, delta_c, t);
         cpu_tile_gemm(kn, d, qn, 1.0f, Pt, ATT_BQ, 1, dOt, s->ld_o, dv, d, q > 0);
         cpu_tile_gemm(kn, d, qn, s->scale, t->dPt, ATT_BQ, 1, Qt, s->ld_q, dk, d, q > 0);
         if (part)
@@ -207,7 +210,6 @@ static void dq_job(const AttentionShape *s, int b, int h, int q, const float *Q,
                    const float *dO, const float *lse, const float *delta, const float *P, float *dQ, float beta,
                    Tiles *t) {
     const int d = s->d, i0 = q * ATT_BQ, qn = s->tq - i0 < ATT_BQ ? s->tq - i0 : ATT_BQ;
-    const int qb = (s->tq + ATT_BQ - 1) / ATT_BQ;
     const size_t bh = (size_t)b * s->heads + h;
     float lse_c[ATT_BQ], delta_c[ATT_BQ];
     col_vector(lse_c, lse + bh * s->tq + i0, qn);
@@ -217,7 +219,7 @@ static void dq_job(const AttentionShape *s, int b, int h, int q, const float *Q,
     for (int j0 = 0; j0 < s->tk; j0 += ATT_BK) { /* the first key tile's product sets acc */
         const int kn = s->tk - j0 < ATT_BK ? s->tk - j0 : ATT_BK;
         const float *Kt = K + att_at(b, s->tk, j0, s->ld_k, h, d), *Vt = V + att_at(b, s->tk, j0, s->ld_v, h, d);
-        tile_p_ds(s, kn, Kt, Vt, P ? P + ((bh * qb + q) * s->tk + j0) * ATT_BQ : NULL, lse_c, delta_c, t);
+        tile_p_ds(s, kn, Kt, Vt, P ? P + saved_at(s, b, h, q, j0) : NULL, lse_c, delta_c, t);
         cpu_tile_gemm(qn, d, kn, s->scale, t->dPt, 1, ATT_BQ, Kt, s->ld_k, t->acc, d, j0 > 0);
     }
     att_store_grad(qn, d, t->acc, dQ + att_at(b, s->tq, i0, s->ld_q, h, d), s->ld_q, beta);
@@ -228,7 +230,6 @@ void attention_cpu_tile_backward(const AttentionShape *s, const float *Q, const 
                                  float *dQ, float *dK, float *dV, float beta) {
     const int B = s->batch, H = s->heads, qb = (s->tq + ATT_BQ - 1) / ATT_BQ, kb = (s->tk + ATT_BKB - 1) / ATT_BKB;
     const long kjobs = (long)B * H * kb, qjobs = part ? 0 : (long)B * H * qb;
-    if (P && !attention_cpu_tile_saved_floats(s)) P = NULL;
     const int tile_keys = ATT_BK > ATT_BKB ? ATT_BK : ATT_BKB;
 #pragma omp parallel if (kjobs + qjobs > 2 && att_work(s) >= ATT_PARALLEL_MIN)
     {

@@ -22,6 +22,7 @@ typedef __m512 vf;
 #define vf_fma _mm512_fmadd_ps
 #define vf_mul _mm512_mul_ps
 #define vf_add _mm512_add_ps
+#define vf_stream _mm512_stream_ps
 #else
 #define NV 2
 typedef __m256 vf;
@@ -32,6 +33,7 @@ typedef __m256 vf;
 #define vf_fma _mm256_fmadd_ps
 #define vf_mul _mm256_mul_ps
 #define vf_add _mm256_add_ps
+#define vf_stream _mm256_stream_ps
 #endif
 
 /* one block of `rows` x `nv` vectors; inlined with both constant, so the accumulators live in registers */
@@ -60,14 +62,14 @@ static inline __attribute__((always_inline)) void block(const int rows, const in
 }
 
 #define BLOCK_ARGS k, alpha, A, ars, aks, B, ldb, C, ldc, accumulate
-#define ROWS(nv)                                                                                                        \
-    switch (rows) {                                                                                                     \
-    case 1: block(1, nv, BLOCK_ARGS); break;                                                                            \
-    case 2: block(2, nv, BLOCK_ARGS); break;                                                                            \
-    case 3: block(3, nv, BLOCK_ARGS); break;                                                                            \
-    case 4: block(4, nv, BLOCK_ARGS); break;                                                                            \
-    case 5: block(5, nv, BLOCK_ARGS); break;                                                                            \
-    default: block(MR, nv, BLOCK_ARGS); break;                                                                          \
+#define ROWS(nv)                                                                                                       \
+    switch (rows) {                                                                                                    \
+    case 1: block(1, nv, BLOCK_ARGS); break;                                                                           \
+    case 2: block(2, nv, BLOCK_ARGS); break;                                                                           \
+    case 3: block(3, nv, BLOCK_ARGS); break;                                                                           \
+    case 4: block(4, nv, BLOCK_ARGS); break;                                                                           \
+    case 5: block(5, nv, BLOCK_ARGS); break;                                                                           \
+    default: block(MR, nv, BLOCK_ARGS); break;                                                                         \
     }
 
 static void dispatch(int rows, int nv, int k, float alpha, const float *A, long ars, long aks, const float *B,
@@ -101,11 +103,7 @@ void cpu_tile_copy_stream(float *dst, const float *src, size_t n) {
         return;
     }
     size_t i = 0;
-#if CPU_TILE_W == 16
-    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
-#else
-    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
-#endif
+    for (; i + CPU_TILE_W <= n; i += CPU_TILE_W) vf_stream(dst + i, vf_load(src + i));
     for (; i < n; i++) dst[i] = src[i];
     _mm_sfence(); /* streaming stores are weakly ordered: visible before any later store (a barrier's) */
 }

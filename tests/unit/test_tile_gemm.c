@@ -54,7 +54,8 @@ static void check_product(int m, int n, int k, int a_transposed, int accumulate,
         }
     assert_memory_equal(&C[0], &C0[0], sizeof(float)); /* the element before the first row */
     if (!(worst <= 1e-5 * (k + 1)))
-        fail_msg("m %d n %d k %d transposed %d accumulate %d: max error %.3g", m, n, k, a_transposed, accumulate, worst);
+        fail_msg("m %d n %d k %d transposed %d accumulate %d: max error %.3g", m, n, k, a_transposed, accumulate,
+                 worst);
     free(A), free(B), free(C), free(C0);
 }
 
