@@ -7,11 +7,21 @@ slowed copy by rebuilding only upconv_phase_cpu.o in a copy of it. About 2 minut
 import os
 import shutil
 import subprocess
+import sys
+import types
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REGRESS = [os.path.join(ROOT, "ci", "regress")]
+
+
+@pytest.fixture
+def regress_ab():
+    """ci/regress_ab.py as a module, for the tests that drive its gate with a stand-in for the timing or git"""
+    sys.path.insert(0, os.path.join(ROOT, "ci"))
+    import regress_ab as module
+    return module
 
 
 def run(args, **kw):
@@ -73,15 +83,11 @@ def test_the_same_build_passes_and_a_cpu_without_a_baseline_is_gated_not_skipped
     assert ("time", "upconv_phase_shuffle") in r and not [k for k in r if k[0] == "instructions"], p.stdout[-4000:]
 
 
-def test_a_figure_slower_in_every_pair_is_timed_again_before_it_is_called_a_regression(monkeypatch):
+def test_a_figure_slower_in_every_pair_is_timed_again_before_it_is_called_a_regression(monkeypatch, regress_ab):
     """The time verdict's second round (regress_ab.gate), without timing anything: time_pairs is replaced by one that
     returns fixed ratios. A figure slower in every pair of the first round is timed again, alone (its op through
     --ops; the step only when the step is among them), and is a regression only when it is slower in every pair of
     both rounds; a figure slower in only some pairs of the first round is not timed again."""
-    import sys
-    import types
-    sys.path.insert(0, os.path.join(ROOT, "ci"))
-    import regress_ab
     step = regress_ab.STEP
     calls = []
 
@@ -104,13 +110,9 @@ def test_a_figure_slower_in_every_pair_is_timed_again_before_it_is_called_a_regr
     assert any("1.30 1.20 1.40 1.30 1.25 1.20" in line for line in out), out
 
 
-def test_a_slowdown_named_in_the_commit_message_is_accepted_and_only_that_one(monkeypatch):
+def test_a_slowdown_named_in_the_commit_message_is_accepted_and_only_that_one(monkeypatch, regress_ab):
     """`Regress-accepted: KIND OP` lines in HEAD's message (ci/regress_ab.parse_accepted) turn that figure's
     REGRESSED into accepted and leave every other regression failing; only HEAD against its parent reads them."""
-    import sys
-    import types
-    sys.path.insert(0, os.path.join(ROOT, "ci"))
-    import regress_ab
     msg = ("GELU: a select before the tail's product\n\nWhy ...\n\nRegress-accepted: instructions gelu_backward\n"
            "Regress-accepted: instructions conv3d_forward [onednn]\nRegress-accepted: bogus x\n")
     assert regress_ab.parse_accepted(msg) == {("instructions", "gelu_backward"),
