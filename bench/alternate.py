@@ -77,16 +77,13 @@ def main():
     order = ["new", "base", "ref"] + (["best"] if args.best else [])
     runs, mins = {k: [] for k in order}, {k: [] for k in order}
     loads = []
-    dline, vxj, ptj, bestj = "", None, None, None
+    dline, vxj, refs = "", None, {}  # refs: the last run of each reference mode ("ref", "best")
     for r in range(args.rounds):
         for who in order[r % len(order):] + order[:r % len(order)]:
             loads.append(loadavg())
             if who in ("ref", "best"):
-                j = reference(args.config, vxj["batch"] if vxj else 2, iters, warmup, python, best=who == "best")
-                if who == "ref":
-                    ptj = j
-                else:
-                    bestj = j
+                j = refs[who] = reference(args.config, vxj["batch"] if vxj else 2, iters, warmup, python,
+                                          best=who == "best")
             else:
                 j, d = vx_step(args.bin if who == "new" else args.base, args.config, iters, warmup, env)
                 if who == "new":
@@ -97,6 +94,7 @@ def main():
                                                                        loads[-1]), flush=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
     best = {k: min(v) for k, v in mins.items()}
+    ptj, bestj = refs["ref"], refs.get("best")
     stem = os.path.splitext(os.path.basename(args.config))[0]
     res = {"config": stem, "rounds": args.rounds, "iters": iters, "warmup": warmup, "step_ms": runs,
            "step_ms_min": mins, "median_ms": med, "fastest_ms": best,
@@ -114,23 +112,21 @@ def main():
                     "ratio_fastest_best_over_base": best["best"] / best["base"]})
     dev = os.path.join(args.results, vxj["device"])
     os.makedirs(dev, exist_ok=True)
-    cols = ["new", "base", "ref"] + (["best"] if bestj else [])
-    heads = ["this build (%s)" % vxj["commit"], args.label or "base", ptj["framework"]] + ([best_name] if bestj else [])
+    heads = dict(zip(order, ["this build (%s)" % vxj["commit"], args.label or "base", ptj["framework"], best_name]))
     row = lambda name, cells: "| %s | %s |" % (name, " | ".join(cells))
-    md = ["# %s: this build, %s and %s, alternating, same machine, same run" % (
-              stem, args.label or "the base build", " and ".join(heads[2:])), "",
-          row("", heads), "|---|" + "---|" * len(cols),
-          row("step time, median of %d rounds (each the median of %d steps)" % (args.rounds, iters),
-              ["%.1f ms" % med[k] for k in cols]),
-          row("per round", [" ".join("%.0f" % x for x in runs[k]) for k in cols])]
-    for ref in cols[2:]:
-        md.append(row("%s / this build (medians)" % heads[cols.index(ref)],
-                      ["**%.2fx**" % (med[ref] / med["new"]), "%.2fx" % (med[ref] / med["base"])] + [""] * (len(cols) - 2)))
-    md.append(row("fastest step of all rounds", ["%.1f ms" % best[k] for k in cols]))
-    for ref in cols[2:]:
-        md.append(row("%s / this build (fastest steps)" % heads[cols.index(ref)],
-                      ["**%.2fx**" % (best[ref] / best["new"]), "%.2fx" % (best[ref] / best["base"])] +
-                      [""] * (len(cols) - 2)))
+
+    def ratios(figs, what):  # each reference's time over this build's and over the base build's
+        return [row("%s / this build (%s)" % (heads[ref], what), ["**%.2fx**" % (figs[ref] / figs["new"]),
+                    "%.2fx" % (figs[ref] / figs["base"])] + [""] * (len(order) - 2)) for ref in order[2:]]
+
+    md = (["# %s: this build, %s and %s, alternating, same machine, same run" % (
+               stem, args.label or "the base build", " and ".join(heads[k] for k in order[2:])), "",
+           row("", [heads[k] for k in order]), "|---|" + "---|" * len(order),
+           row("step time, median of %d rounds (each the median of %d steps)" % (args.rounds, iters),
+               ["%.1f ms" % med[k] for k in order]),
+           row("per round", [" ".join("%.0f" % x for x in runs[k]) for k in order])] +
+          ratios(med, "medians") + [row("fastest step of all rounds", ["%.1f ms" % best[k] for k in order])] +
+          ratios(best, "fastest steps"))
     md += ["", "Batch %d, fp32, %d threads, CPU %s; load average (1 min) before each run: %s (2 cores, shared)." % (
               vxj["batch"], vxj["threads"], vxj["cpu"], " ".join("%.1f" % x for x in loads)),
            "", "This build's `%s`" % dline.replace("|", "/"), ""]
