@@ -4,7 +4,12 @@
  * columns between heads*d and a row stride ld are not the op's and stay unchecked. The backward's o and lse are the
  * float64 forward of the case's q k v (as the forward would leave them), except for cases too large to do that in
  * fill; its delta lives in the case's workspace, ahead of the backend's own (workspace_bytes: cuDNN's). Work: FlashAttention's count, 4 tq tk d per (batch, head) forward
- * (two products) and 10 backward (five). */
+ * (two products) and 10 backward (five).
+ * attention_step is the pair as a model calls it: the forward keeping what the backend saves for its backward
+ * (saved_bytes: the CPU's probabilities), then the backward reading it. The two rows above pass no saved memory, so
+ * their backward recomputes the scores and their forward stores none: neither is the path a model's step runs. Its
+ * work is what it computes: 12 tq tk d where the backend saves (the backward's four products), 14 where it does not
+ * (five, the scores again), which is also what `bench step` counts for a model's attention on the CPU. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -166,12 +171,64 @@ static void bwd_ref(const KernelCase *k, const float *const *in, double *const *
     free(delta);
 }
 
+/* ---- step: q k v dO -> o lse, then dq dk dv (beta), through the backend's saved memory ---------------------- */
+
+/* the step's buffers keep the backward's numbering (o 3, dO 4, lse 5), so its reference is bwd_ref's; the workspace
+ * is delta, the backend's own, then the saved memory, each from a 256-byte boundary */
+static size_t saved_of(const OpHead *ops, const AttentionShape *s) {
+    return table(ops)->saved_bytes ? table(ops)->saved_bytes(s) : 0;
+}
+static size_t own_bytes(const OpHead *ops, const AttentionShape *s) {
+    return (table(ops)->workspace_bytes(s) + 255) / 256 * 256;
+}
+
+static void step_setup(KernelCase *k, const OpHead *ops) {
+    const AttentionShape s = typed(k);
+    const long nq = count_of(&s, s.tq, s.ld_q), nk = count_of(&s, s.tk, s.ld_k), nv = count_of(&s, s.tk, s.ld_v);
+    const long no = count_of(&s, s.tq, s.ld_o), rows = (long)s.batch * s.heads * s.tq;
+    op_spec_bufs(k, 9, (long[]){nq, nk, nv, no, no, rows, nq, nk, nv},
+                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT, KB_IN, KB_OUT, KB_OUT, KB_OUT, KB_OUT}, 0x1DF, 0x1C0);
+    const size_t saved = saved_of(ops, &s);
+    k->flops = (saved ? 12.0 : 14.0) * pairs(&s);
+    k->workspace = delta_bytes(&s) + own_bytes(ops, &s) + saved;
+}
+static void step_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const AttentionShape s = shape_of(k);
+    char *own = table(ops)->workspace_bytes(&s) ? (char *)ws + delta_bytes(&s) : NULL;
+    void *saved = saved_of(ops, &s) ? (char *)ws + delta_bytes(&s) + own_bytes(ops, &s) : NULL;
+    table(ops)->forward(&s, b[0], b[1], b[2], b[3], b[5], saved, own);
+    table(ops)->backward(&s, b[0], b[1], b[2], b[3], b[4], b[5], ws, saved, b[6], b[7], b[8], k->beta, own);
+}
+/* o and lse of every row in double (the backward's sums need all of them), then bwd_ref from o and lse as the
+ * forward stores them */
+static void step_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const AttentionShape s = shape_of(k);
+    const long no = count_of(&s, s.tq, s.ld_o), rows = (long)s.batch * s.heads * s.tq;
+    float *o = vx_malloc(sizeof(float) * (size_t)(no > 0 ? no : 1)), *lse = vx_malloc(sizeof(float) * (size_t)(rows > 0 ? rows : 1));
+    double *p = vx_malloc(sizeof(double) * (size_t)s.tk), *orow = vx_malloc(sizeof(double) * (size_t)s.d);
+    for (long i = 0; i < no; i++) o[i] = 0.0f;
+    for (int b = 0; b < s.batch; b++)
+        for (int h = 0; h < s.heads; h++)
+            for (int i = 0; i < s.tq; i++) {
+                const size_t oi = row_at(b, s.tq, i, s.ld_o, h, s.d), li = ((size_t)b * s.heads + h) * s.tq + i;
+                ref[5][li] = forward_row(&s, in[0], in[1], in[2], b, h, i, p, orow);
+                lse[li] = (float)ref[5][li];
+                for (int c = 0; c < s.d; c++) ref[3][oi + c] = orow[c], o[oi + c] = dtype_round(s.dtype, (float)orow[c]);
+            }
+    const float *bin[6] = {in[0], in[1], in[2], o, in[4], lse};
+    bwd_ref(k, bin, ref, stride);
+    free(o);
+    free(lse);
+    free(p);
+    free(orow);
+}
+
 /* q spread so the scores span a few units (the softmax is neither flat nor one-hot at scale 1/sqrt(d)); the
  * backward's o and lse are the forward's of the same (rounded) q k v, computed here as layernorm_spec.c does */
 static void att_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
     const AttentionShape s = shape_of(k);
-    const int fwd = k->nbuf == 5;
-    if (fwd || (b != 3 && b != 5)) {
+    const int fwd = k->nbuf == 5, step = k->nbuf == 9 && k->role[3] == KB_OUT;
+    if (fwd || step || (b != 3 && b != 5)) {
         op_spec_uniform_fill(h, count, seed, b);
         if (b == 0)
             for (long i = 0; i < count; i++) h[i] *= 3.0f;
@@ -211,5 +268,6 @@ static void att_fill(const KernelCase *k, int b, float *h, long count, unsigned 
 const KernelOp attention_specs[] = {
     {"attention_forward", ATTENTION_FORWARD, 1, 1e-5, fwd_setup, fwd_run, fwd_ref, att_fill},
     {"attention_backward", ATTENTION_BACKWARD, 1, 1e-5, bwd_setup, bwd_run, bwd_ref, att_fill},
+    {"attention_step", ATTENTION_BACKWARD, 1, 1e-5, step_setup, step_run, step_ref, att_fill},
 };
 const int attention_specs_count = sizeof attention_specs / sizeof attention_specs[0];

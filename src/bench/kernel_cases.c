@@ -120,6 +120,7 @@ static void vit_cases(CaseList *l, const Model *m, const Node *nd, const Tensor 
                  nd->att.d);
         add_case(l, k, "attention_forward");
         add_case(l, k, "attention_backward");
+        add_case(l, k, "attention_step"); /* the pair through the saved memory: the model's path */
         break;
     case OP_POS: {
         KernelCase acc = count_case(tx->count / tx->dims.n, dt);
@@ -460,6 +461,9 @@ int kernel_cases_add_attention(KernelCase **cases, int n, const Backend *be, con
         snprintf(k.shape, sizeof k.shape, "b%d h%d %dx%d d%d", s.batch, s.heads, s.tq, s.tk, s.d);
         add_case(&l, k, "attention_forward"); /* (a model's own case of the same shape stays the one row) */
         add_case(&l, k, "attention_backward");
+        /* the step's check needs every row's forward in double (its backward sums over all of them): ~2e9
+         * multiply-adds at 4096 tokens, 64x that at 32768, so that shape gets the two rows alone */
+        if ((double)s.tq * s.tk * s.d <= 2e9) add_case(&l, k, "attention_step");
     }
     sort_by_op(&l);
     *cases = l.v;

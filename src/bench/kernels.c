@@ -26,6 +26,10 @@
  *           float64 against every key, at the timed shape itself (32768 included: about 1500 rows x 32768 keys,
  *           seconds). The backward's o and lse at 4096 tokens and above are not the forward's (att_fill: too large
  *           to compute in double there), which the check does not need: reference and op read the same inputs.
+ *           attention_step is the pair as a model's step runs it: the forward keeping what the backend saves
+ *           (the CPU's probabilities, while one tile of keys fits), the backward reading it; counted as computed,
+ *           12 b h tq tk d where saved, 14 where not. Its check computes every row's forward in double, so it is
+ *           left out of reference shapes above 2e9 b h tq tk d (32768 tokens).
  *           On a GPU the rows name the path the timed calls ran ("cudnn": cuDNN's fused attention, "own": the own
  *           kernel; VX_ATTN_CUDA picks, attention_cudnn.cu), in the log line, the JSON ("path") and the table.
  *
@@ -480,7 +484,10 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     len += (size_t)snprintf(md + len, cap - len,
                             "\nDevice: %s. Batch %d, activations %s, commit %s. Memory-bound ops count the bytes they "
                             "must read and write once, at their storage type's size; attention counts FlashAttention's "
-                            "FLOPs (4 b h tq tk d forward, 2.5x that backward). Peak resident memory of the whole run "
+                            "FLOPs (4 b h tq tk d forward, 2.5x that backward, which recomputes the scores); "
+                            "attention_step: the forward and the backward as a model calls them, through the memory "
+                            "the backend saves between them, counted as computed (12 b h tq tk d where the "
+                            "probabilities are saved, 14 where not). Peak resident memory of the whole run "
                             "%.0f MiB (host).\n",
                             device, rt.model->batch, dtype_name(rt.model->dtype), commit, ru.ru_maxrss / 1024.0);
     snprintf(path, sizeof path, "kernels_%s.md", stem);

@@ -97,6 +97,25 @@ def test_attention_rows_at_the_reference_shapes(tmp_path):
         ("attention_forward", "b1 h1 96x96 d64"), ("attention_backward", "b1 h1 96x96 d64")}
 
 
+def test_attention_step_is_the_models_pair_through_the_saved_probabilities(tmp_path):
+    # attention_forward and _backward pass no saved memory (the backward recomputes the scores); attention_step runs
+    # the pair as a model does. The CPU saves P while one tile of keys (<= 1024) fits: at 512 tokens the step does
+    # four backward products (12 tq tk d in all), at 4096 it saves nothing and recomputes (14). Checked against
+    # float64 like the others; a backward that read a P the forward had not written failed test_backend_ops.
+    p = run([BIN, "bench", "kernels", "--config", "configs/test/vit3d-tiny.json", "--ops", "attention_step",
+             "--budget-ms", "10", "--reps", "5", "--results", str(tmp_path)])
+    assert p.returncode == 0, p.stdout[-3000:]
+    j, md = report(str(tmp_path), "vit3d-tiny")
+    rows = attention_rows(j)
+    assert {op for op, _ in rows} == {"attention_step"} and len(rows) == 3, sorted(rows)
+    for t, per_pair in ((512, 12), (4096, 14)):
+        k = rows[("attention_step", "b1 h1 %dx%d d64" % (t, t))]
+        assert k["flops"] == per_pair * t * t * 64, k
+        assert k["bound"] == "compute" and k["check"] == "ok" and k["error"] <= k["tolerance"] <= 1e-5, k
+        assert 1 < k["gflops"] and 0 < k["fraction_of_ceiling"] < 1.5, k
+    assert "attention_step: the forward and the backward as a model calls them" in md
+
+
 def test_a_wrong_output_fails_the_check_and_names_the_op(tmp_path):
     # the unfused model (train.fuse=0) has separate SiLU ops
     p = run([BIN, "bench", "kernels", "--device", "cpu", "--ops", "silu_backward,sumsq", "--budget-ms", "5",

@@ -441,6 +441,7 @@ static void attention(AttentionShape s, const char *what, int offset, int emu) {
     snprintf(k.shape, sizeof k.shape, "b%d h%d %dx%d d%d%s", s.batch, s.heads, s.tq, s.tk, s.d, what);
     add("attention_forward", k, offset, emu);
     add_betas("attention_backward", k, offset, emu);
+    add_betas("attention_step", k, offset, emu);
 }
 
 /* rows of a packed [tokens][3*heads*d] QKV projection (o and dO packed [tokens][heads*d]) */
