@@ -2,7 +2,7 @@
 voxscale on one rank (bench step: forward, backward, optimizer, the rest of the step), voxscale's trainer on the
 ranks bench scaling measured (compute, exposed communication = the optimizer's wait for gradient buckets still in
 flight, data wait; from scaling_<config>.json where it carries them) and PyTorch's step on the same machine
-(pytorch_step_<config>.json, not split by phase); right, the slowest layers of one eager step (forward + backward,
+(pytorch_step_<config>.json, not split by phase); right, the slowest layers of its layer pass (forward + backward,
 from step_<config>.md)."""
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
@@ -108,7 +108,7 @@ def _make_one(dev, config, st):
         ax_l.legend(handles=[Patch(color=style.BLUE, label="convolution layer (conv + bias [+ residual])"),
                              Patch(color=style.ORANGE, label="other layer (our kernels)")], loc="upper left",
                     bbox_to_anchor=(0.0, -0.12), ncol=1)
-        ax_l.set_title("time by layer: the slowest %d of one eager step (%s)" % (len(layers), style.ms(ref)),
+        ax_l.set_title("time by layer: the slowest %d of the layer pass (step %s)" % (len(layers), style.ms(ref)),
                        fontsize=9)
         if "conv_ms" in st:
             ax_l.text(0.98, 0.03, "all convolution layers %s\nall other layers %s" % (

@@ -55,7 +55,7 @@ class Device:
         return seen
 
     def layers(self, config):
-        """bench step's slowest layers of one eager step [(name, ms)], from step_<config>.md ([] when absent)."""
+        """bench step's slowest layers of its layer pass [(name, ms)], from step_<config>.md ([] when absent)."""
         md = self.markdown.get("step_%s.md" % config, "")
         rows = []
         take = False

@@ -66,10 +66,13 @@ static void time_phases(Stepper *st, int64_t *step, double out[3]) {
     out[0] = bench_median(f, PHASE_STEPS), out[1] = bench_median(b, PHASE_STEPS), out[2] = bench_median(o, PHASE_STEPS);
 }
 
-/* One eager step with an event before and after every layer's forward and backward: the time spent in the
- * convolution layers (cuDNN, with their bias and residual epilogues and weight-gradient accumulation, which are
- * ours), in the other layers (our kernels), and what the step spent outside any layer (the loss, the optimizer,
- * launch gaps). node_ms[i]: layer i, forward plus backward. */
+/* LAYER_PASSES eager steps with an event before and after every layer's forward and backward; each layer's forward
+ * and backward are the medians over the passes (one pass moved single layers by 20-40% on a shared 2-core VM, and
+ * its step by as much against the timed steps' median). From them: the time spent in the convolution layers (cuDNN,
+ * with their bias and residual epilogues and weight-gradient accumulation, which are ours), in the other layers (our
+ * kernels), and what the step spent outside any layer (the loss, the optimizer, launch gaps). node_ms[i]: layer i,
+ * forward plus backward; step_ms: the passes' median step. */
+enum { LAYER_PASSES = 3 };
 typedef struct {
     const Backend *be;
     void **ev; /* 4 per node: before/after forward, before/after backward */
@@ -82,31 +85,45 @@ typedef struct {
     double conv_ms, other_ms, step_ms, *node_ms, *fwd_ms, *bwd_ms; /* node_ms = fwd_ms + bwd_ms */
     double gemm_ms, attn_ms; /* of other_ms: the transformers' Linear GEMMs and attention */
 } LayerTimes;
+
 static void time_layers(Stepper *st, Model *m, int64_t *step, LayerTimes *out) {
     const Backend *be = m->be;
-    LayerEvents l = {.be = be, .ev = vx_malloc((size_t)4 * m->n_nodes * sizeof(void *))};
-    for (int i = 0; i < 4 * m->n_nodes; i++) l.ev[i] = be->timed_event_create();
+    const int n = m->n_nodes;
+    LayerEvents l = {.be = be, .ev = vx_malloc((size_t)4 * n * sizeof(void *))};
+    for (int i = 0; i < 4 * n; i++) l.ev[i] = be->timed_event_create();
+    double *pass = vx_malloc((size_t)LAYER_PASSES * 2 * n * sizeof(double)), steps[LAYER_PASSES];
     m->node_hook = record_layer, m->node_hook_ctx = &l;
     stepper_time_phases(st, 1);
-    StepOutcome r;
-    stepper_one(st, ++*step, 1e-4, &r);
+    for (int p = 0; p < LAYER_PASSES; p++) {
+        StepOutcome r;
+        stepper_one(st, ++*step, 1e-4, &r);
+        be->synchronize(); /* every event of the pass has completed before it is read (and reused) */
+        steps[p] = r.ms;
+        for (int i = 0; i < n; i++) {
+            void **e = l.ev + 4 * i;
+            pass[(p * 2) * n + i] = be->event_elapsed_ms(e[0], e[1]);
+            pass[(p * 2 + 1) * n + i] = be->event_elapsed_ms(e[2], e[3]);
+        }
+    }
     stepper_time_phases(st, 0);
     m->node_hook = NULL;
     out->conv_ms = out->other_ms = out->gemm_ms = out->attn_ms = 0;
-    out->step_ms = r.ms;
-    out->node_ms = vx_malloc((size_t)3 * m->n_nodes * sizeof(double));
-    out->fwd_ms = out->node_ms + m->n_nodes, out->bwd_ms = out->node_ms + 2 * m->n_nodes;
-    for (int i = 0; i < m->n_nodes; i++) {
-        void **e = l.ev + 4 * i;
-        out->fwd_ms[i] = be->event_elapsed_ms(e[0], e[1]), out->bwd_ms[i] = be->event_elapsed_ms(e[2], e[3]);
+    out->step_ms = bench_median(steps, LAYER_PASSES);
+    out->node_ms = vx_malloc((size_t)3 * n * sizeof(double));
+    out->fwd_ms = out->node_ms + n, out->bwd_ms = out->node_ms + 2 * n;
+    for (int i = 0; i < n; i++) {
+        double f[LAYER_PASSES], b[LAYER_PASSES];
+        for (int p = 0; p < LAYER_PASSES; p++) f[p] = pass[(p * 2) * n + i], b[p] = pass[(p * 2 + 1) * n + i];
+        out->fwd_ms[i] = bench_median(f, LAYER_PASSES), out->bwd_ms[i] = bench_median(b, LAYER_PASSES);
         out->node_ms[i] = out->fwd_ms[i] + out->bwd_ms[i];
         if (node_convolves(&m->nodes[i])) out->conv_ms += out->node_ms[i];
         else out->other_ms += out->node_ms[i];
         if (m->nodes[i].kind == OP_GEMM) out->gemm_ms += out->node_ms[i];
         if (m->nodes[i].kind == OP_ATTENTION) out->attn_ms += out->node_ms[i];
     }
-    for (int i = 0; i < 4 * m->n_nodes; i++) be->event_destroy(l.ev[i]);
+    for (int i = 0; i < 4 * n; i++) be->event_destroy(l.ev[i]);
     free(l.ev);
+    free(pass);
 }
 
 /* Every layer of the timed pass in model order, as the JSON array "layers": name, forward and backward ms (a
@@ -190,8 +207,8 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     vx_log("phases (eager): forward %.2f ms, backward %.2f ms, optimizer %.2f ms\n", phase[0], phase[1], phase[2]);
     LayerTimes lt;
     time_layers(st, m, &step, &lt);
-    vx_log("layers (eager, one step of %.2f ms): convolutions %.2f ms, other layers %.2f ms (GEMMs %.2f ms, attention "
-           "%.2f ms), optimizer %.2f ms\n", lt.step_ms, lt.conv_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2]);
+    vx_log("layers (eager, each the median of %d steps; their median step %.2f ms): convolutions %.2f ms, other layers "
+           "%.2f ms (GEMMs %.2f ms, attention %.2f ms), optimizer %.2f ms\n", LAYER_PASSES, lt.step_ms, lt.conv_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2]);
     char layers_md[4096];
     slowest_layers(m, &lt, 10, layers_md, sizeof layers_md);
     /* the first layer: the nodes through the first convolution (ae3d's: the input cast, when there is one, and
@@ -295,9 +312,11 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  "| fraction of the ceiling | %.1f%% |\n| peak memory (all backend allocations) | %.1f MiB |\n"
                  "| precision, graphs | %s, %s |\n"
                  "| phases, eager (median of %d) | forward %.2f ms, backward %.2f ms, optimizer %.2f ms |\n"
-                 "| layers, one eager step of %.2f ms | convolutions %.2f ms (%.0f%%), other layers %.2f ms (GEMMs "
-                 "%.2f ms, attention %.2f ms), optimizer %.2f ms |\n| step time / convolution time | %.2f |\n\n"
-                 "Slowest layers of that step (forward + backward):\n\n| layer | time | of the step |\n|---|---|---|\n%s\n"
+                 "| layers, each the median of %d eager steps (their median step %.2f ms) | convolutions %.2f ms "
+                 "(%.0f%%), other layers %.2f ms (GEMMs %.2f ms, attention %.2f ms), optimizer %.2f ms |\n"
+                 "| step time / convolution time | %.2f |\n\n"
+                 "Slowest layers of those steps (forward + backward, medians):\n\n| layer | time | of the step |\n"
+                 "|---|---|---|\n%s\n"
                  "Device: %s. Backend %s, gcc %s, commit %s. One step = forward, %s loss, backward, global "
                  "gradient norm, AdamW, timed with %s.\n",
                  stem, slug, iters, warmup, med * 1e3, tmin * 1e3, tmax * 1e3, sps, m->batch, model->input_size[0],
@@ -305,7 +324,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  m->gemm_flops_step * 1e-9, m->attn_flops_step * 1e-9, work_gflops, gflops, ceil.what, ceil.gflops,
                  100 * work_gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision,
                  graphs ? "the step replayed as CUDA Graphs" : "eager", PHASE_STEPS, phase[0], phase[1], phase[2],
-                 lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2],
+                 LAYER_PASSES, lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2],
                  med * 1e3 / lt.conv_ms,
                  layers_md,
                  device, be->name, __VERSION__, commit,
