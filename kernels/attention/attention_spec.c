@@ -204,7 +204,8 @@ static void step_run(const OpHead *ops, const KernelCase *k, void *const *b, voi
 static void step_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const AttentionShape s = shape_of(k);
     const long no = count_of(&s, s.tq, s.ld_o), rows = (long)s.batch * s.heads * s.tq;
-    float *o = vx_malloc(sizeof(float) * (size_t)(no > 0 ? no : 1)), *lse = vx_malloc(sizeof(float) * (size_t)(rows > 0 ? rows : 1));
+    float *o = vx_malloc(sizeof(float) * (size_t)(no > 0 ? no : 1));
+    float *lse = vx_malloc(sizeof(float) * (size_t)(rows > 0 ? rows : 1));
     double *p = vx_malloc(sizeof(double) * (size_t)s.tk), *orow = vx_malloc(sizeof(double) * (size_t)s.d);
     for (long i = 0; i < no; i++) o[i] = 0.0f;
     for (int b = 0; b < s.batch; b++)
@@ -213,7 +214,10 @@ static void step_ref(const KernelCase *k, const float *const *in, double *const 
                 const size_t oi = row_at(b, s.tq, i, s.ld_o, h, s.d), li = ((size_t)b * s.heads + h) * s.tq + i;
                 ref[5][li] = forward_row(&s, in[0], in[1], in[2], b, h, i, p, orow);
                 lse[li] = (float)ref[5][li];
-                for (int c = 0; c < s.d; c++) ref[3][oi + c] = orow[c], o[oi + c] = dtype_round(s.dtype, (float)orow[c]);
+                for (int c = 0; c < s.d; c++) {
+                    ref[3][oi + c] = orow[c];
+                    o[oi + c] = dtype_round(s.dtype, (float)orow[c]);
+                }
             }
     const float *bin[6] = {in[0], in[1], in[2], o, in[4], lse};
     bwd_ref(k, bin, ref, stride);

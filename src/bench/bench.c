@@ -208,7 +208,8 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     LayerTimes lt;
     time_layers(st, m, &step, &lt);
     vx_log("layers (eager, each the median of %d steps; their median step %.2f ms): convolutions %.2f ms, other layers "
-           "%.2f ms (GEMMs %.2f ms, attention %.2f ms), optimizer %.2f ms\n", LAYER_PASSES, lt.step_ms, lt.conv_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2]);
+           "%.2f ms (GEMMs %.2f ms, attention %.2f ms), optimizer %.2f ms\n", LAYER_PASSES, lt.step_ms, lt.conv_ms,
+           lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2]);
     char layers_md[4096];
     slowest_layers(m, &lt, 10, layers_md, sizeof layers_md);
     /* the first layer: the nodes through the first convolution (ae3d's: the input cast, when there is one, and
@@ -324,7 +325,8 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
                  m->gemm_flops_step * 1e-9, m->attn_flops_step * 1e-9, work_gflops, gflops, ceil.what, ceil.gflops,
                  100 * work_gflops / ceil.gflops, peak_mib, m->dtype == DT_F32 && !m->bf16_math ? "fp32" : train->precision,
                  graphs ? "the step replayed as CUDA Graphs" : "eager", PHASE_STEPS, phase[0], phase[1], phase[2],
-                 LAYER_PASSES, lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, lt.gemm_ms, lt.attn_ms, phase[2],
+                 LAYER_PASSES, lt.step_ms, lt.conv_ms, 100 * lt.conv_ms / lt.step_ms, lt.other_ms, lt.gemm_ms,
+                 lt.attn_ms, phase[2],
                  med * 1e3 / lt.conv_ms,
                  layers_md,
                  device, be->name, __VERSION__, commit,
