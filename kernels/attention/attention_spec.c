@@ -105,12 +105,17 @@ static size_t delta_bytes(const AttentionShape *s) {
     return (sizeof(float) * (rows > 0 ? rows : 1) + 255) / 256 * 256;
 }
 
+/* the backward's nine buffers q k v o dO lse dq dk dv (attention_step's too, where o and lse are its outputs) */
+static void backward_bufs(KernelCase *k, const AttentionShape *s, KernelBufRole o_lse) {
+    const long nq = count_of(s, s->tq, s->ld_q), nk = count_of(s, s->tk, s->ld_k), nv = count_of(s, s->tk, s->ld_v);
+    const long no = count_of(s, s->tq, s->ld_o), rows = (long)s->batch * s->heads * s->tq;
+    op_spec_bufs(k, 9, (long[]){nq, nk, nv, no, no, rows, nq, nk, nv},
+                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, o_lse, KB_IN, o_lse, KB_OUT, KB_OUT, KB_OUT}, 0x1DF, 0x1C0);
+}
+
 static void bwd_setup(KernelCase *k, const OpHead *ops) {
     const AttentionShape s = typed(k);
-    const long nq = count_of(&s, s.tq, s.ld_q), nk = count_of(&s, s.tk, s.ld_k), nv = count_of(&s, s.tk, s.ld_v);
-    const long no = count_of(&s, s.tq, s.ld_o), rows = (long)s.batch * s.heads * s.tq;
-    op_spec_bufs(k, 9, (long[]){nq, nk, nv, no, no, rows, nq, nk, nv},
-                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_OUT}, 0x1DF, 0x1C0);
+    backward_bufs(k, &s, KB_IN);
     k->flops = 10.0 * pairs(&s);
     k->workspace = delta_bytes(&s) + table(ops)->workspace_bytes(&s);
 }
@@ -184,10 +189,7 @@ static size_t own_bytes(const OpHead *ops, const AttentionShape *s) {
 
 static void step_setup(KernelCase *k, const OpHead *ops) {
     const AttentionShape s = typed(k);
-    const long nq = count_of(&s, s.tq, s.ld_q), nk = count_of(&s, s.tk, s.ld_k), nv = count_of(&s, s.tk, s.ld_v);
-    const long no = count_of(&s, s.tq, s.ld_o), rows = (long)s.batch * s.heads * s.tq;
-    op_spec_bufs(k, 9, (long[]){nq, nk, nv, no, no, rows, nq, nk, nv},
-                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_OUT, KB_IN, KB_OUT, KB_OUT, KB_OUT, KB_OUT}, 0x1DF, 0x1C0);
+    backward_bufs(k, &s, KB_OUT);
     const size_t saved = saved_of(ops, &s);
     k->flops = (saved ? 12.0 : 14.0) * pairs(&s);
     k->workspace = delta_bytes(&s) + own_bytes(ops, &s) + saved;
