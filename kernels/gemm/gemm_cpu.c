@@ -9,7 +9,9 @@
  * Why 256 x 512: each job's sgemm packs its panel of B (k x GEMM_COLS) again; with 64-row jobs (the first choice)
  * that packing cost as much as the product: 1024x1536x384 (x W^T, a ViT's MLP) ran at 160 GFLOP/s against 466 for
  * 256-row jobs and 461 for one 2-thread sgemm (2-core AVX-512 EPYC, OpenBLAS 0.3.21). Column panels keep enough jobs
- * for many cores when m is small. bias_grad: partials in double per fixed chunk of GEMM_ROWS rows, added in order. */
+ * for many cores when m is small. bias_grad: jobs of columns; per column, partials in double per fixed chunk of
+ * GEMM_ROWS rows, added in order. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,19 +122,58 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     cpu_gemm_serial_end(saved);
 }
 
+/* Columns per bias_grad job where the rows make fewer chunks than threads: one block a thread, a multiple of 16, at
+ * least 256 (long runs of each row), at most BIAS_COLS_MAX. Each column's sums run in the same order whatever the
+ * block, so this may follow the thread count. */
+#define BIAS_COLS_MAX 2048
+static int bias_cols_per_job(int cols) {
+    const int want = (cols + omp_get_max_threads() - 1) / omp_get_max_threads();
+    const int w = (want + 15) / 16 * 16;
+    return w < 256 ? 256 : w > BIAS_COLS_MAX ? BIAS_COLS_MAX : w;
+}
+
+/* rows [r0, r1) of dy's columns [j0, j0 + n) summed into part[0..n) in double, from 0.0 */
+static void bias_chunk_sum(const float *dy, int cols, long r0, long r1, int j0, int n, double *part) {
+    for (int j = 0; j < n; j++) part[j] = 0.0;
+    for (long r = r0; r < r1; r++) {
+        const float *row = dy + r * cols + j0;
+        for (int j = 0; j < n; j++) part[j] += row[j];
+    }
+}
+
+/* Per column: a partial in double per chunk of GEMM_ROWS rows (from 0.0), the partials added in chunk order (from
+ * 0.0): the bits of the shape alone. Jobs are (chunk, block of columns); the blocks split the columns only where the
+ * chunks are fewer than the threads. Why: the positional embeddings' gradients are 2 rows of 196608 columns, one
+ * chunk, which ran on one thread through a 1.5 MiB calloc'd partial: 7.6 ms in `bench kernels`, 0.19-0.34 ms in
+ * column blocks (2-core AVX-512 Xeon); the Linears' 1024-row gradients stay a chunk a job, contiguous rows. */
 static void cpu_bias_grad(DType dt, long rows, int cols, const void *dyv, float *db, float beta) {
     cpu_need_f32(dt, "gemm_bias_grad");
     if (rows < 0 || cols < 1) vx_fatal("gemm: bias_grad of %ld rows of %d columns", rows, cols);
-    const long chunks = (rows + GEMM_ROWS - 1) / GEMM_ROWS;
-    double *part = calloc((size_t)(chunks > 0 ? chunks : 1) * (size_t)cols, sizeof(double));
-    if (!part) vx_fatal("gemm: out of memory for %ld partial sums of %d columns", chunks, cols);
     const float *dy = dyv;
+    const long chunks = rows > 0 ? (rows + GEMM_ROWS - 1) / GEMM_ROWS : 1;
+    if (chunks == 1) { /* the partial is the total: per block of columns, straight into db */
+        const int per_job = bias_cols_per_job(cols), jobs = (cols + per_job - 1) / per_job;
+#pragma omp parallel for schedule(static) if (jobs > 1 && rows * cols >= 16384)
+        for (int job = 0; job < jobs; job++) {
+            const int j0 = job * per_job, n = cols - j0 < per_job ? cols - j0 : per_job;
+            double part[BIAS_COLS_MAX];
+            bias_chunk_sum(dy, cols, 0, rows, j0, n, part);
+            for (int j = 0; j < n; j++) { /* 0.0 + part: the chunk-order sum of one chunk, -0.0 included */
+                const float t = (float)(0.0 + part[j]);
+                db[j0 + j] = beta != 0.0f ? beta * db[j0 + j] + t : t;
+            }
+        }
+        return;
+    }
+    const int per_job = chunks >= omp_get_max_threads() ? cols : bias_cols_per_job(cols);
+    const long blocks = (cols + per_job - 1) / per_job, jobs = chunks * blocks;
+    double *part = malloc(sizeof(double) * (size_t)chunks * (size_t)cols);
+    if (!part) vx_fatal("gemm: out of memory for %ld partial sums of %d columns", chunks, cols);
 #pragma omp parallel for schedule(static) if (rows * cols >= 16384)
-    for (long ch = 0; ch < chunks; ch++) {
-        const long r1 = (ch + 1) * GEMM_ROWS < rows ? (ch + 1) * GEMM_ROWS : rows;
-        double *p = part + ch * cols;
-        for (long r = ch * GEMM_ROWS; r < r1; r++)
-            for (int j = 0; j < cols; j++) p[j] += dy[r * cols + j];
+    for (long job = 0; job < jobs; job++) {
+        const long ch = job / blocks, r1 = (ch + 1) * GEMM_ROWS < rows ? (ch + 1) * GEMM_ROWS : rows;
+        const int j0 = (int)(job % blocks) * per_job, n = cols - j0 < per_job ? cols - j0 : per_job;
+        bias_chunk_sum(dy, cols, ch * GEMM_ROWS, r1, j0, n, part + ch * cols + j0);
     }
     for (int j = 0; j < cols; j++) {
         double acc = 0.0;
