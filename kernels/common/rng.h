@@ -26,10 +26,18 @@ VX_HD uint64_t vx_hash3(uint64_t seed, uint64_t stream, uint64_t index) {
  * probability 2^-24). Kept as is: changing it would change every noise stream, and with them resumed runs. */
 VX_HD float vx_uniform01(uint64_t h) { return ((float)(h >> 40) + 0.5f) * (1.0f / 16777216.0f); }
 
+/* vx_normal's two parts, apart for the CPU fill (normal_cpu.c): its integer hashing vectorises in a loop of its own,
+ * while the libm calls stay scalar. */
+VX_HD void vx_normal_uniforms(uint64_t seed, uint64_t stream, uint64_t index, float *u1, float *u2) {
+    uint64_t h = vx_hash3(seed, stream, index);
+    *u1 = vx_uniform01(h);
+    *u2 = vx_uniform01(vx_mix64(h));
+}
+VX_HD float vx_box_muller(float u1, float u2) { return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2); }
+
 /* A standard normal value for (seed, stream, index), Box-Muller on two independent uniforms. */
 VX_HD float vx_normal(uint64_t seed, uint64_t stream, uint64_t index) {
-    uint64_t h = vx_hash3(seed, stream, index);
-    float u1 = vx_uniform01(h);
-    float u2 = vx_uniform01(vx_mix64(h));
-    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
+    float u1, u2;
+    vx_normal_uniforms(seed, stream, index, &u1, &u2);
+    return vx_box_muller(u1, u2);
 }
