@@ -103,6 +103,11 @@ def main():
            "batch": vxj["batch"], "commit": vxj["commit"], "reference": ptj["framework"],
            "ratio_reference_over_new": med["ref"] / med["new"], "ratio_reference_over_base": med["ref"] / med["base"],
            "ratio_base_over_new": med["base"] / med["new"], "base_label": args.label}
+    # what holds the reference below the CPU's ISA (the AVX2 type on an AVX-512 CPU); torch's output does not say
+    caps = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+                                       "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)}
+    if caps:
+        res["isa_env"] = caps
     best_name = ""
     if bestj:
         best_name = "%s, %s" % (bestj["framework"], bestj.get("mode", "best"))
@@ -130,6 +135,9 @@ def main():
     md += ["", "Batch %d, fp32, %d threads, CPU %s; load average (1 min) before each run: %s (2 cores, shared)." % (
               vxj["batch"], vxj["threads"], vxj["cpu"], " ".join("%.1f" % x for x in loads)),
            "", "This build's `%s`" % dline.replace("|", "/"), ""]
+    if caps:
+        md[-1:] = ["", "The reference's ISA held by the environment: %s." % ", ".join(
+            "%s=%s" % kv for kv in sorted(caps.items())), ""]
     text = "\n".join(md)
     with open(os.path.join(dev, "alternate_%s.md" % stem), "w") as f:
         f.write(text)

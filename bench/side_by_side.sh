@@ -56,6 +56,17 @@ vx = json.load(open(sys.argv[1]))
 pts = [json.load(open(f)) for f in sys.argv[4:]]
 for f in sys.argv[4:]:
     os.remove(f)
+# What holds PyTorch below the CPU's own ISA (the AVX2 type approximated on an AVX-512 CPU): recorded with its runs,
+# since nothing in torch's own output says so.
+caps = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+                                   "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)}
+if caps:
+    for p in pts:
+        p["isa_env"] = caps
+    first = os.path.join(os.path.dirname(sys.argv[1]), "pytorch_" + os.path.basename(sys.argv[1]))
+    with open(first, "w") as f:  # pytorch_step_<config>.json: the first run, as copied before, with isa_env
+        json.dump(pts[0], f, indent=1)
+        f.write("\n")
 with open(sys.argv[2], "w") as f:
     json.dump(pts, f, indent=1)
     f.write("\n")
@@ -82,6 +93,8 @@ with open(sys.argv[3], "w") as f:
                 "the model's work (convolutions %.3f, GEMMs %.3f, attention %.3f GFLOP a step)" % (
                     vx["conv_gflop_per_step"], vx["gemm_gflop_per_step"], vx["attention_gflop_per_step"])
                 if vx.get("gemm_gflop_per_step") else "convolution work", vx["commit"]))
+    if caps:
+        f.write("PyTorch's ISA held by the environment: %s.\n" % ", ".join("%s=%s" % kv for kv in sorted(caps.items())))
     best = [p for p in pts if p.get("mode", "eager") != "eager"]
     if best:
         f.write("PyTorch's best mode: %s; its warm-up (compilation) took %s s and is not in the step time.\n" % (

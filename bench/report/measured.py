@@ -299,7 +299,10 @@ def reference_cell(t):
     if not t:
         return "-"
     v = torch_version(t)
-    return "%s (torch %s)" % (fmt(t["step_ms_median"]), v) if v else "%s (version not recorded)" % fmt(t["step_ms_median"])
+    cell = "%s (torch %s)" % (fmt(t["step_ms_median"]), v) if v else "%s (version not recorded)" % fmt(t["step_ms_median"])
+    if t.get("isa_env"):  # held below the CPU's ISA (bench/side_by_side.sh records the variables)
+        cell += ", " + " ".join("%s=%s" % kv for kv in sorted(t["isa_env"].items()))
+    return cell
 
 
 def headline(results):

@@ -88,6 +88,27 @@ def test_a_changed_figure_makes_the_page_stale(tmp_path):
     assert "| 99.5 |" in page.read_text() and "| %.2fx |" % (torch["step_ms_median"] / 99.5) in page.read_text()
 
 
+def test_a_reference_held_below_the_cpu_says_so(tmp_path):
+    """A PyTorch run held to a lower ISA by the environment (side_by_side.sh records isa_env) is shown with those
+    variables beside its figure, in the page and the README; without isa_env the cell has none."""
+    res = tmp_path / "results"
+    folder = res / "cpu-amd-epyc-avx512-bf16-2c"
+    shutil.copytree(os.path.join(RESULTS, "cpu-amd-epyc-avx512-bf16-2c"), folder)
+    page = tmp_path / "measured.md"
+    assert run("--results", str(res), "--out", str(page)).returncode == 0
+    assert "ATEN_CPU_CAPABILITY" not in page.read_text()
+    ref = folder / "pytorch_step_default.json"
+    doc = json.loads(ref.read_text())
+    doc["isa_env"] = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    ref.write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text(BEGIN + "\n" + END + "\n")
+    assert run("--results", str(res), "--out", str(page), "--readme", str(readme)).returncode == 0
+    cell = "%.1f (torch %s), ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2" % (
+        doc["step_ms_median"], doc["torch"])
+    assert cell in page.read_text() and cell in readme.read_text(), page.read_text()
+
+
 def test_readme_block_replaced_between_the_markers(tmp_path):
     res = tmp_path / "results"
     shutil.copytree(os.path.join(RESULTS, "cpu-amd-epyc-avx512-bf16-2c"), res / "cpu-amd-epyc-avx512-bf16-2c")
