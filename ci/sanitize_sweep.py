@@ -212,6 +212,21 @@ class Sweep:
         self.case("films: a truncated JPEG", ["train", *films, *QUIET, "--steps", 2, "--out",
                                               os.path.join(d, "refused")], expect=2)
 
+    def bf16(self):
+        """The CPU's bf16 math where the CPU has it (AVX512-BF16 or AMX-BF16): a transformer with its GEMMs forced into
+        bf16 (VX_GEMM_BF16=on: oneDNN's bf16 matmul per job, per-thread scratchpads) and the convolutions' bf16
+        candidates, trained with validation."""
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+        if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+            return
+        d = os.path.join(self.work, "bf16")
+        two_threads = [a if a != "1" else "2" for a in QUIET]  # jobs running oneDNN's primitives side by side
+        self.case("bf16: vit3d_diffusion with bf16 GEMMs", ["train", *FAMILIES["vit3d_diffusion"], *two_threads,
+                                                            "--amp", "bf16", "--steps", 2, "--set",
+                                                            "train.val_every=2", "--out", os.path.join(d, "diffusion")],
+                  env={"VX_GEMM_BF16": "on"})
+
     def stopped(self):
         """A run stopped by SIGINT mid-run writes its checkpoint and exits 130."""
         self.case("SIGINT: train stops with a checkpoint", ["train", "--config", RESNET, *QUIET, "--steps", 100000,
@@ -250,6 +265,7 @@ def main():
     s.ranks()
     s.launchers()
     s.films()
+    s.bf16()
     s.stopped()
     total = s.passed + len(s.failed)
     print("sanitizer sweep: %d cases, %d passed, %d failed (%s, %.0f s)" % (total, s.passed, len(s.failed),

@@ -19,6 +19,8 @@
  * tokens per sample, so a sample's rows are the same bits in any slot of any batch); its backward
  * dX = dY W (trans 0 0) and dW += dY^T X (trans_a 1, c_f32, beta 1), db from bias_grad. */
 #pragma once
+#include <stddef.h>
+
 #include "common/dtype.h"
 #include "common/op.h"
 
@@ -48,6 +50,10 @@ typedef struct {
      * place among 12), and a row straddling another place in another slot would give other bits. The GPU's kernels
      * compute every row of a call alike and ignore it. */
     int sample_rows;
+    /* The CPU's bf16 math (float32 storage, train.precision bf16 where GemmOps.bf16_math says it pays): A and B are
+     * rounded to bf16 and the products summed in float32 (common/cpu_gemm_bf16.h); C, aux, bias and the epilogues as
+     * in float32. The GPU computes in its storage type and ignores it. */
+    int bf16_math;
 } GemmShape;
 
 /* The op's sub-table (kernels/backend/ops.def): be->gemm->... */
@@ -56,6 +62,9 @@ typedef struct GemmOps {
     OpHead head;
     void (*matmul)(const GemmShape *s, const void *a, const void *b, const float *bias, void *c, void *aux, float beta);
     void (*bias_grad)(DType dt, long rows, int cols, const void *dy, float *db, float beta);
+    /* 1 when a model with bf16 math should set its products' bf16_math here, else 0 with why (one line); NULL where
+     * bf16 is a storage type (CUDA) */
+    int (*bf16_math)(char *why, size_t why_len);
 } GemmOps;
 extern const GemmOps gemm_ops_cpu;
 extern const GemmOps gemm_ops_cuda; /* CUDA builds only */
@@ -67,6 +76,7 @@ static inline const char *gemm_shape_error(const GemmShape *s) {
     if (s->batch > 1 && s->stride_c < (long)s->m * s->n) return "batch entries of C overlap (stride_c < m*n)";
     if (s->epilogue < GEMM_EPI_NONE || s->epilogue > GEMM_EPI_DGELU_ERF) return "unknown epilogue";
     if (s->c_f32 && s->epilogue != GEMM_EPI_NONE) return "a float32 C takes no GELU epilogue";
+    if (s->bf16_math && s->dtype != DT_F32) return "bf16 math is for float32 storage";
     return "";
 }
 

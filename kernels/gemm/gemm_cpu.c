@@ -10,12 +10,16 @@
  * that packing cost as much as the product: 1024x1536x384 (x W^T, a ViT's MLP) ran at 160 GFLOP/s against 466 for
  * 256-row jobs and 461 for one 2-thread sgemm (2-core AVX-512 EPYC, OpenBLAS 0.3.21). Column panels keep enough jobs
  * for many cores when m is small. bias_grad: jobs of columns; per column, partials in double per fixed chunk of
- * GEMM_ROWS rows, added in order. */
+ * GEMM_ROWS rows, added in order.
+ * bf16 math (GemmShape.bf16_math): A and B are rounded to bf16 once per call, into a buffer of the calling thread,
+ * and the same jobs run cpu_gemm_bf16 (oneDNN's bf16 matmul, one thread a job) in place of sgemm; the epilogues are
+ * unchanged. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/cpu_gemm.h"
+#include "common/cpu_gemm_bf16.h"
 #include "common/cpu_op.h"
 #include "gelu/gelu_math.h"
 #include "gemm/gemm.h"
@@ -84,6 +88,27 @@ static void epilogue(const GemmShape *s, long rows, int n, const float *bias, fl
     }
 }
 
+/* elements of A (or B) the batch spans: (batch - 1) strides and one matrix */
+static long span(const GemmShape *s, long stride, long size) { return s->batch > 0 ? (s->batch - 1) * stride + size : 0; }
+
+/* A and B rounded to bf16, in one buffer of the calling thread that grows to the largest call's (kept: a step calls
+ * the same shapes again; freed never, as the thread's other caches) */
+static void bf16_inputs(const GemmShape *s, const float *a, const float *b, const uint16_t **a16,
+                        const uint16_t **b16) {
+    static _Thread_local uint16_t *buf;
+    static _Thread_local long cap;
+    const long na = span(s, s->stride_a, (long)s->m * s->k), nb = span(s, s->stride_b, (long)s->k * s->n);
+    if (na + nb > cap) {
+        free(buf);
+        cap = na + nb;
+        buf = vx_malloc(sizeof(uint16_t) * (size_t)cap);
+    }
+    cpu_round_to_bf16(a, buf, na);
+    cpu_round_to_bf16(b, buf + na, nb);
+    *a16 = buf;
+    *b16 = buf + na;
+}
+
 static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const float *bias, void *cv, void *auxv,
                        float beta) {
     cpu_need_f32(s->dtype, "gemm_matmul");
@@ -99,6 +124,8 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     const long per_block = (block + rows_per - 1) / rows_per, chunks = s->m / block * per_block;
     const long panels = (s->n + cols_per - 1) / cols_per, jobs = (long)s->batch * chunks * panels;
     const int lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
+    const uint16_t *a16 = NULL, *b16 = NULL;
+    if (s->bf16_math && s->k > 0) bf16_inputs(s, av, bv, &a16, &b16);
     const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
     for (long job = 0; job < jobs; job++) {
@@ -106,14 +133,18 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
         const long i = rj / chunks, blk = rj % chunks / per_block, in_blk = (rj % chunks % per_block) * rows_per;
         const long r0 = blk * block + in_blk, rows = in_blk + rows_per <= block ? rows_per : block - in_blk;
         const int cols = (int)(col0 + cols_per <= s->n ? cols_per : s->n - col0);
-        const float *a = (const float *)av + i * s->stride_a + (s->trans_a ? r0 : r0 * s->k);
-        const float *b = (const float *)bv + i * s->stride_b + (s->trans_b ? col0 * s->k : col0);
         float *c = (float *)cv + i * s->stride_c + r0 * s->n + col0;
         float *aux = auxv ? (float *)auxv + i * s->stride_c + r0 * s->n + col0 : NULL;
         if (beta == 0.0f && s->k == 0) /* C may hold NaN; sgemm's beta 0 overwrites it without reading it */
             for (long r = 0; r < rows; r++) memset(c + r * s->n, 0, sizeof(float) * (size_t)cols);
-        if (s->k > 0)
-            cpu_sgemm(s->trans_a, s->trans_b, (int)rows, cols, s->k, s->alpha, a, lda, b, ldb, beta, c, s->n);
+        const long a_at = i * s->stride_a + (s->trans_a ? r0 : r0 * s->k);
+        const long b_at = i * s->stride_b + (s->trans_b ? col0 * s->k : col0);
+        if (s->k > 0 && a16)
+            cpu_gemm_bf16(s->trans_a, s->trans_b, (int)rows, cols, s->k, s->alpha, a16 + a_at, lda, b16 + b_at, ldb,
+                          beta, c, s->n);
+        else if (s->k > 0)
+            cpu_sgemm(s->trans_a, s->trans_b, (int)rows, cols, s->k, s->alpha, (const float *)av + a_at, lda,
+                      (const float *)bv + b_at, ldb, beta, c, s->n);
         else if (beta != 0.0f && beta != 1.0f)
             for (long r = 0; r < rows; r++)
                 for (int e = 0; e < cols; e++) c[r * s->n + e] *= beta;
@@ -185,4 +216,4 @@ static void cpu_bias_grad(DType dt, long rows, int cols, const void *dyv, float 
 
 /* ---- the CPU backend's table (ops.def): float32 only -------------------------------------------------------- */
 
-const GemmOps gemm_ops_cpu = {{op_supports_f32}, cpu_matmul, cpu_bias_grad};
+const GemmOps gemm_ops_cpu = {{op_supports_f32}, cpu_matmul, cpu_bias_grad, cpu_gemm_bf16_chosen};

@@ -243,4 +243,5 @@ static void gemm_bias_grad_cuda(DType dt, long rows, int cols, const void *dy, f
 
 /* ---- the CUDA backend's table (ops.def) ---------------------------------------------------------------------- */
 
-extern "C" const GemmOps gemm_ops_cuda = {{op_supports_all_types}, gemm_matmul_cuda, gemm_bias_grad_cuda};
+extern "C" const GemmOps gemm_ops_cuda = {{op_supports_all_types}, gemm_matmul_cuda, gemm_bias_grad_cuda,
+                                                 nullptr /* bf16 is a storage type here */};

@@ -13,9 +13,13 @@ static GemmShape shape_of(const KernelCase *k) {
     kernel_case_get_params(k, &s, sizeof s);
     return s;
 }
+/* The case's shape in its storage type and math: bf16 math where the shape (a model's node, bench kernels) or the
+ * case (the op tests' bf16 variant) asks it; the case then says it, for the tolerance (op_check.c). */
 static GemmShape typed(KernelCase *k) {
     GemmShape s = shape_of(k);
     s.dtype = k->dtype;
+    s.bf16_math = s.bf16_math || k->bf16_math;
+    k->bf16_math = s.bf16_math;
     kernel_case_set_params(k, &s, sizeof s);
     return s;
 }

@@ -100,7 +100,7 @@ static void vit_cases(CaseList *l, const Model *m, const Node *nd, const Tensor 
         }
         const GemmShape dw = {.batch = 1, .m = f.n, .n = f.k, .k = f.m, .trans_a = 1, .stride_a = (long)f.m * f.n,
                               .stride_b = (long)f.m * f.k, .stride_c = (long)f.n * f.k, .alpha = 1.0f, .c_f32 = 1,
-                              .dtype = dt};
+                              .dtype = dt, .bf16_math = f.bf16_math};
         add_case(l, gemm_case(dw, 0, 1.0f), "gemm");
         const GemmShape bg = {.m = f.m, .n = f.n, .dtype = dt};
         KernelCase b = {.dtype = dt, .beta = 1.0f};
@@ -109,7 +109,8 @@ static void vit_cases(CaseList *l, const Model *m, const Node *nd, const Tensor 
         add_case(l, b, "gemm_bias_grad");
         if (tx->grad >= 0) {
             const GemmShape dd = {.batch = 1, .m = f.m, .n = f.k, .k = f.n, .stride_a = (long)f.m * f.n,
-                                  .stride_b = (long)f.n * f.k, .stride_c = (long)f.m * f.k, .alpha = 1.0f, .dtype = dt};
+                                  .stride_b = (long)f.n * f.k, .stride_c = (long)f.m * f.k, .alpha = 1.0f, .dtype = dt,
+                                  .bf16_math = f.bf16_math};
             add_case(l, gemm_case(dd, 0, nd->dx_beta[0]), "gemm");
         }
         break;

@@ -36,7 +36,7 @@ int vit_linear(Model *m, const char *name, int x, int out, int gelu) {
     nd->gemm = (GemmShape){.batch = 1, .m = rows, .n = out, .k = d.c, .trans_b = 1, .stride_a = (long)rows * d.c,
                            .stride_b = (long)out * d.c, .stride_c = (long)rows * out, .alpha = 1.0f,
                            .epilogue = gelu ? GEMM_EPI_GELU_ERF : GEMM_EPI_NONE, .dtype = m->dtype,
-                           .sample_rows = rows / d.n};
+                           .sample_rows = rows / d.n, .bf16_math = m->bf16_gemm};
     nd->weight = build_param(m, name, "weight", 2, (int[]){out, d.c});
     nd->bias = build_param(m, name, "bias", 1, (int[]){out});
     return nd->out;

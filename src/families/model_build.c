@@ -306,6 +306,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
     char why[512];
     if (!model_dtype(opt->precision, be, &m->dtype, why, sizeof why)) vx_usage_error("%s; use --amp off or a GPU", why);
     m->bf16_math = model_bf16_math(opt->precision, be);
+    m->bf16_gemm = m->bf16_math && be->gemm->bf16_math && be->gemm->bf16_math(NULL, 0);
     if (m->family == FAMILY_RESNET3D) build_resnet3d(m);
     else if (m->family == FAMILY_DENSENET) build_densenet(m);
     else if (m->family == FAMILY_VIT3D) build_vit3d(m);

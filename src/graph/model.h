@@ -218,6 +218,7 @@ typedef struct Model {
     int batch;
     DType dtype; /* of the activations (model_dtype) */
     int bf16_math; /* the convolutions may compute in bf16 on float32 storage (model_bf16_math: the CPU's bf16) */
+    int bf16_gemm; /* and the transformer's products do (bf16_math where be->gemm->bf16_math says it pays) */
     Node *nodes;
     int n_nodes, cap_nodes;
     Tensor *tensors;

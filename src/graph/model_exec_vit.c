@@ -85,13 +85,14 @@ void vit_backward_node(Model *m, const Node *nd, const void *x, const void *x1, 
         /* dW [out][in] (+)= dpre^T x: m out, n in, k rows, float32 into the master gradient */
         const GemmShape dw = {.batch = 1, .m = f->n, .n = f->k, .k = f->m, .trans_a = 1, .stride_a = (long)f->m * f->n,
                               .stride_b = (long)f->m * f->k, .stride_c = (long)f->n * f->k, .alpha = 1.0f,
-                              .c_f32 = 1, .dtype = f->dtype};
+                              .c_f32 = 1, .dtype = f->dtype, .bf16_math = f->bf16_math};
         be->gemm->matmul(&dw, dpre, x, NULL, exec_param_grad(m, nd->weight), NULL, param_beta);
         if (nd->bias >= 0) be->gemm->bias_grad(f->dtype, f->m, f->n, dpre, exec_param_grad(m, nd->bias), param_beta);
         if (dx) { /* dx [rows][in] = dpre W */
             const GemmShape dd = {.batch = 1, .m = f->m, .n = f->k, .k = f->n, .stride_a = (long)f->m * f->n,
                                   .stride_b = (long)f->n * f->k, .stride_c = (long)f->m * f->k, .alpha = 1.0f,
-                                  .dtype = f->dtype, .sample_rows = f->sample_rows};
+                                  .dtype = f->dtype, .sample_rows = f->sample_rows,
+                                  .bf16_math = f->bf16_math};
             be->gemm->matmul(&dd, dpre, exec_weight(m, nd->weight), NULL, dx, NULL, nd->dx_beta[0]);
         }
         break;

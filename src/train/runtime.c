@@ -93,7 +93,15 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
                "memory planned\n", m->param_count, m->n_params, m->n_nodes,
                (m->conv_flops_step + m->gemm_flops_step + m->attn_flops_step) * 1e-9,
                model_device_bytes(m) / 1048576.0);
-        if (m->bf16_math)
+        if (m->bf16_math && m->gemm_flops_step > 0) { /* a transformer: its products say whether they take it */
+            char no[320] = "";
+            if (!m->bf16_gemm && rt->be->gemm->bf16_math) rt->be->gemm->bf16_math(no, sizeof no);
+            vx_log("precision: bf16 math on the CPU (inputs, weights and gradients rounded to bf16 inside each call, "
+                   "float32 accumulation and outputs) in the convolutions where measured faster than float32%s%s%s; "
+                   "activations, master weights, gradients, AdamW state, attention and every other op float32\n",
+                   m->bf16_gemm ? " and in the Linears' GEMMs" : "; the Linears' GEMMs stay float32: ", no,
+                   m->bf16_gemm || no[0] ? "" : "not chosen here");
+        } else if (m->bf16_math)
             vx_log("precision: bf16 math in the convolutions on the CPU (inputs, weights and gradients rounded to "
                    "bf16 inside each call, float32 accumulation and outputs, where measured faster than float32); "
                    "activations, master weights, gradients, AdamW state and every other op float32\n");

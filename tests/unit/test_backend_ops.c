@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "conv3d/conv3d_cpu_select.h"
+#include "common/cpu_gemm_bf16.h"
 #include "op_cases.h"
 #include "require_gpu.h"
 
@@ -34,7 +35,7 @@ typedef struct {
     const Backend *be;
     int op;
     int conv_mode; /* the CPU's convolutions: CONV_MODE_AUTO (chosen by measurement), or one path forced */
-    int bf16_math; /* the cases' convolutions computed in bf16 (the CPU's bf16 math) */
+    int bf16_math; /* the cases' convolutions or products computed in bf16 (the CPU's bf16 math) */
 } Target;
 
 /* VX_OP_TYPES (a comma list of dtype names) allows dt; unset: every type */
@@ -125,10 +126,15 @@ int main(int argc, char **argv) {
         char lack[200] = "";
         const int bf16 = b == 0 && backend_cpu()->conv3d->bf16_math(lack, sizeof lack);
         if (b == 0 && !bf16 && !listed) printf("skipped: the CPU's bf16 convolutions: %s\n", lack);
-        for (int op = 0; op < n_ops; op++)
-            for (int v = 0; v < (b == 0 && strncmp(ops[op].name, "conv3d", 6) == 0 ? 3 + (bf16 || listed) : 1) &&
+        /* the products (gemm, gemm_gelu, gemm_dgelu) once more in bf16 math where the CPU runs it */
+        const int gemm_bf16 = b == 0 && cpu_gemm_bf16_runs(lack, sizeof lack);
+        if (b == 0 && !gemm_bf16 && !listed) printf("skipped: the CPU's bf16 GEMMs: %s\n", lack);
+        for (int op = 0; op < n_ops; op++) {
+            const int conv = b == 0 && strncmp(ops[op].name, "conv3d", 6) == 0;
+            const int product = b == 0 && strncmp(ops[op].name, "gemm", 4) == 0 && strstr(ops[op].name, "bias") == NULL;
+            for (int v = 0; v < (conv ? 3 + (bf16 || listed) : product ? 1 + (gemm_bf16 || listed) : 1) &&
                             n < MAX_TESTS; v++) {
-                snprintf(names[n], sizeof names[n], "%s_%s%s", bname, ops[op].name, suffix[v]);
+                snprintf(names[n], sizeof names[n], "%s_%s%s", bname, ops[op].name, product && v ? "_bf16" : suffix[v]);
                 int wanted = argc <= 1 || listed;
                 for (int a = 1; a < argc && !wanted; a++) wanted = fnmatch(argv[a], names[n], 0) == 0;
                 if (!wanted) continue;
@@ -136,10 +142,12 @@ int main(int argc, char **argv) {
                     printf("%s\n", names[n]);
                     continue;
                 }
-                targets[n] = (Target){.be = backends[b], .op = op, .conv_mode = mode[v], .bf16_math = v == 3};
+                targets[n] = (Target){.be = backends[b], .op = op, .conv_mode = product ? CONV_MODE_AUTO : mode[v],
+                                      .bf16_math = v == 3 || (product && v == 1)};
                 tests[n] = (struct CMUnitTest){.name = names[n], .test_func = run_op, .initial_state = &targets[n]};
                 n++;
             }
+        }
     }
     if (listed) return 0;
     const int rc = _cmocka_run_group_tests("backend_ops", tests, (size_t)n, NULL, NULL);

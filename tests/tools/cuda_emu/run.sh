@@ -67,9 +67,10 @@ for d in "$root"/kernels/*/; do
     cpu+=("$out/cpu_$f.o")
 done
 # the CPU backend's other parts its tables call: the ISA it dispatches on (VX_CPU_ISA, issue 41), the GEMM dispatch
-# (OpenBLAS or oneDNN's sgemm), the convolutions' choice between im2col and oneDNN (issue 22), and attention's
-# register-tile path with its tile product (issue 38)
-for f in kernels/common/cpu_isa kernels/common/cpu_gemm kernels/common/cpu_tile_gemm kernels/conv3d/conv3d_cpu_select \
+# (OpenBLAS or oneDNN's sgemm, and the bf16 matmul), the convolutions' choice between im2col and oneDNN (issue 22),
+# and attention's register-tile path with its tile product (issue 38)
+for f in kernels/common/cpu_isa kernels/common/cpu_gemm kernels/common/cpu_gemm_bf16 kernels/common/cpu_tile_gemm \
+         kernels/conv3d/conv3d_cpu_select \
          kernels/conv3d/conv3d_dnnl kernels/attention/attention_cpu_tile; do
     job $cc -c "$root/$f.c" -o "$out/cpu_$(basename "$f").o"
     cpu+=("$out/cpu_$(basename "$f").o")
