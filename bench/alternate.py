@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+import isa_env  # bench/isa_env.py, beside this script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -104,8 +106,7 @@ def main():
            "ratio_reference_over_new": med["ref"] / med["new"], "ratio_reference_over_base": med["ref"] / med["base"],
            "ratio_base_over_new": med["base"] / med["new"], "base_label": args.label}
     # what holds the reference below the CPU's ISA (the AVX2 type on an AVX-512 CPU); torch's output does not say
-    caps = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
-                                       "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)}
+    caps = isa_env.current()
     if caps:
         res["isa_env"] = caps
     best_name = ""
@@ -136,8 +137,7 @@ def main():
               vxj["batch"], vxj["threads"], vxj["cpu"], " ".join("%.1f" % x for x in loads)),
            "", "This build's `%s`" % dline.replace("|", "/"), ""]
     if caps:
-        md[-1:] = ["", "The reference's ISA held by the environment: %s." % ", ".join(
-            "%s=%s" % kv for kv in sorted(caps.items())), ""]
+        md[-1:] = ["", "The reference's ISA held by the environment: %s." % isa_env.describe(caps, ", "), ""]
     text = "\n".join(md)
     with open(os.path.join(dev, "alternate_%s.md" % stem), "w") as f:
         f.write(text)

@@ -28,6 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import data  # noqa: E402  (classify: the one place that knows the results file names)
 
+sys.path.append(os.path.dirname(HERE))
+import isa_env  # noqa: E402  (bench/isa_env.py: the ISA-capping variables' one spelling)
+
 BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
 # OpenBLAS's kernel families and the vector tier they run on (kernels/common/cpu_isa.c, cpu_gemm_openblas_tier): what
 # a folder's JSON says about its ISA when it predates the "isa" field
@@ -301,7 +304,7 @@ def reference_cell(t):
     v = torch_version(t)
     cell = "%s (torch %s)" % (fmt(t["step_ms_median"]), v) if v else "%s (version not recorded)" % fmt(t["step_ms_median"])
     if t.get("isa_env"):  # held below the CPU's ISA (bench/side_by_side.sh records the variables)
-        cell += ", " + " ".join("%s=%s" % kv for kv in sorted(t["isa_env"].items()))
+        cell += ", " + isa_env.describe(t["isa_env"])
     return cell
 
 
