@@ -5,7 +5,8 @@
 # results/<device>/side_by_side_<config>.md. DEVICE is cpu (default) or cuda. VOXSCALE names another binary (a build of
 # the parent commit, for the same-run comparison bench/alternate.sh makes); RESULTS another results folder.
 # BF16=1 (cpu) adds the bf16 rows in the same run: voxscale --amp bf16 (bf16 math in the convolutions, on CPUs with
-# AVX512-BF16 or AMX) and PyTorch's bf16 autocast, after the float32 pair, into the same Markdown.
+# AVX512-BF16 or AMX, and in a transformer's GEMMs on AMX) and PyTorch's bf16 autocast, after the float32 pair, into
+# the same Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=${1:?usage: bench/side_by_side.sh CONFIG [cpu|cuda]}
@@ -58,8 +59,9 @@ for f in sys.argv[4:]:
     os.remove(f)
 # What holds PyTorch below the CPU's own ISA (the AVX2 type approximated on an AVX-512 CPU): recorded with its runs,
 # since nothing in torch's own output says so.
-caps = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
-                                   "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)}
+sys.path.insert(0, "bench")  # run from the repository's root
+import isa_env  # noqa: E402  (bench/isa_env.py)
+caps = isa_env.current()
 if caps:
     for p in pts:
         p["isa_env"] = caps
@@ -94,7 +96,7 @@ with open(sys.argv[3], "w") as f:
                     vx["conv_gflop_per_step"], vx["gemm_gflop_per_step"], vx["attention_gflop_per_step"])
                 if vx.get("gemm_gflop_per_step") else "convolution work", vx["commit"]))
     if caps:
-        f.write("PyTorch's ISA held by the environment: %s.\n" % ", ".join("%s=%s" % kv for kv in sorted(caps.items())))
+        f.write("PyTorch's ISA held by the environment: %s.\n" % isa_env.describe(caps, ", "))
     best = [p for p in pts if p.get("mode", "eager") != "eager"]
     if best:
         f.write("PyTorch's best mode: %s; its warm-up (compilation) took %s s and is not in the step time.\n" % (
@@ -106,14 +108,19 @@ PY
 tmpres=$(mktemp -d); trap 'rm -f "$log"; rm -rf "$tmpres"' EXIT
 "${VOXSCALE:-./build/voxscale}" bench step --config "$config" --device "$device" --iters "$iters" --warmup "$warmup" \
     --amp bf16 --results "$tmpres" > "$log"
-cp "$(sed -n 's/^written: \(.*\)\/step_.*/\1/p' "$log")/step_$stem.json" "$ours/step_${stem}_bf16.json"
+# the bf16 JSON in the device folder's bf16/ (a section of its own in docs/measured.md; the charts are float32's)
+mkdir -p "$ours/bf16"
+cp "$(sed -n 's/^written: \(.*\)\/step_.*/\1/p' "$log")/step_$stem.json" "$ours/bf16/step_${stem}_bf16.json"
+# what the bf16 run computed in bf16 (its precision line: convolutions where measured faster, a transformer's GEMMs
+# where the CPU has AMX) for the table's note
+precision=$(sed -n 's/^precision: //p' "$log" | head -1)
 "$python" "$reference" --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
-    --batch-size "$batch" --dtype bf16 --out "$ours/pytorch_step_${stem}_bf16.json" > /dev/null
-"$python" - "$ours" "$stem" <<'PY'
+    --batch-size "$batch" --dtype bf16 --out "$ours/bf16/pytorch_step_${stem}_bf16.json" > /dev/null
+"$python" - "$ours" "$stem" "$precision" <<'PY'
 import json, os, sys
-d, stem = sys.argv[1], sys.argv[2]
-r = {k: json.load(open(os.path.join(d, f))) for k, f in (("vx32", "step_%s.json" % stem), ("vx16", "step_%s_bf16.json" % stem),
-                                                          ("pt32", "pytorch_step_%s.json" % stem), ("pt16", "pytorch_step_%s_bf16.json" % stem))}
+d, stem, precision = sys.argv[1], sys.argv[2], sys.argv[3]
+r = {k: json.load(open(os.path.join(d, f))) for k, f in (("vx32", "step_%s.json" % stem), ("vx16", "bf16/step_%s_bf16.json" % stem),
+                                                          ("pt32", "pytorch_step_%s.json" % stem), ("pt16", "bf16/pytorch_step_%s_bf16.json" % stem))}
 md = os.path.join(d, "side_by_side_%s.md" % stem)
 with open(md) as f:
     before = len(f.read())
@@ -124,7 +131,9 @@ with open(md, "a") as f:
     f.write("| bf16 over fp32 | | %.2fx | | %.2fx |\n" % (r["vx32"]["step_ms_median"] / r["vx16"]["step_ms_median"],
                                                         r["pt32"]["step_ms_median"] / r["pt16"]["step_ms_median"]))
     f.write("| voxscale bf16 over PyTorch bf16 | | %.2fx | | |\n\n" % (r["pt16"]["step_ms_median"] / r["vx16"]["step_ms_median"]))
-    f.write("voxscale bf16: convolutions in bf16 math where measured faster than float32 (float32 storage, master "
-            "weights and optimizer); %.1f GFLOP/s of convolution work against the same float32 ceiling.\n" % r["vx16"]["conv_gflops"])
+    f.write("voxscale bf16 (its precision line): %s." % precision.rstrip("."))
+    if r["vx16"].get("conv_gflops"):
+        f.write(" %.1f GFLOP/s of convolution work against the same float32 ceiling." % r["vx16"]["conv_gflops"])
+    f.write("\n")
 print(open(md).read()[before:])
 PY
