@@ -67,9 +67,7 @@ void cpu_gemm_describe(char *buf, size_t len) {
         if (bt < ct) snprintf(buf + strlen(buf), len - strlen(buf), "%s", cpu_tier_name(ct));
         return;
     }
-    const char *isa_name = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
-    snprintf(buf, len, "oneDNN %d.%d.%d sgemm (%s)", v->major, v->minor, v->patch,
-             strncmp(isa_name, "cpu_isa_", 8) == 0 ? isa_name + 8 : isa_name);
+    snprintf(buf, len, "oneDNN %d.%d.%d sgemm (%s)", v->major, v->minor, v->patch, cpu_isa_onednn_name());
     if (forced[0]) snprintf(buf + strlen(buf), len - strlen(buf), ", VX_GEMM=%s", forced);
     else
         snprintf(buf + strlen(buf), len - strlen(buf), ": %s's %s kernels (%s) are older than this %s CPU", ob, core,

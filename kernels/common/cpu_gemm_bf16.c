@@ -13,27 +13,14 @@
 #include <string.h>
 
 #include "common/cpu_isa.h"
+#include "common/dtype.h"
 #include "core/util.h"
-
-int cpu_gemm_bf16_runs(char *why, size_t why_len) {
-    const CpuIsa *c = cpu_isa();
-    if (!c->avx512_bf16 && !c->amx_bf16) {
-        if (why) snprintf(why, why_len, "this CPU (%.80s) has neither AVX512-BF16 nor AMX-BF16", c->model);
-        return 0;
-    }
-    const dnnl_cpu_isa_t e = dnnl_get_effective_cpu_isa();
-    if ((e & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) {
-        if (why) snprintf(why, why_len, "oneDNN is held below its bf16 kernels on this CPU (DNNL_MAX_CPU_ISA?)");
-        return 0;
-    }
-    return 1;
-}
 
 int cpu_gemm_bf16_chosen(char *why, size_t why_len) {
     const char *e = getenv("VX_GEMM_BF16");
     if (e && *e && strcmp(e, "on") != 0 && strcmp(e, "off") != 0 && strcmp(e, "auto") != 0)
         vx_usage_error("VX_GEMM_BF16 must be on, off or auto, not \"%s\"", e);
-    if (!cpu_gemm_bf16_runs(why, why_len)) return 0;
+    if (!cpu_isa_bf16_runs(why, why_len)) return 0;
     if (e && strcmp(e, "off") == 0) {
         if (why) snprintf(why, why_len, "VX_GEMM_BF16=off");
         return 0;
@@ -49,7 +36,7 @@ int cpu_gemm_bf16_chosen(char *why, size_t why_len) {
 
 void cpu_round_to_bf16(const float *x, uint16_t *y, long n) {
 #pragma omp parallel for schedule(static) if (n >= (1L << 16) && !omp_in_parallel())
-    for (long i = 0; i < n; i++) y[i] = cpu_bf16_of(x[i]);
+    for (long i = 0; i < n; i++) y[i] = dtype_f32_to_bf16(x[i]);
 }
 
 typedef struct Prim {

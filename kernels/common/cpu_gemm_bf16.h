@@ -14,23 +14,9 @@
 
 /* 1 when the GEMMs of a model with bf16 math run in bf16 here (see above); else 0 with why (one line). */
 int cpu_gemm_bf16_chosen(char *why, size_t why_len);
-/* 1 when this CPU can run cpu_gemm_bf16 natively (AVX512-BF16 or AMX-BF16 and oneDNN's kernels for them), else 0
- * with why: the floor under VX_GEMM_BF16=on. */
-int cpu_gemm_bf16_runs(char *why, size_t why_len);
-
-/* y[i] = x[i] rounded to bf16 (nearest even; NaN stays NaN), over OpenMP threads when n is large */
+/* y[i] = x[i] rounded to bf16 (dtype.h's dtype_f32_to_bf16: nearest even, NaN stays NaN), over OpenMP threads when
+ * n is large. Whether this CPU runs bf16 at all: cpu_isa_bf16_runs (cpu_isa.h). */
 void cpu_round_to_bf16(const float *x, uint16_t *y, long n);
-/* bf16 of one float32 (the same rounding) */
-static inline uint16_t cpu_bf16_of(float f) {
-    union { float f; uint32_t u; } v = {f};
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* NaN: quiet, keep the sign */
-    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-static inline float cpu_float_of_bf16(uint16_t b) {
-    union { uint32_t u; float f; } v = {(uint32_t)b << 16};
-    return v.f;
-}
-
 /* Row-major C [m][n] = alpha * op(A) op(B) + beta * C (cpu_sgemm's meaning) with A and B in bf16, float32
  * accumulation; beta 0 does not read C. Runs on the calling thread (called from each job of a parallel region). */
 void cpu_gemm_bf16(int ta, int tb, int m, int n, int k, float alpha, const uint16_t *A, int lda, const uint16_t *B,

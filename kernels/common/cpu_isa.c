@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,4 +172,30 @@ CpuVecTier cpu_gemm_openblas_tier(const char *core) {
     for (size_t i = 0; i < sizeof avx / sizeof *avx; i++)
         if (strcasecmp(core, avx[i]) == 0) return ISA_AVX;
     return ISA_SSE; /* Prescott, Core2, Nehalem, Atom, Opteron, Barcelona, ...: SSE kernels */
+}
+
+const char *cpu_isa_onednn_name(void) {
+    (void)cpu_isa(); /* VX_CPU_ISA's cap first: asking oneDNN fixes its maximum */
+    const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()); /* "cpu_isa_avx512_core_bf16" */
+    return strncmp(s, "cpu_isa_", 8) == 0 ? s + 8 : s;
+}
+
+int cpu_isa_bf16_runs(char *why, size_t why_len) {
+    const CpuIsa *c = cpu_isa();
+    if (!c->avx512_bf16 && !c->amx_bf16) {
+        char d[256]; /* what cpu_isa_describe may write, the cap and the CPU's own levels */
+        cpu_isa_describe(d, sizeof d);
+        if (why) snprintf(why, why_len, "this CPU (%.80s: %.120s) has neither AVX512-BF16 nor AMX-BF16", c->model, d);
+        return 0;
+    }
+    /* the kernels oneDNN generates: the CPU may have bf16 while DNNL_MAX_CPU_ISA holds oneDNN below it (then its bf16
+     * kernels would be emulated, slower than float32) */
+    const dnnl_cpu_isa_t e = dnnl_get_effective_cpu_isa();
+    if ((e & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) {
+        if (why)
+            snprintf(why, why_len, "oneDNN is limited to %s on this CPU (DNNL_MAX_CPU_ISA?), below its bf16 kernels",
+                     cpu_isa_onednn_name());
+        return 0;
+    }
+    return 1;
 }

@@ -31,5 +31,10 @@ void cpu_isa_describe(char *buf, size_t len);
 /* The dispatched level as VX_CPU_ISA names it ("avx2", "avx512", "avx512_bf16", "amx"; "avx" or "sse" below AVX2),
  * after its cap: the level results/<device>/ folders carry, so one VM name on two hosts does not mix their figures */
 const char *cpu_isa_level(void);
+/* oneDNN's effective ISA as it names it, without "cpu_isa_" ("avx512_core_bf16"), after VX_CPU_ISA's cap */
+const char *cpu_isa_onednn_name(void);
+/* 1 when bf16 math runs natively here: the CPU (after the cap and VX_CPU_HIDE) has AVX512-BF16 or AMX-BF16 and
+ * oneDNN's kernels reach them; else 0 with why (one line; why may be NULL). The convolutions' and the GEMMs' floor. */
+int cpu_isa_bf16_runs(char *why, size_t why_len);
 /* The tier of an OpenBLAS kernel family ("Cooperlake" -> AVX-512, "Zen" -> AVX2, "Prescott" -> SSE). */
 CpuVecTier cpu_gemm_openblas_tier(const char *corename);

@@ -519,4 +519,4 @@ static void cpu_backward_filter(const Conv3dShape *s, const void *x, const void 
     else conv3d_dnnl_backward_filter(p == CONV_PATH_ONEDNN_BF16 ? s : &f, x, dy, dw, dbias, beta, ws);
 }
 const Conv3dOps conv3d_ops_cpu = {{op_supports_f32}, cpu_workspace, cpu_forward, cpu_backward_data,
-                                  cpu_backward_filter, conv3d_dnnl_bf16_math};
+                                  cpu_backward_filter, cpu_isa_bf16_runs};

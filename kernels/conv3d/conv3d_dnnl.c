@@ -71,30 +71,7 @@ const char *conv3d_dnnl_version(void) {
     return buf;
 }
 
-const char *conv3d_dnnl_isa(void) {
-    (void)cpu_isa(); /* VX_CPU_ISA's cap first: asking oneDNN fixes its maximum */
-    const char *s = dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa()); /* "cpu_isa_avx512_core_bf16" */
-    return strncmp(s, "cpu_isa_", 8) == 0 ? s + 8 : s;
-}
-
-int conv3d_dnnl_bf16_math(char *why, size_t why_len) {
-    const CpuIsa *c = cpu_isa();
-    if (!c->avx512_bf16 && !c->amx_bf16) {
-        char isa[96];
-        cpu_isa_describe(isa, sizeof isa);
-        snprintf(why, why_len, "this CPU (%.80s: %s) has neither AVX512-BF16 nor AMX-BF16", c->model, isa);
-        return 0;
-    }
-    /* the kernels oneDNN generates: the CPU may have bf16 while DNNL_MAX_CPU_ISA holds oneDNN below it (then its bf16
-     * convolutions would be emulated, slower than float32) */
-    const dnnl_cpu_isa_t e = dnnl_get_effective_cpu_isa();
-    if ((e & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16) {
-        snprintf(why, why_len, "oneDNN is limited to %s on this CPU (DNNL_MAX_CPU_ISA?), below its bf16 kernels",
-                 conv3d_dnnl_isa());
-        return 0;
-    }
-    return 1;
-}
+const char *conv3d_dnnl_isa(void) { return cpu_isa_onednn_name(); }
 
 /* A blocked layout as oneDNN's tags spell it ("Odhwi16o", "OIdhw16i16o"): dims outermost first by stride,
  * upper case where a dim is also blocked, then the inner blocks. */

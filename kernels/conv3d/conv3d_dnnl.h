@@ -27,10 +27,6 @@ void conv3d_dnnl_backward_data(const Conv3dShape *s, const float *dy, const floa
 void conv3d_dnnl_backward_filter(const Conv3dShape *s, const float *x, const float *dy, float *dw, float *dbias,
                                  float beta, void *workspace);
 
-/* 1 when shapes with bf16_math run here: the CPU has AVX512-BF16 or AMX-BF16 (cpu_gemm.h's cpu_isa) and oneDNN
- * generates its bf16 kernels for it; else 0 with what is missing in why ("this CPU (...) has neither ..."). */
-int conv3d_dnnl_bf16_math(char *why, size_t why_len);
-
 /* "oneDNN 2.6.3" and the instruction set its kernels are generated for ("avx512_core_bf16"). */
 const char *conv3d_dnnl_version(void);
 const char *conv3d_dnnl_isa(void);

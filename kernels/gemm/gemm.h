@@ -69,6 +69,11 @@ typedef struct GemmOps {
 extern const GemmOps gemm_ops_cpu;
 extern const GemmOps gemm_ops_cuda; /* CUDA builds only */
 
+/* elements of one operand the batch spans: (batch - 1) strides of `stride` and one matrix of `size` (0 for batch 0) */
+static inline long gemm_span(const GemmShape *s, long stride, long size) {
+    return s->batch > 0 ? (s->batch - 1) * stride + size : 0;
+}
+
 /* "" when s is a valid shape, else what is wrong (the CPU's and CUDA's check, one line) */
 static inline const char *gemm_shape_error(const GemmShape *s) {
     if (s->batch < 0 || s->m < 0 || s->n < 0 || s->k < 0) return "negative sizes";

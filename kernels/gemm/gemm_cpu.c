@@ -88,16 +88,14 @@ static void epilogue(const GemmShape *s, long rows, int n, const float *bias, fl
     }
 }
 
-/* elements of A (or B) the batch spans: (batch - 1) strides and one matrix */
-static long span(const GemmShape *s, long stride, long size) { return s->batch > 0 ? (s->batch - 1) * stride + size : 0; }
-
 /* A and B rounded to bf16, in one buffer of the calling thread that grows to the largest call's (kept: a step calls
  * the same shapes again; freed never, as the thread's other caches) */
 static void bf16_inputs(const GemmShape *s, const float *a, const float *b, const uint16_t **a16,
                         const uint16_t **b16) {
     static _Thread_local uint16_t *buf;
     static _Thread_local long cap;
-    const long na = span(s, s->stride_a, (long)s->m * s->k), nb = span(s, s->stride_b, (long)s->k * s->n);
+    const long na = gemm_span(s, s->stride_a, (long)s->m * s->k);
+    const long nb = gemm_span(s, s->stride_b, (long)s->k * s->n);
     if (na + nb > cap) {
         free(buf);
         cap = na + nb;

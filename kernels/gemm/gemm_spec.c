@@ -23,11 +23,9 @@ static GemmShape typed(KernelCase *k) {
     kernel_case_set_params(k, &s, sizeof s);
     return s;
 }
-/* elements spanned by `batch` matrices of `size` elements, `stride` apart */
-static long span(const GemmShape *s, long stride, long size) { return s->batch > 0 ? (s->batch - 1) * stride + size : 0; }
-static long count_a(const GemmShape *s) { return span(s, s->stride_a, (long)s->m * s->k); }
-static long count_b(const GemmShape *s) { return span(s, s->stride_b, (long)s->k * s->n); }
-static long count_c(const GemmShape *s) { return span(s, s->stride_c, (long)s->m * s->n); }
+static long count_a(const GemmShape *s) { return gemm_span(s, s->stride_a, (long)s->m * s->k); }
+static long count_b(const GemmShape *s) { return gemm_span(s, s->stride_b, (long)s->k * s->n); }
+static long count_c(const GemmShape *s) { return gemm_span(s, s->stride_c, (long)s->m * s->n); }
 
 /* alpha * op(A) op(B) at element (i, r, j), in double */
 static double product(const GemmShape *s, const float *a, const float *b, long i, long r, long j) {

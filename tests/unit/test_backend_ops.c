@@ -27,7 +27,7 @@
 
 #include "backend/backend.h"
 #include "conv3d/conv3d_cpu_select.h"
-#include "common/cpu_gemm_bf16.h"
+#include "common/cpu_isa.h"
 #include "op_cases.h"
 #include "require_gpu.h"
 
@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
         const int bf16 = b == 0 && backend_cpu()->conv3d->bf16_math(lack, sizeof lack);
         if (b == 0 && !bf16 && !listed) printf("skipped: the CPU's bf16 convolutions: %s\n", lack);
         /* the products (gemm, gemm_gelu, gemm_dgelu) once more in bf16 math where the CPU runs it */
-        const int gemm_bf16 = b == 0 && cpu_gemm_bf16_runs(lack, sizeof lack);
+        const int gemm_bf16 = b == 0 && cpu_isa_bf16_runs(lack, sizeof lack);
         if (b == 0 && !gemm_bf16 && !listed) printf("skipped: the CPU's bf16 GEMMs: %s\n", lack);
         for (int op = 0; op < n_ops; op++) {
             const int conv = b == 0 && strncmp(ops[op].name, "conv3d", 6) == 0;

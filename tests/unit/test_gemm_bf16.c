@@ -1,10 +1,11 @@
 /* test_gemm_bf16.c: the CPU's bf16 GEMM math (common/cpu_gemm_bf16.h, GemmShape.bf16_math in gemm_cpu.c).
- * The rounding to bf16 against hand-made cases; then each product form a transformer's Linear runs (x W^T with bias
- * and with GELU, dX = dY W, dW += dY^T X into float32, alpha, a batch with strides) against a float64 reference of
- * the inputs rounded to bf16: bf16 math computes exactly that product in float32, so the bound is float32's
- * accumulation error (k * 2^-23 of sum |a b|), far below bf16's rounding, which the same cases must show against the
- * unrounded inputs (so a path that silently ran float32 fails, and so does one that rounded wrongly). The bits must not
- * depend on the thread count. Skipped where the CPU cannot run bf16 (no AVX512-BF16 or AMX-BF16). */
+ * The rounding to bf16 (dtype.h's, which the GEMM uses) against hand-made cases; then each product form a
+ * transformer's Linear runs (x W^T with bias and with GELU, dX = dY W, dW += dY^T X into float32, alpha, a batch with
+ * strides) against a float64 reference of the inputs rounded to bf16: bf16 math computes exactly that product in
+ * float32, so the bound is float32's accumulation error (k * 2^-23 of sum |a b|), far below bf16's rounding, which the
+ * same cases must show against the unrounded inputs (so a path that silently ran float32 fails, and so does one that
+ * rounded wrongly). The bits must not depend on the thread count. Skipped where the CPU cannot run bf16 (no
+ * AVX512-BF16 or AMX-BF16). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,31 +18,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cpu_gemm_bf16.h"
+#include "common/cpu_isa.h"
+#include "common/dtype.h"
 #include "common/rng.h"
 #include "gelu/gelu_math.h"
 #include "gemm/gemm.h"
 
-static float bits_to_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static void test_rounding_is_nearest_even(void **state) {
     (void)state;
-    assert_int_equal(cpu_bf16_of(1.0f), 0x3f80);
-    assert_int_equal(cpu_bf16_of(bits_to_float(0x3f808000u)), 0x3f80); /* a tie, even below: down */
-    assert_int_equal(cpu_bf16_of(bits_to_float(0x3f818000u)), 0x3f82); /* a tie, odd below: up */
-    assert_int_equal(cpu_bf16_of(bits_to_float(0x3f808001u)), 0x3f81); /* above the tie: up */
-    assert_int_equal(cpu_bf16_of(bits_to_float(0x3f807fffu)), 0x3f80); /* below it: down */
-    assert_int_equal(cpu_bf16_of(-2.0f), 0xc000);
-    assert_int_equal(cpu_bf16_of(INFINITY), 0x7f80);
-    assert_int_equal(cpu_bf16_of(bits_to_float(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to infinity */
-    const uint16_t nan = cpu_bf16_of(bits_to_float(0x7f800001u)); /* a NaN whose payload is in the low bits */
+    assert_int_equal(dtype_f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(dtype_f32_to_bf16(dtype_bits_f32(0x3f808000u)), 0x3f80); /* a tie, even below: down */
+    assert_int_equal(dtype_f32_to_bf16(dtype_bits_f32(0x3f818000u)), 0x3f82); /* a tie, odd below: up */
+    assert_int_equal(dtype_f32_to_bf16(dtype_bits_f32(0x3f808001u)), 0x3f81); /* above the tie: up */
+    assert_int_equal(dtype_f32_to_bf16(dtype_bits_f32(0x3f807fffu)), 0x3f80); /* below it: down */
+    assert_int_equal(dtype_f32_to_bf16(-2.0f), 0xc000);
+    assert_int_equal(dtype_f32_to_bf16(INFINITY), 0x7f80);
+    assert_int_equal(dtype_f32_to_bf16(dtype_bits_f32(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to infinity */
+    const uint16_t nan = dtype_f32_to_bf16(dtype_bits_f32(0x7f800001u)); /* a NaN whose payload is in the low bits */
     assert_true((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
-    assert_true(isnan(cpu_float_of_bf16(cpu_bf16_of(-NAN))));
-    assert_true(cpu_float_of_bf16(cpu_bf16_of(3.14159f)) == 3.140625f);
+    assert_true(isnan(dtype_bf16_to_f32(dtype_f32_to_bf16(-NAN))));
+    assert_true(dtype_bf16_to_f32(dtype_f32_to_bf16(3.14159f)) == 3.140625f);
 }
 
 typedef struct {
@@ -50,8 +46,6 @@ typedef struct {
     float beta;
 } Case;
 
-static long span(const GemmShape *s, long stride, long size) { return (s->batch - 1) * stride + size; }
-
 static float *filled(long n, unsigned seed) {
     float *v = malloc(sizeof(float) * (size_t)n);
     for (long i = 0; i < n; i++) v[i] = 2.0f * vx_uniform01(vx_hash3(seed, 7, (uint64_t)i)) - 1.0f;
@@ -59,7 +53,7 @@ static float *filled(long n, unsigned seed) {
 }
 static float *rounded(const float *x, long n) {
     float *v = malloc(sizeof(float) * (size_t)n);
-    for (long i = 0; i < n; i++) v[i] = cpu_float_of_bf16(cpu_bf16_of(x[i]));
+    for (long i = 0; i < n; i++) v[i] = dtype_bf16_to_f32(dtype_f32_to_bf16(x[i]));
     return v;
 }
 
@@ -78,7 +72,7 @@ static double product(const GemmShape *s, const float *a, const float *b, long i
 
 /* runs c through the CPU table on `threads` threads, from c0 (beta's C) */
 static float *run(const Case *c, const float *a, const float *b, const float *bias, const float *c0, int threads) {
-    const long nc = span(&c->s, c->s.stride_c, (long)c->s.m * c->s.n);
+    const long nc = gemm_span(&c->s, c->s.stride_c, (long)c->s.m * c->s.n);
     float *out = malloc(sizeof(float) * (size_t)nc);
     memcpy(out, c0, sizeof(float) * (size_t)nc);
     const int saved = omp_get_max_threads();
@@ -100,7 +94,8 @@ static double worst_error(const Case *c, const float *a, const float *b, const f
                 double mag, ref = product(s, a, b, i, r, j, &mag) + c->beta * (double)c0[o];
                 if (c->bias) ref += bias[j];
                 if (s->epilogue == GEMM_EPI_GELU_ERF) ref = 0.5 * ref * (1 + erf(ref / sqrt(2.0)));
-                const double e = fabs(got[o] - ref) / (mag + fabs(c->beta * c0[o]) + (c->bias ? fabs(bias[j]) : 0) + 1e-30);
+                const double scale = mag + fabs(c->beta * c0[o]) + (c->bias ? fabs(bias[j]) : 0) + 1e-30;
+                const double e = fabs(got[o] - ref) / scale;
                 if (e > worst) worst = e;
             }
     return worst;
@@ -108,8 +103,9 @@ static double worst_error(const Case *c, const float *a, const float *b, const f
 
 static void check_case(const Case *c, unsigned seed) {
     const GemmShape *s = &c->s;
-    const long na = span(s, s->stride_a, (long)s->m * s->k), nb = span(s, s->stride_b, (long)s->k * s->n);
-    const long nc = span(s, s->stride_c, (long)s->m * s->n);
+    const long na = gemm_span(s, s->stride_a, (long)s->m * s->k);
+    const long nb = gemm_span(s, s->stride_b, (long)s->k * s->n);
+    const long nc = gemm_span(s, s->stride_c, (long)s->m * s->n);
     float *a = filled(na, seed), *b = filled(nb, seed + 1), *bias = filled(s->n, seed + 2), *c0 = filled(nc, seed + 3);
     float *ar = rounded(a, na), *br = rounded(b, nb);
     float *one = run(c, a, b, bias, c0, 1), *two = run(c, a, b, bias, c0, 2), *three = run(c, a, b, bias, c0, 3);
@@ -163,7 +159,7 @@ static void test_beta_zero_overwrites_nan(void **state) {
 
 int main(void) {
     char why[256];
-    if (!cpu_gemm_bf16_runs(why, sizeof why)) {
+    if (!cpu_isa_bf16_runs(why, sizeof why)) {
         printf("skipped: the CPU's bf16 GEMM: %s\n", why);
         const struct CMUnitTest rounding[] = {cmocka_unit_test(test_rounding_is_nearest_even)};
         return cmocka_run_group_tests(rounding, NULL, NULL);
