@@ -52,7 +52,7 @@ def reference(config, batch, iters, warmup, python, best=False):
     p = subprocess.run([python, os.path.join(ROOT, "bench", "reference", family + ".py"), "--config", config, "--bench",
                         "--device", "cpu", "--iters", str(iters), "--warmup", str(warmup), "--batch-size", str(batch),
                         "--tf32", "1", "--out", out] + (["--best"] if best else []), cwd=ROOT, capture_output=True,
-                       text=True)
+                       text=True, env=isa_env.with_inductor_cache())
     if p.returncode != 0:
         sys.exit("alternate.py: the reference failed (%d):\n%s" % (p.returncode, (p.stdout + p.stderr)[-2000:]))
     return json.load(open(out))

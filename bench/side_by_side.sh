@@ -45,6 +45,9 @@ for py in $PYTHONS; do
         n=$((n + 1))
         out=$ours/.pytorch_run_${stem}_$n.json
         echo "side_by_side.sh: $py ($("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)), $mode" >&2
+        # under an ISA cap, torch.compile's disk cache is one of the cap's own (bench/isa_env.py says why)
+        inductor_cache=$(python3 bench/isa_env.py --inductor-cache)
+        ${inductor_cache:+env TORCHINDUCTOR_CACHE_DIR="$inductor_cache"} \
         "$py" "$reference" --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
             --batch-size "$batch" --tf32 "$tf32" $([ $mode = best ] && echo --best) --out "$out" > /dev/null
         runs+=("$out")

@@ -109,6 +109,29 @@ def test_a_reference_held_below_the_cpu_says_so(tmp_path):
     assert cell in page.read_text() and cell in readme.read_text(), page.read_text()
 
 
+def test_a_capped_reference_compiles_into_a_cache_of_its_own():
+    """bench/isa_env.py: under a cap, torch.compile's disk cache is a folder named for the cap (an uncapped run's
+    kernels, reused by a capped run, crashed it), a user's TORCHINDUCTOR_CACHE_DIR stands, and with nothing capped
+    nothing is set; `bench/isa_env.py --inductor-cache` prints the same folder for side_by_side.sh."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import isa_env
+    caps = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "PATH": os.environ["PATH"]}
+    folder = isa_env.inductor_cache(caps)
+    assert folder and "aten_cpu_capability-avx2" in folder and "mkl_enable_instructions-avx2" in folder, folder
+    assert isa_env.inductor_cache(dict(caps, ATEN_CPU_CAPABILITY="avx512")) != folder  # another cap, another folder
+    assert isa_env.inductor_cache({"PATH": "/bin"}) is None
+    assert isa_env.inductor_cache(dict(caps, TORCHINDUCTOR_CACHE_DIR="/mine")) is None
+    assert isa_env.with_inductor_cache(caps)["TORCHINDUCTOR_CACHE_DIR"] == folder
+    assert "TORCHINDUCTOR_CACHE_DIR" not in isa_env.with_inductor_cache({"PATH": "/bin"})
+    cli = [sys.executable, os.path.join(ROOT, "bench", "isa_env.py")]
+    p = subprocess.run(cli + ["--inductor-cache"], env=caps, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == folder, p
+    p = subprocess.run(cli + ["--inductor-cache"], env={"PATH": "/bin"}, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "", p
+    p = subprocess.run(cli + ["--bogus"], capture_output=True, text=True)
+    assert p.returncode == 2 and "usage: bench/isa_env.py --inductor-cache" in p.stderr, p
+
+
 def test_readme_block_replaced_between_the_markers(tmp_path):
     res = tmp_path / "results"
     shutil.copytree(os.path.join(RESULTS, "cpu-amd-epyc-avx512-bf16-2c"), res / "cpu-amd-epyc-avx512-bf16-2c")
