@@ -297,4 +297,10 @@ $DOCKER image prune -f >/dev/null
 $DOCKER builder prune -f --filter until=30m >/dev/null
 
 total=$(( $(date +%s) - t_start ))
-echo "docker check: passed in $total s (budget 600 s)$([ $total -le 600 ] || echo ": OVER BUDGET")"
+# VX_DOCKER_BESIDE: what shared the cores with this run (ci/test.sh starts it beside its other parts); the budget is
+# for a run alone, so such a run's time is not held to it.
+if [ -n "${VX_DOCKER_BESIDE:-}" ]; then
+    echo "docker check: passed in $total s, beside $VX_DOCKER_BESIDE (its 600 s budget is for a run alone)"
+else
+    echo "docker check: passed in $total s (budget 600 s)$([ $total -le 600 ] || echo ": OVER BUDGET")"
+fi
