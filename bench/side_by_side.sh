@@ -34,6 +34,10 @@ read -r batch tf32 < <("$python" -c 'import json,sys; r=json.load(open(sys.argv[
 family=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("model", {}).get("family", "ae3d"))' "$config")
 reference=bench/reference/$family.py
 [ -f "$reference" ] || { echo "side_by_side.sh: no PyTorch reference for model.family $family ($reference)" >&2; exit 2; }
+# under an ISA cap, torch.compile's disk cache is one of the cap's own (bench/isa_env.py says why); set once for
+# every reference run below
+inductor_cache=$(python3 bench/isa_env.py --inductor-cache)
+[ -z "$inductor_cache" ] || export TORCHINDUCTOR_CACHE_DIR="$inductor_cache"
 runs=()
 n=0
 for py in $PYTHONS; do
@@ -45,9 +49,6 @@ for py in $PYTHONS; do
         n=$((n + 1))
         out=$ours/.pytorch_run_${stem}_$n.json
         echo "side_by_side.sh: $py ($("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)), $mode" >&2
-        # under an ISA cap, torch.compile's disk cache is one of the cap's own (bench/isa_env.py says why)
-        inductor_cache=$(python3 bench/isa_env.py --inductor-cache)
-        ${inductor_cache:+env TORCHINDUCTOR_CACHE_DIR="$inductor_cache"} \
         "$py" "$reference" --config "$config" --bench --device "$device" --iters "$iters" --warmup "$warmup" \
             --batch-size "$batch" --tf32 "$tf32" $([ $mode = best ] && echo --best) --out "$out" > /dev/null
         runs+=("$out")
