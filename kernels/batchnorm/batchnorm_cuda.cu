@@ -15,7 +15,7 @@
 #define BN_TARGET_BLOCKS 1024 /* partial-pass blocks, at most */
 #define BN_MIN_ROWS 32        /* rows per partial-pass block, at least */
 
-enum { BN_SUM = 0, BN_SQ = 1, BN_GRAD = 2 }; /* what the partial pass sums */
+enum { BN_SUM = 0, BN_SQ = 1, BN_GRAD = 2, BN_GRAD_RELU = 3 }; /* what the partial pass sums */
 
 typedef struct {
     int V, lanes, CW, RY;
@@ -47,14 +47,16 @@ static BnGeom bn_geometry(const BatchNormShape *s, int vec, int sums) {
 }
 
 /* BN_SUM: part[blk][0][j] = sum x; BN_SQ: sum (x - m)^2 with m = center[j]/count in double; BN_GRAD: part[blk][0][j]
- * = sum dy, part[blk][1][j] = sum dy*xhat, xhat = (x - mean)*invstd in float as the CPU */
+ * = sum dy, part[blk][1][j] = sum dy*xhat, xhat = (x - mean)*invstd in float as the CPU; BN_GRAD_RELU: the same with
+ * dy taken where the fused ReLU's output y > 0, else 0 (relu_cuda.cu's backward) */
 template <typename T, int V, int MODE>
 __global__ void bn_partial_kernel(size_t rows, int c, int lanes, int CW, int RY, size_t SB, const T *__restrict__ x,
-                                  const T *__restrict__ dy, const float *__restrict__ center, double count,
+                                  const T *__restrict__ dy, const T *__restrict__ y,
+                                  const float *__restrict__ center, double count,
                                   const float *__restrict__ mean, const float *__restrict__ invstd,
                                   double *__restrict__ part) {
     __shared__ double sh[2][VX_THREADS * 4];
-    constexpr int NS = MODE == BN_GRAD ? 2 : 1;
+    constexpr int NS = MODE >= BN_GRAD ? 2 : 1;
     const int tx = threadIdx.x % CW, ty = threadIdx.x / CW;
     const size_t blk = blockIdx.x, p0 = blk * SB, p1 = p0 + SB < rows ? p0 + SB : rows;
     for (int l0 = 0; l0 < lanes; l0 += CW) {
@@ -69,19 +71,20 @@ __global__ void bn_partial_kernel(size_t rows, int c, int lanes, int CW, int RY,
             for (int k = 0; k < V; k++) {
                 const int j = lane * V + k;
                 m[k] = MODE == BN_SQ ? (double)center[j] / count : 0.0;
-                mf[k] = MODE == BN_GRAD ? mean[j] : 0.0f;
-                is[k] = MODE == BN_GRAD ? invstd[j] : 0.0f;
+                mf[k] = MODE >= BN_GRAD ? mean[j] : 0.0f;
+                is[k] = MODE >= BN_GRAD ? invstd[j] : 0.0f;
             }
             for (size_t p = p0 + ty; p < p1; p += RY) {
                 const size_t vi = p * lanes + lane;
                 float xv[V];
                 vx_load<V>(x, vi, xv);
-                if constexpr (MODE == BN_GRAD) {
-                    float dv[V];
+                if constexpr (MODE >= BN_GRAD) {
+                    float dv[V], yv[V];
                     vx_load<V>(dy, vi, dv);
+                    if constexpr (MODE == BN_GRAD_RELU) vx_load<V>(y, vi, yv);
 #pragma unroll
                     for (int k = 0; k < V; k++) {
-                        const double g = dv[k];
+                        const double g = MODE == BN_GRAD_RELU ? (yv[k] > 0.0f ? dv[k] : 0.0f) : dv[k];
                         s1[k] += g;
                         s2[k] += g * (double)((xv[k] - mf[k]) * is[k]);
                     }
@@ -134,9 +137,9 @@ __global__ void bn_final_kernel(int c, int nblk, int ns, const double *__restric
     if (ns == 2) out1[j] = (float)q;
 }
 
-static void reduce(const BatchNormShape *s, int mode, const void *x, const void *dy, const float *center, double count,
-                   const float *mean, const float *invstd, float *out0, float *out1) {
-    const int ns = mode == BN_GRAD ? 2 : 1;
+static void reduce(const BatchNormShape *s, int mode, const void *x, const void *dy, const void *y, const float *center,
+                   double count, const float *mean, const float *invstd, float *out0, float *out1) {
+    const int ns = mode >= BN_GRAD ? 2 : 1;
     const size_t rows = (size_t)s->n * s->spatial;
     cudaStream_t st = vx_cuda_stream();
     if (rows == 0) { /* no values: every sum is 0 */
@@ -144,20 +147,21 @@ static void reduce(const BatchNormShape *s, int mode, const void *x, const void 
         if (out1) CUDA_CHECK(cudaMemsetAsync(out1, 0, sizeof(float) * (size_t)s->c, st));
         return;
     }
-    const int vec = s->c % 4 == 0 && vx_aligned16(x) && (!dy || vx_aligned16(dy));
+    const int vec = s->c % 4 == 0 && vx_aligned16(x) && (!dy || vx_aligned16(dy)) && (!y || vx_aligned16(y));
     const BnGeom g = bn_geometry(s, vec, ns);
     double *part = (double *)vx_cuda_scratch();
-#define BN_PARTIAL_ARGS rows, s->c, g.lanes, g.CW, g.RY, g.SB, tx, tdy, center, count, mean, invstd, part
+#define BN_PARTIAL_ARGS rows, s->c, g.lanes, g.CW, g.RY, g.SB, tx, tdy, ty, center, count, mean, invstd, part
 #define BN_PARTIAL(MODE)                                                                                         \
     do {                                                                                                         \
         if (g.V == 4) bn_partial_kernel<T, 4, MODE><<<g.nblk, VX_THREADS, 0, st>>>(BN_PARTIAL_ARGS);              \
         else bn_partial_kernel<T, 1, MODE><<<g.nblk, VX_THREADS, 0, st>>>(BN_PARTIAL_ARGS);                       \
     } while (0)
     VX_DTYPE_SWITCH(s->dtype, T, {
-        const T *tx = (const T *)x, *tdy = (const T *)dy;
+        const T *tx = (const T *)x, *tdy = (const T *)dy, *ty = (const T *)y;
         if (mode == BN_SUM) BN_PARTIAL(BN_SUM);
         else if (mode == BN_SQ) BN_PARTIAL(BN_SQ);
-        else BN_PARTIAL(BN_GRAD);
+        else if (mode == BN_GRAD) BN_PARTIAL(BN_GRAD);
+        else BN_PARTIAL(BN_GRAD_RELU);
     });
 #undef BN_PARTIAL
 #undef BN_PARTIAL_ARGS
@@ -169,7 +173,7 @@ static void reduce(const BatchNormShape *s, int mode, const void *x, const void 
 
 static void bn_stats_cuda(const BatchNormShape *s, const void *x, const float *center, double count, float *out) {
     check(s);
-    reduce(s, center ? BN_SQ : BN_SUM, x, NULL, center, count, NULL, NULL, out, NULL);
+    reduce(s, center ? BN_SQ : BN_SUM, x, NULL, NULL, center, count, NULL, NULL, out, NULL);
 }
 
 /* batchnorm_cpu.c's finalize, one thread per channel */
@@ -199,8 +203,9 @@ static void bn_finalize_cuda(int c, double count, float eps, float momentum, int
     LAUNCH_CHECK("bn_finalize_kernel");
 }
 
-/* y = (x - mean) * (invstd*gamma) + beta over nvec vectors of V channels (V divides c) */
-template <typename T, int V>
+/* y = (x - mean) * (invstd*gamma) + beta over nvec vectors of V channels (V divides c); RELU: then y < 0 ? 0 : y in
+ * float, before the store (relu_cuda.cu clamps the stored value: the same but for a zero's sign in half precision) */
+template <typename T, int V, bool RELU>
 __global__ void bn_forward_kernel(size_t nvec, int lanes, const T *__restrict__ x, const float *__restrict__ mean,
                                   const float *__restrict__ invstd, const float *__restrict__ gamma,
                                   const float *__restrict__ beta, T *__restrict__ y) {
@@ -209,7 +214,10 @@ __global__ void bn_forward_kernel(size_t nvec, int lanes, const T *__restrict__ 
         float v[V];
         vx_load<V>(x, i, v);
 #pragma unroll
-        for (int k = 0; k < V; k++) v[k] = (v[k] - mean[j0 + k]) * (invstd[j0 + k] * gamma[j0 + k]) + beta[j0 + k];
+        for (int k = 0; k < V; k++) {
+            v[k] = (v[k] - mean[j0 + k]) * (invstd[j0 + k] * gamma[j0 + k]) + beta[j0 + k];
+            if constexpr (RELU) v[k] = v[k] < 0.0f ? 0.0f : v[k];
+        }
         vx_store<V>(y, i, v);
     }
 }
@@ -223,26 +231,41 @@ static void bn_forward_cuda(const BatchNormShape *s, const void *x, const float 
     const size_t nvec = vec ? count / 4 : count;
     const int lanes = vec ? s->c / 4 : s->c;
     cudaStream_t st = vx_cuda_stream();
+#define BN_FWD(V, RELU)                                                                                          \
+    do {                                                                                                         \
+        bn_forward_kernel<T, V, RELU><<<vx_ew_blocks(nvec), VX_THREADS, 0, st>>>(nvec, lanes, tx, mean, invstd,   \
+                                                                                 gamma, beta, ty);               \
+    } while (0)
     VX_DTYPE_SWITCH(s->dtype, T, {
         const T *tx = (const T *)x;
         T *ty = (T *)y;
-        if (vec) bn_forward_kernel<T, 4><<<vx_ew_blocks(nvec), VX_THREADS, 0, st>>>(nvec, lanes, tx, mean, invstd, gamma, beta, ty);
-        else bn_forward_kernel<T, 1><<<vx_ew_blocks(nvec), VX_THREADS, 0, st>>>(nvec, lanes, tx, mean, invstd, gamma, beta, ty);
+        if (vec && s->relu) BN_FWD(4, true);
+        else if (vec) BN_FWD(4, false);
+        else if (s->relu) BN_FWD(1, true);
+        else BN_FWD(1, false);
     });
+#undef BN_FWD
     LAUNCH_CHECK("bn_forward_kernel");
 }
 
-static void bn_backward_reduce_cuda(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
-                                    const float *invstd, float *sum_dy, float *sum_dy_xhat) {
+/* y: the fused ReLU's output where s->relu */
+static const void *relu_mask(const BatchNormShape *s, const void *y) {
+    if (s->relu && !y) vx_fatal("batchnorm: the fused ReLU's backward needs the forward's output");
+    return s->relu ? y : NULL;
+}
+
+static void bn_backward_reduce_cuda(const BatchNormShape *s, const void *dy, const void *y, const void *x,
+                                    const float *mean, const float *invstd, float *sum_dy, float *sum_dy_xhat) {
     check(s);
-    reduce(s, BN_GRAD, x, dy, NULL, 1.0, mean, invstd, sum_dy, sum_dy_xhat);
+    const void *ym = relu_mask(s, y);
+    reduce(s, ym ? BN_GRAD_RELU : BN_GRAD, x, dy, ym, NULL, 1.0, mean, invstd, sum_dy, sum_dy_xhat);
 }
 
 /* dx = [beta*dx +] (invstd*gamma) * (dy - sum_dy/count - xhat * sum_dy_xhat/count), the mean terms formed in
- * double and rounded to float as the CPU forms them */
-template <typename T, int V, bool ACC>
+ * double and rounded to float as the CPU forms them; RELU: dy where y > 0, else 0 */
+template <typename T, int V, bool ACC, bool RELU>
 __global__ void bn_backward_kernel(size_t nvec, int lanes, double count, const T *__restrict__ dy,
-                                   const T *__restrict__ x, const float *__restrict__ mean,
+                                   const T *__restrict__ y, const T *__restrict__ x, const float *__restrict__ mean,
                                    const float *__restrict__ invstd, const float *__restrict__ gamma,
                                    const float *__restrict__ sum_dy, const float *__restrict__ sum_dy_xhat,
                                    T *__restrict__ dx, float beta_dx) {
@@ -251,6 +274,12 @@ __global__ void bn_backward_kernel(size_t nvec, int lanes, double count, const T
         float xv[V], gv[V], o[V];
         vx_load<V>(x, i, xv);
         vx_load<V>(dy, i, gv);
+        if constexpr (RELU) {
+            float yv[V];
+            vx_load<V>(y, i, yv);
+#pragma unroll
+            for (int k = 0; k < V; k++) gv[k] = yv[k] > 0.0f ? gv[k] : 0.0f;
+        }
         if constexpr (ACC) vx_load<V>(dx, i, o);
 #pragma unroll
         for (int k = 0; k < V; k++) {
@@ -266,29 +295,36 @@ __global__ void bn_backward_kernel(size_t nvec, int lanes, double count, const T
     }
 }
 
-static void bn_backward_cuda(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
+static void bn_backward_cuda(const BatchNormShape *s, const void *dy, const void *y, const void *x, const float *mean,
                              const float *invstd, const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
                              double count, void *dx, float beta_dx) {
     check(s);
     const size_t n = (size_t)s->n * s->spatial * s->c;
     if (!n) return;
-    const bool vec = s->c % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) && vx_aligned16(dx);
+    const void *ym = relu_mask(s, y);
+    const bool vec = s->c % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) && vx_aligned16(dx) && (!ym || vx_aligned16(ym));
     const size_t nvec = vec ? n / 4 : n;
     const int lanes = vec ? s->c / 4 : s->c;
     const unsigned blocks = vx_ew_blocks(nvec);
     cudaStream_t st = vx_cuda_stream();
-#define BN_BWD_ARGS nvec, lanes, count, tdy, tx, mean, invstd, gamma, sum_dy, sum_dy_xhat, tdx, beta_dx
+#define BN_BWD_ARGS nvec, lanes, count, tdy, tym, tx, mean, invstd, gamma, sum_dy, sum_dy_xhat, tdx, beta_dx
+#define BN_BWD(V, ACC)                                                                                           \
+    do {                                                                                                         \
+        if (tym) bn_backward_kernel<T, V, ACC, true><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);                \
+        else bn_backward_kernel<T, V, ACC, false><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);                   \
+    } while (0)
     VX_DTYPE_SWITCH(s->dtype, T, {
-        const T *tdy = (const T *)dy, *tx = (const T *)x;
+        const T *tdy = (const T *)dy, *tx = (const T *)x, *tym = (const T *)ym;
         T *tdx = (T *)dx;
         if (vec) {
-            if (beta_dx != 0.0f) bn_backward_kernel<T, 4, true><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);
-            else bn_backward_kernel<T, 4, false><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);
+            if (beta_dx != 0.0f) BN_BWD(4, true);
+            else BN_BWD(4, false);
         } else {
-            if (beta_dx != 0.0f) bn_backward_kernel<T, 1, true><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);
-            else bn_backward_kernel<T, 1, false><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);
+            if (beta_dx != 0.0f) BN_BWD(1, true);
+            else BN_BWD(1, false);
         }
     });
+#undef BN_BWD
 #undef BN_BWD_ARGS
     LAUNCH_CHECK("bn_backward_kernel");
 }

@@ -2,7 +2,8 @@
  * (stats without and with the center, finalize in training and eval, forward, backward_reduce, backward), each with
  * a float64 reference. A case's shape is a BatchNormShape in KernelCase.params; KernelCase.count, when positive, is
  * the count of values per channel over every rank (the statistics summed across ranks: count > n*spatial), else
- * n*spatial (one rank). finalize uses eps 1e-5 and momentum 0.1 (PyTorch's defaults). */
+ * n*spatial (one rank). finalize uses eps 1e-5 and momentum 0.1 (PyTorch's defaults). The _relu entries are the pieces
+ * with the ReLU fused (shape.relu: train.fuse's BatchNorm+ReLU node). */
 #include <math.h>
 
 #include "batchnorm/batchnorm.h"
@@ -139,8 +140,19 @@ static void fwd_ref(const KernelCase *k, const float *const *in, double *const *
     const BatchNormShape s = shape_of(k);
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
         const int j = (int)(i % s.c);
-        ref[5][i] = ((double)in[0][i] - in[1][j]) * in[2][j] * in[3][j] + in[4][j];
+        const double v = ((double)in[0][i] - in[1][j]) * in[2][j] * in[3][j] + in[4][j];
+        ref[5][i] = s.relu && v < 0 ? 0.0 : v;
     }
+}
+/* the fused ReLU's forward (batchnorm.h's shape.relu): the same buffers */
+static void relu_on(KernelCase *k) {
+    BatchNormShape s = shape_of(k);
+    s.relu = 1;
+    kernel_case_set_params(k, &s, sizeof s);
+}
+static void fwd_relu_setup(KernelCase *k, const OpHead *ops) {
+    relu_on(k);
+    fwd_setup(k, ops);
 }
 /* x: act_value; mean in [0, 1.2]; invstd in [0.5, 2]; gamma in [0.5, 1.5]; beta in [-0.5, 0.5] */
 static void params_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
@@ -162,7 +174,7 @@ static void bred_setup(KernelCase *k, const OpHead *ops) {
 }
 static void bred_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const BatchNormShape s = shape_of(k);
-    table(ops)->backward_reduce(&s, b[0], b[1], b[2], b[3], b[4], b[5]);
+    table(ops)->backward_reduce(&s, b[0], NULL, b[1], b[2], b[3], b[4], b[5]);
 }
 static void bred_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const BatchNormShape s = shape_of(k);
@@ -195,7 +207,7 @@ static void bwd_setup(KernelCase *k, const OpHead *ops) {
 }
 static void bwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const BatchNormShape s = shape_of(k);
-    table(ops)->backward(&s, b[0], b[1], b[2], b[3], b[4], b[5], b[6], count_of(k), b[7], k->beta);
+    table(ops)->backward(&s, b[0], NULL, b[1], b[2], b[3], b[4], b[5], b[6], count_of(k), b[7], k->beta);
 }
 static void bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const BatchNormShape s = shape_of(k);
@@ -205,6 +217,67 @@ static void bwd_ref(const KernelCase *k, const float *const *in, double *const *
         const double xhat = ((double)in[1][i] - in[2][j]) * in[3][j];
         ref[7][i] = (double)in[4][j] * in[3][j] * (in[0][i] - in[5][j] / count - xhat * in[6][j] / count);
     }
+}
+
+/* ---- the fused ReLU's backward pieces: the buffers above and the forward's output y last among the inputs; the
+ * reference takes dy where y > 0 (relu.h's backward), then the plain piece's formula ------------------------------ */
+
+static void bred_relu_setup(KernelCase *k, const OpHead *ops) {
+    relu_on(k);
+    const BatchNormShape s = typed(k);
+    const long x = rows_of(&s) * s.c;
+    op_spec_bufs(k, 7, (long[]){x, x, s.c, s.c, x, s.c, s.c},
+                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT}, 0x13, 0);
+}
+static void bred_relu_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const BatchNormShape s = shape_of(k);
+    table(ops)->backward_reduce(&s, b[0], b[4], b[1], b[2], b[3], b[5], b[6]);
+}
+static void bred_relu_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const BatchNormShape s = shape_of(k);
+    for (int j = 0; j < s.c; j++) ref[5][j] = ref[6][j] = 0;
+    for (long i = 0; i < rows_of(&s) * s.c; i++) {
+        const int j = (int)(i % s.c);
+        const double g = in[4][i] > 0 ? in[0][i] : 0.0;
+        ref[5][j] += g;
+        ref[6][j] += g * ((double)in[1][i] - in[2][j]) * in[3][j];
+    }
+}
+/* y: a ReLU's output, max(0, u) for u uniform in [-1, 1] (half of it 0); the rest as grad_fill */
+static void relu_y_fill(float *h, long count, unsigned seed, int b) {
+    for (long i = 0; i < count; i++) {
+        const double u = 2 * u01(seed, b, i) - 1;
+        h[i] = u > 0 ? (float)u : 0.0f;
+    }
+}
+static void bred_relu_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
+    if (b == 4) relu_y_fill(h, count, seed, b);
+    else grad_fill(k, b, h, count, seed);
+}
+
+static void bwd_relu_setup(KernelCase *k, const OpHead *ops) {
+    relu_on(k);
+    const BatchNormShape s = typed(k);
+    const long x = rows_of(&s) * s.c;
+    op_spec_bufs(k, 9, (long[]){x, x, s.c, s.c, s.c, s.c, s.c, x, x},
+                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT}, 0x183, 0x100);
+}
+static void bwd_relu_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+    const BatchNormShape s = shape_of(k);
+    table(ops)->backward(&s, b[0], b[7], b[1], b[2], b[3], b[4], b[5], b[6], count_of(k), b[8], k->beta);
+}
+static void bwd_relu_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+    const BatchNormShape s = shape_of(k);
+    const double count = count_of(k);
+    for (long i = 0; i < rows_of(&s) * s.c; i++) {
+        const int j = (int)(i % s.c);
+        const double xhat = ((double)in[1][i] - in[2][j]) * in[3][j], g = in[7][i] > 0 ? in[0][i] : 0.0;
+        ref[8][i] = (double)in[4][j] * in[3][j] * (g - in[5][j] / count - xhat * in[6][j] / count);
+    }
+}
+static void bwd_relu_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
+    if (b == 7) relu_y_fill(h, count, seed, b);
+    else grad_fill(k, b, h, count, seed);
 }
 
 /* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
@@ -217,5 +290,9 @@ const KernelOp batchnorm_specs[] = {
     {"batchnorm_forward", BN_FORWARD, 0, 1e-5, fwd_setup, fwd_run, fwd_ref, params_fill},
     {"batchnorm_backward_reduce", BN_BACKWARD_REDUCE, 0, 1e-5, bred_setup, bred_run, bred_ref, grad_fill},
     {"batchnorm_backward", BN_BACKWARD, 0, 1e-5, bwd_setup, bwd_run, bwd_ref, grad_fill},
+    {"batchnorm_forward_relu", BN_FORWARD, 0, 1e-5, fwd_relu_setup, fwd_run, fwd_ref, params_fill},
+    {"batchnorm_backward_reduce_relu", BN_BACKWARD_REDUCE, 0, 1e-5, bred_relu_setup, bred_relu_run, bred_relu_ref,
+     bred_relu_fill},
+    {"batchnorm_backward_relu", BN_BACKWARD, 0, 1e-5, bwd_relu_setup, bwd_relu_run, bwd_relu_ref, bwd_relu_fill},
 };
 const int batchnorm_specs_count = sizeof batchnorm_specs / sizeof batchnorm_specs[0];

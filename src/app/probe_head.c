@@ -64,7 +64,9 @@ static void record_relu(Model *m, int node) {
 
 static void probe_hook(void *ctx, int node, int phase) {
     Model *m = ctx;
-    if (phase == 1 && g_masks.on && m->nodes[node].kind == OP_RELU) record_relu(m, node);
+    const Node *nd = &m->nodes[node]; /* a ReLU, or a BatchNorm with its ReLU fused (train.fuse): its output */
+    if (phase == 1 && g_masks.on && (nd->kind == OP_RELU || (nd->kind == OP_BATCHNORM && nd->bn.relu)))
+        record_relu(m, node);
     if (phase == 3) dump_node_grad(ctx, node, phase);
 }
 

@@ -335,8 +335,11 @@ static void node_cases(CaseList *lp, const Model *m) {
             snprintf(k.shape, sizeof k.shape, "n%d %ldx%d", bn.n, bn.spatial, bn.c);
             static const char *const BN[] = {"batchnorm_stats", "batchnorm_stats_centered", "batchnorm_finalize",
                                              "batchnorm_forward", "batchnorm_backward_reduce", "batchnorm_backward"};
+            static const char *const BN_RELU[] = {"batchnorm_stats", "batchnorm_stats_centered", "batchnorm_finalize",
+                                                  "batchnorm_forward_relu", "batchnorm_backward_reduce_relu",
+                                                  "batchnorm_backward_relu"}; /* train.fuse's BatchNorm+ReLU */
             for (size_t b = 0; b < sizeof BN / sizeof BN[0]; b++)
-                if (b != 5 || tx->grad >= 0) add_case(&l, k, BN[b]);
+                if (b != 5 || tx->grad >= 0) add_case(&l, k, bn.relu ? BN_RELU[b] : BN[b]);
             KernelCase acc = count_case(bn.c, DT_F32); /* the sums into dgamma and dbeta */
             acc.beta = 1.0f;
             add_case(&l, acc, "accumulate");

@@ -47,6 +47,13 @@ Node *build_node(Model *m, OpKind kind, const char *name, int in0, int in1, Dims
     return nd;
 }
 
+Node *build_fused_norm(Model *m, const char *norm_name, const char *act_name) {
+    Node *nd = &m->nodes[m->n_nodes - 1];
+    const char *act = strrchr(act_name, '.');
+    snprintf(nd->name, sizeof nd->name, "%s+%s", norm_name, act ? act + 1 : act_name);
+    return nd;
+}
+
 int build_conv(Model *m, const char *name, int x, int w_cin, int c_out, const int k[3], const int stride[3],
                const int pad[3], int bias) {
     Dims in = m->tensors[x].dims;

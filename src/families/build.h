@@ -26,6 +26,9 @@ int build_concat(Model *m, const char *name, const int *parts, int n);
 void build_segment(Model *m, int first);
 /* A node of `kind` reading in0 (and in1, or -1) whose output has dims `out` in the model's type. */
 Node *build_node(Model *m, OpKind kind, const char *name, int in0, int in1, Dims out);
+/* The last node built, a norm that took over the activation after it (train.fuse): renamed "<norm_name>+<the
+ * activation's last name>" (e.g. "layer1.0.bn1+relu1"); returns it */
+Node *build_fused_norm(Model *m, const char *norm_name, const char *act_name);
 /* A convolution of x with per-axis kernel, stride and padding (d, h, w); weights "<name>.weight" of w_cin input
  * channels (x's own count, or fewer when x is zero-padded: the first conv under model.pad_input_channels), and a
  * bias "<name>.bias" when `bias`. Returns the output tensor. */
@@ -41,6 +44,8 @@ int build_conv_nd(Model *m, const char *name, int x, int c_out, int k, int s, in
 /* BatchNorm "<name>" (weight, bias; buffers running_mean, running_var), ReLU, max pooling k/stride/pad */
 int build_batchnorm(Model *m, const char *name, int x);
 int build_relu(Model *m, const char *name, int x);
+/* BatchNorm "<norm_name>" then ReLU: one fused node "<norm_name>+<relu>" with train.fuse, else the two */
+int build_batchnorm_relu(Model *m, const char *norm_name, const char *relu_name, int x);
 int build_maxpool(Model *m, const char *name, int x, int k, int stride, int pad);
 /* m->task and m->labels from model.task */
 void build_head_task(Model *m);

@@ -36,10 +36,7 @@ static int silu(Model *m, const char *name, int x) {
 static int norm_silu(Model *m, const char *norm_name, const char *act_name, int x) {
     const int y = groupnorm(m, norm_name, x);
     if (!m->fuse) return silu(m, act_name, y);
-    Node *nd = &m->nodes[m->n_nodes - 1];
-    nd->gn.silu = 1;
-    const char *act = strrchr(act_name, '.');
-    snprintf(nd->name, sizeof nd->name, "%s+%s", norm_name, act ? act + 1 : act_name);
+    build_fused_norm(m, norm_name, act_name)->gn.silu = 1;
     return y;
 }
 

@@ -25,11 +25,10 @@
 /* norm -> relu -> conv (kernel k, padding k/2, no bias), MONAI's names "<prefix><norm>", "<prefix><relu>", ... */
 static int norm_relu_conv(Model *m, const char *prefix, const char *norm, const char *relu, const char *conv, int x,
                           int c_out, int k) {
-    char name[96];
+    char name[96], relu_name[96];
     snprintf(name, sizeof name, "%s%s", prefix, norm);
-    int h = build_batchnorm(m, name, x);
-    snprintf(name, sizeof name, "%s%s", prefix, relu);
-    h = build_relu(m, name, h);
+    snprintf(relu_name, sizeof relu_name, "%s%s", prefix, relu);
+    int h = build_batchnorm_relu(m, name, relu_name, x);
     snprintf(name, sizeof name, "%s%s", prefix, conv);
     return build_conv_nd(m, name, h, c_out, k, 1, k / 2, 0);
 }
@@ -96,8 +95,7 @@ void build_densenet(Model *m) {
     const int two_d = c->resnet.spatial_dims == 2;
     const int kk[3] = {two_d ? 1 : 7, 7, 7}, ss[3] = {two_d ? 1 : 2, 2, 2}, pp[3] = {two_d ? 0 : 3, 3, 3};
     int h = build_conv(m, "features.conv0", m->t_input_lp, c->in_channels, d->init_features, kk, ss, pp, 0);
-    h = build_batchnorm(m, "features.norm0", h);
-    h = build_relu(m, "features.relu0", h);
+    h = build_batchnorm_relu(m, "features.norm0", "features.relu0", h);
     h = build_maxpool(m, "features.pool0", h, 3, 2, 1);
     int channels = d->init_features;
     for (int b = 0; b < blocks; b++) {
@@ -108,7 +106,6 @@ void build_densenet(Model *m) {
             channels /= 2;
         }
     }
-    h = build_batchnorm(m, "features.norm5", h);
-    h = build_relu(m, "class_layers.relu", h);
+    h = build_batchnorm_relu(m, "features.norm5", "class_layers.relu", h);
     build_head(m, h, "class_layers.pool", "class_layers.dropout", "class_layers.out");
 }

@@ -28,6 +28,16 @@ int build_relu(Model *m, const char *name, int x) {
     return build_node(m, OP_RELU, name, x, -1, m->tensors[x].dims)->out;
 }
 
+/* BatchNorm then ReLU: with train.fuse one node (batchnorm.h's shape.relu), named "<norm>+<the ReLU's last name>"
+ * as ae3d's GroupNorm+SiLU, its parameters and buffers the norm's; else the two nodes. Bits as the pair's in float32:
+ * the fused node clamps as relu.h does and its backward masks dy by its output, as ReLU's backward does. */
+int build_batchnorm_relu(Model *m, const char *norm_name, const char *relu_name, int x) {
+    const int y = build_batchnorm(m, norm_name, x);
+    if (!m->fuse) return build_relu(m, relu_name, y);
+    build_fused_norm(m, norm_name, relu_name)->bn.relu = 1;
+    return y;
+}
+
 int build_maxpool(Model *m, const char *name, int x, int k, int stride, int pad) {
     const Dims in = m->tensors[x].dims;
     MaxPoolShape ps = maxpool_shape(in.n, in.d, in.h, in.w, in.c, k, stride, pad);

@@ -29,9 +29,8 @@ static int conv_bn(Model *m, const char *prefix, int i, int x, int c_out, int k,
     snprintf(conv_name, sizeof conv_name, "%sconv%d", prefix, i);
     snprintf(bn_name, sizeof bn_name, "%sbn%d", prefix, i);
     snprintf(act_name, sizeof act_name, "%srelu%d", prefix, i);
-    int h = rconv(m, conv_name, x, c_out, k, s, 0);
-    h = build_batchnorm(m, bn_name, h);
-    return act ? build_relu(m, act_name, h) : h;
+    const int h = rconv(m, conv_name, x, c_out, k, s, 0);
+    return act ? build_batchnorm_relu(m, bn_name, act_name, h) : build_batchnorm(m, bn_name, h);
 }
 
 /* One block of layer `layer`, index b: basic (expansion 1) or bottleneck (4); MONAI's ResNetBlock / Bottleneck */
@@ -82,8 +81,7 @@ void build_resnet3d(Model *m) {
     const int kk[3] = {two_d ? 1 : k1, k1, k1}, ss[3] = {two_d ? 1 : s1, s1, s1};
     const int pp[3] = {two_d ? 0 : k1 / 2, k1 / 2, k1 / 2};
     int h = build_conv(m, "conv1", m->t_input_lp, c->in_channels, planes[0], kk, ss, pp, 0);
-    h = build_batchnorm(m, "bn1", h);
-    h = build_relu(m, "relu", h);
+    h = build_batchnorm_relu(m, "bn1", "relu", h);
     if (!r->no_max_pool) h = build_maxpool(m, "maxpool", h, 3, 2, 1);
     for (int l = 0; l < 4; l++)
         for (int b = 0; b < layers_of[which][l]; b++)

@@ -166,6 +166,9 @@ static void batchnorm(int n, long spatial, int c, int ranks, int offset, int emu
     add("batchnorm_forward", k, offset, emu);
     add("batchnorm_backward_reduce", k, offset, emu);
     add_betas("batchnorm_backward", k, offset, emu);
+    add("batchnorm_forward_relu", k, offset, emu); /* train.fuse's BatchNorm+ReLU */
+    add("batchnorm_backward_reduce_relu", k, offset, emu);
+    add_betas("batchnorm_backward_relu", k, offset, emu);
 }
 
 static void relu(long n, int offset, int emu) {

@@ -1048,10 +1048,10 @@ static void bn_layer(int n, long S, int c, int ranks, const float *x, const floa
     bn->finalize(c, count, BN_EPS, BN_MOM, 1, sum, sq, o->mean, o->invstd, rm, rv);
     BN_RANKS(bn->forward(&s, x + off, o->mean, o->invstd, gamma, beta, o->y + off));
     BN_RANKS({
-        bn->backward_reduce(&s, dy + off, x + off, o->mean, o->invstd, a, b);
+        bn->backward_reduce(&s, dy + off, NULL, x + off, o->mean, o->invstd, a, b);
         for (int j = 0; j < c; j++) o->dbeta[j] += a[j], o->dgamma[j] += b[j];
     });
-    BN_RANKS(bn->backward(&s, dy + off, x + off, o->mean, o->invstd, gamma, o->dbeta, o->dgamma, count, o->dx + off,
+    BN_RANKS(bn->backward(&s, dy + off, NULL, x + off, o->mean, o->invstd, gamma, o->dbeta, o->dgamma, count, o->dx + off,
                           beta_dx));
 #undef BN_RANKS
     free(sum), free(sq), free(part), free(a), free(b);
@@ -1157,11 +1157,52 @@ static void test_batchnorm_threads(void **state) {
         set_threads(th + 1);
         bn->stats(&s, x, NULL, 6002.0, o[th][0]);
         bn->stats(&s, x, o[th][0], 6002.0, o[th][1]);
-        bn->backward_reduce(&s, dy, x, mean, invstd, o[th][2], o[th][3]);
+        bn->backward_reduce(&s, dy, NULL, x, mean, invstd, o[th][2], o[th][3]);
     }
     set_threads(2);
     assert_memory_equal(o[0], o[1], sizeof o[0]);
     free(x), free(dy), free(mean), free(invstd);
+}
+
+/* train.fuse's BatchNorm+ReLU (shape.relu): the bits of BatchNorm then ReLU, forward, both backward pieces and dx
+ * with beta 0 and 1; the statistics from the batch, beta spread so that about half the outputs are clamped */
+static void test_batchnorm_relu_fused(void **state) {
+    const BatchNormOps *bn = backend_cpu()->batchnorm;
+    const ReluOps *re = backend_cpu()->relu;
+    BatchNormShape s = {.n = 2, .spatial = 1001, .c = 12, .dtype = DT_F32};
+    const long cnt = 2L * 1001 * 12;
+    const double count = 2002.0;
+    float *x = frand(cnt, -2, 3), *dy = frand(cnt, -1, 1), *gamma = frand(12, 0.5, 1.5), *beta = frand(12, -1, 1);
+    float sum[12], sq[12], mean[12], invstd[12], rm[12] = {0}, rv[12] = {0};
+    bn->stats(&s, x, NULL, count, sum);
+    bn->stats(&s, x, sum, count, sq);
+    bn->finalize(12, count, 1e-5f, 0.1f, 1, sum, sq, mean, invstd, rm, rv);
+    /* apart: y0 = bn(x), r = relu(y0); dz = relu'(r) dy; the BatchNorm's pieces on dz */
+    float *y0 = fnan(cnt), *r = fnan(cnt), *dz = fnan(cnt), *dx0 = frand(cnt, -1, 1), *dx1 = fcopy(dx0, cnt);
+    float s0[2][12], s1[2][12];
+    bn->forward(&s, x, mean, invstd, gamma, beta, y0);
+    re->forward(DT_F32, cnt, y0, r);
+    re->backward(DT_F32, cnt, r, dy, dz, 0.0f);
+    bn->backward_reduce(&s, dz, NULL, x, mean, invstd, s0[0], s0[1]);
+    bn->backward(&s, dz, NULL, x, mean, invstd, gamma, s0[0], s0[1], count, dx0, 1.0f);
+    /* fused */
+    s.relu = 1;
+    float *y1 = fnan(cnt);
+    bn->forward(&s, x, mean, invstd, gamma, beta, y1);
+    assert_memory_equal(y1, r, sizeof(float) * (size_t)cnt);
+    long zeros = 0;
+    for (long i = 0; i < cnt; i++) zeros += y1[i] == 0.0f;
+    assert_true(zeros > cnt / 5 && zeros < cnt * 4 / 5); /* the mask matters: both sides of it are met */
+    bn->backward_reduce(&s, dy, y1, x, mean, invstd, s1[0], s1[1]);
+    assert_memory_equal(s1, s0, sizeof s0);
+    bn->backward(&s, dy, y1, x, mean, invstd, gamma, s1[0], s1[1], count, dx1, 1.0f);
+    assert_memory_equal(dx1, dx0, sizeof(float) * (size_t)cnt);
+    s.relu = 0;
+    bn->backward(&s, dz, NULL, x, mean, invstd, gamma, s0[0], s0[1], count, dx0, 0.0f);
+    s.relu = 1;
+    bn->backward(&s, dy, y1, x, mean, invstd, gamma, s1[0], s1[1], count, dx1, 0.0f);
+    assert_memory_equal(dx1, dx0, sizeof(float) * (size_t)cnt);
+    free(x), free(dy), free(gamma), free(beta), free(y0), free(r), free(dz), free(dx0), free(dx1), free(y1);
 }
 
 /* ---- relu, avgpool, dropout ------------------------------------------------------------------------------------ */
@@ -1737,6 +1778,7 @@ int main(void) {
         cmocka_unit_test(test_maxpool_ties),      cmocka_unit_test(test_linear),
         cmocka_unit_test(test_linear_threads),    cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_eval),    cmocka_unit_test(test_batchnorm_threads),
+        cmocka_unit_test(test_batchnorm_relu_fused),
         cmocka_unit_test(test_head_loss_ce),      cmocka_unit_test(test_head_loss_bce),
         cmocka_unit_test(test_head_loss_cox),
         cmocka_unit_test(test_backend_table),     cmocka_unit_test(test_backend_extras),
