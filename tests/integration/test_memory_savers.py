@@ -4,7 +4,7 @@
   DenseNet's activations then grow linearly in its layers (the memory-efficient DenseNet);
 - the fused GroupNorm + SiLU (train.fuse, default 1): one op instead of two, with the pre-activation recomputed,
   so the arena is smaller and the results equal the unfused pair's to float rounding (test_pytorch.py pins both to
-  PyTorch)."""
+  PyTorch); the fused BatchNorm + ReLU: the pair's bits in float32."""
 import re
 import tempfile
 
@@ -63,6 +63,18 @@ def test_fused_norm_act_saves_memory_and_matches_the_pair(tmp_path):
     b = [r["loss"] for r in metrics(tmp_path / "pair") if "loss" in r]
     assert len(a) == 6
     assert all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(a, b)), (a, b)
+
+
+@pytest.mark.parametrize("config", ["configs/test/cxr-tiny.json", "configs/test/resnet-tiny.json"])
+def test_fused_batchnorm_relu_is_the_pair_bit_for_bit(tmp_path, config):
+    """train.fuse's BatchNorm+ReLU (densenet's every norm, resnet3d's conv-bn-relu units): in float32 the probe's
+    every byte (parameters, outputs, losses, the ReLU masks, every gradient, the running statistics after the steps)
+    is the separate pair's, and the plan needs no more memory."""
+    run("probe", "--config", config, "--out", tmp_path / "fused")
+    run("probe", "--config", config, "--out", tmp_path / "pair", "--set", "train.fuse=0")
+    assert (tmp_path / "fused.bin").read_bytes() == (tmp_path / "pair.bin").read_bytes()
+    assert planned_arena_mib(tmp_path, "--config", config) <= \
+        planned_arena_mib(tmp_path, "--config", config, "--set", "train.fuse=0")
 
 
 def test_densenet_checkpointed_memory_grows_linearly_in_the_layers(tmp_path):
