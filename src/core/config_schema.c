@@ -144,9 +144,10 @@ const KeySpec SCHEMA[] = {
      "1 = let cuDNN use TF32 tensor cores for float32 convolutions (PyTorch's default), 0 = strict FP32"},
     {K(train, fuse), T_INT, 0, 1, NULL, "1",
      "1 = run each GroupNorm and the SiLU after it as one op (no pre-activation tensor kept: less memory, one pass "
-     "fewer each way), and the decoder's nearest x2 upsampling + 3x3x3 convolution as one 2x2x2 convolution per "
-     "output phase at the input's resolution (3.4x fewer FLOPs, no upsampled tensor); 0 = separate ops, as PyTorch "
-     "eager"},
+     "fewer each way), each BatchNorm and the ReLU after it as one op (resnet3d, densenet; the same bits in "
+     "float32, the ReLU's pass each way gone), and the decoder's nearest x2 upsampling + 3x3x3 convolution as one "
+     "2x2x2 convolution per output phase at the input's resolution (3.4x fewer FLOPs, no upsampled tensor); 0 = "
+     "separate ops, as PyTorch eager"},
     {K(train, checkpoint_activations), T_INT, 0, 1, NULL, "0",
      "1 = keep only each segment's input and recompute its inside in backward (ae3d: ResBlocks, resnet3d: residual "
      "blocks, densenet: dense layers with their concatenations, vit3d: transformer blocks; less activation memory, "
