@@ -36,6 +36,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "core/util.h" /* vx_fatal, with C linkage in the CUDA files too */
 
 typedef struct {
     int n;
@@ -63,6 +64,13 @@ typedef struct BatchNormOps {
                      const float *invstd, const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
                      double count, void *dx, float beta_dx);
 } BatchNormOps;
+
+/* What the backward pieces mask dy with: y where s->relu, else NULL (each backend's backward calls this) */
+static inline const void *batchnorm_relu_mask(const BatchNormShape *s, const void *y) {
+    if (s->relu && !y) vx_fatal("batchnorm: the fused ReLU's backward needs the forward's output");
+    return s->relu ? y : NULL;
+}
+
 extern const BatchNormOps batchnorm_ops_cpu;
 extern const BatchNormOps batchnorm_ops_cuda; /* CUDA builds only */
 

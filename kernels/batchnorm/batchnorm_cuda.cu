@@ -248,16 +248,10 @@ static void bn_forward_cuda(const BatchNormShape *s, const void *x, const float 
     LAUNCH_CHECK("bn_forward_kernel");
 }
 
-/* y: the fused ReLU's output where s->relu */
-static const void *relu_mask(const BatchNormShape *s, const void *y) {
-    if (s->relu && !y) vx_fatal("batchnorm: the fused ReLU's backward needs the forward's output");
-    return s->relu ? y : NULL;
-}
-
 static void bn_backward_reduce_cuda(const BatchNormShape *s, const void *dy, const void *y, const void *x,
                                     const float *mean, const float *invstd, float *sum_dy, float *sum_dy_xhat) {
     check(s);
-    const void *ym = relu_mask(s, y);
+    const void *ym = batchnorm_relu_mask(s, y);
     reduce(s, ym ? BN_GRAD_RELU : BN_GRAD, x, dy, ym, NULL, 1.0, mean, invstd, sum_dy, sum_dy_xhat);
 }
 
@@ -301,7 +295,7 @@ static void bn_backward_cuda(const BatchNormShape *s, const void *dy, const void
     check(s);
     const size_t n = (size_t)s->n * s->spatial * s->c;
     if (!n) return;
-    const void *ym = relu_mask(s, y);
+    const void *ym = batchnorm_relu_mask(s, y);
     const bool vec = s->c % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) && vx_aligned16(dx) && (!ym || vx_aligned16(ym));
     const size_t nvec = vec ? n / 4 : n;
     const int lanes = vec ? s->c / 4 : s->c;

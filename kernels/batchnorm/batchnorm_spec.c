@@ -164,25 +164,32 @@ static void params_fill(const KernelCase *k, int b, float *h, long count, unsign
     }
 }
 
-/* ---- backward_reduce: dy x mean invstd -> sum_dy sum_dy_xhat ------------------------------------------------ */
+/* ---- backward_reduce: dy x mean invstd [y] -> sum_dy sum_dy_xhat ---------------------------------------------- */
+/* With the fused ReLU (shape.relu, the _relu entries) the forward's output y is the last buffer, and the reference
+ * takes dy where y > 0 (relu.h's backward); so in backward's below. */
+
+/* dy where the fused ReLU's output y is above 0 (y NULL: dy) */
+static double masked(const float *y, const float *dy, long i) { return y && !(y[i] > 0) ? 0.0 : dy[i]; }
 
 static void bred_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
     const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 6, (long[]){x, x, s.c, s.c, s.c, s.c},
-                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT}, 0x3, 0);
+    op_spec_bufs(k, 6 + s.relu, (long[]){x, x, s.c, s.c, s.c, s.c, x},
+                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_IN}, s.relu ? 0x43 : 0x3, 0);
 }
 static void bred_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const BatchNormShape s = shape_of(k);
-    table(ops)->backward_reduce(&s, b[0], NULL, b[1], b[2], b[3], b[4], b[5]);
+    table(ops)->backward_reduce(&s, b[0], s.relu ? b[6] : NULL, b[1], b[2], b[3], b[4], b[5]);
 }
 static void bred_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const BatchNormShape s = shape_of(k);
+    const float *y = s.relu ? in[6] : NULL;
     for (int j = 0; j < s.c; j++) ref[4][j] = ref[5][j] = 0;
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
         const int j = (int)(i % s.c);
-        ref[4][j] += in[0][i];
-        ref[5][j] += in[0][i] * ((double)in[1][i] - in[2][j]) * in[3][j];
+        const double g = masked(y, in[0], i);
+        ref[4][j] += g;
+        ref[5][j] += g * ((double)in[1][i] - in[2][j]) * in[3][j];
     }
 }
 /* dy uniform, x act_value, mean and invstd as the forward's */
@@ -196,88 +203,55 @@ static void grad_fill(const KernelCase *k, int b, float *h, long count, unsigned
     else
         params_fill(k, b - 1, h, count, seed); /* mean (2), invstd (3), gamma (4): the forward's buffers 1, 2, 3 */
 }
-
-/* ---- backward: dy x mean invstd gamma sum_dy sum_dy_xhat -> dx ---------------------------------------------- */
-
-static void bwd_setup(KernelCase *k, const OpHead *ops) {
-    const BatchNormShape s = typed(k);
-    const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 8, (long[]){x, x, s.c, s.c, s.c, s.c, s.c, x},
-                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT}, 0x83, 0x80);
-}
-static void bwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
-    const BatchNormShape s = shape_of(k);
-    table(ops)->backward(&s, b[0], NULL, b[1], b[2], b[3], b[4], b[5], b[6], count_of(k), b[7], k->beta);
-}
-static void bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
-    const BatchNormShape s = shape_of(k);
-    const double count = count_of(k);
-    for (long i = 0; i < rows_of(&s) * s.c; i++) {
-        const int j = (int)(i % s.c);
-        const double xhat = ((double)in[1][i] - in[2][j]) * in[3][j];
-        ref[7][i] = (double)in[4][j] * in[3][j] * (in[0][i] - in[5][j] / count - xhat * in[6][j] / count);
-    }
-}
-
-/* ---- the fused ReLU's backward pieces: the buffers above and the forward's output y last among the inputs; the
- * reference takes dy where y > 0 (relu.h's backward), then the plain piece's formula ------------------------------ */
-
-static void bred_relu_setup(KernelCase *k, const OpHead *ops) {
-    relu_on(k);
-    const BatchNormShape s = typed(k);
-    const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 7, (long[]){x, x, s.c, s.c, x, s.c, s.c},
-                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT}, 0x13, 0);
-}
-static void bred_relu_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
-    const BatchNormShape s = shape_of(k);
-    table(ops)->backward_reduce(&s, b[0], b[4], b[1], b[2], b[3], b[5], b[6]);
-}
-static void bred_relu_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
-    const BatchNormShape s = shape_of(k);
-    for (int j = 0; j < s.c; j++) ref[5][j] = ref[6][j] = 0;
-    for (long i = 0; i < rows_of(&s) * s.c; i++) {
-        const int j = (int)(i % s.c);
-        const double g = in[4][i] > 0 ? in[0][i] : 0.0;
-        ref[5][j] += g;
-        ref[6][j] += g * ((double)in[1][i] - in[2][j]) * in[3][j];
-    }
-}
-/* y: a ReLU's output, max(0, u) for u uniform in [-1, 1] (half of it 0); the rest as grad_fill */
+/* y: a ReLU's output, max(0, u) for u uniform in [-1, 1] (half of it 0) */
 static void relu_y_fill(float *h, long count, unsigned seed, int b) {
     for (long i = 0; i < count; i++) {
         const double u = 2 * u01(seed, b, i) - 1;
         h[i] = u > 0 ? (float)u : 0.0f;
     }
 }
-static void bred_relu_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
-    if (b == 4) relu_y_fill(h, count, seed, b);
+static void bred_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
+    if (b == 6) relu_y_fill(h, count, seed, b); /* the fused ReLU's y */
     else grad_fill(k, b, h, count, seed);
 }
 
-static void bwd_relu_setup(KernelCase *k, const OpHead *ops) {
-    relu_on(k);
+/* ---- backward: dy x mean invstd gamma sum_dy sum_dy_xhat [y] -> dx ------------------------------------------ */
+
+static void bwd_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
     const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 9, (long[]){x, x, s.c, s.c, s.c, s.c, s.c, x, x},
-                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT}, 0x183, 0x100);
+    op_spec_bufs(k, 8 + s.relu, (long[]){x, x, s.c, s.c, s.c, s.c, s.c, x, x},
+                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_IN},
+                 s.relu ? 0x183 : 0x83, 0x80);
 }
-static void bwd_relu_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
+static void bwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const BatchNormShape s = shape_of(k);
-    table(ops)->backward(&s, b[0], b[7], b[1], b[2], b[3], b[4], b[5], b[6], count_of(k), b[8], k->beta);
+    table(ops)->backward(&s, b[0], s.relu ? b[8] : NULL, b[1], b[2], b[3], b[4], b[5], b[6], count_of(k), b[7],
+                         k->beta);
 }
-static void bwd_relu_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
+static void bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const BatchNormShape s = shape_of(k);
     const double count = count_of(k);
+    const float *y = s.relu ? in[8] : NULL;
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
         const int j = (int)(i % s.c);
-        const double xhat = ((double)in[1][i] - in[2][j]) * in[3][j], g = in[7][i] > 0 ? in[0][i] : 0.0;
-        ref[8][i] = (double)in[4][j] * in[3][j] * (g - in[5][j] / count - xhat * in[6][j] / count);
+        const double xhat = ((double)in[1][i] - in[2][j]) * in[3][j];
+        ref[7][i] = (double)in[4][j] * in[3][j] * (masked(y, in[0], i) - in[5][j] / count - xhat * in[6][j] / count);
     }
 }
-static void bwd_relu_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
-    if (b == 7) relu_y_fill(h, count, seed, b);
+static void bwd_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
+    if (b == 8) relu_y_fill(h, count, seed, b); /* the fused ReLU's y */
     else grad_fill(k, b, h, count, seed);
+}
+
+/* the fused ReLU's pieces: the plain ones with shape.relu set */
+static void bred_relu_setup(KernelCase *k, const OpHead *ops) {
+    relu_on(k);
+    bred_setup(k, ops);
+}
+static void bwd_relu_setup(KernelCase *k, const OpHead *ops) {
+    relu_on(k);
+    bwd_setup(k, ops);
 }
 
 /* ---- the entries (registered through kernels/backend/ops.def) -------------------------------------------------- */
@@ -288,11 +262,10 @@ const KernelOp batchnorm_specs[] = {
     {"batchnorm_finalize", BN_FINALIZE, 0, 1e-6, fin_setup, fin_train_run, fin_train_ref, fin_fill},
     {"batchnorm_finalize_eval", BN_FINALIZE, 0, 1e-6, fin_setup, fin_eval_run, fin_eval_ref, fin_fill},
     {"batchnorm_forward", BN_FORWARD, 0, 1e-5, fwd_setup, fwd_run, fwd_ref, params_fill},
-    {"batchnorm_backward_reduce", BN_BACKWARD_REDUCE, 0, 1e-5, bred_setup, bred_run, bred_ref, grad_fill},
-    {"batchnorm_backward", BN_BACKWARD, 0, 1e-5, bwd_setup, bwd_run, bwd_ref, grad_fill},
+    {"batchnorm_backward_reduce", BN_BACKWARD_REDUCE, 0, 1e-5, bred_setup, bred_run, bred_ref, bred_fill},
+    {"batchnorm_backward", BN_BACKWARD, 0, 1e-5, bwd_setup, bwd_run, bwd_ref, bwd_fill},
     {"batchnorm_forward_relu", BN_FORWARD, 0, 1e-5, fwd_relu_setup, fwd_run, fwd_ref, params_fill},
-    {"batchnorm_backward_reduce_relu", BN_BACKWARD_REDUCE, 0, 1e-5, bred_relu_setup, bred_relu_run, bred_relu_ref,
-     bred_relu_fill},
-    {"batchnorm_backward_relu", BN_BACKWARD, 0, 1e-5, bwd_relu_setup, bwd_relu_run, bwd_relu_ref, bwd_relu_fill},
+    {"batchnorm_backward_reduce_relu", BN_BACKWARD_REDUCE, 0, 1e-5, bred_relu_setup, bred_run, bred_ref, bred_fill},
+    {"batchnorm_backward_relu", BN_BACKWARD, 0, 1e-5, bwd_relu_setup, bwd_run, bwd_ref, bwd_fill},
 };
 const int batchnorm_specs_count = sizeof batchnorm_specs / sizeof batchnorm_specs[0];
