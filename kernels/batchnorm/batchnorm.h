@@ -28,6 +28,10 @@
  * the separate ReLU's backward followed by these pieces, without its pass over memory (y NULL without relu). Why:
  * DenseNet-121 runs a BatchNorm and a ReLU over each layer's whole concatenation, and the separate ReLU passes took
  * 10% of its CPU step (cxr-densenet121, 2-core Xeon, per the layer table).
+ * Strided input (shape.ldx > c): x and dx are the first c channels of rows ldx apart (a channel prefix of a wider
+ * tensor); y and dy stay [rows][c]. Why: a dense block keeps its features in one buffer, and each dense layer's norm
+ * reads the channels written so far in place, where MONAI concatenates them into a new tensor per layer
+ * (build_densenet.c); its dx adds (beta_dx 1) into the same prefix of the buffer's gradient.
  * Storage: the CPU version is the float32 reference; CUDA stores x, y, dy, dx as shape.dtype. */
 #pragma once
 #include "common/dtype.h"
@@ -44,7 +48,11 @@ typedef struct {
     int c;
     DType dtype; /* storage of x, y, dy, dx */
     int relu;    /* 1: y = max(0, bn(x)), and the backward masks dy by y > 0 (above) */
+    long ldx;    /* elements between rows of x and dx: c, or more for a channel prefix of a wider tensor; 0 means c */
 } BatchNormShape;
+
+/* the row stride of x and dx */
+static inline long batchnorm_ldx(const BatchNormShape *s) { return s->ldx > 0 ? s->ldx : s->c; }
 
 /* The op's sub-table (kernels/backend/ops.def): be->batchnorm->... */
 enum { BN_STATS, BN_FINALIZE, BN_FORWARD, BN_BACKWARD_REDUCE, BN_BACKWARD }; /* its functions, for supports() */

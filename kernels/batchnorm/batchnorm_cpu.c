@@ -7,7 +7,7 @@
  * coefficients formed once: forward y = (x - mean) * (invstd*gamma) + beta; backward
  * dx = (invstd*gamma) * (dy - sum_dy/count - xhat * sum_dy_xhat/count), xhat = (x - mean) * invstd, as
  * batchnorm_cuda.cu forms them. With the fused ReLU (shape.relu) y is clamped as relu_cpu.c clamps it and dy is taken
- * where y > 0 in both backward passes. */
+ * where y > 0 in both backward passes. Rows of x and dx are shape.ldx apart (a channel prefix: batchnorm.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,23 +19,23 @@
 #define BN_BLOCK 256L /* rows per partial-sum block (fixed: it defines the summation order) */
 
 static void check(const BatchNormShape *s) {
-    if (s->n < 0 || s->spatial < 1 || s->c < 1)
-        vx_fatal("batchnorm: invalid shape n=%d spatial=%ld c=%d", s->n, s->spatial, s->c);
+    if (s->n < 0 || s->spatial < 1 || s->c < 1 || batchnorm_ldx(s) < s->c)
+        vx_fatal("batchnorm: invalid shape n=%d spatial=%ld c=%d ldx=%ld", s->n, s->spatial, s->c, s->ldx);
 }
 
 /* One block's partial sums, rows [r0, r1), into a[c] (and q[c]): the mode is decided once per block, each mode a
  * loop of its own. Why: with the mode tested per row, adding the fused ReLU's case made the plain passes run 7-19%
  * more instructions per call (ci/regress's callgrind counts, resnet-tiny's shapes). */
-static void block_sums(int mode, int c, long r0, long r1, const float *x, const float *dy, const float *y,
+static void block_sums(int mode, int c, long ldx, long r0, long r1, const float *x, const float *dy, const float *y,
                        const double *center, const float *mean, const float *invstd, double *a, double *q) {
     if (mode == 0)
         for (long r = r0; r < r1; r++) {
-            const float *xr = x + r * c;
+            const float *xr = x + r * ldx;
             for (int j = 0; j < c; j++) a[j] += xr[j];
         }
     else if (mode == 1)
         for (long r = r0; r < r1; r++) {
-            const float *xr = x + r * c;
+            const float *xr = x + r * ldx;
             for (int j = 0; j < c; j++) {
                 const double d = (double)xr[j] - center[j];
                 a[j] += d * d;
@@ -43,7 +43,7 @@ static void block_sums(int mode, int c, long r0, long r1, const float *x, const 
         }
     else if (y) /* the fused ReLU's mask: its backward's dy where y > 0, else 0 (relu_cpu.c) */
         for (long r = r0; r < r1; r++) {
-            const float *xr = x + r * c, *dr = dy + r * c, *yr = y + r * c;
+            const float *xr = x + r * ldx, *dr = dy + r * c, *yr = y + r * c;
             for (int j = 0; j < c; j++) {
                 const double g = yr[j] > 0.0f ? dr[j] : 0.0f;
                 a[j] += g;
@@ -52,7 +52,7 @@ static void block_sums(int mode, int c, long r0, long r1, const float *x, const 
         }
     else
         for (long r = r0; r < r1; r++) {
-            const float *xr = x + r * c, *dr = dy + r * c;
+            const float *xr = x + r * ldx, *dr = dy + r * c;
             for (int j = 0; j < c; j++) {
                 const double g = dr[j];
                 a[j] += g;
@@ -72,7 +72,7 @@ static void reduce_rows(const BatchNormShape *s, int mode, const float *x, const
     for (long blk = 0; blk < nb; blk++) {
         double *a = part + blk * (two + 1) * c;
         const long r1 = (blk + 1) * BN_BLOCK < rows ? (blk + 1) * BN_BLOCK : rows;
-        block_sums(mode, c, blk * BN_BLOCK, r1, x, dy, y, center, mean, invstd, a, a + c);
+        block_sums(mode, c, batchnorm_ldx(s), blk * BN_BLOCK, r1, x, dy, y, center, mean, invstd, a, a + c);
     }
     for (int j = 0; j < c; j++) {
         double a = 0.0, q = 0.0;
@@ -120,13 +120,14 @@ static void bn_forward_cpu(const BatchNormShape *s, const float *x, const float 
                            const float *gamma, const float *beta, float *y) {
     check(s);
     const int c = s->c;
+    const long ldx = batchnorm_ldx(s);
     float *sc = vx_malloc(sizeof(float) * (size_t)c);
     for (int j = 0; j < c; j++) sc[j] = invstd[j] * gamma[j];
     const long rows = (long)s->n * s->spatial;
     if (s->relu) { /* a loop each, as block_sums says why: a test per row cost the plain pass 19% more instructions */
 #pragma omp parallel for schedule(static)
         for (long r = 0; r < rows; r++) {
-            const float *xr = x + r * c;
+            const float *xr = x + r * ldx;
             float *yr = y + r * c;
             for (int j = 0; j < c; j++) {
                 const float v = (xr[j] - mean[j]) * sc[j] + beta[j];
@@ -136,7 +137,7 @@ static void bn_forward_cpu(const BatchNormShape *s, const float *x, const float 
     } else {
 #pragma omp parallel for schedule(static)
         for (long r = 0; r < rows; r++) {
-            const float *xr = x + r * c;
+            const float *xr = x + r * ldx;
             float *yr = y + r * c;
             for (int j = 0; j < c; j++) yr[j] = (xr[j] - mean[j]) * sc[j] + beta[j];
         }
@@ -157,6 +158,7 @@ static void bn_backward_cpu(const BatchNormShape *s, const float *dy, const floa
     check(s);
     const float *ym = batchnorm_relu_mask(s, y);
     const int c = s->c;
+    const long ldx = batchnorm_ldx(s);
     float *k = vx_malloc(sizeof(float) * 3 * (size_t)c), *mdy = k + c, *mdyx = k + 2 * c;
     for (int j = 0; j < c; j++) {
         k[j] = invstd[j] * gamma[j];
@@ -167,8 +169,8 @@ static void bn_backward_cpu(const BatchNormShape *s, const float *dy, const floa
     if (ym) { /* the fused ReLU: dy where y > 0 (a loop each, as in the forward) */
 #pragma omp parallel for schedule(static)
         for (long r = 0; r < rows; r++) {
-            const float *xr = x + r * c, *dr = dy + r * c, *yr = ym + r * c;
-            float *o = dx + r * c;
+            const float *xr = x + r * ldx, *dr = dy + r * c, *yr = ym + r * c;
+            float *o = dx + r * ldx;
             for (int j = 0; j < c; j++) {
                 const float g = yr[j] > 0.0f ? dr[j] : 0.0f, xhat = (xr[j] - mean[j]) * invstd[j];
                 const float v = k[j] * (g - mdy[j] - xhat * mdyx[j]);
@@ -178,8 +180,8 @@ static void bn_backward_cpu(const BatchNormShape *s, const float *dy, const floa
     } else {
 #pragma omp parallel for schedule(static)
         for (long r = 0; r < rows; r++) {
-            const float *xr = x + r * c, *dr = dy + r * c;
-            float *o = dx + r * c;
+            const float *xr = x + r * ldx, *dr = dy + r * c;
+            float *o = dx + r * ldx;
             for (int j = 0; j < c; j++) {
                 const float xhat = (xr[j] - mean[j]) * invstd[j];
                 const float v = k[j] * (dr[j] - mdy[j] - xhat * mdyx[j]);

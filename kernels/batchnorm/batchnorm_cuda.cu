@@ -7,8 +7,8 @@
  *                 thread (tx, ty) = (threadIdx % CW, threadIdx / CW) owns vector lane tx (+ CW, ...) of rows ty,
  *                 ty + RY, ...; a block's threads are added in ty order (groupnorm_cuda.cu's layout)
  *   final pass:   one thread per channel adds the partials over the blocks in order -> float
- * Vectors of V = 4 channels when c % 4 == 0 and the big tensors are 16-byte aligned (the partition does not depend
- * on V). finalize is one thread per channel; forward and backward are elementwise over [rows][c]. */
+ * Vectors of V = 4 channels when c and ldx are multiples of 4 and the big tensors are 16-byte aligned (the partition
+ * does not depend on V). x and dx rows are xl vectors apart (shape.ldx / V: a channel prefix, batchnorm.h). finalize is one thread per channel; forward and backward are elementwise over [rows][c]. */
 #include "batchnorm/batchnorm.h"
 #include "common/cuda_check.h"
 
@@ -24,8 +24,8 @@ typedef struct {
 } BnGeom;
 
 static void check(const BatchNormShape *s) {
-    if (s->n < 0 || s->spatial < 1 || s->c < 1)
-        vx_fatal("batchnorm: invalid shape n=%d spatial=%ld c=%d", s->n, s->spatial, s->c);
+    if (s->n < 0 || s->spatial < 1 || s->c < 1 || batchnorm_ldx(s) < s->c)
+        vx_fatal("batchnorm: invalid shape n=%d spatial=%ld c=%d ldx=%ld", s->n, s->spatial, s->c, s->ldx);
 }
 
 static BnGeom bn_geometry(const BatchNormShape *s, int vec, int sums) {
@@ -50,7 +50,8 @@ static BnGeom bn_geometry(const BatchNormShape *s, int vec, int sums) {
  * = sum dy, part[blk][1][j] = sum dy*xhat, xhat = (x - mean)*invstd in float as the CPU; BN_GRAD_RELU: the same with
  * dy taken where the fused ReLU's output y > 0, else 0 (relu_cuda.cu's backward) */
 template <typename T, int V, int MODE>
-__global__ void bn_partial_kernel(size_t rows, int c, int lanes, int CW, int RY, size_t SB, const T *__restrict__ x,
+__global__ void bn_partial_kernel(size_t rows, int c, int lanes, size_t xl, int CW, int RY, size_t SB,
+                                  const T *__restrict__ x,
                                   const T *__restrict__ dy, const T *__restrict__ y,
                                   const float *__restrict__ center, double count,
                                   const float *__restrict__ mean, const float *__restrict__ invstd,
@@ -77,7 +78,7 @@ __global__ void bn_partial_kernel(size_t rows, int c, int lanes, int CW, int RY,
             for (size_t p = p0 + ty; p < p1; p += RY) {
                 const size_t vi = p * lanes + lane;
                 float xv[V];
-                vx_load<V>(x, vi, xv);
+                vx_load<V>(x, p * xl + lane, xv);
                 if constexpr (MODE >= BN_GRAD) {
                     float dv[V], yv[V];
                     vx_load<V>(dy, vi, dv);
@@ -147,10 +148,11 @@ static void reduce(const BatchNormShape *s, int mode, const void *x, const void 
         if (out1) CUDA_CHECK(cudaMemsetAsync(out1, 0, sizeof(float) * (size_t)s->c, st));
         return;
     }
-    const int vec = s->c % 4 == 0 && vx_aligned16(x) && (!dy || vx_aligned16(dy)) && (!y || vx_aligned16(y));
+    const int vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && (!dy || vx_aligned16(dy)) && (!y || vx_aligned16(y));
     const BnGeom g = bn_geometry(s, vec, ns);
     double *part = (double *)vx_cuda_scratch();
-#define BN_PARTIAL_ARGS rows, s->c, g.lanes, g.CW, g.RY, g.SB, tx, tdy, ty, center, count, mean, invstd, part
+    const size_t xl = (size_t)batchnorm_ldx(s) / g.V;
+#define BN_PARTIAL_ARGS rows, s->c, g.lanes, xl, g.CW, g.RY, g.SB, tx, tdy, ty, center, count, mean, invstd, part
 #define BN_PARTIAL(MODE)                                                                                         \
     do {                                                                                                         \
         if (g.V == 4) bn_partial_kernel<T, 4, MODE><<<g.nblk, VX_THREADS, 0, st>>>(BN_PARTIAL_ARGS);              \
@@ -206,13 +208,14 @@ static void bn_finalize_cuda(int c, double count, float eps, float momentum, int
 /* y = (x - mean) * (invstd*gamma) + beta over nvec vectors of V channels (V divides c); RELU: then y < 0 ? 0 : y in
  * float, before the store (relu_cuda.cu clamps the stored value: the same but for a zero's sign in half precision) */
 template <typename T, int V, bool RELU>
-__global__ void bn_forward_kernel(size_t nvec, int lanes, const T *__restrict__ x, const float *__restrict__ mean,
+__global__ void bn_forward_kernel(size_t nvec, int lanes, size_t xl, const T *__restrict__ x, const float *__restrict__ mean,
                                   const float *__restrict__ invstd, const float *__restrict__ gamma,
                                   const float *__restrict__ beta, T *__restrict__ y) {
     for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
-        const int j0 = (int)(i % (size_t)lanes) * V;
+        const size_t lane = i % (size_t)lanes;
+        const int j0 = (int)lane * V;
         float v[V];
-        vx_load<V>(x, i, v);
+        vx_load<V>(x, i / (size_t)lanes * xl + lane, v);
 #pragma unroll
         for (int k = 0; k < V; k++) {
             v[k] = (v[k] - mean[j0 + k]) * (invstd[j0 + k] * gamma[j0 + k]) + beta[j0 + k];
@@ -227,14 +230,15 @@ static void bn_forward_cuda(const BatchNormShape *s, const void *x, const float 
     check(s);
     const size_t count = (size_t)s->n * s->spatial * s->c;
     if (!count) return;
-    const bool vec = s->c % 4 == 0 && vx_aligned16(x) && vx_aligned16(y);
+    const bool vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && vx_aligned16(y);
     const size_t nvec = vec ? count / 4 : count;
     const int lanes = vec ? s->c / 4 : s->c;
+    const size_t xl = (size_t)batchnorm_ldx(s) / (vec ? 4 : 1);
     cudaStream_t st = vx_cuda_stream();
 #define BN_FWD(V, RELU)                                                                                          \
     do {                                                                                                         \
-        bn_forward_kernel<T, V, RELU><<<vx_ew_blocks(nvec), VX_THREADS, 0, st>>>(nvec, lanes, tx, mean, invstd,   \
-                                                                                 gamma, beta, ty);               \
+        bn_forward_kernel<T, V, RELU><<<vx_ew_blocks(nvec), VX_THREADS, 0, st>>>(nvec, lanes, xl, tx, mean,      \
+                                                                                 invstd, gamma, beta, ty);       \
     } while (0)
     VX_DTYPE_SWITCH(s->dtype, T, {
         const T *tx = (const T *)x;
@@ -258,15 +262,16 @@ static void bn_backward_reduce_cuda(const BatchNormShape *s, const void *dy, con
 /* dx = [beta*dx +] (invstd*gamma) * (dy - sum_dy/count - xhat * sum_dy_xhat/count), the mean terms formed in
  * double and rounded to float as the CPU forms them; RELU: dy where y > 0, else 0 */
 template <typename T, int V, bool ACC, bool RELU>
-__global__ void bn_backward_kernel(size_t nvec, int lanes, double count, const T *__restrict__ dy,
+__global__ void bn_backward_kernel(size_t nvec, int lanes, size_t xl, double count, const T *__restrict__ dy,
                                    const T *__restrict__ y, const T *__restrict__ x, const float *__restrict__ mean,
                                    const float *__restrict__ invstd, const float *__restrict__ gamma,
                                    const float *__restrict__ sum_dy, const float *__restrict__ sum_dy_xhat,
                                    T *__restrict__ dx, float beta_dx) {
     for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
-        const int j0 = (int)(i % (size_t)lanes) * V;
+        const size_t lane = i % (size_t)lanes, xi = i / (size_t)lanes * xl + lane; /* x's and dx's vector */
+        const int j0 = (int)lane * V;
         float xv[V], gv[V], o[V];
-        vx_load<V>(x, i, xv);
+        vx_load<V>(x, xi, xv);
         vx_load<V>(dy, i, gv);
         if constexpr (RELU) {
             float yv[V];
@@ -274,7 +279,7 @@ __global__ void bn_backward_kernel(size_t nvec, int lanes, double count, const T
 #pragma unroll
             for (int k = 0; k < V; k++) gv[k] = yv[k] > 0.0f ? gv[k] : 0.0f;
         }
-        if constexpr (ACC) vx_load<V>(dx, i, o);
+        if constexpr (ACC) vx_load<V>(dx, xi, o);
 #pragma unroll
         for (int k = 0; k < V; k++) {
             const int j = j0 + k;
@@ -285,7 +290,7 @@ __global__ void bn_backward_kernel(size_t nvec, int lanes, double count, const T
             if constexpr (ACC) o[k] = beta_dx * o[k] + v;
             else o[k] = v;
         }
-        vx_store<V>(dx, i, o);
+        vx_store<V>(dx, xi, o);
     }
 }
 
@@ -296,12 +301,13 @@ static void bn_backward_cuda(const BatchNormShape *s, const void *dy, const void
     const size_t n = (size_t)s->n * s->spatial * s->c;
     if (!n) return;
     const void *ym = batchnorm_relu_mask(s, y);
-    const bool vec = s->c % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) && vx_aligned16(dx) && (!ym || vx_aligned16(ym));
+    const bool vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) && vx_aligned16(dx) && (!ym || vx_aligned16(ym));
     const size_t nvec = vec ? n / 4 : n;
     const int lanes = vec ? s->c / 4 : s->c;
+    const size_t xl = (size_t)batchnorm_ldx(s) / (vec ? 4 : 1);
     const unsigned blocks = vx_ew_blocks(nvec);
     cudaStream_t st = vx_cuda_stream();
-#define BN_BWD_ARGS nvec, lanes, count, tdy, tym, tx, mean, invstd, gamma, sum_dy, sum_dy_xhat, tdx, beta_dx
+#define BN_BWD_ARGS nvec, lanes, xl, count, tdy, tym, tx, mean, invstd, gamma, sum_dy, sum_dy_xhat, tdx, beta_dx
 #define BN_BWD(V, ACC)                                                                                           \
     do {                                                                                                         \
         if (tym) bn_backward_kernel<T, V, ACC, true><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);                \

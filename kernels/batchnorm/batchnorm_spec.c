@@ -3,7 +3,9 @@
  * a float64 reference. A case's shape is a BatchNormShape in KernelCase.params; KernelCase.count, when positive, is
  * the count of values per channel over every rank (the statistics summed across ranks: count > n*spatial), else
  * n*spatial (one rank). finalize uses eps 1e-5 and momentum 0.1 (PyTorch's defaults). The _relu entries are the pieces
- * with the ReLU fused (shape.relu: train.fuse's BatchNorm+ReLU node). */
+ * with the ReLU fused (shape.relu: train.fuse's BatchNorm+ReLU node). A shape with ldx > c reads x and writes dx as
+ * the first c channels of rows ldx apart (a dense block's buffer: batchnorm.h); the reference leaves the channels
+ * after them NaN, so they are not compared (the whole-network checks against MONAI see any write there). */
 #include <math.h>
 
 #include "batchnorm/batchnorm.h"
@@ -26,6 +28,10 @@ static BatchNormShape typed(KernelCase *k) {
     return s;
 }
 static long rows_of(const BatchNormShape *s) { return (long)s->n * s->spatial; }
+/* the count of x (and dx): rows of ldx */
+static long x_count(const BatchNormShape *s) { return rows_of(s) * batchnorm_ldx(s); }
+/* where value i of the [rows][c] view lies in x (and dx) */
+static long xi(const BatchNormShape *s, long i) { return i / s->c * batchnorm_ldx(s) + i % s->c; }
 static double count_of(const KernelCase *k) {
     const BatchNormShape s = shape_of(k);
     return k->count > 0 ? (double)k->count : (double)rows_of(&s);
@@ -42,7 +48,7 @@ static float act_value(unsigned seed, int b, long i, int c) {
 
 static void stats_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
-    op_spec_bufs(k, 2, (long[]){rows_of(&s) * s.c, s.c}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x1, 0);
+    op_spec_bufs(k, 2, (long[]){x_count(&s), s.c}, (KernelBufRole[]){KB_IN, KB_OUT}, 0x1, 0);
 }
 static void stats_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const BatchNormShape s = shape_of(k);
@@ -51,11 +57,11 @@ static void stats_run(const OpHead *ops, const KernelCase *k, void *const *b, vo
 static void stats_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const BatchNormShape s = shape_of(k);
     for (int j = 0; j < s.c; j++) ref[1][j] = 0;
-    for (long i = 0; i < rows_of(&s) * s.c; i++) ref[1][i % s.c] += in[0][i];
+    for (long i = 0; i < rows_of(&s) * s.c; i++) ref[1][i % s.c] += in[0][xi(&s, i)];
 }
 static void centered_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
-    op_spec_bufs(k, 3, (long[]){rows_of(&s) * s.c, s.c, s.c}, (KernelBufRole[]){KB_IN, KB_IN, KB_OUT}, 0x1, 0);
+    op_spec_bufs(k, 3, (long[]){x_count(&s), s.c, s.c}, (KernelBufRole[]){KB_IN, KB_IN, KB_OUT}, 0x1, 0);
 }
 static void centered_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const BatchNormShape s = shape_of(k);
@@ -66,7 +72,7 @@ static void centered_ref(const KernelCase *k, const float *const *in, double *co
     const double count = count_of(k);
     for (int j = 0; j < s.c; j++) ref[2][j] = 0;
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
-        const double d = in[0][i] - in[1][i % s.c] / count;
+        const double d = in[0][xi(&s, i)] - in[1][i % s.c] / count;
         ref[2][i % s.c] += d * d;
     }
 }
@@ -74,7 +80,8 @@ static void centered_ref(const KernelCase *k, const float *const *in, double *co
 static void stats_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
     const BatchNormShape s = shape_of(k);
     for (long i = 0; i < count; i++)
-        h[i] = b == 0 ? act_value(seed, b, i, s.c) : (float)(count_of(k) * (0.3 * (i % 5) + 0.2 * u01(seed, b, i) - 0.1));
+        h[i] = b == 0 ? act_value(seed, b, i, (int)batchnorm_ldx(&s))
+                      : (float)(count_of(k) * (0.3 * (i % 5) + 0.2 * u01(seed, b, i) - 0.1));
 }
 
 /* ---- finalize: sum sq -> mean invstd, running_mean running_var (in and out) ---------------------------------- */
@@ -128,8 +135,7 @@ static void fin_fill(const KernelCase *k, int b, float *h, long count, unsigned 
 
 static void fwd_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
-    const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 6, (long[]){x, s.c, s.c, s.c, s.c, x},
+    op_spec_bufs(k, 6, (long[]){x_count(&s), s.c, s.c, s.c, s.c, rows_of(&s) * s.c},
                  (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT}, 0x21, 0);
 }
 static void fwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
@@ -140,7 +146,7 @@ static void fwd_ref(const KernelCase *k, const float *const *in, double *const *
     const BatchNormShape s = shape_of(k);
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
         const int j = (int)(i % s.c);
-        const double v = ((double)in[0][i] - in[1][j]) * in[2][j] * in[3][j] + in[4][j];
+        const double v = ((double)in[0][xi(&s, i)] - in[1][j]) * in[2][j] * in[3][j] + in[4][j];
         ref[5][i] = s.relu && v < 0 ? 0.0 : v;
     }
 }
@@ -159,7 +165,7 @@ static void params_fill(const KernelCase *k, int b, float *h, long count, unsign
     const BatchNormShape s = shape_of(k);
     for (long i = 0; i < count; i++) {
         const double u = u01(seed, b, i);
-        h[i] = b == 0 ? act_value(seed, b, i, s.c)
+        h[i] = b == 0 ? act_value(seed, b, i, (int)batchnorm_ldx(&s))
                       : (float)(b == 2 ? 0.5 + 1.5 * u : b == 3 ? 0.5 + u : b == 4 ? u - 0.5 : 1.2 * u);
     }
 }
@@ -174,7 +180,7 @@ static double masked(const float *y, const float *dy, long i) { return y && !(y[
 static void bred_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
     const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 6 + s.relu, (long[]){x, x, s.c, s.c, s.c, s.c, x},
+    op_spec_bufs(k, 6 + s.relu, (long[]){x, x_count(&s), s.c, s.c, s.c, s.c, x},
                  (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_IN}, s.relu ? 0x43 : 0x3, 0);
 }
 static void bred_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
@@ -189,7 +195,7 @@ static void bred_ref(const KernelCase *k, const float *const *in, double *const 
         const int j = (int)(i % s.c);
         const double g = masked(y, in[0], i);
         ref[4][j] += g;
-        ref[5][j] += g * ((double)in[1][i] - in[2][j]) * in[3][j];
+        ref[5][j] += g * ((double)in[1][xi(&s, i)] - in[2][j]) * in[3][j];
     }
 }
 /* dy uniform, x act_value, mean and invstd as the forward's */
@@ -197,7 +203,7 @@ static void grad_fill(const KernelCase *k, int b, float *h, long count, unsigned
     const BatchNormShape s = shape_of(k);
     if (b == 0) op_spec_uniform_fill(h, count, seed, b);
     else if (b == 1)
-        for (long i = 0; i < count; i++) h[i] = act_value(seed, b, i, s.c);
+        for (long i = 0; i < count; i++) h[i] = act_value(seed, b, i, (int)batchnorm_ldx(&s));
     else if (b == 5 || b == 6) /* backward's sums: sum_dy and sum_dy_xhat of a batch of count values, give or take */
         for (long i = 0; i < count; i++) h[i] = (float)(sqrt(count_of(k)) * (2 * u01(seed, b, i) - 1));
     else
@@ -220,7 +226,7 @@ static void bred_fill(const KernelCase *k, int b, float *h, long count, unsigned
 static void bwd_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
     const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 8 + s.relu, (long[]){x, x, s.c, s.c, s.c, s.c, s.c, x, x},
+    op_spec_bufs(k, 8 + s.relu, (long[]){x, x_count(&s), s.c, s.c, s.c, s.c, s.c, x_count(&s), x},
                  (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_IN},
                  s.relu ? 0x183 : 0x83, 0x80);
 }
@@ -233,10 +239,11 @@ static void bwd_ref(const KernelCase *k, const float *const *in, double *const *
     const BatchNormShape s = shape_of(k);
     const double count = count_of(k);
     const float *y = s.relu ? in[8] : NULL;
+    for (long i = 0; i < x_count(&s); i++) ref[7][i] = NAN; /* the channels after c: not this op's */
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
         const int j = (int)(i % s.c);
-        const double xhat = ((double)in[1][i] - in[2][j]) * in[3][j];
-        ref[7][i] = (double)in[4][j] * in[3][j] * (masked(y, in[0], i) - in[5][j] / count - xhat * in[6][j] / count);
+        const double xhat = ((double)in[1][xi(&s, i)] - in[2][j]) * in[3][j];
+        ref[7][xi(&s, i)] = (double)in[4][j] * in[3][j] * (masked(y, in[0], i) - in[5][j] / count - xhat * in[6][j] / count);
     }
 }
 static void bwd_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {

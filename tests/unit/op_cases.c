@@ -153,12 +153,14 @@ static void augment(int d, int h, int w, int c) {
 /* ---- the ResNet family's ops (issue 27) ------------------------------------------------------------------------ */
 
 /* every piece of BatchNorm; ranks > 1: the statistics summed over that many ranks of this batch (count =
- * ranks*n*spatial), as SyncBatchNorm gives them to stats(center), finalize and backward */
-static void batchnorm(int n, long spatial, int c, int ranks, int offset, int emu) {
+ * ranks*n*spatial), as SyncBatchNorm gives them to stats(center), finalize and backward; ldx > c: x and dx the first
+ * c channels of rows ldx apart (a dense layer's norm over its block's buffer) */
+static void batchnorm_strided(int n, long spatial, int c, long ldx, int ranks, int offset, int emu) {
     KernelCase k = {.count = ranks > 1 ? (long)ranks * n * spatial : 0};
-    const BatchNormShape s = {.n = n, .spatial = spatial, .c = c};
+    const BatchNormShape s = {.n = n, .spatial = spatial, .c = c, .ldx = ldx};
     kernel_case_set_params(&k, &s, sizeof s);
-    snprintf(k.shape, sizeof k.shape, "n%d %ldx%d ranks %d", n, spatial, c, ranks);
+    if (ldx == c) snprintf(k.shape, sizeof k.shape, "n%d %ldx%d ranks %d", n, spatial, c, ranks);
+    else snprintf(k.shape, sizeof k.shape, "n%d %ldx%d ranks %d ldx %ld", n, spatial, c, ranks, ldx);
     add("batchnorm_stats", k, offset, emu);
     add("batchnorm_stats_centered", k, offset, emu);
     add("batchnorm_finalize", k, offset, emu);
@@ -169,6 +171,9 @@ static void batchnorm(int n, long spatial, int c, int ranks, int offset, int emu
     add("batchnorm_forward_relu", k, offset, emu); /* train.fuse's BatchNorm+ReLU */
     add("batchnorm_backward_reduce_relu", k, offset, emu);
     add_betas("batchnorm_backward_relu", k, offset, emu);
+}
+static void batchnorm(int n, long spatial, int c, int ranks, int offset, int emu) {
+    batchnorm_strided(n, spatial, c, c, ranks, offset, emu);
 }
 
 static void relu(long n, int offset, int emu) {
@@ -635,6 +640,10 @@ static void build(void) {
     augment(5, 6, 6, 1);
     augment(4, 5, 7, 3);
     augment(3, 8, 8, 2);
+    /* last, so that the cases before keep their seeds (each case's inputs are drawn from its index) */
+    batchnorm_strided(2, 45, 24, 40, 1, 0, 1); /* a dense layer's prefix of its block's buffer: vectors */
+    batchnorm_strided(2, 45, 12, 40, 2, 1, 1); /* offset: scalar */
+    batchnorm_strided(1, 33, 5, 7, 1, 0, 1);   /* odd channels and stride: scalar */
 }
 
 const OpTestCase *op_test_cases(int *n) {
