@@ -39,7 +39,7 @@ FAMILIES = {
     "resnet3d-survival": ["--config", RESNET, "--set", "model.task=survival", "--set", "model.num_classes=1"],
     "densenet": ["--config", "configs/test/cxr-tiny.json", "--set", "train.batch_size=4", "--set",
                  "train.val_samples=8", "--set", "model.dropout_prob=0.1",  # dense layers' dropout, and their
-                 "--set", "train.checkpoint_activations=1"],                 # concatenations rebuilt in backward
+                 "--set", "train.checkpoint_activations=1"],                 # insides rerun from the block's buffer
     "vit3d": ["--config", "configs/test/vit3d-tiny.json"],
     "vit3d_diffusion": ["--config", "configs/test/vit3d-diffusion-tiny.json", "--set", "diffusion.sample_steps=2"],
 }

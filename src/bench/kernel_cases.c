@@ -332,7 +332,8 @@ static void node_cases(CaseList *lp, const Model *m) {
             BatchNormShape bn = nd->bn;
             bn.dtype = dt;
             kernel_case_set_params(&k, &bn, sizeof bn);
-            snprintf(k.shape, sizeof k.shape, "n%d %ldx%d", bn.n, bn.spatial, bn.c);
+            if (batchnorm_ldx(&bn) == bn.c) snprintf(k.shape, sizeof k.shape, "n%d %ldx%d", bn.n, bn.spatial, bn.c);
+            else snprintf(k.shape, sizeof k.shape, "n%d %ldx%d ldx %ld", bn.n, bn.spatial, bn.c, bn.ldx);
             static const char *const BN[] = {"batchnorm_stats", "batchnorm_stats_centered", "batchnorm_finalize",
                                              "batchnorm_forward", "batchnorm_backward_reduce", "batchnorm_backward"};
             static const char *const BN_RELU[] = {"batchnorm_stats", "batchnorm_stats_centered", "batchnorm_finalize",
@@ -376,6 +377,20 @@ static void node_cases(CaseList *lp, const Model *m) {
                 snprintf(c.shape, sizeof c.shape, "%ld x c%d -> c%d", rows, cp, cy);
                 add_case(&l, c, "copy_channels");
                 at += cp;
+            }
+            break;
+        }
+        case OP_CHANNEL_WRITE: { /* x into its channels of the buffer, and their gradient back (the block's input: the
+                                    buffer's first channels, a layer's features: after the channels before them) */
+            const int cx = tx->dims.c, ld = (int)model_row_stride(m, nd->out), at = m->tensors[nd->out].c_at;
+            const long rows = tx->count / cx;
+            KernelCase c = {.count = rows, .dtype = dt, .dims = {cx, 0, ld, at, cx}};
+            snprintf(c.shape, sizeof c.shape, "%ld x c%d -> c%d", rows, cx, ld);
+            add_case(&l, c, "copy_channels");
+            if (tx->grad >= 0) {
+                KernelCase b = {.count = rows, .dtype = dt, .dims = {ld, at, cx, 0, cx}, .beta = nd->dx_beta[0]};
+                snprintf(b.shape, sizeof b.shape, "%ld x c%d <- c%d", rows, cx, ld);
+                add_case(&l, b, "copy_channels");
             }
             break;
         }

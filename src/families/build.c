@@ -11,7 +11,7 @@
 int build_tensor(Model *m, Dims d, int producer, DType dtype) {
     GROW(m->tensors, m->n_tensors, m->cap_tensors);
     m->tensors[m->n_tensors] = (Tensor){.dims = d, .count = (long)d.n * d.d * d.h * d.w * d.c, .dtype = dtype,
-                                        .act = -1, .grad = -1, .producer = producer};
+                                        .act = -1, .grad = -1, .producer = producer, .view_of = -1};
     return m->n_tensors++;
 }
 
@@ -86,6 +86,33 @@ int build_concat(Model *m, const char *name, const int *parts, int n) {
     Node *nd = build_node(m, OP_CONCAT, name, -1, -1, out);
     for (int i = 0; i < n; i++) nd->in[i] = parts[i];
     return nd->out;
+}
+
+int build_channel_buffer(Model *m, const char *name, int x, int c) {
+    Dims d = m->tensors[x].dims;
+    VX_CHECK(c >= d.c, "%s: a buffer of %d channels cannot hold %d", name, c, d.c);
+    d.c = c;
+    return build_node(m, OP_CHANNEL_WRITE, name, x, -1, d)->out;
+}
+
+int build_channel_write(Model *m, const char *name, int x, int buf, int at) {
+    const Dims b = m->tensors[buf].dims;
+    Dims d = m->tensors[x].dims;
+    VX_CHECK(d.n == b.n && d.d == b.d && d.h == b.h && d.w == b.w && at >= 0 && at + d.c <= b.c,
+             "%s: %d channels at %d do not fit the buffer's %d", name, d.c, at, b.c);
+    Node *nd = build_node(m, OP_CHANNEL_WRITE, name, x, -1, d);
+    m->tensors[nd->out].view_of = buf;
+    m->tensors[nd->out].c_at = at;
+    return nd->out;
+}
+
+int build_channel_view(Model *m, int buf, int c) {
+    Dims d = m->tensors[buf].dims;
+    if (c == d.c) return buf;
+    d.c = c;
+    const int t = build_tensor(m, d, m->tensors[buf].producer, m->dtype);
+    m->tensors[t].view_of = buf;
+    return t;
 }
 
 void build_segment(Model *m, int first) {

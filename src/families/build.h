@@ -21,6 +21,13 @@ int build_param(Model *m, const char *prefix, const char *suffix, int ndim, cons
 int build_buffer(Model *m, const char *prefix, const char *suffix, long count);
 /* One node concatenating parts[0..n) (1 <= n <= NODE_MAX_IN) along the channels (torch.cat(parts, 1)); its output */
 int build_concat(Model *m, const char *name, const int *parts, int n);
+/* A buffer of c channels along x's rows (model.h's views: a dense block's features): node `name` writes x into its
+ * first channels (OP_CHANNEL_WRITE); later channels are written by build_channel_write. Returns the buffer. */
+int build_channel_buffer(Model *m, const char *name, int x, int c);
+/* Node `name` writes x into channels [at, at + x's) of buffer `buf`; returns that view of the buffer */
+int build_channel_write(Model *m, const char *name, int x, int buf, int at);
+/* Channels [0, c) of buffer `buf` as a tensor (no node: what the writes so far put there); buf itself when c is all */
+int build_channel_view(Model *m, int buf, int c);
 /* Nodes first .. the last built so far as one activation-checkpointing segment (model.h's Block: with
  * train.checkpoint_activations its inside is recomputed in backward) */
 void build_segment(Model *m, int first);

@@ -6,15 +6,21 @@
  *      norm5
  *   -> class_layers: relu -> global average pool -> [dropout] -> out (a Linear to model.num_classes)
  *   dense layer denseblockB.denselayerL.layers: norm1 -> relu1 -> conv1 (1x1, bn_size * growth_rate) -> norm2 ->
- *      relu2 -> conv2 (3, padding 1, growth_rate) [-> dropout, model.dropout_prob], reading the concatenation along the channels of the block's input
- *      and the new features of the layers before it (MONAI's torch.cat([x, new_features], 1), layer after layer)
+ *      relu2 -> conv2 (3, padding 1, growth_rate) [-> dropout, model.dropout_prob], reading the concatenation along
+ *      the channels of the block's input and the new features of the layers before it (MONAI's
+ *      torch.cat([x, new_features], 1), layer after layer)
  *   transitionT: norm -> relu -> conv (1x1, half the channels) -> pool (average over 2x2(x2) windows, stride 2)
- * spatial_dims 2 runs MONAI's 2-D network on films of depth 1, as build_resnet3d.c does. Each layer concatenates
- * every feature before it in one node (no chain of concatenations), and activation checkpointing marks each dense
- * layer, its concatenation first, a block: only the layers' new features (and each block's output) stay between
- * forward and backward, so activation memory grows linearly in the layers (the memory-efficient DenseNet of Pleiss
- * et al., what torchvision's memory_efficient=True does); without checkpointing each layer's concatenation is kept
- * for its norm's backward, quadratic as in MONAI. */
+ * spatial_dims 2 runs MONAI's 2-D network on films of depth 1, as build_resnet3d.c does.
+ * The concatenations are never made: each block has one buffer of all its channels (its output, model.h's views).
+ * The block's input is copied into its first channels ("denseblockB.input"), each layer writes its new features
+ * after the channels before it ("denselayerL.write") and its norm1 reads those channels in place (a prefix of the
+ * buffer, rows the buffer's width apart: batchnorm.h's ldx), adding its input gradient into the same prefix of the
+ * buffer's gradient. Why: MONAI's concatenations copy every earlier feature again for each layer, quadratic in the
+ * layers; they were 10% of the CPU step of cxr-densenet121 (the layer table), and each was kept for its norm's
+ * backward. The values are the concatenation's, so the bits are. Activation checkpointing marks each dense layer
+ * (norm1 to its write) a block: only the buffer stays between forward and backward, its inside is recomputed (the
+ * memory-efficient DenseNet of Pleiss et al., what torchvision's memory_efficient=True does); without it each
+ * layer's norm1 output, as wide as its input, is kept for conv1's backward, quadratic in the layers. */
 #include <stdio.h>
 #include <string.h>
 
@@ -33,17 +39,16 @@ static int norm_relu_conv(Model *m, const char *prefix, const char *norm, const 
     return build_conv_nd(m, name, h, c_out, k, 1, k / 2, 0);
 }
 
-/* One dense layer: its growth_rate new features from the concatenation of the block's input and the features of the
- * layers before it. The concatenation is the layer's first node, so with activation checkpointing it is rebuilt with
- * the norm and ReLU in backward (the memory-efficient DenseNet: only each layer's new features stay between forward
- * and backward, linear in the layers) */
-static int dense_layer(Model *m, int block, int layer, const int *features, int n) {
+/* One dense layer: its growth_rate new features from channels [0, at) of its block's buffer (the block's input and
+ * the features of the layers before it), written into channels [at, at + growth_rate). The layer is one
+ * activation-checkpointing segment, its write last: with checkpointing only the buffer stays between forward and
+ * backward (linear in the layers). */
+static void dense_layer(Model *m, int block, int layer, int buf, int at) {
     const DenseNetConfig *d = &m->cfg.densenet;
     char prefix[80], name[96];
     snprintf(prefix, sizeof prefix, "features.denseblock%d.denselayer%d.layers.", block, layer);
     const int first = m->n_nodes;
-    snprintf(name, sizeof name, "features.denseblock%d.denselayer%d.cat", block, layer);
-    int h = n == 1 ? features[0] : build_concat(m, name, features, n);
+    int h = build_channel_view(m, buf, at);
     h = norm_relu_conv(m, prefix, "norm1", "relu1", "conv1", h, d->bn_size * d->growth_rate, 1);
     h = norm_relu_conv(m, prefix, "norm2", "relu2", "conv2", h, d->growth_rate, 3);
     if (d->dropout_prob > 0) { /* MONAI's layers.dropout, keyed per layer: the same mask when a resumed run redraws it */
@@ -55,19 +60,20 @@ static int dense_layer(Model *m, int block, int layer, const int *features, int 
                                   .dtype = m->dtype};
         h = nd->out;
     }
+    snprintf(name, sizeof name, "features.denseblock%d.denselayer%d.write", block, layer);
+    build_channel_write(m, name, h, buf, at);
     build_segment(m, first); /* with checkpointing, its inner activations are recomputed */
-    return h;
 }
 
-/* denseblockB: its layers, then the concatenation of its input and every layer's features (the block's output) */
+/* denseblockB: its buffer, the input in its first channels, then its layers; the buffer is the block's output (the
+ * concatenation of its input and every layer's features) */
 static int dense_block(Model *m, int block, int layers, int x) {
-    int features[NODE_MAX_IN];
-    VX_CHECK(layers + 1 <= NODE_MAX_IN, "denseblock%d: %d layers, at most %d", block, layers, NODE_MAX_IN - 1);
-    features[0] = x;
-    for (int l = 0; l < layers; l++) features[l + 1] = dense_layer(m, block, l + 1, features, l + 1);
+    const int c0 = m->tensors[x].dims.c, g = m->cfg.densenet.growth_rate;
     char name[48];
-    snprintf(name, sizeof name, "features.denseblock%d.cat", block);
-    return build_concat(m, name, features, layers + 1);
+    snprintf(name, sizeof name, "features.denseblock%d.input", block);
+    const int buf = build_channel_buffer(m, name, x, c0 + layers * g);
+    for (int l = 0; l < layers; l++) dense_layer(m, block, l + 1, buf, c0 + l * g);
+    return buf;
 }
 
 /* transitionT: norm -> relu -> conv 1x1 to c_out -> average pool over 2x2(x2) windows */

@@ -16,7 +16,8 @@ int build_conv_nd(Model *m, const char *name, int x, int c_out, int k, int s, in
 int build_batchnorm(Model *m, const char *name, int x) {
     const Dims in = m->tensors[x].dims;
     Node *nd = build_node(m, OP_BATCHNORM, name, x, -1, in);
-    nd->bn = (BatchNormShape){.n = in.n, .spatial = (long)in.d * in.h * in.w, .c = in.c, .dtype = m->dtype};
+    nd->bn = (BatchNormShape){.n = in.n, .spatial = (long)in.d * in.h * in.w, .c = in.c, .dtype = m->dtype,
+                              .ldx = model_row_stride(m, x)}; /* (a dense layer's: the prefix of its block's buffer) */
     nd->weight = build_param(m, name, "weight", 1, (int[]){in.c});
     nd->bias = build_param(m, name, "bias", 1, (int[]){in.c});
     nd->buffer = build_buffer(m, name, "running_mean", in.c);

@@ -85,6 +85,29 @@ static void mark_checkpointed(Model *m, int *checkpointed, int *needed_again) {
     }
 }
 
+/* The tensor whose memory t is: itself, or the buffer it views (model.h) */
+static int root_of(const Model *m, int t) { return m->tensors[t].view_of >= 0 ? m->tensors[t].view_of : t; }
+
+/* What the executor assumes of views: only BatchNorm (its x and dx strided, shape.ldx) and OP_CHANNEL_WRITE (a copy
+ * into channels of its output) touch one narrower than the buffer it views, that BatchNorm was built with the
+ * stride, and activation checkpointing drops neither a view nor a viewed buffer (each lives in its buffer). */
+static void check_views(const Model *m, const int *checkpointed) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        const Node *nd = &m->nodes[i];
+        for (int s = -1; s < NODE_MAX_IN; s++) {
+            const int t = s < 0 ? nd->out : nd->in[s];
+            if (t < 0) continue;
+            const Tensor *tn = &m->tensors[t];
+            if (checkpointed[t] && (tn->view_of >= 0 || root_of(m, t) != t))
+                vx_fatal("%s: a view's memory cannot be dropped by activation checkpointing", nd->name);
+            if (tn->view_of < 0 || tn->dims.c == m->tensors[tn->view_of].dims.c) continue;
+            const int ok = nd->kind == OP_CHANNEL_WRITE ? s < 0
+                         : nd->kind == OP_BATCHNORM && s == 0 && batchnorm_ldx(&nd->bn) == model_row_stride(m, t);
+            if (!ok) vx_fatal("%s: reads or writes a channel view it does not know the stride of", nd->name);
+        }
+    }
+}
+
 /* Timeline: node i runs forward at time i, the loss at time F, node i's backward at time 2F - i; a block's
  * recomputation runs at the time of its last node's backward, 2F - last. */
 static void plan_memory(Model *m) {
@@ -95,6 +118,7 @@ static void plan_memory(Model *m) {
     int *needed_again = vx_calloc((size_t)m->n_tensors, sizeof(int));
     int *again_first = vx_malloc((size_t)m->n_tensors * sizeof(int)), *again_last = vx_calloc((size_t)m->n_tensors, sizeof(int));
     if (m->checkpoint_activations) mark_checkpointed(m, checkpointed, needed_again);
+    check_views(m, checkpointed);
     for (int t = 0; t < m->n_tensors; t++) {
         last_use[t] = m->tensors[t].producer < 0 ? 0 : m->tensors[t].producer;
         first_grad[t] = T + 1;
@@ -114,7 +138,7 @@ static void plan_memory(Model *m) {
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
         for (int s = 0; s < NODE_MAX_IN; s++) {
-            int t = nd->in[s];
+            const int t = nd->in[s] < 0 ? -1 : root_of(m, nd->in[s]); /* a view's uses are its buffer's */
             if (t < 0) continue;
             /* read again by backward, or by the block's recomputation (a rerun node whose input is from outside its
              * block: a dense layer's concatenation of the features before it) */
@@ -129,18 +153,31 @@ static void plan_memory(Model *m) {
             if (T - i < first_grad[t]) first_grad[t] = T - i;
         }
         if (needs_output_in_backward(nd)) { /* (a checkpointed output: its rerun copy lives to this backward) */
-            int *until = checkpointed[nd->out] ? &again_last[nd->out] : &last_use[nd->out];
+            const int o = root_of(m, nd->out);
+            int *until = checkpointed[o] ? &again_last[o] : &last_use[o];
             if (T - i > *until) *until = T - i;
         }
     }
-    /* The node whose backward runs first for a tensor overwrites its gradient; the others accumulate. */
+    /* The node whose backward runs first for a tensor overwrites its gradient; the others accumulate. A view's
+     * gradient is its buffer's: the first to write it must write all of it, before the backward of any node that
+     * wrote into the buffer reads it (a buffer read by nothing after a write would have no gradient there). */
     for (int i = 0; i < F; i++) {
         Node *nd = &m->nodes[i];
-        for (int s = 0; s < NODE_MAX_IN; s++)
-            if (nd->in[s] >= 0) nd->dx_beta[s] = first_grad[nd->in[s]] == T - i ? 0.0f : 1.0f;
+        const int o = root_of(m, nd->out);
+        if (o != nd->out && !m->inference && first_grad[o] > T - i)
+            vx_fatal("%s: writes into a buffer that nothing reads after it", nd->name);
+        if (o != nd->out && i > last_use[o]) last_use[o] = i;
+        for (int s = 0; s < NODE_MAX_IN; s++) {
+            if (nd->in[s] < 0) continue;
+            const int r = root_of(m, nd->in[s]);
+            nd->dx_beta[s] = first_grad[r] == T - i ? 0.0f : 1.0f;
+            if (nd->dx_beta[s] == 0.0f && m->tensors[nd->in[s]].dims.c != m->tensors[r].dims.c)
+                vx_fatal("%s: writes the first gradient of a buffer it reads part of", nd->name);
+        }
     }
     for (int t = 0; t < m->n_tensors; t++) {
         Tensor *tn = &m->tensors[t];
+        if (tn->view_of >= 0) continue; /* its buffer's items, below */
         int born = tn->producer < 0 ? 0 : tn->producer;
         /* a sampler (diffusion_sample.c) writes x_t and the views before the forward, in place of q_sample (node 0)
          * and the views' DRR (node 1), and a run with given views (data.view_columns, model_set_views) the views:
@@ -154,6 +191,14 @@ static void plan_memory(Model *m) {
             int dies = T - (tn->producer < 0 ? 0 : tn->producer);
             tn->grad = plan_add(&m->plan, bytes, first_grad[t], dies);
         }
+    }
+    for (int t = 0; t < m->n_tensors; t++) {
+        Tensor *tn = &m->tensors[t];
+        if (tn->view_of < 0) continue;
+        const Tensor *r = &m->tensors[tn->view_of];
+        tn->act = r->act;
+        tn->act_bwd = r->act_bwd;
+        tn->grad = r->grad;
     }
     size_t ws = 0;
     for (int i = 0; i < F; i++) {

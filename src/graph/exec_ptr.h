@@ -6,10 +6,18 @@
 #include "graph/model.h"
 
 static inline char *exec_item(const Model *m, int item) { return m->arena + m->plan.items[item].offset; }
-static inline void *exec_act(const Model *m, int t) { return exec_item(m, m->tensors[t].act); }
+/* tensor t's first element in plan item `item` (a view's: its first channel in the buffer it views, model.h) */
+static inline void *exec_tensor_at(const Model *m, int t, int item) {
+    const Tensor *tn = &m->tensors[t];
+    return exec_item(m, item) + (size_t)tn->c_at * dtype_size(tn->dtype);
+}
+static inline void *exec_act(const Model *m, int t) { return exec_tensor_at(m, t, m->tensors[t].act); }
 /* the copy backward reads: the same buffer, or the one a checkpointed block's recomputation writes */
-static inline void *exec_act_bwd(const Model *m, int t) { return exec_item(m, m->tensors[t].act_bwd); }
-static inline void *exec_grad(const Model *m, int t) { return m->tensors[t].grad < 0 ? NULL : exec_item(m, m->tensors[t].grad); }
+static inline void *exec_act_bwd(const Model *m, int t) { return exec_tensor_at(m, t, m->tensors[t].act_bwd); }
+static inline void *exec_grad(const Model *m, int t) {
+    return m->tensors[t].grad < 0 ? NULL : exec_tensor_at(m, t, m->tensors[t].grad);
+}
+
 static inline float *exec_param(const Model *m, float *flat, int view) {
     return view < 0 ? NULL : flat + m->params[view].offset;
 }

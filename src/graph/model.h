@@ -66,7 +66,7 @@ typedef enum {
     OP_CONV, OP_GROUPNORM, OP_SILU, OP_UPSAMPLE, OP_ADD, OP_LATENT, OP_CAST, /* ae3d's */
     OP_UPCONV,                              /* ae3d's upsample + conv as one phase convolution (graph/upconv.h) */
     OP_BATCHNORM, OP_RELU, OP_MAXPOOL, OP_AVGPOOL, OP_LINEAR, OP_DROPOUT,     /* resnet3d's */
-    OP_CONCAT, OP_POOL_WINDOW,                                               /* densenet's */
+    OP_CONCAT, OP_POOL_WINDOW, OP_CHANNEL_WRITE,                             /* densenet's */
     OP_LAYERNORM, OP_GEMM, OP_ATTENTION, OP_POS, OP_UNPATCH,                 /* vit3d's (model_exec_vit.c) */
     OP_QSAMPLE, OP_DRR, OP_BACKPROJECT, OP_TIMESTEP, OP_MODULATE, OP_GATE,   /* vit3d_diffusion's (model_exec_diff.c) */
     OP_CASCADE /* a cascade stage's condition: the earlier network's x0 prediction, upsampled (model_exec.c) */
@@ -92,6 +92,11 @@ typedef struct {
     int producer; /* node index; -1 for the input */
     int no_grad;  /* data, not a function of the parameters (the noisy volume, the views, the timestep embedding):
                      no gradient is planned, and backward gives its producer's consumers dx NULL */
+    /* A view: -1, or the tensor whose memory this one is, channels [c_at, c_at + dims.c) of each of its rows (rows
+     * view_of's dims.c apart), its gradient the same channels of that tensor's gradient. A dense block's layers write
+     * their features into one such buffer and read the channels before theirs in place (build_densenet.c). Only
+     * BatchNorm (shape.ldx) and OP_CHANNEL_WRITE read or write a narrower view; plan_memory checks it. */
+    int view_of, c_at;
 } Tensor;
 
 typedef struct {
@@ -119,9 +124,9 @@ typedef struct {
     long offset, count;
 } BufferView;
 
-/* The most inputs a node reads: a concatenation takes a dense block's features at once (DenseNet-201's third block:
- * the block's input and 48 layers' features), so that no concatenation of the layers before is kept (build_densenet.c) */
-#define NODE_MAX_IN 64
+/* The most inputs a node reads: the denoiser's concatenation of x_t, the views and a cascade's condition takes three
+ * (a dense block writes its features into one buffer instead: build_densenet.c) */
+#define NODE_MAX_IN 8
 
 typedef struct {
     OpKind kind;
@@ -354,6 +359,11 @@ void model_sync_lp(Model *m);
 /* The tensor the loss writes its gradient into: the reconstruction (ae3d, vit3d, the denoiser's prediction) or a
  * head's outputs (resnet3d, which has no t_recon). */
 static inline int model_loss_tensor(const Model *m) { return m->t_recon >= 0 ? m->t_recon : m->t_out; }
+/* elements between the rows of tensor t: its channels, or those of the buffer it views */
+static inline long model_row_stride(const Model *m, int t) {
+    const Tensor *tn = &m->tensors[t];
+    return tn->view_of >= 0 ? m->tensors[tn->view_of].dims.c : tn->dims.c;
+}
 void *model_tensor(const Model *m, int tensor);      /* activation pointer (backend memory, of the tensor's dtype) */
 void *model_tensor_grad(const Model *m, int tensor); /* gradient pointer, NULL when none */
 float *model_noise(const Model *m); /* eps of the last sampled forward, shaped like z; valid until backward ends */

@@ -151,6 +151,7 @@ void model_upload_packed(const Model *m, const float *packed, float *flat_device
 
 void model_tensor_to_host(const Model *m, int t, float *out) {
     const Tensor *tn = &m->tensors[t];
+    VX_CHECK(model_row_stride(m, t) == tn->dims.c, "tensor %d: a channel view is not contiguous", t);
     if (tn->dtype == DT_F32) {
         m->be->copy_to_host(out, model_tensor(m, t), (size_t)tn->count * sizeof(float));
         return;
@@ -310,6 +311,10 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
         break;
     }
     case OP_POOL_WINDOW: be->pool_window->forward(&nd->pw, x, y); break;
+    case OP_CHANNEL_WRITE: /* x into the first channels of its output's rows: a dense block's buffer (model.h) */
+        be->elementwise->copy_channels(tx->count / tx->dims.c, dt, tx->dims.c, 0, x, (int)model_row_stride(m, nd->out), 0,
+                                       y, tx->dims.c, 0.0f);
+        break;
     case OP_DROPOUT:
         /* (a rerun in backward is training: the same keyed mask) */
         if (sample_noise || again) be->dropout->forward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), x, y);
@@ -501,6 +506,11 @@ static void backward_node(Model *m, const Node *nd, float grad_scale, float para
         break;
     }
     case OP_POOL_WINDOW: be->pool_window->backward(&nd->pw, dy, dx, nd->dx_beta[0]); break;
+    case OP_CHANNEL_WRITE: /* those channels of the buffer's gradient back to x */
+        if (dx) be->elementwise->copy_channels(tx->count / tx->dims.c, dt, (int)model_row_stride(m, nd->out), 0, dy,
+                                               tx->dims.c, 0,
+                                               dx, tx->dims.c, nd->dx_beta[0]);
+        break;
     case OP_DROPOUT:
         be->dropout->backward(&nd->drop, (const uint64_t *)exec_item(m, m->noise_offset_item), dy, dx, nd->dx_beta[0]);
         break;

@@ -126,7 +126,7 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
                   m->inference ? "" : ", gradients and AdamW state",
                   m->dtype != DT_F32 ? " (and their low-precision copy)" : "", model_device_bytes(m) / 1048576.0);
         if (cfg->checkpoint_activations && m->n_blocks) {
-            const char *what = m->family == FAMILY_DENSENET    ? "dense layers (each with its concatenation)"
+            const char *what = m->family == FAMILY_DENSENET    ? "dense layers (each reading its block's buffer)"
                                : m->family == FAMILY_AE3D      ? "ResBlocks"
                                : m->family == FAMILY_RESNET3D  ? "residual blocks"
                                                                : "transformer blocks";

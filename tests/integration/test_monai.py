@@ -53,8 +53,8 @@ DENSE_CASES = {
     "169-regression-2d-odd": ["--set", "model.depth=169", "--set", "model.spatial_dims=2",
                               "--set", "model.input_size=[1, 72, 88]", "--set", "model.task=regression",
                               "--set", "model.num_classes=2"],
-    # MONAI's block_config: three blocks of uneven layers (two transitions), checkpointed so each concatenation is
-    # rebuilt in backward (the memory-efficient scheme's path against MONAI's plain one)
+    # MONAI's block_config: three blocks of uneven layers (two transitions), checkpointed so each dense layer reruns
+    # from its block's buffer in backward (the memory-efficient scheme's path against MONAI's plain one)
     "blocks-5-3-7-3d-checkpointed": ["--set", "model.block_config=[5, 3, 7]", "--set", "model.input_size=[24, 24, 24]",
                                      "--set", "model.task=classification", "--set", "model.num_classes=3",
                                      "--checkpoint-activations"],
