@@ -141,7 +141,7 @@ static void plan_memory(Model *m) {
             const int t = nd->in[s] < 0 ? -1 : root_of(m, nd->in[s]); /* a view's uses are its buffer's */
             if (t < 0) continue;
             /* read again by backward, or by the block's recomputation (a rerun node whose input is from outside its
-             * block: a dense layer's concatenation of the features before it) */
+             * block: a dense layer's view of its block's buffer) */
             int use = needs_input_in_backward(nd, s) ? T - i : nd->recompute ? rerun_at[i] : i;
             if (checkpointed[t]) { /* forward reads the first copy; backward (and the rerun) the second */
                 if (i > last_use[t]) last_use[t] = i;
