@@ -8,7 +8,8 @@
  *                 ty + RY, ...; a block's threads are added in ty order (groupnorm_cuda.cu's layout)
  *   final pass:   one thread per channel adds the partials over the blocks in order -> float
  * Vectors of V = 4 channels when c and ldx are multiples of 4 and the big tensors are 16-byte aligned (the partition
- * does not depend on V). x and dx rows are xl vectors apart (shape.ldx / V: a channel prefix, batchnorm.h). finalize is one thread per channel; forward and backward are elementwise over [rows][c]. */
+ * does not depend on V). x and dx rows are xl vectors apart (shape.ldx / V: a channel prefix, batchnorm.h).
+ * finalize is one thread per channel; forward and backward are elementwise over [rows][c]. */
 #include "batchnorm/batchnorm.h"
 #include "common/cuda_check.h"
 
@@ -148,7 +149,8 @@ static void reduce(const BatchNormShape *s, int mode, const void *x, const void 
         if (out1) CUDA_CHECK(cudaMemsetAsync(out1, 0, sizeof(float) * (size_t)s->c, st));
         return;
     }
-    const int vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && (!dy || vx_aligned16(dy)) && (!y || vx_aligned16(y));
+    const int vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && (!dy || vx_aligned16(dy)) &&
+                    (!y || vx_aligned16(y));
     const BnGeom g = bn_geometry(s, vec, ns);
     double *part = (double *)vx_cuda_scratch();
     const size_t xl = (size_t)batchnorm_ldx(s) / g.V;
@@ -208,7 +210,8 @@ static void bn_finalize_cuda(int c, double count, float eps, float momentum, int
 /* y = (x - mean) * (invstd*gamma) + beta over nvec vectors of V channels (V divides c); RELU: then y < 0 ? 0 : y in
  * float, before the store (relu_cuda.cu clamps the stored value: the same but for a zero's sign in half precision) */
 template <typename T, int V, bool RELU>
-__global__ void bn_forward_kernel(size_t nvec, int lanes, size_t xl, const T *__restrict__ x, const float *__restrict__ mean,
+__global__ void bn_forward_kernel(size_t nvec, int lanes, size_t xl, const T *__restrict__ x,
+                                  const float *__restrict__ mean,
                                   const float *__restrict__ invstd, const float *__restrict__ gamma,
                                   const float *__restrict__ beta, T *__restrict__ y) {
     for (size_t i = vx_global_thread(); i < nvec; i += vx_grid_threads()) {
@@ -301,7 +304,8 @@ static void bn_backward_cuda(const BatchNormShape *s, const void *dy, const void
     const size_t n = (size_t)s->n * s->spatial * s->c;
     if (!n) return;
     const void *ym = batchnorm_relu_mask(s, y);
-    const bool vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) && vx_aligned16(dx) && (!ym || vx_aligned16(ym));
+    const bool vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) &&
+                     vx_aligned16(dx) && (!ym || vx_aligned16(ym));
     const size_t nvec = vec ? n / 4 : n;
     const int lanes = vec ? s->c / 4 : s->c;
     const size_t xl = (size_t)batchnorm_ldx(s) / (vec ? 4 : 1);

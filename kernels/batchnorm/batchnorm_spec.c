@@ -243,7 +243,8 @@ static void bwd_ref(const KernelCase *k, const float *const *in, double *const *
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
         const int j = (int)(i % s.c);
         const double xhat = ((double)in[1][xi(&s, i)] - in[2][j]) * in[3][j];
-        ref[7][xi(&s, i)] = (double)in[4][j] * in[3][j] * (masked(y, in[0], i) - in[5][j] / count - xhat * in[6][j] / count);
+        ref[7][xi(&s, i)] =
+            (double)in[4][j] * in[3][j] * (masked(y, in[0], i) - in[5][j] / count - xhat * in[6][j] / count);
     }
 }
 static void bwd_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {

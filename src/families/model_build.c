@@ -92,14 +92,17 @@ static int root_of(const Model *m, int t) { return m->tensors[t].view_of >= 0 ? 
  * into channels of its output) touch one narrower than the buffer it views, that BatchNorm was built with the
  * stride, and activation checkpointing drops neither a view nor a viewed buffer (each lives in its buffer). */
 static void check_views(const Model *m, const int *checkpointed) {
+    for (int t = 0; t < m->n_tensors; t++) {
+        const int r = m->tensors[t].view_of;
+        if (r >= 0 && (checkpointed[t] || checkpointed[r]))
+            vx_fatal("tensor %d: a view's memory cannot be dropped by activation checkpointing", t);
+    }
     for (int i = 0; i < m->n_nodes; i++) {
         const Node *nd = &m->nodes[i];
         for (int s = -1; s < NODE_MAX_IN; s++) {
             const int t = s < 0 ? nd->out : nd->in[s];
             if (t < 0) continue;
             const Tensor *tn = &m->tensors[t];
-            if (checkpointed[t] && (tn->view_of >= 0 || root_of(m, t) != t))
-                vx_fatal("%s: a view's memory cannot be dropped by activation checkpointing", nd->name);
             if (tn->view_of < 0 || tn->dims.c == m->tensors[tn->view_of].dims.c) continue;
             const int ok = nd->kind == OP_CHANNEL_WRITE ? s < 0
                          : nd->kind == OP_BATCHNORM && s == 0 && batchnorm_ldx(&nd->bn) == model_row_stride(m, t);
@@ -152,8 +155,9 @@ static void plan_memory(Model *m) {
             }
             if (T - i < first_grad[t]) first_grad[t] = T - i;
         }
+        const int o = root_of(m, nd->out);
+        if (o != nd->out && i > last_use[o]) last_use[o] = i; /* a write into a buffer is a use of it */
         if (needs_output_in_backward(nd)) { /* (a checkpointed output: its rerun copy lives to this backward) */
-            const int o = root_of(m, nd->out);
             int *until = checkpointed[o] ? &again_last[o] : &last_use[o];
             if (T - i > *until) *until = T - i;
         }
@@ -166,7 +170,6 @@ static void plan_memory(Model *m) {
         const int o = root_of(m, nd->out);
         if (o != nd->out && !m->inference && first_grad[o] > T - i)
             vx_fatal("%s: writes into a buffer that nothing reads after it", nd->name);
-        if (o != nd->out && i > last_use[o]) last_use[o] = i;
         for (int s = 0; s < NODE_MAX_IN; s++) {
             if (nd->in[s] < 0) continue;
             const int r = root_of(m, nd->in[s]);

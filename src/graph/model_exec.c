@@ -312,8 +312,8 @@ static void forward_node(Model *m, const Node *nd, int again, int sample_noise) 
     }
     case OP_POOL_WINDOW: be->pool_window->forward(&nd->pw, x, y); break;
     case OP_CHANNEL_WRITE: /* x into the first channels of its output's rows: a dense block's buffer (model.h) */
-        be->elementwise->copy_channels(tx->count / tx->dims.c, dt, tx->dims.c, 0, x, (int)model_row_stride(m, nd->out), 0,
-                                       y, tx->dims.c, 0.0f);
+        be->elementwise->copy_channels(tx->count / tx->dims.c, dt, tx->dims.c, 0, x, (int)model_row_stride(m, nd->out),
+                                       0, y, tx->dims.c, 0.0f);
         break;
     case OP_DROPOUT:
         /* (a rerun in backward is training: the same keyed mask) */
