@@ -28,6 +28,9 @@ int build_channel_buffer(Model *m, const char *name, int x, int c);
 int build_channel_write(Model *m, const char *name, int x, int buf, int at);
 /* Channels [0, c) of buffer `buf` as a tensor (no node: what the writes so far put there); buf itself when c is all */
 int build_channel_view(Model *m, int buf, int c);
+/* Which BatchNorms copy an earlier one's batch sums of channels they share in unchanged memory (Node.bn_shared): run
+ * by model_build (model_build.c) with train.fuse, between the builder and the memory plan */
+void build_share_batch_statistics(Model *m);
 /* Nodes first .. the last built so far as one activation-checkpointing segment (model.h's Block: with
  * train.checkpoint_activations its inside is recomputed in backward) */
 void build_segment(Model *m, int first);

@@ -111,6 +111,39 @@ static void check_views(const Model *m, const int *checkpointed) {
     }
 }
 
+/* train.fuse: a BatchNorm whose first channels an earlier BatchNorm of the same forward already reduced, from the same
+ * memory unwritten since, copies their batch sums in training and reduces only the channels after them. Why: a dense
+ * layer's norm1 reads the block buffer's channels written so far, and all but the last layer's new ones were summed
+ * by the norm1 before it (and the transition's norm reads them all), so each channel's statistics were computed once
+ * per later layer of the block: a quadratic count of passes over memory, now one per channel and forward. The CPU's
+ * sums run per channel over fixed row blocks whatever the channel count (batchnorm_cpu.c), so the bits are the
+ * unshared ones; CUDA's partition depends on the count, so there they are deterministic, not the same bits. */
+static int writes_channels(const Model *m, const Node *nd, int root, int c0, int c1) {
+    const Tensor *o = &m->tensors[nd->out];
+    if (root_of(m, nd->out) != root) return 0;
+    return o->view_of < 0 || (o->c_at < c1 && c0 < o->c_at + o->dims.c); /* the buffer itself: all of it */
+}
+
+void build_share_batch_statistics(Model *m) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        Node *nd = &m->nodes[i];
+        if (nd->kind != OP_BATCHNORM) continue;
+        const int root = root_of(m, nd->in[0]), at = m->tensors[nd->in[0]].c_at;
+        for (int j = i - 1; j >= 0 && !nd->bn_shared; j--) {
+            const Node *pv = &m->nodes[j];
+            if (pv->kind != OP_BATCHNORM || root_of(m, pv->in[0]) != root || m->tensors[pv->in[0]].c_at != at ||
+                pv->bn.c > nd->bn.c || pv->bn.n != nd->bn.n || pv->bn.spatial != nd->bn.spatial ||
+                pv->bn.dtype != nd->bn.dtype || batchnorm_ldx(&pv->bn) != batchnorm_ldx(&nd->bn))
+                continue;
+            int unchanged = 1;
+            for (int k = j + 1; k < i; k++) unchanged &= !writes_channels(m, &m->nodes[k], root, at, at + pv->bn.c);
+            if (!unchanged) break; /* anything earlier read what has been overwritten too */
+            nd->bn_shared = pv->bn.c;
+            nd->bn_from = j;
+        }
+    }
+}
+
 /* Timeline: node i runs forward at time i, the loss at time F, node i's backward at time 2F - i; a block's
  * recomputation runs at the time of its last node's backward, 2F - last. */
 static void plan_memory(Model *m) {
@@ -377,6 +410,7 @@ Model *model_build(const ModelConfig *cfg, const ModelOptions *opt, int batch, c
         snprintf(prefix, sizeof prefix, "%.*s", (int)(dot - MODEL_EMA_BUFFER), MODEL_EMA_BUFFER);
         build_buffer(m, prefix, dot + 1, m->param_floats);
     }
+    if (m->fuse) build_share_batch_statistics(m);
     plan_memory(m);
     /* Backward: filter gradients for every conv, data gradients where the input has a gradient (not the data). The
      * model's work, the same padded or not, fused or not (GFLOP/s compare): a conv on padded channels counts its

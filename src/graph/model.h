@@ -143,6 +143,10 @@ typedef struct {
                             and two sums [c] each (the statistics' and then the backward's) */
     BatchNormShape bn;   /* OP_BATCHNORM; buffer: its running mean's BufferView (the running variance is the next) */
     int buffer;
+    int bn_shared;       /* OP_BATCHNORM under train.fuse: how many of its first channels an earlier BatchNorm of the
+                            same forward (node bn_from) reduced from the same unchanged memory, whose batch sums it
+                            copies in training (a dense layer's norm1; build_share_batch_statistics); 0 none */
+    int bn_from;
     MaxPoolShape pool;   /* OP_MAXPOOL; arg: plan item of the winners' offsets (int32, shaped like the output) */
     PoolWindowShape pw;  /* OP_POOL_WINDOW */
     int arg;

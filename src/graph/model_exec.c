@@ -184,7 +184,8 @@ void model_set_first_sample(Model *m, uint64_t first_sample) {
 
 /* BatchNorm's forward: in training the batch's statistics (two passes, each summed over the ranks with SyncBatchNorm)
  * and the running statistics' update, in evaluation the running statistics; a checkpointed block's recomputation
- * (again) reuses the statistics its forward saved. */
+ * (again) reuses the statistics its forward saved. The batch sums of the first bn_shared channels are copies of an
+ * earlier BatchNorm's over the same memory (model.h; already summed over the ranks): only the rest are reduced. */
 static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, int train, int again) {
     const Backend *be = m->be;
     const int c = nd->bn.c, sync = m->cfg.resnet.sync_bn && m->world > 1 && m->allreduce_hook;
@@ -193,10 +194,23 @@ static void batchnorm_forward(Model *m, const Node *nd, const void *x, void *y, 
     const double count = (double)nd->bn.n * nd->bn.spatial * (sync ? m->world : 1);
     const float eps = (float)m->cfg.resnet.bn_eps, momentum = (float)m->cfg.resnet.bn_momentum;
     if (train && !again) {
-        be->batchnorm->stats(&nd->bn, x, NULL, count, sum);
-        if (sync) m->allreduce_hook(m->dist_hook_ctx, sum, c, nd->name);
-        be->batchnorm->stats(&nd->bn, x, sum, count, sq);
-        if (sync) m->allreduce_hook(m->dist_hook_ctx, sq, c, nd->name);
+        const int k = nd->bn_shared;
+        if (k > 0) {
+            const Node *from = &m->nodes[nd->bn_from];
+            const float *from_sum = (const float *)exec_item(m, from->stats) + 2 * from->bn.c;
+            be->elementwise->accumulate(DT_F32, k, from_sum, sum, 0.0f);
+            be->elementwise->accumulate(DT_F32, k, from_sum + from->bn.c, sq, 0.0f);
+        }
+        if (k < c) { /* channels [k, c): the same rows, a narrower prefix from channel k */
+            BatchNormShape rest = nd->bn;
+            rest.c = c - k;
+            rest.ldx = batchnorm_ldx(&nd->bn);
+            const void *xr = (const char *)x + (size_t)k * dtype_size(nd->bn.dtype);
+            be->batchnorm->stats(&rest, xr, NULL, count, sum + k);
+            if (sync) m->allreduce_hook(m->dist_hook_ctx, sum + k, c - k, nd->name);
+            be->batchnorm->stats(&rest, xr, sum + k, count, sq + k);
+            if (sync) m->allreduce_hook(m->dist_hook_ctx, sq + k, c - k, nd->name);
+        }
         be->batchnorm->finalize(c, count, eps, momentum, 1, sum, sq, mean, invstd, rmean, rvar);
     } else if (!again) { /* evaluation: the running statistics (a rerun keeps the batch's, still in stats) */
         be->batchnorm->finalize(c, count, eps, momentum, 0, NULL, NULL, mean, invstd, rmean, rvar);

@@ -115,7 +115,9 @@ HEADER_SINCE = ("Config keys (JSON sections model, train, data, output, dist, di
                 "Config keys (JSON sections model, train, data, output, dist):\n")
 # Help texts of old keys reworded since (what the key does is unchanged): (now, then)
 REWORDED_SINCE = [("fewer each way), each BatchNorm and the ReLU after it as one op (resnet3d, densenet; the same bits in "
-                   "float32, the ReLU's pass each way gone), and the decoder's nearest x2 upsampling + 3x3x3 "
+                   "float32, the ReLU's pass each way gone), each dense layer's BatchNorm copying the batch statistics "
+                   "of the channels the one before it summed (densenet; the same bits on the CPU), and the decoder's "
+                   "nearest x2 upsampling + 3x3x3 "
                    "convolution as one 2x2x2 convolution per output phase at the input's resolution (3.4x fewer FLOPs, no upsampled tensor); 0 = separate "
                    "ops, as PyTorch eager", "fewer each way); 0 = two ops, as PyTorch eager"),
                   ("only each segment's input and recompute its inside in backward (ae3d: ResBlocks, resnet3d: residual "
