@@ -17,17 +17,22 @@
  *   forward(x, mean, invstd, gamma, beta) -> y = (x - mean)*invstd*gamma + beta
  * Eval forward: finalize(train=0): mean = running_mean, invstd = 1/sqrt(running_var + eps); then forward.
  * Backward (training statistics):
- *   backward_reduce(dy, x, mean, invstd) -> sum_dy[c] = sum dy, sum_dy_xhat[c] = sum dy*xhat, xhat = (x-mean)*invstd
+ *   backward_reduce(dy, x, mean, invstd[, gamma, beta]) -> sum_dy[c] = sum dy, sum_dy_xhat[c] = sum dy*xhat,
+ *                                                          xhat = (x-mean)*invstd
  *     (these local sums are also dbeta and dgamma: the caller adds them into the parameter gradients before any
  *     all-reduce, since data parallelism all-reduces the parameter gradients itself)  [ranks: all-reduce both]
- *   backward(dy, x, mean, invstd, gamma, sum_dy, sum_dy_xhat, count) ->
+ *   backward(dy, x, mean, invstd, gamma[, beta], sum_dy, sum_dy_xhat, count) ->
  *     dx = gamma*invstd*(dy - sum_dy/count - xhat*sum_dy_xhat/count)   (beta_dx: 0 overwrite, 1 accumulate)
  * Every sum is a fixed-order reduction (double accumulation), so results are bit-identical run to run.
  * With shape.relu (train.fuse's BatchNorm+ReLU node), forward writes y = max(0, bn(x)) as relu.h's forward does
- * (x < 0 ? 0 : x), and both backward pieces read that y and take dy where y > 0, else 0, in place of dy: the bits of
- * the separate ReLU's backward followed by these pieces, without its pass over memory (y NULL without relu). Why:
- * DenseNet-121 runs a BatchNorm and a ReLU over each layer's whole concatenation, and the separate ReLU passes took
- * 10% of its CPU step (cxr-densenet121, 2-core Xeon, per the layer table).
+ * (x < 0 ? 0 : x), and both backward pieces take dy where the pre-activation bn(x) > 0, else 0, in place of dy: the
+ * bits of the separate ReLU's backward (y > 0) followed by these pieces, without its pass over memory. Why: DenseNet-121
+ * runs a BatchNorm and a ReLU over each layer's whole concatenation, and the separate ReLU passes took 10% of its CPU
+ * step (cxr-densenet121, 2-core Xeon, per the layer table). The backward pieces recompute bn(x) from x, mean, invstd,
+ * gamma and beta (batchnorm_pre: the forward's own float expression, not contracted into an FMA, so it is above 0
+ * exactly where the stored float32 y is) rather than read y: x is read anyway, and the y stream was a quarter of the
+ * backward's memory traffic (cxr-densenet121's layer table). In half precision a positive bn(x) below the smallest
+ * half rounds to a stored 0, where the separate ReLU would not take dy: the only difference from the pair.
  * Strided input (shape.ldx > c): x and dx are the first c channels of rows ldx apart (a channel prefix of a wider
  * tensor); y and dy stay [rows][c]. Why: a dense block keeps its features in one buffer, and each dense layer's norm
  * reads the channels written so far in place, where MONAI concatenates them into a new tensor per layer
@@ -65,18 +70,24 @@ typedef struct BatchNormOps {
                      float *mean, float *invstd, float *running_mean, float *running_var);
     void (*forward)(const BatchNormShape *s, const void *x, const float *mean, const float *invstd, const float *gamma,
                     const float *beta, void *y);
-    /* y: the forward's output where s->relu (dy counts only where y > 0), else NULL */
-    void (*backward_reduce)(const BatchNormShape *s, const void *dy, const void *y, const void *x, const float *mean,
-                            const float *invstd, float *sum_dy, float *sum_dy_xhat);
-    void (*backward)(const BatchNormShape *s, const void *dy, const void *y, const void *x, const float *mean,
-                     const float *invstd, const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
+    /* gamma and beta: the forward's, read only where s->relu (dy counts only where bn(x) > 0; may be NULL else) */
+    void (*backward_reduce)(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
+                            const float *invstd, const float *gamma, const float *beta, float *sum_dy,
+                            float *sum_dy_xhat);
+    /* beta: read only where s->relu (may be NULL else) */
+    void (*backward)(const BatchNormShape *s, const void *dy, const void *x, const float *mean, const float *invstd,
+                     const float *gamma, const float *beta, const float *sum_dy, const float *sum_dy_xhat,
                      double count, void *dx, float beta_dx);
 } BatchNormOps;
 
-/* What the backward pieces mask dy with: y where s->relu, else NULL (each backend's backward calls this) */
-static inline const void *batchnorm_relu_mask(const BatchNormShape *s, const void *y) {
-    if (s->relu && !y) vx_fatal("batchnorm: the fused ReLU's backward needs the forward's output");
-    return s->relu ? y : NULL;
+/* bn(x) before the fused ReLU, as the forward forms it: scale = invstd*gamma per channel. One expression for the CPU's
+ * forward, its backward's mask and the op spec's reference, so the mask is y > 0 bit for bit (the Makefile's -std=c11
+ * keeps GCC from contracting it into an FMA; batchnorm_cuda.cu rounds each step explicitly to the same effect). */
+static inline float batchnorm_pre(float x, float mean, float scale, float beta) { return (x - mean) * scale + beta; }
+
+/* The fused ReLU's backward needs the forward's gamma and beta (each backend's backward pieces call this) */
+static inline void batchnorm_need_affine(const BatchNormShape *s, const float *gamma, const float *beta) {
+    if (s->relu && (!gamma || !beta)) vx_fatal("batchnorm: the fused ReLU's backward needs the forward's gamma and beta");
 }
 
 extern const BatchNormOps batchnorm_ops_cpu;

@@ -18,6 +18,13 @@
 
 enum { BN_SUM = 0, BN_SQ = 1, BN_GRAD = 2, BN_GRAD_RELU = 3 }; /* what the partial pass sums */
 
+/* batchnorm.h's batchnorm_pre on the device: each step rounded on its own (__fmul_rn, __fadd_rn are never contracted
+ * into an FMA), so the forward's y and the backward's mask come from the same bits, and those of the CPU's float
+ * expression */
+__device__ __forceinline__ float bn_pre(float x, float mean, float scale, float beta) {
+    return __fadd_rn(__fmul_rn(x - mean, scale), beta);
+}
+
 typedef struct {
     int V, lanes, CW, RY;
     int nblk;
@@ -49,12 +56,12 @@ static BnGeom bn_geometry(const BatchNormShape *s, int vec, int sums) {
 
 /* BN_SUM: part[blk][0][j] = sum x; BN_SQ: sum (x - m)^2 with m = center[j]/count in double; BN_GRAD: part[blk][0][j]
  * = sum dy, part[blk][1][j] = sum dy*xhat, xhat = (x - mean)*invstd in float as the CPU; BN_GRAD_RELU: the same with
- * dy taken where the fused ReLU's output y > 0, else 0 (relu_cuda.cu's backward) */
+ * dy taken where the fused ReLU's pre-activation bn_pre(x) > 0, else 0 (relu_cuda.cu's backward, from x) */
 template <typename T, int V, int MODE>
 __global__ void bn_partial_kernel(size_t rows, int c, int lanes, size_t xl, int CW, int RY, size_t SB,
                                   const T *__restrict__ x,
-                                  const T *__restrict__ dy, const T *__restrict__ y,
-                                  const float *__restrict__ center, double count,
+                                  const T *__restrict__ dy, const float *__restrict__ gamma,
+                                  const float *__restrict__ beta, const float *__restrict__ center, double count,
                                   const float *__restrict__ mean, const float *__restrict__ invstd,
                                   double *__restrict__ part) {
     __shared__ double sh[2][VX_THREADS * 4];
@@ -68,25 +75,27 @@ __global__ void bn_partial_kernel(size_t rows, int c, int lanes, size_t xl, int 
         for (int k = 0; k < V; k++) s1[k] = s2[k] = 0.0;
         if (ty < RY && lane < lanes) {
             double m[V];
-            float mf[V], is[V];
+            float mf[V], is[V], sc[V], bt[V];
 #pragma unroll
             for (int k = 0; k < V; k++) {
                 const int j = lane * V + k;
                 m[k] = MODE == BN_SQ ? (double)center[j] / count : 0.0;
                 mf[k] = MODE >= BN_GRAD ? mean[j] : 0.0f;
                 is[k] = MODE >= BN_GRAD ? invstd[j] : 0.0f;
+                sc[k] = MODE == BN_GRAD_RELU ? invstd[j] * gamma[j] : 0.0f; /* the forward's scale */
+                bt[k] = MODE == BN_GRAD_RELU ? beta[j] : 0.0f;
             }
             for (size_t p = p0 + ty; p < p1; p += RY) {
                 const size_t vi = p * lanes + lane;
                 float xv[V];
                 vx_load<V>(x, p * xl + lane, xv);
                 if constexpr (MODE >= BN_GRAD) {
-                    float dv[V], yv[V];
+                    float dv[V];
                     vx_load<V>(dy, vi, dv);
-                    if constexpr (MODE == BN_GRAD_RELU) vx_load<V>(y, vi, yv);
 #pragma unroll
                     for (int k = 0; k < V; k++) {
-                        const double g = MODE == BN_GRAD_RELU ? (yv[k] > 0.0f ? dv[k] : 0.0f) : dv[k];
+                        const double g = MODE == BN_GRAD_RELU ? (bn_pre(xv[k], mf[k], sc[k], bt[k]) > 0.0f ? dv[k] : 0.0f)
+                                                              : dv[k];
                         s1[k] += g;
                         s2[k] += g * (double)((xv[k] - mf[k]) * is[k]);
                     }
@@ -139,8 +148,9 @@ __global__ void bn_final_kernel(int c, int nblk, int ns, const double *__restric
     if (ns == 2) out1[j] = (float)q;
 }
 
-static void reduce(const BatchNormShape *s, int mode, const void *x, const void *dy, const void *y, const float *center,
-                   double count, const float *mean, const float *invstd, float *out0, float *out1) {
+static void reduce(const BatchNormShape *s, int mode, const void *x, const void *dy, const float *gamma,
+                   const float *beta, const float *center, double count, const float *mean, const float *invstd,
+                   float *out0, float *out1) {
     const int ns = mode >= BN_GRAD ? 2 : 1;
     const size_t rows = (size_t)s->n * s->spatial;
     cudaStream_t st = vx_cuda_stream();
@@ -149,19 +159,19 @@ static void reduce(const BatchNormShape *s, int mode, const void *x, const void 
         if (out1) CUDA_CHECK(cudaMemsetAsync(out1, 0, sizeof(float) * (size_t)s->c, st));
         return;
     }
-    const int vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && (!dy || vx_aligned16(dy)) &&
-                    (!y || vx_aligned16(y));
+    const int vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && (!dy || vx_aligned16(dy));
     const BnGeom g = bn_geometry(s, vec, ns);
     double *part = (double *)vx_cuda_scratch();
     const size_t xl = (size_t)batchnorm_ldx(s) / g.V;
-#define BN_PARTIAL_ARGS rows, s->c, g.lanes, xl, g.CW, g.RY, g.SB, tx, tdy, ty, center, count, mean, invstd, part
+#define BN_PARTIAL_ARGS rows, s->c, g.lanes, xl, g.CW, g.RY, g.SB, tx, tdy, gamma, beta, center, count, mean, invstd, \
+                        part
 #define BN_PARTIAL(MODE)                                                                                         \
     do {                                                                                                         \
         if (g.V == 4) bn_partial_kernel<T, 4, MODE><<<g.nblk, VX_THREADS, 0, st>>>(BN_PARTIAL_ARGS);              \
         else bn_partial_kernel<T, 1, MODE><<<g.nblk, VX_THREADS, 0, st>>>(BN_PARTIAL_ARGS);                       \
     } while (0)
     VX_DTYPE_SWITCH(s->dtype, T, {
-        const T *tx = (const T *)x, *tdy = (const T *)dy, *ty = (const T *)y;
+        const T *tx = (const T *)x, *tdy = (const T *)dy;
         if (mode == BN_SUM) BN_PARTIAL(BN_SUM);
         else if (mode == BN_SQ) BN_PARTIAL(BN_SQ);
         else if (mode == BN_GRAD) BN_PARTIAL(BN_GRAD);
@@ -177,7 +187,7 @@ static void reduce(const BatchNormShape *s, int mode, const void *x, const void 
 
 static void bn_stats_cuda(const BatchNormShape *s, const void *x, const float *center, double count, float *out) {
     check(s);
-    reduce(s, center ? BN_SQ : BN_SUM, x, NULL, NULL, center, count, NULL, NULL, out, NULL);
+    reduce(s, center ? BN_SQ : BN_SUM, x, NULL, NULL, NULL, center, count, NULL, NULL, out, NULL);
 }
 
 /* batchnorm_cpu.c's finalize, one thread per channel */
@@ -207,8 +217,9 @@ static void bn_finalize_cuda(int c, double count, float eps, float momentum, int
     LAUNCH_CHECK("bn_finalize_kernel");
 }
 
-/* y = (x - mean) * (invstd*gamma) + beta over nvec vectors of V channels (V divides c); RELU: then y < 0 ? 0 : y in
- * float, before the store (relu_cuda.cu clamps the stored value: the same but for a zero's sign in half precision) */
+/* y = (x - mean) * (invstd*gamma) + beta (bn_pre) over nvec vectors of V channels (V divides c); RELU: then
+ * y < 0 ? 0 : y in float, before the store (relu_cuda.cu clamps the stored value: the same but for a zero's sign in
+ * half precision) */
 template <typename T, int V, bool RELU>
 __global__ void bn_forward_kernel(size_t nvec, int lanes, size_t xl, const T *__restrict__ x,
                                   const float *__restrict__ mean,
@@ -221,7 +232,7 @@ __global__ void bn_forward_kernel(size_t nvec, int lanes, size_t xl, const T *__
         vx_load<V>(x, i / (size_t)lanes * xl + lane, v);
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            v[k] = (v[k] - mean[j0 + k]) * (invstd[j0 + k] * gamma[j0 + k]) + beta[j0 + k];
+            v[k] = bn_pre(v[k], mean[j0 + k], invstd[j0 + k] * gamma[j0 + k], beta[j0 + k]);
             if constexpr (RELU) v[k] = v[k] < 0.0f ? 0.0f : v[k];
         }
         vx_store<V>(y, i, v);
@@ -255,18 +266,20 @@ static void bn_forward_cuda(const BatchNormShape *s, const void *x, const float 
     LAUNCH_CHECK("bn_forward_kernel");
 }
 
-static void bn_backward_reduce_cuda(const BatchNormShape *s, const void *dy, const void *y, const void *x,
-                                    const float *mean, const float *invstd, float *sum_dy, float *sum_dy_xhat) {
+static void bn_backward_reduce_cuda(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
+                                    const float *invstd, const float *gamma, const float *beta, float *sum_dy,
+                                    float *sum_dy_xhat) {
     check(s);
-    const void *ym = batchnorm_relu_mask(s, y);
-    reduce(s, ym ? BN_GRAD_RELU : BN_GRAD, x, dy, ym, NULL, 1.0, mean, invstd, sum_dy, sum_dy_xhat);
+    batchnorm_need_affine(s, gamma, beta);
+    reduce(s, s->relu ? BN_GRAD_RELU : BN_GRAD, x, dy, gamma, beta, NULL, 1.0, mean, invstd, sum_dy, sum_dy_xhat);
 }
 
 /* dx = [beta*dx +] (invstd*gamma) * (dy - sum_dy/count - xhat * sum_dy_xhat/count), the mean terms formed in
- * double and rounded to float as the CPU forms them; RELU: dy where y > 0, else 0 */
+ * double and rounded to float as the CPU forms them; RELU: dy where bn_pre(x) > 0, else 0 */
 template <typename T, int V, bool ACC, bool RELU>
 __global__ void bn_backward_kernel(size_t nvec, int lanes, size_t xl, double count, const T *__restrict__ dy,
-                                   const T *__restrict__ y, const T *__restrict__ x, const float *__restrict__ mean,
+                                   const float *__restrict__ beta, const T *__restrict__ x,
+                                   const float *__restrict__ mean,
                                    const float *__restrict__ invstd, const float *__restrict__ gamma,
                                    const float *__restrict__ sum_dy, const float *__restrict__ sum_dy_xhat,
                                    T *__restrict__ dx, float beta_dx) {
@@ -277,10 +290,11 @@ __global__ void bn_backward_kernel(size_t nvec, int lanes, size_t xl, double cou
         vx_load<V>(x, xi, xv);
         vx_load<V>(dy, i, gv);
         if constexpr (RELU) {
-            float yv[V];
-            vx_load<V>(y, i, yv);
 #pragma unroll
-            for (int k = 0; k < V; k++) gv[k] = yv[k] > 0.0f ? gv[k] : 0.0f;
+            for (int k = 0; k < V; k++) {
+                const int j = j0 + k;
+                gv[k] = bn_pre(xv[k], mean[j], invstd[j] * gamma[j], beta[j]) > 0.0f ? gv[k] : 0.0f;
+            }
         }
         if constexpr (ACC) vx_load<V>(dx, xi, o);
 #pragma unroll
@@ -297,28 +311,28 @@ __global__ void bn_backward_kernel(size_t nvec, int lanes, size_t xl, double cou
     }
 }
 
-static void bn_backward_cuda(const BatchNormShape *s, const void *dy, const void *y, const void *x, const float *mean,
-                             const float *invstd, const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
-                             double count, void *dx, float beta_dx) {
+static void bn_backward_cuda(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
+                             const float *invstd, const float *gamma, const float *beta, const float *sum_dy,
+                             const float *sum_dy_xhat, double count, void *dx, float beta_dx) {
     check(s);
     const size_t n = (size_t)s->n * s->spatial * s->c;
     if (!n) return;
-    const void *ym = batchnorm_relu_mask(s, y);
+    batchnorm_need_affine(s, gamma, beta);
     const bool vec = s->c % 4 == 0 && batchnorm_ldx(s) % 4 == 0 && vx_aligned16(x) && vx_aligned16(dy) &&
-                     vx_aligned16(dx) && (!ym || vx_aligned16(ym));
+                     vx_aligned16(dx);
     const size_t nvec = vec ? n / 4 : n;
     const int lanes = vec ? s->c / 4 : s->c;
     const size_t xl = (size_t)batchnorm_ldx(s) / (vec ? 4 : 1);
     const unsigned blocks = vx_ew_blocks(nvec);
     cudaStream_t st = vx_cuda_stream();
-#define BN_BWD_ARGS nvec, lanes, xl, count, tdy, tym, tx, mean, invstd, gamma, sum_dy, sum_dy_xhat, tdx, beta_dx
+#define BN_BWD_ARGS nvec, lanes, xl, count, tdy, beta, tx, mean, invstd, gamma, sum_dy, sum_dy_xhat, tdx, beta_dx
 #define BN_BWD(V, ACC)                                                                                           \
     do {                                                                                                         \
-        if (tym) bn_backward_kernel<T, V, ACC, true><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);                \
+        if (s->relu) bn_backward_kernel<T, V, ACC, true><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);            \
         else bn_backward_kernel<T, V, ACC, false><<<blocks, VX_THREADS, 0, st>>>(BN_BWD_ARGS);                   \
     } while (0)
     VX_DTYPE_SWITCH(s->dtype, T, {
-        const T *tdy = (const T *)dy, *tx = (const T *)x, *tym = (const T *)ym;
+        const T *tdy = (const T *)dy, *tx = (const T *)x;
         T *tdx = (T *)dx;
         if (vec) {
             if (beta_dx != 0.0f) BN_BWD(4, true);

@@ -170,30 +170,34 @@ static void params_fill(const KernelCase *k, int b, float *h, long count, unsign
     }
 }
 
-/* ---- backward_reduce: dy x mean invstd [y] -> sum_dy sum_dy_xhat ---------------------------------------------- */
-/* With the fused ReLU (shape.relu, the _relu entries) the forward's output y is the last buffer, and the reference
- * takes dy where y > 0 (relu.h's backward); so in backward's below. */
+/* ---- backward_reduce: dy x mean invstd [gamma beta] -> sum_dy sum_dy_xhat ------------------------------------- */
+/* With the fused ReLU (shape.relu, the _relu entries) the forward's gamma and beta are the last buffers, and the
+ * reference takes dy where the pre-activation is above 0 (relu.h's backward: y > 0); so in backward's below. */
 
-/* dy where the fused ReLU's output y is above 0 (y NULL: dy) */
-static double masked(const float *y, const float *dy, long i) { return y && !(y[i] > 0) ? 0.0 : dy[i]; }
+/* dy where the fused ReLU's pre-activation batchnorm_pre(x) is above 0, else 0; without the ReLU dy. In float, the
+ * kernels' own expression: a reference in double would disagree on the sign of values within rounding of 0. */
+static double masked(const BatchNormShape *s, double dy, float x, float mean, float invstd, const float *gamma,
+                     const float *beta, int j) {
+    return !s->relu || batchnorm_pre(x, mean, invstd * gamma[j], beta[j]) > 0.0f ? dy : 0.0;
+}
 
 static void bred_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
     const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 6 + s.relu, (long[]){x, x_count(&s), s.c, s.c, s.c, s.c, x},
-                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_IN}, s.relu ? 0x43 : 0x3, 0);
+    op_spec_bufs(k, 6 + 2 * s.relu, (long[]){x, x_count(&s), s.c, s.c, s.c, s.c, s.c, s.c},
+                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_OUT, KB_IN, KB_IN}, 0x3, 0);
 }
 static void bred_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const BatchNormShape s = shape_of(k);
-    table(ops)->backward_reduce(&s, b[0], s.relu ? b[6] : NULL, b[1], b[2], b[3], b[4], b[5]);
+    table(ops)->backward_reduce(&s, b[0], b[1], b[2], b[3], s.relu ? b[6] : NULL, s.relu ? b[7] : NULL, b[4], b[5]);
 }
 static void bred_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const BatchNormShape s = shape_of(k);
-    const float *y = s.relu ? in[6] : NULL;
     for (int j = 0; j < s.c; j++) ref[4][j] = ref[5][j] = 0;
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
         const int j = (int)(i % s.c);
-        const double g = masked(y, in[0], i);
+        const double g = masked(&s, in[0][i], in[1][xi(&s, i)], in[2][j], in[3][j], s.relu ? in[6] : NULL,
+                                s.relu ? in[7] : NULL, j);
         ref[4][j] += g;
         ref[5][j] += g * ((double)in[1][xi(&s, i)] - in[2][j]) * in[3][j];
     }
@@ -209,46 +213,39 @@ static void grad_fill(const KernelCase *k, int b, float *h, long count, unsigned
     else
         params_fill(k, b - 1, h, count, seed); /* mean (2), invstd (3), gamma (4): the forward's buffers 1, 2, 3 */
 }
-/* y: a ReLU's output, max(0, u) for u uniform in [-1, 1] (half of it 0) */
-static void relu_y_fill(float *h, long count, unsigned seed, int b) {
-    for (long i = 0; i < count; i++) {
-        const double u = 2 * u01(seed, b, i) - 1;
-        h[i] = u > 0 ? (float)u : 0.0f;
-    }
-}
+/* the fused ReLU's gamma (6) and beta (7) as the forward's: about half the pre-activations below 0 */
 static void bred_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
-    if (b == 6) relu_y_fill(h, count, seed, b); /* the fused ReLU's y */
+    if (b >= 6) params_fill(k, b - 3, h, count, seed);
     else grad_fill(k, b, h, count, seed);
 }
 
-/* ---- backward: dy x mean invstd gamma sum_dy sum_dy_xhat [y] -> dx ------------------------------------------ */
+/* ---- backward: dy x mean invstd gamma sum_dy sum_dy_xhat [beta] -> dx ---------------------------------------- */
 
 static void bwd_setup(KernelCase *k, const OpHead *ops) {
     const BatchNormShape s = typed(k);
     const long x = rows_of(&s) * s.c;
-    op_spec_bufs(k, 8 + s.relu, (long[]){x, x_count(&s), s.c, s.c, s.c, s.c, s.c, x_count(&s), x},
-                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_IN},
-                 s.relu ? 0x183 : 0x83, 0x80);
+    op_spec_bufs(k, 8 + s.relu, (long[]){x, x_count(&s), s.c, s.c, s.c, s.c, s.c, x_count(&s), s.c},
+                 (KernelBufRole[]){KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_IN, KB_OUT, KB_IN}, 0x83, 0x80);
 }
 static void bwd_run(const OpHead *ops, const KernelCase *k, void *const *b, void *ws) {
     const BatchNormShape s = shape_of(k);
-    table(ops)->backward(&s, b[0], s.relu ? b[8] : NULL, b[1], b[2], b[3], b[4], b[5], b[6], count_of(k), b[7],
+    table(ops)->backward(&s, b[0], b[1], b[2], b[3], b[4], s.relu ? b[8] : NULL, b[5], b[6], count_of(k), b[7],
                          k->beta);
 }
 static void bwd_ref(const KernelCase *k, const float *const *in, double *const *ref, long stride) {
     const BatchNormShape s = shape_of(k);
     const double count = count_of(k);
-    const float *y = s.relu ? in[8] : NULL;
     for (long i = 0; i < x_count(&s); i++) ref[7][i] = NAN; /* the channels after c: not this op's */
     for (long i = 0; i < rows_of(&s) * s.c; i++) {
         const int j = (int)(i % s.c);
         const double xhat = ((double)in[1][xi(&s, i)] - in[2][j]) * in[3][j];
-        ref[7][xi(&s, i)] =
-            (double)in[4][j] * in[3][j] * (masked(y, in[0], i) - in[5][j] / count - xhat * in[6][j] / count);
+        const double g = masked(&s, in[0][i], in[1][xi(&s, i)], in[2][j], in[3][j], in[4], s.relu ? in[8] : NULL, j);
+        ref[7][xi(&s, i)] = (double)in[4][j] * in[3][j] * (g - in[5][j] / count - xhat * in[6][j] / count);
     }
 }
+/* the fused ReLU's beta (8) as the forward's */
 static void bwd_fill(const KernelCase *k, int b, float *h, long count, unsigned seed) {
-    if (b == 8) relu_y_fill(h, count, seed, b); /* the fused ReLU's y */
+    if (b == 8) params_fill(k, 4, h, count, seed);
     else grad_fill(k, b, h, count, seed);
 }
 

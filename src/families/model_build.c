@@ -48,11 +48,9 @@ static int needs_input_in_backward(const Node *nd, int slot) {
     }
 }
 
-/* Whether node nd's backward reads its own output (ReLU's mask is y > 0, so its input need not be kept, and so is a
- * BatchNorm's with its ReLU fused; attention's delta is dO . o) */
-static int needs_output_in_backward(const Node *nd) {
-    return nd->kind == OP_RELU || nd->kind == OP_ATTENTION || (nd->kind == OP_BATCHNORM && nd->bn.relu);
-}
+/* Whether node nd's backward reads its own output (ReLU's mask is y > 0, so its input need not be kept; attention's
+ * delta is dO . o). A BatchNorm with its ReLU fused does not: it recomputes the mask from its input (batchnorm.h). */
+static int needs_output_in_backward(const Node *nd) { return nd->kind == OP_RELU || nd->kind == OP_ATTENTION; }
 
 /* Activation checkpointing: which tensors are dropped after the forward (checkpointed: made inside a block by any
  * node but its last, and read only inside it), which of them backward needs again (read by a node that needs its

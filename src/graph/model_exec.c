@@ -439,15 +439,15 @@ static void batchnorm_backward(Model *m, const Node *nd, const void *x, const vo
     const int c = nd->bn.c, sync = m->cfg.resnet.sync_bn && m->world > 1 && m->allreduce_hook;
     const float *mean = (const float *)exec_item(m, nd->stats), *invstd = mean + c;
     float *sum_dy = (float *)exec_item(m, nd->stats) + 2 * c, *sum_dy_xhat = sum_dy + c;
-    const void *y = nd->bn.relu ? exec_act_bwd(m, nd->out) : NULL; /* the fused ReLU's mask (batchnorm.h) */
-    be->batchnorm->backward_reduce(&nd->bn, dy, y, x, mean, invstd, sum_dy, sum_dy_xhat);
+    const float *gamma = exec_param(m, m->param, nd->weight), *beta = exec_param(m, m->param, nd->bias);
+    be->batchnorm->backward_reduce(&nd->bn, dy, x, mean, invstd, gamma, beta, sum_dy, sum_dy_xhat);
     be->elementwise->accumulate(DT_F32, c, sum_dy_xhat, exec_param_grad(m, nd->weight), param_beta);
     be->elementwise->accumulate(DT_F32, c, sum_dy, exec_param_grad(m, nd->bias), param_beta);
     if (!dx) return;
     if (sync) m->allreduce_hook(m->dist_hook_ctx, sum_dy, 2 * c, nd->name);
     const double count = (double)nd->bn.n * nd->bn.spatial * (sync ? m->world : 1);
-    be->batchnorm->backward(&nd->bn, dy, y, x, mean, invstd, exec_param(m, m->param, nd->weight), sum_dy,
-                            sum_dy_xhat, count, dx, nd->dx_beta[0]);
+    be->batchnorm->backward(&nd->bn, dy, x, mean, invstd, gamma, beta, sum_dy, sum_dy_xhat, count, dx,
+                            nd->dx_beta[0]);
 }
 
 /* Node nd's backward: the gradients of its inputs (dx_beta: overwrite or add) and of its parameters (param_beta). */

@@ -1048,11 +1048,11 @@ static void bn_layer(int n, long S, int c, int ranks, const float *x, const floa
     bn->finalize(c, count, BN_EPS, BN_MOM, 1, sum, sq, o->mean, o->invstd, rm, rv);
     BN_RANKS(bn->forward(&s, x + off, o->mean, o->invstd, gamma, beta, o->y + off));
     BN_RANKS({
-        bn->backward_reduce(&s, dy + off, NULL, x + off, o->mean, o->invstd, a, b);
+        bn->backward_reduce(&s, dy + off, x + off, o->mean, o->invstd, NULL, NULL, a, b);
         for (int j = 0; j < c; j++) o->dbeta[j] += a[j], o->dgamma[j] += b[j];
     });
-    BN_RANKS(bn->backward(&s, dy + off, NULL, x + off, o->mean, o->invstd, gamma, o->dbeta, o->dgamma, count, o->dx + off,
-                          beta_dx));
+    BN_RANKS(bn->backward(&s, dy + off, x + off, o->mean, o->invstd, gamma, NULL, o->dbeta, o->dgamma, count,
+                          o->dx + off, beta_dx));
 #undef BN_RANKS
     free(sum), free(sq), free(part), free(a), free(b);
 }
@@ -1157,7 +1157,7 @@ static void test_batchnorm_threads(void **state) {
         set_threads(th + 1);
         bn->stats(&s, x, NULL, 6002.0, o[th][0]);
         bn->stats(&s, x, o[th][0], 6002.0, o[th][1]);
-        bn->backward_reduce(&s, dy, NULL, x, mean, invstd, o[th][2], o[th][3]);
+        bn->backward_reduce(&s, dy, x, mean, invstd, NULL, NULL, o[th][2], o[th][3]);
     }
     set_threads(2);
     assert_memory_equal(o[0], o[1], sizeof o[0]);
@@ -1183,8 +1183,8 @@ static void test_batchnorm_relu_fused(void **state) {
     bn->forward(&s, x, mean, invstd, gamma, beta, y0);
     re->forward(DT_F32, cnt, y0, r);
     re->backward(DT_F32, cnt, r, dy, dz, 0.0f);
-    bn->backward_reduce(&s, dz, NULL, x, mean, invstd, s0[0], s0[1]);
-    bn->backward(&s, dz, NULL, x, mean, invstd, gamma, s0[0], s0[1], count, dx0, 1.0f);
+    bn->backward_reduce(&s, dz, x, mean, invstd, NULL, NULL, s0[0], s0[1]);
+    bn->backward(&s, dz, x, mean, invstd, gamma, NULL, s0[0], s0[1], count, dx0, 1.0f);
     /* fused */
     s.relu = 1;
     float *y1 = fnan(cnt);
@@ -1193,14 +1193,14 @@ static void test_batchnorm_relu_fused(void **state) {
     long zeros = 0;
     for (long i = 0; i < cnt; i++) zeros += y1[i] == 0.0f;
     assert_true(zeros > cnt / 5 && zeros < cnt * 4 / 5); /* the mask matters: both sides of it are met */
-    bn->backward_reduce(&s, dy, y1, x, mean, invstd, s1[0], s1[1]);
+    bn->backward_reduce(&s, dy, x, mean, invstd, gamma, beta, s1[0], s1[1]);
     assert_memory_equal(s1, s0, sizeof s0);
-    bn->backward(&s, dy, y1, x, mean, invstd, gamma, s1[0], s1[1], count, dx1, 1.0f);
+    bn->backward(&s, dy, x, mean, invstd, gamma, beta, s1[0], s1[1], count, dx1, 1.0f);
     assert_memory_equal(dx1, dx0, sizeof(float) * (size_t)cnt);
     s.relu = 0;
-    bn->backward(&s, dz, NULL, x, mean, invstd, gamma, s0[0], s0[1], count, dx0, 0.0f);
+    bn->backward(&s, dz, x, mean, invstd, gamma, NULL, s0[0], s0[1], count, dx0, 0.0f);
     s.relu = 1;
-    bn->backward(&s, dy, y1, x, mean, invstd, gamma, s1[0], s1[1], count, dx1, 0.0f);
+    bn->backward(&s, dy, x, mean, invstd, gamma, beta, s1[0], s1[1], count, dx1, 0.0f);
     assert_memory_equal(dx1, dx0, sizeof(float) * (size_t)cnt);
     free(x), free(dy), free(gamma), free(beta), free(y0), free(r), free(dz), free(dx0), free(dx1), free(y1);
 }

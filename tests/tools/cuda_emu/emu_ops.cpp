@@ -95,10 +95,11 @@ static void emu_bn_stats(const BatchNormShape *s, const void *x, const float *ce
     emu_poison_scratch();
     batchnorm_ops_cuda.stats(s, x, center, count, out);
 }
-static void emu_bn_backward_reduce(const BatchNormShape *s, const void *dy, const void *y, const void *x,
-                                   const float *mean, const float *invstd, float *sum_dy, float *sum_dy_xhat) {
+static void emu_bn_backward_reduce(const BatchNormShape *s, const void *dy, const void *x, const float *mean,
+                                   const float *invstd, const float *gamma, const float *beta, float *sum_dy,
+                                   float *sum_dy_xhat) {
     emu_poison_scratch();
-    batchnorm_ops_cuda.backward_reduce(s, dy, y, x, mean, invstd, sum_dy, sum_dy_xhat);
+    batchnorm_ops_cuda.backward_reduce(s, dy, x, mean, invstd, gamma, beta, sum_dy, sum_dy_xhat);
 }
 static void emu_avgpool_forward(DType dt, int n, long spatial, int c, const void *x, void *y) {
     emu_poison_scratch();

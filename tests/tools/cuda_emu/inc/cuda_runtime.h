@@ -30,6 +30,9 @@ inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyK
 // pointer that is not 16-byte aligned, as the GPU would fault on it.
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+// the rounded-alone arithmetic intrinsics (never contracted into an FMA on the GPU; -std=c++20 keeps g++ from it)
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
 // four 16-bit elements: 8-byte aligned like CUDA's uint2
 struct alignas(8) uint2 { unsigned x, y; };
 struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
