@@ -26,13 +26,13 @@
  * Every sum is a fixed-order reduction (double accumulation), so results are bit-identical run to run.
  * With shape.relu (train.fuse's BatchNorm+ReLU node), forward writes y = max(0, bn(x)) as relu.h's forward does
  * (x < 0 ? 0 : x), and both backward pieces take dy where the pre-activation bn(x) > 0, else 0, in place of dy: the
- * bits of the separate ReLU's backward (y > 0) followed by these pieces, without its pass over memory. Why: DenseNet-121
- * runs a BatchNorm and a ReLU over each layer's whole concatenation, and the separate ReLU passes took 10% of its CPU
- * step (cxr-densenet121, 2-core Xeon, per the layer table). The backward pieces recompute bn(x) from x, mean, invstd,
- * gamma and beta (batchnorm_pre: the forward's own float expression, not contracted into an FMA, so it is above 0
- * exactly where the stored float32 y is) rather than read y: x is read anyway, and the y stream was a quarter of the
- * backward's memory traffic (cxr-densenet121's layer table). In half precision a positive bn(x) below the smallest
- * half rounds to a stored 0, where the separate ReLU would not take dy: the only difference from the pair.
+ * bits of the separate ReLU's backward (y > 0) followed by these pieces, without its pass over memory. Why:
+ * DenseNet-121 runs a BatchNorm and a ReLU over each layer's whole concatenation, and the separate ReLU passes took 10%
+ * of its CPU step (cxr-densenet121, 2-core Xeon, per the layer table). The backward pieces recompute bn(x) from x,
+ * mean, invstd, gamma and beta (batchnorm_pre: the forward's own float expression, not contracted into an FMA, so it is
+ * above 0 exactly where the stored float32 y is) rather than read y: x is read anyway, and the y stream was a quarter
+ * of the backward's memory traffic (cxr-densenet121's layer table). In half precision a positive bn(x) below the
+ * smallest half rounds to a stored 0, where the separate ReLU would not take dy: the only difference from the pair.
  * Strided input (shape.ldx > c): x and dx are the first c channels of rows ldx apart (a channel prefix of a wider
  * tensor); y and dy stay [rows][c]. Why: a dense block keeps its features in one buffer, and each dense layer's norm
  * reads the channels written so far in place, where MONAI concatenates them into a new tensor per layer
@@ -87,7 +87,8 @@ static inline float batchnorm_pre(float x, float mean, float scale, float beta) 
 
 /* The fused ReLU's backward needs the forward's gamma and beta (each backend's backward pieces call this) */
 static inline void batchnorm_need_affine(const BatchNormShape *s, const float *gamma, const float *beta) {
-    if (s->relu && (!gamma || !beta)) vx_fatal("batchnorm: the fused ReLU's backward needs the forward's gamma and beta");
+    if (s->relu && (!gamma || !beta))
+        vx_fatal("batchnorm: the fused ReLU's backward needs the forward's gamma and beta");
 }
 
 extern const BatchNormOps batchnorm_ops_cpu;

@@ -94,8 +94,8 @@ __global__ void bn_partial_kernel(size_t rows, int c, int lanes, size_t xl, int 
                     vx_load<V>(dy, vi, dv);
 #pragma unroll
                     for (int k = 0; k < V; k++) {
-                        const double g = MODE == BN_GRAD_RELU ? (bn_pre(xv[k], mf[k], sc[k], bt[k]) > 0.0f ? dv[k] : 0.0f)
-                                                              : dv[k];
+                        const bool on = MODE != BN_GRAD_RELU || bn_pre(xv[k], mf[k], sc[k], bt[k]) > 0.0f;
+                        const double g = on ? dv[k] : 0.0f;
                         s1[k] += g;
                         s2[k] += g * (double)((xv[k] - mf[k]) * is[k]);
                     }
@@ -289,18 +289,12 @@ __global__ void bn_backward_kernel(size_t nvec, int lanes, size_t xl, double cou
         float xv[V], gv[V], o[V];
         vx_load<V>(x, xi, xv);
         vx_load<V>(dy, i, gv);
-        if constexpr (RELU) {
-#pragma unroll
-            for (int k = 0; k < V; k++) {
-                const int j = j0 + k;
-                gv[k] = bn_pre(xv[k], mean[j], invstd[j] * gamma[j], beta[j]) > 0.0f ? gv[k] : 0.0f;
-            }
-        }
         if constexpr (ACC) vx_load<V>(dx, xi, o);
 #pragma unroll
         for (int k = 0; k < V; k++) {
             const int j = j0 + k;
-            const float kk = invstd[j] * gamma[j];
+            const float kk = invstd[j] * gamma[j]; /* also the forward's scale, for the fused ReLU's mask */
+            if constexpr (RELU) gv[k] = bn_pre(xv[k], mean[j], kk, beta[j]) > 0.0f ? gv[k] : 0.0f;
             const float mdy = (float)((double)sum_dy[j] / count), mdyx = (float)((double)sum_dy_xhat[j] / count);
             const float xhat = (xv[k] - mean[j]) * invstd[j];
             const float v = kk * (gv[k] - mdy - xhat * mdyx);

@@ -147,8 +147,8 @@ const KeySpec SCHEMA[] = {
      "fewer each way), each BatchNorm and the ReLU after it as one op (resnet3d, densenet; the same bits in "
      "float32, the ReLU's pass each way gone), each dense layer's BatchNorm copying the batch statistics of the "
      "channels the one before it summed (densenet; the same bits on the CPU), and the decoder's nearest x2 "
-     "upsampling + 3x3x3 convolution as one 2x2x2 convolution per output phase at the input's resolution (3.4x fewer FLOPs, no upsampled tensor); 0 = "
-     "separate ops, as PyTorch eager"},
+     "upsampling + 3x3x3 convolution as one 2x2x2 convolution per output phase at the input's resolution (3.4x "
+     "fewer FLOPs, no upsampled tensor); 0 = separate ops, as PyTorch eager"},
     {K(train, checkpoint_activations), T_INT, 0, 1, NULL, "0",
      "1 = keep only each segment's input and recompute its inside in backward (ae3d: ResBlocks, resnet3d: residual "
      "blocks, densenet: dense layers with their concatenations, vit3d: transformer blocks; less activation memory, "
