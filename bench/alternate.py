@@ -14,6 +14,9 @@ VM that ordering alone moved the vit3d ratio by 0.3x).
 
   bench/alternate.py configs/default.json --base /tmp/parent/voxscale --rounds 5
   bench/alternate.py configs/vit3d-diffusion-64.json --base /tmp/parent/voxscale --python .venv-bench/bin/python --best
+  bench/alternate.py configs/vit3d-diffusion-64.json --base ... --python .venv-bench/bin/python --best --amp bf16
+--amp bf16 times both builds with `--amp bf16` and the reference under its bf16 autocast (eager and --best), and
+writes results/<device>/bf16/alternate_<config>_bf16.md (.json) so that the float32 file stays.
   ITERS / WARMUP: steps per run (default 6 / 2)."""
 import argparse
 import json
@@ -33,10 +36,11 @@ def loadavg():
         return float(f.read().split()[0])
 
 
-def vx_step(binary, config, iters, warmup, env):
+def vx_step(binary, config, iters, warmup, env, amp="off"):
     out = tempfile.mkdtemp(prefix="vx-alt-")
     p = subprocess.run([binary, "bench", "step", "--config", config, "--iters", str(iters), "--warmup", str(warmup),
-                        "--device", "cpu", "--results", out], cwd=ROOT, capture_output=True, text=True, env=env)
+                        "--device", "cpu", "--results", out] + (["--amp", amp] if amp != "off" else []), cwd=ROOT,
+                       capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit("alternate.py: %s bench step failed (%d):\n%s" % (binary, p.returncode, (p.stdout + p.stderr)[-2000:]))
     [dev] = os.listdir(out)
@@ -46,12 +50,13 @@ def vx_step(binary, config, iters, warmup, env):
     return j, dline
 
 
-def reference(config, batch, iters, warmup, python, best=False):
+def reference(config, batch, iters, warmup, python, best=False, amp="off"):
     family = json.load(open(os.path.join(ROOT, config))).get("model", {}).get("family", "ae3d")
     out = tempfile.mktemp(suffix=".json")
     p = subprocess.run([python, os.path.join(ROOT, "bench", "reference", family + ".py"), "--config", config, "--bench",
                         "--device", "cpu", "--iters", str(iters), "--warmup", str(warmup), "--batch-size", str(batch),
-                        "--tf32", "1", "--out", out] + (["--best"] if best else []), cwd=ROOT, capture_output=True,
+                        "--tf32", "1", "--out", out] + (["--best"] if best else []) +
+                       (["--dtype", amp] if amp != "off" else []), cwd=ROOT, capture_output=True,
                        text=True, env=isa_env.with_inductor_cache())
     if p.returncode != 0:
         sys.exit("alternate.py: the reference failed (%d):\n%s" % (p.returncode, (p.stdout + p.stderr)[-2000:]))
@@ -68,6 +73,8 @@ def main():
     ap.add_argument("--label", default="", help="what the base binary is (for the table)")
     ap.add_argument("--python", default=None, help="the reference's Python (default .venv's, else python3)")
     ap.add_argument("--best", action="store_true", help="also time the reference's --best mode in each round")
+    ap.add_argument("--amp", default="off", choices=["off", "bf16"],
+                    help="bf16: voxscale --amp bf16 against the reference's bf16 autocast")
     args = ap.parse_args()
     iters, warmup = int(os.environ.get("ITERS", 6)), int(os.environ.get("WARMUP", 2))
     python = args.python or os.path.join(ROOT, ".venv", "bin", "python")
@@ -85,9 +92,9 @@ def main():
             loads.append(loadavg())
             if who in ("ref", "best"):
                 j = refs[who] = reference(args.config, vxj["batch"] if vxj else 2, iters, warmup, python,
-                                          best=who == "best")
+                                          best=who == "best", amp=args.amp)
             else:
-                j, d = vx_step(args.bin if who == "new" else args.base, args.config, iters, warmup, env)
+                j, d = vx_step(args.bin if who == "new" else args.base, args.config, iters, warmup, env, args.amp)
                 if who == "new":
                     vxj, dline = j, d
             runs[who].append(j["step_ms_median"])
@@ -104,7 +111,7 @@ def main():
            "ratio_fastest_reference_over_base": best["ref"] / best["base"], "load_avg": loads, "device_line": dline, "cpu": vxj["cpu"], "threads": vxj["threads"],
            "batch": vxj["batch"], "commit": vxj["commit"], "reference": ptj["framework"],
            "ratio_reference_over_new": med["ref"] / med["new"], "ratio_reference_over_base": med["ref"] / med["base"],
-           "ratio_base_over_new": med["base"] / med["new"], "base_label": args.label}
+           "ratio_base_over_new": med["base"] / med["new"], "base_label": args.label, "amp": args.amp}
     # what holds the reference below the CPU's ISA (the AVX2 type on an AVX-512 CPU); torch's output does not say
     caps = isa_env.current()
     if caps:
@@ -116,7 +123,8 @@ def main():
                     "ratio_best_over_base": med["best"] / med["base"],
                     "ratio_fastest_best_over_new": best["best"] / best["new"],
                     "ratio_fastest_best_over_base": best["best"] / best["base"]})
-    dev = os.path.join(args.results, vxj["device"])
+    dev = os.path.join(args.results, vxj["device"], *(["bf16"] if args.amp == "bf16" else []))
+    suffix = "_bf16" if args.amp == "bf16" else ""
     os.makedirs(dev, exist_ok=True)
     heads = dict(zip(order, ["this build (%s)" % vxj["commit"], args.label or "base", ptj["framework"], best_name]))
     row = lambda name, cells: "| %s | %s |" % (name, " | ".join(cells))
@@ -133,15 +141,16 @@ def main():
            row("per round", [" ".join("%.0f" % x for x in runs[k]) for k in order])] +
           ratios(med, "medians") + [row("fastest step of all rounds", ["%.1f ms" % best[k] for k in order])] +
           ratios(best, "fastest steps"))
-    md += ["", "Batch %d, fp32, %d threads, CPU %s; load average (1 min) before each run: %s (2 cores, shared)." % (
-              vxj["batch"], vxj["threads"], vxj["cpu"], " ".join("%.1f" % x for x in loads)),
+    precision = "fp32" if args.amp == "off" else "voxscale --amp bf16 against the reference's bf16 autocast"
+    md += ["", "Batch %d, %s, %d threads, CPU %s; load average (1 min) before each run: %s (2 cores, shared)." % (
+              vxj["batch"], precision, vxj["threads"], vxj["cpu"], " ".join("%.1f" % x for x in loads)),
            "", "This build's `%s`" % dline.replace("|", "/"), ""]
     if caps:
         md[-1:] = ["", "The reference's ISA held by the environment: %s." % isa_env.describe(caps, ", "), ""]
     text = "\n".join(md)
-    with open(os.path.join(dev, "alternate_%s.md" % stem), "w") as f:
+    with open(os.path.join(dev, "alternate_%s%s.md" % (stem, suffix)), "w") as f:
         f.write(text)
-    with open(os.path.join(dev, "alternate_%s.json" % stem), "w") as f:
+    with open(os.path.join(dev, "alternate_%s%s.json" % (stem, suffix)), "w") as f:
         json.dump(res, f, indent=1)
     print(text)
 
