@@ -13,6 +13,7 @@
 #include "core/util.h"
 
 static int use_onednn;
+static int amx; /* oneDNN runs AMX kernels here: its sgemm was measured faster (cpu_gemm.h) */
 static char forced[16];
 /* how many cpu_gemm_serial_begin sections the calling thread is in */
 static _Thread_local int serial_depth;
@@ -41,7 +42,8 @@ static void decide(void) {
         use_onednn = strcmp(e, "onednn") == 0;
         return;
     }
-    use_onednn = cpu_gemm_openblas_tier(openblas_get_corename()) < cpu_isa()->tier;
+    amx = cpu_isa_amx_runs();
+    use_onednn = cpu_gemm_openblas_tier(openblas_get_corename()) < cpu_isa()->tier || amx;
 }
 
 /* decided once, by whichever thread asks first (the first GEMM may come from inside an OpenMP region) */
@@ -69,6 +71,9 @@ void cpu_gemm_describe(char *buf, size_t len) {
     }
     snprintf(buf, len, "oneDNN %d.%d.%d sgemm (%s)", v->major, v->minor, v->patch, cpu_isa_onednn_name());
     if (forced[0]) snprintf(buf + strlen(buf), len - strlen(buf), ", VX_GEMM=%s", forced);
+    else if (bt >= ct && amx)
+        snprintf(buf + strlen(buf), len - strlen(buf), ": measured faster than %s's %s kernels on AMX Xeons", ob,
+                 core);
     else
         snprintf(buf + strlen(buf), len - strlen(buf), ": %s's %s kernels (%s) are older than this %s CPU", ob, core,
                  cpu_tier_name(bt), cpu_tier_name(ct));

@@ -26,8 +26,7 @@ int cpu_gemm_bf16_chosen(char *why, size_t why_len) {
         return 0;
     }
     if (e && strcmp(e, "on") == 0) return 1;
-    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    if (cpu_isa()->amx_bf16 && (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return 1;
+    if (cpu_isa_amx_runs()) return 1;
     if (why)
         snprintf(why, why_len, "without AMX, AVX512-BF16's dot products were measured slower than float32 FMAs "
                                "(0.5-0.7x; VX_GEMM_BF16=on runs them)");

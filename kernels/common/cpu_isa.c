@@ -199,3 +199,8 @@ int cpu_isa_bf16_runs(char *why, size_t why_len) {
     }
     return 1;
 }
+
+int cpu_isa_amx_runs(void) {
+    const dnnl_cpu_isa_t e = dnnl_get_effective_cpu_isa();
+    return cpu_isa()->amx_bf16 && (e & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+}

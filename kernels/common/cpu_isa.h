@@ -36,5 +36,9 @@ const char *cpu_isa_onednn_name(void);
 /* 1 when bf16 math runs natively here: the CPU (after the cap and VX_CPU_HIDE) has AVX512-BF16 or AMX-BF16 and
  * oneDNN's kernels reach them; else 0 with why (one line; why may be NULL). The convolutions' and the GEMMs' floor. */
 int cpu_isa_bf16_runs(char *why, size_t why_len);
+/* 1 when oneDNN runs its AMX kernels here: the CPU (after the cap and VX_CPU_HIDE) has AMX-BF16 and oneDNN's
+ * effective ISA reaches avx512_core_amx. Where the transformer's GEMMs go to bf16 matmuls under --amp bf16, and the
+ * float32 GEMM to oneDNN's sgemm (cpu_gemm.h says why). */
+int cpu_isa_amx_runs(void);
 /* The tier of an OpenBLAS kernel family ("Cooperlake" -> AVX-512, "Zen" -> AVX2, "Prescott" -> SSE). */
 CpuVecTier cpu_gemm_openblas_tier(const char *corename);

@@ -56,6 +56,21 @@ def test_an_openblas_older_than_the_cpu_is_said_and_its_gemms_go_to_onednn():
     assert "sgemm" in line and "VX_GEMM=onednn" in line, line
 
 
+def test_where_onednn_runs_amx_the_gemms_go_to_its_sgemm_and_the_line_says_why():
+    """AMX Xeons: oneDNN's sgemm was measured faster than OpenBLAS's SkylakeX kernels (kernels/common/cpu_gemm.h),
+    so it is chosen although OpenBLAS's kernels match the CPU's width; with AMX hidden (or capped away) the old rule
+    holds again, so the choice follows AMX and nothing else."""
+    if not cpu_levels()["amx"]:
+        pytest.skip("this CPU (or its VX_CPU_ISA cap) has no AMX: the GEMM rule for AMX does not apply")
+    line = device_line(run("detect", *TINY).stdout)
+    assert "GEMM: oneDNN" in line and "sgemm (avx512_core_amx)" in line, line
+    assert re.search(r"measured faster than OpenBLAS [0-9.]+'s \w+ kernels on AMX Xeons", line), line
+    hidden = device_line(run("detect", *TINY, env=dict(os.environ, VX_CPU_HIDE="amx_bf16")).stdout)
+    # without AMX: OpenBLAS where its kernels are the CPU's width, else oneDNN for that older reason
+    assert "on AMX Xeons" not in hidden, hidden
+    assert "GEMM: OpenBLAS" in hidden or "are older than this" in hidden, hidden
+
+
 def test_conv_log_shows_each_choice_with_both_times_and_the_file_keeps_them(tmp_path):
     cache = tmp_path / "conv.tsv"
     env = dict(os.environ, VX_CONV_LOG="1", VX_CONV_CACHE=str(cache))
