@@ -39,11 +39,13 @@ def device_folder(binary, device, scratch):
     return name
 
 
-def commit():
+def commit(binary):
+    """The commit the binary was built from (its `--version` line: git describe at build time, "-dirty" for a tree
+    with changes), not this checkout's HEAD, which need not be what built it; VX_COMMIT overrides, as in voxscale."""
     if os.environ.get("VX_COMMIT"):
         return os.environ["VX_COMMIT"]
-    p = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return p.stdout.strip() or "unknown"
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.split("\n")[0].split()
+    return out[1] if len(out) >= 2 and out[0] == "voxscale" else "unknown"
 
 
 def measure(binary, config, device, mode, scratch):
@@ -109,7 +111,7 @@ def main():
         for config in a.config or ["configs/default.json"]:
             stem = os.path.splitext(os.path.basename(config))[0]
             rows = [measure(a.bin, config, a.device, m, scratch) for m in modes]
-            doc = {"benchmark": "memory", "config": stem, "device": slug, "commit": commit(),
+            doc = {"benchmark": "memory", "config": stem, "device": slug, "commit": commit(a.bin),
                    "device_detail": rows[0]["detail"], "precision": rows[0]["precision"], "rows": rows}
             with open(os.path.join(ROOT, config)) as f:
                 dense = json.load(f).get("model", {}).get("family") == "densenet"

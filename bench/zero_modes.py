@@ -114,7 +114,7 @@ def main():
     name = os.path.splitext(os.path.basename(a.config))[0]
     doc = {"config": a.config, "device": device, "steps": a.steps, "global_batch": a.global_batch,
            "threads": "threads per rank = cores / ranks (at least 1)", "load_before": before, "load_after": after,
-           "commit": commit(), "rows": rows}
+           "commit": commit(a.bin), "rows": rows}
     folder = os.path.join(a.results, device)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "zero_modes_%s.json" % name), "w") as f:

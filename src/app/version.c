@@ -14,13 +14,13 @@
 #endif
 
 #include "common/cpu_gemm.h"
+#include "core/build_version.h"
 #include "hw/hw.h"
 #include "vx_build_info.h"
 
-const char *version_string(void) { return VX_VERSION; }
 
 void version_print(FILE *out, const char *prefix) {
-    fprintf(out, "voxscale %s\n", VX_VERSION);
+    fprintf(out, "voxscale %s\n", build_version());
     fprintf(out, "%sbuild: %s; %s %s\n", prefix, VX_BUILD_FLAGS,
 #ifdef __clang__
             "clang",

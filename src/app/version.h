@@ -3,8 +3,6 @@
 #pragma once
 #include <stdio.h>
 
-/* "2453eb1-dirty", a tag's describe, VX_VERSION's value, or "unknown" (a tree without .git) */
-const char *version_string(void);
 /* The lines of `voxscale --version`: version, build, compiler, and the libraries (CUDA, cuDNN, NCCL, oneDNN,
  * OpenBLAS, MPI, ...) built against and, where they load at run time, loaded. `prefix` starts every line but the
  * first ("- " for env's list). */

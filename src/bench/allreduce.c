@@ -167,7 +167,7 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
     }
 
     if (c->rank == 0) {
-        bench_git_commit(commit, sizeof commit);
+        bench_build_commit(commit, sizeof commit);
         fs_mkdirs(dir);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "benchmark", "allreduce");

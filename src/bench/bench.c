@@ -245,7 +245,7 @@ int bench_step(Config *cfg, const BenchStepOptions *o) {
     Ceiling ceil = measure_ceiling(&rt, train->tf32, model->channels[0]);
     int gpu = strcmp(be->name, "cuda") == 0;
 
-    bench_git_commit(commit, sizeof commit);
+    bench_build_commit(commit, sizeof commit);
     fs_mkdirs(dir);
     int threads = train->threads ? train->threads : rt.hw.cores;
     if (gpu)

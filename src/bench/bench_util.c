@@ -11,6 +11,7 @@
 
 #include "common/cpu_gemm.h"
 #include "common/cpu_isa.h"
+#include "core/build_version.h"
 #include "core/fsutil.h"
 #include "core/outguard.h"
 #include "core/util.h"
@@ -98,15 +99,12 @@ void bench_config_stem(const char *config_path, char *out, size_t len) {
 }
 
 /* The commit the results belong to: VX_COMMIT when set (ci/gpu.sh sets it on a GPU machine, whose copy of the tree
- * has no .git), else git's. */
-void bench_git_commit(char *out, size_t len) {
+ * has no .git), else the commit this binary was built from (build_version: "-dirty" when its tree had changes). Not
+ * the checkout's HEAD: a parent's build run from this tree (bench/alternate.py --base), or a build from uncommitted
+ * changes, would otherwise be filed under a commit that did not produce it. */
+void bench_build_commit(char *out, size_t len) {
     const char *env = getenv("VX_COMMIT");
-    snprintf(out, len, "%s", env && env[0] ? env : "unknown");
-    if (env && env[0]) return;
-    FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-    if (!p) return;
-    if (fgets(out, (int)len, p)) out[strcspn(out, "\n")] = 0;
-    pclose(p);
+    snprintf(out, len, "%s", env && env[0] ? env : build_version());
 }
 
 void bench_results_dir(const Runtime *rt, const char *results_root, char *out, size_t len) {

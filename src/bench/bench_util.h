@@ -25,8 +25,8 @@ void bench_isa(const Runtime *rt, char *out, size_t len);
 /* A config path's stem, the name its result files carry (configs/test/tiny.json -> tiny): its file name without the
  * last extension. */
 void bench_config_stem(const char *config_path, char *out, size_t len);
-/* The commit the results belong to: VX_COMMIT when set, else git's short hash, else "unknown". */
-void bench_git_commit(char *out, size_t len);
+/* The commit the results belong to: VX_COMMIT when set, else the one this binary was built from (build_version). */
+void bench_build_commit(char *out, size_t len);
 /* <results_root or "results">/<device slug>, created. */
 void bench_results_dir(const Runtime *rt, const char *results_root, char *out, size_t len);
 /* Before a benchmark runs: exits 2 when dir/name (one of its result files) exists, unless overwrite (--overwrite):

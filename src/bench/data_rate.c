@@ -61,7 +61,7 @@ int bench_data(Config *cfg, const BenchDataOptions *o) {
 
     char isa[512], commit[64];
     bench_cpu_isa(isa, sizeof isa);
-    bench_git_commit(commit, sizeof commit);
+    bench_build_commit(commit, sizeof commit);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "config", stem);
     cJSON_AddStringToObject(j, "framework", "voxscale");

@@ -396,7 +396,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     if (!gpu) probe_close(&probe);
 
     /* ---- the report -------------------------------------------------------------------------------------- */
-    bench_git_commit(commit, sizeof commit);
+    bench_build_commit(commit, sizeof commit);
     bench_results_dir(&rt, o->results_dir, dir, sizeof dir);
     const int threads = cfg->train.threads ? cfg->train.threads : rt.hw.cores;
     char device[400];

@@ -349,7 +349,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     const int gpu = strcmp(probe.be->name, "cuda") == 0, cores = probe.hw.cores > 0 ? probe.hw.cores : 1;
     char slug[400], commit[64], dir[700], path[1200], stem[128];
     bench_device_slug(&probe, slug, sizeof slug);
-    bench_git_commit(commit, sizeof commit);
+    bench_build_commit(commit, sizeof commit);
     bench_results_dir(&probe, o->results_dir, dir, sizeof dir);
     const int n_gpus = probe.hw.n_gpus;
     /* the data-parallel mode the runs train in (--set dist.zero=N): its communication in the projection. Offload's

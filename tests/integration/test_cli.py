@@ -154,6 +154,24 @@ def test_the_version_is_git_describe_or_vx_version_or_unknown(tmp_path):
     assert '#define VX_VERSION "unknown"' in info and '#define VX_BUILD_FLAGS "CUDA=0 MPI=0' in info, info
 
 
+def test_bench_results_name_the_commit_the_binary_was_built_from(tmp_path):
+    """A benchmark's JSON names the commit its binary was built from (its --version), whatever checkout it runs in:
+    run from outside any git tree it is still that commit, not "unknown" and not some other tree's HEAD (a parent's
+    build run from this tree by bench/alternate.py --base was once filed under this tree's commit)."""
+    from conftest import ROOT, VOXSCALE
+    version = run("--version").stdout.splitlines()[0].split()[1]
+    elsewhere = tmp_path / "elsewhere"  # not a git checkout
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "VX_COMMIT"}
+    p = subprocess.run([VOXSCALE, "bench", "step", "--config", os.path.join(ROOT, "configs/test/tiny.json"),
+                        "--iters", "1", "--warmup", "0", "--device", "cpu", "--results", str(tmp_path / "r")],
+                       cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    [device] = os.listdir(tmp_path / "r")
+    doc = json.loads((tmp_path / "r" / device / "step_tiny.json").read_text())
+    assert doc["commit"] == version, (doc["commit"], version)
+
+
 def test_env_is_one_block_for_a_bug_report():
     out = run("env", "--config", "configs/test/tiny.json").stdout
     assert out.startswith("Copy-and-paste the text below into a bug report.\n\nvoxscale "), out[:200]
