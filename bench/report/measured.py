@@ -137,8 +137,7 @@ def commit_date(commit, cache={}):
     """The committer date of a commit named in a JSON (YYYY-MM-DD), "?" where this clone lacks it; a build from a
     changed tree ("<hash>-dirty") is dated by the commit it changed."""
     if commit not in cache:
-        base = commit[:-len("-dirty")] if commit.endswith("-dirty") else commit
-        p = subprocess.run(["git", "show", "-s", "--format=%cs", base + "^{commit}"], cwd=ROOT,
+        p = subprocess.run(["git", "show", "-s", "--format=%cs", commit.removesuffix("-dirty") + "^{commit}"], cwd=ROOT,
                            capture_output=True, text=True)
         cache[commit] = p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else "?"
     return cache[commit]

@@ -18,7 +18,6 @@
 #include "hw/hw.h"
 #include "vx_build_info.h"
 
-
 void version_print(FILE *out, const char *prefix) {
     fprintf(out, "voxscale %s\n", build_version());
     fprintf(out, "%sbuild: %s; %s %s\n", prefix, VX_BUILD_FLAGS,

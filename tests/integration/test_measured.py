@@ -35,8 +35,8 @@ def missing_commits():
                     c = d.get("commit") if isinstance(d, dict) else None
                     if isinstance(c, str):
                         names.add(c)
-    return sorted(c for c in names if subprocess.run(["git", "cat-file", "-e", c.removesuffix("-dirty") + "^{commit}"], cwd=ROOT,
-                                                     capture_output=True).returncode != 0)
+    return sorted(c for c in names if subprocess.run(["git", "cat-file", "-e", c.removesuffix("-dirty") + "^{commit}"],
+                                                     cwd=ROOT, capture_output=True).returncode != 0)
 
 
 def skip_where_history_is_cut():
