@@ -21,6 +21,7 @@
 
 #include "attention/attention_cpu_parts.h"
 #include "common/cpu_tile_gemm.h"
+#include "common/cpu_vector_width.h"
 #include "common/exp_cpu.h"
 
 int attention_cpu_tile_ok(const AttentionShape *s) {
@@ -46,14 +47,14 @@ static inline size_t saved_at(const AttentionShape *s, int b, int h, int q, int 
 /* ---- column-wise softmax pieces over a tile of kn rows of ATT_BQ ----------------------------------------------- */
 
 /* m[c] = the maximum of m[c] and column c (a NaN score is skipped, as `x > m` is false for it) */
-static void col_max(const float *S, int kn, float *m) {
+VX_CPU_WIDE static void col_max(const float *S, int kn, float *m) {
     for (int j = 0; j < kn; j++) {
         const float *row = S + (size_t)j * ATT_BQ;
         for (int c = 0; c < ATT_BQ; c++) m[c] = row[c] > m[c] ? row[c] : m[c];
     }
 }
 /* S = exp(S - m[c]) in place; l[c] = the column sums, in key order */
-static void col_exp_sum(float *S, int kn, const float *m, float *l) {
+VX_CPU_WIDE static void col_exp_sum(float *S, int kn, const float *m, float *l) {
     for (int c = 0; c < ATT_BQ; c++) l[c] = 0.0f;
     for (int j = 0; j < kn; j++) {
         float *row = S + (size_t)j * ATT_BQ;
@@ -64,7 +65,7 @@ static void col_exp_sum(float *S, int kn, const float *m, float *l) {
     }
 }
 /* S *= f[c] */
-static void col_scale(float *S, int kn, const float *f) {
+VX_CPU_WIDE static void col_scale(float *S, int kn, const float *f) {
     for (int j = 0; j < kn; j++) {
         float *row = S + (size_t)j * ATT_BQ;
         for (int c = 0; c < ATT_BQ; c++) row[c] *= f[c];
@@ -155,7 +156,7 @@ typedef struct {
 
 /* P^T and dS^T of keys [j0, j0 + kn) (rows at Kt, Vt) and the query block whose transposes are in t (QT only where
  * P is recomputed): P^T from the saved tile Pt (rows ATT_BQ apart) or exp(S^T - lse); dS^T into t->dPt. Returns P^T. */
-static const float *tile_p_ds(const AttentionShape *s, int kn, const float *Kt, const float *Vt, const float *Pt,
+VX_CPU_WIDE static const float *tile_p_ds(const AttentionShape *s, int kn, const float *Kt, const float *Vt, const float *Pt,
                               const float *lse_c, const float *delta_c, Tiles *t) {
     const int d = s->d;
     if (!Pt) {

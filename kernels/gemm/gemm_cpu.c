@@ -21,6 +21,7 @@
 #include "common/cpu_gemm.h"
 #include "common/cpu_gemm_bf16.h"
 #include "common/cpu_op.h"
+#include "common/cpu_vector_width.h"
 #include "gelu/gelu_math.h"
 #include "gemm/gemm.h"
 
@@ -72,7 +73,7 @@ static inline __attribute__((always_inline)) void dgelu_row(int kind, int n, flo
 
 /* pre = C (alpha AB + beta C from sgemm) + bias; aux = pre; C = epilogue(pre) on a block of `rows` rows of n
  * columns (c, aux and bias at the block's first column; rows s->n apart) */
-static void epilogue(const GemmShape *s, long rows, int n, const float *bias, float *c, float *aux) {
+VX_CPU_WIDE static void epilogue(const GemmShape *s, long rows, int n, const float *bias, float *c, float *aux) {
     const int ld = s->n, e = s->epilogue;
     for (long r = 0; r < rows; r++) {
         float *cr = c + r * ld, *ar = aux ? aux + r * ld : NULL;
