@@ -52,7 +52,8 @@ typedef struct {
     int sample_rows;
     /* The CPU's bf16 math (float32 storage, train.precision bf16 where GemmOps.bf16_math says it pays): A and B are
      * rounded to bf16 and the products summed in float32 (common/cpu_gemm_bf16.h); C, aux, bias and the epilogues as
-     * in float32. The GPU computes in its storage type and ignores it. */
+     * in float32; on the CPU a product under 16 in m, n or k stays float32 (it rounds more than it computes). The GPU
+     * computes in its storage type and ignores it. */
     int bf16_math;
 } GemmShape;
 

@@ -12,8 +12,9 @@
  * for many cores when m is small. bias_grad: jobs of columns; per column, partials in double per fixed chunk of
  * GEMM_ROWS rows, added in order.
  * bf16 math (GemmShape.bf16_math): A and B are rounded to bf16 once per call, into a buffer of the calling thread,
- * and the same jobs run cpu_gemm_bf16 (oneDNN's bf16 matmul, one thread a job) in place of sgemm; the epilogues are
- * unchanged. */
+ * and the same jobs run cpu_gemm_bf16 (oneDNN's bf16 matmul, one thread a job) in place of sgemm, into a tile of the
+ * thread's where an epilogue follows; the epilogues are unchanged. Products thinner than 16 in any dimension stay
+ * float32 (gemm_bf16_pays). */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,11 +73,12 @@ static inline __attribute__((always_inline)) void dgelu_row(int kind, int n, flo
 }
 
 /* pre = C (alpha AB + beta C from sgemm) + bias; aux = pre; C = epilogue(pre) on a block of `rows` rows of n
- * columns (c, aux and bias at the block's first column; rows s->n apart) */
-VX_CPU_WIDE static void epilogue(const GemmShape *s, long rows, int n, const float *bias, float *c, float *aux) {
+ * columns (c, aux and bias at the block's first column; c's rows ldc apart, aux's s->n) */
+VX_CPU_WIDE static void epilogue(const GemmShape *s, long rows, int n, const float *bias, float *c, long ldc,
+                                 float *aux) {
     const int ld = s->n, e = s->epilogue;
     for (long r = 0; r < rows; r++) {
-        float *cr = c + r * ld, *ar = aux ? aux + r * ld : NULL;
+        float *cr = c + r * ldc, *ar = aux ? aux + r * ld : NULL;
         if (e == GEMM_EPI_DGELU_TANH) dgelu_row(0, n, cr, ar);
         if (e == GEMM_EPI_DGELU_ERF) dgelu_row(1, n, cr, ar);
         if (e == GEMM_EPI_DGELU_TANH || e == GEMM_EPI_DGELU_ERF) continue;
@@ -108,6 +110,28 @@ static void bf16_inputs(const GemmShape *s, const float *a, const float *b, cons
     *b16 = buf + na;
 }
 
+/* A float32 tile of at least `floats` for the calling thread's job (kept, as bf16_inputs' buffer) */
+static float *job_tile(long floats) {
+    static _Thread_local float *buf;
+    static _Thread_local long cap;
+    if (floats > cap) {
+        free(buf);
+        cap = floats;
+        buf = vx_malloc(sizeof(float) * (size_t)cap);
+    }
+    return buf;
+}
+
+/* Whether a product with bf16_math runs in bf16: where each of m, n and k is at least BF16_MIN_DIM (an AMX tile's 16
+ * rows). Why: a thinner product, the adaLN modulation's 2 rows (batch 2) x 2304 x 384 and its gradients, does little
+ * arithmetic per element it rounds, and in bf16 it ran slower than in float32 (428 against 280 us forward, 385 against
+ * 294 for dX; vit3d-diffusion-64's adaLN layers 11.5 ms a step in bf16, 4.6 in float32, 2-core AMX Xeon). Such
+ * products are computed in float32, as without bf16 math. */
+#define BF16_MIN_DIM 16
+static int gemm_bf16_pays(const GemmShape *s) {
+    return s->bf16_math && s->m >= BF16_MIN_DIM && s->n >= BF16_MIN_DIM && s->k >= BF16_MIN_DIM;
+}
+
 static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const float *bias, void *cv, void *auxv,
                        float beta) {
     cpu_need_f32(s->dtype, "gemm_matmul");
@@ -124,7 +148,12 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     const long panels = (s->n + cols_per - 1) / cols_per, jobs = (long)s->batch * chunks * panels;
     const int lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
     const uint16_t *a16 = NULL, *b16 = NULL;
-    if (s->bf16_math && s->k > 0) bf16_inputs(s, av, bv, &a16, &b16);
+    if (gemm_bf16_pays(s)) bf16_inputs(s, av, bv, &a16, &b16);
+    /* bf16 products with a second pass (bias, GELU, DGELU) and beta 0 go through a tile of the thread's: oneDNN's
+     * bf16 matmul left its C out of cache, so the epilogue read it back from memory; with the tile the MLP's first
+     * GEMM and its GELU (1024x1536x384, 256x512 jobs) took 1.9-2.1 ms against 3.1-3.3 (2-core AMX Xeon). Not
+     * float32: sgemm leaves C in cache, and the tile's copy made that 4.5 against 4.0 ms. */
+    const int tiled = a16 && beta == 0.0f && (bias || s->epilogue != GEMM_EPI_NONE);
     const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
     for (long job = 0; job < jobs; job++) {
@@ -138,6 +167,14 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
             for (long r = 0; r < rows; r++) memset(c + r * s->n, 0, sizeof(float) * (size_t)cols);
         const long a_at = i * s->stride_a + (s->trans_a ? r0 : r0 * s->k);
         const long b_at = i * s->stride_b + (s->trans_b ? col0 * s->k : col0);
+        if (s->k > 0 && a16 && tiled) { /* the product into the thread's tile, the epilogue from there into C */
+            float *t = job_tile(rows * cols);
+            cpu_gemm_bf16(s->trans_a, s->trans_b, (int)rows, cols, s->k, s->alpha, a16 + a_at, lda, b16 + b_at, ldb,
+                          0.0f, t, cols);
+            epilogue(s, rows, cols, bias ? bias + col0 : NULL, t, cols, aux);
+            for (long r = 0; r < rows; r++) memcpy(c + r * s->n, t + r * cols, sizeof(float) * (size_t)cols);
+            continue;
+        }
         if (s->k > 0 && a16)
             cpu_gemm_bf16(s->trans_a, s->trans_b, (int)rows, cols, s->k, s->alpha, a16 + a_at, lda, b16 + b_at, ldb,
                           beta, c, s->n);
@@ -147,7 +184,7 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
         else if (beta != 0.0f && beta != 1.0f)
             for (long r = 0; r < rows; r++)
                 for (int e = 0; e < cols; e++) c[r * s->n + e] *= beta;
-        if (bias || s->epilogue != GEMM_EPI_NONE) epilogue(s, rows, cols, bias ? bias + col0 : NULL, c, aux);
+        if (bias || s->epilogue != GEMM_EPI_NONE) epilogue(s, rows, cols, bias ? bias + col0 : NULL, c, s->n, aux);
     }
     cpu_gemm_serial_end(saved);
 }

@@ -145,6 +145,33 @@ static void test_products_are_the_bf16_inputs_product(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 100 + 10 * (unsigned)i);
 }
 
+/* A product under 16 in m, n or k (the adaLN modulation's 2 rows) stays float32 with bf16 math: the bits of the same
+ * product without it; one of 16 in each is bf16 (its result differs from float32's) */
+static void test_thin_products_stay_float32(void **state) {
+    (void)state;
+    const GemmShape shapes[] = {
+        {.batch = 1, .m = 2, .n = 96, .k = 64, .trans_b = 1, .alpha = 1, .dtype = DT_F32, .bf16_math = 1},
+        {.batch = 1, .m = 64, .n = 96, .k = 2, .trans_a = 1, .alpha = 1, .dtype = DT_F32, .bf16_math = 1},
+        {.batch = 1, .m = 64, .n = 15, .k = 64, .alpha = 1, .dtype = DT_F32, .bf16_math = 1},
+        {.batch = 1, .m = 16, .n = 16, .k = 16, .trans_b = 1, .alpha = 1, .dtype = DT_F32, .bf16_math = 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        GemmShape s = shapes[i];
+        const long na = (long)s.m * s.k, nb = (long)s.k * s.n, nc = (long)s.m * s.n;
+        float *a = filled(na, 7 + (unsigned)i), *b = filled(nb, 8 + (unsigned)i), *bias = filled(s.n, 9);
+        float *bf = calloc((size_t)nc, sizeof(float)), *f32 = calloc((size_t)nc, sizeof(float));
+        gemm_ops_cpu.matmul(&s, a, b, bias, bf, NULL, 0.0f);
+        s.bf16_math = 0;
+        gemm_ops_cpu.matmul(&s, a, b, bias, f32, NULL, 0.0f);
+        const int thin = s.m < 16 || s.n < 16 || s.k < 16;
+        printf("%dx%dx%d with bf16 math: %s float32's bits\n", s.m, s.n, s.k,
+               memcmp(bf, f32, sizeof(float) * (size_t)nc) == 0 ? "the same as" : "not");
+        if (thin) assert_memory_equal(bf, f32, sizeof(float) * (size_t)nc);
+        else assert_memory_not_equal(bf, f32, sizeof(float) * (size_t)nc);
+        free(a), free(b), free(bias), free(bf), free(f32);
+    }
+}
+
 /* beta 0 overwrites C without reading it: a NaN there does not survive */
 static void test_beta_zero_overwrites_nan(void **state) {
     (void)state;
@@ -168,6 +195,7 @@ int main(void) {
         cmocka_unit_test(test_rounding_is_nearest_even),
         cmocka_unit_test(test_products_are_the_bf16_inputs_product),
         cmocka_unit_test(test_beta_zero_overwrites_nan),
+        cmocka_unit_test(test_thin_products_stay_float32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
