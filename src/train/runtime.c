@@ -99,7 +99,8 @@ void runtime_open_rank(Runtime *rt, const ModelConfig *model, TrainConfig *cfg, 
             vx_log("precision: bf16 math on the CPU (inputs, weights and gradients rounded to bf16 inside each call, "
                    "float32 accumulation and outputs) in the convolutions where measured faster than float32%s%s%s; "
                    "activations, master weights, gradients, AdamW state, attention and every other op float32\n",
-                   m->bf16_gemm ? " and in the Linears' GEMMs" : "; the Linears' GEMMs stay float32: ", no,
+                   m->bf16_gemm ? " and in the Linears' GEMMs (those of 16 or more in each dimension)"
+                                 : "; the Linears' GEMMs stay float32: ", no,
                    m->bf16_gemm || no[0] ? "" : "not chosen here");
         } else if (m->bf16_math)
             vx_log("precision: bf16 math in the convolutions on the CPU (inputs, weights and gradients rounded to "
