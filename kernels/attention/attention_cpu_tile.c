@@ -156,8 +156,8 @@ typedef struct {
 
 /* P^T and dS^T of keys [j0, j0 + kn) (rows at Kt, Vt) and the query block whose transposes are in t (QT only where
  * P is recomputed): P^T from the saved tile Pt (rows ATT_BQ apart) or exp(S^T - lse); dS^T into t->dPt. Returns P^T. */
-VX_CPU_WIDE static const float *tile_p_ds(const AttentionShape *s, int kn, const float *Kt, const float *Vt, const float *Pt,
-                              const float *lse_c, const float *delta_c, Tiles *t) {
+VX_CPU_WIDE static const float *tile_p_ds(const AttentionShape *s, int kn, const float *Kt, const float *Vt,
+                                          const float *Pt, const float *lse_c, const float *delta_c, Tiles *t) {
     const int d = s->d;
     if (!Pt) {
         cpu_tile_gemm(kn, ATT_BQ, d, s->scale, Kt, s->ld_k, 1, t->QT, ATT_BQ, t->St, ATT_BQ, 0);

@@ -91,35 +91,36 @@ VX_CPU_WIDE static void epilogue(const GemmShape *s, long rows, int n, const flo
     }
 }
 
-/* A and B rounded to bf16, in one buffer of the calling thread that grows to the largest call's (kept: a step calls
- * the same shapes again; freed never, as the thread's other caches) */
-static void bf16_inputs(const GemmShape *s, const float *a, const float *b, const uint16_t **a16,
-                        const uint16_t **b16) {
-    static _Thread_local uint16_t *buf;
-    static _Thread_local long cap;
-    const long na = gemm_span(s, s->stride_a, (long)s->m * s->k);
-    const long nb = gemm_span(s, s->stride_b, (long)s->k * s->n);
-    if (na + nb > cap) {
-        free(buf);
-        cap = na + nb;
-        buf = vx_malloc(sizeof(uint16_t) * (size_t)cap);
+/* *buf grown to at least `bytes` (its contents not kept): the calling thread's buffers below, which grow to the
+ * largest call's and are kept (a step calls the same shapes again; freed never, as the thread's other caches) */
+static void *thread_buffer(void **buf, size_t *cap, size_t bytes) {
+    if (bytes > *cap) {
+        free(*buf);
+        *cap = bytes;
+        *buf = vx_malloc(bytes);
     }
-    cpu_round_to_bf16(a, buf, na);
-    cpu_round_to_bf16(b, buf + na, nb);
-    *a16 = buf;
-    *b16 = buf + na;
+    return *buf;
 }
 
-/* A float32 tile of at least `floats` for the calling thread's job (kept, as bf16_inputs' buffer) */
+/* A and B rounded to bf16, in one buffer of the calling thread */
+static void bf16_inputs(const GemmShape *s, const float *a, const float *b, const uint16_t **a16,
+                        const uint16_t **b16) {
+    static _Thread_local void *buf;
+    static _Thread_local size_t cap;
+    const long na = gemm_span(s, s->stride_a, (long)s->m * s->k);
+    const long nb = gemm_span(s, s->stride_b, (long)s->k * s->n);
+    uint16_t *both = thread_buffer(&buf, &cap, sizeof(uint16_t) * (size_t)(na + nb));
+    cpu_round_to_bf16(a, both, na);
+    cpu_round_to_bf16(b, both + na, nb);
+    *a16 = both;
+    *b16 = both + na;
+}
+
+/* A float32 tile of `floats` for the calling thread's job */
 static float *job_tile(long floats) {
-    static _Thread_local float *buf;
-    static _Thread_local long cap;
-    if (floats > cap) {
-        free(buf);
-        cap = floats;
-        buf = vx_malloc(sizeof(float) * (size_t)cap);
-    }
-    return buf;
+    static _Thread_local void *buf;
+    static _Thread_local size_t cap;
+    return thread_buffer(&buf, &cap, sizeof(float) * (size_t)floats);
 }
 
 /* Whether a product with bf16_math runs in bf16: where each of m, n and k is at least BF16_MIN_DIM (an AMX tile's 16
@@ -151,8 +152,8 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
     if (gemm_bf16_pays(s)) bf16_inputs(s, av, bv, &a16, &b16);
     /* bf16 products with a second pass (bias, GELU, DGELU) and beta 0 go through a tile of the thread's: oneDNN's
      * bf16 matmul left its C out of cache, so the epilogue read it back from memory; with the tile the MLP's first
-     * GEMM and its GELU (1024x1536x384, 256x512 jobs) took 1.9-2.1 ms against 3.1-3.3 (2-core AMX Xeon). Not
-     * float32: sgemm leaves C in cache, and the tile's copy made that 4.5 against 4.0 ms. */
+     * GEMM with its GELU and aux (1024x1536x384, 256x512 jobs) took 1.50-1.64 ms against 2.05-2.13 (2-core AMX
+     * Xeon). Not float32: sgemm leaves C in cache, and the tile's copy made that 4.5 against 4.0 ms. */
     const int tiled = a16 && beta == 0.0f && (bias || s->epilogue != GEMM_EPI_NONE);
     const int saved = cpu_gemm_serial_begin();
 #pragma omp parallel for schedule(static) if (jobs > 1 && (double)s->batch * s->m * s->n * s->k >= GEMM_PARALLEL_MIN)
@@ -167,7 +168,7 @@ static void cpu_matmul(const GemmShape *s, const void *av, const void *bv, const
             for (long r = 0; r < rows; r++) memset(c + r * s->n, 0, sizeof(float) * (size_t)cols);
         const long a_at = i * s->stride_a + (s->trans_a ? r0 : r0 * s->k);
         const long b_at = i * s->stride_b + (s->trans_b ? col0 * s->k : col0);
-        if (s->k > 0 && a16 && tiled) { /* the product into the thread's tile, the epilogue from there into C */
+        if (tiled) { /* the product into the thread's tile, the epilogue from there into C */
             float *t = job_tile(rows * cols);
             cpu_gemm_bf16(s->trans_a, s->trans_b, (int)rows, cols, s->k, s->alpha, a16 + a_at, lda, b16 + b_at, ldb,
                           0.0f, t, cols);
