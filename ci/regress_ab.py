@@ -16,6 +16,7 @@ A parent built before the count mode existed gives no counts: said, and the gate
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -137,10 +138,16 @@ def time_pairs(new, base, config, pairs, ops, budget_ms, log, kernels=True, step
 
 # ---- count ------------------------------------------------------------------------------------------------------
 
-def count(binary, config, conv_path, rev=None):
+def conv_ops():
+    """The convolution's op names, as its spec file registers them (kernels/conv3d/conv3d_spec.c)."""
+    with open(os.path.join(ROOT, "kernels", "conv3d", "conv3d_spec.c")) as f:
+        return sorted(set(re.findall(r'"(conv3d_[a-z_]+)"', f.read())))
+
+
+def count(binary, config, conv_path, rev=None, ops=None):
     """{(op, shape): instructions of one call} under callgrind, one thread. rev: the commit binary was built from;
     when it refuses the config as a usage error (exit 2: a key this tree added), its own tree's version of the
-    config is counted instead (the shapes both have are compared)."""
+    config is counted instead (the shapes both have are compared). ops: only these ops (bench kernels --ops)."""
     out = tempfile.mkdtemp(prefix="voxscale-cg-")
     # its report goes to a folder of its own: in the tree's results/ it would be refused the second time (bench's
     # results are replaced only with --overwrite, which the parent's build may not know)
@@ -150,7 +157,7 @@ def count(binary, config, conv_path, rev=None):
             binary, "bench", "kernels", "--config", config, "--device", "cpu", "--threads", "1", "--results", results,
             # not the 512- and 4096-token reference attentions: under callgrind they took over 10 minutes (the
             # model's own attention shapes are counted)
-            "--attention-tokens", "0"],
+            "--attention-tokens", "0"] + (["--ops", ",".join(ops)] if ops else []),
            env=env)
     shutil.rmtree(results, ignore_errors=True)
     if p.returncode == 2 and rev:
@@ -161,7 +168,7 @@ def count(binary, config, conv_path, rev=None):
             with open(path, "w") as f:
                 f.write(own + "\n")
             print("ci/regress: %s refused %s (exit 2); counting its own tree's version" % (binary, config))
-            return count(binary, path, conv_path)
+            return count(binary, path, conv_path, ops=ops)
     if p.returncode != 0:
         sys.exit("ci/regress: callgrind on %s exited %d:\n%s" % (binary, p.returncode, (p.stdout + p.stderr)[-3000:]))
     got = {}
@@ -187,7 +194,10 @@ def count_ratios(new, base, configs, log, rev=None):
     sums = {}
     for config in configs:
         for path in paths:
-            n, b = count(new, config, path), count(base, config, path, rev)
+            # the second path counts the convolutions alone: the other ops do not depend on it and are kept from the
+            # first (counting them twice under valgrind took a third of the counts' two minutes)
+            ops = conv_ops() if path != paths[0] else None
+            n, b = count(new, config, path, ops=ops), count(base, config, path, rev, ops=ops)
             for key in set(n) & set(b):
                 if key[0].startswith("conv3d") or path == "im2col":  # non-conv ops once
                     op = key[0] + (" [%s]" % path if key[0].startswith("conv3d") else "")
