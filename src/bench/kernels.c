@@ -47,6 +47,7 @@
 
 #include "bench/bench.h"
 #include "bench/bench_util.h"
+#include "bench/case_arena.h"
 #include "bench/kernel_cases.h"
 #include "bench/kernel_count.h"
 #include "backend/op_check.h"
@@ -314,6 +315,9 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
 
     Probe probe = {0};
     if (!gpu) probe = probe_open();
+    const size_t copies_cap = (size_t)1 << 30; /* the copies of a case's buffers together stay under 1 GiB */
+    CaseArena arena = {0}; /* the CPU's copies, mapped once (case_arena.c: faulting them in per case took most of a run) */
+    if (!gpu) case_arena_open(&arena, copies_cap + (size_t)256 * KOP_MAX_BUFS * 4096, be->alloc, be->release);
     CaseResult *res = calloc((size_t)n_all, sizeof *res);
     VX_CHECK(res != NULL, "out of memory");
     int n_run = 0, n_failed = 0, n_want = 0;
@@ -329,7 +333,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         n_run++;
         size_t set_bytes = 0;
         for (int b = 0; b < k->nbuf; b++) set_bytes += kernel_case_bytes(k, b);
-        const size_t cap = (size_t)1 << 30; /* the copies together stay under 1 GiB */
+        const size_t cap = copies_cap;
         /* at least 128 MiB: a VM's /sys may show less cache than the host's last level really has (the 2-core
          * EPYC VM lists 8 MiB, yet ops on 36 MiB of copies there still ran above memcpy's rate) */
         const size_t target = 4 * ceil.cache_bytes > ((size_t)128 << 20) ? 4 * ceil.cache_bytes : (size_t)128 << 20;
@@ -348,7 +352,8 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         for (int s = 0; s < copies; s++) {
             sets[s] = vx_malloc(KOP_MAX_BUFS * sizeof **sets);
             for (int b = 0; b < k->nbuf; b++) {
-                sets[s][b] = be->alloc(kernel_case_bytes(k, b));
+                sets[s][b] = case_arena_take(&arena, kernel_case_bytes(k, b));
+                if (!sets[s][b]) sets[s][b] = be->alloc(kernel_case_bytes(k, b));
                 kernel_case_upload(be, k, b, host[b], sets[s][b]);
             }
         }
@@ -369,10 +374,12 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
             vx_log("  %s check FAILED: %s (error %.3g > tolerance %.3g)\n", op->name, r->detail, r->err, r->tol);
         if (ws) be->release(ws);
         for (int s = 0; s < copies; s++) {
-            for (int b = 0; b < k->nbuf; b++) be->release(sets[s][b]);
+            for (int b = 0; b < k->nbuf; b++)
+                if (!case_arena_owns(&arena, sets[s][b])) be->release(sets[s][b]);
             free(sets[s]);
         }
         free(sets);
+        case_arena_reset(&arena);
         for (int b = 0; b < k->nbuf; b++) free(host[b]);
         free(host);
         progress_add(&prog, 1);
@@ -394,6 +401,7 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         r->local_fraction = r->local_ceiling > 0 ? r->rate / r->local_ceiling : r->fraction;
     }
     if (!gpu) probe_close(&probe);
+    case_arena_close(&arena);
 
     /* ---- the report -------------------------------------------------------------------------------------- */
     bench_build_commit(commit, sizeof commit);
