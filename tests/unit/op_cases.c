@@ -449,7 +449,9 @@ static void attention(AttentionShape s, const char *what, int offset, int emu) {
     snprintf(k.shape, sizeof k.shape, "b%d h%d %dx%d d%d%s", s.batch, s.heads, s.tq, s.tk, s.d, what);
     add("attention_forward", k, offset, emu);
     add_betas("attention_backward", k, offset, emu);
-    add_betas("attention_step", k, offset, emu);
+    /* not under the host emulation: CUDA's step is its forward kernel then its backward kernel, nothing saved between
+     * (attention_cuda.cu), the two rows above; emulating it again took 45 of the emulation's 214 s */
+    add_betas("attention_step", k, offset, 0);
 }
 
 /* rows of a packed [tokens][3*heads*d] QKV projection (o and dO packed [tokens][heads*d]) */
