@@ -192,11 +192,12 @@ def count_ratios(new, base, configs, log, rev=None):
     the commit base was built from (count's fallback)."""
     paths = ["im2col", "onednn"] if has(base, "VX_CONV_CPU") else ["im2col"]
     sums = {}
+    convs = conv_ops()
     for config in configs:
         for path in paths:
             # the second path counts the convolutions alone: the other ops do not depend on it and are kept from the
             # first (counting them twice under valgrind took a third of the counts' two minutes)
-            ops = conv_ops() if path != paths[0] else None
+            ops = convs if path != paths[0] else None
             n, b = count(new, config, path, ops=ops), count(base, config, path, rev, ops=ops)
             for key in set(n) & set(b):
                 if key[0].startswith("conv3d") or path == "im2col":  # non-conv ops once

@@ -21,15 +21,15 @@
 
 enum { CASE_ARENA_PAGE = 4096 };
 
-void case_arena_open(CaseArena *a, size_t bytes, void *(*alloc)(size_t), void (*release)(void *)) {
+void case_arena_open(CaseArena *a, size_t bytes, size_t buffers, void *(*alloc)(size_t), void (*release)(void *)) {
     *a = (CaseArena){0};
 #ifdef CASE_ARENA_OFF
-    (void)bytes, (void)alloc, (void)release;
+    (void)bytes, (void)buffers, (void)alloc, (void)release;
 #else
     void *probe = alloc((size_t)1 << 20); /* above the mmap threshold kernels.c sets, as the copies are */
     a->offset = (uintptr_t)probe % CASE_ARENA_PAGE;
     release(probe);
-    const size_t size = (bytes + CASE_ARENA_PAGE - 1) / CASE_ARENA_PAGE * CASE_ARENA_PAGE;
+    const size_t size = (bytes + CASE_ARENA_PAGE - 1) / CASE_ARENA_PAGE * CASE_ARENA_PAGE + buffers * CASE_ARENA_PAGE;
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return;
     a->base = p, a->size = size;

@@ -12,10 +12,11 @@ typedef struct {
     size_t offset; /* where in its page each buffer starts: the backend allocator's own in-page offset */
 } CaseArena;
 
-/* Maps `bytes` (rounded up to pages) and measures the in-page offset of a buffer from alloc (the backend's allocator,
+/* Maps `bytes` plus a page for each of up to `buffers` buffers (each starts on a page of its own) and measures the
+ * in-page offset of a buffer from alloc (the backend's allocator,
  * released again with release). Leaves a->base NULL under AddressSanitizer, where every buffer must keep its own
  * red zones, and where the mapping fails: case_arena_take then always returns NULL. */
-void case_arena_open(CaseArena *a, size_t bytes, void *(*alloc)(size_t), void (*release)(void *));
+void case_arena_open(CaseArena *a, size_t bytes, size_t buffers, void *(*alloc)(size_t), void (*release)(void *));
 /* a buffer of `bytes` from the arena, at the same in-page offset as the backend's own, or NULL when it does not fit
  * (the caller then allocates it as before) */
 void *case_arena_take(CaseArena *a, size_t bytes);

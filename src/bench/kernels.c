@@ -316,8 +316,9 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
     Probe probe = {0};
     if (!gpu) probe = probe_open();
     const size_t copies_cap = (size_t)1 << 30; /* the copies of a case's buffers together stay under 1 GiB */
-    CaseArena arena = {0}; /* the CPU's copies, mapped once (case_arena.c: faulting them in per case took most of a run) */
-    if (!gpu) case_arena_open(&arena, copies_cap + (size_t)256 * KOP_MAX_BUFS * 4096, be->alloc, be->release);
+    enum { MAX_COPIES = 256 };
+    CaseArena arena = {0}; /* the CPU's copies, mapped once (case_arena.c says why) */
+    if (!gpu) case_arena_open(&arena, copies_cap, MAX_COPIES * KOP_MAX_BUFS, be->alloc, be->release);
     CaseResult *res = calloc((size_t)n_all, sizeof *res);
     VX_CHECK(res != NULL, "out of memory");
     int n_run = 0, n_failed = 0, n_want = 0;
@@ -333,13 +334,13 @@ int bench_kernels(Config *cfg, const BenchKernelsOptions *o) {
         n_run++;
         size_t set_bytes = 0;
         for (int b = 0; b < k->nbuf; b++) set_bytes += kernel_case_bytes(k, b);
-        const size_t cap = copies_cap;
         /* at least 128 MiB: a VM's /sys may show less cache than the host's last level really has (the 2-core
          * EPYC VM lists 8 MiB, yet ops on 36 MiB of copies there still ran above memcpy's rate) */
         const size_t target = 4 * ceil.cache_bytes > ((size_t)128 << 20) ? 4 * ceil.cache_bytes : (size_t)128 << 20;
         int copies = (int)((target + set_bytes - 1) / set_bytes) + 1;
-        if (copies > 256) copies = 256;
-        if ((size_t)copies * set_bytes > cap) copies = (int)(cap / set_bytes) > 1 ? (int)(cap / set_bytes) : 1;
+        if (copies > MAX_COPIES) copies = MAX_COPIES;
+        if ((size_t)copies * set_bytes > copies_cap)
+            copies = (int)(copies_cap / set_bytes) > 1 ? (int)(copies_cap / set_bytes) : 1;
         CaseResult *r = &res[c];
         KernelCheck chk;
         kernel_check_case(be, k, 0, 1234u + (unsigned)c, kernel_check_tolerance(k, gpu && cfg->train.tf32),
