@@ -84,7 +84,8 @@ def build_parent(rev):
 
 
 def build_this():
-    return make(ROOT, os.path.join(ROOT, "build-regress-v3"))
+    # the folder of ci/test.sh's CPU-only build and the ISA sweep's avx2 level, built with these flags
+    return make(ROOT, os.path.join(ROOT, "build", "isa-x86-64-v3"))
 
 
 def has(binary, text):

@@ -78,11 +78,14 @@ else
 fi
 
 # The CPU-only build (make CUDA=0: no nvcc, no cuDNN) must still compile and train: its CUDA entry points are the
-# stubs, the CUDA tests say why they skip. One test, about 30 s on 2 cores.
+# stubs, the CUDA tests say why they skip. One test, about 30 s on 2 cores. It is the x86-64-v3 (AVX2) build that
+# test_regress_gate.py, the ISA sweep's avx2 level and the regression gate run too (same flags, same folder): built
+# once here, not three times (each build about 26 s on 2 cores).
 stage "CPU-only build (make CUDA=0)"
-cpu_build="$BUILD/cpu-only"
+cpu_build="$BUILD/isa-x86-64-v3"
 rm -rf "$cpu_build/run" # a fresh run directory each time: a used one is refused
-if cpu_out=$( { make --no-print-directory -s CUDA=0 BUILD="$cpu_build" all "$cpu_build/tests/test_cuda_backend" &&
+if cpu_out=$( { make --no-print-directory -s -j"$(nproc)" CUDA=0 ARCH=-march=x86-64-v3 BUILD="$cpu_build" all \
+                    "$cpu_build/tests/test_cuda_backend" &&
                 "$cpu_build/voxscale" detect --config configs/default.json &&
                 "$cpu_build/tests/test_cuda_backend" &&
                 "$cpu_build/voxscale" train --config configs/default.json --set train.steps=2 --set train.val_every=0 \
@@ -161,18 +164,35 @@ case "${VX_SKIP_DOCKER:-0}" in
 esac
 
 # (tests/integration/test_docs.py is among them: the doc-tests, each runnable block of README.md and docs/*.md one case)
-stage "pytest tests/integration"
-report=$(mktemp)
-.venv/bin/python -m pytest -q -rsfE --durations=25 -p no:cacheprovider tests/integration --junitxml="$report"
-rc=$?
-if [ -s "$report" ]; then
-    # one parse of the report (ci/junit_summary.py): the counts, the doc-tests' own line, the failing cases
+# In two runs. First every test but the timed ones, on one pytest-xdist worker per core (at most 8), a file at a time
+# per worker (--dist loadfile: a file's module fixtures are made once, its tests run in order): the tests use 1.2
+# cores on average, waiting on process starts, MPI and TCP rendezvous and file I/O, so two workers on 2 cores took the
+# untimed files from 669 to 547 s, and with the slowest files started first (conftest.py) further. Then the timed
+# tests (marker `timed`: bench kernels' gates, the regression gate) alone, as before, with the cores to themselves.
+# Without pytest-xdist (ci/deps.sh installs Debian's) the first run is serial, and says so.
+pytest_run() { # REPORT ARGS...: one pytest run into a JUnit report; returns pytest's exit code
+    local report=$1; shift
+    .venv/bin/python -m pytest -q -rsfE --durations=25 -p no:cacheprovider --junitxml="$report" "$@"
+}
+stage "pytest tests/integration (all but the timed tests, on xdist workers)"
+workers=$(nproc); [ "$workers" -le 8 ] || workers=8
+if .venv/bin/python -c 'import xdist' 2>/dev/null; then xdist=(-n "$workers" --dist loadfile)
+else xdist=(); echo "pytest-xdist is not installed (ci/deps.sh installs python3-pytest-xdist): one worker"; fi
+report=$(mktemp); report_timed=$(mktemp)
+pytest_run "$report" "${xdist[@]}" -m "not timed" tests/integration; rc=$?
+stage "pytest tests/integration (the timed tests, alone)"
+pytest_run "$report_timed" -m timed tests/integration; rc_timed=$?
+reports=(); for r in "$report" "$report_timed"; do [ -s "$r" ] && reports+=("$r"); done
+if [ ${#reports[@]} -gt 0 ]; then # a run that wrote no report fails below by its exit code
+    # one parse of the reports (ci/junit_summary.py): the counts, the doc-tests' own line, the failing cases
     { read -r ptests pfail perr pskip; read -r doc_line; echo "$doc_line"
-      while IFS= read -r l; do why+=("pytest: $l"); done; } < <(/usr/bin/python3 ci/junit_summary.py "$report")
+      while IFS= read -r l; do why+=("pytest: $l"); done; } < <(/usr/bin/python3 ci/junit_summary.py "${reports[@]}")
     passed=$((passed + ptests - pfail - perr - pskip)); failed=$((failed + pfail + perr)); skipped=$((skipped + pskip))
 fi
-[ $rc -eq 0 ] || [ $rc -eq 5 ] || { [ $failed -gt 0 ] || { failed=$((failed + 1)); failed_names+=("pytest rc=$rc"); }; }
-rm -f "$report"
+for r in "$rc" "$rc_timed"; do # 5: nothing collected
+    [ "$r" -eq 0 ] || [ "$r" -eq 5 ] || { [ $failed -gt 0 ] || { failed=$((failed + 1)); failed_names+=("pytest rc=$r"); }; }
+done
+rm -f "$report" "$report_timed"
 
 # The unit tests and the ISA-sensitive integration files again under each ISA level this CPU has below its own
 # (ci/isa_sweep.sh: a build per level, VX_CPU_ISA and OPENBLAS_CORETYPE capping the dispatch), so an AVX-512 machine

@@ -2,7 +2,8 @@
 slowdown of one kernel in a test build (`make VX_TEST_SLOW=20`: upconv_phase_shuffle, the decoder's upsampling
 convolution's shuffle, redoes a fifth of its output) is
 caught by the instruction counts, which the load of a shared VM does not move, while every other op counts the same
-instructions to the one. Builds: this tree at -march=x86-64-v3 (what valgrind runs) into build-regress-v3, the
+instructions to the one. Builds: this tree at -march=x86-64-v3 (what valgrind runs) into build/isa-x86-64-v3 (the folder
+ci/test.sh's CPU-only build and the ISA sweep's avx2 level use with the same flags: already built in CI), the
 slowed copy by rebuilding only upconv_phase_cpu.o in a copy of it. About 2 minutes on 2 quiet cores."""
 import os
 import shutil
@@ -11,6 +12,8 @@ import sys
 import types
 
 import pytest
+
+pytestmark = pytest.mark.timed  # its figures are timings: run alone (conftest.py, ci/test.sh)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REGRESS = [os.path.join(ROOT, "ci", "regress")]
@@ -43,7 +46,7 @@ def rows(out):
 def builds(tmp_path_factory):
     if not shutil.which("valgrind"):
         pytest.fail("valgrind is missing: ci/deps.sh installs it")
-    v3 = os.path.join(ROOT, "build-regress-v3")
+    v3 = os.path.join(ROOT, "build", "isa-x86-64-v3")
     p = run(["make", "-j2", "CUDA=0", "ARCH=-march=x86-64-v3", "BUILD=" + v3, os.path.join(v3, "voxscale")])
     assert p.returncode == 0, p.stdout[-3000:]
     slow = str(tmp_path_factory.mktemp("slow") / "build")
