@@ -8,7 +8,8 @@
 #                    benchmark reports' charts, bench/report), chromium (headless: the report page's test) and
 #                    slurm-wlm with munge (a one-node Slurm that tests/integration/test_slurm.py starts),
 #                    libjpeg-turbo (JPEG images through its TurboJPEG API; djpeg and cjpeg, the tests' reference
-#                    decoder and encoder) and Pillow (the tests' CMYK JPEGs and PNG images)
+#                    decoder and encoder), Pillow (the tests' CMYK JPEGs and PNG images) and pytest-xdist (ci/test.sh
+#                    spreads the integration tests over the cores)
 #   .venv: a virtual environment over the system Python (so it sees Debian's torch) with pytest, tensorboard and
 #          safetensors (the reference reader and writer the weights files are checked against),
 #          and MONAI and lifelines without their dependencies (resnet3d's and Harrell's C's references), and
@@ -23,7 +24,8 @@ APT_PACKAGES=(build-essential pkg-config libcjson-dev libopenblas-dev libcmocka-
               libprotobuf-c-dev libpng-dev zlib1g-dev python3-venv python3-torch python3-numpy
               clang libclang-rt-14-dev libomp-dev openmpi-bin libopenmpi-dev libnifti2-dev python3-nibabel
               python3-sklearn python3-pandas python3-wrapt python3-astor python3-matplotlib libdnnl-dev valgrind
-              python3-psutil python3-yaml slurm-wlm munge libturbojpeg0-dev libjpeg-turbo-progs python3-pil)
+              python3-psutil python3-yaml slurm-wlm munge libturbojpeg0-dev libjpeg-turbo-progs python3-pil
+              python3-pytest-xdist)
 # Headless Chromium for the report page's test: Debian's chromium is the browser itself; Ubuntu's is a stub that
 # installs a snap, which containers (the test image on NVIDIA's Ubuntu) cannot run, so there the test skips and says so.
 if grep -q '^ID=debian' /etc/os-release 2>/dev/null; then APT_PACKAGES+=(chromium); fi

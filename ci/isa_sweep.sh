@@ -69,6 +69,11 @@ for l in $levels; do
         echo "ci/isa_sweep.sh: $l is not a level below this CPU's own ($top; it has: ${own[*]})" >&2; exit 2; }
 done
 
+# The subset's files on one pytest-xdist worker per core (at most 8), a file at a time per worker, as ci/test.sh runs
+# the untimed tests (none of the subset is timed). --full runs one worker: its timed tests need the cores to
+# themselves. Serial too without pytest-xdist (ci/deps.sh installs it).
+workers=$(nproc); [ "$workers" -le 8 ] || workers=8
+xdist=(); [ $full -eq 0 ] && "$PY" -c 'import xdist' 2>/dev/null && xdist=(-n "$workers" --dist loadfile)
 total_p=0; total_f=0; total_s=0; summary=()
 for level in $levels; do
     case $level in
@@ -103,8 +108,8 @@ for level in $levels; do
     if [ $full -eq 1 ]; then files=(tests/integration); select=(); else
         files=("${SUBSET[@]/#/tests/integration/}"); select=(-k "$SUBSET_DESELECT"); fi
     report=$(mktemp)
-    env "${env_level[@]}" BUILD="$build" "$PY" -m pytest -q -rfE -p no:cacheprovider "${files[@]}" "${select[@]}" \
-        ${ISA_SWEEP_PYTEST:-} --junitxml="$report" >"$build.pytest.log" 2>&1
+    env "${env_level[@]}" BUILD="$build" "$PY" -m pytest -q -rfE -p no:cacheprovider "${xdist[@]}" "${files[@]}" \
+        "${select[@]}" ${ISA_SWEEP_PYTEST:-} --junitxml="$report" >"$build.pytest.log" 2>&1
     grep -E '^(FAILED|ERROR) ' "$build.pytest.log" | sed "s/^/isa $level: /"
     tail -1 "$build.pytest.log"
     if [ -s "$report" ]; then

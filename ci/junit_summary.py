@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""ci/junit_summary.py REPORT.xml: what ci/test.sh and ci/isa_sweep.sh read of pytest's JUnit report, parsed once.
+"""ci/junit_summary.py REPORT.xml [REPORT.xml...]: what ci/test.sh and ci/isa_sweep.sh read of pytest's JUnit reports
+(ci/test.sh writes two: the tests run on xdist workers, then the timed ones alone), parsed once.
 
 Prints, one per line:
-  1. "TESTS FAILURES ERRORS SKIPPED" (the suite's counts);
+  1. "TESTS FAILURES ERRORS SKIPPED" (the suite's counts, summed over the reports);
   2. the doc-tests' own count: "doc-tests (tests/integration/test_docs.py: README.md and docs/*.md): N run, N failed"
      (issue 36: a documented command that fails fails CI);
   3. then each failing or erroring case, "file::test: message" (its first 160 characters, one line), at most 10 and
@@ -13,11 +14,15 @@ import xml.etree.ElementTree as ET
 
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a reader that stops early (head) ends us quietly
 
-root = ET.parse(sys.argv[1]).getroot()
-suite = root if root.tag == "testsuite" else root.find("testsuite")
-print(suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped"))
+counts, cases = [0, 0, 0, 0], []
+for path in sys.argv[1:]:
+    root = ET.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    for i, key in enumerate(("tests", "failures", "errors", "skipped")):
+        counts[i] += int(suite.get(key))
+    cases += root.iter("testcase")
+print(*counts)
 
-cases = list(root.iter("testcase"))
 bad = [(c, b) for c in cases for b in list(c.findall("failure")) + list(c.findall("error"))]
 docs = [c for c in cases if c.get("classname", "").endswith("test_docs")]
 docs_bad = sum(1 for c in docs if c.find("failure") is not None or c.find("error") is not None)

@@ -16,6 +16,15 @@ VOXSCALE = os.path.abspath(os.environ.get("VOXSCALE") or os.path.join(BUILD, "vo
 TESTS = os.path.abspath(os.environ.get("VX_TESTS") or os.path.join(BUILD, "tests"))
 TOOLS = os.path.join(BUILD, "tests", "tools")
 
+# On pytest-xdist workers (ci/test.sh runs one per core) two tests' processes share the cores, and OpenMP's default
+# wait (spin, then sleep) turns every barrier of a 2-thread run into a wait for a descheduled thread: on the 2-core CI
+# VM vit3d-diffusion-tiny's training took 14 s alone and 219 s with a second one beside it (GOMP_SPINCOUNT 1000: 50 s),
+# and 18 s beside it with passive waits. So the workers' runs, and the PyTorch references in the workers, wait
+# passively (alone that run takes 46-54 s, the price of a wake-up from an idle vCPU; beside another it is the pair's
+# 18). Set before anything starts an OpenMP runtime; a caller's own OMP_WAIT_POLICY stands.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def conv_choices_of_this_session(tmp_path_factory):
@@ -92,6 +101,23 @@ def built_binary():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "host_only: a check of a GPU test file's own logic, run without a GPU too")
+    config.addinivalue_line("markers", "timed: times the code and gates on it (bench kernels' and the regression "
+                            "gate's tests): ci/test.sh runs these alone, after the others, with the cores to themselves")
+
+
+# The files that take longest, slowest first (measured on the 2-core CI machines, 2026-12-03: 35-160 s each where the
+# median file takes under 3 s). ci/test.sh spreads the files over pytest-xdist workers (--dist loadfile), which hand
+# each worker the next file in collection order as it runs short of work: started first, these end beside the
+# short files instead of alone at the end (test_zero.py last, alphabetically, left one worker idle for 2 minutes).
+# Only the order changes, never what runs; a file not listed keeps its place after them.
+SLOWEST_FILES = ["test_zero.py", "test_monai.py", "test_two_hosts.py", "test_report.py", "test_real_launchers.py",
+                 "test_comm.py", "test_predict_diffusion.py", "test_vit3d_diffusion.py", "test_vit3d_cascade.py",
+                 "test_memory_savers.py", "test_docs.py", "test_bench_scaling.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))  # stable: the rest in order
 
 
 def pytest_report_header(config):

@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.timed  # its figures are timings: run alone (conftest.py, ci/test.sh)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, os.environ.get("BUILD", "build"), "voxscale")
 REGRESS = [os.path.join(ROOT, "ci", "regress"), "--no-parent"]
