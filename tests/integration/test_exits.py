@@ -39,10 +39,14 @@ def test_a_rank_killed_under_mpirun_leaves_a_voxscale_line_from_the_others(tmp_p
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 environ = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
+                cmdline = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
                 exe = os.readlink("/proc/%s/exe" % pid)
             except OSError:
                 continue
-            if exe == os.path.realpath(VOXSCALE) and b"OMPI_COMM_WORLD_RANK=1" in environ:
+            # this run's rank 1 only (its --out folder on the command line): any other voxscale rank 1 on the
+            # machine, another test's on a pytest-xdist worker or a user's, is not ours to kill
+            if exe == os.path.realpath(VOXSCALE) and b"OMPI_COMM_WORLD_RANK=1" in environ and \
+                    str(out).encode() in cmdline:
                 victim = int(pid)
     assert victim, "rank 1 never started"
     os.kill(victim, signal.SIGKILL)
