@@ -1,4 +1,5 @@
 """Shared helpers for the integration tests: they drive the real build/voxscale binary."""
+import glob
 import json
 import os
 import shutil
@@ -68,6 +69,22 @@ def run(*args, check=True, timeout=600, env=None):
     if check and p.returncode != 0:
         raise AssertionError("voxscale %s failed (%d):\n%s\n%s" % (" ".join(map(str, args)), p.returncode, p.stdout, p.stderr))
     return p
+
+
+def rank_pids(marker, rank_var, rank):
+    """Pids of voxscale processes whose command line holds marker (a run's own --out folder: never another test's or a
+    user's run on the machine) and whose environment has rank_var=rank."""
+    pids = []
+    for d in glob.glob("/proc/[0-9]*"):
+        try:
+            cmd = open(d + "/cmdline", "rb").read().split(b"\0")
+            env = open(d + "/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"voxscale") and marker.encode() in cmd and \
+                ("%s=%d" % (rank_var, rank)).encode() in env:
+            pids.append(int(d[6:]))
+    return pids
 
 
 # mpirun as the multi-rank tests start it: as root, more ranks than cores, without shared-memory single copies

@@ -3,7 +3,6 @@
 same model as one process (float32 sums in another order: within 1e-5), gradient accumulation and resume across
 world sizes included; a stopped rank meets the watchdog, a killed one ends the run; the bucket all-reduces overlap
 backward."""
-import glob
 import json
 import os
 import signal
@@ -14,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import MPIRUN, ROOT, VOXSCALE, metrics, mpi, needs_mpirun, run
+from conftest import MPIRUN, ROOT, VOXSCALE, metrics, mpi, needs_mpirun, rank_pids, run
 
 TINY = "configs/test/tiny.json"
 HEADER = struct.Struct("<8sIIQQqqqqd")
@@ -129,21 +128,6 @@ def test_a_torchrun_environment_is_read(tmp_path, single):
     assert [p.returncode for p in procs] == [0, 0], outs
     assert "2 ranks (torchrun)" in outs[0][0]
     assert_same_training(out, single, 20)
-
-
-def rank_pids(marker, rank_var, rank):
-    """Pids of voxscale processes whose command line holds marker and whose environment has rank_var=rank."""
-    pids = []
-    for d in glob.glob("/proc/[0-9]*"):
-        try:
-            cmd = open(d + "/cmdline", "rb").read().split(b"\0")
-            env = open(d + "/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"voxscale") and marker.encode() in cmd and \
-                ("%s=%d" % (rank_var, rank)).encode() in env:
-            pids.append(int(d[6:]))
-    return pids
 
 
 def start_long_run(argv, out):

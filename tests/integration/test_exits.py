@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import MPIRUN, ROOT, VOXSCALE, needs_mpirun, run
+from conftest import MPIRUN, ROOT, VOXSCALE, needs_mpirun, rank_pids, run
 
 
 @needs_mpirun
@@ -36,18 +36,9 @@ def test_a_rank_killed_under_mpirun_leaves_a_voxscale_line_from_the_others(tmp_p
         time.sleep(0.3)
         if not (out / "metrics.jsonl").exists() or "loss" not in (out / "metrics.jsonl").read_text():
             continue
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                environ = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
-                cmdline = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
-                exe = os.readlink("/proc/%s/exe" % pid)
-            except OSError:
-                continue
-            # this run's rank 1 only (its --out folder on the command line): any other voxscale rank 1 on the
-            # machine, another test's on a pytest-xdist worker or a user's, is not ours to kill
-            if exe == os.path.realpath(VOXSCALE) and b"OMPI_COMM_WORLD_RANK=1" in environ and \
-                    str(out).encode() in cmdline:
-                victim = int(pid)
+        # this run's rank 1 only (rank_pids matches its --out folder): another test's on a pytest-xdist worker, or
+        # a user's, is not ours to kill
+        victim = next(iter(rank_pids(str(out), "OMPI_COMM_WORLD_RANK", 1)), None)
     assert victim, "rank 1 never started"
     os.kill(victim, signal.SIGKILL)
     _, err = p.communicate(timeout=120)
