@@ -189,7 +189,9 @@ if [ $DRY = 0 ]; then
     export VX_STAGE=$WORK/stage VX_BIN=$WORK/stage/voxscale VX_TESTS=$WORK/stage/tests
     libpath=$(vx_lib_path "$VX_STAGE")
     # zlib and libgomp are carried as a fallback only: used when this machine lacks them
-    if LD_LIBRARY_PATH=$libpath ldd "$VX_BIN" "$VX_TESTS"/* 2>/dev/null | grep -q 'not found'; then
+    # ldd's output whole, then grep: piped, grep -q quits at the first match and, under pipefail, ldd's SIGPIPE
+    # would make the test false exactly when a library is missing
+    if grep -q 'not found' <<<"$(LD_LIBRARY_PATH=$libpath ldd "$VX_BIN" "$VX_TESTS"/* 2>/dev/null)"; then
         libpath=$libpath:$VX_STAGE/lib-common
     fi
     export LD_LIBRARY_PATH=$libpath

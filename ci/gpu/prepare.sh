@@ -75,7 +75,8 @@ done < <(ldd "$stage/voxscale" "$stage"/tests/* | awk '/=>/ {print $1, $3}' | so
 for g in "${gathered[@]}"; do printf '  %-30s %6.1f MiB\n' "$g" "$(du -bL "$stage/$g" | awk '{print $1 / 1048576}')"; done
 
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo true || echo false)
+changes=$(git status --porcelain 2>/dev/null || true) # whole, not piped into grep -q (pipefail: its SIGPIPE)
+dirty=$([ -n "$changes" ] && grep -qv '^??' <<<"$changes" && echo true || echo false)
 /usr/bin/env python3 - "$stage/prepare.json" "$commit" "$dirty" "$ARCH" "$cuda_info" "$built" "${gathered[@]}" <<'PY'
 import json, platform, socket, sys, time
 out, commit, dirty, arch, cuda_info, built, *libs = sys.argv[1:]
