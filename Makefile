@@ -1,6 +1,6 @@
 # voxscale build. `make` builds build/voxscale; `make run` trains the default config; `make test` runs every test.
-# The CUDA objects (*.cu) are compiled for sm_80 and sm_90 (plus PTX for newer GPUs) whenever nvcc is found (and
-# then cuDNN, CUPTI and cuBLAS must be found too, see below); `make CUDA=0` forces a CPU-only build. ARCH sets the
+# The CUDA objects (*.cu) are compiled for CUDA_ARCHS (sm_80 and sm_90, plus PTX for newer GPUs) whenever nvcc is found
+# (and then cuDNN, CUPTI and cuBLAS must be found too, see below); `make CUDA=0` forces a CPU-only build. ARCH sets the
 # host code's target (-march=x86-64-v3 for a binary that runs on other x86-64 machines). Fragments in mk/*.mk add modules with build steps of their own.
 
 BUILD    ?= build
@@ -9,7 +9,12 @@ ARCH     ?= -march=native
 PYTHON   ?= $(CURDIR)/.venv/bin/python
 CUDA_HOME ?= /usr/local/cuda
 comma    := ,
+space    := $(subst ,, )
 NVCC     ?= $(CUDA_HOME)/bin/nvcc
+# The compute capabilities the CUDA objects carry machine code for, ascending (80: A100; 90: H100, H200), and PTX of
+# the last, which newer GPUs compile when the binary loads. `make CUDA_ARCHS=90` builds for Hopper alone: nvcc then
+# compiles each file's device code once, not twice (plus the PTX). The binary reports the list (--version, detect).
+CUDA_ARCHS ?= 80 90
 
 PKGS     := libcjson zlib libpng libturbojpeg
 # -fno-trapping-math: nothing here reads the floating-point exception flags, and without it gcc 12 will not
@@ -48,11 +53,12 @@ ifneq ($(CUDA),0)
   endif
 endif
 ifeq ($(CUDA),1)
+  CUDA_GENCODE := $(foreach A,$(CUDA_ARCHS),-gencode arch=compute_$A$(comma)code=sm_$A) \
+                  -gencode arch=compute_$(lastword $(CUDA_ARCHS))$(comma)code=compute_$(lastword $(CUDA_ARCHS))
   CUDA_INCS := $(call vx_uniq,$(CUDA_HOME)/include $(CUDNN_INC) $(CUPTI_INC) $(CUBLAS_INC))
   NVCCFLAGS := -O3 -std=c++17 -Isrc -Ikernels -I$(BUILD)/gen $(addprefix -I,$(CUDA_INCS)) -DVX_CUDA=1 \
                -Xcompiler -Wall,-Werror,-fopenmp \
-               -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-               -gencode arch=compute_90,code=compute_90 -MMD -MP
+               $(CUDA_GENCODE) -MMD -MP
   CFLAGS    += -DVX_CUDA=1 $(addprefix -I,$(CUDA_INCS))
   # cudart is linked statically so the binary needs only the driver, cuDNN and NCCL at run time (cuBLAS for bench's
   # ceiling and CUPTI for --profile are loaded with dlopen when first used), found through LD_LIBRARY_PATH or the
@@ -92,6 +98,12 @@ VX_BUILD_INFO := \#define VX_VERSION "$(call vx_c_string,$(VX_VERSION))"\n\#defi
 VX_BUILD_INFO_H := $(BUILD)/gen/vx_build_info.h
 $(shell mkdir -p $(BUILD)/gen && printf '$(VX_BUILD_INFO)' | cmp -s - $(VX_BUILD_INFO_H) || \
         printf '$(VX_BUILD_INFO)' > $(VX_BUILD_INFO_H))
+# The CUDA_ARCHS the objects were compiled for, as the binary reports them: a header of its own (vx_build_info.h
+# changes with every commit, and the files that say the list, cuda_device.cu among them, would recompile each time),
+# rewritten only when the list changes; the CUDA objects depend on it, so a new list recompiles them all.
+VX_CUDA_ARCHS_H := $(BUILD)/gen/vx_cuda_archs.h
+VX_CUDA_ARCHS_INFO := \#define VX_CUDA_ARCHS "$(subst $(space),$(comma)$(space),$(addprefix sm_,$(strip $(CUDA_ARCHS)))), PTX"\n
+$(shell printf '$(VX_CUDA_ARCHS_INFO)' | cmp -s - $(VX_CUDA_ARCHS_H) || printf '$(VX_CUDA_ARCHS_INFO)' > $(VX_CUDA_ARCHS_H))
 
 .PHONY: all deps run test unit-test integration-test bench bench-venv clean venv cuda-info
 all: $(BUILD)/voxscale
@@ -107,7 +119,7 @@ $(BUILD)/%.o: %.c $(BUILD_MODE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu $(BUILD_MODE)
+$(BUILD)/%.cu.o: %.cu $(BUILD_MODE) $(VX_CUDA_ARCHS_H)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/cuda_check.h"
+#include "vx_cuda_archs.h"
 
 /* ---- state ------------------------------------------------------------------------------------------------ */
 
@@ -49,7 +50,8 @@ const char *vx_cuda_hint(cudaError_t e) {
     case cudaErrorInsufficientDriver: return "the NVIDIA driver is older than this build's CUDA 13: update the driver";
     case cudaErrorNoDevice: return "no GPU is visible: check nvidia-smi and CUDA_VISIBLE_DEVICES";
     case cudaErrorNoKernelImageForDevice:
-        return "this build has code for sm_80/sm_90 (+PTX 9.0) only: the GPU needs compute capability 8.0 or newer";
+        return "this build has no code this GPU can run (it has " VX_CUDA_ARCHS "): voxscale needs compute capability "
+               "8.0 or newer; rebuild with make CUDA_ARCHS naming this GPU's (80 for an A100 or any 8.x GPU)";
     case cudaErrorIllegalAddress:
     case cudaErrorMisalignedAddress:
         return "a kernel accessed memory out of bounds: rerun under compute-sanitizer, or with VX_CUDA_SYNC=1 to name "

@@ -17,6 +17,7 @@
 #include "core/build_version.h"
 #include "hw/hw.h"
 #include "vx_build_info.h"
+#include "vx_cuda_archs.h"
 
 void version_print(FILE *out, const char *prefix) {
     fprintf(out, "voxscale %s\n", build_version());
@@ -34,7 +35,7 @@ void version_print(FILE *out, const char *prefix) {
     char found[1024];
     snprintf(found, sizeof found, "%s", VX_CUDA_FOUND);
     for (size_t n = strlen(found); n > 0 && (found[n - 1] == ';' || found[n - 1] == ' ');) found[--n] = 0;
-    fprintf(out, "%sCUDA: built with %s (sm_80, sm_90, PTX); libraries found at build time: %s\n", prefix, built,
+    fprintf(out, "%sCUDA: built with %s (" VX_CUDA_ARCHS "); libraries found at build time: %s\n", prefix, built,
             found);
     fprintf(out, "%sCUDA at run time: %s\n", prefix, loaded);
 #else

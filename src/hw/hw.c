@@ -11,6 +11,7 @@
 #include "conv3d/conv3d.h"
 #include "core/util.h"
 #include "graph/model.h"
+#include "vx_cuda_archs.h"
 
 #ifndef VX_CUDA
 int hw_cuda_query(HwGpu *gpus, int max, char *reason, size_t reason_len) {
@@ -117,7 +118,7 @@ void hw_print(const HwInfo *hw) {
 #ifdef VX_CUDA
     hw_cuda_build_versions(versions, sizeof versions);
 #endif
-    printf("cuda: %s%s%s\n", hw->cuda_built ? "built in (sm_80, sm_90, PTX)" : "not built in",
+    printf("cuda: %s%s%s\n", hw->cuda_built ? "built in (" VX_CUDA_ARCHS ")" : "not built in",
            versions[0] ? "; built with " : "", versions);
     if (hw->n_gpus == 0) printf("gpus: %s (%s)\n", hw_no_gpu(hw), hw->gpu_reason);
     for (int i = 0; i < hw->n_gpus; i++) {

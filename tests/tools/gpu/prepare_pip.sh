@@ -8,6 +8,7 @@
 #     cuBLAS, loaded with dlopen when first used, are not linked and load from the wheel layout through that path;
 #   - the RUNPATH names the directories the libraries were found in, not /usr/local/cuda;
 #   - test_cudnn_descriptors from the archive runs against the wheel layout's cuDNN and passes;
+#   - its voxscale reports the device code it was built with (CUDA_ARCHS=90 here: "sm_90, PTX");
 #   - with libcjson taken out of the archive's lib/, the check fails and names it (the check can fail).
 # Prints what it checked; exit 0 when all hold.
 set -uo pipefail
@@ -21,6 +22,10 @@ python3 tests/tools/pip_layout.py "$scratch/layout" || exit 1
 site=$scratch/layout/site-packages
 export CUDA_HOME=$scratch/layout/toolkit
 export NVIDIA_PYTHON="env PYTHONPATH=$site /usr/bin/python3"
+# Device code for sm_90 alone (the Makefile's CUDA_ARCHS): this check is about where the libraries are found, which
+# no gencode changes, and each .cu then compiles its device code once instead of twice plus PTX. The build must
+# report the list it was given (below).
+export CUDA_ARCHS=90
 fail() { echo "FAIL: $*"; exit 1; }
 
 VX_GPU_OBJ=$scratch/obj VX_GPU_DIR=$scratch/carry bash ci/gpu.sh --prepare >"$scratch/prepare.log" 2>&1 ||
@@ -56,6 +61,12 @@ echo "RUNPATH: $runpath"
 LD_LIBRARY_PATH=$path "$stage/tests/test_cudnn_descriptors" >"$scratch/descriptors.log" 2>&1 ||
     { tail -20 "$scratch/descriptors.log"; fail "test_cudnn_descriptors from the archive, on the wheel layout's cuDNN"; }
 echo "test_cudnn_descriptors from the archive: $(grep -h 'PASSED' "$scratch/descriptors.log")"
+
+# the build says which device code it carries: CUDA_ARCHS=90 above, where a default build says (sm_80, sm_90, PTX)
+archs=$(LD_LIBRARY_PATH=$path "$stage/voxscale" detect --device cpu --config configs/test/tiny.json 2>&1 |
+    sed -n 's/^cuda: built in (\([^)]*\)).*/\1/p')
+[ "$archs" = "sm_90, PTX" ] || fail "detect says the build carries '$archs', not CUDA_ARCHS=90's 'sm_90, PTX'"
+echo "device code, as detect reports it: $archs"
 
 rm "$stage/lib/libcjson.so.1"
 if out=$(vx_ldd_check "$path" "$stage/voxscale"); then fail "the check passed without libcjson in the archive"; fi
