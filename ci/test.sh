@@ -69,7 +69,8 @@ if python3 tests/tools/check_layers.py --report --objects "$BUILD"; then passed=
 # The CUDA backend's own kernels, run on the CPU under a host emulation of the execution model against the CPU
 # ops: checks their indexing, partitions and reductions on machines without a GPU (the real GPU tests are
 # the CUDA halves of test_backend_ops, test_cuda_backend and tests/integration/test_cuda.py, which skip here). One
-# test, about four minutes on 2 cores (the sanitizer builds, then some 2000 op cases in three storage types).
+# test, 5 to 7 minutes in CI on 2 cores beside the Docker check (the sanitizer builds, then some 2000 op cases in three
+# storage types).
 stage "tests/tools/cuda_emu (CUDA kernels under host emulation)"
 if emu_out=$(bash tests/tools/cuda_emu/run.sh 2>&1); then
     printf '%s\n' "$emu_out"; passed=$((passed + 1))

@@ -9,8 +9,8 @@
 # write past any buffer (the test buffers have no slack) or a float4 access through a pointer that is not 16-byte
 # aligned (the emulated float4 is alignas(16), as CUDA's) aborts the run, standing in for compute-sanitizer
 # memcheck and the GPU's misaligned-address fault. It cannot check device math, warp scheduling or timing.
-# Usage: bash tests/tools/cuda_emu/run.sh   (needs g++ with C++20 <barrier>, python3, OpenBLAS; about four minutes
-# on 2 cores)
+# Usage: bash tests/tools/cuda_emu/run.sh   (needs g++ with C++20 <barrier>, python3, OpenBLAS; 5 to 7 minutes
+# in CI on 2 cores, beside the Docker check)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
