@@ -53,6 +53,9 @@ ifneq ($(CUDA),0)
   endif
 endif
 ifeq ($(CUDA),1)
+  ifneq ($(shell printf '%s' '$(strip $(CUDA_ARCHS))' | grep -Exq '[0-9]{2,3}( [0-9]{2,3})*' || echo bad),)
+    $(error CUDA_ARCHS="$(CUDA_ARCHS)" is not a list of compute capabilities: give numbers, ascending, as CUDA_ARCHS="80 90" (or CUDA_ARCHS=90 for H100/H200 alone))
+  endif
   CUDA_GENCODE := $(foreach A,$(CUDA_ARCHS),-gencode arch=compute_$A$(comma)code=sm_$A) \
                   -gencode arch=compute_$(lastword $(CUDA_ARCHS))$(comma)code=compute_$(lastword $(CUDA_ARCHS))
   CUDA_INCS := $(call vx_uniq,$(CUDA_HOME)/include $(CUDNN_INC) $(CUPTI_INC) $(CUBLAS_INC))
