@@ -432,6 +432,10 @@ static void run_child_and_check(const char *dir, int how) {
         for (int i = 0; i < 20; i++) tb_writer_add_scalar(w, "loss", i, i * 0.5, 0);
         if (how == 0) exit(0); /* no close: the atexit flush must save the records */
         if (how == -1) vx_exit_now(3); /* the quick way out after an aborted collective: at_quick_exit's flush */
+        /* the signal's default first: the writer gives an inherited disposition back after its flush, and a run
+         * started in the background without job control (nohup, `cmd &` in a script) inherits SIGINT ignored, where
+         * the re-raised signal would not end the child */
+        signal(how, SIG_DFL);
         tb_writer_install_signal_handlers();
         raise(how);
         _exit(11); /* not reached: the re-raised signal ends the child */
