@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "bench/bench.h"
 #include "bench/bench_util.h"
+#include "bench/scaling_model.h"
 #include "core/fsutil.h"
 #include "core/util.h"
 #include "parallel/comm.h"
@@ -145,25 +146,16 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
     vx_log("# Out of bounds values : %ld %s\n# Avg bus bandwidth    : %g \n#\n", wrong, wrong ? "FAILED" : "OK",
            nr ? bus_sum / nr : 0.0);
 
-    /* the alpha-beta fit: T = c0 + c1 S with c0 = 2(n-1) a and c1 = 2(n-1)/(n B) */
+    /* the alpha-beta fit (scaling_model.c) */
     double fit_a = 0, fit_b = 0, fit_err = 0;
+    const char *fit_method = "none";
     if (n > 1 && nr >= 2) {
-        /* least squares on relative error (weights 1/T^2): the small sizes' latency counts as much as the large
-         * sizes' bandwidth, which plain least squares would let the largest message decide alone */
-        double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-        for (int i = 0; i < nr; i++) {
-            const double w = 1.0 / (rows[i].time_ip * rows[i].time_ip), x = rows[i].bytes, y = rows[i].time_ip;
-            sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
-        }
-        const double c1 = (sw * sxy - sx * sy) / (sw * sxx - sx * sx), c0 = (sy - c1 * sx) / sw;
-        fit_a = (c0 > 0 ? c0 : 0) / (2.0 * (n - 1));
-        fit_b = c1 > 0 ? 2.0 * (n - 1) / n / c1 : 0;
-        for (int i = 0; i < nr; i++) {
-            const double model = (c0 > 0 ? c0 : 0) + c1 * rows[i].bytes, e = fabs(model / rows[i].time_ip - 1);
-            if (rows[i].bytes >= (1 << 20) && e > fit_err) fit_err = e; /* where bandwidth dominates */
-        }
-        vx_log("# alpha-beta ring fit (in-place): a = %.2f us per step, B = %.2f GB/s bus bandwidth; worst error "
-               "%.0f%% at 1 MiB and above\n", fit_a * 1e6, fit_b * 1e-9, 100 * fit_err);
+        double sizes[64], secs[64];
+        for (int i = 0; i < nr; i++) sizes[i] = rows[i].bytes, secs[i] = rows[i].time_ip;
+        const RingFit fit = scaling_fit_ring(n, nr, sizes, secs);
+        fit_a = fit.alpha, fit_b = fit.bus, fit_err = fit.worst_error, fit_method = fit.method;
+        vx_log("# alpha-beta ring fit (in-place, %s): a = %.2f us per step, B = %.2f GB/s bus bandwidth; worst "
+               "error %.0f%% at 1 MiB and above\n", fit_method, fit_a * 1e6, fit_b * 1e-9, 100 * fit_err);
     }
 
     if (c->rank == 0) {
@@ -200,6 +192,7 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
         cJSON_AddNumberToObject(fit, "alpha_us", fit_a * 1e6);
         cJSON_AddNumberToObject(fit, "bus_gbps", fit_b * 1e-9);
         cJSON_AddNumberToObject(fit, "worst_error_1mib_up", fit_err);
+        cJSON_AddStringToObject(fit, "method", fit_method);
         snprintf(path, sizeof path, "allreduce_%dranks.json", n);
         bench_write_json(dir, path, j, o->overwrite);
         char md[16384];
@@ -214,9 +207,10 @@ int bench_allreduce(const BenchAllreduceOptions *o) {
                                     rows[i].bytes / rows[i].time_ip * 1e-9 * bus, rows[i].wrong_ip + rows[i].wrong_oop,
                                     rows[i].time_oop * 1e6);
         len += (size_t)snprintf(md + len, sizeof md - len,
-                                "\nAvg bus bandwidth %.3f GB/s. Alpha-beta ring fit: a = %.2f us per step, B = %.2f GB/s "
-                                "(worst error %.0f%% from 1 MiB up). Commit %s; launcher %s.\n",
-                                nr ? bus_sum / nr : 0.0, fit_a * 1e6, fit_b * 1e-9, 100 * fit_err, commit, env.launcher);
+                                "\nAvg bus bandwidth %.3f GB/s. Alpha-beta ring fit (%s): a = %.2f us per step, B = %.2f "
+                                "GB/s (worst error %.0f%% from 1 MiB up). Commit %s; launcher %s.\n",
+                                nr ? bus_sum / nr : 0.0, fit_method, fit_a * 1e6, fit_b * 1e-9, 100 * fit_err, commit,
+                                env.launcher);
         snprintf(path, sizeof path, "allreduce_%dranks.md", n);
         bench_write_text(dir, path, md, len, o->overwrite);
         vx_log("written: %s/allreduce_%dranks.{json,md}\n", dir, n);

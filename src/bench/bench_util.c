@@ -5,6 +5,7 @@
 #include <cJSON.h>
 #include <omp.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,4 +142,19 @@ void bench_parallel_copy(void *dst, const void *src, size_t bytes) {
         const size_t chunk = (bytes / (size_t)nt + 63) & ~(size_t)63, lo = chunk * (size_t)t;
         if (lo < bytes) memcpy((char *)dst + lo, (const char *)src + lo, lo + chunk > bytes ? bytes - lo : chunk);
     }
+}
+
+void bench_log_tail(const char *path, size_t most, char *out, size_t len) {
+    size_t n = 0;
+    char *text = fs_read_file(path, 1 << 20, &n);
+    snprintf(out, len, "%s", text ? text + (n > most ? n - most : 0) : "(its log is unreadable)");
+    free(text);
+}
+
+double bench_load_average(void) {
+    double v = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", &v) != 1) v = NAN;
+    if (f) fclose(f);
+    return v;
 }

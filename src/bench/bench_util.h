@@ -38,3 +38,7 @@ void bench_write_json(const char *dir, const char *name, cJSON *j, int overwrite
 void bench_write_text(const char *dir, const char *name, const char *text, size_t len, int overwrite);
 /* memcpy split over the OpenMP threads: the copy ceiling's and its probe's way of copying. */
 void bench_parallel_copy(void *dst, const void *src, size_t bytes);
+/* The last `most` bytes of a child's log in `out`: what a message shows before its scratch folder is removed. */
+void bench_log_tail(const char *path, size_t most, char *out, size_t len);
+/* The 1-minute load average (/proc/loadavg), NAN where unreadable: on a shared machine, what else was running. */
+double bench_load_average(void);

@@ -231,7 +231,9 @@ static double measure_run(const BenchScalingOptions *o, const char *tmp, int mod
     const int rc = run_child((char *const *)argv, log);
     *comm_ms = *data_ms = NAN;
     if (rc != 0) {
-        vx_log("bench scaling: the %d-rank %s run exited %d; its output: %s\n", n, mode ? "strong" : "weak", rc, log);
+        char tail_out[640];
+        bench_log_tail(log, 600, tail_out, sizeof tail_out); /* the log goes with the scratch folder */
+        vx_log("bench scaling: the %d-rank %s run exited %d; it ended: %s\n", n, mode ? "strong" : "weak", rc, tail_out);
         return NAN;
     }
     return run_step_time(dir, comm_ms, data_ms);
@@ -248,7 +250,13 @@ static int measure_interconnect(const char *tmp, int n, double *alpha, double *b
                                      "--results", res, NULL};
     int na = mpirun_head(argv, nbuf);
     for (size_t i = 0; i < sizeof tail / sizeof *tail; i++) argv[na++] = tail[i];
-    if (run_child((char *const *)argv, log) != 0) return 0;
+    if (run_child((char *const *)argv, log) != 0) {
+        char tail_out[640];
+        bench_log_tail(log, 600, tail_out, sizeof tail_out); /* the log goes with the scratch folder */
+        vx_log("bench scaling: bench allreduce on %d CPU ranks failed, no measured link there; it ended: %s\n", n,
+               tail_out);
+        return 0;
+    }
     char cmd[1500];
     snprintf(cmd, sizeof cmd, "ls %s/*/allreduce_%dranks.json 2>/dev/null", res, n);
     FILE *p = popen(cmd, "r");
@@ -269,15 +277,6 @@ static int measure_interconnect(const char *tmp, int n, double *alpha, double *b
     if (!(b > 0)) return 0;
     *alpha = a * 1e-6, *bus = b * 1e9;
     return 1;
-}
-
-/* The 1-minute load average (/proc/loadavg), NAN where unreadable: on a shared machine, what else was running. */
-static double load_average(void) {
-    double v = NAN;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f && fscanf(f, "%lf", &v) != 1) v = NAN;
-    if (f) fclose(f);
-    return v;
 }
 
 /* ---- the chart: drawn by the report script (bench/report/report.py, matplotlib) ------------------------------ */
@@ -371,7 +370,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     const int measure_max = o->measure_max > 0 ? o->measure_max : gpu ? n_gpus : 4;
     const int use_mpi = !gpu && have_mpirun();
     const int b = cfg->train.batch_size > 0 ? cfg->train.batch_size : 1, global = b * max_count;
-    const double load_before = load_average();
+    const double load_before = bench_load_average();
     char tmp[] = "/tmp/voxscale-scaling-XXXXXX";
     VX_CHECK(mkdtemp(tmp) != NULL, "bench scaling: cannot make a scratch directory in /tmp");
 
@@ -490,7 +489,7 @@ int bench_scaling(Config *cfg, const BenchScalingOptions *o) {
     cJSON_AddNumberToObject(j, "worst_measured_model_error", worst_err);
     cJSON_AddStringToObject(j, "data_parallel_mode", zstage == 0 ? "DDP" : zc.offload ? "ZeRO-2 + offload"
                                                      : zstage == 1 ? "ZeRO-1" : "ZeRO-2");
-    const double load_after = load_average(); /* the measured runs compete with whatever else runs here */
+    const double load_after = bench_load_average(); /* the measured runs compete with whatever else runs here */
     cJSON *load = cJSON_AddArrayToObject(j, "load_average_before_after");
     cJSON_AddItemToArray(load, cJSON_CreateNumber(isfinite(load_before) ? load_before : -1));
     cJSON_AddItemToArray(load, cJSON_CreateNumber(isfinite(load_after) ? load_after : -1));

@@ -35,3 +35,14 @@ double scaling_half_ring_time(int n, double bytes, double alpha, double bus);
  * optimizer: exposed), so ZeRO-2 moves what DDP moves and ZeRO-1 an all-gather more; offload adds the gradient
  * shard down and the parameter shard up (2 x float32 shard / host_bus, not overlapped with the host's AdamW). */
 double scaling_project_step_zero(const Timeline *tl, int n, double alpha, double bus, double share, const ZeroComm *z);
+
+/* The alpha-beta ring model fitted to measured all-reduce times (bench allreduce; bench scaling projects with it):
+ * T(S) = 2(n-1) alpha + 2(n-1)/n S / bus, by least squares on relative error over the nr sizes (ascending). Where
+ * the times did not grow with the size (a loaded machine: a small message that waited for a descheduled rank), the
+ * largest message sets bus (all its time counted as transfer) and the smallest alpha, and method says so. */
+typedef struct {
+    double alpha, bus;    /* s per ring step, bytes/s of bus bandwidth; 0 where nothing could be fitted */
+    double worst_error;   /* the largest |model/measured - 1| at 1 MiB and above */
+    const char *method;
+} RingFit;
+RingFit scaling_fit_ring(int n, int nr, const double *bytes, const double *seconds);

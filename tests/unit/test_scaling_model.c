@@ -3,6 +3,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -65,6 +66,26 @@ static void test_zero_modes(void **state) {
     assert_true(fabs(scaling_project_step_zero(&TL, 1, 1e-3, 1e6, 1.0, &z2) - 15e-3) < 1e-12);
 }
 
+/* the ring fit recovers alpha and bus from exact model times; where the times did not grow with the size (a loaded
+ * machine), it still gives a link: bus from the largest message, alpha from the smallest, and says so */
+static void test_ring_fit(void **state) {
+    (void)state;
+    double bytes[7], secs[7];
+    for (int i = 0; i < 7; i++)
+        bytes[i] = 4096.0 * (1 << (2 * i)), secs[i] = scaling_allreduce_time(4, bytes[i], 20e-6, 5e9);
+    RingFit f = scaling_fit_ring(4, 7, bytes, secs);
+    assert_true(fabs(f.alpha / 20e-6 - 1) < 1e-9 && fabs(f.bus / 5e9 - 1) < 1e-9 && f.worst_error < 1e-9);
+    assert_string_equal(f.method, "least squares on relative error");
+    /* 2 ranks whose small messages waited longest behind a descheduled rank: 30 ms at 4 KiB down to 18 ms at 16
+     * MiB, so the fitted slope is negative (a link with no bandwidth, before this fallback) */
+    for (int i = 0; i < 7; i++) secs[i] = 30e-3 - 2e-3 * i;
+    f = scaling_fit_ring(2, 7, bytes, secs);
+    assert_true(strstr(f.method, "did not grow") != NULL);
+    assert_true(fabs(f.bus - 1.0 * bytes[6] / secs[6]) < 1e-3 * f.bus && fabs(f.alpha - 15e-3) < 1e-12);
+    /* one rank or one size: nothing to fit */
+    assert_true(scaling_fit_ring(1, 7, bytes, secs).bus == 0 && scaling_fit_ring(2, 1, bytes, secs).bus == 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_cost),
@@ -73,6 +94,7 @@ int main(void) {
         cmocka_unit_test(test_exposed_and_queued),
         cmocka_unit_test(test_shared_cores_stretch_compute),
         cmocka_unit_test(test_zero_modes),
+        cmocka_unit_test(test_ring_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
