@@ -87,14 +87,32 @@ def png_size(path):
     return w, h
 
 
+def scaling_within_bounds(r):
+    """What in a bench scaling report moves with the machine's load, outside this test's bounds: a measured row's
+    model error of a factor of three or more, a rank count without its measured link (its fit)."""
+    bad = ["%s %d ranks: model error %s" % (x["mode"], x["ranks"], x.get("model_error")) for x in r["rows"]
+           if x["kind"] == "measured" and not abs(x.get("model_error", 0.0)) < 2.0]
+    return bad + ([] if [f["ranks"] for f in r["fits"]] == [2, 4] else ["fits at %s" % [f["ranks"] for f in r["fits"]]])
+
+
 @needs_mpi
 def test_scaling_measured_projected_and_reported(tmp_path):
-    p = run([BIN, "bench", "scaling", "--gpus", "1,2,4,8", "--steps", "5", "--device", "cpu",
-             "--set", "model.input_size=[16,16,16]", "--results", str(tmp_path)])
-    assert p.returncode == 0, p.stdout[-4000:]
-    [dev] = [e for e in os.listdir(tmp_path) if os.path.isdir(os.path.join(tmp_path, e))]  # and index.html
-    d = os.path.join(tmp_path, dev)
-    r = json.load(open(os.path.join(d, "scaling_default.json")))
+    # Once more where the figures that move with the load fall outside the bounds, as ci/regress retries: 1 and 2
+    # ranks on 2 cores that another test shares (CI's xdist workers) read a one-rank model error of 2.8 once under a
+    # busy loop, and a 2-rank all-reduce with no fit once in CI. Everything is checked on the run that is kept.
+    for attempt in (1, 2):
+        out = tmp_path / ("run%d" % attempt)
+        p = run([BIN, "bench", "scaling", "--gpus", "1,2,4,8", "--steps", "5", "--device", "cpu",
+                 "--set", "model.input_size=[16,16,16]", "--results", str(out)])
+        assert p.returncode == 0, p.stdout[-4000:]
+        [dev] = [e for e in os.listdir(out) if os.path.isdir(os.path.join(out, e))]  # and index.html
+        d = os.path.join(out, dev)
+        r = json.load(open(os.path.join(d, "scaling_default.json")))
+        bad = scaling_within_bounds(r)
+        if not bad:
+            break
+        print("bench scaling, attempt %d: %s; load average before and after %s\n%s" % (
+            attempt, "; ".join(bad), r["load_average_before_after"], p.stdout[-3000:]))
     assert r["launcher"] == "mpirun -np N"
     assert r["interconnect_beyond"].startswith("measured: bench allreduce on 4 CPU ranks over MPI")
     for mode in ("weak", "strong"):
@@ -118,7 +136,7 @@ def test_scaling_measured_projected_and_reported(tmp_path):
     # every row projected with each preset: the same compute, another link, so a faster link is never slower
     names = [ic["name"] for ic in r["interconnects"]]
     assert names == ["h100-nvlink", "pcie4", "ib400"] and all(ic["bus_gbps"] > 0 for ic in r["interconnects"])
-    assert [f["ranks"] for f in r["fits"]] == [2, 4]
+    assert [f["ranks"] for f in r["fits"]] == [2, 4], p.stdout[-3000:]
     assert len(r["load_average_before_after"]) == 2 and min(r["load_average_before_after"]) >= 0
     for x in r["rows"]:
         assert set(x["interconnects"]) == set(names)
@@ -140,7 +158,7 @@ def test_scaling_measured_projected_and_reported(tmp_path):
     svg = open(os.path.join(d, "charts", "scaling_default.svg")).read()
     assert "bench scaling: speedup and efficiency: default on %s" % dev in svg and "seeds' claims" in svg
     assert 'id="chart-scaling_default"' in open(os.path.join(d, "index.html")).read()
-    assert 'href="%s/index.html"' % dev in open(os.path.join(tmp_path, "index.html")).read()
+    assert 'href="%s/index.html"' % dev in open(os.path.join(out, "index.html")).read()
     assert "charts/ and index.html (bench/report/report.py)" in p.stdout
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     acc = EventAccumulator(os.path.join(d, "scaling_default_tb"))
