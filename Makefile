@@ -158,9 +158,9 @@ bench-venv:
 clean:
 	rm -rf $(BUILD)
 
-# Where the CUDA libraries were found (ci/gpu.sh --prepare records it), one per line.
+# Where the CUDA libraries were found, one per line, after the CUDA_ARCHS compiled for (ci/gpu.sh --prepare records it).
 cuda-info:
-	@echo "CUDA=$(CUDA) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC)"
+	@echo "CUDA=$(CUDA) CUDA_HOME=$(CUDA_HOME) NVCC=$(NVCC)$(if $(filter 1,$(CUDA)), CUDA_ARCHS=$(strip $(CUDA_ARCHS)))"
 	@printf '%s\n' "$(CUDA_FIND_REPORT)" | tr ';' '\n' | sed 's/^ *//; /^$$/d'
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
